@@ -1,0 +1,44 @@
+# The two set-up commands of the README: `make bench` and `make test`. Both create .venv on
+# first use (seeing system packages, so a torch / torch_npu / triton-ascend already installed
+# is used as is), install what is missing, build the extension against that torch, and then
+# run. Re-running after a change rebuilds only what changed.
+
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+TRITON_SPEC ?= triton==3.9.0
+BUILD_TOOLS := "scikit-build-core>=0.10" "pybind11>=2.12" cmake ninja numpy matplotlib
+TEST_TOOLS := pytest pytest-xdist hypothesis expecttest
+PYTEST_ARGS ?= -n 2
+
+SOURCES := $(shell find csrc python triton_kernels -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
+
+.PHONY: all install bench test wheel clean
+
+all: install
+
+$(VPY):
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+
+$(VENV)/.deps: $(VPY) Makefile
+	$(VPY) -c "import torch" 2>/dev/null || $(PIP) install "$(TORCH_SPEC)"
+	$(VPY) -c "import triton" 2>/dev/null || $(PIP) install "$(TRITON_SPEC)"
+	$(PIP) install $(BUILD_TOOLS) $(TEST_TOOLS)
+	touch $@
+
+$(VENV)/.specops: $(VENV)/.deps $(SOURCES)
+	$(PIP) install --no-build-isolation --no-deps .
+	touch $@
+
+install: $(VENV)/.specops
+
+bench: install
+	$(VENV)/bin/specops-bench
+
+test: install
+	cd tests && ../$(VPY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf build dist $(VENV)

@@ -1,0 +1,33 @@
+// specops._C: the build facts of this extension. Loading it also runs the TORCH_LIBRARY
+// registrations of every op compiled into the same shared object.
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts";
+  m.attr("version") = SPECOPS_VERSION;
+  m.attr("torch_version") = SPECOPS_TORCH_VERSION;
+  m.attr("compiler") = SPECOPS_COMPILER;
+  py::tuple backends = py::make_tuple();
+  {
+    py::list names;
+    std::string all = SPECOPS_BACKENDS;
+    size_t begin = 0;
+    while (begin <= all.size()) {
+      size_t end = all.find(';', begin);
+      if (end == std::string::npos) end = all.size();
+      if (end > begin) names.append(all.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    backends = py::tuple(names);
+  }
+  m.attr("backends") = backends;
+#ifdef __SANITIZE_ADDRESS__
+  m.attr("sanitize") = true;
+#else
+  m.attr("sanitize") = false;
+#endif
+}

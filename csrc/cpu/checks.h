@@ -1,0 +1,58 @@
+#pragma once
+// Argument checks shared by the CPU wrappers. Every message names the argument and what was
+// expected, and every check runs before an output is touched, so a rejected call writes nothing.
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <initializer_list>
+#include <string>
+
+namespace specops::cpu {
+
+inline std::string dtype_list(std::initializer_list<c10::ScalarType> dtypes) {
+  std::string names;
+  for (c10::ScalarType dtype : dtypes) {
+    if (!names.empty()) names += " or ";
+    names += c10::toString(dtype);
+  }
+  return names;
+}
+
+inline void check_tensor(const at::Tensor& t, const char* name, std::initializer_list<c10::ScalarType> dtypes,
+                         int64_t dim) {
+  TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor for the CPU kernel, got device ", t.device());
+  bool dtype_ok = false;
+  for (c10::ScalarType dtype : dtypes) dtype_ok = dtype_ok || t.scalar_type() == dtype;
+  TORCH_CHECK_VALUE(dtype_ok, name, " must have dtype ", dtype_list(dtypes), ", got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.dim() == dim, name, " must be ", dim, "-D, got shape ", t.sizes());
+  TORCH_CHECK_VALUE(dim == 0 || t.stride(dim - 1) == 1 || t.size(dim - 1) <= 1, name,
+                    " must be contiguous in its last dimension, got strides ", t.strides());
+  if (dim == 1) {
+    TORCH_CHECK_VALUE(t.is_contiguous(), name, " must be contiguous");
+  }
+}
+
+inline void check_non_negative(int64_t value, const char* name) {
+  TORCH_CHECK_VALUE(value >= 0, name, " must be >= 0, got ", value);
+}
+
+inline void check_positive(int64_t value, const char* name) {
+  TORCH_CHECK_VALUE(value >= 1, name, " must be >= 1, got ", value);
+}
+
+// query_start_loc is int32 [R + 1]: starts at 0, never decreases, ends at num_tokens.
+inline void check_query_start_loc(const at::Tensor& query_start_loc, int64_t num_tokens) {
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(query_start_loc.numel() >= 1, "query_start_loc must have R + 1 >= 1 entries, got 0");
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  const int64_t num_reqs = query_start_loc.numel() - 1;
+  TORCH_CHECK_VALUE(qsl[0] == 0, "query_start_loc[0] must be 0, got ", qsl[0]);
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    TORCH_CHECK_VALUE(qsl[r + 1] >= qsl[r], "query_start_loc must be non-decreasing, but query_start_loc[", r + 1,
+                      "] = ", qsl[r + 1], " < query_start_loc[", r, "] = ", qsl[r]);
+  }
+  TORCH_CHECK_VALUE(qsl[num_reqs] == num_tokens, "query_start_loc[R] must equal the number of tokens ", num_tokens,
+                    ", got ", qsl[num_reqs]);
+}
+
+}  // namespace specops::cpu

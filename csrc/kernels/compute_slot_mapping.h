@@ -1,0 +1,132 @@
+#pragma once
+// KV-cache slot of every token, with context-parallel (CP) interleave. SPEC 3.1.
+//
+// A CP "virtual block" spans cp_world_size ranks: ranks take turns storing runs of
+// cp_interleave tokens, so one allocation block of kv_block tokens on a rank holds
+// kv_block * cp_world_size consecutive positions of the sequence.
+#include <cstdint>
+
+#include "kernels/fast_divmod.h"
+
+namespace specops::kernels {
+
+constexpr int64_t kPadSlotId = -1;
+
+struct SlotMappingShape {
+  int64_t num_reqs = 0;
+  int64_t num_tokens = 0;
+  int64_t num_tokens_padded = 0;
+  int64_t block_table_rows = 0;
+  int64_t block_table_cols = 0;
+  int64_t block_table_stride = 0;  // elements between rows
+  int64_t block_size = 1;
+  int64_t blocks_per_kv_block = 1;
+  int64_t cp_world_size = 1;
+  int64_t cp_rank = 0;
+  int64_t cp_interleave = 1;
+};
+
+// Divisors of the per-token math, prepared once per call.
+struct SlotMappingDivisors {
+  FastDivmod virtual_block;  // kv_block * world
+  FastDivmod interleave;     // I
+  FastDivmod world;          // W
+  FastDivmod rank_stride;    // W * I
+  FastDivmod block;          // block_size
+
+  explicit SlotMappingDivisors(const SlotMappingShape& s)
+      : virtual_block(static_cast<uint32_t>(s.block_size * s.blocks_per_kv_block * s.cp_world_size)),
+        interleave(static_cast<uint32_t>(s.cp_interleave)),
+        world(static_cast<uint32_t>(s.cp_world_size)),
+        rank_stride(static_cast<uint32_t>(s.cp_world_size * s.cp_interleave)),
+        block(static_cast<uint32_t>(s.block_size)) {}
+};
+
+// Where a position lives: on which rank and, on that rank, which kernel-block column and
+// offset inside the kernel block.
+struct TokenPlacement {
+  bool local;
+  int64_t column;  // index into the block-table row
+  int64_t offset;  // slot offset inside the kernel block
+};
+
+inline TokenPlacement place_token(uint32_t position, const SlotMappingShape& s,
+                                  const SlotMappingDivisors& d) {
+  const uint32_t virtual_block = d.virtual_block.div(position);
+  const uint32_t offset_in_virtual = position - virtual_block * d.virtual_block.divisor();
+  const uint32_t run = d.interleave.div(offset_in_virtual);
+  const bool local = static_cast<int64_t>(d.world.mod(run)) == s.cp_rank;
+  const uint32_t local_offset =
+      d.rank_stride.div(offset_in_virtual) * d.interleave.divisor() + (offset_in_virtual - run * d.interleave.divisor());
+  const uint32_t kernel_block = d.block.div(local_offset);
+  return TokenPlacement{
+      local,
+      static_cast<int64_t>(virtual_block) * s.blocks_per_kv_block + kernel_block,
+      static_cast<int64_t>(local_offset - kernel_block * d.block.divisor()),
+  };
+}
+
+// First token (in batch order) whose lookup would leave the block table, or -1 if none.
+// The host wrapper rejects such a batch before anything is written.
+template <typename PosT, typename IdxT>
+int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const PosT* positions,
+                                         const IdxT* idx_mapping, const SlotMappingShape& s) {
+  // Fast accept: every position inside the virtual blocks that the table covers in full.
+  const int64_t virtual_block_size = s.block_size * s.blocks_per_kv_block * s.cp_world_size;
+  const int64_t covered = (s.block_table_cols / s.blocks_per_kv_block) * virtual_block_size;
+  bool all_covered = true;
+  for (int64_t t = 0; t < s.num_tokens; ++t) {
+    const int64_t position = positions[t];
+    all_covered &= position >= 0 && position < covered;
+  }
+  if (all_covered) return -1;
+
+  const SlotMappingDivisors d(s);
+  for (int64_t r = 0; r < s.num_reqs; ++r) {
+    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
+    if (row < 0) continue;
+    for (int64_t t = query_start_loc[r]; t < query_start_loc[r + 1]; ++t) {
+      const int64_t position = positions[t];
+      if (position < 0 || position > INT32_MAX) return t;
+      const TokenPlacement p = place_token(static_cast<uint32_t>(position), s, d);
+      if (p.local && p.column >= s.block_table_cols) return t;
+    }
+  }
+  return -1;
+}
+
+// Writes out[0, num_tokens_padded). Tokens not stored on this rank, tokens of rows < 0 and
+// tokens whose block id is negative get PAD; so does the tail [num_tokens, num_tokens_padded).
+// Positions outside the table also get PAD, so the body never reads out of bounds even if
+// called without the host-side check.
+template <typename PosT, typename IdxT, typename OutT>
+void compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions,
+                          const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
+                          const SlotMappingShape& s) {
+  const SlotMappingDivisors d(s);
+  for (int64_t r = 0; r < s.num_reqs; ++r) {
+    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
+    const int64_t token_begin = query_start_loc[r];
+    const int64_t token_end = query_start_loc[r + 1];
+    if (row < 0 || row >= s.block_table_rows) {
+      for (int64_t t = token_begin; t < token_end; ++t) out[t] = static_cast<OutT>(kPadSlotId);
+      continue;
+    }
+    const int32_t* block_row = block_table + row * s.block_table_stride;
+    for (int64_t t = token_begin; t < token_end; ++t) {
+      const int64_t position = positions[t];
+      int64_t slot = kPadSlotId;
+      if (position >= 0 && position <= INT32_MAX) {
+        const TokenPlacement p = place_token(static_cast<uint32_t>(position), s, d);
+        if (p.local && p.column < s.block_table_cols) {
+          const int64_t block_id = block_row[p.column];
+          if (block_id >= 0) slot = block_id * s.block_size + p.offset;
+        }
+      }
+      out[t] = static_cast<OutT>(slot);
+    }
+  }
+  for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
+}
+
+}  // namespace specops::kernels

@@ -1,0 +1,14 @@
+// Every specops schema, in one place. Ops that write into caller buffers mark them
+// Tensor(a!) and return (); the Python wrappers allocate outputs when the caller passes none.
+#include <torch/library.h>
+
+TORCH_LIBRARY(specops, m) {
+  // Fake (meta) kernels live in Python; loading _C alone must still find them.
+  m.set_python_module("specops.ops");
+
+  // SPEC 3.1
+  m.def(
+      "compute_slot_mapping(Tensor query_start_loc, Tensor positions, Tensor block_table, int block_size, "
+      "Tensor(a!) out, int blocks_per_kv_block, int cp_world_size, int cp_rank, int cp_interleave, "
+      "Tensor? idx_mapping, int num_tokens_padded) -> ()");
+}

@@ -1,0 +1,7 @@
+"""Conventions shared by every op (SPEC 2)."""
+
+PAD_SLOT_ID = -1
+"""A slot id that must not be written: tokens not stored on this rank, padding tokens."""
+
+NULL_BLOCK_ID = 0
+"""The block id of padding rows and of the unused tail of block-table rows."""

@@ -1,0 +1,5 @@
+"""Public op wrappers (one module per op); importing this registers fakes and device kernels."""
+
+from specops.ops.compute_slot_mapping import compute_slot_mapping
+
+__all__ = ["compute_slot_mapping"]

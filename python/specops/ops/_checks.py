@@ -1,0 +1,49 @@
+"""Metadata checks in Python, mirroring csrc/cpu/checks.h.
+
+They run in the fake kernel, before a Triton launch and before the reference, and look at
+dtypes, ranks, shapes, devices and sizes only: reading values would cost a device-to-host
+sync. Device kernels instead write PAD where a value is invalid; the native CPU op also
+rejects invalid values, since reading them there is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+INT32_MAX = 2**31 - 1
+
+
+def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype], dim: int, device: torch.device | None = None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        expected = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise ValueError(f"{name} must have dtype {expected}, got {str(t.dtype).removeprefix('torch.')}")
+    if t.dim() != dim:
+        raise ValueError(f"{name} must be {dim}-D, got shape {list(t.shape)}")
+    if dim == 1 and not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous")
+    if dim > 1 and t.size(-1) > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous in its last dimension, got strides {list(t.stride())}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on {device} like the output, got {t.device}")
+
+
+def check_positive(value: int, name: str) -> None:
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def check_non_negative(value: int, name: str) -> None:
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def check_query_start_loc(query_start_loc: torch.Tensor, device: torch.device | None = None) -> int:
+    """Checks the metadata of query_start_loc and returns R."""
+    check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device)
+    if query_start_loc.numel() < 1:
+        raise ValueError("query_start_loc must have R + 1 >= 1 entries, got 0")
+    return query_start_loc.numel() - 1

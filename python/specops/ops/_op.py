@@ -1,0 +1,85 @@
+"""One place that wires an op's faces together.
+
+Each op module declares a `SpecOp` with its metadata check and its reference. The schema and
+the CPU kernel come from the C++ extension (csrc/registration.cpp, csrc/cpu/); this module adds
+the fake kernel (the check, then nothing: every op writes into caller buffers and returns ()),
+the CUDA and PrivateUse1 (Ascend NPU) kernels, which launch the op's Triton kernel, and the
+backend switch used by the public wrappers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from specops._backend import current_backend, triton_interpreter_enabled
+from specops._extension import EXTENSION, require_native
+
+# Torch keeps the registrations alive as long as this object lives.
+_IMPL_LIBRARY = torch.library.Library("specops", "IMPL") if EXTENSION.loaded else None
+
+DEVICE_DISPATCH_KEYS = ("CUDA", "PrivateUse1")
+
+
+def triton_launcher(op_name: str) -> Callable[..., None]:
+    """The launcher `specops.triton_kernels.<op_name>.<op_name>`, imported on first use."""
+    try:
+        module = importlib.import_module(f"specops.triton_kernels.{op_name}")
+    except ImportError as exc:
+        raise RuntimeError(
+            f"specops.{op_name}: the Triton backend needs Triton (triton on CUDA, triton-ascend on NPU): {exc}"
+        ) from exc
+    return getattr(module, op_name)
+
+
+def _check_triton_can_run(op_name: str, args: tuple[Any, ...]) -> None:
+    for arg in args:
+        if isinstance(arg, torch.Tensor) and arg.device.type == "cpu" and not triton_interpreter_enabled():
+            raise RuntimeError(
+                f"specops.{op_name}: the Triton backend got CPU tensors; set TRITON_INTERPRET=1 before "
+                "importing specops to run Triton kernels on the CPU interpreter"
+            )
+
+
+class SpecOp:
+    """Dispatches one op to the selected backend; all three take the schema's arguments."""
+
+    def __init__(self, name: str, check: Callable[..., None], reference: Callable[..., None]):
+        self.name = name
+        self.check = check
+        self.reference = reference
+        self._native = getattr(torch.ops.specops, name).default if EXTENSION.loaded else None
+        self._triton: Callable[..., None] | None = None
+        if _IMPL_LIBRARY is not None:
+            torch.library.register_fake(f"specops::{name}", self._fake, lib=_IMPL_LIBRARY)
+            for key in DEVICE_DISPATCH_KEYS:
+                _IMPL_LIBRARY.impl(name, self._device, key)
+
+    def _fake(self, *args: Any) -> None:
+        self.check(*args)
+
+    def _device(self, *args: Any) -> None:
+        self.check(*args)
+        self.triton(*args)
+
+    def triton(self, *args: Any) -> None:
+        if self._triton is None:
+            self._triton = triton_launcher(self.name)
+        self._triton(*args)
+
+    def __call__(self, *args: Any) -> None:
+        selected = current_backend()
+        if selected == "native":
+            if self._native is None:
+                require_native(self.name)
+            self._native(*args)
+        elif selected == "triton":
+            self.check(*args)
+            _check_triton_can_run(self.name, args)
+            self.triton(*args)
+        else:
+            self.check(*args)
+            self.reference(*args)

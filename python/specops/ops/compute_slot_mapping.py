@@ -1,0 +1,85 @@
+"""compute_slot_mapping: the KV-cache slot of every token, with CP interleave (SPEC 3.1)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.ops._checks import INT32_MAX, check_positive, check_query_start_loc, check_tensor
+from specops.ops._op import SpecOp
+from specops.reference.compute_slot_mapping import compute_slot_mapping as _reference
+
+
+def _check(
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
+    out: torch.Tensor,
+    blocks_per_kv_block: int,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    idx_mapping: torch.Tensor | None,
+    num_tokens_padded: int,
+) -> None:
+    check_tensor(out, "out", [torch.int64, torch.int32], 1)
+    device = out.device
+    check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device)
+    num_reqs = check_query_start_loc(query_start_loc, device)
+    check_tensor(block_table, "block_table", [torch.int32], 2, device)
+    check_positive(block_size, "block_size")
+    check_positive(blocks_per_kv_block, "blocks_per_kv_block")
+    check_positive(cp_world_size, "cp_world_size")
+    if not 0 <= cp_rank < cp_world_size:
+        raise ValueError(f"cp_rank must be in [0, cp_world_size = {cp_world_size}), got {cp_rank}")
+    check_positive(cp_interleave, "cp_interleave")
+    kv_block = block_size * blocks_per_kv_block
+    if kv_block % cp_interleave != 0:
+        raise ValueError(f"cp_interleave must divide block_size * blocks_per_kv_block = {kv_block}, got {cp_interleave}")
+    if kv_block * cp_world_size > INT32_MAX:
+        raise ValueError(f"block_size * blocks_per_kv_block * cp_world_size must be < 2^31, got {kv_block * cp_world_size}")
+    num_tokens = positions.numel()
+    if not num_tokens <= num_tokens_padded <= out.numel():
+        raise ValueError(
+            f"num_tokens_padded must be in [num_tokens = {num_tokens}, out.numel() = {out.numel()}], got {num_tokens_padded}"
+        )
+    if idx_mapping is not None:
+        check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device)
+        if idx_mapping.numel() != num_reqs:
+            raise ValueError(f"idx_mapping must have R = {num_reqs} entries, got {idx_mapping.numel()}")
+
+
+_OP = SpecOp("compute_slot_mapping", _check, _reference)
+
+
+def compute_slot_mapping(
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
+    *,
+    out: torch.Tensor | None = None,
+    blocks_per_kv_block: int = 1,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
+    idx_mapping: torch.Tensor | None = None,
+    num_tokens_padded: int | None = None,
+) -> torch.Tensor:
+    """KV-cache slot id of every token; PAD_SLOT_ID for tokens this CP rank does not store.
+
+    query_start_loc: int32 [R + 1]; positions: int64 or int32 [T]; block_table: int32
+    [rows, max_blocks] of kernel-block ids; out: int64 or int32 (allocated as int64
+    [num_tokens_padded or T] when absent). Row r of the batch reads block_table[idx_mapping[r]]
+    (or row r); a row of -1 gives PAD. out[T:num_tokens_padded] is set to PAD.
+    """
+    if out is None:
+        size = positions.numel() if num_tokens_padded is None else num_tokens_padded
+        out = torch.empty(size, dtype=torch.int64, device=positions.device)
+    if num_tokens_padded is None:
+        num_tokens_padded = out.numel()
+    _OP(
+        query_start_loc, positions, block_table, block_size, out,
+        blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave, idx_mapping, num_tokens_padded,
+    )
+    return out

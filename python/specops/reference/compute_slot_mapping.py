@@ -1,0 +1,55 @@
+"""Reference for compute_slot_mapping (SPEC 3.1)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops._constants import PAD_SLOT_ID
+from specops.reference._batch import request_of_each_token
+
+INT32_MAX = 2**31 - 1
+
+
+def compute_slot_mapping(
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
+    out: torch.Tensor,
+    blocks_per_kv_block: int,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    idx_mapping: torch.Tensor | None,
+    num_tokens_padded: int,
+) -> None:
+    num_tokens = positions.numel()
+    num_rows, num_cols = block_table.shape
+    request = request_of_each_token(query_start_loc, num_tokens)
+    row = idx_mapping.long()[request] if idx_mapping is not None else request
+
+    position = positions.long()
+    kv_block = block_size * blocks_per_kv_block
+    virtual_block_size = kv_block * cp_world_size  # a virtual block spans every CP rank
+    virtual_block = position // virtual_block_size
+    offset = position % virtual_block_size
+    is_local = (offset // cp_interleave) % cp_world_size == cp_rank
+    local_offset = (offset // (cp_world_size * cp_interleave)) * cp_interleave + offset % cp_interleave
+    column = virtual_block * blocks_per_kv_block + local_offset // block_size
+
+    valid = (
+        is_local
+        & (row >= 0) & (row < num_rows)
+        & (position >= 0) & (position <= INT32_MAX)
+        & (column < num_cols)
+    )
+    # Gather with clamped indices, then discard what was invalid.
+    if num_rows > 0 and num_cols > 0:
+        block_id = block_table[row.clamp(0, num_rows - 1), column.clamp(0, num_cols - 1)].long()
+    else:
+        block_id = torch.full_like(row, -1)
+    valid &= block_id >= 0
+    slot = torch.where(valid, block_id * block_size + local_offset % block_size, PAD_SLOT_ID)
+
+    out[:num_tokens] = slot.to(out.dtype)
+    out[num_tokens:num_tokens_padded] = PAD_SLOT_ID

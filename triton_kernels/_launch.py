@@ -1,0 +1,37 @@
+"""Grid sizing shared by the launchers: persistent 1-D grids, one program per core."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+# The interpreter runs programs one after another; a few keep each task loop exercised.
+INTERPRETER_PROGRAMS = 4
+
+
+@functools.lru_cache(maxsize=None)
+def _device_cores(device_type: str, index: int) -> int:
+    import triton
+
+    properties = triton.runtime.driver.active.utils.get_device_properties(index)
+    # CUDA reports streaming multiprocessors; triton-ascend reports AI-core vector units.
+    for key in ("num_vectorcore", "multiprocessor_count", "num_aicore"):
+        if key in properties:
+            return int(properties[key])
+    return 32
+
+
+def num_programs(device: torch.device, num_tasks: int) -> int:
+    """Grid size for `num_tasks` independent tasks: min(tasks, cores), at least 1."""
+    if device.type == "cpu" or os.environ.get("TRITON_INTERPRET") == "1":
+        cores = INTERPRETER_PROGRAMS
+    else:
+        cores = _device_cores(device.type, device.index if device.index is not None else 0)
+    return max(1, min(num_tasks, cores))
+
+
+def search_steps(num_items: int) -> int:
+    """Iterations of a binary search over `num_items` sorted entries."""
+    return max(1, (max(num_items, 1) - 1).bit_length())
