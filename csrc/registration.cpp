@@ -3,9 +3,6 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(specops, m) {
-  // Fake (meta) kernels live in Python; loading _C alone must still find them.
-  m.set_python_module("specops.ops");
-
   // SPEC 3.1
   m.def(
       "compute_slot_mapping(Tensor query_start_loc, Tensor positions, Tensor block_table, int block_size, "

@@ -51,6 +51,7 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
   shape.cp_rank = cp_rank;
   shape.cp_interleave = cp_interleave;
 
+  const kernels::SlotMappingDivisors divisors(shape);
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   const int32_t* table = block_table.data_ptr<int32_t>();
   AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "compute_slot_mapping", [&] {
@@ -62,14 +63,14 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
         TORCH_CHECK_VALUE(idx[r] < shape.block_table_rows, "idx_mapping[", r, "] = ", static_cast<int64_t>(idx[r]),
                           " is past block_table, which has ", shape.block_table_rows, " rows");
       }
-      const int64_t bad = kernels::find_position_beyond_block_table<PosT, IdxT>(qsl, pos, idx, shape);
+      const int64_t bad = kernels::find_position_beyond_block_table<PosT, IdxT>(qsl, pos, idx, shape, divisors);
       TORCH_CHECK_VALUE(bad < 0, "positions[", bad, "] = ", static_cast<int64_t>(pos[bad < 0 ? 0 : bad]),
                         " is beyond block_table (", shape.block_table_cols, " blocks of ", block_size,
                         " tokens per row) or negative");
       if (out.scalar_type() == c10::kLong) {
-        kernels::compute_slot_mapping<PosT, IdxT, int64_t>(qsl, pos, table, idx, out.data_ptr<int64_t>(), shape);
+        kernels::compute_slot_mapping<PosT, IdxT, int64_t>(qsl, pos, table, idx, out.data_ptr<int64_t>(), shape, divisors);
       } else {
-        kernels::compute_slot_mapping<PosT, IdxT, int32_t>(qsl, pos, table, idx, out.data_ptr<int32_t>(), shape);
+        kernels::compute_slot_mapping<PosT, IdxT, int32_t>(qsl, pos, table, idx, out.data_ptr<int32_t>(), shape, divisors);
       }
     };
     if (!idx_mapping.has_value()) {

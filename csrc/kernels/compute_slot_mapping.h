@@ -50,8 +50,16 @@ struct TokenPlacement {
   int64_t offset;  // slot offset inside the kernel block
 };
 
+// kContextParallel = false is the cp_world_size == 1 case, where every token is local and
+// the local offset is the position itself: one division instead of five.
+template <bool kContextParallel = true>
 inline TokenPlacement place_token(uint32_t position, const SlotMappingShape& s,
                                   const SlotMappingDivisors& d) {
+  if constexpr (!kContextParallel) {
+    const uint32_t kernel_block = d.block.div(position);
+    return TokenPlacement{true, static_cast<int64_t>(kernel_block),
+                          static_cast<int64_t>(position - kernel_block * d.block.divisor())};
+  }
   const uint32_t virtual_block = d.virtual_block.div(position);
   const uint32_t offset_in_virtual = position - virtual_block * d.virtual_block.divisor();
   const uint32_t run = d.interleave.div(offset_in_virtual);
@@ -70,7 +78,8 @@ inline TokenPlacement place_token(uint32_t position, const SlotMappingShape& s,
 // The host wrapper rejects such a batch before anything is written.
 template <typename PosT, typename IdxT>
 int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const PosT* positions,
-                                         const IdxT* idx_mapping, const SlotMappingShape& s) {
+                                         const IdxT* idx_mapping, const SlotMappingShape& s,
+                                         const SlotMappingDivisors& d) {
   // Fast accept: every position inside the virtual blocks that the table covers in full.
   const int64_t virtual_block_size = s.block_size * s.blocks_per_kv_block * s.cp_world_size;
   const int64_t covered = (s.block_table_cols / s.blocks_per_kv_block) * virtual_block_size;
@@ -81,7 +90,6 @@ int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const P
   }
   if (all_covered) return -1;
 
-  const SlotMappingDivisors d(s);
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     if (row < 0) continue;
@@ -99,11 +107,10 @@ int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const P
 // tokens whose block id is negative get PAD; so does the tail [num_tokens, num_tokens_padded).
 // Positions outside the table also get PAD, so the body never reads out of bounds even if
 // called without the host-side check.
-template <typename PosT, typename IdxT, typename OutT>
-void compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions,
-                          const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
-                          const SlotMappingShape& s) {
-  const SlotMappingDivisors d(s);
+template <bool kContextParallel, typename PosT, typename IdxT, typename OutT>
+void compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* positions,
+                               const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
+                               const SlotMappingShape& s, const SlotMappingDivisors& d) {
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     const int64_t token_begin = query_start_loc[r];
@@ -117,7 +124,7 @@ void compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions,
       const int64_t position = positions[t];
       int64_t slot = kPadSlotId;
       if (position >= 0 && position <= INT32_MAX) {
-        const TokenPlacement p = place_token(static_cast<uint32_t>(position), s, d);
+        const TokenPlacement p = place_token<kContextParallel>(static_cast<uint32_t>(position), s, d);
         if (p.local && p.column < s.block_table_cols) {
           const int64_t block_id = block_row[p.column];
           if (block_id >= 0) slot = block_id * s.block_size + p.offset;
@@ -127,6 +134,17 @@ void compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions,
     }
   }
   for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
+}
+
+template <typename PosT, typename IdxT, typename OutT>
+void compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions,
+                          const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
+                          const SlotMappingShape& s, const SlotMappingDivisors& d) {
+  if (s.cp_world_size == 1) {
+    compute_slot_mapping_impl<false>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
+  } else {
+    compute_slot_mapping_impl<true>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
+  }
 }
 
 }  // namespace specops::kernels

@@ -1,0 +1,68 @@
+"""`specops-bench` / `python -m specops.bench`: the main job (SPEC 5)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+from specops.bench import BENCHMARKS
+from specops.bench._harness import run_case
+from specops.bench._report import compare, format_case, plot, table_header, write_csv
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="specops-bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny shapes and few samples (for tests and smoke runs)")
+    parser.add_argument("--op", action="append", choices=sorted(BENCHMARKS), help="benchmark only this op (repeatable)")
+    parser.add_argument("--device", default="cpu", help="device of the tensors: cpu (C++ path), cuda, npu")
+    parser.add_argument("--csv", default="bench-results/specops-bench.csv", help="where to write one row per measurement")
+    parser.add_argument("--plot", default="bench-results/specops-bench.png", help="where to draw the plot (needs matplotlib)")
+    parser.add_argument("--samples", type=int, default=None, help="timed samples per implementation")
+    parser.add_argument("--compare", nargs=2, metavar=("OLD_CSV", "NEW_CSV"), help="print the change per row and exit")
+    parser.add_argument("--threshold", type=float, default=1.5, help="new/old ratio that --compare flags")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.compare:
+        lines, regressions = compare(*args.compare, threshold=args.threshold)
+        print("\n".join(lines))
+        print(f"{regressions} regression(s) at new/old >= {args.threshold}")
+        return 1 if regressions else 0
+
+    device = torch.device(args.device)
+    samples = args.samples or (5 if args.quick else 15)
+    sample_seconds = 0.002 if args.quick else 0.01
+    selected = args.op or list(BENCHMARKS)
+    measurements = []
+    started = time.perf_counter()
+    print(table_header())
+    for name in selected:
+        cases = BENCHMARKS[name].cases(device, args.quick)
+        for index, case in enumerate(cases, 1):
+            print(f"[{name} {index}/{len(cases)}] {case.label}", file=sys.stderr, flush=True)
+            result = run_case(case, samples=samples, sample_seconds=sample_seconds, device=device)
+            measurements += result
+            print("\n".join(format_case(case, result)), flush=True)
+    print(f"{len(measurements)} measurements in {time.perf_counter() - started:.1f} s")
+
+    if args.csv:
+        os.makedirs(os.path.dirname(args.csv) or ".", exist_ok=True)
+        write_csv(args.csv, measurements)
+        print(f"CSV: {args.csv}")
+    if args.plot:
+        os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
+        if plot(args.plot, measurements):
+            print(f"plot: {args.plot}")
+        else:
+            print("plot: skipped (matplotlib is not installed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

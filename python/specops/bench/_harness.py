@@ -1,0 +1,96 @@
+"""Timing and reporting shared by every benchmark entry.
+
+Implementations of one case are timed in interleaved samples (a sample of each, then the next
+round), so machine noise hits them alike and their ratios stay meaningful on a busy host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+@dataclasses.dataclass
+class Case:
+    """One benchmark point: an op at one shape, run by several implementations."""
+
+    op: str
+    label: str  # the shape, e.g. "R=256 q=4 W=4"
+    batch_size: int  # requests, for plots
+    num_tokens: int
+    impls: dict[str, Callable[[], object]]
+    subject: str = "specops"  # the implementation whose speedups are reported
+    baselines: tuple[str, ...] = ("numpy", "torch-eager")  # speedup = baseline / subject
+    floors: tuple[str, ...] = ()  # cost floors, reported as subject / floor
+    extras: dict[str, float] = dataclasses.field(default_factory=dict)  # e.g. a balance figure
+
+
+@dataclasses.dataclass
+class Measurement:
+    op: str
+    label: str
+    impl: str
+    batch_size: int
+    num_tokens: int
+    median_us: float
+    p20_us: float
+    p80_us: float
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def _calls_per_sample(fn: Callable[[], object], sample_seconds: float) -> int:
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= sample_seconds / 4 or calls >= 1 << 20:
+            return max(1, int(calls * sample_seconds / max(elapsed, 1e-9)))
+        calls *= 4
+
+
+def time_host(impls: dict[str, Callable[[], object]], samples: int, sample_seconds: float) -> dict[str, list[float]]:
+    """Per-call microseconds of each implementation, one value per sample."""
+    for fn in impls.values():
+        fn()  # warm up: first-call compilation and caches
+    calls = {name: _calls_per_sample(fn, sample_seconds) for name, fn in impls.items()}
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(samples):
+        for name, fn in impls.items():
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                fn()
+            times[name].append((time.perf_counter() - start) / calls[name] * 1e6)
+    return times
+
+
+def time_device(impls: dict[str, Callable[[], object]], samples: int) -> dict[str, list[float]]:
+    """Device implementations through triton.testing.do_bench (kernel time, synchronized)."""
+    import triton.testing
+
+    times = {}
+    for name, fn in impls.items():
+        median, p20, p80 = triton.testing.do_bench(fn, quantiles=[0.5, 0.2, 0.8], warmup=5, rep=max(10, samples * 2))
+        times[name] = [p20 * 1e3, median * 1e3, p80 * 1e3]
+    return times
+
+
+def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.device) -> list[Measurement]:
+    if device.type == "cpu":
+        times = time_host(case.impls, samples, sample_seconds)
+    else:
+        times = time_device(case.impls, samples)
+    return [
+        Measurement(case.op, case.label, name, case.batch_size, case.num_tokens,
+                    statistics.median(values), _percentile(values, 0.2), _percentile(values, 0.8))
+        for name, values in times.items()
+    ]

@@ -1,0 +1,138 @@
+"""The benchmark's outputs: the table, the CSV, the plot, and the comparison of two CSVs."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import importlib.metadata
+import platform
+from collections.abc import Iterable
+
+import torch
+
+import specops
+from specops.bench._harness import Case, Measurement
+
+CSV_COLUMNS = [
+    "op", "case", "impl", "batch_size", "num_tokens", "median_us", "p20_us", "p80_us",
+    "machine", "python", "torch", "triton", "specops", "timestamp",
+]
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def environment_facts() -> dict[str, str]:
+    return {
+        "machine": f"{platform.machine()} {platform.processor() or platform.node()}".strip(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": _version("triton") or _version("triton-ascend"),
+        "specops": specops.__version__,
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def format_case(case: Case, measurements: list[Measurement]) -> list[str]:
+    by_impl = {m.impl: m for m in measurements}
+    subject = by_impl[case.subject]
+    lines = []
+    for m in measurements:
+        notes = []
+        if m.impl == case.subject:
+            for name in case.baselines:
+                if name in by_impl:
+                    notes.append(f"{by_impl[name].median_us / subject.median_us:6.1f}x faster than {name}")
+            for name in case.floors:
+                if name in by_impl:
+                    notes.append(f"{subject.median_us / by_impl[name].median_us:.2f}x the time of {name}")
+            notes += [f"{key} {value:.3f}" for key, value in case.extras.items()]
+        lines.append(
+            f"  {m.op:<28} {m.label:<24} {m.impl:<18} {m.median_us:10.2f} {m.p20_us:10.2f} {m.p80_us:10.2f}  "
+            + "; ".join(notes)
+        )
+    return lines
+
+
+def table_header() -> str:
+    return f"  {'op':<28} {'case':<24} {'impl':<18} {'median µs':>10} {'p20 µs':>10} {'p80 µs':>10}  ratios"
+
+
+def write_csv(path: str, measurements: Iterable[Measurement]) -> None:
+    facts = environment_facts()
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for m in measurements:
+            row = dataclasses.asdict(m)
+            row["case"] = row.pop("label")
+            row.update(facts)
+            writer.writerow({key: row[key] for key in CSV_COLUMNS})
+
+
+def read_csv(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def compare(old_path: str, new_path: str, threshold: float = 1.5) -> tuple[list[str], int]:
+    """Per-row change of the median from OLD to NEW; returns the lines and the regression count."""
+    old = {(r["op"], r["case"], r["impl"]): float(r["median_us"]) for r in read_csv(old_path)}
+    lines = [f"  {'op':<28} {'case':<24} {'impl':<18} {'old µs':>10} {'new µs':>10} {'new/old':>8}"]
+    regressions = 0
+    for row in read_csv(new_path):
+        key = (row["op"], row["case"], row["impl"])
+        if key not in old:
+            continue
+        new_us = float(row["median_us"])
+        ratio = new_us / old[key] if old[key] > 0 else float("inf")
+        flag = ""
+        if ratio >= threshold:
+            flag = "  REGRESSION"
+            regressions += 1
+        elif ratio <= 1 / threshold:
+            flag = "  faster"
+        lines.append(f"  {key[0]:<28} {key[1]:<24} {key[2]:<18} {old[key]:10.2f} {new_us:10.2f} {ratio:8.2f}{flag}")
+    return lines, regressions
+
+
+def plot(path: str, measurements: list[Measurement]) -> bool:
+    """Median time against batch size, one panel per op, one line per implementation."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    ops = list(dict.fromkeys(m.op for m in measurements))
+    columns = min(3, len(ops))
+    rows = -(-len(ops) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
+    for axis, op in zip(axes.flat, ops):
+        points = [m for m in measurements if m.op == op]
+        for impl in dict.fromkeys(m.impl for m in points):
+            series = {}
+            for m in points:
+                if m.impl == impl:  # several cases can share a batch size: keep the slowest
+                    series[m.batch_size] = max(series.get(m.batch_size, 0.0), m.median_us)
+            sizes = sorted(series)
+            axis.plot(sizes, [series[s] for s in sizes], marker="o", label=impl)
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_title(op)
+        axis.set_xlabel("requests in the batch")
+        axis.set_ylabel("median µs per call")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=8)
+    for axis in list(axes.flat)[len(ops):]:
+        axis.set_visible(False)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True

@@ -1,0 +1,88 @@
+"""Random batches shared by every op's tests: plain generators (seeded) and hypothesis strategies."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from hypothesis import strategies as st
+
+
+@dataclasses.dataclass
+class Batch:
+    """One scheduler step: R requests, T tokens, and a paged block table for them."""
+
+    query_start_loc: torch.Tensor  # int32 [R + 1]
+    positions: torch.Tensor  # int64 [T]
+    seq_lens: torch.Tensor  # int32 [R]: tokens of each request after this step
+    block_table: torch.Tensor  # int32 [rows, cols]
+    idx_mapping: torch.Tensor | None  # int32 [R] or None
+
+    @property
+    def num_reqs(self) -> int:
+        return self.query_start_loc.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self.positions.numel()
+
+
+def make_batch(
+    generator: torch.Generator,
+    *,
+    query_lens: list[int],
+    context_lens: list[int],
+    tokens_per_block_row: int,
+    columns_per_block: int = 1,
+    extra_rows: int = 0,
+    with_idx_mapping: bool = False,
+    unmapped_fraction: float = 0.0,
+) -> Batch:
+    """A batch whose request r has query_lens[r] new tokens after context_lens[r] old ones.
+
+    tokens_per_block_row: how many positions one allocation block covers (block_size, or
+    block_size * blocks_per_kv_block * cp_world_size for a CP table whose allocation blocks are
+    columns_per_block = blocks_per_kv_block kernel blocks); the table gets just enough columns
+    for the longest request. With idx_mapping, request r reads a shuffled row
+    of a larger table and a fraction of requests map to row -1.
+    """
+    num_reqs = len(query_lens)
+    query_lens_t = torch.tensor(query_lens, dtype=torch.int32)
+    query_start_loc = torch.zeros(num_reqs + 1, dtype=torch.int32)
+    query_start_loc[1:] = torch.cumsum(query_lens_t, 0)
+    seq_lens = torch.tensor(context_lens, dtype=torch.int32) + query_lens_t
+    positions = torch.cat(
+        [torch.arange(c, c + q, dtype=torch.int64) for c, q in zip(context_lens, query_lens)]
+        or [torch.zeros(0, dtype=torch.int64)]
+    )
+    max_seq = int(seq_lens.max()) if num_reqs else 0
+    cols = max(1, -(-max_seq // tokens_per_block_row)) * columns_per_block
+    rows = num_reqs + extra_rows
+    block_table = torch.randint(0, 1 << 16, (max(rows, 1), cols), dtype=torch.int32, generator=generator)
+    idx_mapping = None
+    if with_idx_mapping:
+        idx_mapping = torch.randperm(max(rows, 1), generator=generator)[:num_reqs].to(torch.int32)
+        unmapped = torch.rand(num_reqs, generator=generator) < unmapped_fraction
+        idx_mapping[unmapped] = -1
+    return Batch(query_start_loc, positions, seq_lens, block_table, idx_mapping)
+
+
+@st.composite
+def batch_shapes(draw, max_reqs: int = 8, max_query_len: int = 8, max_context: int = 300):
+    """(query_lens, context_lens) of a batch: decodes, short prefills and empty requests."""
+    num_reqs = draw(st.integers(0, max_reqs))
+    query_lens = draw(st.lists(st.integers(0, max_query_len), min_size=num_reqs, max_size=num_reqs))
+    context_lens = draw(st.lists(st.integers(0, max_context), min_size=num_reqs, max_size=num_reqs))
+    return query_lens, context_lens
+
+
+def assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str = "") -> None:
+    """Exact equality of integer tensors, with the first mismatch in the message."""
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    mismatch = (actual != expected).nonzero()
+    if mismatch.numel():
+        index = tuple(mismatch[0].tolist())
+        raise AssertionError(
+            f"{what}: {mismatch.size(0)} mismatches, first at {index}: {actual[index].item()} != {expected[index].item()}"
+        )

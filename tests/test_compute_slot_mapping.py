@@ -1,0 +1,268 @@
+"""compute_slot_mapping (SPEC 3.1): every backend against the reference, opcheck, compile, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import assert_same, batch_shapes, make_batch
+
+import specops
+from specops.reference.compute_slot_mapping import compute_slot_mapping as reference_op
+
+PAD = specops.PAD_SLOT_ID
+
+
+def reference(query_start_loc, positions, block_table, block_size, *, out_dtype=torch.int64,
+              num_tokens_padded=None, blocks_per_kv_block=1, cp_world_size=1, cp_rank=0,
+              cp_interleave=1, idx_mapping=None):
+    padded = positions.numel() if num_tokens_padded is None else num_tokens_padded
+    out = torch.full((padded,), 12345, dtype=out_dtype)
+    reference_op(query_start_loc, positions, block_table, block_size, out, blocks_per_kv_block,
+                 cp_world_size, cp_rank, cp_interleave, idx_mapping, padded)
+    return out
+
+
+def test_spec_example_single_rank(backend):
+    query_start_loc = torch.tensor([0, 4], dtype=torch.int32)
+    positions = torch.tensor([0, 15, 16, 47])
+    block_table = torch.tensor([[5, 6, 7]], dtype=torch.int32)
+    out = specops.compute_slot_mapping(query_start_loc, positions, block_table, 16)
+    assert out.tolist() == [80, 95, 96, 127]
+
+
+def test_spec_example_two_ranks(backend):
+    query_start_loc = torch.tensor([0, 6], dtype=torch.int32)
+    positions = torch.tensor([0, 1, 2, 3, 32, 33])
+    block_table = torch.tensor([[5, 6]], dtype=torch.int32)
+    out = specops.compute_slot_mapping(query_start_loc, positions, block_table, 16, cp_world_size=2, cp_rank=1)
+    assert out.tolist() == [-1, 80, -1, 81, -1, 96]
+
+
+def test_hand_computed_interleave_and_kernel_blocks(backend):
+    # kv_block = 4 * 2 = 8 tokens, W = 2, I = 2: a virtual block is 16 positions; rank 0
+    # stores offsets {0,1,4,5,8,9,12,13} as local offsets 0..7, i.e. kernel blocks 0 and 1.
+    query_start_loc = torch.tensor([0, 3, 5], dtype=torch.int32)
+    positions = torch.tensor([0, 4, 13, 16, 21])
+    block_table = torch.tensor([[10, 11, 12, 13], [20, 21, 22, 23]], dtype=torch.int32)
+    idx_mapping = torch.tensor([1, 0], dtype=torch.int32)
+    out = specops.compute_slot_mapping(query_start_loc, positions, block_table, 4, blocks_per_kv_block=2,
+                                       cp_world_size=2, cp_rank=0, cp_interleave=2, idx_mapping=idx_mapping)
+    # position 0 -> row 1, local 0 -> block 20 slot 80; 4 -> local 2 -> 82; 13 -> local 7 ->
+    # kernel block 1 (21), offset 3 -> 87; 16 -> virtual block 1, local 0 -> column 2 (12) -> 48;
+    # 21 -> offset 5 -> local 3 -> 12*4+3 = 51.
+    assert out.tolist() == [80, 82, 87, 48, 51]
+
+
+def test_rows_mapped_to_minus_one_are_pad(backend):
+    query_start_loc = torch.tensor([0, 2, 3], dtype=torch.int32)
+    positions = torch.tensor([0, 1, 0])
+    block_table = torch.tensor([[3], [4]], dtype=torch.int32)
+    idx_mapping = torch.tensor([-1, 1], dtype=torch.int64)
+    out = specops.compute_slot_mapping(query_start_loc, positions, block_table, 16, idx_mapping=idx_mapping)
+    assert out.tolist() == [PAD, PAD, 64]
+
+
+def test_negative_block_ids_are_pad(backend):
+    query_start_loc = torch.tensor([0, 2], dtype=torch.int32)
+    positions = torch.tensor([0, 16])
+    block_table = torch.tensor([[-3, 2]], dtype=torch.int32)
+    out = specops.compute_slot_mapping(query_start_loc, positions, block_table, 16)
+    assert out.tolist() == [PAD, 32]
+
+
+@given(
+    shape=batch_shapes(max_reqs=6, max_query_len=6, max_context=200),
+    block_size=st.sampled_from([1, 4, 16]),
+    blocks_per_kv_block=st.sampled_from([1, 2, 4]),
+    cp_world_size=st.sampled_from([1, 2, 3, 4, 8]),
+    cp_interleave=st.sampled_from([1, 2, 4, 16]),
+    rank_choice=st.integers(0, 7),
+    with_idx_mapping=st.booleans(),
+    out_dtype=st.sampled_from([torch.int64, torch.int32]),
+    positions_dtype=st.sampled_from([torch.int64, torch.int32]),
+    extra_padding=st.integers(0, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_matches_reference_on_random_batches(backend, shape, block_size, blocks_per_kv_block, cp_world_size,
+                                             cp_interleave, rank_choice, with_idx_mapping, out_dtype,
+                                             positions_dtype, extra_padding, seed):
+    kv_block = block_size * blocks_per_kv_block
+    if kv_block % cp_interleave:
+        cp_interleave = 1
+    query_lens, context_lens = shape
+    generator = torch.Generator().manual_seed(seed)
+    batch = make_batch(generator, query_lens=query_lens, context_lens=context_lens,
+                       tokens_per_block_row=kv_block * cp_world_size, columns_per_block=blocks_per_kv_block,
+                       extra_rows=3,
+                       with_idx_mapping=with_idx_mapping, unmapped_fraction=0.3)
+    positions = batch.positions.to(positions_dtype)
+    kwargs = dict(num_tokens_padded=batch.num_tokens + extra_padding, blocks_per_kv_block=blocks_per_kv_block,
+                  cp_world_size=cp_world_size, cp_rank=rank_choice % cp_world_size, cp_interleave=cp_interleave,
+                  idx_mapping=batch.idx_mapping)
+    out = torch.full((batch.num_tokens + extra_padding,), 777, dtype=out_dtype)
+    specops.compute_slot_mapping(batch.query_start_loc, positions, batch.block_table, block_size, out=out, **kwargs)
+    expected = reference(batch.query_start_loc, positions, batch.block_table, block_size, out_dtype=out_dtype, **kwargs)
+    assert_same(out, expected, backend)
+
+
+@pytest.mark.parametrize("cp_world_size", [1, 4])
+def test_many_tiles_fixed_seed(backend, cp_world_size):
+    generator = torch.Generator().manual_seed(7)
+    query_lens = torch.randint(1, 200, (24,), generator=generator).tolist()
+    context_lens = torch.randint(0, 3000, (24,), generator=generator).tolist()
+    batch = make_batch(generator, query_lens=query_lens, context_lens=context_lens,
+                       tokens_per_block_row=16 * cp_world_size, extra_rows=8, with_idx_mapping=True,
+                       unmapped_fraction=0.1)
+    assert batch.num_tokens > 2 * 1024  # several Triton tiles
+    kwargs = dict(cp_world_size=cp_world_size, cp_rank=cp_world_size - 1, idx_mapping=batch.idx_mapping,
+                  num_tokens_padded=batch.num_tokens + 100)
+    out = specops.compute_slot_mapping(batch.query_start_loc, batch.positions, batch.block_table, 16, **kwargs)
+    expected = reference(batch.query_start_loc, batch.positions, batch.block_table, 16, **kwargs)
+    assert_same(out, expected, backend)
+
+
+def test_empty_batch(backend):
+    query_start_loc = torch.zeros(1, dtype=torch.int32)
+    positions = torch.zeros(0, dtype=torch.int64)
+    block_table = torch.zeros(4, 2, dtype=torch.int32)
+    out = torch.full((5,), 9, dtype=torch.int64)
+    specops.compute_slot_mapping(query_start_loc, positions, block_table, 16, out=out)
+    assert out.tolist() == [PAD] * 5
+    assert specops.compute_slot_mapping(query_start_loc, positions, block_table, 16).numel() == 0
+
+
+@pytest.mark.parametrize("cp_world_size,cp_interleave", [(2, 1), (3, 2), (4, 16), (8, 4)])
+def test_every_token_is_local_on_exactly_one_rank(backend, cp_world_size, cp_interleave):
+    generator = torch.Generator().manual_seed(cp_world_size)
+    batch = make_batch(generator, query_lens=[1, 7, 33, 64], context_lens=[0, 100, 250, 1000],
+                       tokens_per_block_row=16 * cp_world_size)
+    stored = torch.zeros(batch.num_tokens, dtype=torch.int64)
+    for rank in range(cp_world_size):
+        out = specops.compute_slot_mapping(batch.query_start_loc, batch.positions, batch.block_table, 16,
+                                           cp_world_size=cp_world_size, cp_rank=rank, cp_interleave=cp_interleave)
+        stored += (out != PAD).long()
+    assert stored.tolist() == [1] * batch.num_tokens
+
+
+def test_writes_in_place_and_clears_a_stale_tail(backend):
+    generator = torch.Generator().manual_seed(3)
+    large = make_batch(generator, query_lens=[8] * 8, context_lens=[40] * 8, tokens_per_block_row=16)
+    small = make_batch(generator, query_lens=[2, 3], context_lens=[5, 70], tokens_per_block_row=16)
+    out = torch.empty(80, dtype=torch.int64)
+    address = out.data_ptr()
+    specops.compute_slot_mapping(large.query_start_loc, large.positions, large.block_table, 16, out=out)
+    assert (out[: large.num_tokens] != PAD).all()
+    result = specops.compute_slot_mapping(small.query_start_loc, small.positions, small.block_table, 16, out=out)
+    assert result.data_ptr() == address == out.data_ptr()
+    expected = reference(small.query_start_loc, small.positions, small.block_table, 16, num_tokens_padded=80)
+    assert_same(out, expected)
+    assert (out[small.num_tokens:] == PAD).all()
+
+
+def _opcheck_args(idx_dtype):
+    generator = torch.Generator().manual_seed(11)
+    batch = make_batch(generator, query_lens=[3, 1, 4], context_lens=[10, 60, 0], tokens_per_block_row=16 * 2,
+                       extra_rows=2, with_idx_mapping=True)
+    out = torch.empty(batch.num_tokens + 2, dtype=torch.int64)
+    idx_mapping = batch.idx_mapping.to(idx_dtype)
+    return (batch.query_start_loc, batch.positions, batch.block_table, 16, out, 1, 2, 1, 4, idx_mapping,
+            batch.num_tokens + 2)
+
+
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64])
+def test_opcheck(idx_dtype):
+    torch.library.opcheck(torch.ops.specops.compute_slot_mapping.default, _opcheck_args(idx_dtype))
+
+
+def test_compiles_without_graph_break():
+    args = _opcheck_args(torch.int32)
+    query_start_loc, positions, block_table, block_size, out, _, world, rank, interleave, idx_mapping, padded = args
+
+    def step(query_start_loc, positions, block_table, out, idx_mapping):
+        specops.compute_slot_mapping(query_start_loc, positions + 0, block_table, block_size, out=out,
+                                     cp_world_size=world, cp_rank=rank, cp_interleave=interleave,
+                                     idx_mapping=idx_mapping)
+        return out + 1
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    expected = step(query_start_loc, positions, block_table, out.clone(), idx_mapping)
+    actual = compiled(query_start_loc, positions, block_table, out, idx_mapping)
+    assert_same(actual, expected)
+    assert_same(out + 1, expected)
+
+
+def _valid_call():
+    query_start_loc = torch.tensor([0, 2, 3], dtype=torch.int32)
+    positions = torch.tensor([0, 17, 5])
+    block_table = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)
+    out = torch.full((4,), 55, dtype=torch.int64)
+    return dict(query_start_loc=query_start_loc, positions=positions, block_table=block_table, block_size=16,
+                out=out, blocks_per_kv_block=1, cp_world_size=1, cp_rank=0, cp_interleave=1, idx_mapping=None)
+
+
+BAD_INPUTS = [
+    ("query_start_loc", dict(query_start_loc=torch.tensor([0, 2, 3], dtype=torch.int64))),
+    ("query_start_loc", dict(query_start_loc=torch.tensor([[0, 2, 3]], dtype=torch.int32))),
+    ("positions", dict(positions=torch.tensor([0.0, 17.0, 5.0]))),
+    ("positions", dict(positions=torch.tensor([[0, 17, 5]]))),
+    ("block_table", dict(block_table=torch.tensor([[1, 2], [3, 4]], dtype=torch.int64))),
+    ("block_table", dict(block_table=torch.tensor([1, 2, 3, 4], dtype=torch.int32))),
+    ("out", dict(out=torch.full((4,), 55, dtype=torch.float32))),
+    ("num_tokens_padded", dict(out=torch.full((2,), 55, dtype=torch.int64))),
+    ("block_size", dict(block_size=0)),
+    ("blocks_per_kv_block", dict(blocks_per_kv_block=-1)),
+    ("cp_world_size", dict(cp_world_size=0)),
+    ("cp_rank", dict(cp_world_size=2, cp_rank=2)),
+    ("cp_rank", dict(cp_rank=-1)),
+    ("cp_interleave", dict(cp_interleave=3)),
+    ("idx_mapping", dict(idx_mapping=torch.tensor([0], dtype=torch.int32))),
+    ("idx_mapping", dict(idx_mapping=torch.tensor([0.0, 1.0]))),
+]
+
+
+@pytest.mark.parametrize("argument,change", BAD_INPUTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_INPUTS)])
+def test_bad_input_names_the_argument_and_writes_nothing(backend, argument, change):
+    call = _valid_call()
+    call.update(change)
+    out = call.pop("out")
+    before = out.clone()
+    with pytest.raises((ValueError, RuntimeError), match=argument):
+        specops.compute_slot_mapping(**call, out=out)
+    assert torch.equal(out, before)
+
+
+VALUE_ERRORS = [
+    ("positions", dict(positions=torch.tensor([0, 32, 5]))),  # beyond a 2-block row
+    ("positions", dict(positions=torch.tensor([0, -1, 5]))),
+    ("idx_mapping", dict(idx_mapping=torch.tensor([0, 2], dtype=torch.int32))),  # past the table
+    ("query_start_loc", dict(query_start_loc=torch.tensor([0, 4, 3], dtype=torch.int32))),
+    ("query_start_loc", dict(query_start_loc=torch.tensor([1, 2, 3], dtype=torch.int32))),
+]
+
+
+@pytest.mark.parametrize("argument,change", VALUE_ERRORS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VALUE_ERRORS)])
+def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
+    call = _valid_call()
+    call.update(change)
+    out = call.pop("out")
+    before = out.clone()
+    with pytest.raises(ValueError, match=argument):
+        specops.compute_slot_mapping(**call, out=out)
+    assert torch.equal(out, before)
+
+
+@pytest.mark.parametrize("change", [c for _, c in VALUE_ERRORS[:3]])
+def test_device_paths_write_pad_for_invalid_values(change):
+    call = _valid_call()
+    call.update(change)
+    out = call.pop("out")
+    results = {}
+    for name in ("triton", "reference"):
+        if name in specops.available_backends():
+            with specops.backend(name):
+                results[name] = specops.compute_slot_mapping(**call, out=out.clone())
+    for name, result in results.items():
+        assert result[1].item() == PAD or call["idx_mapping"] is not None, name
+        assert_same(result, results["reference"], name)
