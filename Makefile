@@ -13,7 +13,7 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "pybind11>=2.12" cmake ninja numpy matp
 TEST_TOOLS := pytest pytest-xdist hypothesis expecttest
 PYTEST_ARGS ?= -n 2
 
-SOURCES := $(shell find csrc python triton_kernels -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
+SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: all install bench test wheel clean
 
@@ -39,6 +39,11 @@ bench: install
 
 test: install
 	cd tests && ../$(VPY) -m pytest $(PYTEST_ARGS)
+
+# A wheel for this machine's torch, tagged +cann<version> when ASCEND_HOME_PATH holds a CANN
+# toolkit and +cpu otherwise.
+wheel: $(VENV)/.deps
+	$(PIP) wheel --no-build-isolation --no-deps -w dist .
 
 clean:
 	rm -rf build dist $(VENV)

@@ -11,7 +11,7 @@ from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._extension import EXTENSION
 from specops.ops import compute_slot_mapping
 
-__version__ = "0.1.0"
+__version__ = EXTENSION.built_version or "0.1.0"
 
 __all__ = [
     "EXTENSION",
