@@ -26,8 +26,8 @@ import torch
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops.ops._checks import check_positive
 from specops.ops.apply_staged_writes import apply_staged_writes
-from specops.ops.compute_slot_mapping import compute_slot_mapping
-from specops.ops.gather_block_tables import gather_block_tables
+from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
+from specops.ops.gather_block_tables import _OP as _GATHER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,13 +306,12 @@ class PersistentMappings:
             # The slot mapping reads the source row through idx_mapping, not the gathered table,
             # so that a row of -1 gives PAD; the two are independent. It goes first because it
             # checks every tensor the caller passed: a bad one is rejected before any write.
-            compute_slot_mapping(
-                query_start_loc, positions, source, args.block_size, out=slots,
-                blocks_per_kv_block=args.blocks_per_kv_block, cp_world_size=args.cp_world_size,
-                cp_rank=args.cp_rank, cp_interleave=args.cp_interleave, idx_mapping=idx_mapping,
-                num_tokens_padded=num_tokens_padded,
+            # The ops' own dispatchers, without the keyword wrappers: a third of a small op's cost.
+            _SLOT_MAPPING(
+                query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
+                args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded,
             )
-            gather_block_tables(source, counts, idx_mapping, table, num_reqs_padded=num_reqs_padded)
+            _GATHER(source, counts, idx_mapping, table, num_reqs_padded)
 
     def fill_dummy(self) -> None:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""

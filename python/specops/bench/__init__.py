@@ -4,8 +4,11 @@ Each module here exposes `cases(device, quick) -> list[Case]`; BENCHMARKS lists 
 order the report shows them.
 """
 
-from specops.bench import compute_slot_mapping
+from specops.bench import apply_staged_writes, compute_slot_mapping, gather_block_tables, persistent_mappings
 
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
+    "gather_block_tables": gather_block_tables,
+    "apply_staged_writes": apply_staged_writes,
+    "persistent_mappings": persistent_mappings,
 }
