@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
+import pytest
 import torch
 from hypothesis import strategies as st
 
@@ -122,3 +124,14 @@ def make_staged_writes(
     starts = torch.tensor([start for _, start, _ in writes], dtype=torch.int32)
     values = torch.randint(1, 1 << 20, (int(cu_lens[-1]),), dtype=torch.int32, generator=generator)
     return rows, starts, cu_lens, values
+
+
+def assert_rejected_without_writes(fn: Callable[..., object], call: dict, *, argument: str, written: tuple[str, ...],
+                                   errors: type[Exception] | tuple[type[Exception], ...] = (ValueError, RuntimeError)) -> None:
+    """fn(**call) must raise an error that names `argument` and leave the tensors call[name],
+    for each name in `written`, byte-identical."""
+    before = {name: call[name].clone() for name in written}
+    with pytest.raises(errors, match=argument):
+        fn(**call)
+    for name in written:
+        assert torch.equal(call[name], before[name]), f"a rejected call wrote {name}"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import assert_same, make_staged_writes
+from strategies import assert_rejected_without_writes, assert_same, make_staged_writes
 
 import specops
 from specops.reference.apply_staged_writes import apply_staged_writes as reference_op
@@ -144,12 +144,8 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("argument,change", BAD_INPUTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_INPUTS)])
 def test_bad_input_names_the_argument_and_writes_nothing(backend, argument, change):
-    call = _valid_call()
-    call.update(change)
-    before = call["table"].clone()
-    with pytest.raises((ValueError, RuntimeError), match=argument):
-        specops.apply_staged_writes(**call)
-    assert torch.equal(call["table"], before)
+    call = {**_valid_call(), **change}
+    assert_rejected_without_writes(specops.apply_staged_writes, call, argument=argument, written=("table",))
 
 
 VALUE_ERRORS = [
@@ -165,12 +161,9 @@ VALUE_ERRORS = [
 
 @pytest.mark.parametrize("argument,change", VALUE_ERRORS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VALUE_ERRORS)])
 def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
-    call = _valid_call()
-    call.update(change)
-    before = call["table"].clone()
-    with pytest.raises(ValueError, match=argument):
-        specops.apply_staged_writes(**call)
-    assert torch.equal(call["table"], before)
+    call = {**_valid_call(), **change}
+    assert_rejected_without_writes(specops.apply_staged_writes, call, argument=argument, written=("table",),
+                                   errors=ValueError)
 
 
 @pytest.mark.parametrize(
@@ -188,8 +181,6 @@ def test_device_paths_drop_writes_that_do_not_fit(change, expected):
     for name in ("triton", "reference"):
         if name not in specops.available_backends():
             continue
-        call = _valid_call()
-        call.update(change)
         with specops.backend(name):
-            table = specops.apply_staged_writes(**call)
+            table = specops.apply_staged_writes(**{**_valid_call(), **change})
         assert table.tolist() == expected, name

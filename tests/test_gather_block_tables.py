@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import assert_same, make_block_source
+from strategies import assert_rejected_without_writes, assert_same, make_block_source
 
 import specops
 from specops.reference.gather_block_tables import gather_block_tables as reference_op
@@ -163,14 +163,8 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("argument,change", BAD_INPUTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_INPUTS)])
 def test_bad_input_names_the_argument_and_writes_nothing(backend, argument, change):
-    call = _valid_call()
-    call.update(change)
-    out = call.pop("out")
-    before = out.clone()
-    with pytest.raises((ValueError, RuntimeError), match=argument):
-        specops.gather_block_tables(call.pop("src_block_table"), call.pop("num_blocks"), call.pop("idx_mapping"),
-                                    out, **call)
-    assert torch.equal(out, before)
+    call = {**_valid_call(), **change}
+    assert_rejected_without_writes(specops.gather_block_tables, call, argument=argument, written=("out",))
 
 
 VALUE_ERRORS = [
@@ -182,14 +176,9 @@ VALUE_ERRORS = [
 
 @pytest.mark.parametrize("argument,change", VALUE_ERRORS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VALUE_ERRORS)])
 def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
-    call = _valid_call()
-    call.update(change)
-    out = call.pop("out")
-    before = out.clone()
-    with pytest.raises(ValueError, match=argument):
-        specops.gather_block_tables(call.pop("src_block_table"), call.pop("num_blocks"), call.pop("idx_mapping"),
-                                    out, **call)
-    assert torch.equal(out, before)
+    call = {**_valid_call(), **change}
+    assert_rejected_without_writes(specops.gather_block_tables, call, argument=argument, written=("out",),
+                                   errors=ValueError)
 
 
 @pytest.mark.parametrize(
@@ -204,9 +193,6 @@ def test_device_paths_write_null_for_invalid_values(change, expected):
     for name in ("triton", "reference"):
         if name not in specops.available_backends():
             continue
-        call = _valid_call()
-        call.update(change)
         with specops.backend(name):
-            out = specops.gather_block_tables(call.pop("src_block_table"), call.pop("num_blocks"),
-                                              call.pop("idx_mapping"), call.pop("out"), **call)
+            out = specops.gather_block_tables(**{**_valid_call(), **change})
         assert out.tolist() == expected, name

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._search import segment_of
 
 BLOCK = 1024
 
@@ -31,18 +32,9 @@ def _apply_staged_writes_kernel(
         value_index = tile * BLOCK + tl.arange(0, BLOCK)
         is_value = value_index < num_values
 
-        # Largest write k in [0, K) with cu_lens[k] <= value_index; with low <= high, mid stays
-        # in [low, high], so every load is inside cu_lens.
-        low = tl.zeros([BLOCK], dtype=tl.int32)
-        high = tl.zeros([BLOCK], dtype=tl.int32) + (num_writes - 1)
-        for _ in range(num_search_steps):
-            mid = (low + high + 1) // 2
-            begin = tl.load(cu_lens_ptr + mid, mask=is_value, other=0)
-            go_right = begin <= value_index
-            low = tl.where(go_right, mid, low)
-            high = tl.where(go_right, high, mid - 1)
-        write = low
-
+        # With invalid (decreasing) cu_lens the search can miss a value's write; the range
+        # check below then drops the value, so nothing is written out of bounds.
+        write = segment_of(cu_lens_ptr, value_index, is_value, num_writes, num_search_steps, BLOCK)
         begin = tl.load(cu_lens_ptr + write, mask=is_value, other=0)
         end = tl.load(cu_lens_ptr + write + 1, mask=is_value, other=0)
         row = tl.load(rows_ptr + write, mask=is_value, other=-1).to(tl.int64)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
-from specops.ops._checks import check_positive
+from specops.ops._checks import check_context_parallel, check_interleave_divides, check_positive
 from specops.ops.apply_staged_writes import apply_staged_writes
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
@@ -82,19 +82,11 @@ class PersistentMappings:
         check_positive(max_num_reqs, "max_num_reqs")
         check_positive(max_num_blocks_per_req, "max_num_blocks_per_req")
         check_positive(max_num_tokens, "max_num_tokens")
-        check_positive(cp_world_size, "cp_world_size")
-        if not 0 <= cp_rank < cp_world_size:
-            raise ValueError(f"cp_rank must be in [0, cp_world_size = {cp_world_size}), got {cp_rank}")
-        check_positive(cp_interleave, "cp_interleave")
+        check_context_parallel(cp_world_size, cp_rank, cp_interleave)
         self._slot_args = []
         for index, group in enumerate(groups):
             if group.cp_sharded:
-                kv_block = group.block_size * group.blocks_per_kv_block
-                if kv_block % cp_interleave:
-                    raise ValueError(
-                        f"cp_interleave must divide block_size * blocks_per_kv_block = {kv_block} of groups[{index}], "
-                        f"got {cp_interleave}"
-                    )
+                check_interleave_divides(group.block_size * group.blocks_per_kv_block, cp_interleave, f" of groups[{index}]")
                 args = _SlotMappingArgs(group.block_size, group.blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
             else:
                 args = _SlotMappingArgs(group.block_size, group.blocks_per_kv_block, 1, 0, 1)

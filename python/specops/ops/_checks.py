@@ -41,6 +41,21 @@ def check_non_negative(value: int, name: str) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
+def check_context_parallel(cp_world_size: int, cp_rank: int, cp_interleave: int) -> None:
+    check_positive(cp_world_size, "cp_world_size")
+    if not 0 <= cp_rank < cp_world_size:
+        raise ValueError(f"cp_rank must be in [0, cp_world_size = {cp_world_size}), got {cp_rank}")
+    check_positive(cp_interleave, "cp_interleave")
+
+
+def check_interleave_divides(kv_block: int, cp_interleave: int, owner: str = "") -> None:
+    """cp_interleave must divide the allocation block (of `owner`, when several are checked)."""
+    if kv_block % cp_interleave != 0:
+        raise ValueError(
+            f"cp_interleave must divide block_size * blocks_per_kv_block = {kv_block}{owner}, got {cp_interleave}"
+        )
+
+
 def check_query_start_loc(query_start_loc: torch.Tensor, device: torch.device | None = None) -> int:
     """Checks the metadata of query_start_loc and returns R."""
     check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device)
