@@ -32,7 +32,8 @@ void apply_staged_writes(int32_t* table, const RowT* rows, const int32_t* starts
     const int64_t start = starts[k];
     const int64_t begin = cu_lens[k];
     const int64_t end = cu_lens[k + 1];
-    if (!staged_write_fits(row, start, begin, end, s)) continue;
+    // An empty write may come with an empty (null) `values`: memcpy must not see it.
+    if (end == begin || !staged_write_fits(row, start, begin, end, s)) continue;
     std::memcpy(table + row * s.table_stride + start, values + begin, static_cast<size_t>(end - begin) * sizeof(int32_t));
   }
 }

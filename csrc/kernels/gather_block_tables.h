@@ -41,7 +41,7 @@ void gather_block_tables(const int32_t* src, const int32_t* num_blocks, const Id
       const int64_t row = static_cast<int64_t>(idx_mapping[r]);
       if (row >= 0 && row < s.src_rows) {
         count = blocks_to_copy(num_blocks[row], s);
-        std::memcpy(out_row, src + row * s.src_stride, static_cast<size_t>(count) * sizeof(int32_t));
+        if (count > 0) std::memcpy(out_row, src + row * s.src_stride, static_cast<size_t>(count) * sizeof(int32_t));
       }
     }
     std::fill(out_row + count, out_row + s.out_cols, kNullBlockId);

@@ -64,7 +64,7 @@ def make_case(num_reqs: int, query_len: int, device: torch.device) -> Case:
         "torch-eager": torch_refresh,
         "empty-op": empty_op_call(device),
     }
-    return Case("persistent_mappings.refresh", f"R={num_reqs} q={query_len} G={len(BLOCK_SIZES)}", num_reqs,
+    return Case("persistent_mappings", f"refresh R={num_reqs} q={query_len} G={len(BLOCK_SIZES)}", num_reqs,
                 batch.num_tokens, impls, floors=("empty-op",))
 
 
