@@ -142,8 +142,11 @@ class Scheduler:
     def expected_table(self, g: int, step: Step) -> list[list[int]]:
         width = self.mappings.max_num_blocks_per_req
         rows = step.idx_mapping.tolist() + [-1] * (step.num_reqs_padded - step.idx_mapping.numel())
-        return [(self.blocks[g][row] if row >= 0 else []) + [NULL] * (width - len(self.blocks[g][row] if row >= 0 else []))
-                for row in rows]
+        table = []
+        for row in rows:
+            ids = self.blocks[g][row] if row >= 0 else []
+            table.append(ids + [NULL] * (width - len(ids)))
+        return table
 
     def expected_slots(self, g: int, step: Step) -> list[int]:
         qsl, positions = step.query_start_loc.tolist(), step.positions.tolist()
@@ -277,6 +280,19 @@ def test_writes_of_one_launch_are_disjoint():
     assert len(recorder.launches) > 40
     for cells in recorder.launches:
         assert len(cells) == len(set(cells)), "two writes of one launch touch the same cell"
+
+
+def test_packed_copy_path_applies_the_same_writes():
+    """The staging path of device tensors (one packed host-to-device copy), run on CPU."""
+    direct, packed = make_mappings(CP_CONFIGS[1], max_num_reqs=6), make_mappings(CP_CONFIGS[1], max_num_reqs=6)
+    packed._stage_through_copy(pin_memory=False)
+    schedulers = [Scheduler(m, CP_CONFIGS[1], seed=4, max_seq_len=MAX_SEQ_LEN) for m in (direct, packed)]
+    for _ in range(30):
+        for scheduler in schedulers:
+            scheduler.step()
+        schedulers[1].check_sources()
+        for a, b in zip(all_buffers(direct), all_buffers(packed)):
+            assert_same(a, b)
 
 
 def test_staging_past_its_capacity_flushes_in_order(backend):

@@ -143,16 +143,19 @@ class PersistentMappings:
         self._num_writes = 0
         self._num_values = 0
 
-        # Off the host, the staged arrays travel packed, in one copy, through a pinned buffer
-        # that the next apply may refill only after that copy has run.
         self._packed_host: torch.Tensor | None = None
         self._packed_device: torch.Tensor | None = None
         self._copy_done: torch.Event | None = None
         if self.device.type != "cpu":
-            packed_size = 3 * self._write_capacity + 1 + self._value_capacity
-            self._packed_host = torch.zeros(packed_size, dtype=torch.int32, pin_memory=True)
-            self._packed_device = torch.zeros(packed_size, dtype=torch.int32, device=self.device)
-            self._copy_done = torch.Event(device=self.device)
+            self._stage_through_copy(pin_memory=True)
+
+    def _stage_through_copy(self, pin_memory: bool) -> None:
+        """Off the host, the staged arrays travel packed, in one copy, through a pinned buffer
+        that the next apply may refill only after that copy has run (tests use this on CPU)."""
+        packed_size = 3 * self._write_capacity + 1 + self._value_capacity
+        self._packed_host = torch.zeros(packed_size, dtype=torch.int32, pin_memory=pin_memory)
+        self._packed_device = torch.zeros(packed_size, dtype=torch.int32, device=self.device)
+        self._copy_done = torch.Event(device=self.device) if self.device.type != "cpu" else None
 
     @property
     def num_groups(self) -> int:
@@ -244,7 +247,8 @@ class PersistentMappings:
         self._pending_count_at.fill(-1)
 
     def _copy_staged_to_device(self, num_writes: int, num_values: int) -> tuple[torch.Tensor, ...]:
-        self._copy_done.synchronize()
+        if self._copy_done is not None:
+            self._copy_done.synchronize()
         packed = self._packed_host.numpy()
         bounds = np.cumsum([0, num_writes, num_writes, num_writes + 1, num_values])
         packed[bounds[0] : bounds[1]] = self._rows_np[:num_writes]
@@ -253,7 +257,8 @@ class PersistentMappings:
         packed[bounds[3] : bounds[4]] = self._values_np[:num_values]
         size = int(bounds[4])
         self._packed_device[:size].copy_(self._packed_host[:size], non_blocking=True)
-        self._copy_done.record()
+        if self._copy_done is not None:
+            self._copy_done.record()
         return tuple(self._packed_device[int(lo) : int(hi)] for lo, hi in zip(bounds[:-1], bounds[1:]))
 
     # ---------------------------------------------------------------- captured buffers
