@@ -8,4 +8,8 @@ TORCH_LIBRARY(specops, m) {
       "compute_slot_mapping(Tensor query_start_loc, Tensor positions, Tensor block_table, int block_size, "
       "Tensor(a!) out, int blocks_per_kv_block, int cp_world_size, int cp_rank, int cp_interleave, "
       "Tensor? idx_mapping, int num_tokens_padded) -> ()");
+  // SPEC 3.5
+  m.def(
+      "sas_metadata(Tensor cu_seqlens_q, Tensor seqused_kv, int num_heads_q, int num_heads_kv, int head_dim, "
+      "int window_left, int window_right, int num_cube_cores, int num_vector_cores, Tensor(a!) out) -> ()");
 }

@@ -9,17 +9,24 @@ import torch  # noqa: F401  (the extension links against it: load torch first)
 from specops._backend import available_backends, backend, backend_report, current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._extension import EXTENSION
-from specops.ops import compute_slot_mapping
+from specops.ops import compute_slot_mapping, sas_metadata
+from specops.sas_layout import FAEntry, FDEntry, SASHeader, SASSchedule, decode_sas_metadata
 
 __version__ = "0.1.0"
 
 __all__ = [
     "EXTENSION",
+    "FAEntry",
+    "FDEntry",
     "NULL_BLOCK_ID",
     "PAD_SLOT_ID",
+    "SASHeader",
+    "SASSchedule",
     "available_backends",
     "backend",
     "backend_report",
     "compute_slot_mapping",
     "current_backend",
+    "decode_sas_metadata",
+    "sas_metadata",
 ]
