@@ -301,6 +301,7 @@ def _valid_call():
 BAD_INPUTS = [
     ("num_heads_q", dict(num_heads_q=7)),
     ("num_heads_q", dict(num_heads_q=0)),
+    ("num_heads_q", dict(num_heads_q=1 << 32)),
     ("num_heads_kv", dict(num_heads_kv=0)),
     ("head_dim", dict(head_dim=0)),
     ("num_cube_cores", dict(num_cube_cores=37)),

@@ -22,6 +22,7 @@ void sas_metadata(const at::Tensor& cu_seqlens_q, const at::Tensor& seqused_kv, 
   TORCH_CHECK_VALUE(out.numel() == sas::kNumWords, "out must have exactly ", sas::kNumWords, " int32 words, got ",
                     out.numel());
   check_positive(num_heads_q, "num_heads_q");
+  TORCH_CHECK_VALUE(num_heads_q <= sas::kInt32Max, "num_heads_q must be < 2^31, got ", num_heads_q);
   check_positive(num_heads_kv, "num_heads_kv");
   TORCH_CHECK_VALUE(num_heads_q % num_heads_kv == 0, "num_heads_q must be a multiple of num_heads_kv = ",
                     num_heads_kv, ", got ", num_heads_q);
@@ -47,6 +48,7 @@ void sas_metadata(const at::Tensor& cu_seqlens_q, const at::Tensor& seqused_kv, 
   shape.window_right = window_right < sas::kInt32Max ? window_right : sas::kInt32Max;
   shape.num_cube_cores = num_cube_cores;
   shape.num_vector_cores = num_vector_cores;
+  shape.prepare_divisors();
 
   const int32_t* cu = cu_seqlens_q.data_ptr<int32_t>();
   const int32_t* kv = seqused_kv.data_ptr<int32_t>();

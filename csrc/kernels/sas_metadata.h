@@ -11,6 +11,8 @@
 // compiled for an AI CPU as well as for the host.
 #include <cstdint>
 
+#include "kernels/fast_divmod.h"
+
 namespace specops::kernels::sas {
 
 constexpr int32_t kLayoutVersion = 0x5A5;
@@ -40,6 +42,15 @@ struct SASShape {
   int64_t window_right = 0;  // -1: unbounded
   int64_t num_cube_cores = 24;
   int64_t num_vector_cores = 48;
+  // Every tile of every scan divides by the group and the KV tile; both fit uint32 and every
+  // dividend is below 2^31 (rows and KV lengths are int32).
+  FastDivmod group_divisor;
+  FastDivmod kv_tile_divisor;
+
+  void prepare_divisors() {
+    group_divisor = FastDivmod(static_cast<uint32_t>(group));
+    kv_tile_divisor = FastDivmod(static_cast<uint32_t>(kv_tile));
+  }
 };
 
 enum class SASError : int32_t { kNone = 0, kNegativeQueryLen, kNegativeKvLen, kTooManyRows, kCostOverflow };
@@ -80,8 +91,8 @@ struct TileRange {
 inline TileRange tile_range(const RequestRows& r, int64_t m, const SASShape& s) {
   const int64_t row_begin = m * kMTile;
   const int64_t row_end = row_begin + kMTile < r.rows ? row_begin + kMTile : r.rows;
-  const int64_t first_position = r.kv_len - r.q_len + row_begin / s.group;
-  const int64_t last_position = r.kv_len - r.q_len + (row_end - 1) / s.group;
+  const int64_t first_position = r.kv_len - r.q_len + s.group_divisor.div(static_cast<uint32_t>(row_begin));
+  const int64_t last_position = r.kv_len - r.q_len + s.group_divisor.div(static_cast<uint32_t>(row_end - 1));
   TileRange t;
   t.lo = 0;
   if (s.window_left >= 0 && first_position - s.window_left > 0) t.lo = first_position - s.window_left;
@@ -92,7 +103,7 @@ inline TileRange tile_range(const RequestRows& r, int64_t m, const SASShape& s) 
 }
 
 inline int64_t chunks_of(const TileRange& t, const SASShape& s) {
-  return t.hi > t.lo ? (t.hi - t.lo + s.kv_tile - 1) / s.kv_tile : 0;
+  return t.hi > t.lo ? s.kv_tile_divisor.div(static_cast<uint32_t>(t.hi - t.lo - 1)) + 1 : 0;
 }
 
 // Checks the values and sums the unsplit cost of every scheduled item (chunks + FIXED_COST).
@@ -140,7 +151,8 @@ struct SASPlan {
 // of the next item that fits, and the next core continues it.
 class GreedyScheduler {
  public:
-  GreedyScheduler(const SASShape& s, int64_t cap, SASPlan* plan) : s_(s), cap_(cap), plan_(plan) {
+  GreedyScheduler(const SASShape& s, int64_t cap, int64_t base, SASPlan* plan)
+      : s_(s), cap_(cap), unplaced_(base), plan_(plan) {
     plan_->num_splits = 0;
     plan_->num_slots = 0;
     plan_->total_cost = 0;
@@ -152,6 +164,14 @@ class GreedyScheduler {
 
   void add(int64_t bn2, int64_t m, const TileRange& t) {
     const int64_t chunks = chunks_of(t, s_);
+    if (chunks == 0) return;
+    // Pieces cost at least the unsplit cost of their items: once that exceeds the room left,
+    // this cap cannot fit, and the scan can stop long before the cores run out.
+    if (unplaced_ > (s_.num_cube_cores - 1 - core_) * cap_ + (cap_ - load_)) {
+      overflow_ = true;
+      return;
+    }
+    unplaced_ -= chunks + kFixedCost;
     for (int64_t done = 0; done < chunks && !overflow_;) {
       if (load_ + kMinCap > cap_) {
         ++core_;
@@ -194,6 +214,7 @@ class GreedyScheduler {
  private:
   const SASShape& s_;
   int64_t cap_;
+  int64_t unplaced_;  // unsplit cost of the items not yet scheduled
   SASPlan* plan_;
   int64_t core_ = 0;
   int64_t load_ = 0;
@@ -202,8 +223,8 @@ class GreedyScheduler {
 
 // Runs the greedy scheduler over every item in (bn2, m) order; false if the cores ran out.
 inline bool schedule_with_cap(const int32_t* cu_seqlens_q, const int32_t* seqused_kv, const SASShape& s,
-                              int64_t cap, SASPlan* plan) {
-  GreedyScheduler scheduler(s, cap, plan);
+                              int64_t cap, int64_t base, SASPlan* plan) {
+  GreedyScheduler scheduler(s, cap, base, plan);
   for (int64_t b = 0; b < s.num_reqs && scheduler.fits(); ++b) {
     const RequestRows r = request_rows(cu_seqlens_q, seqused_kv, b, s);
     for (int64_t n2 = 0; n2 < s.num_heads_kv; ++n2) {
@@ -233,9 +254,9 @@ inline SASStatus plan_sas_schedule(const int32_t* cu_seqlens_q, const int32_t* s
   // ends on a split is full, one that ends before an item is at most one short, so the cores
   // hold C * lower_bound >= base units of unsplit work.
   const int64_t lower_bound = (base + s.num_cube_cores - 1) / s.num_cube_cores;
-  if (lower_bound < kMinCap || !schedule_with_cap(cu_seqlens_q, seqused_kv, s, lower_bound, plan)) {
+  if (lower_bound < kMinCap || !schedule_with_cap(cu_seqlens_q, seqused_kv, s, lower_bound, base, plan)) {
     clear_plan(plan);
-    schedule_with_cap(cu_seqlens_q, seqused_kv, s, lower_bound + 1, plan);
+    schedule_with_cap(cu_seqlens_q, seqused_kv, s, lower_bound + 1, base, plan);
   }
   if (plan->total_cost > kInt32Max) return SASStatus{SASError::kCostOverflow, -1, plan->total_cost};
   return SASStatus{};

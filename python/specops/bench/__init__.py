@@ -4,8 +4,9 @@ Each module here exposes `cases(device, quick) -> list[Case]`; BENCHMARKS lists 
 order the report shows them.
 """
 
-from specops.bench import compute_slot_mapping
+from specops.bench import compute_slot_mapping, sas_metadata
 
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
+    "sas_metadata": sas_metadata,
 }

@@ -34,6 +34,8 @@ def _check(
     if seqused_kv.numel() != num_reqs:
         raise ValueError(f"seqused_kv must have R = cu_seqlens_q.numel() - 1 = {num_reqs} entries, got {seqused_kv.numel()}")
     check_positive(num_heads_q, "num_heads_q")
+    if num_heads_q > INT32_MAX:
+        raise ValueError(f"num_heads_q must be < 2^31, got {num_heads_q}")
     check_positive(num_heads_kv, "num_heads_kv")
     if num_heads_q % num_heads_kv:
         raise ValueError(f"num_heads_q must be a multiple of num_heads_kv = {num_heads_kv}, got {num_heads_q}")
