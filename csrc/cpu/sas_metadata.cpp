@@ -1,6 +1,9 @@
 // CPU op for sas_metadata: validates, plans, and only then writes the 1024 words.
 #include <torch/library.h>
 
+#include <sstream>
+#include <string>
+
 #include "cpu/checks.h"
 #include "kernels/sas_metadata.h"
 
@@ -8,6 +11,30 @@ namespace specops::cpu {
 namespace {
 
 namespace sas = kernels::sas;
+
+std::string describe(const sas::SASStatus& status) {
+  std::ostringstream message;
+  switch (status.error) {
+    case sas::SASError::kNone:
+      break;
+    case sas::SASError::kNegativeQueryLen:
+      message << "cu_seqlens_q must be non-decreasing, but cu_seqlens_q[" << status.request + 1 << "] < cu_seqlens_q["
+              << status.request << "] (query length " << status.value << ")";
+      break;
+    case sas::SASError::kNegativeKvLen:
+      message << "seqused_kv must be >= 0, got seqused_kv[" << status.request << "] = " << status.value;
+      break;
+    case sas::SASError::kTooManyRows:
+      message << "cu_seqlens_q: request " << status.request << " has " << status.value
+              << " query rows (query length * num_heads_q / num_heads_kv), more than 2^31 - 1";
+      break;
+    case sas::SASError::kCostOverflow:
+      message << "cu_seqlens_q and seqused_kv describe more work than the int32 total cost word holds: "
+              << status.value << " > 2^31 - 1";
+      break;
+  }
+  return message.str();
+}
 
 void sas_metadata(const at::Tensor& cu_seqlens_q, const at::Tensor& seqused_kv, int64_t num_heads_q,
                   int64_t num_heads_kv, int64_t head_dim, int64_t window_left, int64_t window_right,
@@ -37,38 +64,12 @@ void sas_metadata(const at::Tensor& cu_seqlens_q, const at::Tensor& seqused_kv, 
                     "num_vector_cores must be in [num_cube_cores = ", num_cube_cores, ", ", sas::kMaxVectorCores,
                     "], got ", num_vector_cores);
 
-  sas::SASShape shape;
-  shape.num_reqs = num_reqs;
-  shape.num_heads_kv = num_heads_kv;
-  shape.group = num_heads_q / num_heads_kv;
-  shape.kv_tile = sas::kv_tile_for(head_dim);
-  // Windows wider than any int32 sequence see the same KV as int32 max; clamping keeps the
-  // position arithmetic inside int64.
-  shape.window_left = window_left < sas::kInt32Max ? window_left : sas::kInt32Max;
-  shape.window_right = window_right < sas::kInt32Max ? window_right : sas::kInt32Max;
-  shape.num_cube_cores = num_cube_cores;
-  shape.num_vector_cores = num_vector_cores;
-  shape.prepare_divisors();
-
-  const int32_t* cu = cu_seqlens_q.data_ptr<int32_t>();
-  const int32_t* kv = seqused_kv.data_ptr<int32_t>();
+  const sas::SASShape shape = sas::make_sas_shape(num_reqs, num_heads_q, num_heads_kv, head_dim, window_left,
+                                                  window_right, num_cube_cores, num_vector_cores);
   sas::SASPlan plan;
-  const sas::SASStatus status = sas::plan_sas_schedule(cu, kv, shape, &plan);
-  switch (status.error) {
-    case sas::SASError::kNone:
-      break;
-    case sas::SASError::kNegativeQueryLen:
-      TORCH_CHECK_VALUE(false, "cu_seqlens_q must be non-decreasing, but cu_seqlens_q[", status.request + 1,
-                        "] < cu_seqlens_q[", status.request, "] (query length ", status.value, ")");
-    case sas::SASError::kNegativeKvLen:
-      TORCH_CHECK_VALUE(false, "seqused_kv must be >= 0, got seqused_kv[", status.request, "] = ", status.value);
-    case sas::SASError::kTooManyRows:
-      TORCH_CHECK_VALUE(false, "cu_seqlens_q: request ", status.request, " has ", status.value,
-                        " query rows (query length * num_heads_q / num_heads_kv), more than 2^31 - 1");
-    case sas::SASError::kCostOverflow:
-      TORCH_CHECK_VALUE(false, "cu_seqlens_q and seqused_kv describe more work than the int32 total cost word holds: ",
-                        status.value, " > 2^31 - 1");
-  }
+  const sas::SASStatus status =
+      sas::plan_sas_schedule(cu_seqlens_q.data_ptr<int32_t>(), seqused_kv.data_ptr<int32_t>(), shape, &plan);
+  TORCH_CHECK_VALUE(status.error == sas::SASError::kNone, describe(status));
   sas::write_sas_schedule(plan, shape, out.data_ptr<int32_t>());
 }
 

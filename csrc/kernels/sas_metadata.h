@@ -38,7 +38,7 @@ struct SASShape {
   int64_t num_heads_kv = 1;
   int64_t group = 1;  // query heads per KV head
   int64_t kv_tile = 64;
-  int64_t window_left = -1;  // -1: unbounded; larger values are clamped to int32 by the caller
+  int64_t window_left = -1;  // -1: unbounded
   int64_t window_right = 0;  // -1: unbounded
   int64_t num_cube_cores = 24;
   int64_t num_vector_cores = 48;
@@ -46,12 +46,28 @@ struct SASShape {
   // dividend is below 2^31 (rows and KV lengths are int32).
   FastDivmod group_divisor;
   FastDivmod kv_tile_divisor;
-
-  void prepare_divisors() {
-    group_divisor = FastDivmod(static_cast<uint32_t>(group));
-    kv_tile_divisor = FastDivmod(static_cast<uint32_t>(kv_tile));
-  }
 };
+
+// The shape of a call whose arguments passed the checks of SPEC 3.5 (heads divide, num_heads_q
+// and head_dim in [1, 2^31), windows >= -1, core counts in range).
+inline SASShape make_sas_shape(int64_t num_reqs, int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
+                               int64_t window_left, int64_t window_right, int64_t num_cube_cores,
+                               int64_t num_vector_cores) {
+  SASShape s;
+  s.num_reqs = num_reqs;
+  s.num_heads_kv = num_heads_kv;
+  s.group = num_heads_q / num_heads_kv;
+  s.kv_tile = kv_tile_for(head_dim);
+  // Windows wider than any int32 sequence see what int32 max sees; clamped, the position
+  // arithmetic stays inside int64.
+  s.window_left = window_left < kInt32Max ? window_left : kInt32Max;
+  s.window_right = window_right < kInt32Max ? window_right : kInt32Max;
+  s.num_cube_cores = num_cube_cores;
+  s.num_vector_cores = num_vector_cores;
+  s.group_divisor = FastDivmod(static_cast<uint32_t>(s.group));
+  s.kv_tile_divisor = FastDivmod(static_cast<uint32_t>(s.kv_tile));
+  return s;
+}
 
 enum class SASError : int32_t { kNone = 0, kNegativeQueryLen, kNegativeKvLen, kTooManyRows, kCostOverflow };
 
@@ -86,8 +102,9 @@ struct TileRange {
 };
 
 // The union of the KV ranges of the tokens in m-tile m. Window edges move forward with the
-// position, so the union runs from the first token's lower edge to the last token's upper edge
-// (tokens before position 0 see nothing and have lower edge 0, which changes nothing).
+// position and a token at p >= 0 sees p, so the union runs from the first token's lower edge to
+// the last token's upper edge. A first token before position 0 that sees nothing has lower edge
+// 0, as does the first token that sees something: the union is still right.
 inline TileRange tile_range(const RequestRows& r, int64_t m, const SASShape& s) {
   const int64_t row_begin = m * kMTile;
   const int64_t row_end = row_begin + kMTile < r.rows ? row_begin + kMTile : r.rows;
@@ -144,7 +161,6 @@ struct SASPlan {
   int64_t num_splits;
   int64_t num_slots;
   int64_t total_cost;
-  int64_t cores_used;
 };
 
 // Greedy fill of cores up to `cap`: each core takes whole items while they fit, then the part
@@ -156,7 +172,6 @@ class GreedyScheduler {
     plan_->num_splits = 0;
     plan_->num_slots = 0;
     plan_->total_cost = 0;
-    plan_->cores_used = 0;
   }
 
   // False once the cores ran out: this cap is too small.
@@ -194,7 +209,6 @@ class GreedyScheduler {
         entry[2] = static_cast<int32_t>(m);
         entry[3] = static_cast<int32_t>(t.lo + done * s_.kv_tile);
         entry[7] = -1;
-        plan_->cores_used = core_ + 1;
       }
       const int64_t piece_end = t.lo + (done + take) * s_.kv_tile;
       entry[4] = static_cast<int32_t>(bn2);
@@ -239,7 +253,7 @@ inline void clear_plan(SASPlan* plan) {
   for (auto& entry : plan->fa) {
     for (int32_t& word : entry) word = 0;
   }
-  plan->num_splits = plan->num_slots = plan->total_cost = plan->cores_used = 0;
+  plan->num_splits = plan->num_slots = plan->total_cost = 0;
 }
 
 // Plans the schedule; writes nothing outside `plan`. The caller rejects the batch (host) or
