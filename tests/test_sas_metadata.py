@@ -133,17 +133,14 @@ def test_large_decode_batches(num_reqs, query_len):
     _check_against_reference(([query_len] * num_reqs, kv_lens), 1, 64, 512, -1, 0, 24, 48)
 
 
-def test_triton_on_packed_and_long_requests():
-    # 70 requests cross several packed blocks; a 300-token prefill with 2 KV heads and 64 query
-    # heads each has 300 items, more than one block of lanes holds.
-    if "triton" not in specops.available_backends():
-        pytest.skip("Triton is not usable here")
+def test_packed_and_long_requests(backend):
+    # 70 requests cross several of the Triton kernel's packed blocks; a 300-token prefill with 2
+    # KV heads and 64 query heads each has 300 items, more than one block of lanes holds.
     generator = torch.Generator().manual_seed(5)
     query_lens = torch.randint(0, 5, (70,), generator=generator).tolist() + [300] + [2] * 3
     kv_lens = [q + int(c) for q, c in zip(query_lens, torch.randint(0, 3000, (74,), generator=generator))]
-    with specops.backend("triton"):
-        for cores, window_left in [(24, -1), (7, 128)]:
-            _check_against_reference((query_lens, kv_lens), 2, 64, 576, window_left, 0, cores, 48)
+    for cores, window_left in [(24, -1), (7, 128)]:
+        _check_against_reference((query_lens, kv_lens), 2, 64, 576, window_left, 0, cores, 48)
 
 
 def _optimal_max_cost(chunks: list[int], cores: int) -> int:
