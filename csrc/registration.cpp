@@ -14,4 +14,9 @@ TORCH_LIBRARY(specops, m) {
       "gather_block_tables(Tensor src_block_table, Tensor num_blocks, Tensor idx_mapping, Tensor(a!) out, "
       "int num_reqs_padded) -> ()");
   m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
+
+  // SPEC 3.5
+  m.def(
+      "sas_metadata(Tensor cu_seqlens_q, Tensor seqused_kv, int num_heads_q, int num_heads_kv, int head_dim, "
+      "int window_left, int window_right, int num_cube_cores, int num_vector_cores, Tensor(a!) out) -> ()");
 }

@@ -49,10 +49,8 @@ def make_batch(
     of a larger table and a fraction of requests map to row -1.
     """
     num_reqs = len(query_lens)
-    query_lens_t = torch.tensor(query_lens, dtype=torch.int32)
-    query_start_loc = torch.zeros(num_reqs + 1, dtype=torch.int32)
-    query_start_loc[1:] = torch.cumsum(query_lens_t, 0)
-    seq_lens = torch.tensor(context_lens, dtype=torch.int32) + query_lens_t
+    query_start_loc = query_start_loc_of(query_lens)
+    seq_lens = torch.tensor(context_lens, dtype=torch.int32) + torch.tensor(query_lens, dtype=torch.int32)
     positions = torch.cat(
         [torch.arange(c, c + q, dtype=torch.int64) for c, q in zip(context_lens, query_lens)]
         or [torch.zeros(0, dtype=torch.int64)]
@@ -135,3 +133,29 @@ def assert_rejected_without_writes(fn: Callable[..., object], call: dict, *, arg
         fn(**call)
     for name in written:
         assert torch.equal(call[name], before[name]), f"a rejected call wrote {name}"
+
+
+@st.composite
+def attention_batches(draw, max_reqs: int = 8, max_prefill: int = 300, max_context: int = 4000):
+    """(query_lens, kv_lens) of an attention batch, seqused_kv counting the new tokens: empty
+    requests, requests without KV (their tokens sit before position 0), decodes, long prefills."""
+    query_lens, kv_lens = [], []
+    for _ in range(draw(st.integers(0, max_reqs))):
+        kind = draw(st.sampled_from(["empty", "no_kv", "decode", "decode", "prefill"]))
+        if kind == "empty":
+            query_len, kv_len = 0, draw(st.integers(0, max_context))
+        elif kind == "no_kv":
+            query_len, kv_len = draw(st.integers(1, 8)), 0
+        else:
+            query_len = draw(st.integers(1, 8 if kind == "decode" else max_prefill))
+            kv_len = query_len + draw(st.integers(0, max_context))
+        query_lens.append(query_len)
+        kv_lens.append(kv_len)
+    return query_lens, kv_lens
+
+
+def query_start_loc_of(query_lens: list[int]) -> torch.Tensor:
+    """int32 [R + 1]: 0, then the running sum of the query lengths (query_start_loc, cu_seqlens_q)."""
+    query_start_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
+    query_start_loc[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
+    return query_start_loc

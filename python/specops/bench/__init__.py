@@ -4,11 +4,18 @@ Each module here exposes `cases(device, quick) -> list[Case]`; BENCHMARKS lists 
 order the report shows them.
 """
 
-from specops.bench import apply_staged_writes, compute_slot_mapping, gather_block_tables, persistent_mappings
+from specops.bench import (
+    apply_staged_writes,
+    compute_slot_mapping,
+    gather_block_tables,
+    persistent_mappings,
+    sas_metadata,
+)
 
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
     "gather_block_tables": gather_block_tables,
     "apply_staged_writes": apply_staged_writes,
     "persistent_mappings": persistent_mappings,
+    "sas_metadata": sas_metadata,
 }
