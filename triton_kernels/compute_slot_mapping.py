@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._search import request_of_token
 
 BLOCK = 1024
 
@@ -34,17 +35,7 @@ def _compute_slot_mapping_kernel(
         token = tile * BLOCK + tl.arange(0, BLOCK)
         is_real = token < num_tokens
 
-        # Largest request r in [0, R) with query_start_loc[r] <= token; with low <= high,
-        # mid stays in [low, high], so every load is inside query_start_loc.
-        low = tl.zeros([BLOCK], dtype=tl.int32)
-        high = tl.zeros([BLOCK], dtype=tl.int32) + (num_reqs - 1)
-        for _ in range(num_search_steps):
-            mid = (low + high + 1) // 2
-            start = tl.load(query_start_loc_ptr + mid, mask=is_real, other=0)
-            go_right = start <= token
-            low = tl.where(go_right, mid, low)
-            high = tl.where(go_right, high, mid - 1)
-        request = low
+        request = request_of_token(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps)
 
         if HAS_IDX_MAPPING:
             row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)

@@ -9,11 +9,18 @@ import torch  # noqa: F401  (the extension links against it: load torch first)
 from specops._backend import available_backends, backend, backend_report, current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._extension import EXTENSION
-from specops.ops import compute_slot_mapping
+from specops.ops import (
+    CPLocalMetadata,
+    compute_slot_mapping,
+    cp_local_metadata,
+    dspark_swa_indices,
+    format_slot_mapping_blocks,
+)
 
 __version__ = EXTENSION.built_version or "0.1.0"
 
 __all__ = [
+    "CPLocalMetadata",
     "EXTENSION",
     "NULL_BLOCK_ID",
     "PAD_SLOT_ID",
@@ -21,5 +28,8 @@ __all__ = [
     "backend",
     "backend_report",
     "compute_slot_mapping",
+    "cp_local_metadata",
     "current_backend",
+    "dspark_swa_indices",
+    "format_slot_mapping_blocks",
 ]

@@ -1,5 +1,14 @@
 """Public op wrappers (one module per op); importing this registers fakes and device kernels."""
 
 from specops.ops.compute_slot_mapping import compute_slot_mapping
+from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
+from specops.ops.dspark_swa_indices import dspark_swa_indices
+from specops.ops.format_slot_mapping_blocks import format_slot_mapping_blocks
 
-__all__ = ["compute_slot_mapping"]
+__all__ = [
+    "CPLocalMetadata",
+    "compute_slot_mapping",
+    "cp_local_metadata",
+    "dspark_swa_indices",
+    "format_slot_mapping_blocks",
+]

@@ -41,6 +41,17 @@ def check_non_negative(value: int, name: str) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
+def check_cp_rank(cp_size: int, cp_rank: int, size_name: str) -> None:
+    check_positive(cp_size, size_name)
+    if not 0 <= cp_rank < cp_size:
+        raise ValueError(f"cp_rank must be in [0, {size_name} = {cp_size}), got {cp_rank}")
+
+
+def check_entries(t: torch.Tensor, name: str, min_entries: int) -> None:
+    if t.numel() < min_entries:
+        raise ValueError(f"{name} must have at least {min_entries} entries, got {t.numel()}")
+
+
 def check_query_start_loc(query_start_loc: torch.Tensor, device: torch.device | None = None) -> int:
     """Checks the metadata of query_start_loc and returns R."""
     check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device)

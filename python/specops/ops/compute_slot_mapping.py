@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import INT32_MAX, check_positive, check_query_start_loc, check_tensor
+from specops.ops._checks import INT32_MAX, check_cp_rank, check_positive, check_query_start_loc, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.compute_slot_mapping import compute_slot_mapping as _reference
 
@@ -29,9 +29,7 @@ def _check(
     check_tensor(block_table, "block_table", [torch.int32], 2, device)
     check_positive(block_size, "block_size")
     check_positive(blocks_per_kv_block, "blocks_per_kv_block")
-    check_positive(cp_world_size, "cp_world_size")
-    if not 0 <= cp_rank < cp_world_size:
-        raise ValueError(f"cp_rank must be in [0, cp_world_size = {cp_world_size}), got {cp_rank}")
+    check_cp_rank(cp_world_size, cp_rank, "cp_world_size")
     check_positive(cp_interleave, "cp_interleave")
     kv_block = block_size * blocks_per_kv_block
     if kv_block % cp_interleave != 0:

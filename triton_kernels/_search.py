@@ -1,0 +1,24 @@
+"""Device helpers shared by the token-tiled kernels."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def request_of_token(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps):
+    """Largest request r in [0, R) with query_start_loc[r] <= token, for each token (int32).
+
+    A binary search over query_start_loc: with low <= high, mid stays in [low, high], so every
+    load is inside query_start_loc; tokens that are not real load nothing and get 0.
+    """
+    low = tl.zeros_like(token)
+    high = tl.zeros_like(token) + (num_reqs - 1)
+    for _ in range(num_search_steps):
+        mid = (low + high + 1) // 2
+        start = tl.load(query_start_loc_ptr + mid, mask=is_real, other=0)
+        go_right = start <= token
+        low = tl.where(go_right, mid, low)
+        high = tl.where(go_right, high, mid - 1)
+    return low
