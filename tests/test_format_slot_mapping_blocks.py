@@ -37,6 +37,13 @@ def test_hand_computed_other_block_size(backend):
     assert out.dtype == torch.int32
 
 
+def test_slots_past_int32(backend):
+    big = 3 * 2**32 + 7  # past the range of the reciprocal divide
+    slots = torch.tensor([big, -big, 2**31 - 1, 2**31])
+    out = specops.format_slot_mapping_blocks(slots, 96)
+    assert out.tolist() == [[s // 96, s % 96] for s in slots.tolist()]
+
+
 def test_block_size_one(backend):
     slots = torch.tensor([5, PAD, 0])
     assert specops.format_slot_mapping_blocks(slots, 1).tolist() == [[5, 0], [-1, 0], [0, 0]]

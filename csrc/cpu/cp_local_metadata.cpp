@@ -11,15 +11,13 @@
 namespace specops::cpu {
 namespace {
 
-constexpr int64_t kInt32Max = 2147483647;
-
 // Checks the inputs shared by both ops and returns the shape of the split (output lengths unset).
 kernels::CPLocalShape check_inputs(const at::Tensor& query_start_loc, const at::Tensor* seq_lens,
                                    int64_t num_input_tokens, int64_t cp_size, int64_t cp_rank, bool causal) {
   const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_cp_rank(cp_size, cp_rank, "cp_size");
-  TORCH_CHECK_VALUE(num_input_tokens >= num_tokens && num_input_tokens <= kInt32Max - cp_size,
+  TORCH_CHECK_VALUE(num_input_tokens >= num_tokens && num_input_tokens <= INT32_MAX - cp_size,
                     "num_input_tokens must be in [query_start_loc[R] = ", num_tokens, ", 2^31 - 1 - cp_size], got ",
                     num_input_tokens);
   if (seq_lens != nullptr) {

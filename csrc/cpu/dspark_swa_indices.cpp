@@ -26,7 +26,7 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
   TORCH_CHECK_VALUE(width >= 1 && width >= window + num_speculative_tokens,
                     "width must be >= max(1, window + num_speculative_tokens = ", window + num_speculative_tokens,
                     "), got ", width);
-  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens && num_tokens <= kernels::kInt32Max - cp_size,
+  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens && num_tokens <= INT32_MAX - cp_size,
                     "num_tokens must be in [query_start_loc[R] = ", num_real_tokens, ", 2^31 - 1 - cp_size], got ",
                     num_tokens);
   check_cp_rank(cp_size, cp_rank, "cp_size");

@@ -10,7 +10,6 @@
 namespace specops::kernels {
 
 constexpr int32_t kNoSlot = -1;
-constexpr int64_t kInt32Max = 2147483647;
 
 struct DSparkShape {
   int64_t num_reqs = 0;
@@ -50,10 +49,10 @@ inline void fill_visible_row(const int32_t* block_table, int64_t request, const 
       const int64_t run = std::min(s.block_size - offset, range.visible - j);
       const int64_t block_id = column < s.table_cols ? block_row[column] : -1;
       const int64_t base = block_id * s.block_size + offset;
-      if (block_id < 0 || base + run - 1 > kInt32Max) {
+      if (block_id < 0 || base + run - 1 > INT32_MAX) {
         for (int64_t k = 0; k < run; ++k) {
           const int64_t slot = base + k;
-          row[j + k] = block_id >= 0 && slot <= kInt32Max ? static_cast<int32_t>(slot) : kNoSlot;
+          row[j + k] = block_id >= 0 && slot <= INT32_MAX ? static_cast<int32_t>(slot) : kNoSlot;
         }
       } else {
         for (int64_t k = 0; k < run; ++k) row[j + k] = static_cast<int32_t>(base + k);
@@ -71,7 +70,7 @@ inline void dspark_swa_indices(const int32_t* block_table, const int32_t* query_
   const int64_t num_tokens = query_start_loc[s.num_reqs];
   // The first request that ends after rows_begin.
   int64_t request = std::upper_bound(query_start_loc + 1, query_start_loc + s.num_reqs + 1,
-                                     static_cast<int32_t>(std::min<int64_t>(s.rows_begin, kInt32Max))) -
+                                     static_cast<int32_t>(std::min<int64_t>(s.rows_begin, INT32_MAX))) -
                     (query_start_loc + 1);
   for (; request < s.num_reqs && query_start_loc[request] < rows_end; ++request) {
     const int64_t begin = std::max<int64_t>(query_start_loc[request], s.rows_begin);

@@ -4,8 +4,11 @@ Each module here exposes `cases(device, quick) -> list[Case]`; BENCHMARKS lists 
 order the report shows them.
 """
 
-from specops.bench import compute_slot_mapping
+from specops.bench import compute_slot_mapping, cp_local_metadata, dspark_swa_indices, format_slot_mapping_blocks
 
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
+    "cp_local_metadata": cp_local_metadata,
+    "format_slot_mapping_blocks": format_slot_mapping_blocks,
+    "dspark_swa_indices": dspark_swa_indices,
 }

@@ -15,7 +15,7 @@ from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_
 from specops.reference.cp_local_metadata import cp_local_metadata as _reference
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class CPLocalMetadata:
     """This rank's slice [local_start, local_end) of the token stream padded to num_tokens_pad.
 
@@ -64,6 +64,8 @@ def _check(
 
 
 _OP = SpecOp("cp_local_metadata", _check, _reference)
+# The raw entry point of the host-only helper op (see SpecOp: it skips a Python frame per call).
+_NATIVE_MAX_LENS = torch.ops.specops.cp_local_max_lens.default._op if EXTENSION.loaded else None
 
 
 def _check_host_copy(t: torch.Tensor | None, name: str, entries: int) -> None:
@@ -85,8 +87,8 @@ def _host_maxima(
     if host_query_start_loc is None or torch.compiler.is_compiling():
         return None, None
     args = (host_query_start_loc, host_seq_lens, num_input_tokens, cp_size, cp_rank, causal)
-    if current_backend() == "native" and EXTENSION.loaded:
-        max_query, max_seq = torch.ops.specops.cp_local_max_lens.default(*args)
+    if _NATIVE_MAX_LENS is not None and current_backend() == "native":
+        max_query, max_seq = _NATIVE_MAX_LENS(*args)
     else:
         max_query, max_seq = _reference_max_lens(*args)
     return max_query, (max_seq if host_seq_lens is not None else None)
