@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
+import pytest
 import torch
 from hypothesis import strategies as st
 
@@ -86,6 +88,53 @@ def assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str = "") ->
         raise AssertionError(
             f"{what}: {mismatch.size(0)} mismatches, first at {index}: {actual[index].item()} != {expected[index].item()}"
         )
+
+
+def make_block_source(generator: torch.Generator, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A request-indexed block table int32 [rows, cols] and its counts int32 [rows].
+
+    Ids past each row's count are random, not NULL: a gather that copies past the count
+    shows them.
+    """
+    table = torch.randint(1, 1 << 20, (rows, cols), dtype=torch.int32, generator=generator)
+    num_blocks = torch.randint(0, cols + 1, (rows,), dtype=torch.int32, generator=generator)
+    return table, num_blocks
+
+
+def make_staged_writes(
+    generator: torch.Generator, table_rows: int, table_cols: int, *, row_fraction: float = 0.5
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, starts, cu_lens, values) of non-overlapping writes into a [table_rows, table_cols]
+    table, in random order: some rows get several writes, some none, some writes are empty."""
+    writes = []
+    for row in range(table_rows):
+        if torch.rand(1, generator=generator).item() >= row_fraction:
+            continue
+        cuts = sorted(torch.randint(0, table_cols + 1, (3,), generator=generator).tolist())
+        bounds = [0, *cuts, table_cols]
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            if torch.rand(1, generator=generator).item() < 0.6:
+                writes.append((row, start, end - start))
+    order = torch.randperm(len(writes), generator=generator).tolist()
+    writes = [writes[i] for i in order]
+    lens = [length for _, _, length in writes]
+    cu_lens = torch.zeros(len(writes) + 1, dtype=torch.int32)
+    cu_lens[1:] = torch.cumsum(torch.tensor(lens, dtype=torch.int32), 0) if writes else cu_lens[1:]
+    rows = torch.tensor([row for row, _, _ in writes], dtype=torch.int64)
+    starts = torch.tensor([start for _, start, _ in writes], dtype=torch.int32)
+    values = torch.randint(1, 1 << 20, (int(cu_lens[-1]),), dtype=torch.int32, generator=generator)
+    return rows, starts, cu_lens, values
+
+
+def assert_rejected_without_writes(fn: Callable[..., object], call: dict, *, argument: str, written: tuple[str, ...],
+                                   errors: type[Exception] | tuple[type[Exception], ...] = (ValueError, RuntimeError)) -> None:
+    """fn(**call) must raise an error that names `argument` and leave the tensors call[name],
+    for each name in `written`, byte-identical."""
+    before = {name: call[name].clone() for name in written}
+    with pytest.raises(errors, match=argument):
+        fn(**call)
+    for name in written:
+        assert torch.equal(call[name], before[name]), f"a rejected call wrote {name}"
 
 
 @dataclasses.dataclass

@@ -8,7 +8,7 @@ import torch
 from host_syncs import OpLog
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import assert_same, cp_batches
+from strategies import assert_rejected_without_writes, assert_same, cp_batches
 
 import specops
 from specops.reference.cp_local_metadata import cp_local_metadata as reference_op
@@ -262,11 +262,7 @@ BAD_INPUTS = [
 def test_bad_input_names_the_argument_and_writes_nothing(backend, argument, change):
     call = _valid_call()
     call.update(change)
-    before = [call[name].clone() for name in OUTPUTS]
-    with pytest.raises((ValueError, RuntimeError), match=argument):
-        specops.cp_local_metadata(**call)
-    for name, old in zip(OUTPUTS, before):
-        assert torch.equal(call[name], old), name
+    assert_rejected_without_writes(specops.cp_local_metadata, call, argument=argument, written=OUTPUTS)
 
 
 VALUE_ERRORS = [
@@ -281,11 +277,8 @@ VALUE_ERRORS = [
 def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
     call = _valid_call()
     call.update(change)
-    before = [call[name].clone() for name in OUTPUTS]
-    with pytest.raises(ValueError, match=argument):
-        specops.cp_local_metadata(**call)
-    for name, old in zip(OUTPUTS, before):
-        assert torch.equal(call[name], old), name
+    assert_rejected_without_writes(specops.cp_local_metadata, call, argument=argument, written=OUTPUTS,
+                                   errors=ValueError)
 
 
 def test_host_copies_are_checked():

@@ -9,7 +9,7 @@ import torch
 from host_syncs import OpLog
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import assert_same, cp_batches
+from strategies import assert_rejected_without_writes, assert_same, cp_batches
 
 import specops
 from specops.reference.dspark_swa_indices import dspark_swa_indices as reference_op
@@ -203,6 +203,7 @@ def _valid_call():
                 out=torch.full((4, 1, 8), 55, dtype=torch.int32), out_lens=torch.full((4,), 55, dtype=torch.int32))
 
 
+OUTPUTS = ("out", "out_lens")
 BAD_INPUTS = [
     ("block_table", dict(block_table=torch.tensor(BLOCK_TABLE, dtype=torch.int64))),
     ("block_table", dict(block_table=torch.tensor(BLOCK_TABLE[:2], dtype=torch.int32))),
@@ -229,10 +230,7 @@ BAD_INPUTS = [
 def test_bad_input_names_the_argument_and_writes_nothing(backend, argument, change):
     call = _valid_call()
     call.update(change)
-    before = call["out"].clone(), call["out_lens"].clone()
-    with pytest.raises((ValueError, RuntimeError), match=argument):
-        specops.dspark_swa_indices(**call)
-    assert torch.equal(call["out"], before[0]) and torch.equal(call["out_lens"], before[1])
+    assert_rejected_without_writes(specops.dspark_swa_indices, call, argument=argument, written=OUTPUTS)
 
 
 VALUE_ERRORS = [
@@ -248,7 +246,5 @@ VALUE_ERRORS = [
 def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
     call = _valid_call()
     call.update(change)
-    before = call["out"].clone(), call["out_lens"].clone()
-    with pytest.raises(ValueError, match=argument):
-        specops.dspark_swa_indices(**call)
-    assert torch.equal(call["out"], before[0]) and torch.equal(call["out_lens"], before[1])
+    assert_rejected_without_writes(specops.dspark_swa_indices, call, argument=argument, written=OUTPUTS,
+                                   errors=ValueError)

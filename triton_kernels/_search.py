@@ -1,4 +1,4 @@
-"""Device helpers shared by the token-tiled kernels."""
+"""Device helpers shared by the token- and value-tiled kernels."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ import triton.language as tl
 
 
 @triton.jit
-def request_of_token(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps):
-    """Largest request r in [0, R) with query_start_loc[r] <= token, for each token (int32).
+def segment_of(offsets_ptr, item, mask, num_segments, num_search_steps, BLOCK: tl.constexpr):
+    """For each item, the largest segment s in [0, num_segments) with offsets[s] <= item.
 
-    A binary search over query_start_loc: with low <= high, mid stays in [low, high], so every
-    load is inside query_start_loc; tokens that are not real load nothing and get 0.
+    offsets_ptr: the num_segments + 1 start offsets (query_start_loc, cu_lens). With
+    low <= high, mid stays in [low, high], so every load is inside offsets; masked items read 0.
     """
-    low = tl.zeros_like(token)
-    high = tl.zeros_like(token) + (num_reqs - 1)
+    low = tl.zeros([BLOCK], dtype=tl.int32)
+    high = tl.zeros([BLOCK], dtype=tl.int32) + (num_segments - 1)
     for _ in range(num_search_steps):
         mid = (low + high + 1) // 2
-        start = tl.load(query_start_loc_ptr + mid, mask=is_real, other=0)
-        go_right = start <= token
+        start = tl.load(offsets_ptr + mid, mask=mask, other=0)
+        go_right = start <= item
         low = tl.where(go_right, mid, low)
         high = tl.where(go_right, high, mid - 1)
     return low

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from specops.triton_kernels._launch import num_programs, search_steps
-from specops.triton_kernels._search import request_of_token
+from specops.triton_kernels._search import segment_of
 
 BLOCK = 1024
 
@@ -35,7 +35,7 @@ def _compute_slot_mapping_kernel(
         token = tile * BLOCK + tl.arange(0, BLOCK)
         is_real = token < num_tokens
 
-        request = request_of_token(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps)
+        request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
 
         if HAS_IDX_MAPPING:
             row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from specops._cp import cp_token_split
 from specops.triton_kernels._launch import num_programs, search_steps
-from specops.triton_kernels._search import request_of_token
+from specops.triton_kernels._search import segment_of
 
 BLOCK_ROWS = 16
 BLOCK_W = 128
@@ -40,7 +40,7 @@ def _dspark_swa_indices_kernel(
         is_row = row < num_rows
         token = rows_begin + row
         is_real = is_row & (token < num_tokens)
-        request = request_of_token(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps)
+        request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK_ROWS)
 
         begin = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
         end = tl.load(query_start_loc_ptr + request + 1, mask=is_real, other=0)

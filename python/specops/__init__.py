@@ -11,19 +11,25 @@ from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._extension import EXTENSION
 from specops.ops import (
     CPLocalMetadata,
+    apply_staged_writes,
     compute_slot_mapping,
     cp_local_metadata,
     dspark_swa_indices,
     format_slot_mapping_blocks,
+    gather_block_tables,
 )
+from specops.persistent import MappingGroup, PersistentMappings
 
 __version__ = EXTENSION.built_version or "0.1.0"
 
 __all__ = [
     "CPLocalMetadata",
     "EXTENSION",
+    "MappingGroup",
     "NULL_BLOCK_ID",
     "PAD_SLOT_ID",
+    "PersistentMappings",
+    "apply_staged_writes",
     "available_backends",
     "backend",
     "backend_report",
@@ -32,4 +38,5 @@ __all__ = [
     "current_backend",
     "dspark_swa_indices",
     "format_slot_mapping_blocks",
+    "gather_block_tables",
 ]

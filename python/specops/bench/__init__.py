@@ -4,10 +4,21 @@ Each module here exposes `cases(device, quick) -> list[Case]`; BENCHMARKS lists 
 order the report shows them.
 """
 
-from specops.bench import compute_slot_mapping, cp_local_metadata, dspark_swa_indices, format_slot_mapping_blocks
+from specops.bench import (
+    apply_staged_writes,
+    compute_slot_mapping,
+    cp_local_metadata,
+    dspark_swa_indices,
+    format_slot_mapping_blocks,
+    gather_block_tables,
+    persistent_mappings,
+)
 
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
+    "gather_block_tables": gather_block_tables,
+    "apply_staged_writes": apply_staged_writes,
+    "persistent_mappings": persistent_mappings,
     "cp_local_metadata": cp_local_metadata,
     "format_slot_mapping_blocks": format_slot_mapping_blocks,
     "dspark_swa_indices": dspark_swa_indices,

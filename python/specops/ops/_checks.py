@@ -47,6 +47,19 @@ def check_cp_rank(cp_size: int, cp_rank: int, size_name: str) -> None:
         raise ValueError(f"cp_rank must be in [0, {size_name} = {cp_size}), got {cp_rank}")
 
 
+def check_context_parallel(cp_world_size: int, cp_rank: int, cp_interleave: int) -> None:
+    check_cp_rank(cp_world_size, cp_rank, "cp_world_size")
+    check_positive(cp_interleave, "cp_interleave")
+
+
+def check_interleave_divides(kv_block: int, cp_interleave: int, owner: str = "") -> None:
+    """cp_interleave must divide the allocation block (of `owner`, when several are checked)."""
+    if kv_block % cp_interleave != 0:
+        raise ValueError(
+            f"cp_interleave must divide block_size * blocks_per_kv_block = {kv_block}{owner}, got {cp_interleave}"
+        )
+
+
 def check_entries(t: torch.Tensor, name: str, min_entries: int) -> None:
     if t.numel() < min_entries:
         raise ValueError(f"{name} must have at least {min_entries} entries, got {t.numel()}")

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import INT32_MAX, check_cp_rank, check_positive, check_query_start_loc, check_tensor
+from specops.ops._checks import (
+    INT32_MAX,
+    check_context_parallel,
+    check_interleave_divides,
+    check_positive,
+    check_query_start_loc,
+    check_tensor,
+)
 from specops.ops._op import SpecOp
 from specops.reference.compute_slot_mapping import compute_slot_mapping as _reference
 
@@ -29,11 +36,9 @@ def _check(
     check_tensor(block_table, "block_table", [torch.int32], 2, device)
     check_positive(block_size, "block_size")
     check_positive(blocks_per_kv_block, "blocks_per_kv_block")
-    check_cp_rank(cp_world_size, cp_rank, "cp_world_size")
-    check_positive(cp_interleave, "cp_interleave")
+    check_context_parallel(cp_world_size, cp_rank, cp_interleave)
     kv_block = block_size * blocks_per_kv_block
-    if kv_block % cp_interleave != 0:
-        raise ValueError(f"cp_interleave must divide block_size * blocks_per_kv_block = {kv_block}, got {cp_interleave}")
+    check_interleave_divides(kv_block, cp_interleave)
     if kv_block * cp_world_size > INT32_MAX:
         raise ValueError(f"block_size * blocks_per_kv_block * cp_world_size must be < 2^31, got {kv_block * cp_world_size}")
     num_tokens = positions.numel()
