@@ -159,3 +159,43 @@ def query_start_loc_of(query_lens: list[int]) -> torch.Tensor:
     query_start_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
     query_start_loc[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
     return query_start_loc
+
+
+@dataclasses.dataclass
+class CPBatch:
+    """A batch under DSA-CP: requests (some empty, some with seq_len 0), a padded token stream
+    split over cp_size ranks, and a block table covering every request's seq_len."""
+
+    query_start_loc: torch.Tensor  # int32 [R + 1]
+    seq_lens: torch.Tensor  # int32 [R]
+    block_table: torch.Tensor  # int32 [R + extra rows, cols]; some block ids are -1
+    num_input_tokens: int  # T plus padding
+    cp_size: int
+
+    @property
+    def num_reqs(self) -> int:
+        return self.query_start_loc.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.query_start_loc[-1])
+
+
+@st.composite
+def cp_batches(draw, max_reqs: int = 8, max_query_len: int = 12, max_context: int = 80, block_size: int = 4):
+    """CPBatch with cp_size in {1, 2, 3, 4, 8}: decodes and prefills that straddle rank
+    boundaries, zero-length requests, seq_lens of 0 and padded token counts."""
+    query_lens, context_lens = draw(batch_shapes(max_reqs, max_query_len, max_context))
+    num_reqs = len(query_lens)
+    zero_seq = draw(st.lists(st.booleans(), min_size=num_reqs, max_size=num_reqs))
+    seq_lens = [0 if zero else c + q for zero, c, q in zip(zero_seq, context_lens, query_lens)]
+    query_start_loc = query_start_loc_of(query_lens)
+    seed = draw(st.integers(0, 2**16))
+    generator = torch.Generator().manual_seed(seed)
+    cols = max(1, -(-max(seq_lens, default=0) // block_size))
+    block_table = torch.randint(0, 1 << 12, (num_reqs + 2, cols), dtype=torch.int32, generator=generator)
+    block_table[torch.rand(block_table.shape, generator=generator) < 0.05] = -1
+    cp_size = draw(st.sampled_from([1, 2, 3, 4, 8]))
+    padding = draw(st.integers(0, 2 * cp_size))
+    return CPBatch(query_start_loc, torch.tensor(seq_lens, dtype=torch.int32), block_table,
+                   sum(query_lens) + padding, cp_size)

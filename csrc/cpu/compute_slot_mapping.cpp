@@ -18,9 +18,7 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
   check_tensor(out, "out", {c10::kLong, c10::kInt}, 1);
   check_positive(block_size, "block_size");
   check_positive(blocks_per_kv_block, "blocks_per_kv_block");
-  check_positive(cp_world_size, "cp_world_size");
-  TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_world_size, "cp_rank must be in [0, cp_world_size = ",
-                    cp_world_size, "), got ", cp_rank);
+  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
   const int64_t kv_block = block_size * blocks_per_kv_block;
   TORCH_CHECK_VALUE(kv_block % cp_interleave == 0, "cp_interleave must divide block_size * blocks_per_kv_block = ",

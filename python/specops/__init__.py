@@ -9,13 +9,23 @@ import torch  # noqa: F401  (the extension links against it: load torch first)
 from specops._backend import available_backends, backend, backend_report, current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._extension import EXTENSION
-from specops.ops import apply_staged_writes, compute_slot_mapping, gather_block_tables, sas_metadata
+from specops.ops import (
+    CPLocalMetadata,
+    apply_staged_writes,
+    compute_slot_mapping,
+    cp_local_metadata,
+    dspark_swa_indices,
+    format_slot_mapping_blocks,
+    gather_block_tables,
+    sas_metadata,
+)
 from specops.persistent import MappingGroup, PersistentMappings
 from specops.sas_layout import FAEntry, FDEntry, SASHeader, SASSchedule, decode_sas_metadata
 
 __version__ = EXTENSION.built_version or "0.1.0"
 
 __all__ = [
+    "CPLocalMetadata",
     "EXTENSION",
     "FAEntry",
     "FDEntry",
@@ -30,8 +40,11 @@ __all__ = [
     "backend",
     "backend_report",
     "compute_slot_mapping",
+    "cp_local_metadata",
     "current_backend",
     "decode_sas_metadata",
+    "dspark_swa_indices",
+    "format_slot_mapping_blocks",
     "gather_block_tables",
     "sas_metadata",
 ]

@@ -7,6 +7,9 @@ order the report shows them.
 from specops.bench import (
     apply_staged_writes,
     compute_slot_mapping,
+    cp_local_metadata,
+    dspark_swa_indices,
+    format_slot_mapping_blocks,
     gather_block_tables,
     persistent_mappings,
     sas_metadata,
@@ -17,5 +20,8 @@ BENCHMARKS = {
     "gather_block_tables": gather_block_tables,
     "apply_staged_writes": apply_staged_writes,
     "persistent_mappings": persistent_mappings,
+    "cp_local_metadata": cp_local_metadata,
+    "format_slot_mapping_blocks": format_slot_mapping_blocks,
+    "dspark_swa_indices": dspark_swa_indices,
     "sas_metadata": sas_metadata,
 }

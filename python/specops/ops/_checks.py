@@ -41,10 +41,14 @@ def check_non_negative(value: int, name: str) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
+def check_cp_rank(cp_size: int, cp_rank: int, size_name: str) -> None:
+    check_positive(cp_size, size_name)
+    if not 0 <= cp_rank < cp_size:
+        raise ValueError(f"cp_rank must be in [0, {size_name} = {cp_size}), got {cp_rank}")
+
+
 def check_context_parallel(cp_world_size: int, cp_rank: int, cp_interleave: int) -> None:
-    check_positive(cp_world_size, "cp_world_size")
-    if not 0 <= cp_rank < cp_world_size:
-        raise ValueError(f"cp_rank must be in [0, cp_world_size = {cp_world_size}), got {cp_rank}")
+    check_cp_rank(cp_world_size, cp_rank, "cp_world_size")
     check_positive(cp_interleave, "cp_interleave")
 
 
@@ -54,6 +58,11 @@ def check_interleave_divides(kv_block: int, cp_interleave: int, owner: str = "")
         raise ValueError(
             f"cp_interleave must divide block_size * blocks_per_kv_block = {kv_block}{owner}, got {cp_interleave}"
         )
+
+
+def check_entries(t: torch.Tensor, name: str, min_entries: int) -> None:
+    if t.numel() < min_entries:
+        raise ValueError(f"{name} must have at least {min_entries} entries, got {t.numel()}")
 
 
 def check_query_start_loc(query_start_loc: torch.Tensor, device: torch.device | None = None) -> int:
