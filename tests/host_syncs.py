@@ -1,28 +1,65 @@
-"""Counting device-to-host reads: a TorchDispatchMode that logs every aten op a block runs."""
+"""Counting what a block of code asks of the dispatcher: host syncs and tensor allocations.
+
+`OpLog` is a TorchDispatchMode that logs every aten (and specops) op a block runs. From the
+log it tells which ops read a tensor value on the host (a device-to-host sync on a GPU or NPU)
+and which allocate a tensor. It sees the ops that reach the dispatcher from Python; what a C++
+kernel allocates below the dispatcher is counted by `native_allocations` (the profiler's
+memory events), and `triton_launches_unlogged` keeps the Triton interpreter's own copies out
+of the log so that a launcher is judged by what it does itself.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+# Ops whose result depends on tensor values that must reach the host first: a sync on a device.
+_VALUE_DEPENDENT_OPS = {
+    "_local_scalar_dense",  # .item(), int(t), float(t), bool(t), .tolist()
+    "nonzero", "masked_select", "_unique2", "unique_consecutive", "unique_dim", "equal", "is_nonzero",
+}
 
 
 def _devices(values) -> list[torch.device]:
     return [v.device for v in values if isinstance(v, torch.Tensor)]
 
 
+def _allocates(func) -> bool:
+    """A new tensor: the schema returns a Tensor (or list of them) without an alias annotation.
+    Views (Tensor(a)) and in-place or out= mutations (Tensor(a!)) return existing storage."""
+    return any(str(ret.type) in ("Tensor", "Tensor[]", "Optional[Tensor]", "List[Tensor]") and ret.alias_info is None
+               for ret in func._schema.returns)
+
+
+def _syncs(name: str, kwargs: dict) -> bool:
+    if name == "repeat_interleave":
+        return kwargs.get("output_size") is None  # the output length is the sum of the repeats
+    return name in _VALUE_DEPENDENT_OPS
+
+
 class OpLog(TorchDispatchMode):
     """Records (op, tensor argument devices, target device) of every op run inside the block,
-    and the shapes of the tensors the ops return."""
+    whether it allocated or needed tensor values on the host, and the shapes it returned."""
 
     def __init__(self):
         super().__init__()
         self.calls: list[tuple[str, list[torch.device], torch.device | None]] = []
         self.result_shapes: list[tuple[int, ...]] = []
+        self._allocating: list[str] = []
+        self._syncing: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         target = kwargs.get("device")
-        self.calls.append((str(func.overloadpacket.__name__), _devices(args), target))
+        name = str(func.overloadpacket.__name__)
+        self.calls.append((name, _devices(args), target))
+        if _allocates(func):
+            self._allocating.append(str(func))
+        if _syncs(name, kwargs):
+            self._syncing.append(str(func))
         result = func(*args, **kwargs)
         for value in result if isinstance(result, (tuple, list)) else [result]:
             if isinstance(value, torch.Tensor):
@@ -48,3 +85,41 @@ class OpLog(TorchDispatchMode):
             elif name == "copy_" and len(devices) >= 2 and devices[0].type == "cpu" and devices[1].type != "cpu":
                 found.append(name)
         return found
+
+    def host_syncs(self) -> list[str]:
+        """Ops that would wait for a device: value reads, value-dependent shapes, device-to-host
+        copies. On CPU tensors they cost nothing, but the same code on a device would sync."""
+        return self._syncing + [name for name in self.device_to_host() if name != "_local_scalar_dense"]
+
+    def allocations(self) -> list[str]:
+        """Ops that returned a new tensor."""
+        return list(self._allocating)
+
+
+def native_allocations(step: Callable[[], object]) -> list[tuple[str, int]]:
+    """(op, bytes) of every CPU allocation made while `step` runs, including those inside C++
+    kernels, from the profiler's memory events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    return [(event.name, event.cpu_memory_usage) for event in prof.events() if event.cpu_memory_usage > 0]
+
+
+@contextlib.contextmanager
+def triton_launches_unlogged() -> Iterator[None]:
+    """Runs every interpreted Triton launch with the dispatch modes suspended: the interpreter
+    copies each argument's storage to and from the host, which a compiled launch does not."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    run = InterpretedFunction.run
+
+    def run_unlogged(self, *args, **kwargs):
+        with _disable_current_modes():
+            return run(self, *args, **kwargs)
+
+    InterpretedFunction.run = run_unlogged
+    try:
+        yield
+    finally:
+        InterpretedFunction.run = run

@@ -55,11 +55,11 @@ inline int64_t check_query_start_loc_values(const at::Tensor& query_start_loc) {
   return qsl[num_reqs];
 }
 
-// As above, and query_start_loc[R] must equal num_tokens.
-inline void check_query_start_loc(const at::Tensor& query_start_loc, int64_t num_tokens) {
+// As above, and query_start_loc[R] must equal num_tokens, the size of the tensor `tokens_name`.
+inline void check_query_start_loc(const at::Tensor& query_start_loc, int64_t num_tokens, const char* tokens_name) {
   const int64_t last = check_query_start_loc_values(query_start_loc);
-  TORCH_CHECK_VALUE(last == num_tokens, "query_start_loc[R] must equal the number of tokens ", num_tokens,
-                    ", got ", last);
+  TORCH_CHECK_VALUE(last == num_tokens, "query_start_loc[R] must equal the number of tokens ", tokens_name,
+                    ".numel() = ", num_tokens, ", got ", last);
 }
 
 inline void check_cp_rank(int64_t cp_size, int64_t cp_rank, const char* size_name) {

@@ -13,7 +13,7 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
                           int64_t blocks_per_kv_block, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
                           const std::optional<at::Tensor>& idx_mapping, int64_t num_tokens_padded) {
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
-  check_query_start_loc(query_start_loc, positions.numel());
+  check_query_start_loc(query_start_loc, positions.numel(), "positions");
   check_tensor(block_table, "block_table", {c10::kInt}, 2);
   check_tensor(out, "out", {c10::kLong, c10::kInt}, 1);
   check_positive(block_size, "block_size");
@@ -32,7 +32,7 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
                     "], got ", num_tokens_padded);
   if (idx_mapping.has_value()) {
     check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = ", num_reqs,
+    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ", num_reqs,
                       " entries, got ", idx_mapping->numel());
   }
 

@@ -1,6 +1,8 @@
 // CPU ops for cp_local_metadata (SPEC 3.4): validates, then runs the kernel body. The second op,
 // cp_local_max_lens, gives the host ints of CPLocalMetadata from host copies of the inputs, so
-// the Python wrapper never reads a device tensor.
+// the Python wrapper never reads a device tensor. It checks shapes but not values: it runs after
+// the main op has written its outputs (on a device, without reading values), so it must not
+// raise then, and its arithmetic stays in bounds whatever the values are.
 #include <torch/library.h>
 
 #include <vector>
@@ -11,21 +13,28 @@
 namespace specops::cpu {
 namespace {
 
-// Checks the inputs shared by both ops and returns the shape of the split (output lengths unset).
+// Checks the inputs shared by both ops (their values too with check_values) and returns the
+// shape of the split (output lengths unset).
 kernels::CPLocalShape check_inputs(const at::Tensor& query_start_loc, const at::Tensor* seq_lens,
-                                   int64_t num_input_tokens, int64_t cp_size, int64_t cp_rank, bool causal) {
-  const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
+                                   int64_t num_input_tokens, int64_t cp_size, int64_t cp_rank, bool causal,
+                                   bool check_values) {
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(query_start_loc.numel() >= 1, "query_start_loc must have R + 1 >= 1 entries, got 0");
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_cp_rank(cp_size, cp_rank, "cp_size");
-  TORCH_CHECK_VALUE(num_input_tokens >= num_tokens && num_input_tokens <= INT32_MAX - cp_size,
-                    "num_input_tokens must be in [query_start_loc[R] = ", num_tokens, ", 2^31 - 1 - cp_size], got ",
-                    num_input_tokens);
+  TORCH_CHECK_VALUE(num_input_tokens >= 0 && num_input_tokens <= INT32_MAX - cp_size,
+                    "num_input_tokens must be in [0, 2^31 - 1 - cp_size], got ", num_input_tokens);
+  if (check_values) {
+    const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
+    TORCH_CHECK_VALUE(num_input_tokens >= num_tokens, "num_input_tokens must be >= query_start_loc[R] = ", num_tokens,
+                      ", got ", num_input_tokens);
+  }
   if (seq_lens != nullptr) {
     check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1);
-    TORCH_CHECK_VALUE(seq_lens->numel() == num_reqs, "seq_lens must have R = ", num_reqs, " entries, got ",
-                      seq_lens->numel());
+    TORCH_CHECK_VALUE(seq_lens->numel() == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ", num_reqs,
+                      " entries, got ", seq_lens->numel());
     const int32_t* lens = seq_lens->data_ptr<int32_t>();
-    for (int64_t r = 0; r < num_reqs; ++r) {
+    for (int64_t r = 0; check_values && r < num_reqs; ++r) {
       TORCH_CHECK_VALUE(lens[r] >= 0, "seq_lens must be >= 0, but seq_lens[", r, "] = ", lens[r]);
     }
   }
@@ -47,7 +56,8 @@ void check_output(const at::Tensor& out, const char* name, int64_t min_entries) 
 void cp_local_metadata(const at::Tensor& query_start_loc, const at::Tensor& seq_lens, int64_t num_input_tokens,
                        int64_t cp_size, int64_t cp_rank, bool causal, const at::Tensor& local_query_start_loc,
                        const at::Tensor& local_seq_lens, const at::Tensor& start_pos) {
-  kernels::CPLocalShape shape = check_inputs(query_start_loc, &seq_lens, num_input_tokens, cp_size, cp_rank, causal);
+  kernels::CPLocalShape shape =
+      check_inputs(query_start_loc, &seq_lens, num_input_tokens, cp_size, cp_rank, causal, /*check_values=*/true);
   check_output(local_query_start_loc, "local_query_start_loc", shape.num_reqs + 1);
   check_output(local_seq_lens, "local_seq_lens", shape.num_reqs);
   check_output(start_pos, "start_pos", shape.num_reqs);
@@ -62,7 +72,8 @@ void cp_local_metadata(const at::Tensor& query_start_loc, const at::Tensor& seq_
 std::vector<int64_t> cp_local_max_lens(const at::Tensor& query_start_loc, const std::optional<at::Tensor>& seq_lens,
                                        int64_t num_input_tokens, int64_t cp_size, int64_t cp_rank, bool causal) {
   const at::Tensor* lens = seq_lens.has_value() ? &*seq_lens : nullptr;
-  const kernels::CPLocalShape shape = check_inputs(query_start_loc, lens, num_input_tokens, cp_size, cp_rank, causal);
+  const kernels::CPLocalShape shape =
+      check_inputs(query_start_loc, lens, num_input_tokens, cp_size, cp_rank, causal, /*check_values=*/false);
   const kernels::CPLocalMaxima maxima = kernels::cp_local_max_lens(
       query_start_loc.data_ptr<int32_t>(), lens ? lens->data_ptr<int32_t>() : nullptr, shape);
   return {maxima.max_local_query_len, maxima.max_local_seq_len};

@@ -15,7 +15,16 @@ import torch
 INT32_MAX = 2**31 - 1
 
 
-def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype], dim: int, device: torch.device | None = None) -> None:
+def check_tensor(
+    t: object,
+    name: str,
+    dtypes: Sequence[torch.dtype],
+    dim: int,
+    device: torch.device | None = None,
+    device_of: str = "out",
+) -> None:
+    """dtype, rank, layout, and (given `device`) the device of `device_of`, the argument every
+    other tensor of the call must share a device with."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
@@ -28,7 +37,7 @@ def check_tensor(t: object, name: str, dtypes: Sequence[torch.dtype], dim: int, 
     if dim > 1 and t.size(-1) > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name} must be contiguous in its last dimension, got strides {list(t.stride())}")
     if device is not None and t.device != device:
-        raise ValueError(f"{name} must be on {device} like the output, got {t.device}")
+        raise ValueError(f"{name} must be on {device} like {device_of}, got {t.device}")
 
 
 def check_positive(value: int, name: str) -> None:
@@ -65,9 +74,11 @@ def check_entries(t: torch.Tensor, name: str, min_entries: int) -> None:
         raise ValueError(f"{name} must have at least {min_entries} entries, got {t.numel()}")
 
 
-def check_query_start_loc(query_start_loc: torch.Tensor, device: torch.device | None = None) -> int:
+def check_query_start_loc(
+    query_start_loc: torch.Tensor, device: torch.device | None = None, device_of: str = "out"
+) -> int:
     """Checks the metadata of query_start_loc and returns R."""
-    check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device)
+    check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device, device_of)
     if query_start_loc.numel() < 1:
         raise ValueError("query_start_loc must have R + 1 >= 1 entries, got 0")
     return query_start_loc.numel() - 1

@@ -49,7 +49,9 @@ def _check(
     if idx_mapping is not None:
         check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device)
         if idx_mapping.numel() != num_reqs:
-            raise ValueError(f"idx_mapping must have R = {num_reqs} entries, got {idx_mapping.numel()}")
+            raise ValueError(
+                f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {idx_mapping.numel()}"
+            )
 
 
 _OP = SpecOp("compute_slot_mapping", _check, _reference)

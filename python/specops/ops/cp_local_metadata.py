@@ -48,18 +48,18 @@ def _check(
 ) -> None:
     check_tensor(local_query_start_loc, "local_query_start_loc", [torch.int32], 1)
     device = local_query_start_loc.device
-    num_reqs = check_query_start_loc(query_start_loc, device)
-    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device)
+    num_reqs = check_query_start_loc(query_start_loc, device, "local_query_start_loc")
+    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "local_query_start_loc")
     if seq_lens.numel() != num_reqs:
-        raise ValueError(f"seq_lens must have R = {num_reqs} entries, got {seq_lens.numel()}")
+        raise ValueError(f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
     check_cp_rank(cp_size, cp_rank, "cp_size")
     check_non_negative(num_input_tokens, "num_input_tokens")
     if num_input_tokens > INT32_MAX - cp_size:
         raise ValueError(f"num_input_tokens must be <= 2^31 - 1 - cp_size, got {num_input_tokens}")
     check_entries(local_query_start_loc, "local_query_start_loc", num_reqs + 1)
-    check_tensor(local_seq_lens, "local_seq_lens", [torch.int32], 1, device)
+    check_tensor(local_seq_lens, "local_seq_lens", [torch.int32], 1, device, "local_query_start_loc")
     check_entries(local_seq_lens, "local_seq_lens", num_reqs)
-    check_tensor(start_pos, "start_pos", [torch.int32], 1, device)
+    check_tensor(start_pos, "start_pos", [torch.int32], 1, device, "local_query_start_loc")
     check_entries(start_pos, "start_pos", num_reqs)
 
 
@@ -68,12 +68,12 @@ _OP = SpecOp("cp_local_metadata", _check, _reference)
 _NATIVE_MAX_LENS = torch.ops.specops.cp_local_max_lens.default._op if EXTENSION.loaded else None
 
 
-def _check_host_copy(t: torch.Tensor | None, name: str, entries: int) -> None:
+def _check_host_copy(t: torch.Tensor | None, name: str, of: str, entries: int) -> None:
     if t is None:
         return
-    check_tensor(t, name, [torch.int32], 1, torch.device("cpu"))
+    check_tensor(t, name, [torch.int32], 1, torch.device("cpu"), f"a host copy of {of}")
     if t.numel() != entries:
-        raise ValueError(f"{name} must have {entries} entries like its device tensor, got {t.numel()}")
+        raise ValueError(f"{name} must have {entries} entries like {of}, got {t.numel()}")
 
 
 def _host_maxima(
@@ -87,7 +87,9 @@ def _host_maxima(
     if host_query_start_loc is None or torch.compiler.is_compiling():
         return None, None
     args = (host_query_start_loc, host_seq_lens, num_input_tokens, cp_size, cp_rank, causal)
-    if _NATIVE_MAX_LENS is not None and current_backend() == "native":
+    # A host computation whatever the backend: the C++ one allocates nothing; only the
+    # reference backend keeps to plain torch.
+    if _NATIVE_MAX_LENS is not None and current_backend() != "reference":
         max_query, max_seq = _NATIVE_MAX_LENS(*args)
     else:
         max_query, max_seq = _reference_max_lens(*args)
@@ -125,13 +127,13 @@ def cp_local_metadata(
         local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
     if start_pos is None:
         start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    # Checked even where unused (inputs on the host), and before the op writes anything.
+    _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", "query_start_loc", num_reqs + 1)
+    _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs)
     _OP(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
         local_query_start_loc, local_seq_lens, start_pos)
 
     on_host = device.type == "cpu"
-    if not on_host:
-        _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", num_reqs + 1)
-        _check_host_copy(seq_lens_cpu, "seq_lens_cpu", num_reqs)
     max_query, max_seq = _host_maxima(
         query_start_loc if on_host else query_start_loc_cpu,
         seq_lens if seq_lens.device.type == "cpu" else seq_lens_cpu,

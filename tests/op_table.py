@@ -1,0 +1,816 @@
+"""Every op, described once for the hardening tests (see docs/hardening.md).
+
+An `OpSpec` says how to call an op validly (a fixed small call and a hypothesis strategy of
+random calls, both with every output buffer given), which arguments are tensors (dtypes, rank,
+whether a row stride is accepted), which changes make a call invalid on every path (metadata:
+shapes, sizes, scalars) or on the native path only (values the host op reads and device kernels
+cannot check), and which invalid values reach the device kernels in the guard-band fuzzing.
+
+test_bad_input_matrix.py, test_guard_bands.py and test_steady_state.py derive all their cases
+from OP_TABLE. Adding an op is one OpSpec appended to OP_TABLE; test_bad_input_matrix.py fails
+for a schema in torch.ops.specops that has no entry here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from strategies import (
+    attention_batches,
+    batch_shapes,
+    cp_batches,
+    make_batch,
+    make_block_source,
+    make_staged_writes,
+    query_start_loc_of,
+)
+
+import specops
+
+I32, I64 = torch.int32, torch.int64
+INT32_MAX = 2**31 - 1
+STALE = 0x0BADF00D  # what an output holds before a call: a value no op computes here
+
+Call = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """A tensor argument: accepted dtypes, rank, and whether rows may be strided (a 2-D or 3-D
+    view into a wider buffer; the last dimension stays contiguous)."""
+
+    dtypes: tuple[torch.dtype, ...]
+    dim: int
+    row_stride: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Bad:
+    """One invalid change to a valid call. `change` edits the call in place; the error must name
+    every argument in `names`."""
+
+    label: str
+    names: tuple[str, ...]
+    change: Callable[[Call], None]
+
+
+def bad(label: str, names: str | tuple[str, ...], **replace: Any) -> Bad:
+    """A Bad that replaces arguments; `names` defaults to the replaced argument."""
+    return Bad(label, (names,) if isinstance(names, str) else names, lambda call: call.update(replace))
+
+
+def bad_with(label: str, names: str | tuple[str, ...], change: Callable[[Call], None]) -> Bad:
+    return Bad(label, (names,) if isinstance(names, str) else names, change)
+
+
+@dataclasses.dataclass(frozen=True)
+class Corruption:
+    """Invalid values for the guard-band fuzzing. `apply(draw, call)` edits a valid call and
+    returns True when the native op must reject the result, False when the values are only
+    unusual (PAD rows, negative block ids) and the native op must agree with the reference.
+
+    `device`: "agree": the Triton kernel writes exactly what the reference writes (PAD or the
+    documented neutral value where the input is invalid); "bounds": the values written are
+    unspecified (the input contradicts itself), only the guard bands are checked."""
+
+    label: str
+    apply: Callable[[Callable, Call], bool]
+    device: str = "agree"
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    name: str  # the schema: torch.ops.specops.<name>
+    wrapper: Callable[..., Any]  # the public function, called with keywords
+    tensors: dict[str, Arg]  # every tensor argument of the wrapper, outputs included
+    outputs: tuple[str, ...]  # the buffers the op writes
+    valid_call: Callable[[], Call]  # a small valid call with every output given, fresh tensors
+    metadata_errors: Callable[[], list[Bad]]  # rejected on every path, before any write
+    value_errors: Callable[[], list[Bad]]  # rejected by the native host op, before any write
+    draw_call: st.SearchStrategy[Call]  # random valid calls, every output given
+    corruptions: tuple[Corruption, ...]  # invalid values for the device paths
+    guard_examples: int = 25  # hypothesis examples per guard-band family (the interpreter is slow)
+
+
+def t32(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=I32)
+
+
+def t64(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=I64)
+
+
+def stale(*shape: int, dtype: torch.dtype = I32) -> torch.Tensor:
+    return torch.full(shape, STALE, dtype=dtype)
+
+
+def _seed(draw) -> torch.Generator:
+    return torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+
+
+def _pick(draw, n: int) -> int:
+    return draw(st.integers(0, n - 1))
+
+
+# ------------------------------------------------------------------ compute_slot_mapping (3.1)
+
+def _slot_valid() -> Call:
+    return dict(query_start_loc=t32(0, 2, 3), positions=t64(0, 17, 5),
+                block_table=torch.tensor([[1, 2], [3, 4], [5, 6]], dtype=I32), block_size=16,
+                out=stale(5, dtype=I64), blocks_per_kv_block=1, cp_world_size=1, cp_rank=0, cp_interleave=1,
+                idx_mapping=t32(2, 0), num_tokens_padded=4)
+
+
+def _slot_metadata() -> list[Bad]:
+    return [
+        bad("R+1 = 0 entries", "query_start_loc", query_start_loc=torch.zeros(0, dtype=I32)),
+        bad("one request more than idx_mapping", ("idx_mapping", "query_start_loc"), query_start_loc=t32(0, 2, 3, 3)),
+        bad("out smaller than T", ("num_tokens_padded", "out"), out=stale(2, dtype=I64), num_tokens_padded=None),
+        bad("num_tokens_padded < T", "num_tokens_padded", num_tokens_padded=2),
+        bad("num_tokens_padded > out", ("num_tokens_padded", "out"), num_tokens_padded=6),
+        bad("block_size 0", "block_size", block_size=0),
+        bad("block_size -16", "block_size", block_size=-16),
+        bad("blocks_per_kv_block 0", "blocks_per_kv_block", blocks_per_kv_block=0),
+        bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
+        bad("cp_rank = cp_world_size", ("cp_rank", "cp_world_size"), cp_rank=1),
+        bad("cp_rank -1", "cp_rank", cp_rank=-1),
+        bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
+        bad("cp_interleave not dividing the block", "cp_interleave", cp_interleave=3),
+        bad("virtual block past int32", ("block_size", "cp_world_size"), block_size=2**30, cp_world_size=2),
+    ]
+
+
+def _slot_values() -> list[Bad]:
+    return [
+        bad("position past the block table", "positions", positions=t64(0, 32, 5)),
+        bad("negative position", "positions", positions=t64(0, -1, 5)),
+        bad("position past int32", "positions", positions=t64(0, 2**31, 5)),
+        bad("idx_mapping past the block table", "idx_mapping", idx_mapping=t32(3, 0)),
+        bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 4, 3)),
+        bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
+        bad("query_start_loc[R] != T", ("query_start_loc", "positions"), positions=t64(0, 17, 5, 6),
+            num_tokens_padded=4),
+    ]
+
+
+@st.composite
+def _slot_draw(draw) -> Call:
+    query_lens, context_lens = draw(batch_shapes(max_reqs=5, max_query_len=5, max_context=120))
+    block_size = draw(st.sampled_from([1, 4, 16]))
+    blocks_per_kv_block = draw(st.sampled_from([1, 2]))
+    world = draw(st.sampled_from([1, 2, 3]))
+    interleave = draw(st.sampled_from([1, 2, 4]))
+    if (block_size * blocks_per_kv_block) % interleave:
+        interleave = 1
+    batch = make_batch(_seed(draw), query_lens=query_lens, context_lens=context_lens,
+                       tokens_per_block_row=block_size * blocks_per_kv_block * world,
+                       columns_per_block=blocks_per_kv_block, extra_rows=2,
+                       with_idx_mapping=draw(st.booleans()), unmapped_fraction=0.3)
+    idx_mapping = batch.idx_mapping
+    if idx_mapping is not None:
+        idx_mapping = idx_mapping.to(draw(st.sampled_from([I32, I64])))
+    padded = batch.num_tokens + draw(st.integers(0, 4))
+    untouched = draw(st.integers(0, 2))  # entries past num_tokens_padded: never written
+    return dict(query_start_loc=batch.query_start_loc, positions=batch.positions.to(draw(st.sampled_from([I64, I32]))),
+                block_table=batch.block_table, block_size=block_size,
+                out=stale(padded + untouched, dtype=draw(st.sampled_from([I64, I32]))),
+                blocks_per_kv_block=blocks_per_kv_block, cp_world_size=world, cp_rank=_pick(draw, world),
+                cp_interleave=interleave, idx_mapping=idx_mapping, num_tokens_padded=padded)
+
+
+def _slot_token_with_row(draw, call: Call) -> int | None:
+    """A token whose request reads a row of the table (mapping it to row 0 if it had none)."""
+    num_tokens = call["positions"].numel()
+    if num_tokens == 0:
+        return None
+    token = _pick(draw, num_tokens)
+    if call["idx_mapping"] is not None:
+        request = int(torch.searchsorted(call["query_start_loc"][1:], token, right=True))
+        if not 0 <= int(call["idx_mapping"][request]) < call["block_table"].size(0):
+            call["idx_mapping"][request] = 0
+    return token
+
+
+def _slot_local_position(call: Call, virtual_block: int) -> int:
+    """A position in `virtual_block` that this CP rank stores."""
+    block = call["block_size"] * call["blocks_per_kv_block"]
+    return virtual_block * block * call["cp_world_size"] + call["cp_rank"] * call["cp_interleave"]
+
+
+def _slot_position_past_table(draw, call: Call) -> bool:
+    token = _slot_token_with_row(draw, call)
+    if token is None:
+        return False
+    first_uncovered = call["block_table"].size(1) // call["blocks_per_kv_block"]
+    call["positions"][token] = _slot_local_position(call, first_uncovered + draw(st.integers(0, 3)))
+    return True
+
+
+def _slot_negative_position(draw, call: Call) -> bool:
+    token = _slot_token_with_row(draw, call)
+    if token is None:
+        return False
+    call["positions"][token] = -draw(st.integers(1, 1000))
+    return True
+
+
+def _slot_more_positions_than_tokens(draw, call: Call) -> bool:
+    """T past query_start_loc[R]: tokens outside every request (with R = 0, a batch of none)."""
+    extra = draw(st.integers(1, 3))
+    call["positions"] = torch.cat([call["positions"], torch.zeros(extra, dtype=call["positions"].dtype)])
+    call["num_tokens_padded"] += extra
+    call["out"] = stale(call["out"].numel() + extra, dtype=call["out"].dtype)
+    return True
+
+
+def _with_idx_mapping(call: Call, num_reqs: int) -> torch.Tensor:
+    if call["idx_mapping"] is None:
+        call["idx_mapping"] = torch.arange(num_reqs, dtype=I32)
+    return call["idx_mapping"]
+
+
+def _slot_idx_past_table(draw, call: Call) -> bool:
+    num_reqs = call["query_start_loc"].numel() - 1
+    if num_reqs == 0:
+        return False
+    _with_idx_mapping(call, num_reqs)[_pick(draw, num_reqs)] = call["block_table"].size(0) + draw(st.integers(0, 5))
+    return True
+
+
+def _slot_negative_idx(draw, call: Call) -> bool:
+    num_reqs = call["query_start_loc"].numel() - 1
+    if num_reqs:
+        _with_idx_mapping(call, num_reqs)[_pick(draw, num_reqs)] = -draw(st.integers(1, 5))
+    return False
+
+
+def _negative_block_ids(draw, call: Call, table: str = "block_table") -> bool:
+    block_table = call[table]
+    if block_table.numel():
+        generator = _seed(draw)
+        hit = torch.rand(block_table.shape, generator=generator) < 0.3
+        block_table[hit] = -torch.randint(1, INT32_MAX, (int(hit.sum()),), dtype=I32, generator=generator)
+    return False
+
+
+def _query_start_loc_past(num_tokens: Callable[[Call], int]) -> Callable[[Callable, Call], bool]:
+    """query_start_loc[R] past the tokens the call has room for: requests that run off the end."""
+    def apply(draw, call: Call) -> bool:
+        qsl = call["query_start_loc"]
+        qsl[-1] = max(int(qsl[-1]), num_tokens(call)) + draw(st.integers(1, 3))
+        return True
+    return apply
+
+
+SLOT_MAPPING = OpSpec(
+    name="compute_slot_mapping",
+    wrapper=specops.compute_slot_mapping,
+    tensors=dict(query_start_loc=Arg((I32,), 1), positions=Arg((I64, I32), 1),
+                 block_table=Arg((I32,), 2, row_stride=True), idx_mapping=Arg((I32, I64), 1), out=Arg((I64, I32), 1)),
+    outputs=("out",),
+    valid_call=_slot_valid,
+    metadata_errors=_slot_metadata,
+    value_errors=_slot_values,
+    draw_call=_slot_draw(),
+    corruptions=(
+        Corruption("position past the block table", _slot_position_past_table),
+        Corruption("negative position", _slot_negative_position),
+        Corruption("idx_mapping past the block table", _slot_idx_past_table),
+        Corruption("negative idx_mapping", _slot_negative_idx),
+        Corruption("negative block ids", _negative_block_ids),
+        Corruption("query_start_loc[R] past T", _query_start_loc_past(lambda call: call["positions"].numel()),
+                   device="bounds"),
+        Corruption("T past query_start_loc[R]", _slot_more_positions_than_tokens, device="bounds"),
+    ),
+)
+
+
+# ------------------------------------------------------------------- gather_block_tables (3.3)
+
+def _gather_valid() -> Call:
+    return dict(src_block_table=torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]], dtype=I32),
+                num_blocks=t32(2, 4, 0), idx_mapping=t64(1, -1, 0), out=stale(5, 4), num_reqs_padded=4)
+
+
+def _gather_metadata() -> list[Bad]:
+    return [
+        bad("num_blocks shorter than the table", ("num_blocks", "src_block_table"), num_blocks=t32(2, 4)),
+        bad("out with fewer rows than R", ("num_reqs_padded", "out"), out=stale(2, 4), num_reqs_padded=None),
+        bad("num_reqs_padded < R", "num_reqs_padded", num_reqs_padded=2),
+        bad("num_reqs_padded > out rows", ("num_reqs_padded", "out"), num_reqs_padded=6),
+    ]
+
+
+def _gather_values() -> list[Bad]:
+    return [
+        bad("idx_mapping past the table", "idx_mapping", idx_mapping=t64(3, -1, 0)),
+        bad("num_blocks past the columns", "num_blocks", num_blocks=t32(2, 5, 0)),
+        bad("negative num_blocks", "num_blocks", num_blocks=t32(-1, 4, 0)),
+        bad("out narrower than a row's blocks", ("num_blocks", "out"), out=stale(5, 3)),
+    ]
+
+
+@st.composite
+def _gather_draw(draw) -> Call:
+    src_rows, cols = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    out_cols = draw(st.integers(1, 8))
+    num_reqs = draw(st.integers(0, 6))
+    generator = _seed(draw)
+    table, _ = make_block_source(generator, src_rows, cols)
+    num_blocks = torch.randint(0, min(cols, out_cols) + 1, (src_rows,), dtype=I32, generator=generator)
+    idx_mapping = torch.randint(-1, src_rows, (num_reqs,), generator=generator).to(draw(st.sampled_from([I32, I64])))
+    padded = num_reqs + draw(st.integers(0, 3))
+    return dict(src_block_table=table, num_blocks=num_blocks, idx_mapping=idx_mapping,
+                out=stale(padded + draw(st.integers(0, 2)), out_cols), num_reqs_padded=padded)
+
+
+def _gather_idx_past_table(draw, call: Call) -> bool:
+    num_reqs = call["idx_mapping"].numel()
+    if num_reqs == 0:
+        return False
+    call["idx_mapping"][_pick(draw, num_reqs)] = call["src_block_table"].size(0) + draw(st.integers(0, 5))
+    return True
+
+
+def _gather_negative_idx(draw, call: Call) -> bool:
+    num_reqs = call["idx_mapping"].numel()
+    if num_reqs:
+        call["idx_mapping"][_pick(draw, num_reqs)] = -draw(st.integers(1, 5))
+    return False
+
+
+def _gather_count_out_of_range(draw, call: Call) -> bool:
+    num_reqs = call["idx_mapping"].numel()
+    if num_reqs == 0:
+        return False
+    request = _pick(draw, num_reqs)
+    row = _pick(draw, call["src_block_table"].size(0))
+    call["idx_mapping"][request] = row
+    most = min(call["src_block_table"].size(1), call["out"].size(1))
+    call["num_blocks"][row] = draw(st.sampled_from([most + 1, most + 100, INT32_MAX, -1, -INT32_MAX]))
+    return True
+
+
+GATHER = OpSpec(
+    name="gather_block_tables",
+    wrapper=specops.gather_block_tables,
+    tensors=dict(src_block_table=Arg((I32,), 2, row_stride=True), num_blocks=Arg((I32,), 1),
+                 idx_mapping=Arg((I32, I64), 1), out=Arg((I32,), 2, row_stride=True)),
+    outputs=("out",),
+    valid_call=_gather_valid,
+    metadata_errors=_gather_metadata,
+    value_errors=_gather_values,
+    draw_call=_gather_draw(),
+    corruptions=(
+        Corruption("idx_mapping past the table", _gather_idx_past_table),
+        Corruption("negative idx_mapping", _gather_negative_idx),
+        Corruption("num_blocks outside [0, columns]", _gather_count_out_of_range),
+    ),
+)
+
+
+# ------------------------------------------------------------------- apply_staged_writes (3.3)
+
+def _apply_valid() -> Call:
+    return dict(table=torch.full((3, 4), 9, dtype=I32), rows=t64(2, 0), starts=t32(1, 0), cu_lens=t32(0, 3, 4),
+                values=t32(5, 6, 7, 8))
+
+
+def _apply_metadata() -> list[Bad]:
+    return [
+        bad("starts shorter than rows", ("starts", "rows"), starts=t32(1)),
+        bad("cu_lens without K + 1 entries", ("cu_lens", "rows"), cu_lens=t32(0, 3)),
+    ]
+
+
+def _apply_values() -> list[Bad]:
+    return [
+        bad("row past the table", "rows", rows=t64(3, 0)),
+        bad("negative row", "rows", rows=t64(-1, 0)),
+        bad("write past the last column", "starts", starts=t32(2, 0)),
+        bad("negative start", "starts", starts=t32(-1, 0)),
+        bad("cu_lens[0] != 0", "cu_lens", cu_lens=t32(1, 3, 4)),
+        bad("cu_lens decreasing", "cu_lens", cu_lens=t32(0, 3, 2)),
+        bad("cu_lens[K] past values", ("cu_lens", "values"), cu_lens=t32(0, 3, 5)),
+        bad("table narrower than a write", ("starts", "table"), table=torch.full((3, 3), 9, dtype=I32)),
+    ]
+
+
+@st.composite
+def _apply_draw(draw) -> Call:
+    table_rows, table_cols = draw(st.integers(1, 6)), draw(st.integers(1, 8))
+    generator = _seed(draw)
+    rows, starts, cu_lens, values = make_staged_writes(generator, table_rows, table_cols)
+    unused = torch.randint(1, 1 << 20, (draw(st.integers(0, 3)),), dtype=I32, generator=generator)
+    table = torch.randint(1, 1 << 20, (table_rows, table_cols), dtype=I32, generator=generator)
+    return dict(table=table, rows=rows.to(draw(st.sampled_from([I32, I64]))), starts=starts, cu_lens=cu_lens,
+                values=torch.cat([values, unused]))
+
+
+def _apply_row_out_of_range(draw, call: Call) -> bool:
+    if call["rows"].numel() == 0:
+        return False
+    call["rows"][_pick(draw, call["rows"].numel())] = draw(st.sampled_from(
+        [-1, -(2**31), call["table"].size(0), call["table"].size(0) + 7]))
+    return True
+
+
+def _apply_start_out_of_range(draw, call: Call) -> bool:
+    num_writes = call["rows"].numel()
+    if num_writes == 0:
+        return False
+    k = _pick(draw, num_writes)
+    length = int(call["cu_lens"][k + 1] - call["cu_lens"][k])
+    call["starts"][k] = draw(st.sampled_from([-1, -(2**31), call["table"].size(1) - length + 1, INT32_MAX]))
+    return True
+
+
+def _apply_cu_lens_past_values(draw, call: Call) -> bool:
+    call["cu_lens"][-1] = call["values"].numel() + draw(st.integers(1, 4))
+    return True
+
+
+def _apply_cu_lens_decreasing(draw, call: Call) -> bool:
+    cu_lens = call["cu_lens"]
+    k = _pick(draw, cu_lens.numel())
+    cu_lens[k] = (cu_lens[k - 1] if k else 0) - draw(st.integers(1, 5))  # for k = 0: cu_lens[0] != 0
+    return True
+
+
+APPLY = OpSpec(
+    name="apply_staged_writes",
+    wrapper=specops.apply_staged_writes,
+    tensors=dict(table=Arg((I32,), 2, row_stride=True), rows=Arg((I32, I64), 1), starts=Arg((I32,), 1),
+                 cu_lens=Arg((I32,), 1), values=Arg((I32,), 1)),
+    outputs=("table",),
+    valid_call=_apply_valid,
+    metadata_errors=_apply_metadata,
+    value_errors=_apply_values,
+    draw_call=_apply_draw(),
+    corruptions=(
+        Corruption("row outside the table", _apply_row_out_of_range),
+        Corruption("start outside the row", _apply_start_out_of_range),
+        Corruption("cu_lens[K] past values", _apply_cu_lens_past_values),
+        # Write boundaries that go backwards: which values land where is unspecified.
+        Corruption("cu_lens decreasing", _apply_cu_lens_decreasing, device="bounds"),
+    ),
+)
+
+
+# ------------------------------------------------------------ format_slot_mapping_blocks (3.4)
+
+def _format_valid() -> Call:
+    return dict(slot_mapping=t64(0, 17, -1, 40), block_size=16, out=stale(6, 2, dtype=I64))
+
+
+def _format_metadata() -> list[Bad]:
+    return [
+        bad("out with fewer rows than slots", "out", out=stale(3, 2, dtype=I64)),
+        bad("out with 3 columns", "out", out=stale(6, 3, dtype=I64)),
+        bad("block_size 0", "block_size", block_size=0),
+    ]
+
+
+@st.composite
+def _format_draw(draw) -> Call:
+    generator = _seed(draw)
+    num_slots = draw(st.integers(0, 20))
+    slots = torch.randint(0, 1 << 20, (num_slots,), generator=generator)
+    slots[torch.rand(num_slots, generator=generator) < 0.2] = specops.PAD_SLOT_ID
+    slot_dtype = draw(st.sampled_from([I64, I32]))
+    return dict(slot_mapping=slots.to(slot_dtype), block_size=draw(st.sampled_from([1, 3, 4, 16, 100])),
+                out=stale(num_slots + draw(st.integers(0, 3)), 2, dtype=draw(st.sampled_from([I64, I32]))))
+
+
+def _format_extreme_slots(draw, call: Call) -> bool:
+    slots = call["slot_mapping"]
+    if slots.numel():
+        info = torch.iinfo(slots.dtype)
+        slots[_pick(draw, slots.numel())] = draw(st.sampled_from([info.min, info.max, -2, -info.max // 3]))
+    return False
+
+
+FORMAT = OpSpec(
+    name="format_slot_mapping_blocks",
+    wrapper=specops.format_slot_mapping_blocks,
+    tensors=dict(slot_mapping=Arg((I64, I32), 1), out=Arg((I64, I32), 2, row_stride=True)),
+    outputs=("out",),
+    valid_call=_format_valid,
+    metadata_errors=_format_metadata,
+    value_errors=lambda: [],  # every int is a slot: negative ones floor-divide like PAD
+    draw_call=_format_draw(),
+    corruptions=(Corruption("slots at the dtype's extremes", _format_extreme_slots),),
+)
+
+
+# -------------------------------------------------------------------- dspark_swa_indices (3.4)
+
+def _dspark_valid() -> Call:
+    # Request 0: 2 tokens, seq_len 6, window 2 -> positions 2..5 (visible 4); request 1: 1 token,
+    # seq_len 8 -> positions 5..7. block_size 4, two blocks per row: positions < 8.
+    return dict(block_table=torch.tensor([[1, 2], [3, 4], [5, 6]], dtype=I32), query_start_loc=t32(0, 2, 3),
+                seq_lens=t32(6, 8), window=2, num_speculative_tokens=1, block_size=4, num_tokens=4, width=4,
+                cp_size=1, cp_rank=0, out=stale(5, 1, 4), out_lens=stale(5))
+
+
+def _dspark_metadata() -> list[Bad]:
+    return [
+        bad("R+1 = 0 entries", "query_start_loc", query_start_loc=torch.zeros(0, dtype=I32)),
+        bad("block_table with fewer rows than R", "block_table", block_table=torch.tensor([[1, 2]], dtype=I32)),
+        bad("seq_lens longer than R", ("seq_lens", "query_start_loc"), seq_lens=t32(6, 8, 1)),
+        bad("out with fewer rows than tokens", "out", out=stale(3, 1, 4)),
+        bad("out narrower than width", ("out", "width"), out=stale(5, 1, 3)),
+        bad("out with 2 in its middle dimension", "out", out=stale(5, 2, 4)),
+        bad("out_lens with fewer entries than tokens", "out_lens", out_lens=stale(3)),
+        bad("window -1", "window", window=-1),
+        bad("num_speculative_tokens -1", "num_speculative_tokens", num_speculative_tokens=-1),
+        bad("block_size 0", "block_size", block_size=0),
+        bad("width below window + num_speculative_tokens", "width", width=2, out=stale(5, 1, 2)),
+        bad("num_tokens -1", "num_tokens", num_tokens=-1),
+        bad("num_tokens past int32", "num_tokens", num_tokens=INT32_MAX),
+        bad("cp_size 0", "cp_size", cp_size=0),
+        bad("cp_rank = cp_size", ("cp_rank", "cp_size"), cp_rank=1),
+    ]
+
+
+def _dspark_values() -> list[Bad]:
+    return [
+        bad("negative seq_len", "seq_lens", seq_lens=t32(-1, 8)),
+        bad("seq_len past the block table", "seq_lens", seq_lens=t32(6, 9)),
+        bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 4, 3)),
+        bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
+        bad("num_tokens below query_start_loc[R]", ("num_tokens", "query_start_loc"), num_tokens=2),
+        bad("width below what a request sees", "width", width=3, out=stale(5, 1, 3)),
+    ]
+
+
+def _dspark_visible(call: Call) -> list[int]:
+    """Entries each request with tokens sees (what the width must hold)."""
+    qsl, seq_lens = call["query_start_loc"].tolist(), call["seq_lens"].tolist()
+    visible = []
+    for r, seq_len in enumerate(seq_lens):
+        query_len = qsl[r + 1] - qsl[r]
+        if query_len > 0:
+            visible.append(seq_len - max(seq_len - query_len - call["window"], 0))
+    return visible
+
+
+def _dspark_rows(call: Call) -> int:
+    return -(-call["num_tokens"] // call["cp_size"])
+
+
+@st.composite
+def _dspark_draw(draw) -> Call:
+    batch = draw(cp_batches(max_reqs=5, max_query_len=6, max_context=40, block_size=4))
+    call = dict(block_table=batch.block_table, query_start_loc=batch.query_start_loc, seq_lens=batch.seq_lens,
+                window=draw(st.integers(0, 10)), num_speculative_tokens=draw(st.integers(0, 4)), block_size=4,
+                num_tokens=batch.num_input_tokens, cp_size=batch.cp_size, cp_rank=_pick(draw, batch.cp_size))
+    least = max([1, call["window"] + call["num_speculative_tokens"], *_dspark_visible(call)])
+    call["width"] = least + draw(st.integers(0, 3))
+    rows = _dspark_rows(call) + draw(st.integers(0, 2))
+    call.update(out=stale(rows, 1, call["width"]), out_lens=stale(rows))
+    return call
+
+
+def _dspark_request_with_tokens(draw, call: Call) -> int | None:
+    qsl = call["query_start_loc"]
+    with_tokens = (qsl[1:] > qsl[:-1]).nonzero().flatten().tolist()
+    return draw(st.sampled_from(with_tokens)) if with_tokens else None
+
+
+def _dspark_negative_seq_len(draw, call: Call) -> bool:
+    request = _dspark_request_with_tokens(draw, call)
+    if request is None:
+        return False
+    call["seq_lens"][request] = -draw(st.integers(1, 100))
+    return True
+
+
+def _dspark_seq_len_past_table(draw, call: Call) -> bool:
+    request = _dspark_request_with_tokens(draw, call)
+    if request is None:
+        return False
+    covered = call["block_table"].size(1) * call["block_size"]
+    call["seq_lens"][request] = covered + draw(st.integers(1, 20))
+    # The width follows, or the request would also see more than the width holds.
+    call["width"] = max([call["width"], *_dspark_visible(call)])
+    call.update(out=stale(call["out"].size(0), 1, call["width"]))
+    return True
+
+
+def _dspark_num_tokens_below_real(draw, call: Call) -> bool:
+    real = int(call["query_start_loc"][-1])
+    if real == 0:
+        return False
+    call["num_tokens"] = draw(st.integers(0, real - 1))
+    return True
+
+
+def _dspark_width_below_visible(draw, call: Call) -> bool:
+    call["width"] = max(1, call["window"] + call["num_speculative_tokens"])
+    call.update(out=stale(call["out"].size(0), 1, call["width"]))
+    return any(v > call["width"] for v in _dspark_visible(call))
+
+
+DSPARK = OpSpec(
+    name="dspark_swa_indices",
+    wrapper=specops.dspark_swa_indices,
+    tensors=dict(block_table=Arg((I32,), 2, row_stride=True), query_start_loc=Arg((I32,), 1),
+                 seq_lens=Arg((I32,), 1), out=Arg((I32,), 3, row_stride=True), out_lens=Arg((I32,), 1)),
+    outputs=("out", "out_lens"),
+    valid_call=_dspark_valid,
+    metadata_errors=_dspark_metadata,
+    value_errors=_dspark_values,
+    draw_call=_dspark_draw(),
+    corruptions=(
+        Corruption("negative seq_len", _dspark_negative_seq_len),
+        Corruption("seq_len past the block table", _dspark_seq_len_past_table),
+        Corruption("negative block ids", _negative_block_ids),
+        Corruption("num_tokens below query_start_loc[R]", _dspark_num_tokens_below_real),
+        Corruption("width below what a request sees", _dspark_width_below_visible),
+        Corruption("query_start_loc[R] past num_tokens", _query_start_loc_past(lambda call: call["num_tokens"]),
+                   device="bounds"),
+    ),
+)
+
+
+# --------------------------------------------------------------------- cp_local_metadata (3.4)
+
+def _cp_valid() -> Call:
+    return dict(query_start_loc=t32(0, 2, 3, 7), seq_lens=t32(5, 3, 10), num_input_tokens=8, cp_size=2, cp_rank=1,
+                causal=True, local_query_start_loc=stale(5), local_seq_lens=stale(4), start_pos=stale(4),
+                query_start_loc_cpu=t32(0, 2, 3, 7), seq_lens_cpu=t32(5, 3, 10))
+
+
+def _cp_metadata() -> list[Bad]:
+    return [
+        bad("R+1 = 0 entries", "query_start_loc", query_start_loc=torch.zeros(0, dtype=I32)),
+        bad("seq_lens shorter than R", ("seq_lens", "query_start_loc"), seq_lens=t32(5, 3)),
+        bad("local_query_start_loc shorter than R + 1", "local_query_start_loc", local_query_start_loc=stale(3)),
+        bad("local_seq_lens shorter than R", "local_seq_lens", local_seq_lens=stale(2)),
+        bad("start_pos shorter than R", "start_pos", start_pos=stale(2)),
+        bad("query_start_loc_cpu of another length", "query_start_loc_cpu", query_start_loc_cpu=t32(0, 2, 3)),
+        bad("seq_lens_cpu of another length", "seq_lens_cpu", seq_lens_cpu=t32(5, 3)),
+        bad("num_input_tokens -1", "num_input_tokens", num_input_tokens=-1),
+        bad("num_input_tokens past int32", "num_input_tokens", num_input_tokens=INT32_MAX),
+        bad("cp_size 0", "cp_size", cp_size=0),
+        bad("cp_rank = cp_size", ("cp_rank", "cp_size"), cp_rank=2),
+        bad("cp_rank -1", "cp_rank", cp_rank=-1),
+    ]
+
+
+def _cp_values() -> list[Bad]:
+    return [
+        bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 3, 2, 7)),
+        bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3, 7)),
+        bad("negative seq_len", "seq_lens", seq_lens=t32(5, -1, 10)),
+        bad("num_input_tokens below query_start_loc[R]", ("num_input_tokens", "query_start_loc"), num_input_tokens=6),
+    ]
+
+
+@st.composite
+def _cp_draw(draw) -> Call:
+    batch = draw(cp_batches(max_reqs=6, max_query_len=8, max_context=40))
+    num_reqs = batch.num_reqs
+    return dict(query_start_loc=batch.query_start_loc, seq_lens=batch.seq_lens,
+                num_input_tokens=batch.num_input_tokens, cp_size=batch.cp_size, cp_rank=_pick(draw, batch.cp_size),
+                causal=draw(st.booleans()),
+                local_query_start_loc=stale(num_reqs + 1 + draw(st.integers(0, 2))),
+                local_seq_lens=stale(num_reqs + draw(st.integers(0, 2))),
+                start_pos=stale(num_reqs + draw(st.integers(0, 2))))
+
+
+def _cp_negative_seq_len(draw, call: Call) -> bool:
+    num_reqs = call["seq_lens"].numel()
+    if num_reqs == 0:
+        return False
+    call["seq_lens"][_pick(draw, num_reqs)] = -draw(st.integers(1, 100))
+    return True
+
+
+def _cp_query_start_loc_out_of_order(draw, call: Call) -> bool:
+    qsl = call["query_start_loc"]
+    k = _pick(draw, qsl.numel())
+    qsl[k] = qsl[k] + draw(st.sampled_from([-3, -1, 1, 5]))
+    # Not decreasing anywhere and still starting at 0: the values are valid after all.
+    return bool(qsl[0] != 0 or (qsl[1:] < qsl[:-1]).any())
+
+
+def _cp_num_input_tokens_below_real(draw, call: Call) -> bool:
+    real = int(call["query_start_loc"][-1])
+    if real == 0:
+        return False
+    call["num_input_tokens"] = draw(st.integers(0, real - 1))
+    return True
+
+
+CP_LOCAL = OpSpec(
+    name="cp_local_metadata",
+    wrapper=specops.cp_local_metadata,
+    tensors=dict(query_start_loc=Arg((I32,), 1), seq_lens=Arg((I32,), 1), local_query_start_loc=Arg((I32,), 1),
+                 local_seq_lens=Arg((I32,), 1), start_pos=Arg((I32,), 1), query_start_loc_cpu=Arg((I32,), 1),
+                 seq_lens_cpu=Arg((I32,), 1)),
+    outputs=("local_query_start_loc", "local_seq_lens", "start_pos"),
+    valid_call=_cp_valid,
+    metadata_errors=_cp_metadata,
+    value_errors=_cp_values,
+    draw_call=_cp_draw(),
+    corruptions=(
+        Corruption("negative seq_len", _cp_negative_seq_len),
+        Corruption("query_start_loc out of order", _cp_query_start_loc_out_of_order),
+        Corruption("num_input_tokens below query_start_loc[R]", _cp_num_input_tokens_below_real),
+    ),
+)
+
+
+# -------------------------------------------------------------------------- sas_metadata (3.5)
+
+def _sas_valid() -> Call:
+    return dict(cu_seqlens_q=t32(0, 2, 3), seqused_kv=t32(10, 300), num_heads_q=8, num_heads_kv=2, head_dim=128,
+                window_left=-1, window_right=0, num_cube_cores=4, num_vector_cores=8, out=stale(1024))
+
+
+def _sas_metadata() -> list[Bad]:
+    return [
+        bad("R+1 = 0 entries", "cu_seqlens_q", cu_seqlens_q=torch.zeros(0, dtype=I32)),
+        bad("seqused_kv longer than R", ("seqused_kv", "cu_seqlens_q"), seqused_kv=t32(10, 300, 5)),
+        bad("out of 1023 words", "out", out=stale(1023)),
+        bad("num_heads_q 0", "num_heads_q", num_heads_q=0),
+        bad("num_heads_q past int32", "num_heads_q", num_heads_q=2**31, num_heads_kv=1),
+        bad("num_heads_q not a multiple of num_heads_kv", ("num_heads_q", "num_heads_kv"), num_heads_q=7),
+        bad("num_heads_kv 0", "num_heads_kv", num_heads_kv=0),
+        bad("head_dim 0", "head_dim", head_dim=0),
+        bad("window_left -2", "window_left", window_left=-2),
+        bad("window_right -2", "window_right", window_right=-2),
+        bad("num_cube_cores 0", "num_cube_cores", num_cube_cores=0),
+        bad("num_cube_cores 37", "num_cube_cores", num_cube_cores=37, num_vector_cores=40),
+        bad("num_vector_cores below num_cube_cores", ("num_vector_cores", "num_cube_cores"), num_vector_cores=3),
+        bad("num_vector_cores 73", "num_vector_cores", num_vector_cores=73),
+    ]
+
+
+def _sas_values() -> list[Bad]:
+    return [
+        bad("cu_seqlens_q decreasing", "cu_seqlens_q", cu_seqlens_q=t32(0, 3, 2)),
+        bad("negative seqused_kv", "seqused_kv", seqused_kv=t32(-1, 300)),
+    ]
+
+
+@st.composite
+def _sas_draw(draw) -> Call:
+    query_lens, kv_lens = draw(attention_batches(max_reqs=4, max_prefill=40, max_context=600))
+    num_heads_kv = draw(st.sampled_from([1, 2]))
+    cores = draw(st.integers(1, 8))
+    window_left, window_right = draw(st.sampled_from([(-1, 0), (-1, -1), (64, 0), (0, 0), (100, 3)]))
+    return dict(cu_seqlens_q=query_start_loc_of(query_lens), seqused_kv=torch.tensor(kv_lens, dtype=I32),
+                num_heads_q=num_heads_kv * draw(st.sampled_from([1, 4, 16])), num_heads_kv=num_heads_kv,
+                head_dim=draw(st.sampled_from([64, 128, 512])), window_left=window_left, window_right=window_right,
+                num_cube_cores=cores, num_vector_cores=draw(st.integers(cores, 2 * cores)), out=stale(1024))
+
+
+def _sas_negative_kv(draw, call: Call) -> bool:
+    num_reqs = call["seqused_kv"].numel()
+    if num_reqs == 0:
+        return False
+    call["seqused_kv"][_pick(draw, num_reqs)] = -draw(st.integers(1, 1000))
+    return True
+
+
+def _sas_decreasing(draw, call: Call) -> bool:
+    cu = call["cu_seqlens_q"]
+    if cu.numel() < 2:
+        return False
+    k = 1 + _pick(draw, cu.numel() - 1)
+    cu[k] = cu[k - 1] - draw(st.integers(1, 5))
+    return True
+
+
+SAS = OpSpec(
+    name="sas_metadata",
+    wrapper=specops.sas_metadata,
+    tensors=dict(cu_seqlens_q=Arg((I32,), 1), seqused_kv=Arg((I32,), 1), out=Arg((I32,), 1)),
+    outputs=("out",),
+    valid_call=_sas_valid,
+    metadata_errors=_sas_metadata,
+    value_errors=_sas_values,
+    draw_call=_sas_draw(),
+    corruptions=(
+        Corruption("negative seqused_kv", _sas_negative_kv),
+        Corruption("cu_seqlens_q decreasing", _sas_decreasing),
+    ),
+    guard_examples=10,  # about 0.1 s per interpreted call
+)
+
+
+# Add an op here (docs/hardening.md, "Adding an op"). Issue 3 brings correct_num_computed_tokens,
+# correct_optimistic_seq_lens, prepare_positions_and_seq_lens and prepare_spec_decode_inputs.
+OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, SAS)
+
+# Schemas that are not public ops: reached only through another op's wrapper, covered there.
+HOST_HELPERS = {
+    "cp_local_max_lens": "the host ints of cp_local_metadata, from its query_start_loc(_cpu)/seq_lens(_cpu)",
+}

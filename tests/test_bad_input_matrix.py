@@ -1,0 +1,139 @@
+"""The bad-input matrix: every op, every argument, every way to get it wrong (docs/hardening.md).
+
+Generated from tests/op_table.py. For each tensor argument: each wrong dtype, a `meta` tensor
+(the wrong device), one dimension more and one less, a last dimension that is not contiguous;
+then each op's own shape, size and scalar errors. All of these are rejected on every backend
+(the native op, the Triton launcher's check, the reference's check) with a ValueError that names
+the argument, and every tensor of the call is byte-identical afterwards. Invalid values (a
+position past the block table, a decreasing query_start_loc) are rejected by the native host op
+the same way; device kernels cannot raise, test_guard_bands.py covers what they write instead.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from op_table import HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec
+
+import specops
+
+WRONG_INTEGER = (torch.int64, torch.int32, torch.int16)
+
+
+def _wrong_dtypes(arg: Arg) -> list[torch.dtype]:
+    return [next(d for d in WRONG_INTEGER if d not in arg.dtypes), torch.float32]
+
+
+def _one_dim_less(t: torch.Tensor) -> torch.Tensor:
+    if t.dim() == 1:
+        return t[0] if t.numel() else torch.zeros((), dtype=t.dtype)
+    return t.flatten(0, 1)
+
+
+def _strided_last_dim(t: torch.Tensor) -> torch.Tensor:
+    wide = torch.zeros(*t.shape[:-1], 2 * t.size(-1), dtype=t.dtype)
+    view = wide[..., ::2]
+    view.copy_(t)
+    return view
+
+
+def _replace(name: str, make) -> callable:
+    def change(call: Call) -> None:
+        call[name] = make(call[name])
+    return change
+
+
+def _derived_cases(spec: OpSpec) -> list[Bad]:
+    """dtype, device, rank and layout errors of every tensor argument."""
+    call = spec.valid_call()
+    cases = []
+    for name, arg in spec.tensors.items():
+        assert isinstance(call.get(name), torch.Tensor), f"{spec.name}: valid_call must give tensor {name}"
+        for dtype in _wrong_dtypes(arg):
+            cases.append(Bad(f"{name} {str(dtype).removeprefix('torch.')}", (name,),
+                             _replace(name, lambda t, dtype=dtype: t.to(dtype))))
+        cases.append(Bad(f"{name} on meta", (name,), _replace(name, lambda t: t.to("meta"))))
+        cases.append(Bad(f"{name} one dim more", (name,), _replace(name, lambda t: t.unsqueeze(0))))
+        cases.append(Bad(f"{name} one dim less", (name,), _replace(name, _one_dim_less)))
+        if call[name].size(-1) >= 2:
+            cases.append(Bad(f"{name} strided last dim", (name,), _replace(name, _strided_last_dim)))
+    return cases
+
+
+def _cases(kind: str) -> list[tuple[OpSpec, int, str]]:
+    out = []
+    for spec in OP_TABLE:
+        listed = _derived_cases(spec) + spec.metadata_errors() if kind == "metadata" else spec.value_errors()
+        out.extend((spec, index, f"{spec.name}-{case.label}") for index, case in enumerate(listed))
+    return out
+
+
+METADATA_CASES = _cases("metadata")
+VALUE_CASES = _cases("values")
+
+
+def _names_pattern(name: str) -> str:
+    return rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])"
+
+
+def assert_rejected(spec: OpSpec, case: Bad) -> None:
+    """The call with `case` applied raises a ValueError naming case.names, and no tensor of the
+    call changes (meta tensors hold nothing to compare)."""
+    call = spec.valid_call()
+    case.change(call)
+    before = {name: value.clone() for name, value in call.items()
+              if isinstance(value, torch.Tensor) and value.device.type != "meta"}
+    with pytest.raises(ValueError) as error:
+        spec.wrapper(**call)
+    message = str(error.value)
+    for name in case.names:
+        assert re.search(_names_pattern(name), message), f"the error does not name {name}: {message}"
+    for name, value in before.items():
+        assert torch.equal(call[name], value), f"a rejected call wrote {name}"
+
+
+@pytest.mark.parametrize("spec,index", [(s, i) for s, i, _ in METADATA_CASES], ids=[i for _, _, i in METADATA_CASES])
+def test_metadata_errors_on_every_backend(backend, spec, index):
+    case = (_derived_cases(spec) + spec.metadata_errors())[index]
+    assert_rejected(spec, case)
+
+
+@pytest.mark.parametrize("spec,index", [(s, i) for s, i, _ in VALUE_CASES], ids=[i for _, _, i in VALUE_CASES])
+def test_native_rejects_invalid_values(spec, index):
+    with specops.backend("native"):
+        assert_rejected(spec, spec.value_errors()[index])
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
+def test_valid_call_is_accepted(backend, spec):
+    """The matrix means something only if the unchanged call passes."""
+    spec.wrapper(**spec.valid_call())
+
+
+def _schema_arguments(name: str) -> list:
+    return getattr(torch.ops.specops, name).default._schema.arguments
+
+
+def test_every_schema_has_a_row():
+    schemas = {s.name.removeprefix("specops::") for s in torch._C._jit_get_all_schemas()
+               if s.name.startswith("specops::")}
+    described = {spec.name for spec in OP_TABLE} | set(HOST_HELPERS)
+    assert schemas - described == set(), "add these ops to tests/op_table.py OP_TABLE (see docs/hardening.md)"
+    assert described - schemas == set()
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
+def test_every_argument_is_covered(spec):
+    """Every tensor argument of the schema is in the table; every int argument has at least one
+    rejected value."""
+    named = {name for case in spec.metadata_errors() + spec.value_errors() for name in case.names}
+    for argument in _schema_arguments(spec.name):
+        kind = str(argument.type)
+        if kind in ("Tensor", "Optional[Tensor]"):
+            assert argument.name in spec.tensors, f"{spec.name}: tensor argument {argument.name} is not described"
+        elif kind == "int":
+            assert argument.name in named, f"{spec.name}: no rejected value of {argument.name}"
+        else:
+            assert kind == "bool", f"{spec.name}: argument {argument.name} of type {kind}: describe its bad values"

@@ -1,0 +1,155 @@
+"""Guard bands: no op writes (or reads) one element outside its tensors, on any backend.
+
+Every tensor of a call is a view in the middle of a larger buffer: 2-D and 3-D tensors whose
+op accepts a row stride are a sub-block of a buffer with GUARD extra rows above and below and
+GUARD extra columns left and right (so the row stride is wider than the row), the others a
+slice of a flat buffer with GUARD elements on each side. Output buffers are surrounded by
+OUTPUT_CANARY; input buffers by INPUT_CANARY, a large positive value that, read by mistake as
+a block id or a position, changes the result. After each call every band is intact, every
+input buffer is unchanged, and the outputs agree exactly with the reference.
+
+Two families per op (cases from tests/op_table.py):
+- valid random calls: native, Triton (interpreter) and reference agree exactly;
+- one invalid value (positions past the block table, negative block ids, idx_mapping past the
+  table, ...): the Triton kernel writes what the reference writes (PAD, NULL or the documented
+  neutral value) or, where the input contradicts itself, at least nothing out of bounds; the
+  native op raises and writes nothing, unless the value is one it maps to PAD too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+from conftest import BACKENDS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from op_table import OP_TABLE, Arg, Call, OpSpec
+from strategies import assert_same
+
+import specops
+
+GUARD = 4
+OUTPUT_CANARY = {torch.int32: -0x21524111, torch.int64: -0x2152411021524111}  # 0xDEADBEEF, 0xDEADBEEFDEADBEEF
+INPUT_CANARY = {torch.int32: 0x3EADBEEF, torch.int64: 0x3EADBEEF3EADBEEF}
+DEVICE_BACKENDS = [name for name in BACKENDS if name != "reference"]  # the reference is the oracle
+
+
+@dataclasses.dataclass
+class Banded:
+    """`view` is the tensor the op sees; `buffer` holds it at `region`, surrounded by `fill`."""
+
+    view: torch.Tensor
+    buffer: torch.Tensor
+    region: tuple[slice, ...]
+    fill: int
+
+    def band_intact(self) -> bool:
+        outside = self.buffer.clone()
+        outside[self.region] = self.fill
+        return bool((outside == self.fill).all())
+
+
+def banded(t: torch.Tensor, arg: Arg, fill: int) -> Banded:
+    if arg.row_stride and t.dim() >= 2:
+        shape = (t.size(0) + 2 * GUARD, *t.shape[1:-1], t.size(-1) + 2 * GUARD)
+        region = (slice(GUARD, GUARD + t.size(0)), *[slice(None)] * (t.dim() - 2), slice(GUARD, GUARD + t.size(-1)))
+        buffer = torch.full(shape, fill, dtype=t.dtype)
+        view = buffer[region]
+    else:
+        region = (slice(GUARD, GUARD + t.numel()),)
+        buffer = torch.full((t.numel() + 2 * GUARD,), fill, dtype=t.dtype)
+        view = buffer[region].view(t.shape)
+    view.copy_(t)
+    return Banded(view, buffer, region, fill)
+
+
+@dataclasses.dataclass
+class Outcome:
+    error: Exception | None
+    outputs: dict[str, torch.Tensor]  # copies of the output views after the call
+    host_values: dict[str, Any]  # the non-tensor parts of the result (CPLocalMetadata's ints)
+
+
+def _host_values(result: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(result):
+        return {field.name: getattr(result, field.name) for field in dataclasses.fields(result)
+                if not isinstance(getattr(result, field.name), torch.Tensor)}
+    return {}
+
+
+def run_banded(spec: OpSpec, call: Call, backend: str, *, may_raise: type[Exception] | tuple = ()) -> Outcome:
+    """Runs spec.wrapper on banded copies of the call's tensors under `backend` and checks that
+    no band changed, no input changed, and a raising call changed no output either."""
+    bands = {name: banded(call[name], arg, (OUTPUT_CANARY if name in spec.outputs else INPUT_CANARY)[call[name].dtype])
+             for name, arg in spec.tensors.items() if isinstance(call.get(name), torch.Tensor)}
+    before = {name: band.buffer.clone() for name, band in bands.items()}
+    error = None
+    result = None
+    with specops.backend(backend):
+        try:
+            result = spec.wrapper(**{**call, **{name: band.view for name, band in bands.items()}})
+        except may_raise as exc:
+            error = exc
+    for name, band in bands.items():
+        assert band.band_intact(), f"{backend}: {spec.name} wrote outside {name}"
+        if name not in spec.outputs or isinstance(error, ValueError):
+            assert torch.equal(band.buffer, before[name]), f"{backend}: {spec.name} changed {name}"
+    return Outcome(error, {name: bands[name].view.clone() for name in spec.outputs}, _host_values(result))
+
+
+def assert_agree(spec: OpSpec, actual: Outcome, expected: Outcome, backend: str) -> None:
+    for name in spec.outputs:
+        assert_same(actual.outputs[name], expected.outputs[name], f"{backend} {spec.name} {name}")
+    assert actual.host_values == expected.host_values, backend
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
+def test_valid_calls_stay_inside_their_buffers_and_agree(spec):
+    @settings(max_examples=spec.guard_examples)
+    @given(call=spec.draw_call)
+    def check(call):
+        expected = run_banded(spec, call, "reference")
+        for backend in DEVICE_BACKENDS:
+            assert_agree(spec, run_banded(spec, call, backend), expected, backend)
+
+    check()
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
+def test_invalid_values_stay_inside_their_buffers(spec):
+    @settings(max_examples=2 * spec.guard_examples)
+    @given(data=st.data())
+    def check(data):
+        call = data.draw(spec.draw_call)
+        corruption = data.draw(st.sampled_from(spec.corruptions))
+        native_must_raise = corruption.apply(data.draw, call)
+        agree = corruption.device == "agree"
+        # Where the input contradicts itself the reference may fail; nothing is compared then.
+        expected = run_banded(spec, call, "reference", may_raise=() if agree else Exception)
+        for backend in DEVICE_BACKENDS:
+            if backend == "native":
+                outcome = run_banded(spec, call, "native", may_raise=ValueError)
+                assert (outcome.error is not None) == native_must_raise, f"native, {corruption.label}: {outcome.error}"
+            else:
+                outcome = run_banded(spec, call, backend)
+            if agree and outcome.error is None:
+                assert_agree(spec, outcome, expected, f"{backend}, {corruption.label}")
+
+    check()
+
+
+def test_bands_catch_a_write_one_past_the_end():
+    """The detector itself: a write one element past a view lands in its band."""
+    for arg, shape in ((Arg((torch.int32,), 1), (5,)), (Arg((torch.int64,), 2, row_stride=True), (3, 4)),
+                       (Arg((torch.int32,), 2), (3, 4))):
+        dtype = arg.dtypes[0]
+        band = banded(torch.zeros(shape, dtype=dtype), arg, OUTPUT_CANARY[dtype])
+        assert band.band_intact()
+        flat = band.buffer.view(-1)
+        last = band.view[(-1,) * len(shape)]
+        offset = last.data_ptr() - flat.data_ptr()
+        flat[offset // flat.element_size() + 1] = 7
+        assert not band.band_intact(), shape

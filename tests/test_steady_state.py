@@ -1,0 +1,150 @@
+"""Steady state: with its outputs given, a wrapper allocates no tensor and never syncs.
+
+A runner calls these every decode step, inside captured graphs: an allocation there breaks the
+capture (or leaks a new address past it), a device-to-host read stalls the step. Counted with
+tests/host_syncs.py (a TorchDispatchMode; see there for what counts as an allocation or a sync):
+
+- native: the op on CPU tensors. The dispatch log shows what the wrapper does, the profiler's
+  memory events what the C++ kernel does below the dispatcher.
+- device stand-in: every tensor but the host copies (`*_cpu`) on `meta`, under the native
+  backend: the wrapper and the op's check run as they would before a device launch, and any read
+  of a tensor value fails.
+- triton: the check and the launcher of the Triton backend, the interpreter's own copies left
+  out (a compiled launch makes none).
+
+Each step runs once before it is counted: a first call may import modules and fill caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+import torch
+from conftest import BACKENDS
+from host_syncs import OpLog, native_allocations, triton_launches_unlogged
+from op_table import DSPARK, OP_TABLE, SLOT_MAPPING, Call, OpSpec, t32, t64
+
+import specops
+
+LAUNCHING_BACKENDS = [name for name in ("native", "triton") if name in BACKENDS]
+
+
+def _counted(step: Callable[[], object], backend: str) -> OpLog:
+    with specops.backend(backend):
+        step()
+        with triton_launches_unlogged() if backend == "triton" else contextlib.nullcontext(), OpLog() as log:
+            step()
+    return log
+
+
+def assert_steady(log: OpLog) -> None:
+    assert log.allocations() == [], f"allocated: {log.allocations()}"
+    assert log.host_syncs() == [], f"would sync: {log.host_syncs()}"
+
+
+def _on_device_stand_in(call: Call) -> Call:
+    return {name: value.to("meta") if isinstance(value, torch.Tensor) and not name.endswith("_cpu") else value
+            for name, value in call.items()}
+
+
+@pytest.mark.parametrize("backend", LAUNCHING_BACKENDS)
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
+def test_op_with_outputs_given(spec: OpSpec, backend: str):
+    call = spec.valid_call()
+    assert_steady(_counted(lambda: spec.wrapper(**call), backend))
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
+def test_native_kernel_allocates_nothing(spec: OpSpec):
+    call = spec.valid_call()
+    spec.wrapper(**call)
+    assert native_allocations(lambda: spec.wrapper(**call)) == []
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
+def test_device_path_up_to_the_launch(spec: OpSpec):
+    call = _on_device_stand_in(spec.valid_call())
+    assert_steady(_counted(lambda: spec.wrapper(**call), "native"))
+
+
+# ---------------------------------------------------------------- per-step paths of several ops
+
+@dataclasses.dataclass(frozen=True)
+class StepPath:
+    """A runner's per-step path: `build()` sets it up (allocating its persistent buffers) and
+    returns the step, which must then run allocation- and sync-free on each backend."""
+
+    name: str
+    build: Callable[[], Callable[[], object]]
+
+
+def _mappings() -> specops.PersistentMappings:
+    groups = [specops.MappingGroup(16), specops.MappingGroup(4, blocks_per_kv_block=2, cp_sharded=False)]
+    mappings = specops.PersistentMappings(groups, max_num_reqs=4, max_num_blocks_per_req=8, max_num_tokens=32,
+                                          cp_world_size=2, cp_rank=1)
+    for row in range(3):
+        mappings.append_blocks(row, [[row + 1, row + 5], [10, 11, 12, 13]])
+    mappings.apply_staged()
+    return mappings
+
+
+def _refresh() -> Callable[[], object]:
+    mappings = _mappings()
+    idx_mapping, query_start_loc, positions = t32(2, 0, -1), t32(0, 3, 4, 6), t64(0, 1, 2, 15, 7, 8)
+    return lambda: mappings.refresh(idx_mapping, query_start_loc, positions, num_reqs_padded=4, num_tokens_padded=8)
+
+
+def _apply_staged(packed: bool) -> Callable[[], object]:
+    mappings = _mappings()
+    if packed:
+        mappings._stage_through_copy(pin_memory=False)  # the device path's single staging copy, on CPU
+
+    def step():
+        mappings.append_blocks(1, [[7], [8, 9]], overwrite=True)
+        mappings.apply_staged()
+    return step
+
+
+STEP_PATHS = [
+    StepPath("PersistentMappings.refresh", _refresh),
+    StepPath("PersistentMappings.apply_staged", lambda: _apply_staged(packed=False)),
+    StepPath("PersistentMappings.apply_staged packed", lambda: _apply_staged(packed=True)),
+    # SLOT, issue 7 (specops.drafting): the drafting layer's per-step path goes here, e.g.
+    #   StepPath("build_draft_attn_metadata", _draft_step)
+    # where _draft_step builds three DraftMetadataBuilder groups and a CommonDraftInputs with
+    # seq_lens_cpu given (CPU tensors) and returns
+    #   lambda: build_draft_attn_metadata(builders, common, draft_index=1)
+    # The first call fills the per-draft-index buffers; the counted second call must allocate
+    # nothing and sync nothing. See docs/hardening.md, "Adding an op or a step path".
+]
+
+
+@pytest.mark.parametrize("backend", LAUNCHING_BACKENDS)
+@pytest.mark.parametrize("path", STEP_PATHS, ids=[path.name for path in STEP_PATHS])
+def test_step_path(path: StepPath, backend: str):
+    step = path.build()
+    assert_steady(_counted(step, backend))
+
+
+@pytest.mark.parametrize("path", STEP_PATHS, ids=[path.name for path in STEP_PATHS])
+def test_step_path_native_kernels_allocate_nothing(path: StepPath):
+    step = path.build()
+    step()
+    assert native_allocations(step) == []
+
+
+def test_the_counters_see_allocations_and_syncs():
+    """The detectors themselves: an allocating wrapper, a value read, a C++ allocation."""
+    call = SLOT_MAPPING.valid_call()
+    call.pop("out")
+    log = _counted(lambda: specops.compute_slot_mapping(**call), "native")
+    assert log.allocations() == ["aten.empty.memory_format"] and log.host_syncs() == []
+    log = _counted(lambda: specops.dspark_swa_indices(**{**DSPARK.valid_call(), "num_tokens": None}), "native")
+    assert log.host_syncs() == ["aten._local_scalar_dense.default"]
+    assert native_allocations(lambda: torch.ops.aten.nonzero(t32(0, 1, 2)))
+    with triton_launches_unlogged(), OpLog() as log:
+        torch.zeros(3).add_(1)
+    assert log.allocations() == ["aten.zeros.default"]
