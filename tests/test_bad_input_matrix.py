@@ -15,7 +15,11 @@ import re
 
 import pytest
 import torch
+from conftest import BACKENDS
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from op_table import HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec
+from strategies import assert_same
 
 import specops
 
@@ -114,6 +118,45 @@ def test_valid_call_is_accepted(backend, spec):
 
 def _schema_arguments(name: str) -> list:
     return getattr(torch.ops.specops, name).default._schema.arguments
+
+
+# Where int64 arithmetic on sizes overflows, and where int32 index math stops.
+EXTREMES = (0, -1, 2**31 - 1, 2**31, 2**32, 2**62 + 1, 2**63 - 1, -(2**63))
+
+
+WITH_INTS = [spec for spec in OP_TABLE if any(str(a.type) == "int" for a in _schema_arguments(spec.name))]
+
+
+@pytest.mark.parametrize("spec", WITH_INTS, ids=[s.name for s in WITH_INTS])
+def test_extreme_scalars_are_rejected_or_handled_alike(spec):
+    """Up to three int arguments at once at an extreme: no crash, hang or undefined behaviour
+    (the ASan/UBSan run sees the last), a ValueError on the native path wherever a Python check
+    rejects, and where every backend accepts, the same outputs."""
+    ints = [a.name for a in _schema_arguments(spec.name) if str(a.type) == "int"]
+
+    @settings(max_examples=30)
+    @given(changed=st.dictionaries(st.sampled_from(ints), st.sampled_from(EXTREMES), min_size=1, max_size=3))
+    def check(changed):
+        results = {}
+        for backend in BACKENDS:
+            call = {**spec.valid_call(), **changed}
+            try:
+                with specops.backend(backend):
+                    spec.wrapper(**call)
+                results[backend] = {name: call[name] for name in spec.outputs}
+            except ValueError as error:
+                results[backend] = error
+        rejected = {backend for backend, result in results.items() if isinstance(result, ValueError)}
+        if rejected - {"native"} and "native" in results:
+            assert "native" in rejected, f"Python checks reject {changed}, the native op accepts"
+        if "native" in results and "native" not in rejected:
+            accepted = [backend for backend in results if backend not in rejected]
+            assert accepted == list(results), f"native accepts {changed}, {sorted(rejected)} reject"
+            for backend in accepted:
+                for name in spec.outputs:
+                    assert_same(results[backend][name], results["native"][name], f"{backend} {name} {changed}")
+
+    check()
 
 
 def test_every_schema_has_a_row():

@@ -40,6 +40,11 @@ inline void check_positive(int64_t value, const char* name) {
   TORCH_CHECK_VALUE(value >= 1, name, " must be >= 1, got ", value);
 }
 
+// A size that int32 index math (and int64 products of it) must hold: in [lowest, 2^31 - 1].
+inline void check_int32_range(int64_t value, const char* name, int64_t lowest) {
+  TORCH_CHECK_VALUE(value >= lowest && value <= INT32_MAX, name, " must be in [", lowest, ", 2^31 - 1], got ", value);
+}
+
 // query_start_loc is int32 [R + 1]: starts at 0 and never decreases. Returns its last entry,
 // the number of tokens of the batch.
 inline int64_t check_query_start_loc_values(const at::Tensor& query_start_loc) {

@@ -20,11 +20,13 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
   check_positive(blocks_per_kv_block, "blocks_per_kv_block");
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
+  // Divided, not multiplied: the product of three int64 arguments can overflow.
+  TORCH_CHECK_VALUE(block_size <= INT32_MAX / blocks_per_kv_block / cp_world_size,
+                    "block_size * blocks_per_kv_block * cp_world_size must be < 2^31, got ", block_size, " * ",
+                    blocks_per_kv_block, " * ", cp_world_size);
   const int64_t kv_block = block_size * blocks_per_kv_block;
   TORCH_CHECK_VALUE(kv_block % cp_interleave == 0, "cp_interleave must divide block_size * blocks_per_kv_block = ",
                     kv_block, ", got ", cp_interleave);
-  TORCH_CHECK_VALUE(kv_block * cp_world_size <= INT32_MAX, "block_size * blocks_per_kv_block * cp_world_size must be < 2^31, got ",
-                    kv_block * cp_world_size);
   const int64_t num_reqs = query_start_loc.numel() - 1;
   const int64_t num_tokens = positions.numel();
   TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens && num_tokens_padded <= out.numel(),

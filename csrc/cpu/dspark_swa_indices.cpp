@@ -20,9 +20,11 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
   check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
   TORCH_CHECK_VALUE(seq_lens.numel() == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ", num_reqs, " entries, got ",
                     seq_lens.numel());
-  check_non_negative(window, "window");
-  check_non_negative(num_speculative_tokens, "num_speculative_tokens");
-  check_positive(block_size, "block_size");
+  // Positions are int32: so are the window, the draft block and the block size, and their sums
+  // below fit int64.
+  check_int32_range(window, "window", 0);
+  check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0);
+  check_int32_range(block_size, "block_size", 1);
   TORCH_CHECK_VALUE(width >= 1 && width >= window + num_speculative_tokens,
                     "width must be >= max(1, window + num_speculative_tokens = ", window + num_speculative_tokens,
                     "), got ", width);

@@ -26,7 +26,7 @@ struct SlotDivider {
   FastDivmod divmod;
 
   explicit SlotDivider(int64_t block_size_) : block_size(block_size_) {
-    while ((int64_t{1} << shift) < block_size) ++shift;
+    while (shift < 62 && (int64_t{1} << shift) < block_size) ++shift;
     fast = block_size <= INT32_MAX;
     if (fast) divmod = FastDivmod(static_cast<uint32_t>(block_size));
   }

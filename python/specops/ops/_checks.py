@@ -45,6 +45,12 @@ def check_positive(value: int, name: str) -> None:
         raise ValueError(f"{name} must be >= 1, got {value}")
 
 
+def check_int32_range(value: int, name: str, lowest: int) -> None:
+    """A size that int32 index math must hold: in [lowest, 2^31 - 1]."""
+    if not lowest <= value <= INT32_MAX:
+        raise ValueError(f"{name} must be in [{lowest}, 2^31 - 1], got {value}")
+
+
 def check_non_negative(value: int, name: str) -> None:
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")

@@ -38,9 +38,12 @@ def _check(
     check_positive(blocks_per_kv_block, "blocks_per_kv_block")
     check_context_parallel(cp_world_size, cp_rank, cp_interleave)
     kv_block = block_size * blocks_per_kv_block
-    check_interleave_divides(kv_block, cp_interleave)
     if kv_block * cp_world_size > INT32_MAX:
-        raise ValueError(f"block_size * blocks_per_kv_block * cp_world_size must be < 2^31, got {kv_block * cp_world_size}")
+        raise ValueError(
+            "block_size * blocks_per_kv_block * cp_world_size must be < 2^31, "
+            f"got {block_size} * {blocks_per_kv_block} * {cp_world_size}"
+        )
+    check_interleave_divides(kv_block, cp_interleave)
     num_tokens = positions.numel()
     if not num_tokens <= num_tokens_padded <= out.numel():
         raise ValueError(

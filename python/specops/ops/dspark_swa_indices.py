@@ -9,8 +9,8 @@ from specops.ops._checks import (
     INT32_MAX,
     check_cp_rank,
     check_entries,
+    check_int32_range,
     check_non_negative,
-    check_positive,
     check_query_start_loc,
     check_tensor,
 )
@@ -45,9 +45,9 @@ def _check(
     check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device)
     if seq_lens.numel() != num_reqs:
         raise ValueError(f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
-    check_non_negative(window, "window")
-    check_non_negative(num_speculative_tokens, "num_speculative_tokens")
-    check_positive(block_size, "block_size")
+    check_int32_range(window, "window", 0)
+    check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0)
+    check_int32_range(block_size, "block_size", 1)
     if width < max(1, window + num_speculative_tokens):
         raise ValueError(
             f"width must be >= max(1, window + num_speculative_tokens = {window + num_speculative_tokens}), got {width}"
