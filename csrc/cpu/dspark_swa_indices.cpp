@@ -28,10 +28,10 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
   TORCH_CHECK_VALUE(width >= 1 && width >= window + num_speculative_tokens,
                     "width must be >= max(1, window + num_speculative_tokens = ", window + num_speculative_tokens,
                     "), got ", width);
+  check_cp_rank(cp_size, cp_rank, "cp_size");  // first: the bound below subtracts cp_size
   TORCH_CHECK_VALUE(num_tokens >= num_real_tokens && num_tokens <= INT32_MAX - cp_size,
                     "num_tokens must be in [query_start_loc[R] = ", num_real_tokens, ", 2^31 - 1 - cp_size], got ",
                     num_tokens);
-  check_cp_rank(cp_size, cp_rank, "cp_size");
   const kernels::CPTokenSplit split = kernels::cp_token_split(num_tokens, cp_size, cp_rank);
   check_tensor(out, "out", {c10::kInt}, 3);
   TORCH_CHECK_VALUE(out.size(0) >= split.tokens_per_rank && out.size(1) == 1 && out.size(2) == width,
