@@ -43,6 +43,13 @@ def _strided_last_dim(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
+def _overlapping_rows(t: torch.Tensor) -> torch.Tensor:
+    """The same shape with a row stride one below a row's extent."""
+    strides = list(t.contiguous().stride())
+    strides[0] -= 1
+    return torch.zeros(t.numel(), dtype=t.dtype).as_strided(t.shape, strides)
+
+
 def _replace(name: str, make) -> callable:
     def change(call: Call) -> None:
         call[name] = make(call[name])
@@ -50,7 +57,8 @@ def _replace(name: str, make) -> callable:
 
 
 def _derived_cases(spec: OpSpec) -> list[Bad]:
-    """dtype, device, rank and layout errors of every tensor argument."""
+    """dtype, device, rank and layout errors of every tensor argument (and overlapping rows of
+    every output that accepts a row stride)."""
     call = spec.valid_call()
     cases = []
     for name, arg in spec.tensors.items():
@@ -63,6 +71,8 @@ def _derived_cases(spec: OpSpec) -> list[Bad]:
         cases.append(Bad(f"{name} one dim less", (name,), _replace(name, _one_dim_less)))
         if call[name].size(-1) >= 2:
             cases.append(Bad(f"{name} strided last dim", (name,), _replace(name, _strided_last_dim)))
+        if name in spec.outputs and arg.row_stride and call[name].size(0) >= 2:
+            cases.append(Bad(f"{name} overlapping rows", (name,), _replace(name, _overlapping_rows)))
     return cases
 
 

@@ -11,6 +11,7 @@ namespace {
 void apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const at::Tensor& starts,
                          const at::Tensor& cu_lens, const at::Tensor& values) {
   check_tensor(table, "table", {c10::kInt}, 2);
+  check_rows_disjoint(table, "table");
   check_tensor(rows, "rows", {c10::kInt, c10::kLong}, 1);
   check_tensor(starts, "starts", {c10::kInt}, 1);
   check_tensor(cu_lens, "cu_lens", {c10::kInt}, 1);

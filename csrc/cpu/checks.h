@@ -32,6 +32,17 @@ inline void check_tensor(const at::Tensor& t, const char* name, std::initializer
   }
 }
 
+// The rows of an output buffer must not share memory (an expanded view, an as_strided one with
+// a row stride below the row's extent): a kernel writes its rows independently, in parallel on a
+// device, and one row's values would show up in another.
+inline void check_rows_disjoint(const at::Tensor& t, const char* name) {
+  if (t.dim() < 2 || t.size(0) <= 1 || t.numel() == 0) return;
+  int64_t row_extent = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) row_extent += (t.size(d) - 1) * t.stride(d);
+  TORCH_CHECK_VALUE(t.stride(0) >= row_extent, name, " must not have overlapping rows: stride(0) = ", t.stride(0),
+                    " is below the ", row_extent, " elements a row spans");
+}
+
 inline void check_non_negative(int64_t value, const char* name) {
   TORCH_CHECK_VALUE(value >= 0, name, " must be >= 0, got ", value);
 }

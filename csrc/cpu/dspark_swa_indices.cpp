@@ -34,6 +34,7 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
                     num_tokens);
   const kernels::CPTokenSplit split = kernels::cp_token_split(num_tokens, cp_size, cp_rank);
   check_tensor(out, "out", {c10::kInt}, 3);
+  check_rows_disjoint(out, "out");
   TORCH_CHECK_VALUE(out.size(0) >= split.tokens_per_rank && out.size(1) == 1 && out.size(2) == width,
                     "out must have shape [>= ", split.tokens_per_rank, ", 1, width = ", width, "], got ", out.sizes());
   check_tensor(out_lens, "out_lens", {c10::kInt}, 1);

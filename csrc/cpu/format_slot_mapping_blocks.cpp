@@ -12,6 +12,7 @@ void format_slot_mapping_blocks(const at::Tensor& slot_mapping, int64_t block_si
   check_tensor(slot_mapping, "slot_mapping", {c10::kLong, c10::kInt}, 1);
   check_int32_range(block_size, "block_size", 1);
   check_tensor(out, "out", {c10::kLong, c10::kInt}, 2);
+  check_rows_disjoint(out, "out");
   TORCH_CHECK_VALUE(out.size(1) == 2 && out.size(0) >= slot_mapping.numel(), "out must have shape [>= ",
                     slot_mapping.numel(), ", 2], got ", out.sizes());
 

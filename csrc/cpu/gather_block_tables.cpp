@@ -16,6 +16,7 @@ void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& nu
   check_tensor(num_blocks, "num_blocks", {c10::kInt}, 1);
   check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
   check_tensor(out, "out", {c10::kInt}, 2);
+  check_rows_disjoint(out, "out");
   const int64_t src_rows = src_block_table.size(0);
   TORCH_CHECK_VALUE(num_blocks.numel() == src_rows, "num_blocks must have one entry per src_block_table row (",
                     src_rows, "), got ", num_blocks.numel());

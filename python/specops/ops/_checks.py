@@ -45,6 +45,17 @@ def check_positive(value: int, name: str) -> None:
         raise ValueError(f"{name} must be >= 1, got {value}")
 
 
+def check_rows_disjoint(t: torch.Tensor, name: str) -> None:
+    """The rows of an output buffer must not share memory (see csrc/cpu/checks.h)."""
+    if t.dim() < 2 or t.size(0) <= 1 or t.numel() == 0:
+        return
+    row_extent = 1 + sum((t.size(d) - 1) * t.stride(d) for d in range(1, t.dim()))
+    if t.stride(0) < row_extent:
+        raise ValueError(
+            f"{name} must not have overlapping rows: stride(0) = {t.stride(0)} is below the {row_extent} elements a row spans"
+        )
+
+
 def check_int32_range(value: int, name: str, lowest: int) -> None:
     """A size that int32 index math must hold: in [lowest, 2^31 - 1]."""
     if not lowest <= value <= INT32_MAX:

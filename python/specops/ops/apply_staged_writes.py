@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_tensor
+from specops.ops._checks import check_rows_disjoint, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.apply_staged_writes import apply_staged_writes as _reference
 
@@ -17,6 +17,7 @@ def _check(
     values: torch.Tensor,
 ) -> None:
     check_tensor(table, "table", [torch.int32], 2)
+    check_rows_disjoint(table, "table")
     device = table.device
     check_tensor(rows, "rows", [torch.int32, torch.int64], 1, device, "table")
     check_tensor(starts, "starts", [torch.int32], 1, device, "table")

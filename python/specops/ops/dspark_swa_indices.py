@@ -12,6 +12,7 @@ from specops.ops._checks import (
     check_int32_range,
     check_non_negative,
     check_query_start_loc,
+    check_rows_disjoint,
     check_tensor,
 )
 from specops.ops._op import SpecOp
@@ -35,6 +36,7 @@ def _check(
     out_lens: torch.Tensor,
 ) -> None:
     check_tensor(out, "out", [torch.int32], 3)
+    check_rows_disjoint(out, "out")
     device = out.device
     num_reqs = check_query_start_loc(query_start_loc, device)
     check_tensor(block_table, "block_table", [torch.int32], 2, device)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_int32_range, check_tensor
+from specops.ops._checks import check_int32_range, check_rows_disjoint, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.format_slot_mapping_blocks import format_slot_mapping_blocks as _reference
 
 
 def _check(slot_mapping: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
     check_tensor(out, "out", [torch.int64, torch.int32], 2)
+    check_rows_disjoint(out, "out")
     check_tensor(slot_mapping, "slot_mapping", [torch.int64, torch.int32], 1, out.device)
     check_int32_range(block_size, "block_size", 1)
     if out.size(1) != 2 or out.size(0) < slot_mapping.numel():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_tensor
+from specops.ops._checks import check_rows_disjoint, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.gather_block_tables import gather_block_tables as _reference
 
@@ -17,6 +17,7 @@ def _check(
     num_reqs_padded: int,
 ) -> None:
     check_tensor(out, "out", [torch.int32], 2)
+    check_rows_disjoint(out, "out")
     device = out.device
     check_tensor(src_block_table, "src_block_table", [torch.int32], 2, device)
     check_tensor(num_blocks, "num_blocks", [torch.int32], 1, device)
