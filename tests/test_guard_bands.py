@@ -46,10 +46,16 @@ class Banded:
     region: tuple[slice, ...]
     fill: int
 
-    def band_intact(self) -> bool:
+    def breach(self) -> str | None:
+        """Where the band no longer holds `fill`: the first such index of `buffer`, or None."""
         outside = self.buffer.clone()
         outside[self.region] = self.fill
-        return bool((outside == self.fill).all())
+        changed = (outside != self.fill).nonzero()
+        if changed.numel() == 0:
+            return None
+        index = tuple(changed[0].tolist())
+        return (f"buffer{list(index)} = {outside[index].item()} ({changed.size(0)} changed), the view is "
+                f"buffer[{', '.join(f'{r.start}:{r.stop}' if r.start is not None else ':' for r in self.region)}]")
 
 
 def banded(t: torch.Tensor, arg: Arg, fill: int) -> Banded:
@@ -94,7 +100,8 @@ def run_banded(spec: OpSpec, call: Call, backend: str, *, may_raise: type[Except
         except may_raise as exc:
             error = exc
     for name, band in bands.items():
-        assert band.band_intact(), f"{backend}: {spec.name} wrote outside {name}"
+        breach = band.breach()
+        assert breach is None, f"{backend}: {spec.name} wrote outside {name}: {breach}"
         if name not in spec.outputs or isinstance(error, ValueError):
             assert torch.equal(band.buffer, before[name]), f"{backend}: {spec.name} changed {name}"
     return Outcome(error, {name: bands[name].view.clone() for name in spec.outputs}, _host_values(result))
@@ -147,9 +154,9 @@ def test_bands_catch_a_write_one_past_the_end():
                        (Arg((torch.int32,), 2), (3, 4))):
         dtype = arg.dtypes[0]
         band = banded(torch.zeros(shape, dtype=dtype), arg, OUTPUT_CANARY[dtype])
-        assert band.band_intact()
+        assert band.breach() is None
         flat = band.buffer.view(-1)
         last = band.view[(-1,) * len(shape)]
         offset = last.data_ptr() - flat.data_ptr()
         flat[offset // flat.element_size() + 1] = 7
-        assert not band.band_intact(), shape
+        assert "= 7 (1 changed)" in band.breach(), shape
