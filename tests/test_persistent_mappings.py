@@ -12,9 +12,9 @@ import random
 
 import pytest
 import torch
+from host_syncs import AllocationCounter
 from strategies import assert_same
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import specops
 from specops import MappingGroup, PersistentMappings
@@ -327,24 +327,6 @@ def test_capture_simulation_reads_through_recorded_addresses():
             assert all((t == NULL).all() for t in tables) and all((s == PAD).all() for s in slots)
         step.refresh(mappings)
         scheduler.check_captured(step, tables, slots)
-
-
-class AllocationCounter(TorchDispatchMode):
-    """Records every op and the ones whose outputs live in newly allocated storage (views,
-    in-place and out= ops share an input's storage and do not count)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: list[str] = []
-        self.allocating: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        self.ops.append(str(func))
-        if any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs for t in tree_leaves(result)):
-            self.allocating.append(str(func))
-        return result
 
 
 def _staged_and_steps(mappings: PersistentMappings, count: int) -> list[Step]:

@@ -20,6 +20,7 @@ from specops.ops import (
     sas_metadata,
 )
 from specops.persistent import MappingGroup, PersistentMappings
+from specops import drafting  # noqa: E402  (SPEC 4: specops.drafting, after the ops it calls)
 from specops.sas_layout import FAEntry, FDEntry, SASHeader, SASSchedule, decode_sas_metadata
 
 __version__ = EXTENSION.built_version or "0.1.0"
@@ -43,6 +44,7 @@ __all__ = [
     "cp_local_metadata",
     "current_backend",
     "decode_sas_metadata",
+    "drafting",
     "dspark_swa_indices",
     "format_slot_mapping_blocks",
     "gather_block_tables",

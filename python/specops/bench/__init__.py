@@ -8,6 +8,7 @@ from specops.bench import (
     apply_staged_writes,
     compute_slot_mapping,
     cp_local_metadata,
+    drafting,
     dspark_swa_indices,
     format_slot_mapping_blocks,
     gather_block_tables,
@@ -24,4 +25,5 @@ BENCHMARKS = {
     "format_slot_mapping_blocks": format_slot_mapping_blocks,
     "dspark_swa_indices": dspark_swa_indices,
     "sas_metadata": sas_metadata,
+    "drafting": drafting,
 }

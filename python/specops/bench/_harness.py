@@ -27,6 +27,8 @@ class Case:
     baselines: tuple[str, ...] = ("numpy", "torch-eager")  # speedup = baseline / subject
     floors: tuple[str, ...] = ()  # cost floors, reported as subject / floor
     extras: dict[str, float] = dataclasses.field(default_factory=dict)  # e.g. a balance figure
+    # Figures computed from this run's medians (impl -> µs), added to extras after timing.
+    derive: Callable[[dict[str, float]], dict[str, float]] | None = None
 
 
 @dataclasses.dataclass
@@ -89,6 +91,8 @@ def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.d
         times = time_host(case.impls, samples, sample_seconds)
     else:
         times = time_device(case.impls, samples)
+    if case.derive is not None:
+        case.extras.update(case.derive({name: statistics.median(values) for name, values in times.items()}))
     return [
         Measurement(case.op, case.label, name, case.batch_size, case.num_tokens,
                     statistics.median(values), _percentile(values, 0.2), _percentile(values, 0.8))
