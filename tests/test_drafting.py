@@ -100,7 +100,8 @@ def make_step(rng: random.Random, groups, num_speculative_tokens: int, *, num_re
         positions = torch.cat([positions, torch.zeros(5, dtype=torch.int64)])
         block_tables = {name: torch.cat([t, t[:1].clone() if t.size(0) else torch.zeros_like(t[:0])])
                         for name, t in block_tables.items()}
-        slot_mappings = {name: torch.cat([t, torch.full((4,), -1, dtype=torch.int64)]) for name, t in slot_mappings.items()}
+        slot_mappings = {name: torch.cat([t, torch.full((4,), -1, dtype=torch.int64)])
+                         for name, t in slot_mappings.items()}
     return CommonDraftInputs(
         query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc.clone(), seq_lens=seq_lens,
         seq_lens_cpu=seq_lens.clone() if host_seq_lens else None, positions=positions, num_reqs=num_reqs,
@@ -160,8 +161,8 @@ def expected_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraf
     positions[:num_tokens] = common.positions[:num_tokens]
     half = ROT_DIM // 2
     rows = model.rope_cos_sin_cache[positions]
-    local_qsl, local_seq, start_pos = (torch.empty(num_reqs + 1, dtype=torch.int32), torch.empty(num_reqs, dtype=torch.int32),
-                                       torch.empty(num_reqs, dtype=torch.int32))
+    local_qsl = torch.empty(num_reqs + 1, dtype=torch.int32)
+    local_seq, start_pos = torch.empty(num_reqs, dtype=torch.int32), torch.empty(num_reqs, dtype=torch.int32)
     reference_cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, common.causal,
                                 local_qsl, local_seq, start_pos)
     local_query_lens = (local_qsl[1:] - local_qsl[:-1]).tolist()
@@ -578,7 +579,7 @@ def test_bad_configs_name_the_argument():
 
 @pytest.mark.parametrize("problem, argument", [
     ("num_reqs", "num_reqs"), ("num_input_tokens", "num_input_tokens"), ("num_actual_tokens", "num_actual_tokens"),
-    ("slot_mappings", "slot_mappings"), ("block_tables", "block_tables"),
+    ("slot_mappings", "slot_mappings"), ("block_tables", "block_tables"), ("host_copy", "query_start_loc_cpu"),
 ])
 def test_bad_steps_name_the_argument(problem, argument):
     groups = [SWA, DSPARK]
@@ -590,6 +591,8 @@ def test_bad_steps_name_the_argument(problem, argument):
         common.num_input_tokens = MAX_NUM_TOKENS + 1
     elif problem == "num_actual_tokens":
         common.num_actual_tokens = common.num_input_tokens + 1
+    elif problem == "host_copy":
+        common.query_start_loc_cpu = common.query_start_loc_cpu.to("meta")
     else:
         getattr(common, problem).pop("dspark")
     with pytest.raises(ValueError, match=argument):

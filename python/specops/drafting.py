@@ -28,7 +28,8 @@ import torch
 from specops._cp import cp_token_split
 from specops.ops._checks import check_cp_rank, check_non_negative, check_positive
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
-from specops.ops.dspark_swa_indices import default_width, dspark_swa_indices
+from specops.ops.dspark_swa_indices import _OP as _DSPARK_SWA_INDICES
+from specops.ops.dspark_swa_indices import default_width
 from specops.ops.format_slot_mapping_blocks import _OP as _FORMAT_SLOT_MAPPING_BLOCKS
 from specops.ops.sas_metadata import sas_metadata
 from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES, NUM_WORDS
@@ -75,12 +76,14 @@ class ModelConfig:
         check_positive(self.num_heads_q, "num_heads_q")
         check_positive(self.num_heads_kv, "num_heads_kv")
         if self.num_heads_q % self.num_heads_kv:
-            raise ValueError(f"num_heads_q must be a multiple of num_heads_kv = {self.num_heads_kv}, got {self.num_heads_q}")
+            raise ValueError(
+                f"num_heads_q must be a multiple of num_heads_kv = {self.num_heads_kv}, got {self.num_heads_q}")
         check_positive(self.head_dim, "head_dim")
         cache = self.rope_cos_sin_cache
         if not isinstance(cache, torch.Tensor) or cache.dim() != 2 or cache.size(1) < 2 or cache.size(1) % 2:
             shape = list(cache.shape) if isinstance(cache, torch.Tensor) else type(cache).__name__
-            raise ValueError(f"rope_cos_sin_cache must be a [max_position, rot_dim] tensor with an even rot_dim >= 2, got {shape}")
+            raise ValueError(
+                f"rope_cos_sin_cache must be a [max_position, rot_dim] tensor with an even rot_dim >= 2, got {shape}")
         check_non_negative(self.num_speculative_tokens, "num_speculative_tokens")
         check_cp_rank(self.cp_size, self.cp_rank, "cp_size")
         if not 1 <= self.num_cube_cores <= MAX_CUBE_CORES:
@@ -199,12 +202,6 @@ class StepCache:
         behind value are rewritten (None: the value owns no buffer)."""
         generation = None if owner is None else owner.generation
         self._entries[key] = (fingerprint, value, keep_alive, owner, generation)
-
-    def copy(self) -> StepCache:
-        """A new cache with the same entries and zeroed counters (a snapshot of the step so far)."""
-        snapshot = StepCache()
-        snapshot._entries = dict(self._entries)
-        return snapshot
 
     def keys(self) -> list[tuple[Hashable, Hashable]]:
         return list(self._entries)
@@ -336,7 +333,12 @@ class DraftMetadataBuilder:
         self.window = group.window
         self._rope_cache = model.rope_cos_sin_cache
         # Wide enough for every request the split counts as a decode (1 + num_speculative_tokens).
-        self.dspark_width = default_width(group.sliding_window, model.num_speculative_tokens + 1) if group.dspark else None
+        self.dspark_width = (default_width(group.sliding_window, model.num_speculative_tokens + 1)
+                             if group.dspark else None)
+        # Positional arguments of the DSpark op (window, num_speculative_tokens, block_size) and
+        # of the CP split, fixed for the builder's life.
+        self._dspark_args = (group.sliding_window, model.num_speculative_tokens, group.block_size)
+        self._cp_args = (model.cp_size, model.cp_rank)
         self._buffers: dict[int, _DraftBuffers] = {}
         self._decode_threshold = 1 + model.num_speculative_tokens
         # Builders of models with these values (and the same RoPE cache tensor) share entries.
@@ -368,7 +370,8 @@ class DraftMetadataBuilder:
                 raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {self.max_num_tokens}], "
                                  f"got {num_input_tokens}")
             if not 0 <= num_tokens <= num_input_tokens:
-                raise ValueError(f"num_actual_tokens must be in [0, num_input_tokens = {num_input_tokens}], got {num_tokens}")
+                raise ValueError(
+                    f"num_actual_tokens must be in [0, num_input_tokens = {num_input_tokens}], got {num_tokens}")
             if len(buffers.views) >= _MAX_CACHED_SHAPES:
                 buffers.views.clear()
             views = _Views(buffers, num_reqs, num_tokens, num_input_tokens, self.model.cp_size, self.model.cp_rank)
@@ -399,6 +402,8 @@ class DraftMetadataBuilder:
         query_start_loc_cpu = _first(common.query_start_loc_cpu, num_reqs + 1)
 
         # The split comes from the host copy: no device read.
+        if query_start_loc_cpu.device.type != "cpu":
+            raise ValueError(f"query_start_loc_cpu must be on the host, got {query_start_loc_cpu.device}")
         starts = query_start_loc_cpu.numpy()
         query_lens = np.diff(starts)
         is_decode = query_lens <= self._decode_threshold
@@ -448,6 +453,11 @@ class DraftMetadataBuilder:
         """This group's metadata for draft step draft_index. With `shared`, group-invariant
         results stored there for the same inputs are reused (the same tensors, not copies) and
         the ones computed here are stored; without it everything is computed here."""
+        return self._build(common, draft_index, shared, None if shared is None else self._fingerprint(common))
+
+    def _build(self, common: CommonDraftInputs, draft_index: int, shared: StepCache | None,
+               fingerprint: tuple | None) -> DraftAttnMetadata:
+        """build_for_drafting with the inputs' fingerprint taken by the caller (None without a cache)."""
         buffers = self._buffers.get(draft_index)
         if buffers is None:
             buffers = self.buffers(draft_index)
@@ -458,9 +468,8 @@ class DraftMetadataBuilder:
             invariant = self._compute_invariant(common, buffers, views)
             sas = self._compute_sas(invariant, buffers)
         else:
-            # The hit path of every later group: keep it to one fingerprint and two lookups.
+            # The hit path of every later group: keep it to two lookups.
             invariant_key, sas_key = buffers.invariant_key, buffers.sas_key
-            fingerprint = self._fingerprint(common)
             invariant = shared.get(invariant_key, fingerprint)
             if invariant is None:
                 invariant = self._compute_invariant(common, buffers, views)
@@ -484,13 +493,10 @@ class DraftMetadataBuilder:
         _FORMAT_SLOT_MAPPING_BLOCKS(slot_mapping, group.storage_block_size, views.slot_mapping)
         if group.dspark:
             num_reqs = common.num_reqs
-            dspark_swa_indices(
+            _DSPARK_SWA_INDICES(
                 _group_input(common.block_tables, group.name, "block_tables"),
-                _first(common.query_start_loc, num_reqs + 1), _first(common.seq_lens, num_reqs),
-                window=group.sliding_window, num_speculative_tokens=self.model.num_speculative_tokens,
-                block_size=group.block_size, num_tokens=common.num_input_tokens, width=self.dspark_width,
-                cp_size=self.model.cp_size, cp_rank=self.model.cp_rank, out=views.dspark_indices,
-                out_lens=views.dspark_lens,
+                _first(common.query_start_loc, num_reqs + 1), _first(common.seq_lens, num_reqs), *self._dspark_args,
+                common.num_input_tokens, self.dspark_width, *self._cp_args, views.dspark_indices, views.dspark_lens,
             )
         return DraftAttnMetadata(*invariant, sas, views.slot_mapping, views.dspark_indices, views.dspark_lens,
                                  self.window)
@@ -533,7 +539,16 @@ def build_draft_attn_metadata(
     """
     if isinstance(common, CommonDraftInputs):
         shared = StepCache() if dummy_run or cache is None else cache
-        return [builder.build_for_drafting(common, draft_index, shared) for builder in builders]
+        # No runner code runs between the groups of this loop, so the inputs cannot change in
+        # it: their fingerprint is taken once (once per RoPE cache tensor, which it includes).
+        metas = []
+        rope_cache = fingerprint = None
+        for builder in builders:
+            if builder._rope_cache is not rope_cache:
+                rope_cache, fingerprint = builder._rope_cache, builder._fingerprint(common)
+            metas.append(builder._build(common, draft_index, shared, fingerprint))
+        return metas
     if len(common) != len(builders):
-        raise ValueError(f"common must be one CommonDraftInputs or one per builder ({len(builders)}), got {len(common)}")
+        raise ValueError(
+            f"common must be one CommonDraftInputs or one per builder ({len(builders)}), got {len(common)}")
     return [builder.build_for_drafting(inputs, draft_index, None) for builder, inputs in zip(builders, common)]

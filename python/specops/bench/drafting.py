@@ -5,17 +5,16 @@ Groups, in this order: a sliding-window group (window 128), a full-attention gro
 4-group mix a full-attention group with a 4x smaller storage block (compressed), and a DSpark
 group (window 128). Decode batches: every request has 1 + k query tokens (k speculative).
 
-How a later group is timed: a StepCache is filled by the groups before it (with builders of
-their own, so nothing rewrites the buffers its entries point at), and every call builds the
-group against a copy of that snapshot, exactly the state it finds in a real step; the ratios
-subtract the copy (`snapshot copy`). The first group builds against a new StepCache per call.
-`own ops gK` runs only the ops that group K cannot share: its slot-mapping format, its
-sas_metadata when no earlier group has its (heads, head_dim, window), its DSpark indices.
-`step shared` is build_draft_attn_metadata over all groups, `step no-cache` every group
-building alone.
+What a group costs inside a step is measured as the step grows: `step g0` runs
+build_draft_attn_metadata over the first group, `step g0-g1` over the first two, ..., `step
+shared` over all; group K's cost is step(g0..gK) - step(g0..gK-1), timed in the same
+interleaved rounds. `own ops gK` runs only the ops group K cannot share: its slot-mapping
+format, its sas_metadata when no earlier group has its (heads, head_dim, window), its DSpark
+indices. `no-cache gK` is group K building alone (build_for_drafting without a cache), and
+`step no-cache` every group building alone.
 
-Extras: `gK/g0` = (shared gK - snapshot copy) / shared g0; `gK cache/g0` = the same minus
-own ops gK: what the layer itself costs a later group.
+Extras: `gK/g0` = group K's cost in the step / step g0; `gK layer/g0` = the same minus own ops
+gK: what the layer itself (fingerprint, lookups, metadata object) costs a later group.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from specops.drafting import (
     DraftMetadataBuilder,
     GroupConfig,
     ModelConfig,
-    StepCache,
     build_draft_attn_metadata,
 )
 
@@ -46,7 +44,8 @@ GROUPS_3 = (
     GroupConfig("full", block_size=128, storage_block_size=128, sliding_window=None),
     GroupConfig("dspark", block_size=128, storage_block_size=128, sliding_window=WINDOW, dspark=True),
 )
-GROUPS_4 = GROUPS_3[:2] + (GroupConfig("c4", block_size=128, storage_block_size=32, sliding_window=None),) + GROUPS_3[2:]
+COMPRESSED = GroupConfig("c4", block_size=128, storage_block_size=32, sliding_window=None)
+GROUPS_4 = (*GROUPS_3[:2], COMPRESSED, GROUPS_3[2])
 
 # (groups, requests, speculative tokens, CP size)
 SHAPES = (
@@ -75,8 +74,10 @@ def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.devi
     positions = context.repeat_interleave(query_len) + torch.arange(query_len).repeat(num_reqs)
     num_tokens = num_reqs * query_len
     cols = -(-MAX_CONTEXT // 128)
-    block_tables = {g.name: torch.randint(1, 1 << 20, (num_reqs, cols), dtype=torch.int32, generator=generator).to(device)
-                    for g in groups}
+    block_tables = {
+        g.name: torch.randint(1, 1 << 20, (num_reqs, cols), dtype=torch.int32, generator=generator).to(device)
+        for g in groups
+    }
     slot_mappings = {g.name: torch.randint(0, 1 << 27, (num_tokens,), generator=generator).to(device) for g in groups}
     return CommonDraftInputs(
         query_start_loc=query_start_loc.to(device), query_start_loc_cpu=query_start_loc,
@@ -88,16 +89,6 @@ def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.devi
 
 def _builders(model: ModelConfig, groups, device: torch.device) -> list[DraftMetadataBuilder]:
     return [DraftMetadataBuilder(model, g, MAX_NUM_REQS, MAX_NUM_TOKENS, device=device) for g in groups]
-
-
-def _later_group(model: ModelConfig, groups, index: int, common: CommonDraftInputs,
-                 device: torch.device) -> Callable[[], object]:
-    builders = _builders(model, groups[:index + 1], device)
-    snapshot = StepCache()
-    for builder in builders[:index]:
-        builder.build_for_drafting(common, DRAFT_INDEX, snapshot)
-    later = builders[index]
-    return lambda: later.build_for_drafting(common, DRAFT_INDEX, snapshot.copy())
 
 
 def _own_ops(model: ModelConfig, groups, index: int, common: CommonDraftInputs,
@@ -132,16 +123,19 @@ def _impl_name(mode: str, index: int, group: GroupConfig) -> str:
     return f"{mode} g{index} {group.name}"
 
 
+def _step_name(groups, count: int) -> str:
+    return "step shared" if count == len(groups) else ("step g0" if count == 1 else f"step g0-g{count - 1}")
+
+
 def _ratios(groups) -> Callable[[dict[str, float]], dict[str, float]]:
     def derive(medians: dict[str, float]) -> dict[str, float]:
-        first = medians[_impl_name("shared", 0, groups[0])]
-        copy = medians["snapshot copy"]
-        ratios, cache_costs = {}, {}
+        first = medians[_step_name(groups, 1)]
+        ratios, layer = {}, {}
         for index, group in enumerate(groups[1:], 1):
-            later = medians[_impl_name("shared", index, group)] - copy
-            ratios[f"g{index}/g0"] = later / first
-            cache_costs[f"g{index} cache/g0"] = (later - medians[_impl_name("own ops", index, group)]) / first
-        return {**ratios, "max later/first": max(ratios.values()), **cache_costs}
+            cost = medians[_step_name(groups, index + 1)] - medians[_step_name(groups, index)]
+            ratios[f"g{index}/g0"] = cost / first
+            layer[f"g{index} layer/g0"] = (cost - medians[_impl_name("own ops", index, group)]) / first
+        return {**ratios, "max later/first": max(ratios.values()), **layer}
 
     return derive
 
@@ -149,28 +143,23 @@ def _ratios(groups) -> Callable[[dict[str, float]], dict[str, float]]:
 def _case(groups, num_reqs: int, num_speculative_tokens: int, cp_size: int, device: torch.device) -> Case:
     model = make_model(num_speculative_tokens, cp_size, device)
     common = make_decode_inputs(groups, num_reqs, 1 + num_speculative_tokens, device)
-    first = _builders(model, groups[:1], device)[0]
-    impls: dict[str, Callable[[], object]] = {
-        _impl_name("shared", 0, groups[0]): lambda: first.build_for_drafting(common, DRAFT_INDEX, StepCache()),
-    }
-    for index in range(1, len(groups)):
-        impls[_impl_name("shared", index, groups[index])] = _later_group(model, groups, index, common, device)
+    step_builders = _builders(model, groups, device)
+    impls: dict[str, Callable[[], object]] = {}
+    for count in range(1, len(groups) + 1):
+        impls[_step_name(groups, count)] = (
+            lambda prefix=step_builders[:count]: build_draft_attn_metadata(prefix, common, DRAFT_INDEX))
     for index in range(1, len(groups)):
         impls[_impl_name("own ops", index, groups[index])] = _own_ops(model, groups, index, common, device)
-    snapshot = StepCache()
-    _builders(model, groups[:1], device)[0].build_for_drafting(common, DRAFT_INDEX, snapshot)
-    impls["snapshot copy"] = snapshot.copy
     alone = _builders(model, groups, device)
     for index, builder in enumerate(alone):
         impls[_impl_name("no-cache", index, groups[index])] = (
             lambda b=builder: b.build_for_drafting(common, DRAFT_INDEX))
-    step_builders, step_alone = _builders(model, groups, device), _builders(model, groups, device)
-    impls["step shared"] = lambda: build_draft_attn_metadata(step_builders, common, DRAFT_INDEX)
-    impls["step no-cache"] = lambda: [b.build_for_drafting(common, DRAFT_INDEX) for b in step_alone]
+    impls["step no-cache"] = lambda: [b.build_for_drafting(common, DRAFT_INDEX) for b in alone]
     label = f"G={len(groups)} R={num_reqs} k={num_speculative_tokens} C={cp_size}"
     return Case("drafting", label, num_reqs, common.num_actual_tokens, impls, subject="step shared",
                 baselines=("step no-cache",), derive=_ratios(groups))
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
-    return [_case(groups, num_reqs, k, cp_size, device) for groups, num_reqs, k, cp_size in (QUICK_SHAPES if quick else SHAPES)]
+    shapes = QUICK_SHAPES if quick else SHAPES
+    return [_case(groups, num_reqs, k, cp_size, device) for groups, num_reqs, k, cp_size in shapes]
