@@ -1,6 +1,7 @@
 #pragma once
 // Argument checks shared by the CPU wrappers. Every message names the argument and what was
 // expected, and every check runs before an output is touched, so a rejected call writes nothing.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
@@ -40,8 +41,9 @@ inline void check_positive(int64_t value, const char* name) {
   TORCH_CHECK_VALUE(value >= 1, name, " must be >= 1, got ", value);
 }
 
-// query_start_loc is int32 [R + 1]: starts at 0, never decreases, ends at num_tokens.
-inline void check_query_start_loc(const at::Tensor& query_start_loc, int64_t num_tokens) {
+// query_start_loc is int32 [R + 1]: starts at 0 and never decreases. Returns query_start_loc[R],
+// the number of tokens.
+inline int64_t check_query_start_loc_order(const at::Tensor& query_start_loc) {
   check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
   TORCH_CHECK_VALUE(query_start_loc.numel() >= 1, "query_start_loc must have R + 1 >= 1 entries, got 0");
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
@@ -51,8 +53,27 @@ inline void check_query_start_loc(const at::Tensor& query_start_loc, int64_t num
     TORCH_CHECK_VALUE(qsl[r + 1] >= qsl[r], "query_start_loc must be non-decreasing, but query_start_loc[", r + 1,
                       "] = ", qsl[r + 1], " < query_start_loc[", r, "] = ", qsl[r]);
   }
-  TORCH_CHECK_VALUE(qsl[num_reqs] == num_tokens, "query_start_loc[R] must equal the number of tokens ", num_tokens,
-                    ", got ", qsl[num_reqs]);
+  return qsl[num_reqs];
+}
+
+// ... and ends at num_tokens.
+inline void check_query_start_loc(const at::Tensor& query_start_loc, int64_t num_tokens) {
+  const int64_t last = check_query_start_loc_order(query_start_loc);
+  TORCH_CHECK_VALUE(last == num_tokens, "query_start_loc[R] must equal the number of tokens ", num_tokens, ", got ",
+                    last);
+}
+
+inline void check_min_numel(const at::Tensor& t, const char* name, int64_t required, const char* what) {
+  TORCH_CHECK_VALUE(t.numel() >= required, name, " must have at least ", what, " = ", required, " entries, got ",
+                    t.numel());
+}
+
+// For outputs that must not share memory with another output or an input. Strided views that
+// torch cannot judge cheaply (TooHard) are let through.
+inline void check_no_overlap(const at::Tensor& a, const char* a_name, const at::Tensor& b, const char* b_name) {
+  const at::MemOverlapStatus status = at::get_overlap_status(a, b);
+  TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, a_name,
+                    " must not share memory with ", b_name);
 }
 
 }  // namespace specops::cpu

@@ -1,0 +1,53 @@
+#pragma once
+// Checks of one slot mapping's block table, output and sizes, shared by compute_slot_mapping and
+// every op that computes slot mappings of KV-cache groups (named block_tables[g] etc. there).
+#include "cpu/checks.h"
+#include "kernels/compute_slot_mapping.h"
+
+namespace specops::cpu {
+
+struct SlotMappingArgNames {
+  const char* block_table = "block_table";
+  const char* out = "out";
+  const char* block_size = "block_size";
+  const char* blocks_per_kv_block = "blocks_per_kv_block";
+};
+
+inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block_table, int64_t block_size,
+                                                         const at::Tensor& out, int64_t blocks_per_kv_block,
+                                                         int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
+                                                         int64_t num_reqs, int64_t num_tokens, int64_t num_tokens_padded,
+                                                         const SlotMappingArgNames& names = {}) {
+  check_tensor(block_table, names.block_table, {c10::kInt}, 2);
+  check_tensor(out, names.out, {c10::kLong, c10::kInt}, 1);
+  check_positive(block_size, names.block_size);
+  check_positive(blocks_per_kv_block, names.blocks_per_kv_block);
+  check_positive(cp_world_size, "cp_world_size");
+  TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_world_size, "cp_rank must be in [0, cp_world_size = ",
+                    cp_world_size, "), got ", cp_rank);
+  check_positive(cp_interleave, "cp_interleave");
+  const int64_t kv_block = block_size * blocks_per_kv_block;
+  TORCH_CHECK_VALUE(kv_block % cp_interleave == 0, "cp_interleave must divide ", names.block_size, " * ",
+                    names.blocks_per_kv_block, " = ", kv_block, ", got ", cp_interleave);
+  TORCH_CHECK_VALUE(kv_block * cp_world_size <= INT32_MAX, names.block_size, " * ", names.blocks_per_kv_block,
+                    " * cp_world_size must be < 2^31, got ", kv_block * cp_world_size);
+  TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens && num_tokens_padded <= out.numel(),
+                    "num_tokens_padded must be in [num_tokens = ", num_tokens, ", ", names.out, ".numel() = ", out.numel(),
+                    "], got ", num_tokens_padded);
+
+  kernels::SlotMappingShape shape;
+  shape.num_reqs = num_reqs;
+  shape.num_tokens = num_tokens;
+  shape.num_tokens_padded = num_tokens_padded;
+  shape.block_table_rows = block_table.size(0);
+  shape.block_table_cols = block_table.size(1);
+  shape.block_table_stride = block_table.stride(0);
+  shape.block_size = block_size;
+  shape.blocks_per_kv_block = blocks_per_kv_block;
+  shape.cp_world_size = cp_world_size;
+  shape.cp_rank = cp_rank;
+  shape.cp_interleave = cp_interleave;
+  return shape;
+}
+
+}  // namespace specops::cpu
