@@ -3,7 +3,6 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,8 +12,6 @@
 
 namespace specops::cpu {
 namespace {
-
-std::string indexed(const char* name, size_t index) { return std::string(name) + "[" + std::to_string(index) + "]"; }
 
 void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
                                 const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
@@ -48,9 +45,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   std::vector<kernels::SlotMappingGroup> groups;
   groups.reserve(num_groups);
   for (size_t g = 0; g < num_groups; ++g) {
-    const std::string table_name = indexed("block_tables", g), out_name = indexed("slot_mappings", g),
-                      size_name = indexed("block_sizes", g), kv_name = indexed("blocks_per_kv_block", g);
-    const SlotMappingArgNames names{table_name.c_str(), out_name.c_str(), size_name.c_str(), kv_name.c_str()};
+    const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
     const bool sharded = cp_sharded.get(g);
     const kernels::SlotMappingShape shape = check_slot_mapping_args(
         block_tables[g], block_sizes[g], slot_mappings[g], blocks_per_kv_block[g], sharded ? cp_world_size : 1,
@@ -63,13 +58,15 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
 
   // Every output is written once, so no two may share memory; the correction's inputs may
   // alias num_computed_tokens and num_accepted_tokens, as in correct_num_computed_tokens.
-  std::vector<std::pair<const at::Tensor*, std::string>> outputs = {
-      {&num_computed_tokens, "num_computed_tokens"}, {&num_accepted_tokens, "num_accepted_tokens"},
-      {&positions, "positions"}, {&seq_lens, "seq_lens"}};
-  for (size_t g = 0; g < num_groups; ++g) outputs.emplace_back(&slot_mappings[g], indexed("slot_mappings", g));
+  std::vector<std::pair<const at::Tensor*, ArgName>> outputs = {
+      {&num_computed_tokens, {"num_computed_tokens"}}, {&num_accepted_tokens, {"num_accepted_tokens"}},
+      {&positions, {"positions"}}, {&seq_lens, {"seq_lens"}}};
+  for (size_t g = 0; g < num_groups; ++g) {
+    outputs.emplace_back(&slot_mappings[g], ArgName{"slot_mappings", static_cast<int64_t>(g)});
+  }
   for (size_t a = 2; a < outputs.size(); ++a) {
     for (size_t b = 0; b < a; ++b) {
-      check_no_overlap(*outputs[a].first, outputs[a].second.c_str(), *outputs[b].first, outputs[b].second.c_str());
+      check_no_overlap(*outputs[a].first, outputs[a].second, *outputs[b].first, outputs[b].second);
     }
   }
   if (idx_mapping.has_value()) {

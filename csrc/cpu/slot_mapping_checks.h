@@ -7,10 +7,15 @@
 namespace specops::cpu {
 
 struct SlotMappingArgNames {
-  const char* block_table = "block_table";
-  const char* out = "out";
-  const char* block_size = "block_size";
-  const char* blocks_per_kv_block = "blocks_per_kv_block";
+  ArgName block_table{"block_table"};
+  ArgName out{"out"};
+  ArgName block_size{"block_size"};
+  ArgName blocks_per_kv_block{"blocks_per_kv_block"};
+
+  // The names of group g's arguments in ops that take one list per argument.
+  static SlotMappingArgNames of_group(int64_t g) {
+    return {{"block_tables", g}, {"slot_mappings", g}, {"block_sizes", g}, {"blocks_per_kv_block", g}};
+  }
 };
 
 inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block_table, int64_t block_size,

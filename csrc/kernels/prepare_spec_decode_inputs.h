@@ -2,8 +2,11 @@
 // The metadata of one async spec-decode step in one call: the count correction, positions and
 // seq_lens, and the slot mapping of every KV-cache group. Equal to correct_num_computed_tokens,
 // then prepare_positions_and_seq_lens, then compute_slot_mapping per group, and built from
-// their bodies; what fusing saves is the dispatch and checks of 2 + G calls, and a rejected
-// call writes nothing, since positions are validated from the gathered counts before any store.
+// their bodies and compute_slot_mapping's placement math. Fusing saves the dispatch and checks
+// of 2 + G calls and, since the op knows each request's positions are consecutive, the
+// per-token divisions and block-table loads of the slot mappings (see
+// slots_of_consecutive_positions). A rejected call writes nothing: positions are validated
+// from the gathered counts before any store.
 #include <cstdint>
 
 #include "kernels/compute_slot_mapping.h"
@@ -61,6 +64,123 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
   return -1;
 }
 
+// The slot of one position, or PAD, exactly as compute_slot_mapping computes it: the fallback
+// for a run of positions outside [0, 2^31) (never reached after the host checks).
+inline int64_t slot_of_position(int64_t position, const int32_t* block_row, const SlotMappingShape& s,
+                                const SlotMappingDivisors& d) {
+  if (position < 0 || position > INT32_MAX) return kPadSlotId;
+  const TokenPlacement p = place_token(static_cast<uint32_t>(position), s, d);
+  if (!p.local || p.column >= s.block_table_cols) return kPadSlotId;
+  const int64_t block_id = block_row[p.column];
+  return block_id >= 0 ? block_id * s.block_size + p.offset : kPadSlotId;
+}
+
+// Slots of the consecutive positions first .. first + count - 1 of one request, equal to
+// compute_slot_mapping's. The fused op made the positions itself, so it knows they are
+// consecutive: only the first one is placed with divisions; then each step moves one offset
+// along the virtual block (the interleave run ends: the next rank's run starts; the virtual
+// block ends: the next one starts), and the tokens this rank stores fill its kernel blocks in
+// order, so a block id is loaded once per kernel block, not once per token.
+template <bool kContextParallel, typename OutT>
+void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t* block_row, OutT* out,
+                                    const SlotMappingShape& s, const SlotMappingDivisors& d) {
+  if (count <= 0) return;
+  if (first < 0 || first + count - 1 > INT32_MAX) {
+    for (int64_t t = 0; t < count; ++t) out[t] = static_cast<OutT>(slot_of_position(first + t, block_row, s, d));
+    return;
+  }
+  const uint32_t block_size = d.block.divisor();
+  const uint32_t virtual_block_size = d.virtual_block.divisor();
+  const uint32_t interleave = d.interleave.divisor();
+  const uint32_t world = d.world.divisor();
+  const uint32_t rank = static_cast<uint32_t>(s.cp_rank);
+  const uint32_t position = static_cast<uint32_t>(first);
+  // Where the next token this rank stores goes: kernel-block column, offset in the kernel block.
+  int64_t column;
+  uint32_t in_block;
+  uint32_t offset = 0, in_run = 0, owner = 0;  // position inside the virtual block, run, owning rank
+  int64_t virtual_block_column = 0;            // first column of the current virtual block
+  if constexpr (kContextParallel) {
+    const uint32_t virtual_block = d.virtual_block.div(position);
+    offset = position - virtual_block * virtual_block_size;
+    const uint32_t run = d.interleave.div(offset);
+    in_run = offset - run * interleave;
+    owner = d.world.mod(run);
+    // This rank's runs before the offset, plus the part of the current run if it is ours.
+    const uint32_t runs_before = d.rank_stride.div(offset) + (owner > rank ? 1 : 0);
+    const uint32_t local = runs_before * interleave + (owner == rank ? in_run : 0);
+    const uint32_t kernel_block = d.block.div(local);
+    virtual_block_column = static_cast<int64_t>(virtual_block) * s.blocks_per_kv_block;
+    column = virtual_block_column + kernel_block;
+    in_block = local - kernel_block * block_size;
+  } else {
+    const uint32_t kernel_block = d.block.div(position);
+    column = kernel_block;
+    in_block = position - kernel_block * block_size;
+  }
+  int64_t loaded_column = -1;
+  int64_t block_id = -1;
+  for (int64_t t = 0; t < count; ++t) {
+    int64_t slot = kPadSlotId;
+    if (!kContextParallel || owner == rank) {
+      if (column != loaded_column) {
+        loaded_column = column;
+        block_id = column < s.block_table_cols ? static_cast<int64_t>(block_row[column]) : -1;
+      }
+      if (block_id >= 0) slot = block_id * s.block_size + in_block;
+      if (++in_block == block_size) {
+        in_block = 0;
+        ++column;
+      }
+    }
+    out[t] = static_cast<OutT>(slot);
+    if constexpr (kContextParallel) {
+      if (++in_run == interleave) {
+        in_run = 0;
+        if (++owner == world) owner = 0;
+      }
+      if (++offset == virtual_block_size) {  // a whole number of runs: in_run and owner are 0 again
+        offset = 0;
+        virtual_block_column += s.blocks_per_kv_block;
+        column = virtual_block_column;
+        in_block = 0;
+      }
+    }
+  }
+}
+
+// One group's slot mapping of the whole batch: request by request, PAD for requests whose
+// row is unmapped (< 0) or past the table, PAD in [num_tokens, num_tokens_padded).
+template <bool kContextParallel, typename IdxT, typename OutT>
+void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const int32_t* num_computed_tokens,
+                                           const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
+                                           const SlotMappingShape& s, const SlotMappingDivisors& d) {
+  for (int64_t r = 0; r < s.num_reqs; ++r) {
+    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
+    const int64_t begin = query_start_loc[r];
+    const int64_t count = query_start_loc[r + 1] - begin;
+    if (row < 0 || row >= s.block_table_rows) {
+      for (int64_t t = 0; t < count; ++t) out[begin + t] = static_cast<OutT>(kPadSlotId);
+      continue;
+    }
+    slots_of_consecutive_positions<kContextParallel>(num_computed_tokens[r], count,
+                                                     block_table + row * s.block_table_stride, out + begin, s, d);
+  }
+  for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
+}
+
+template <typename IdxT, typename OutT>
+void group_slot_mapping(const int32_t* query_start_loc, const int32_t* num_computed_tokens, const IdxT* idx_mapping,
+                        const SlotMappingGroup& group, OutT* out) {
+  if (group.shape.cp_world_size == 1) {
+    slot_mapping_of_consecutive_positions<false>(query_start_loc, num_computed_tokens, group.block_table,
+                                                 idx_mapping, out, group.shape, group.divisors);
+  } else {
+    slot_mapping_of_consecutive_positions<true>(query_start_loc, num_computed_tokens, group.block_table,
+                                                idx_mapping, out, group.shape, group.divisors);
+  }
+}
+
 // Every store of the fused op, after the caller gathered the corrected counts into
 // new_computed / new_accepted and validated them.
 template <typename PosT, typename IdxT>
@@ -74,11 +194,9 @@ void store_spec_decode_inputs(const int32_t* new_computed, const int32_t* new_ac
   for (int64_t g = 0; g < num_groups; ++g) {
     const SlotMappingGroup& group = groups[g];
     if (group.out64 != nullptr) {
-      compute_slot_mapping<PosT, IdxT, int64_t>(query_start_loc, positions, group.block_table, idx_mapping,
-                                                group.out64, group.shape, group.divisors);
+      group_slot_mapping(query_start_loc, num_computed_tokens, idx_mapping, group, group.out64);
     } else {
-      compute_slot_mapping<PosT, IdxT, int32_t>(query_start_loc, positions, group.block_table, idx_mapping,
-                                                group.out32, group.shape, group.divisors);
+      group_slot_mapping(query_start_loc, num_computed_tokens, idx_mapping, group, group.out32);
     }
   }
 }

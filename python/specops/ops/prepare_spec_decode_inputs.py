@@ -123,16 +123,24 @@ def prepare_spec_decode_inputs(
     (default: positions.numel(), else query_start_loc[R], a host read), seq_lens int32 of
     num_reqs_padded (default R). On the CPU a rejected call writes nothing.
     """
+    # Lists pass through untouched: this wrapper is on every step's critical path.
     num_groups = len(block_tables)
-    block_sizes = _per_group(block_sizes, num_groups, "block_sizes", int)
-    blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", int)
-    cp_sharded = _per_group(cp_sharded, num_groups, "cp_sharded", bool)
-    positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
-        query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
+    if not isinstance(block_sizes, list):
+        block_sizes = _per_group(block_sizes, num_groups, "block_sizes", int)
+    if not isinstance(blocks_per_kv_block, list):
+        blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", int)
+    if not isinstance(cp_sharded, list):
+        cp_sharded = _per_group(cp_sharded, num_groups, "cp_sharded", bool)
+    if positions is None or seq_lens is None or num_tokens_padded is None or num_reqs_padded is None:
+        positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
+            query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
     if slot_mappings is None:
         slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
                          for _ in range(num_groups)]
-    block_tables, slot_mappings = list(block_tables), list(slot_mappings)
+    if not isinstance(block_tables, list):
+        block_tables = list(block_tables)
+    if not isinstance(slot_mappings, list):
+        slot_mappings = list(slot_mappings)
     _OP(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
         cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, block_sizes,
         blocks_per_kv_block, cp_sharded, cp_world_size, cp_rank, cp_interleave, idx_mapping, num_tokens_padded,
