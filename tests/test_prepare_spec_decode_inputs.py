@@ -137,6 +137,30 @@ def test_equals_the_unfused_ops_on_the_same_backend(backend, num_reqs):
     assert (outputs["positions"][-3:] == 555).all() and (outputs["seq_lens"][-2:] == 555).all()
 
 
+# (block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave): runs shorter and
+# longer than a kernel block, an interleave of a whole allocation block, many ranks.
+LAYOUTS = [(16, 1, 1, 0, 1), (4, 2, 2, 1, 1), (4, 2, 2, 0, 8), (8, 1, 4, 3, 2), (2, 4, 8, 5, 4), (1, 1, 3, 2, 1),
+           (16, 2, 4, 1, 32)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=[str(layout) for layout in LAYOUTS])
+def test_long_requests_cross_runs_kernel_blocks_and_virtual_blocks(backend, layout):
+    # The native op steps through each request's consecutive positions instead of placing every
+    # token; long prefills from arbitrary starts cross every boundary it steps over.
+    block_size, blocks_per_kv_block, world, rank, interleave = layout
+    step = make_spec_decode_step(torch.Generator().manual_seed(sum(layout)), num_reqs=6, num_prev_rows=6,
+                                 max_query_len=300, groups=[(block_size, blocks_per_kv_block, True)],
+                                 cp_world_size=world, with_idx_mapping=True)
+    table = step.block_tables[0]
+    table[torch.rand(table.shape, generator=torch.Generator().manual_seed(1)) < 0.05] = -7  # PAD blocks
+    outputs = fresh_outputs(step, step.num_tokens + 5, 8)
+    unfused_step, unfused = clone_step(step), clone_outputs(outputs)
+    run_unfused(unfused_step, unfused, world, rank, interleave)
+    run_fused(step, outputs, world, rank, interleave)
+    assert_same_step(step, outputs, unfused_step, unfused, f"{backend} {layout}")
+    assert (outputs["slot_mappings"][0] != PAD).any()
+
+
 def test_without_groups_it_is_correction_and_positions(backend):
     step = make_spec_decode_step(torch.Generator().manual_seed(2), num_reqs=7, num_prev_rows=9, max_query_len=5,
                                  groups=[])
