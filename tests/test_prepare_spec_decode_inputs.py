@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from strategies import SpecDecodeStep, assert_same, make_spec_decode_step
 
 import specops
+from specops._spec_decode_sizes import SpecDecodeSizes, pack_sizes
+from specops.ops.prepare_spec_decode_inputs import _OP as fused_op
 from specops.reference.prepare_spec_decode_inputs import prepare_spec_decode_inputs as reference_op
 
 PAD = specops.PAD_SLOT_ID
@@ -114,9 +116,10 @@ def test_matches_reference_on_random_steps(backend, num_reqs, num_prev_rows, max
     outputs = fresh_outputs(step, padded_tokens, padded_reqs, positions_dtype, slot_dtypes)
     expected_step, expected = clone_step(step), clone_outputs(outputs)
     cp_args = (cp_world_size, cp_rank, cp_interleave)
+    sizes = pack_sizes(padded_tokens, padded_reqs, *cp_args, step.block_sizes, step.blocks_per_kv_block,
+                       step.cp_sharded)
     reference_op(*expected_step.correction.args(), step.query_start_loc, expected["positions"], expected["seq_lens"],
-                 step.block_tables, expected["slot_mappings"], step.block_sizes, step.blocks_per_kv_block,
-                 step.cp_sharded, *cp_args, step.idx_mapping, padded_tokens, padded_reqs)
+                 step.block_tables, expected["slot_mappings"], step.idx_mapping, sizes)
     run_fused(step, outputs, *cp_args)
     assert_same_step(step, outputs, expected_step, expected, backend)
 
@@ -225,9 +228,9 @@ def _opcheck_args(prev_dtype=torch.int32):
                                  groups=[(16, 1, True), (4, 2, False)], cp_world_size=2, with_idx_mapping=True,
                                  prev_dtype=prev_dtype)
     outputs = fresh_outputs(step, step.num_tokens + 3, 7)
+    sizes = pack_sizes(step.num_tokens + 3, 7, 2, 1, 2, step.block_sizes, step.blocks_per_kv_block, step.cp_sharded)
     return (*step.correction.args(), step.query_start_loc, outputs["positions"], outputs["seq_lens"],
-            step.block_tables, outputs["slot_mappings"], step.block_sizes, step.blocks_per_kv_block, step.cp_sharded,
-            2, 1, 2, step.idx_mapping, step.num_tokens + 3, 7)
+            step.block_tables, outputs["slot_mappings"], step.idx_mapping, sizes)
 
 
 @pytest.mark.parametrize("prev_dtype", [torch.int32, torch.int64])
@@ -237,15 +240,16 @@ def test_opcheck(prev_dtype):
 
 def test_compiles_without_graph_break():
     args = _opcheck_args()
-    (nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, tables, slots, sizes, kv_blocks, sharded,
-     world, rank, interleave, idx, padded_tokens, padded_reqs) = args
+    nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, tables, slots, idx, sizes = args
+    layout = SpecDecodeSizes.unpack(sizes, len(tables))
 
     def step(nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, table0, table1, slot0, slot1, idx):
         result = specops.prepare_spec_decode_inputs(
-            nct, nacc, prev, valid, drafts, cpu + 0, qsl, [table0, table1], sizes, positions=positions,
-            seq_lens=seq_lens, slot_mappings=[slot0, slot1], blocks_per_kv_block=kv_blocks, cp_sharded=sharded,
-            cp_world_size=world, cp_rank=rank, cp_interleave=interleave, idx_mapping=idx,
-            num_tokens_padded=padded_tokens, num_reqs_padded=padded_reqs)
+            nct, nacc, prev, valid, drafts, cpu + 0, qsl, [table0, table1], layout.block_sizes, positions=positions,
+            seq_lens=seq_lens, slot_mappings=[slot0, slot1], blocks_per_kv_block=layout.blocks_per_kv_block,
+            cp_sharded=layout.cp_sharded, cp_world_size=layout.cp_world_size, cp_rank=layout.cp_rank,
+            cp_interleave=layout.cp_interleave, idx_mapping=idx, num_tokens_padded=layout.num_tokens_padded,
+            num_reqs_padded=layout.num_reqs_padded)
         return result.slot_mappings[1] + 1, nct * 2
 
     tensors = (nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, *tables, *slots, idx)
@@ -256,6 +260,13 @@ def test_compiles_without_graph_break():
     assert_same(actual[1], expected[1])
     for a, e in zip(tensors, eager):
         assert_same(a, e)
+
+
+def test_the_op_rejects_a_sizes_list_of_the_wrong_length(backend):
+    args = list(_opcheck_args())
+    args[-1] = args[-1][:-1]
+    with pytest.raises(ValueError, match=r"sizes must have 5 \+ 3 \* len\(block_tables\) = 11 entries"):
+        fused_op(*args)  # the selected backend's op, below the keyword wrapper
 
 
 def _valid_call():

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from specops._spec_decode_sizes import SpecDecodeSizes
 from specops.triton_kernels._launch import search_steps
 from specops.triton_kernels.compute_slot_mapping import slots_of_tokens
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, correct_counts, correction_scratch
@@ -69,31 +70,26 @@ def prepare_spec_decode_inputs(
     seq_lens: torch.Tensor,
     block_tables: list[torch.Tensor],
     slot_mappings: list[torch.Tensor],
-    block_sizes: list[int],
-    blocks_per_kv_block: list[int],
-    cp_sharded: list[bool],
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
     idx_mapping: torch.Tensor | None,
-    num_tokens_padded: int,
-    num_reqs_padded: int,
+    sizes: list[int],
 ) -> None:
+    layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
     num_rows = prev_positions.numel()
     num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
                             num_computed_tokens.numel())
     scratch, one_tile = correction_scratch(num_computed_tokens, num_rows, 2)
     num_reqs = query_start_loc.numel() - 1
-    cp = [(cp_world_size, cp_rank, cp_interleave) if sharded else (1, 0, 1) for sharded in cp_sharded]
+    cp = [layout.group_cp(g) for g in range(len(block_tables))]
+    # One program by design: see the module docstring.
     _prepare_spec_decode_inputs_kernel[(1,)](
         num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
         cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
         query_start_loc, positions, seq_lens, idx_mapping if idx_mapping is not None else query_start_loc,
-        num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs),
+        num_reqs, layout.num_tokens_padded, layout.num_reqs_padded, search_steps(num_reqs),
         tuple(block_tables), tuple(slot_mappings),
         tuple(t.size(0) for t in block_tables), tuple(t.size(1) for t in block_tables),
         tuple(t.stride(0) for t in block_tables),
-        tuple(block_sizes), tuple(blocks_per_kv_block),
+        tuple(layout.block_sizes), tuple(layout.blocks_per_kv_block),
         tuple(c[0] for c in cp), tuple(c[1] for c in cp), tuple(c[2] for c in cp),
         NUM_GROUPS=len(block_tables), HAS_IDX_MAPPING=idx_mapping is not None, BLOCK=BLOCK, ONE_TILE=one_tile,
     )

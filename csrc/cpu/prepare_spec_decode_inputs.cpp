@@ -13,15 +13,22 @@
 namespace specops::cpu {
 namespace {
 
+// The layout of `sizes`: see python/specops/_spec_decode_sizes.py.
+constexpr size_t kNumScalars = 5;
+constexpr size_t kPerGroup = 3;
+
 void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
                                 const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
                                 const at::Tensor& prev_num_draft_tokens, const at::Tensor& cpu_num_computed_tokens,
                                 const at::Tensor& query_start_loc, const at::Tensor& positions,
                                 const at::Tensor& seq_lens, at::TensorList block_tables, at::TensorList slot_mappings,
-                                c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block,
-                                const c10::List<bool>& cp_sharded, int64_t cp_world_size, int64_t cp_rank,
-                                int64_t cp_interleave, const std::optional<at::Tensor>& idx_mapping,
-                                int64_t num_tokens_padded, int64_t num_reqs_padded) {
+                                const std::optional<at::Tensor>& idx_mapping, c10::IntArrayRef sizes) {
+  const size_t num_groups = block_tables.size();
+  TORCH_CHECK_VALUE(sizes.size() == kNumScalars + kPerGroup * num_groups, "sizes must have ", kNumScalars, " + ",
+                    kPerGroup, " * len(block_tables) = ", kNumScalars + kPerGroup * num_groups,
+                    " entries (see specops._spec_decode_sizes), got ", sizes.size());
+  const int64_t num_tokens_padded = sizes[0], num_reqs_padded = sizes[1];
+  const int64_t cp_world_size = sizes[2], cp_rank = sizes[3], cp_interleave = sizes[4];
   const kernels::CountCorrectionShape correction =
       check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                              prev_num_draft_tokens, cpu_num_computed_tokens);
@@ -32,23 +39,18 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_world_size, "cp_rank must be in [0, cp_world_size = ",
                     cp_world_size, "), got ", cp_rank);
   check_positive(cp_interleave, "cp_interleave");
-  const size_t num_groups = block_tables.size();
   TORCH_CHECK_VALUE(slot_mappings.size() == num_groups, "slot_mappings must have one tensor per block table (",
                     num_groups, "), got ", slot_mappings.size());
-  TORCH_CHECK_VALUE(block_sizes.size() == num_groups, "block_sizes must have one entry per block table (", num_groups,
-                    "), got ", block_sizes.size());
-  TORCH_CHECK_VALUE(blocks_per_kv_block.size() == num_groups, "blocks_per_kv_block must have one entry per block table (",
-                    num_groups, "), got ", blocks_per_kv_block.size());
-  TORCH_CHECK_VALUE(cp_sharded.size() == num_groups, "cp_sharded must have one entry per block table (", num_groups,
-                    "), got ", cp_sharded.size());
 
   std::vector<kernels::SlotMappingGroup> groups;
   groups.reserve(num_groups);
   for (size_t g = 0; g < num_groups; ++g) {
     const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
-    const bool sharded = cp_sharded.get(g);
+    const int64_t block_size = sizes[kNumScalars + kPerGroup * g];
+    const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
+    const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
     const kernels::SlotMappingShape shape = check_slot_mapping_args(
-        block_tables[g], block_sizes[g], slot_mappings[g], blocks_per_kv_block[g], sharded ? cp_world_size : 1,
+        block_tables[g], block_size, slot_mappings[g], blocks_per_kv_block, sharded ? cp_world_size : 1,
         sharded ? cp_rank : 0, sharded ? cp_interleave : 1, num_reqs, num_tokens, num_tokens_padded, names);
     const at::Tensor& out = slot_mappings[g];
     const bool wide = out.scalar_type() == c10::kLong;

@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_no_overlap, check_positive, check_tensor
+from specops._spec_decode_sizes import SpecDecodeSizes, pack_sizes
+from specops.ops._checks import check_no_overlap, check_positive
 from specops.ops._op import SpecOp
 from specops.ops.compute_slot_mapping import SlotMappingArgNames, check_idx_mapping, check_slot_mapping_args
 from specops.ops.correct_num_computed_tokens import check_count_correction
@@ -37,35 +38,28 @@ def _check(
     seq_lens: torch.Tensor,
     block_tables: Sequence[torch.Tensor],
     slot_mappings: Sequence[torch.Tensor],
-    block_sizes: Sequence[int],
-    blocks_per_kv_block: Sequence[int],
-    cp_sharded: Sequence[bool],
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
     idx_mapping: torch.Tensor | None,
-    num_tokens_padded: int,
-    num_reqs_padded: int,
+    sizes: Sequence[int],
 ) -> None:
+    """Mirrors csrc/cpu/prepare_spec_decode_inputs.cpp (metadata only)."""
+    layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
     check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                            prev_num_draft_tokens, cpu_num_computed_tokens)
-    check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
-                                 num_reqs_padded)
+    check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, layout.num_tokens_padded,
+                                 layout.num_reqs_padded)
     device = num_computed_tokens.device
-    check_positive(cp_world_size, "cp_world_size")
-    if not 0 <= cp_rank < cp_world_size:
-        raise ValueError(f"cp_rank must be in [0, cp_world_size = {cp_world_size}), got {cp_rank}")
-    check_positive(cp_interleave, "cp_interleave")
+    check_positive(layout.cp_world_size, "cp_world_size")
+    if not 0 <= layout.cp_rank < layout.cp_world_size:
+        raise ValueError(f"cp_rank must be in [0, cp_world_size = {layout.cp_world_size}), got {layout.cp_rank}")
+    check_positive(layout.cp_interleave, "cp_interleave")
     num_groups = len(block_tables)
-    for name, values in (("slot_mappings", slot_mappings), ("block_sizes", block_sizes),
-                         ("blocks_per_kv_block", blocks_per_kv_block), ("cp_sharded", cp_sharded)):
-        if len(values) != num_groups:
-            raise ValueError(f"{name} must have one entry per block table ({num_groups}), got {len(values)}")
+    if len(slot_mappings) != num_groups:
+        raise ValueError(f"slot_mappings must have one tensor per block table ({num_groups}), got {len(slot_mappings)}")
     for g in range(num_groups):
-        world, rank, interleave = (cp_world_size, cp_rank, cp_interleave) if cp_sharded[g] else (1, 0, 1)
         # The token count is a value (query_start_loc[R]); only the CPU op checks it against the padding.
-        check_slot_mapping_args(block_tables[g], block_sizes[g], slot_mappings[g], blocks_per_kv_block[g], world, rank,
-                                interleave, 0, num_tokens_padded, device, SlotMappingArgNames.of_group(g))
+        check_slot_mapping_args(block_tables[g], layout.block_sizes[g], slot_mappings[g],
+                                layout.blocks_per_kv_block[g], *layout.group_cp(g), 0, layout.num_tokens_padded,
+                                device, SlotMappingArgNames.of_group(g))
     outputs = [(num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
                (positions, "positions"), (seq_lens, "seq_lens")]
     outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
@@ -81,10 +75,7 @@ _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
 def _per_group(value: object, num_groups: int, name: str, kind: type) -> list:
     if isinstance(value, kind):
         return [value] * num_groups
-    values = list(value)  # type: ignore[call-overload]
-    if len(values) != num_groups:
-        raise ValueError(f"{name} must have one entry per block table ({num_groups}), got {len(values)}")
-    return values
+    return list(value)  # type: ignore[call-overload]
 
 
 def prepare_spec_decode_inputs(
@@ -123,7 +114,6 @@ def prepare_spec_decode_inputs(
     (default: positions.numel(), else query_start_loc[R], a host read), seq_lens int32 of
     num_reqs_padded (default R). On the CPU a rejected call writes nothing.
     """
-    # Lists pass through untouched: this wrapper is on every step's critical path.
     num_groups = len(block_tables)
     if not isinstance(block_sizes, list):
         block_sizes = _per_group(block_sizes, num_groups, "block_sizes", int)
@@ -131,7 +121,17 @@ def prepare_spec_decode_inputs(
         blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", int)
     if not isinstance(cp_sharded, list):
         cp_sharded = _per_group(cp_sharded, num_groups, "cp_sharded", bool)
-    if positions is None or seq_lens is None or num_tokens_padded is None or num_reqs_padded is None:
+    if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == num_groups:
+        for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
+                             ("cp_sharded", cp_sharded)):
+            if len(values) != num_groups:
+                raise ValueError(f"{name} must have one entry per block table ({num_groups}), got {len(values)}")
+    if positions is not None and seq_lens is not None:
+        if num_tokens_padded is None:
+            num_tokens_padded = positions.numel()
+        if num_reqs_padded is None:
+            num_reqs_padded = seq_lens.numel()
+    else:
         positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
             query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
     if slot_mappings is None:
@@ -141,8 +141,8 @@ def prepare_spec_decode_inputs(
         block_tables = list(block_tables)
     if not isinstance(slot_mappings, list):
         slot_mappings = list(slot_mappings)
+    sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
+                       blocks_per_kv_block, cp_sharded)
     _OP(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
-        cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, block_sizes,
-        blocks_per_kv_block, cp_sharded, cp_world_size, cp_rank, cp_interleave, idx_mapping, num_tokens_padded,
-        num_reqs_padded)
+        cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, idx_mapping, sizes)
     return SpecDecodeInputs(positions, seq_lens, slot_mappings)
