@@ -30,12 +30,9 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
   AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "compute_slot_mapping", [&] {
     using PosT = index_t;
     const PosT* pos = positions.data_ptr<PosT>();
-    auto run = [&](auto* idx) {
+    with_idx_mapping(idx_mapping, [&](auto* idx) {
       using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
-      for (int64_t r = 0; idx != nullptr && r < num_reqs; ++r) {
-        TORCH_CHECK_VALUE(idx[r] < shape.block_table_rows, "idx_mapping[", r, "] = ", static_cast<int64_t>(idx[r]),
-                          " is past block_table, which has ", shape.block_table_rows, " rows");
-      }
+      check_rows_inside_table(idx, num_reqs, shape.block_table_rows, "block_table");
       const int64_t bad = kernels::find_position_beyond_block_table<PosT, IdxT>(qsl, pos, idx, shape, divisors);
       TORCH_CHECK_VALUE(bad < 0, "positions[", bad, "] = ", static_cast<int64_t>(pos[bad < 0 ? 0 : bad]),
                         " is beyond block_table (", shape.block_table_cols, " blocks of ", block_size,
@@ -45,14 +42,7 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
       } else {
         kernels::compute_slot_mapping<PosT, IdxT, int32_t>(qsl, pos, table, idx, out.data_ptr<int32_t>(), shape, divisors);
       }
-    };
-    if (!idx_mapping.has_value()) {
-      run(static_cast<const int32_t*>(nullptr));
-    } else if (idx_mapping->scalar_type() == c10::kLong) {
-      run(static_cast<const int64_t*>(idx_mapping->data_ptr<int64_t>()));
-    } else {
-      run(static_cast<const int32_t*>(idx_mapping->data_ptr<int32_t>()));
-    }
+    });
   });
 }
 

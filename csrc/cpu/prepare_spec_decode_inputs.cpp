@@ -95,15 +95,12 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   });
   const kernels::CorrectedCounts corrected{new_computed, correction.num_rows, counts};
 
-  auto run = [&](auto* idx) {
+  with_idx_mapping(idx_mapping, [&](auto* idx) {
     using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
     for (size_t g = 0; g < num_groups; ++g) {
       const kernels::SlotMappingGroup& group = groups[g];
-      for (int64_t r = 0; idx != nullptr && r < num_reqs; ++r) {
-        TORCH_CHECK_VALUE(idx[r] < group.shape.block_table_rows, "idx_mapping[", r, "] = ",
-                          static_cast<int64_t>(idx[r]), " is past block_tables[", g, "], which has ",
-                          group.shape.block_table_rows, " rows");
-      }
+      check_rows_inside_table(idx, num_reqs, group.shape.block_table_rows,
+                              ArgName{"block_tables", static_cast<int64_t>(g)});
       const int64_t bad = kernels::find_request_beyond_block_table<IdxT>(qsl, corrected, idx, group);
       TORCH_CHECK_VALUE(bad < 0, "positions of request ", bad, " (from num_computed_tokens = ",
                         bad < 0 ? 0 : corrected(bad), " after the correction, query_len = ",
@@ -116,14 +113,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
           positions.data_ptr<index_t>(), seq_lens.data_ptr<int32_t>(), positions_shape, idx, groups.data(),
           static_cast<int64_t>(num_groups));
     });
-  };
-  if (!idx_mapping.has_value()) {
-    run(static_cast<const int32_t*>(nullptr));
-  } else if (idx_mapping->scalar_type() == c10::kLong) {
-    run(static_cast<const int64_t*>(idx_mapping->data_ptr<int64_t>()));
-  } else {
-    run(static_cast<const int32_t*>(idx_mapping->data_ptr<int32_t>()));
-  }
+  });
 }
 
 }  // namespace

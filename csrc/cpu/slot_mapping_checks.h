@@ -1,6 +1,8 @@
 #pragma once
 // Checks of one slot mapping's block table, output and sizes, shared by compute_slot_mapping and
 // every op that computes slot mappings of KV-cache groups (named block_tables[g] etc. there).
+#include <optional>
+
 #include "cpu/checks.h"
 #include "kernels/compute_slot_mapping.h"
 
@@ -53,6 +55,28 @@ inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block
   shape.cp_rank = cp_rank;
   shape.cp_interleave = cp_interleave;
   return shape;
+}
+
+// Calls run(idx) with idx_mapping's entries as `const int32_t*` or `const int64_t*`, or with a
+// null `const int32_t*` when there is none (request r then reads row r).
+template <typename Run>
+void with_idx_mapping(const std::optional<at::Tensor>& idx_mapping, Run&& run) {
+  if (!idx_mapping.has_value()) {
+    run(static_cast<const int32_t*>(nullptr));
+  } else if (idx_mapping->scalar_type() == c10::kLong) {
+    run(static_cast<const int64_t*>(idx_mapping->data_ptr<int64_t>()));
+  } else {
+    run(static_cast<const int32_t*>(idx_mapping->data_ptr<int32_t>()));
+  }
+}
+
+// Rejects a mapped row past the table (rows < 0 are unmapped requests: PAD, not an error).
+template <typename IdxT, typename Name>
+void check_rows_inside_table(const IdxT* idx_mapping, int64_t num_reqs, int64_t table_rows, const Name& table_name) {
+  for (int64_t r = 0; idx_mapping != nullptr && r < num_reqs; ++r) {
+    TORCH_CHECK_VALUE(idx_mapping[r] < table_rows, "idx_mapping[", r, "] = ", static_cast<int64_t>(idx_mapping[r]),
+                      " is past ", table_name, ", which has ", table_rows, " rows");
+  }
 }
 
 }  // namespace specops::cpu
