@@ -13,9 +13,9 @@ BUILD_TOOLS := "scikit-build-core>=0.10" "pybind11>=2.12" cmake ninja numpy matp
 TEST_TOOLS := pytest pytest-xdist hypothesis expecttest
 PYTEST_ARGS ?= -n 2
 
-SOURCES := $(shell find csrc python triton_kernels -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
+SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test wheel clean
+.PHONY: all install bench test test-asan wheel clean
 
 all: install
 
@@ -39,6 +39,28 @@ bench: install
 
 test: install
 	cd tests && ../$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The C++ ops under AddressSanitizer + UndefinedBehaviorSanitizer: the extension is built with
+# -fsanitize=address,undefined into build/asan-site, which the test run puts first on
+# PYTHONPATH, with the ASan runtime preloaded into the (uninstrumented) Python; libstdc++ is
+# preloaded too, or ASan's __cxa_throw interceptor finds nothing to forward to when an op
+# raises.
+ASAN_SITE := build/asan-site
+$(ASAN_SITE)/.built: $(VENV)/.deps $(SOURCES)
+	SPECOPS_SANITIZE=ON $(PIP) install -q --no-build-isolation --no-deps --upgrade --target $(ASAN_SITE) -C build-dir=build/asan .
+	touch $@
+
+test-asan: $(ASAN_SITE)/.built
+	cd tests && PYTHONPATH=../$(ASAN_SITE) \
+	  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so.6)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  SPECOPS_TEST_BACKENDS=native SPECOPS_REQUIRE_SANITIZED=1 \
+	  ../$(VPY) -m pytest -q -p no:xdist -p no:cacheprovider --capture=sys --ignore=test_packaging.py
+
+# A wheel for this machine's torch, tagged +cann<version> when ASCEND_HOME_PATH holds a CANN
+# toolkit and +cpu otherwise.
+wheel: $(VENV)/.deps
+	$(PIP) wheel --no-build-isolation --no-deps -w dist .
 
 clean:
 	rm -rf build dist $(VENV)

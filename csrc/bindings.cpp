@@ -9,6 +9,7 @@ namespace py = pybind11;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts";
   m.attr("version") = SPECOPS_VERSION;
+  m.attr("cann_version") = std::string(SPECOPS_CANN_VERSION).empty() ? py::object(py::none()) : py::str(SPECOPS_CANN_VERSION);
   m.attr("torch_version") = SPECOPS_TORCH_VERSION;
   m.attr("compiler") = SPECOPS_COMPILER;
   py::tuple backends = py::make_tuple();

@@ -9,6 +9,31 @@ TORCH_LIBRARY(specops, m) {
       "Tensor(a!) out, int blocks_per_kv_block, int cp_world_size, int cp_rank, int cp_interleave, "
       "Tensor? idx_mapping, int num_tokens_padded) -> ()");
 
+  // SPEC 3.3
+  m.def(
+      "gather_block_tables(Tensor src_block_table, Tensor num_blocks, Tensor idx_mapping, Tensor(a!) out, "
+      "int num_reqs_padded) -> ()");
+  m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
+
+  // SPEC 3.5
+  m.def(
+      "sas_metadata(Tensor cu_seqlens_q, Tensor seqused_kv, int num_heads_q, int num_heads_kv, int head_dim, "
+      "int window_left, int window_right, int num_cube_cores, int num_vector_cores, Tensor(a!) out) -> ()");
+
+  // SPEC 3.4
+  m.def(
+      "cp_local_metadata(Tensor query_start_loc, Tensor seq_lens, int num_input_tokens, int cp_size, int cp_rank, "
+      "bool causal, Tensor(a!) local_query_start_loc, Tensor(b!) local_seq_lens, Tensor(c!) start_pos) -> ()");
+  // Host-only: the host ints of CPLocalMetadata from host copies of the inputs.
+  m.def(
+      "cp_local_max_lens(Tensor query_start_loc, Tensor? seq_lens, int num_input_tokens, int cp_size, int cp_rank, "
+      "bool causal) -> int[]");
+  m.def("format_slot_mapping_blocks(Tensor slot_mapping, int block_size, Tensor(a!) out) -> ()");
+  m.def(
+      "dspark_swa_indices(Tensor block_table, Tensor query_start_loc, Tensor seq_lens, int window, "
+      "int num_speculative_tokens, int block_size, int num_tokens, int width, int cp_size, int cp_rank, "
+      "Tensor(a!) out, Tensor(b!) out_lens) -> ()");
+
   // SPEC 3.2: async spec-decode token accounting. The corrections are in place: every read sees
   // the values from before the call.
   m.def(

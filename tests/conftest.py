@@ -23,7 +23,13 @@ settings.register_profile(
 )
 settings.load_profile("specops")
 
-BACKENDS = specops.available_backends()
+# SPECOPS_TEST_BACKENDS=native restricts the backend fixture (the sanitizer run uses it: the
+# Triton interpreter and the reference gain nothing from ASan).
+_requested = os.environ.get("SPECOPS_TEST_BACKENDS")
+BACKENDS = [b for b in specops.available_backends() if not _requested or b in _requested.split(",")]
+
+if os.environ.get("SPECOPS_REQUIRE_SANITIZED") == "1" and not specops.EXTENSION.sanitize:
+    raise pytest.UsageError(f"expected the ASan/UBSan build of specops, got {specops.__file__}")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
+import pytest
 import torch
 from hypothesis import strategies as st
 
@@ -47,10 +49,8 @@ def make_batch(
     of a larger table and a fraction of requests map to row -1.
     """
     num_reqs = len(query_lens)
-    query_lens_t = torch.tensor(query_lens, dtype=torch.int32)
-    query_start_loc = torch.zeros(num_reqs + 1, dtype=torch.int32)
-    query_start_loc[1:] = torch.cumsum(query_lens_t, 0)
-    seq_lens = torch.tensor(context_lens, dtype=torch.int32) + query_lens_t
+    query_start_loc = query_start_loc_of(query_lens)
+    seq_lens = torch.tensor(context_lens, dtype=torch.int32) + torch.tensor(query_lens, dtype=torch.int32)
     positions = torch.cat(
         [torch.arange(c, c + q, dtype=torch.int64) for c, q in zip(context_lens, query_lens)]
         or [torch.zeros(0, dtype=torch.int64)]
@@ -167,6 +167,99 @@ class SpecDecodeStep:
         return int(self.query_start_loc[-1])
 
 
+def make_block_source(generator: torch.Generator, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A request-indexed block table int32 [rows, cols] and its counts int32 [rows].
+
+    Ids past each row's count are random, not NULL: a gather that copies past the count
+    shows them.
+    """
+    table = torch.randint(1, 1 << 20, (rows, cols), dtype=torch.int32, generator=generator)
+    num_blocks = torch.randint(0, cols + 1, (rows,), dtype=torch.int32, generator=generator)
+    return table, num_blocks
+
+
+def make_staged_writes(
+    generator: torch.Generator, table_rows: int, table_cols: int, *, row_fraction: float = 0.5
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, starts, cu_lens, values) of non-overlapping writes into a [table_rows, table_cols]
+    table, in random order: some rows get several writes, some none, some writes are empty."""
+    writes = []
+    for row in range(table_rows):
+        if torch.rand(1, generator=generator).item() >= row_fraction:
+            continue
+        cuts = sorted(torch.randint(0, table_cols + 1, (3,), generator=generator).tolist())
+        bounds = [0, *cuts, table_cols]
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            if torch.rand(1, generator=generator).item() < 0.6:
+                writes.append((row, start, end - start))
+    order = torch.randperm(len(writes), generator=generator).tolist()
+    writes = [writes[i] for i in order]
+    lens = [length for _, _, length in writes]
+    cu_lens = torch.zeros(len(writes) + 1, dtype=torch.int32)
+    cu_lens[1:] = torch.cumsum(torch.tensor(lens, dtype=torch.int32), 0) if writes else cu_lens[1:]
+    rows = torch.tensor([row for row, _, _ in writes], dtype=torch.int64)
+    starts = torch.tensor([start for _, start, _ in writes], dtype=torch.int32)
+    values = torch.randint(1, 1 << 20, (int(cu_lens[-1]),), dtype=torch.int32, generator=generator)
+    return rows, starts, cu_lens, values
+
+
+def assert_rejected_without_writes(fn: Callable[..., object], call: dict, *, argument: str, written: tuple[str, ...],
+                                   errors: type[Exception] | tuple[type[Exception], ...] = (ValueError, RuntimeError)) -> None:
+    """fn(**call) must raise an error that names `argument` and leave the tensors call[name],
+    for each name in `written`, byte-identical."""
+    before = {name: call[name].clone() for name in written}
+    with pytest.raises(errors, match=argument):
+        fn(**call)
+    for name in written:
+        assert torch.equal(call[name], before[name]), f"a rejected call wrote {name}"
+
+
+@st.composite
+def attention_batches(draw, max_reqs: int = 8, max_prefill: int = 300, max_context: int = 4000):
+    """(query_lens, kv_lens) of an attention batch, seqused_kv counting the new tokens: empty
+    requests, requests without KV (their tokens sit before position 0), decodes, long prefills."""
+    query_lens, kv_lens = [], []
+    for _ in range(draw(st.integers(0, max_reqs))):
+        kind = draw(st.sampled_from(["empty", "no_kv", "decode", "decode", "prefill"]))
+        if kind == "empty":
+            query_len, kv_len = 0, draw(st.integers(0, max_context))
+        elif kind == "no_kv":
+            query_len, kv_len = draw(st.integers(1, 8)), 0
+        else:
+            query_len = draw(st.integers(1, 8 if kind == "decode" else max_prefill))
+            kv_len = query_len + draw(st.integers(0, max_context))
+        query_lens.append(query_len)
+        kv_lens.append(kv_len)
+    return query_lens, kv_lens
+
+
+def query_start_loc_of(query_lens: list[int]) -> torch.Tensor:
+    """int32 [R + 1]: 0, then the running sum of the query lengths (query_start_loc, cu_seqlens_q)."""
+    query_start_loc = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
+    query_start_loc[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
+    return query_start_loc
+
+
+@dataclasses.dataclass
+class CPBatch:
+    """A batch under DSA-CP: requests (some empty, some with seq_len 0), a padded token stream
+    split over cp_size ranks, and a block table covering every request's seq_len."""
+
+    query_start_loc: torch.Tensor  # int32 [R + 1]
+    seq_lens: torch.Tensor  # int32 [R]
+    block_table: torch.Tensor  # int32 [R + extra rows, cols]; some block ids are -1
+    num_input_tokens: int  # T plus padding
+    cp_size: int
+
+    @property
+    def num_reqs(self) -> int:
+        return self.query_start_loc.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.query_start_loc[-1])
+
+
 def make_spec_decode_step(
     generator: torch.Generator,
     *,
@@ -183,8 +276,7 @@ def make_spec_decode_step(
     correction = make_correction_inputs(generator, num_rows=num_reqs, num_prev_rows=num_prev_rows,
                                         extra_buffer_rows=2, length_jitter=1, prev_dtype=prev_dtype)
     query_lens = torch.randint(0, max_query_len + 1, (num_reqs,), dtype=torch.int32, generator=generator)
-    query_start_loc = torch.zeros(num_reqs + 1, dtype=torch.int32)
-    query_start_loc[1:] = torch.cumsum(query_lens, 0)
+    query_start_loc = query_start_loc_of(query_lens.tolist())
     corrected = correction.clone()
     correct_num_computed_tokens(*corrected.args())
     max_seq_len = int((corrected.num_computed_tokens[:num_reqs] + query_lens).max()) if num_reqs else 1
@@ -200,3 +292,23 @@ def make_spec_decode_step(
         idx_mapping[torch.rand(num_reqs, generator=generator) < 0.15] = -1
     return SpecDecodeStep(correction, query_start_loc, block_tables, [g[0] for g in groups], [g[1] for g in groups],
                           [g[2] for g in groups], idx_mapping)
+
+
+@st.composite
+def cp_batches(draw, max_reqs: int = 8, max_query_len: int = 12, max_context: int = 80, block_size: int = 4):
+    """CPBatch with cp_size in {1, 2, 3, 4, 8}: decodes and prefills that straddle rank
+    boundaries, zero-length requests, seq_lens of 0 and padded token counts."""
+    query_lens, context_lens = draw(batch_shapes(max_reqs, max_query_len, max_context))
+    num_reqs = len(query_lens)
+    zero_seq = draw(st.lists(st.booleans(), min_size=num_reqs, max_size=num_reqs))
+    seq_lens = [0 if zero else c + q for zero, c, q in zip(zero_seq, context_lens, query_lens)]
+    query_start_loc = query_start_loc_of(query_lens)
+    seed = draw(st.integers(0, 2**16))
+    generator = torch.Generator().manual_seed(seed)
+    cols = max(1, -(-max(seq_lens, default=0) // block_size))
+    block_table = torch.randint(0, 1 << 12, (num_reqs + 2, cols), dtype=torch.int32, generator=generator)
+    block_table[torch.rand(block_table.shape, generator=generator) < 0.05] = -1
+    cp_size = draw(st.sampled_from([1, 2, 3, 4, 8]))
+    padding = draw(st.integers(0, 2 * cp_size))
+    return CPBatch(query_start_loc, torch.tensor(seq_lens, dtype=torch.int32), block_table,
+                   sum(query_lens) + padding, cp_size)

@@ -12,8 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from specops.triton_kernels._batch import request_of_tokens
 from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._search import segment_of
 
 BLOCK = 1024
 
@@ -62,7 +62,7 @@ def _compute_slot_mapping_kernel(
     for tile in range(pid, num_tiles, num_progs):
         token = tile * BLOCK + tl.arange(0, BLOCK)
         is_real = token < num_tokens
-        request = request_of_tokens(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
+        request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
         if HAS_IDX_MAPPING:
             row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)
         else:

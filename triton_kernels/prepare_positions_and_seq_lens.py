@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from specops.triton_kernels._batch import request_of_tokens
 from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._search import segment_of
 
 BLOCK = 1024
 
@@ -25,7 +25,7 @@ def positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token, num
     """(request, int64 position, is_real) of each token; position 0 past query_start_loc[R]."""
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     is_real = token < num_tokens
-    request = request_of_tokens(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
+    request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
     start = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
     count = tl.load(num_computed_tokens_ptr + request, mask=is_real, other=0)
     position = tl.where(is_real, count.to(tl.int64) + (token - start), 0)

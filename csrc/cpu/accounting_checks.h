@@ -43,7 +43,7 @@ inline int64_t check_positions_and_seq_lens(const at::Tensor& num_computed_token
                                             int64_t num_tokens_padded, int64_t num_reqs_padded) {
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
-  const int64_t num_tokens = check_query_start_loc_order(query_start_loc);
+  const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_min_numel(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1");
   TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens && num_tokens_padded <= positions.numel(),

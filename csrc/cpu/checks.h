@@ -58,9 +58,9 @@ inline void check_positive(int64_t value, const Name& name) {
   TORCH_CHECK_VALUE(value >= 1, name, " must be >= 1, got ", value);
 }
 
-// query_start_loc is int32 [R + 1]: starts at 0 and never decreases. Returns query_start_loc[R],
-// the number of tokens.
-inline int64_t check_query_start_loc_order(const at::Tensor& query_start_loc) {
+// query_start_loc is int32 [R + 1]: starts at 0 and never decreases. Returns its last entry,
+// the number of tokens of the batch.
+inline int64_t check_query_start_loc_values(const at::Tensor& query_start_loc) {
   check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
   TORCH_CHECK_VALUE(query_start_loc.numel() >= 1, "query_start_loc must have R + 1 >= 1 entries, got 0");
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
@@ -73,11 +73,17 @@ inline int64_t check_query_start_loc_order(const at::Tensor& query_start_loc) {
   return qsl[num_reqs];
 }
 
-// ... and ends at num_tokens.
+// As above, and query_start_loc[R] must equal num_tokens.
 inline void check_query_start_loc(const at::Tensor& query_start_loc, int64_t num_tokens) {
-  const int64_t last = check_query_start_loc_order(query_start_loc);
-  TORCH_CHECK_VALUE(last == num_tokens, "query_start_loc[R] must equal the number of tokens ", num_tokens, ", got ",
-                    last);
+  const int64_t last = check_query_start_loc_values(query_start_loc);
+  TORCH_CHECK_VALUE(last == num_tokens, "query_start_loc[R] must equal the number of tokens ", num_tokens,
+                    ", got ", last);
+}
+
+inline void check_cp_rank(int64_t cp_size, int64_t cp_rank, const char* size_name) {
+  check_positive(cp_size, size_name);
+  TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_size, "cp_rank must be in [0, ", size_name, " = ", cp_size,
+                    "), got ", cp_rank);
 }
 
 inline void check_min_numel(const at::Tensor& t, const char* name, int64_t required, const char* what) {

@@ -35,9 +35,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   const int64_t num_tokens = check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens,
                                                           num_tokens_padded, num_reqs_padded);
   const int64_t num_reqs = query_start_loc.numel() - 1;
-  check_positive(cp_world_size, "cp_world_size");
-  TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_world_size, "cp_rank must be in [0, cp_world_size = ",
-                    cp_world_size, "), got ", cp_rank);
+  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
   TORCH_CHECK_VALUE(slot_mappings.size() == num_groups, "slot_mappings must have one tensor per block table (",
                     num_groups, "), got ", slot_mappings.size());

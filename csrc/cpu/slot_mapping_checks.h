@@ -29,9 +29,7 @@ inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block
   check_tensor(out, names.out, {c10::kLong, c10::kInt}, 1);
   check_positive(block_size, names.block_size);
   check_positive(blocks_per_kv_block, names.blocks_per_kv_block);
-  check_positive(cp_world_size, "cp_world_size");
-  TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_world_size, "cp_rank must be in [0, cp_world_size = ",
-                    cp_world_size, "), got ", cp_rank);
+  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
   const int64_t kv_block = block_size * blocks_per_kv_block;
   TORCH_CHECK_VALUE(kv_block % cp_interleave == 0, "cp_interleave must divide ", names.block_size, " * ",

@@ -50,22 +50,33 @@ struct TokenPlacement {
   int64_t offset;  // slot offset inside the kernel block
 };
 
-// kContextParallel = false is the cp_world_size == 1 case, where every token is local and
-// the local offset is the position itself: one division instead of five.
-template <bool kContextParallel = true>
+// The three layouts, fixed per call and compiled separately so the token loop does only the
+// divisions its layout needs: one for a single rank, three under CP, five with interleave.
+enum class CpLayout { kSingleRank, kContextParallel, kInterleaved };
+
+template <CpLayout kLayout>
 inline TokenPlacement place_token(uint32_t position, const SlotMappingShape& s,
                                   const SlotMappingDivisors& d) {
-  if constexpr (!kContextParallel) {
+  if constexpr (kLayout == CpLayout::kSingleRank) {
+    // Every token is local and its local offset is its position.
     const uint32_t kernel_block = d.block.div(position);
     return TokenPlacement{true, static_cast<int64_t>(kernel_block),
                           static_cast<int64_t>(position - kernel_block * d.block.divisor())};
   }
   const uint32_t virtual_block = d.virtual_block.div(position);
   const uint32_t offset_in_virtual = position - virtual_block * d.virtual_block.divisor();
-  const uint32_t run = d.interleave.div(offset_in_virtual);
-  const bool local = static_cast<int64_t>(d.world.mod(run)) == s.cp_rank;
-  const uint32_t local_offset =
-      d.rank_stride.div(offset_in_virtual) * d.interleave.divisor() + (offset_in_virtual - run * d.interleave.divisor());
+  bool local;
+  uint32_t local_offset;
+  if constexpr (kLayout == CpLayout::kContextParallel) {
+    // Interleave 1: ranks take single tokens in turn.
+    local_offset = d.world.div(offset_in_virtual);
+    local = static_cast<int64_t>(offset_in_virtual - local_offset * d.world.divisor()) == s.cp_rank;
+  } else {
+    const uint32_t run = d.interleave.div(offset_in_virtual);
+    local = static_cast<int64_t>(d.world.mod(run)) == s.cp_rank;
+    local_offset = d.rank_stride.div(offset_in_virtual) * d.interleave.divisor() +
+                   (offset_in_virtual - run * d.interleave.divisor());
+  }
   const uint32_t kernel_block = d.block.div(local_offset);
   return TokenPlacement{
       local,
@@ -96,7 +107,7 @@ int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const P
     for (int64_t t = query_start_loc[r]; t < query_start_loc[r + 1]; ++t) {
       const int64_t position = positions[t];
       if (position < 0 || position > INT32_MAX) return t;
-      const TokenPlacement p = place_token(static_cast<uint32_t>(position), s, d);
+      const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, d);
       if (p.local && p.column >= s.block_table_cols) return t;
     }
   }
@@ -107,7 +118,7 @@ int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const P
 // tokens whose block id is negative get PAD; so does the tail [num_tokens, num_tokens_padded).
 // Positions outside the table also get PAD, so the body never reads out of bounds even if
 // called without the host-side check.
-template <bool kContextParallel, typename PosT, typename IdxT, typename OutT>
+template <CpLayout kLayout, typename PosT, typename IdxT, typename OutT>
 void compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* positions,
                                const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
                                const SlotMappingShape& s, const SlotMappingDivisors& d) {
@@ -124,7 +135,7 @@ void compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* posit
       const int64_t position = positions[t];
       int64_t slot = kPadSlotId;
       if (position >= 0 && position <= INT32_MAX) {
-        const TokenPlacement p = place_token<kContextParallel>(static_cast<uint32_t>(position), s, d);
+        const TokenPlacement p = place_token<kLayout>(static_cast<uint32_t>(position), s, d);
         if (p.local && p.column < s.block_table_cols) {
           const int64_t block_id = block_row[p.column];
           if (block_id >= 0) slot = block_id * s.block_size + p.offset;
@@ -141,9 +152,11 @@ void compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions,
                           const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
                           const SlotMappingShape& s, const SlotMappingDivisors& d) {
   if (s.cp_world_size == 1) {
-    compute_slot_mapping_impl<false>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
+    compute_slot_mapping_impl<CpLayout::kSingleRank>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
+  } else if (s.cp_interleave == 1) {
+    compute_slot_mapping_impl<CpLayout::kContextParallel>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
   } else {
-    compute_slot_mapping_impl<true>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
+    compute_slot_mapping_impl<CpLayout::kInterleaved>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
   }
 }
 

@@ -57,7 +57,7 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
     if (first < 0 || last > INT32_MAX) return r;
     if (last < covered) continue;
     for (int64_t position = first; position <= last; ++position) {
-      const TokenPlacement p = place_token(static_cast<uint32_t>(position), s, g.divisors);
+      const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, g.divisors);
       if (p.local && p.column >= s.block_table_cols) return r;
     }
   }
@@ -69,7 +69,7 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
 inline int64_t slot_of_position(int64_t position, const int32_t* block_row, const SlotMappingShape& s,
                                 const SlotMappingDivisors& d) {
   if (position < 0 || position > INT32_MAX) return kPadSlotId;
-  const TokenPlacement p = place_token(static_cast<uint32_t>(position), s, d);
+  const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, d);
   if (!p.local || p.column >= s.block_table_cols) return kPadSlotId;
   const int64_t block_id = block_row[p.column];
   return block_id >= 0 ? block_id * s.block_size + p.offset : kPadSlotId;
@@ -81,7 +81,7 @@ inline int64_t slot_of_position(int64_t position, const int32_t* block_row, cons
 // along the virtual block (the interleave run ends: the next rank's run starts; the virtual
 // block ends: the next one starts), and the tokens this rank stores fill its kernel blocks in
 // order, so a block id is loaded once per kernel block, not once per token.
-template <bool kContextParallel, typename OutT>
+template <CpLayout kLayout, typename OutT>
 void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t* block_row, OutT* out,
                                     const SlotMappingShape& s, const SlotMappingDivisors& d) {
   if (count <= 0) return;
@@ -100,6 +100,7 @@ void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t*
   uint32_t in_block;
   uint32_t offset = 0, in_run = 0, owner = 0;  // position inside the virtual block, run, owning rank
   int64_t virtual_block_column = 0;            // first column of the current virtual block
+  constexpr bool kContextParallel = kLayout != CpLayout::kSingleRank;
   if constexpr (kContextParallel) {
     const uint32_t virtual_block = d.virtual_block.div(position);
     offset = position - virtual_block * virtual_block_size;
@@ -151,7 +152,7 @@ void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t*
 
 // One group's slot mapping of the whole batch: request by request, PAD for requests whose
 // row is unmapped (< 0) or past the table, PAD in [num_tokens, num_tokens_padded).
-template <bool kContextParallel, typename IdxT, typename OutT>
+template <CpLayout kLayout, typename IdxT, typename OutT>
 void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const int32_t* num_computed_tokens,
                                            const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
                                            const SlotMappingShape& s, const SlotMappingDivisors& d) {
@@ -163,7 +164,7 @@ void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const
       for (int64_t t = 0; t < count; ++t) out[begin + t] = static_cast<OutT>(kPadSlotId);
       continue;
     }
-    slots_of_consecutive_positions<kContextParallel>(num_computed_tokens[r], count,
+    slots_of_consecutive_positions<kLayout>(num_computed_tokens[r], count,
                                                      block_table + row * s.block_table_stride, out + begin, s, d);
   }
   for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
@@ -172,12 +173,15 @@ void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const
 template <typename IdxT, typename OutT>
 void group_slot_mapping(const int32_t* query_start_loc, const int32_t* num_computed_tokens, const IdxT* idx_mapping,
                         const SlotMappingGroup& group, OutT* out) {
+  // The stepping needs no division per token, so CP with and without interleave share a path.
   if (group.shape.cp_world_size == 1) {
-    slot_mapping_of_consecutive_positions<false>(query_start_loc, num_computed_tokens, group.block_table,
-                                                 idx_mapping, out, group.shape, group.divisors);
+    slot_mapping_of_consecutive_positions<CpLayout::kSingleRank>(query_start_loc, num_computed_tokens,
+                                                                 group.block_table, idx_mapping, out, group.shape,
+                                                                 group.divisors);
   } else {
-    slot_mapping_of_consecutive_positions<true>(query_start_loc, num_computed_tokens, group.block_table,
-                                                idx_mapping, out, group.shape, group.divisors);
+    slot_mapping_of_consecutive_positions<CpLayout::kInterleaved>(query_start_loc, num_computed_tokens,
+                                                                  group.block_table, idx_mapping, out, group.shape,
+                                                                  group.divisors);
   }
 }
 

@@ -10,28 +10,51 @@ from specops._backend import available_backends, backend, backend_report, curren
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._extension import EXTENSION
 from specops.ops import (
+    CPLocalMetadata,
     SpecDecodeInputs,
+    apply_staged_writes,
     compute_slot_mapping,
     correct_num_computed_tokens,
     correct_optimistic_seq_lens,
+    cp_local_metadata,
+    dspark_swa_indices,
+    format_slot_mapping_blocks,
+    gather_block_tables,
     prepare_positions_and_seq_lens,
     prepare_spec_decode_inputs,
+    sas_metadata,
 )
+from specops.persistent import MappingGroup, PersistentMappings
+from specops.sas_layout import FAEntry, FDEntry, SASHeader, SASSchedule, decode_sas_metadata
 
-__version__ = "0.1.0"
+__version__ = EXTENSION.built_version or "0.1.0"
 
 __all__ = [
+    "CPLocalMetadata",
     "EXTENSION",
+    "FAEntry",
+    "FDEntry",
+    "MappingGroup",
     "NULL_BLOCK_ID",
     "PAD_SLOT_ID",
+    "PersistentMappings",
+    "SASHeader",
+    "SASSchedule",
     "SpecDecodeInputs",
+    "apply_staged_writes",
     "available_backends",
     "backend",
     "backend_report",
     "compute_slot_mapping",
     "correct_num_computed_tokens",
     "correct_optimistic_seq_lens",
+    "cp_local_metadata",
     "current_backend",
+    "decode_sas_metadata",
+    "dspark_swa_indices",
+    "format_slot_mapping_blocks",
+    "gather_block_tables",
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",
+    "sas_metadata",
 ]

@@ -33,6 +33,7 @@ def environment_report() -> str:
         f"  built for torch  {EXTENSION.built_torch_version or 'unknown'}",
         f"  compiler         {EXTENSION.compiler or 'unknown'}",
         f"  compiled in      {', '.join(EXTENSION.backends) or 'nothing'}",
+        f"  CANN toolkit     {EXTENSION.cann_version or 'none (CPU build)'}",
         f"  sanitizers       {'ASan+UBSan' if EXTENSION.sanitize else 'off'}",
     ]
     if EXTENSION.error:

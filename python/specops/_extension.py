@@ -29,6 +29,7 @@ class ExtensionStatus:
     built_torch_version: str | None = None
     compiler: str | None = None
     backends: tuple[str, ...] = ()
+    cann_version: str | None = None
     sanitize: bool = False
 
 
@@ -42,6 +43,7 @@ def _load() -> ExtensionStatus:
         built_torch_version=_build_info.TORCH_VERSION,
         compiler=_build_info.COMPILER,
         backends=tuple(_build_info.BACKENDS),
+        cann_version=_build_info.CANN_VERSION,
         sanitize=bool(_build_info.SANITIZE),
     )
     if _build_info.TORCH_VERSION != torch.__version__:

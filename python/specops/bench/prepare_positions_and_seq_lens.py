@@ -57,6 +57,6 @@ def _impls(num_reqs: int, query_len: int, device: torch.device) -> dict:
 def cases(device: torch.device, quick: bool) -> list[Case]:
     return [
         Case("prepare_positions_and_seq_lens", f"R={num_reqs} q={query_len}", num_reqs, num_reqs * query_len,
-             _impls(num_reqs, query_len, device))
+             _impls(num_reqs, query_len, device), family="prefill" if query_len > 16 else "decode")
         for num_reqs, query_len in (QUICK_SHAPES if quick else SHAPES)
     ]

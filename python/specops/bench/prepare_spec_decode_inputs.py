@@ -96,5 +96,6 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                                cp_world_size=world, device=device)
         label = f"R={num_reqs} q={query_len} G={len(block_sizes)} W={world}"
         result.append(Case("prepare_spec_decode_inputs", label, num_reqs, step.num_tokens, _impls(step),
-                           baselines=("native-unfused", "numpy", "torch-eager"), floors=("restore",)))
+                           baselines=("native-unfused", "numpy", "torch-eager"), floors=("restore",),
+                           family=f"G={len(block_sizes)} W={world}"))
     return result

@@ -42,17 +42,38 @@ def check_non_negative(value: int, name: str) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
+def check_cp_rank(cp_size: int, cp_rank: int, size_name: str) -> None:
+    check_positive(cp_size, size_name)
+    if not 0 <= cp_rank < cp_size:
+        raise ValueError(f"cp_rank must be in [0, {size_name} = {cp_size}), got {cp_rank}")
+
+
+def check_context_parallel(cp_world_size: int, cp_rank: int, cp_interleave: int) -> None:
+    check_cp_rank(cp_world_size, cp_rank, "cp_world_size")
+    check_positive(cp_interleave, "cp_interleave")
+
+
+def check_interleave_divides(kv_block: int, cp_interleave: int, owner: str = "") -> None:
+    """cp_interleave must divide the allocation block (of `owner`, when several are checked)."""
+    if kv_block % cp_interleave != 0:
+        raise ValueError(
+            f"cp_interleave must divide block_size * blocks_per_kv_block = {kv_block}{owner}, got {cp_interleave}"
+        )
+
+
+def check_entries(t: torch.Tensor, name: str, min_entries: int, what: str = "") -> None:
+    """At least min_entries entries; `what` says where the number comes from (e.g. "R")."""
+    if t.numel() < min_entries:
+        count = f"{what} = {min_entries}" if what else f"{min_entries}"
+        raise ValueError(f"{name} must have at least {count} entries, got {t.numel()}")
+
+
 def check_query_start_loc(query_start_loc: torch.Tensor, device: torch.device | None = None) -> int:
     """Checks the metadata of query_start_loc and returns R."""
     check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device)
     if query_start_loc.numel() < 1:
         raise ValueError("query_start_loc must have R + 1 >= 1 entries, got 0")
     return query_start_loc.numel() - 1
-
-
-def check_min_numel(t: torch.Tensor, name: str, required: int, what: str) -> None:
-    if t.numel() < required:
-        raise ValueError(f"{name} must have at least {what} = {required} entries, got {t.numel()}")
 
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:

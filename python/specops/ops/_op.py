@@ -23,6 +23,8 @@ _IMPL_LIBRARY = torch.library.Library("specops", "IMPL") if EXTENSION.loaded els
 
 DEVICE_DISPATCH_KEYS = ("CUDA", "PrivateUse1")
 
+_is_compiling = torch.compiler.is_compiling
+
 
 def triton_launcher(op_name: str) -> Callable[..., None]:
     """The launcher `specops.triton_kernels.<op_name>.<op_name>`, imported on first use."""
@@ -76,14 +78,17 @@ class SpecOp:
     def __call__(self, *args: Any) -> None:
         # Compiled graphs always call the registered op, which dispatches by device; the
         # backend switch is an eager-mode tool (and a ContextVar cannot be traced).
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             self._native(*args)
-            return
+        elif _current_backend.get() == "native" and self._native_entry is not None:
+            self._native_entry(*args)  # the hot path: kept to two checks
+        else:
+            self._call_selected_backend(args)
+
+    def _call_selected_backend(self, args: tuple[Any, ...]) -> None:
         selected = _current_backend.get()
         if selected == "native":
-            if self._native_entry is None:
-                require_native(self.name)
-            self._native_entry(*args)
+            require_native(self.name)
         elif selected == "triton":
             self.check(*args)
             _check_triton_can_run(self.name, args)

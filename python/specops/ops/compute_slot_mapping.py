@@ -6,7 +6,14 @@ import dataclasses
 
 import torch
 
-from specops.ops._checks import INT32_MAX, check_positive, check_query_start_loc, check_tensor
+from specops.ops._checks import (
+    INT32_MAX,
+    check_context_parallel,
+    check_interleave_divides,
+    check_positive,
+    check_query_start_loc,
+    check_tensor,
+)
 from specops.ops._op import SpecOp
 from specops.reference.compute_slot_mapping import compute_slot_mapping as _reference
 
@@ -44,14 +51,10 @@ def check_slot_mapping_args(
     check_tensor(block_table, names.block_table, [torch.int32], 2, device)
     check_positive(block_size, names.block_size)
     check_positive(blocks_per_kv_block, names.blocks_per_kv_block)
-    check_positive(cp_world_size, "cp_world_size")
-    if not 0 <= cp_rank < cp_world_size:
-        raise ValueError(f"cp_rank must be in [0, cp_world_size = {cp_world_size}), got {cp_rank}")
-    check_positive(cp_interleave, "cp_interleave")
+    check_context_parallel(cp_world_size, cp_rank, cp_interleave)
     kv_block = block_size * blocks_per_kv_block
     product = f"{names.block_size} * {names.blocks_per_kv_block}"
-    if kv_block % cp_interleave != 0:
-        raise ValueError(f"cp_interleave must divide {product} = {kv_block}, got {cp_interleave}")
+    check_interleave_divides(kv_block, cp_interleave, "" if names == SlotMappingArgNames() else f" ({product})")
     if kv_block * cp_world_size > INT32_MAX:
         raise ValueError(f"{product} * cp_world_size must be < 2^31, got {kv_block * cp_world_size}")
     if not num_tokens <= num_tokens_padded <= out.numel():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_min_numel, check_no_overlap, check_tensor
+from specops.ops._checks import check_entries, check_no_overlap, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens as _reference
 
@@ -28,9 +28,9 @@ def check_count_correction(
     check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device)
     check_tensor(cpu_num_computed_tokens, "cpu_num_computed_tokens", [torch.int32], 1, device)
     num_rows = prev_positions.numel()
-    check_min_numel(num_computed_tokens, "num_computed_tokens", num_rows, ROWS)
-    check_min_numel(num_accepted_tokens, "num_accepted_tokens", num_rows, ROWS)
-    check_min_numel(cpu_num_computed_tokens, "cpu_num_computed_tokens", num_rows, ROWS)
+    check_entries(num_computed_tokens, "num_computed_tokens", num_rows, ROWS)
+    check_entries(num_accepted_tokens, "num_accepted_tokens", num_rows, ROWS)
+    check_entries(cpu_num_computed_tokens, "cpu_num_computed_tokens", num_rows, ROWS)
     check_no_overlap(num_accepted_tokens, "num_accepted_tokens", num_computed_tokens, "num_computed_tokens")
 
 

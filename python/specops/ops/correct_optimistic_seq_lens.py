@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_min_numel, check_tensor
+from specops.ops._checks import check_entries, check_tensor
 from specops.ops._op import SpecOp
 from specops.ops.correct_num_computed_tokens import ROWS
 from specops.reference.correct_optimistic_seq_lens import correct_optimistic_seq_lens as _reference
@@ -21,7 +21,7 @@ def _check(
     check_tensor(prev_positions, "prev_positions", [torch.int32, torch.int64], 1, device)
     check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32], 1, device)
     check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device)
-    check_min_numel(seq_lens_cpu, "seq_lens_cpu", prev_positions.numel(), ROWS)
+    check_entries(seq_lens_cpu, "seq_lens_cpu", prev_positions.numel(), ROWS)
 
 
 _OP = SpecOp("correct_optimistic_seq_lens", _check, _reference)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_min_numel, check_no_overlap, check_query_start_loc, check_tensor
+from specops.ops._checks import check_entries, check_no_overlap, check_query_start_loc, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens as _reference
 
@@ -26,7 +26,7 @@ def check_positions_and_seq_lens(
     check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device)
     check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device)
     num_reqs = check_query_start_loc(query_start_loc, device)
-    check_min_numel(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1")
+    check_entries(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1")
     if not 0 <= num_tokens_padded <= positions.numel():
         raise ValueError(f"num_tokens_padded must be in [0, positions.numel() = {positions.numel()}], "
                          f"got {num_tokens_padded}")

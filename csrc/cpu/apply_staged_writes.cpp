@@ -1,0 +1,58 @@
+// CPU op for apply_staged_writes: validates every write, then runs the kernel body.
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include "cpu/checks.h"
+#include "kernels/apply_staged_writes.h"
+
+namespace specops::cpu {
+namespace {
+
+void apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const at::Tensor& starts,
+                         const at::Tensor& cu_lens, const at::Tensor& values) {
+  check_tensor(table, "table", {c10::kInt}, 2);
+  check_tensor(rows, "rows", {c10::kInt, c10::kLong}, 1);
+  check_tensor(starts, "starts", {c10::kInt}, 1);
+  check_tensor(cu_lens, "cu_lens", {c10::kInt}, 1);
+  check_tensor(values, "values", {c10::kInt}, 1);
+  const int64_t num_writes = rows.numel();
+  TORCH_CHECK_VALUE(starts.numel() == num_writes, "starts must have one entry per write (K = ", num_writes,
+                    "), got ", starts.numel());
+  TORCH_CHECK_VALUE(cu_lens.numel() == num_writes + 1, "cu_lens must have K + 1 = ", num_writes + 1,
+                    " entries, got ", cu_lens.numel());
+
+  kernels::StagedWritesShape shape;
+  shape.num_writes = num_writes;
+  shape.num_values = values.numel();
+  shape.table_rows = table.size(0);
+  shape.table_cols = table.size(1);
+  shape.table_stride = table.stride(0);
+  const int32_t* start = starts.data_ptr<int32_t>();
+  const int32_t* cu = cu_lens.data_ptr<int32_t>();
+  TORCH_CHECK_VALUE(cu[0] == 0, "cu_lens[0] must be 0, got ", cu[0]);
+  for (int64_t k = 0; k < num_writes; ++k) {
+    TORCH_CHECK_VALUE(cu[k + 1] >= cu[k], "cu_lens must be non-decreasing, but cu_lens[", k + 1, "] = ", cu[k + 1],
+                      " < cu_lens[", k, "] = ", cu[k]);
+  }
+  TORCH_CHECK_VALUE(cu[num_writes] <= shape.num_values, "cu_lens[K] = ", cu[num_writes],
+                    " must be <= values.numel() = ", shape.num_values);
+
+  AT_DISPATCH_INDEX_TYPES(rows.scalar_type(), "apply_staged_writes", [&] {
+    const index_t* row = rows.data_ptr<index_t>();
+    for (int64_t k = 0; k < num_writes; ++k) {
+      TORCH_CHECK_VALUE(row[k] >= 0 && row[k] < shape.table_rows, "rows[", k, "] = ", static_cast<int64_t>(row[k]),
+                        " must be in [0, ", shape.table_rows, "), the rows of table");
+      const int64_t length = cu[k + 1] - cu[k];
+      TORCH_CHECK_VALUE(start[k] >= 0 && start[k] + length <= shape.table_cols, "starts[", k, "] = ", start[k],
+                        " with ", length, " values must lie in [0, ", shape.table_cols, "], the columns of table");
+    }
+    kernels::apply_staged_writes<index_t>(table.data_ptr<int32_t>(), row, start, cu, values.data_ptr<int32_t>(),
+                                          shape);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("apply_staged_writes", &apply_staged_writes); }
+
+}  // namespace specops::cpu

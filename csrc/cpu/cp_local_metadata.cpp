@@ -1,0 +1,78 @@
+// CPU ops for cp_local_metadata (SPEC 3.4): validates, then runs the kernel body. The second op,
+// cp_local_max_lens, gives the host ints of CPLocalMetadata from host copies of the inputs, so
+// the Python wrapper never reads a device tensor.
+#include <torch/library.h>
+
+#include <vector>
+
+#include "cpu/checks.h"
+#include "kernels/cp_local_metadata.h"
+
+namespace specops::cpu {
+namespace {
+
+// Checks the inputs shared by both ops and returns the shape of the split (output lengths unset).
+kernels::CPLocalShape check_inputs(const at::Tensor& query_start_loc, const at::Tensor* seq_lens,
+                                   int64_t num_input_tokens, int64_t cp_size, int64_t cp_rank, bool causal) {
+  const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
+  const int64_t num_reqs = query_start_loc.numel() - 1;
+  check_cp_rank(cp_size, cp_rank, "cp_size");
+  TORCH_CHECK_VALUE(num_input_tokens >= num_tokens && num_input_tokens <= INT32_MAX - cp_size,
+                    "num_input_tokens must be in [query_start_loc[R] = ", num_tokens, ", 2^31 - 1 - cp_size], got ",
+                    num_input_tokens);
+  if (seq_lens != nullptr) {
+    check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1);
+    TORCH_CHECK_VALUE(seq_lens->numel() == num_reqs, "seq_lens must have R = ", num_reqs, " entries, got ",
+                      seq_lens->numel());
+    const int32_t* lens = seq_lens->data_ptr<int32_t>();
+    for (int64_t r = 0; r < num_reqs; ++r) {
+      TORCH_CHECK_VALUE(lens[r] >= 0, "seq_lens must be >= 0, but seq_lens[", r, "] = ", lens[r]);
+    }
+  }
+  const kernels::CPTokenSplit split = kernels::cp_token_split(num_input_tokens, cp_size, cp_rank);
+  kernels::CPLocalShape shape;
+  shape.num_reqs = num_reqs;
+  shape.local_start = split.local_start;
+  shape.local_end = split.local_end;
+  shape.causal = causal;
+  return shape;
+}
+
+void check_output(const at::Tensor& out, const char* name, int64_t min_entries) {
+  check_tensor(out, name, {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(out.numel() >= min_entries, name, " must have at least ", min_entries, " entries, got ",
+                    out.numel());
+}
+
+void cp_local_metadata(const at::Tensor& query_start_loc, const at::Tensor& seq_lens, int64_t num_input_tokens,
+                       int64_t cp_size, int64_t cp_rank, bool causal, const at::Tensor& local_query_start_loc,
+                       const at::Tensor& local_seq_lens, const at::Tensor& start_pos) {
+  kernels::CPLocalShape shape = check_inputs(query_start_loc, &seq_lens, num_input_tokens, cp_size, cp_rank, causal);
+  check_output(local_query_start_loc, "local_query_start_loc", shape.num_reqs + 1);
+  check_output(local_seq_lens, "local_seq_lens", shape.num_reqs);
+  check_output(start_pos, "start_pos", shape.num_reqs);
+  shape.local_query_start_loc_len = local_query_start_loc.numel();
+  shape.local_seq_lens_len = local_seq_lens.numel();
+  shape.start_pos_len = start_pos.numel();
+  kernels::cp_local_metadata(query_start_loc.data_ptr<int32_t>(), seq_lens.data_ptr<int32_t>(),
+                             local_query_start_loc.data_ptr<int32_t>(), local_seq_lens.data_ptr<int32_t>(),
+                             start_pos.data_ptr<int32_t>(), shape);
+}
+
+std::vector<int64_t> cp_local_max_lens(const at::Tensor& query_start_loc, const std::optional<at::Tensor>& seq_lens,
+                                       int64_t num_input_tokens, int64_t cp_size, int64_t cp_rank, bool causal) {
+  const at::Tensor* lens = seq_lens.has_value() ? &*seq_lens : nullptr;
+  const kernels::CPLocalShape shape = check_inputs(query_start_loc, lens, num_input_tokens, cp_size, cp_rank, causal);
+  const kernels::CPLocalMaxima maxima = kernels::cp_local_max_lens(
+      query_start_loc.data_ptr<int32_t>(), lens ? lens->data_ptr<int32_t>() : nullptr, shape);
+  return {maxima.max_local_query_len, maxima.max_local_seq_len};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) {
+  m.impl("cp_local_metadata", &cp_local_metadata);
+  m.impl("cp_local_max_lens", &cp_local_max_lens);
+}
+
+}  // namespace specops::cpu

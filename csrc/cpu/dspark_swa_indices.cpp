@@ -1,0 +1,74 @@
+// CPU op for dspark_swa_indices (SPEC 3.4): validates, then runs the kernel body.
+#include <torch/library.h>
+
+#include "cpu/checks.h"
+#include "kernels/cp_token_split.h"
+#include "kernels/dspark_swa_indices.h"
+
+namespace specops::cpu {
+namespace {
+
+void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
+                        int64_t window, int64_t num_speculative_tokens, int64_t block_size, int64_t num_tokens,
+                        int64_t width, int64_t cp_size, int64_t cp_rank, const at::Tensor& out,
+                        const at::Tensor& out_lens) {
+  const int64_t num_real_tokens = check_query_start_loc_values(query_start_loc);
+  const int64_t num_reqs = query_start_loc.numel() - 1;
+  check_tensor(block_table, "block_table", {c10::kInt}, 2);
+  TORCH_CHECK_VALUE(block_table.size(0) >= num_reqs, "block_table must have at least R = ", num_reqs,
+                    " rows, got ", block_table.size(0));
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(seq_lens.numel() == num_reqs, "seq_lens must have R = ", num_reqs, " entries, got ",
+                    seq_lens.numel());
+  check_non_negative(window, "window");
+  check_non_negative(num_speculative_tokens, "num_speculative_tokens");
+  check_positive(block_size, "block_size");
+  TORCH_CHECK_VALUE(width >= 1 && width >= window + num_speculative_tokens,
+                    "width must be >= max(1, window + num_speculative_tokens = ", window + num_speculative_tokens,
+                    "), got ", width);
+  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens && num_tokens <= INT32_MAX - cp_size,
+                    "num_tokens must be in [query_start_loc[R] = ", num_real_tokens, ", 2^31 - 1 - cp_size], got ",
+                    num_tokens);
+  check_cp_rank(cp_size, cp_rank, "cp_size");
+  const kernels::CPTokenSplit split = kernels::cp_token_split(num_tokens, cp_size, cp_rank);
+  check_tensor(out, "out", {c10::kInt}, 3);
+  TORCH_CHECK_VALUE(out.size(0) >= split.tokens_per_rank && out.size(1) == 1 && out.size(2) == width,
+                    "out must have shape [>= ", split.tokens_per_rank, ", 1, width = ", width, "], got ", out.sizes());
+  check_tensor(out_lens, "out_lens", {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(out_lens.numel() >= split.tokens_per_rank, "out_lens must have at least ", split.tokens_per_rank,
+                    " entries, got ", out_lens.numel());
+
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  const int64_t covered = block_table.size(1) * block_size;
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    TORCH_CHECK_VALUE(lens[r] >= 0, "seq_lens must be >= 0, but seq_lens[", r, "] = ", lens[r]);
+    const int64_t query_len = qsl[r + 1] - qsl[r];
+    if (query_len == 0) continue;  // a request without tokens has no row to fill
+    TORCH_CHECK_VALUE(lens[r] <= covered, "seq_lens[", r, "] = ", lens[r], " is beyond block_table (",
+                      block_table.size(1), " blocks of ", block_size, " tokens per row)");
+    const int64_t visible = lens[r] - std::max<int64_t>(lens[r] - query_len - window, 0);
+    TORCH_CHECK_VALUE(visible <= width, "width = ", width, " is too small for request ", r, ", which sees ", visible,
+                      " tokens (its query of ", query_len, " plus the window of ", window, ")");
+  }
+
+  kernels::DSparkShape shape;
+  shape.num_reqs = num_reqs;
+  shape.rows_begin = split.local_start;
+  shape.num_rows = split.tokens_per_rank;
+  shape.width = width;
+  shape.window = window;
+  shape.block_size = block_size;
+  shape.table_rows = block_table.size(0);
+  shape.table_cols = block_table.size(1);
+  shape.table_stride = block_table.stride(0);
+  shape.out_stride = out.stride(0);
+  kernels::dspark_swa_indices(block_table.data_ptr<int32_t>(), qsl, lens, out.data_ptr<int32_t>(),
+                              out_lens.data_ptr<int32_t>(), shape);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("dspark_swa_indices", &dspark_swa_indices); }
+
+}  // namespace specops::cpu

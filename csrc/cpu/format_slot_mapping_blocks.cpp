@@ -1,0 +1,37 @@
+// CPU op for format_slot_mapping_blocks (SPEC 3.4): validates, then runs the kernel body.
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include "cpu/checks.h"
+#include "kernels/format_slot_mapping_blocks.h"
+
+namespace specops::cpu {
+namespace {
+
+void format_slot_mapping_blocks(const at::Tensor& slot_mapping, int64_t block_size, const at::Tensor& out) {
+  check_tensor(slot_mapping, "slot_mapping", {c10::kLong, c10::kInt}, 1);
+  check_positive(block_size, "block_size");
+  check_tensor(out, "out", {c10::kLong, c10::kInt}, 2);
+  TORCH_CHECK_VALUE(out.size(1) == 2 && out.size(0) >= slot_mapping.numel(), "out must have shape [>= ",
+                    slot_mapping.numel(), ", 2], got ", out.sizes());
+
+  kernels::FormatSlotShape shape;
+  shape.num_slots = slot_mapping.numel();
+  shape.num_rows = out.size(0);
+  shape.row_stride = out.stride(0);
+  shape.block_size = block_size;
+  AT_DISPATCH_INDEX_TYPES(slot_mapping.scalar_type(), "format_slot_mapping_blocks", [&] {
+    const index_t* slots = slot_mapping.data_ptr<index_t>();
+    if (out.scalar_type() == c10::kLong) {
+      kernels::format_slot_mapping_blocks(slots, out.data_ptr<int64_t>(), shape);
+    } else {
+      kernels::format_slot_mapping_blocks(slots, out.data_ptr<int32_t>(), shape);
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("format_slot_mapping_blocks", &format_slot_mapping_blocks); }
+
+}  // namespace specops::cpu

@@ -1,0 +1,58 @@
+// CPU op for gather_block_tables: validates, then runs the kernel body.
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "cpu/checks.h"
+#include "kernels/gather_block_tables.h"
+
+namespace specops::cpu {
+namespace {
+
+void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& num_blocks, const at::Tensor& idx_mapping,
+                         const at::Tensor& out, int64_t num_reqs_padded) {
+  check_tensor(src_block_table, "src_block_table", {c10::kInt}, 2);
+  check_tensor(num_blocks, "num_blocks", {c10::kInt}, 1);
+  check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+  check_tensor(out, "out", {c10::kInt}, 2);
+  const int64_t src_rows = src_block_table.size(0);
+  TORCH_CHECK_VALUE(num_blocks.numel() == src_rows, "num_blocks must have one entry per src_block_table row (",
+                    src_rows, "), got ", num_blocks.numel());
+  const int64_t num_reqs = idx_mapping.numel();
+  TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs && num_reqs_padded <= out.size(0),
+                    "num_reqs_padded must be in [R = ", num_reqs, ", out.size(0) = ", out.size(0), "], got ",
+                    num_reqs_padded);
+
+  kernels::GatherBlockTablesShape shape;
+  shape.num_reqs = num_reqs;
+  shape.num_reqs_padded = num_reqs_padded;
+  shape.src_rows = src_rows;
+  shape.src_cols = src_block_table.size(1);
+  shape.src_stride = src_block_table.stride(0);
+  shape.out_cols = out.size(1);
+  shape.out_stride = out.stride(0);
+  const int64_t most_blocks = std::min(shape.src_cols, shape.out_cols);
+  const int32_t* counts = num_blocks.data_ptr<int32_t>();
+
+  AT_DISPATCH_INDEX_TYPES(idx_mapping.scalar_type(), "gather_block_tables", [&] {
+    const index_t* idx = idx_mapping.data_ptr<index_t>();
+    for (int64_t r = 0; r < num_reqs; ++r) {
+      const int64_t row = static_cast<int64_t>(idx[r]);
+      TORCH_CHECK_VALUE(row < src_rows, "idx_mapping[", r, "] = ", row, " is past src_block_table, which has ",
+                        src_rows, " rows");
+      if (row < 0) continue;
+      TORCH_CHECK_VALUE(counts[row] >= 0 && counts[row] <= most_blocks, "num_blocks[", row, "] = ", counts[row],
+                        " (row of idx_mapping[", r, "]) must be in [0, ", most_blocks,
+                        "], the columns of src_block_table and out");
+    }
+    kernels::gather_block_tables<index_t>(src_block_table.data_ptr<int32_t>(), counts, idx, out.data_ptr<int32_t>(),
+                                          shape);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("gather_block_tables", &gather_block_tables); }
+
+}  // namespace specops::cpu

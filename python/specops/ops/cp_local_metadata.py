@@ -1,0 +1,145 @@
+"""cp_local_metadata: this rank's view of a batch under DSA-CP (SPEC 3.4)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from specops._backend import current_backend
+from specops._cp import cp_token_split
+from specops._extension import EXTENSION
+from specops.ops._checks import INT32_MAX, check_cp_rank, check_entries, check_non_negative, check_query_start_loc, check_tensor
+from specops.ops._op import SpecOp
+from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_max_lens
+from specops.reference.cp_local_metadata import cp_local_metadata as _reference
+
+
+@dataclasses.dataclass(slots=True)
+class CPLocalMetadata:
+    """This rank's slice [local_start, local_end) of the token stream padded to num_tokens_pad.
+
+    The tensors are int32 on the device of the inputs. The two maxima are host ints computed
+    from host data only; they are None when the inputs live on a device and no host copy was
+    given (and under torch.compile, where no host value exists at trace time).
+    """
+
+    local_query_start_loc: torch.Tensor  # [R + 1]: cumulative local query lengths
+    local_seq_lens: torch.Tensor  # [R]: KV length seen by this rank's tokens of each request
+    start_pos: torch.Tensor  # [R]: seq_lens - query_lens, tokens computed before this step
+    num_tokens_pad: int
+    tokens_per_rank: int
+    local_start: int
+    local_end: int
+    max_local_query_len: int | None
+    max_local_seq_len: int | None
+
+
+def _check(
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_input_tokens: int,
+    cp_size: int,
+    cp_rank: int,
+    causal: bool,
+    local_query_start_loc: torch.Tensor,
+    local_seq_lens: torch.Tensor,
+    start_pos: torch.Tensor,
+) -> None:
+    check_tensor(local_query_start_loc, "local_query_start_loc", [torch.int32], 1)
+    device = local_query_start_loc.device
+    num_reqs = check_query_start_loc(query_start_loc, device)
+    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device)
+    if seq_lens.numel() != num_reqs:
+        raise ValueError(f"seq_lens must have R = {num_reqs} entries, got {seq_lens.numel()}")
+    check_cp_rank(cp_size, cp_rank, "cp_size")
+    check_non_negative(num_input_tokens, "num_input_tokens")
+    if num_input_tokens > INT32_MAX - cp_size:
+        raise ValueError(f"num_input_tokens must be <= 2^31 - 1 - cp_size, got {num_input_tokens}")
+    check_entries(local_query_start_loc, "local_query_start_loc", num_reqs + 1)
+    check_tensor(local_seq_lens, "local_seq_lens", [torch.int32], 1, device)
+    check_entries(local_seq_lens, "local_seq_lens", num_reqs)
+    check_tensor(start_pos, "start_pos", [torch.int32], 1, device)
+    check_entries(start_pos, "start_pos", num_reqs)
+
+
+_OP = SpecOp("cp_local_metadata", _check, _reference)
+# The raw entry point of the host-only helper op (see SpecOp: it skips a Python frame per call).
+_NATIVE_MAX_LENS = torch.ops.specops.cp_local_max_lens.default._op if EXTENSION.loaded else None
+
+
+def _check_host_copy(t: torch.Tensor | None, name: str, entries: int) -> None:
+    if t is None:
+        return
+    check_tensor(t, name, [torch.int32], 1, torch.device("cpu"))
+    if t.numel() != entries:
+        raise ValueError(f"{name} must have {entries} entries like its device tensor, got {t.numel()}")
+
+
+def _host_maxima(
+    host_query_start_loc: torch.Tensor | None,
+    host_seq_lens: torch.Tensor | None,
+    num_input_tokens: int,
+    cp_size: int,
+    cp_rank: int,
+    causal: bool,
+) -> tuple[int | None, int | None]:
+    if host_query_start_loc is None or torch.compiler.is_compiling():
+        return None, None
+    args = (host_query_start_loc, host_seq_lens, num_input_tokens, cp_size, cp_rank, causal)
+    if _NATIVE_MAX_LENS is not None and current_backend() == "native":
+        max_query, max_seq = _NATIVE_MAX_LENS(*args)
+    else:
+        max_query, max_seq = _reference_max_lens(*args)
+    return max_query, (max_seq if host_seq_lens is not None else None)
+
+
+def cp_local_metadata(
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_input_tokens: int,
+    cp_size: int,
+    cp_rank: int,
+    *,
+    causal: bool = True,
+    local_query_start_loc: torch.Tensor | None = None,
+    local_seq_lens: torch.Tensor | None = None,
+    start_pos: torch.Tensor | None = None,
+    query_start_loc_cpu: torch.Tensor | None = None,
+    seq_lens_cpu: torch.Tensor | None = None,
+) -> CPLocalMetadata:
+    """Splits the stream of num_input_tokens tokens evenly over cp_size ranks; returns rank
+    cp_rank's local query_start_loc, local seq_lens (causal: minus the request's tokens on later
+    ranks; non-causal: the whole seq_len) and start_pos.
+
+    query_start_loc: int32 [R + 1]; seq_lens: int32 [R]. Outputs are int32 buffers of at least
+    R + 1, R, R entries (allocated when absent); past R, local_query_start_loc repeats its last
+    value and the others are 0. query_start_loc_cpu / seq_lens_cpu: host copies used for the
+    host maxima when the inputs live on a device; no device-to-host copy is ever made.
+    """
+    num_reqs = max(query_start_loc.numel() - 1, 0)
+    device = query_start_loc.device
+    if local_query_start_loc is None:
+        local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
+    if local_seq_lens is None:
+        local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    if start_pos is None:
+        start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    _OP(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
+        local_query_start_loc, local_seq_lens, start_pos)
+
+    on_host = device.type == "cpu"
+    if not on_host:
+        _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", num_reqs + 1)
+        _check_host_copy(seq_lens_cpu, "seq_lens_cpu", num_reqs)
+    max_query, max_seq = _host_maxima(
+        query_start_loc if on_host else query_start_loc_cpu,
+        seq_lens if seq_lens.device.type == "cpu" else seq_lens_cpu,
+        num_input_tokens, cp_size, cp_rank, causal,
+    )
+    split = cp_token_split(num_input_tokens, cp_size, cp_rank)
+    return CPLocalMetadata(
+        local_query_start_loc, local_seq_lens, start_pos,
+        split.num_tokens_pad, split.tokens_per_rank, split.local_start, split.local_end,
+        max_query, max_seq,
+    )

@@ -1,0 +1,108 @@
+"""dspark_swa_indices: the KV slots each DSpark draft-block token may attend to (SPEC 3.4)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops._cp import cp_token_split
+from specops.ops._checks import (
+    INT32_MAX,
+    check_cp_rank,
+    check_entries,
+    check_non_negative,
+    check_positive,
+    check_query_start_loc,
+    check_tensor,
+)
+from specops.ops._op import SpecOp
+from specops.reference.dspark_swa_indices import dspark_swa_indices as _reference
+
+WIDTH_ALIGNMENT = 128
+
+
+def _check(
+    block_table: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    window: int,
+    num_speculative_tokens: int,
+    block_size: int,
+    num_tokens: int,
+    width: int,
+    cp_size: int,
+    cp_rank: int,
+    out: torch.Tensor,
+    out_lens: torch.Tensor,
+) -> None:
+    check_tensor(out, "out", [torch.int32], 3)
+    device = out.device
+    num_reqs = check_query_start_loc(query_start_loc, device)
+    check_tensor(block_table, "block_table", [torch.int32], 2, device)
+    if block_table.size(0) < num_reqs:
+        raise ValueError(f"block_table must have at least R = {num_reqs} rows, got {block_table.size(0)}")
+    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device)
+    if seq_lens.numel() != num_reqs:
+        raise ValueError(f"seq_lens must have R = {num_reqs} entries, got {seq_lens.numel()}")
+    check_non_negative(window, "window")
+    check_non_negative(num_speculative_tokens, "num_speculative_tokens")
+    check_positive(block_size, "block_size")
+    if width < max(1, window + num_speculative_tokens):
+        raise ValueError(
+            f"width must be >= max(1, window + num_speculative_tokens = {window + num_speculative_tokens}), got {width}"
+        )
+    check_non_negative(num_tokens, "num_tokens")
+    check_cp_rank(cp_size, cp_rank, "cp_size")
+    if num_tokens > INT32_MAX - cp_size:
+        raise ValueError(f"num_tokens must be <= 2^31 - 1 - cp_size, got {num_tokens}")
+    rows = cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank
+    if out.size(0) < rows or out.size(1) != 1 or out.size(2) != width:
+        raise ValueError(f"out must have shape [>= {rows}, 1, width = {width}], got {list(out.shape)}")
+    check_tensor(out_lens, "out_lens", [torch.int32], 1, device)
+    check_entries(out_lens, "out_lens", rows)
+
+
+_OP = SpecOp("dspark_swa_indices", _check, _reference)
+
+
+def default_width(window: int, num_speculative_tokens: int) -> int:
+    """window + num_speculative_tokens rounded up to a multiple of 128 (at least 128)."""
+    return max(1, -(-(window + num_speculative_tokens) // WIDTH_ALIGNMENT)) * WIDTH_ALIGNMENT
+
+
+def dspark_swa_indices(
+    block_table: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    window: int,
+    num_speculative_tokens: int,
+    block_size: int,
+    num_tokens: int | None = None,
+    width: int | None = None,
+    cp_size: int = 1,
+    cp_rank: int = 0,
+    out: torch.Tensor | None = None,
+    out_lens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token, the slots of the last `window` positions before its request's draft block
+    plus the whole block: row r of request r (block_table row r) is the slots of positions
+    start..seq_lens[r]-1 with start = max(seq_lens[r] - q_len - window, 0), then -1 up to width.
+
+    Returns (indices int32 [rows, 1, width], lens int32 [rows]) with rows = num_tokens, or under
+    cp_size > 1 this rank's slice of the stream padded to a multiple of cp_size, written
+    directly. Token rows past the real tokens are -1 with lens 0. num_tokens defaults to
+    query_start_loc[R]: pass it with device tensors, since reading it is a device-to-host copy.
+    """
+    if width is None:
+        width = default_width(window, num_speculative_tokens)
+    if num_tokens is None:
+        num_tokens = int(query_start_loc[-1]) if query_start_loc.numel() else 0
+    if out is None or out_lens is None:
+        rows = cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank if cp_size >= 1 else 0
+        if out is None:
+            out = torch.empty((rows, 1, width), dtype=torch.int32, device=block_table.device)
+        if out_lens is None:
+            out_lens = torch.empty(rows, dtype=torch.int32, device=block_table.device)
+    _OP(block_table, query_start_loc, seq_lens, window, num_speculative_tokens, block_size, num_tokens, width,
+        cp_size, cp_rank, out, out_lens)
+    return out, out_lens

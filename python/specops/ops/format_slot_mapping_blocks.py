@@ -1,0 +1,35 @@
+"""format_slot_mapping_blocks: slot ids as (block, offset) pairs (SPEC 3.4)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.ops._checks import check_positive, check_tensor
+from specops.ops._op import SpecOp
+from specops.reference.format_slot_mapping_blocks import format_slot_mapping_blocks as _reference
+
+
+def _check(slot_mapping: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
+    check_tensor(out, "out", [torch.int64, torch.int32], 2)
+    check_tensor(slot_mapping, "slot_mapping", [torch.int64, torch.int32], 1, out.device)
+    check_positive(block_size, "block_size")
+    if out.size(1) != 2 or out.size(0) < slot_mapping.numel():
+        raise ValueError(f"out must have shape [>= {slot_mapping.numel()}, 2], got {list(out.shape)}")
+
+
+_OP = SpecOp("format_slot_mapping_blocks", _check, _reference)
+
+
+def format_slot_mapping_blocks(
+    slot_mapping: torch.Tensor, block_size: int, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """out[i] = (slot // block_size, slot % block_size) with floor semantics: PAD_SLOT_ID
+    becomes (-1, block_size - 1).
+
+    slot_mapping: int64 or int32 [N]; out: int64 or int32 [>= N, 2] (allocated [N, 2] with
+    slot_mapping's dtype when absent); rows past N get the pair of PAD_SLOT_ID.
+    """
+    if out is None:
+        out = torch.empty((slot_mapping.numel(), 2), dtype=slot_mapping.dtype, device=slot_mapping.device)
+    _OP(slot_mapping, block_size, out)
+    return out

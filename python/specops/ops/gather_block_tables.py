@@ -1,0 +1,54 @@
+"""gather_block_tables: the batch-indexed block table of this step, in place (SPEC 3.3)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.ops._checks import check_tensor
+from specops.ops._op import SpecOp
+from specops.reference.gather_block_tables import gather_block_tables as _reference
+
+
+def _check(
+    src_block_table: torch.Tensor,
+    num_blocks: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    out: torch.Tensor,
+    num_reqs_padded: int,
+) -> None:
+    check_tensor(out, "out", [torch.int32], 2)
+    device = out.device
+    check_tensor(src_block_table, "src_block_table", [torch.int32], 2, device)
+    check_tensor(num_blocks, "num_blocks", [torch.int32], 1, device)
+    check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device)
+    src_rows = src_block_table.size(0)
+    if num_blocks.numel() != src_rows:
+        raise ValueError(f"num_blocks must have one entry per src_block_table row ({src_rows}), got {num_blocks.numel()}")
+    num_reqs = idx_mapping.numel()
+    if not num_reqs <= num_reqs_padded <= out.size(0):
+        raise ValueError(f"num_reqs_padded must be in [R = {num_reqs}, out.size(0) = {out.size(0)}], got {num_reqs_padded}")
+
+
+_OP = SpecOp("gather_block_tables", _check, _reference)
+
+
+def gather_block_tables(
+    src_block_table: torch.Tensor,
+    num_blocks: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    num_reqs_padded: int | None = None,
+) -> torch.Tensor:
+    """Rewrites `out[:num_reqs_padded]` with the block-table rows of this step's batch.
+
+    src_block_table: int32 [rows, cols], request-indexed; num_blocks: int32 [rows], the ids in
+    use per source row; idx_mapping: int32 or int64 [R], the source row of each batch row (-1:
+    none); out: int32 [>= num_reqs_padded, out_cols]. out[r, :n] = src[row, :n] with
+    n = num_blocks[row], row = idx_mapping[r]; everything else in [0, num_reqs_padded) is
+    NULL_BLOCK_ID. num_reqs_padded defaults to out.size(0). Returns out.
+    """
+    if num_reqs_padded is None:
+        num_reqs_padded = out.size(0)
+    _OP(src_block_table, num_blocks, idx_mapping, out, num_reqs_padded)
+    return out

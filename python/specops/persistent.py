@@ -1,0 +1,316 @@
+"""Graph-stable block tables and slot mappings of every KV-cache group (SPEC 3.3).
+
+A captured graph (CUDA graph, Ascend ACL graph) reads its metadata at the addresses it saw
+during capture. `PersistentMappings` owns those buffers for every KV-cache group and rewrites
+them in place each step, so a replay reads this step's block ids and slots and nothing stale.
+
+Layout. All groups' request-indexed source tables and their block counts live in one int32
+storage: rows [g * M, (g + 1) * M) are group g's table, and the rows after them hold the
+counts of every (group, row), contiguous. One `apply_staged_writes` launch therefore writes the
+new block ids and the new counts of every group at once. The captured tables and slot mappings
+are one tensor each ([G, M, B] and [G, max_num_tokens]) with a view per group, so
+`fill_dummy()` is two fills.
+
+Invariant: a source row never holds a block id past its count (an overwrite also writes NULL
+over the old tail), so slot mappings read through it can never reach a stale block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
+from specops.ops._checks import check_context_parallel, check_interleave_divides, check_positive
+from specops.ops.apply_staged_writes import apply_staged_writes
+from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
+from specops.ops.gather_block_tables import _OP as _GATHER
+
+
+@dataclasses.dataclass(frozen=True)
+class MappingGroup:
+    """One KV-cache group: its kernel block size, kernel blocks per allocation block, and
+    whether its KV is sharded across the CP ranks (False: every rank stores every token, W = 1)."""
+
+    block_size: int
+    blocks_per_kv_block: int = 1
+    cp_sharded: bool = True
+
+    def __post_init__(self) -> None:
+        check_positive(self.block_size, "block_size")
+        check_positive(self.blocks_per_kv_block, "blocks_per_kv_block")
+
+
+@dataclasses.dataclass(frozen=True)
+class _SlotMappingArgs:
+    block_size: int
+    blocks_per_kv_block: int
+    cp_world_size: int
+    cp_rank: int
+    cp_interleave: int
+
+
+class PersistentMappings:
+    """Per group g: `source_block_tables[g]` int32 [max_num_reqs, max_num_blocks_per_req] and
+    `num_blocks[g]` int32 [max_num_reqs] (request-indexed, changed through `append_blocks` +
+    `apply_staged`), and the captured, batch-indexed `block_tables[g]` int32
+    [max_num_reqs, max_num_blocks_per_req] and `slot_mappings[g]` int64 [max_num_tokens]
+    (rewritten by `refresh`). No buffer is ever reallocated: every `data_ptr()` is fixed.
+    """
+
+    def __init__(
+        self,
+        groups: Sequence[MappingGroup],
+        *,
+        max_num_reqs: int,
+        max_num_blocks_per_req: int,
+        max_num_tokens: int,
+        cp_world_size: int = 1,
+        cp_rank: int = 0,
+        cp_interleave: int = 1,
+        device: torch.device | str | None = None,
+    ):
+        groups = tuple(groups)
+        if not groups:
+            raise ValueError("groups must hold at least one MappingGroup, got none")
+        for index, group in enumerate(groups):
+            if not isinstance(group, MappingGroup):
+                raise ValueError(f"groups[{index}] must be a MappingGroup, got {type(group).__name__}")
+        check_positive(max_num_reqs, "max_num_reqs")
+        check_positive(max_num_blocks_per_req, "max_num_blocks_per_req")
+        check_positive(max_num_tokens, "max_num_tokens")
+        check_context_parallel(cp_world_size, cp_rank, cp_interleave)
+        self._slot_args = []
+        for index, group in enumerate(groups):
+            if group.cp_sharded:
+                check_interleave_divides(group.block_size * group.blocks_per_kv_block, cp_interleave, f" of groups[{index}]")
+                args = _SlotMappingArgs(group.block_size, group.blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
+            else:
+                args = _SlotMappingArgs(group.block_size, group.blocks_per_kv_block, 1, 0, 1)
+            self._slot_args.append(args)
+
+        self.groups = groups
+        self.max_num_reqs = max_num_reqs
+        self.max_num_blocks_per_req = max_num_blocks_per_req
+        self.max_num_tokens = max_num_tokens
+        self.device = torch.device(device) if device is not None else torch.get_default_device()
+        num_groups = len(groups)
+        num_cells = num_groups * max_num_reqs
+        self._first_count_row = num_cells
+        count_rows = -(-num_cells // max_num_blocks_per_req)
+
+        # NULL_BLOCK_ID is 0, so zeros are both NULL rows and zero counts.
+        self._source_storage = torch.zeros(
+            (num_cells + count_rows, max_num_blocks_per_req), dtype=torch.int32, device=self.device
+        )
+        counts = self._source_storage[num_cells:].view(-1)[:num_cells]
+        bounds = [(g * max_num_reqs, (g + 1) * max_num_reqs) for g in range(num_groups)]
+        self.source_block_tables = [self._source_storage[lo:hi] for lo, hi in bounds]
+        self.num_blocks = [counts[lo:hi] for lo, hi in bounds]
+        self._captured_tables = torch.full(
+            (num_groups, max_num_reqs, max_num_blocks_per_req), NULL_BLOCK_ID, dtype=torch.int32, device=self.device
+        )
+        self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=torch.int64, device=self.device)
+        self.block_tables = list(self._captured_tables.unbind(0))
+        self.slot_mappings = list(self._captured_slots.unbind(0))
+        self._init_staging(num_groups, max_num_reqs, max_num_blocks_per_req)
+
+    # ---------------------------------------------------------------- staging (host side)
+
+    def _init_staging(self, num_groups: int, max_num_reqs: int, max_num_blocks_per_req: int) -> None:
+        # Host state, allocated once. Counts include staged writes; the device counts catch up
+        # at apply_staged().
+        self._staged_counts = np.zeros((num_groups, max_num_reqs), dtype=np.int64)
+        # End column of the pending block write of (group, row), -1 if none.
+        self._pending_end = np.full((num_groups, max_num_reqs), -1, dtype=np.int64)
+        # Index in `values` of the pending count write of (group, row), -1 if none.
+        self._pending_count_at = np.full((num_groups, max_num_reqs), -1, dtype=np.int64)
+
+        # A step that appends a block to every row of every group fits without a flush.
+        num_cells = num_groups * max_num_reqs
+        self._write_capacity = 2 * num_cells + 2
+        self._value_capacity = 2 * num_cells + 4 * max_num_blocks_per_req
+        host = dict(dtype=torch.int32, device="cpu")
+        self._rows = torch.zeros(self._write_capacity, **host)
+        self._starts = torch.zeros(self._write_capacity, **host)
+        self._cu_lens = torch.zeros(self._write_capacity + 1, **host)
+        self._values = torch.zeros(self._value_capacity, **host)
+        self._rows_np, self._starts_np = self._rows.numpy(), self._starts.numpy()
+        self._cu_lens_np, self._values_np = self._cu_lens.numpy(), self._values.numpy()
+        self._num_writes = 0
+        self._num_values = 0
+
+        self._packed_host: torch.Tensor | None = None
+        self._packed_device: torch.Tensor | None = None
+        self._copy_done: torch.Event | None = None
+        if self.device.type != "cpu":
+            self._stage_through_copy(pin_memory=True)
+
+    def _stage_through_copy(self, pin_memory: bool) -> None:
+        """Off the host, the staged arrays travel packed, in one copy, through a pinned buffer
+        that the next apply may refill only after that copy has run (tests use this on CPU)."""
+        packed_size = 3 * self._write_capacity + 1 + self._value_capacity
+        self._packed_host = torch.zeros(packed_size, dtype=torch.int32, pin_memory=pin_memory)
+        self._packed_device = torch.zeros(packed_size, dtype=torch.int32, device=self.device)
+        self._copy_done = torch.Event(device=self.device) if self.device.type != "cpu" else None
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    @property
+    def staged_num_blocks(self) -> np.ndarray:
+        """Read-only host view [G, max_num_reqs] of the block counts, staged writes included."""
+        view = self._staged_counts.view()
+        view.setflags(write=False)
+        return view
+
+    @property
+    def num_staged_writes(self) -> int:
+        return self._num_writes
+
+    def append_blocks(self, row: int, block_ids: Sequence[Sequence[int]], overwrite: bool = False) -> None:
+        """Stages new block ids for request row `row`: `block_ids[g]` for group g.
+
+        The ids go after the row's current ones, or, with `overwrite=True`, replace the row
+        (the old tail becomes NULL). Nothing reaches the device before `apply_staged()`.
+        A call that would overflow a row raises before staging anything.
+        """
+        if len(block_ids) != self.num_groups:
+            raise ValueError(f"block_ids must hold one list of block ids per group ({self.num_groups}), got {len(block_ids)}")
+        if not 0 <= row < self.max_num_reqs:
+            raise ValueError(f"row must be in [0, max_num_reqs = {self.max_num_reqs}), got {row}")
+        for group, ids in enumerate(block_ids):
+            count = len(ids) + (0 if overwrite else int(self._staged_counts[group, row]))
+            if count > self.max_num_blocks_per_req:
+                raise ValueError(
+                    f"block_ids[{group}] would give row {row} {count} blocks, more than "
+                    f"max_num_blocks_per_req = {self.max_num_blocks_per_req}"
+                )
+        for group, ids in enumerate(block_ids):
+            self._stage(group, row, ids, overwrite)
+
+    def _stage(self, group: int, row: int, ids: Sequence[int], overwrite: bool) -> None:
+        old_count = int(self._staged_counts[group, row])
+        start = 0 if overwrite else old_count
+        count = start + len(ids)
+        length = max(len(ids), old_count) if overwrite else len(ids)
+        # Device kernels apply the writes of one launch in parallel: a write that overlaps a
+        # pending one of the same row must wait for the next launch.
+        if length and self._pending_end[group, row] > start:
+            self.apply_staged()
+        if self._num_writes + 2 > self._write_capacity or self._num_values + length + 1 > self._value_capacity:
+            self.apply_staged()
+
+        cell = group * self.max_num_reqs + row
+        if length:
+            at = self._num_values
+            self._values_np[at : at + len(ids)] = ids
+            self._values_np[at + len(ids) : at + length] = NULL_BLOCK_ID
+            self._add_write(cell, start, length)
+            self._pending_end[group, row] = start + length
+        count_at = int(self._pending_count_at[group, row])
+        if count_at >= 0:
+            self._values_np[count_at] = count
+        elif count != old_count:
+            self._pending_count_at[group, row] = self._num_values
+            self._values_np[self._num_values] = count
+            row_of_count, column_of_count = divmod(cell, self.max_num_blocks_per_req)
+            self._add_write(self._first_count_row + row_of_count, column_of_count, 1)
+        self._staged_counts[group, row] = count
+
+    def _add_write(self, table_row: int, start: int, length: int) -> None:
+        k = self._num_writes
+        self._rows_np[k] = table_row
+        self._starts_np[k] = start
+        self._cu_lens_np[k + 1] = self._cu_lens_np[k] + length
+        self._num_writes = k + 1
+        self._num_values += length
+
+    def apply_staged(self) -> None:
+        """Applies every staged write of every group (ids and counts) in one launch."""
+        num_writes, num_values = self._num_writes, self._num_values
+        if num_writes == 0:
+            return
+        if self._packed_device is None:
+            rows, starts = self._rows[:num_writes], self._starts[:num_writes]
+            cu_lens, values = self._cu_lens[: num_writes + 1], self._values[:num_values]
+        else:
+            rows, starts, cu_lens, values = self._copy_staged_to_device(num_writes, num_values)
+        apply_staged_writes(self._source_storage, rows, starts, cu_lens, values)
+        self._num_writes = 0
+        self._num_values = 0
+        self._pending_end.fill(-1)
+        self._pending_count_at.fill(-1)
+
+    def _copy_staged_to_device(self, num_writes: int, num_values: int) -> tuple[torch.Tensor, ...]:
+        if self._copy_done is not None:
+            self._copy_done.synchronize()
+        packed = self._packed_host.numpy()
+        bounds = np.cumsum([0, num_writes, num_writes, num_writes + 1, num_values])
+        packed[bounds[0] : bounds[1]] = self._rows_np[:num_writes]
+        packed[bounds[1] : bounds[2]] = self._starts_np[:num_writes]
+        packed[bounds[2] : bounds[3]] = self._cu_lens_np[: num_writes + 1]
+        packed[bounds[3] : bounds[4]] = self._values_np[:num_values]
+        size = int(bounds[4])
+        self._packed_device[:size].copy_(self._packed_host[:size], non_blocking=True)
+        if self._copy_done is not None:
+            self._copy_done.record()
+        return tuple(self._packed_device[int(lo) : int(hi)] for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+    # ---------------------------------------------------------------- captured buffers
+
+    def refresh(
+        self,
+        idx_mapping: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        num_reqs_padded: int | None = None,
+        num_tokens_padded: int | None = None,
+    ) -> None:
+        """Rewrites every group's captured buffers in place for this step's batch.
+
+        Batch row r is source row idx_mapping[r] (-1: none). block_tables[g][:num_reqs_padded]
+        gets the gathered rows (NULL past each row's count, NULL rows for -1 and padding);
+        slot_mappings[g][:num_tokens_padded] gets every token's slot (PAD for tokens of -1 rows,
+        for tokens another CP rank stores, and for the padding). Two op calls per group,
+        whatever the batch. Defaults: the full extents.
+        """
+        if num_reqs_padded is None:
+            num_reqs_padded = self.max_num_reqs
+        if num_tokens_padded is None:
+            num_tokens_padded = self.max_num_tokens
+        # Checked here, not only by the ops, so that a bad size rejects the call before the
+        # first group is rewritten.
+        num_reqs = idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0
+        num_tokens = positions.numel() if isinstance(positions, torch.Tensor) else 0
+        if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
+            raise ValueError(
+                f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
+            )
+        if not num_tokens <= num_tokens_padded <= self.max_num_tokens:
+            raise ValueError(
+                f"num_tokens_padded must be in [T = {num_tokens}, max_num_tokens = {self.max_num_tokens}], "
+                f"got {num_tokens_padded}"
+            )
+        for source, counts, table, slots, args in zip(
+            self.source_block_tables, self.num_blocks, self.block_tables, self.slot_mappings, self._slot_args
+        ):
+            # The slot mapping reads the source row through idx_mapping, not the gathered table,
+            # so that a row of -1 gives PAD; the two are independent. It goes first because it
+            # checks every tensor the caller passed: a bad one is rejected before any write.
+            # The ops' own dispatchers, without the keyword wrappers: a third of a small op's cost.
+            _SLOT_MAPPING(
+                query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
+                args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded,
+            )
+            _GATHER(source, counts, idx_mapping, table, num_reqs_padded)
+
+    def fill_dummy(self) -> None:
+        """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""
+        self._captured_tables.fill_(NULL_BLOCK_ID)
+        self._captured_slots.fill_(PAD_SLOT_ID)

@@ -1,0 +1,24 @@
+"""Reference for gather_block_tables (SPEC 3.3)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops._constants import NULL_BLOCK_ID
+
+
+def gather_block_tables(
+    src_block_table: torch.Tensor,
+    num_blocks: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    out: torch.Tensor,
+    num_reqs_padded: int,
+) -> None:
+    src_rows, src_cols = src_block_table.shape
+    most_blocks = min(src_cols, out.size(1))
+    out[:num_reqs_padded] = NULL_BLOCK_ID
+    for batch_row, row in enumerate(idx_mapping.tolist()):
+        if not 0 <= row < src_rows:  # a request without a row (-1) keeps a NULL row
+            continue
+        count = min(max(int(num_blocks[row]), 0), most_blocks)
+        out[batch_row, :count] = src_block_table[row, :count]

@@ -1,0 +1,24 @@
+"""Device helpers shared by the token- and value-tiled kernels."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def segment_of(offsets_ptr, item, mask, num_segments, num_search_steps, BLOCK: tl.constexpr):
+    """For each item, the largest segment s in [0, num_segments) with offsets[s] <= item.
+
+    offsets_ptr: the num_segments + 1 start offsets (query_start_loc, cu_lens). With
+    low <= high, mid stays in [low, high], so every load is inside offsets; masked items read 0.
+    """
+    low = tl.zeros([BLOCK], dtype=tl.int32)
+    high = tl.zeros([BLOCK], dtype=tl.int32) + (num_segments - 1)
+    for _ in range(num_search_steps):
+        mid = (low + high + 1) // 2
+        start = tl.load(offsets_ptr + mid, mask=mask, other=0)
+        go_right = start <= item
+        low = tl.where(go_right, mid, low)
+        high = tl.where(go_right, high, mid - 1)
+    return low

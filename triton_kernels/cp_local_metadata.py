@@ -1,0 +1,77 @@
+"""Triton kernel for cp_local_metadata (SPEC 3.4).
+
+Entry-tiled: each program walks tiles of BLOCK request indices and writes the three outputs at
+those indices. The cumulative local query lengths need no scan: they telescope to
+clamp(qsl[r]) - clamp(qsl[0]) (see csrc/kernels/cp_local_metadata.h).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specops._cp import cp_token_split
+from specops.triton_kernels._launch import num_programs
+
+BLOCK = 1024
+
+
+@triton.jit
+def _cp_local_metadata_kernel(
+    query_start_loc_ptr, seq_lens_ptr, local_query_start_loc_ptr, local_seq_lens_ptr, start_pos_ptr,
+    num_reqs, local_start, local_end,
+    local_query_start_loc_len, local_seq_lens_len, start_pos_len, num_entries,
+    CAUSAL: tl.constexpr, BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), local_start), local_end)
+    num_tiles = tl.cdiv(num_entries, BLOCK)
+    for tile in range(pid, num_tiles, num_progs):
+        index = tile * BLOCK + tl.arange(0, BLOCK)
+
+        # local_query_start_loc: past R it repeats entry R, so padded requests are empty.
+        boundary = tl.minimum(index, num_reqs)
+        start = tl.load(query_start_loc_ptr + boundary, mask=index < local_query_start_loc_len, other=0)
+        local_boundary = tl.minimum(tl.maximum(start, local_start), local_end) - first
+        tl.store(local_query_start_loc_ptr + index, local_boundary, mask=index < local_query_start_loc_len)
+
+        is_request = index < num_reqs
+        begin = tl.load(query_start_loc_ptr + index, mask=is_request, other=0)
+        end = tl.load(query_start_loc_ptr + index + 1, mask=is_request, other=0)
+        seq_len = tl.load(seq_lens_ptr + index, mask=is_request, other=0)
+        local_begin = tl.minimum(tl.maximum(begin, local_start), local_end)
+        local_end_ = tl.minimum(tl.maximum(end, local_start), local_end)
+        has_local = local_end_ > local_begin
+        if CAUSAL:
+            later = end - local_end_  # tokens of the request on later ranks
+            local_seq = tl.where(has_local & (seq_len > 0), tl.maximum(seq_len - later, 0), 0)
+        else:
+            local_seq = tl.where(has_local, seq_len, 0)
+        local_seq = tl.where(is_request, local_seq, 0)
+        tl.store(local_seq_lens_ptr + index, local_seq, mask=index < local_seq_lens_len)
+        start_pos = tl.where(is_request, seq_len - (end - begin), 0)
+        tl.store(start_pos_ptr + index, start_pos, mask=index < start_pos_len)
+
+
+def cp_local_metadata(
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_input_tokens: int,
+    cp_size: int,
+    cp_rank: int,
+    causal: bool,
+    local_query_start_loc: torch.Tensor,
+    local_seq_lens: torch.Tensor,
+    start_pos: torch.Tensor,
+) -> None:
+    split = cp_token_split(num_input_tokens, cp_size, cp_rank)
+    num_entries = max(local_query_start_loc.numel(), local_seq_lens.numel(), start_pos.numel())
+    grid = (num_programs(local_query_start_loc.device, triton.cdiv(num_entries, BLOCK)),)
+    _cp_local_metadata_kernel[grid](
+        query_start_loc, seq_lens, local_query_start_loc, local_seq_lens, start_pos,
+        query_start_loc.numel() - 1, split.local_start, split.local_end,
+        local_query_start_loc.numel(), local_seq_lens.numel(), start_pos.numel(), num_entries,
+        CAUSAL=causal, BLOCK=BLOCK,
+    )

@@ -1,0 +1,97 @@
+"""Triton kernel for dspark_swa_indices (SPEC 3.4).
+
+Tiled over (rows of this rank's slice) x (chunks of the row width): each program walks tasks of
+BLOCK_ROWS token rows by BLOCK_W entries, finds each token's request by a binary search over
+query_start_loc, and writes the slots of the request's visible positions. Under DSA-CP the
+rows are this rank's slice of the padded stream, so nothing outside it is computed.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specops._cp import cp_token_split
+from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._search import segment_of
+
+BLOCK_ROWS = 16
+BLOCK_W = 128
+
+
+@triton.jit
+def _dspark_swa_indices_kernel(
+    block_table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr, out_lens_ptr,
+    num_reqs, rows_begin, num_rows, width, window, block_size,
+    table_rows, table_cols, table_stride, out_stride,
+    num_search_steps,
+    BLOCK_ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
+    num_chunks = tl.cdiv(width, BLOCK_W)
+    num_tasks = tl.cdiv(num_rows, BLOCK_ROWS) * num_chunks
+    for task in range(pid, num_tasks, num_progs):
+        row_tile = task // num_chunks
+        chunk = task - row_tile * num_chunks
+        row = row_tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        is_row = row < num_rows
+        token = rows_begin + row
+        is_real = is_row & (token < num_tokens)
+        request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK_ROWS)
+
+        begin = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
+        end = tl.load(query_start_loc_ptr + request + 1, mask=is_real, other=0)
+        seq_len = tl.load(seq_lens_ptr + request, mask=is_real, other=0)
+        start = tl.maximum(seq_len - (end - begin) - window, 0)
+        visible = tl.minimum(tl.maximum(seq_len - start, 0), width)
+        visible = tl.where(is_real, visible, 0)
+
+        # Entries below `visible` are positions below seq_len: no int32 overflow where it counts.
+        entry = chunk * BLOCK_W + tl.arange(0, BLOCK_W)
+        position = start[:, None] + entry[None, :]
+        column = position // block_size
+        valid = (entry[None, :] < visible[:, None]) & (column < table_cols) & (request < table_rows)[:, None]
+        safe_request = tl.where(valid, request[:, None], 0).to(tl.int64)
+        safe_column = tl.where(valid, column, 0)
+        block_id = tl.load(block_table_ptr + safe_request * table_stride + safe_column, mask=valid, other=-1)
+        slot = block_id.to(tl.int64) * block_size + (position - column * block_size)
+        valid = valid & (block_id >= 0) & (slot <= 2147483647)
+        slot = tl.where(valid, slot, -1).to(tl.int32)
+
+        out_row = out_ptr + row.to(tl.int64)[:, None] * out_stride
+        tl.store(out_row + entry[None, :], slot, mask=is_row[:, None] & (entry < width)[None, :])
+        is_first_chunk = (tl.zeros_like(row) + chunk) == 0  # a tensor mask: the lens are written once
+        tl.store(out_lens_ptr + row, visible, mask=is_row & is_first_chunk)
+
+
+def dspark_swa_indices(
+    block_table: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    window: int,
+    num_speculative_tokens: int,
+    block_size: int,
+    num_tokens: int,
+    width: int,
+    cp_size: int,
+    cp_rank: int,
+    out: torch.Tensor,
+    out_lens: torch.Tensor,
+) -> None:
+    split = cp_token_split(num_tokens, cp_size, cp_rank)
+    num_rows = split.tokens_per_rank
+    if num_rows == 0:
+        return
+    num_reqs = query_start_loc.numel() - 1
+    num_tasks = triton.cdiv(num_rows, BLOCK_ROWS) * triton.cdiv(width, BLOCK_W)
+    grid = (num_programs(out.device, num_tasks),)
+    _dspark_swa_indices_kernel[grid](
+        block_table, query_start_loc, seq_lens, out, out_lens,
+        num_reqs, split.local_start, num_rows, width, window, block_size,
+        block_table.size(0), block_table.size(1), block_table.stride(0), out.stride(0),
+        search_steps(num_reqs),
+        BLOCK_ROWS=BLOCK_ROWS, BLOCK_W=BLOCK_W,
+    )

@@ -1,0 +1,47 @@
+"""Triton kernel for format_slot_mapping_blocks (SPEC 3.4).
+
+Slot-tiled. Triton's integer // and % truncate toward zero like C, so the kernel moves a
+negative remainder one block down to get floor semantics.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specops.triton_kernels._launch import num_programs
+
+BLOCK = 1024
+
+
+@triton.jit
+def _format_slot_mapping_blocks_kernel(
+    slot_mapping_ptr, out_ptr, num_slots, num_rows, row_stride, block_size,
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    num_tiles = tl.cdiv(num_rows, BLOCK)
+    for tile in range(pid, num_tiles, num_progs):
+        index = tile * BLOCK + tl.arange(0, BLOCK)
+        slot = tl.load(slot_mapping_ptr + index, mask=index < num_slots, other=-1).to(tl.int64)
+        block = slot // block_size
+        offset = slot - block * block_size
+        negative = offset < 0
+        block = tl.where(negative, block - 1, block)
+        offset = tl.where(negative, offset + block_size, offset)
+        is_row = index < num_rows
+        row = out_ptr + index.to(tl.int64) * row_stride
+        tl.store(row, block.to(out_ptr.dtype.element_ty), mask=is_row)
+        tl.store(row + 1, offset.to(out_ptr.dtype.element_ty), mask=is_row)
+
+
+def format_slot_mapping_blocks(slot_mapping: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
+    num_rows = out.size(0)
+    if num_rows == 0:
+        return
+    grid = (num_programs(out.device, triton.cdiv(num_rows, BLOCK)),)
+    _format_slot_mapping_blocks_kernel[grid](
+        slot_mapping, out, slot_mapping.numel(), num_rows, out.stride(0), block_size, BLOCK=BLOCK,
+    )

@@ -1,0 +1,64 @@
+"""Triton kernel for gather_block_tables (SPEC 3.3).
+
+Row-tiled: each program walks tiles of BLOCK_ROWS batch rows and sweeps their columns in
+chunks of BLOCK_COLS, so a tile of short decode rows is one wide vector access. Source rows
+of -1, rows past the source table and the padded rows read nothing and write NULL.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specops.triton_kernels._launch import num_programs
+
+BLOCK_ROWS = 8
+BLOCK_COLS = 128
+
+
+@triton.jit
+def _gather_block_tables_kernel(
+    src_ptr, num_blocks_ptr, idx_mapping_ptr, out_ptr,
+    num_reqs, num_reqs_padded, src_rows, src_stride, out_cols, out_stride, most_blocks,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    num_tiles = tl.cdiv(num_reqs_padded, BLOCK_ROWS)
+    for tile in range(pid, num_tiles, num_progs):
+        batch_row = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        in_padded = batch_row < num_reqs_padded
+        row = tl.load(idx_mapping_ptr + batch_row, mask=batch_row < num_reqs, other=-1).to(tl.int64)
+        has_row = (row >= 0) & (row < src_rows)
+        safe_row = tl.where(has_row, row, 0)
+        count = tl.load(num_blocks_ptr + safe_row, mask=has_row, other=0)
+        count = tl.minimum(tl.maximum(count, 0), most_blocks)
+        src_row_ptr = src_ptr + safe_row * src_stride
+        out_row_ptr = out_ptr + batch_row.to(tl.int64) * out_stride
+        for col_start in range(0, out_cols, BLOCK_COLS):
+            col = col_start + tl.arange(0, BLOCK_COLS)
+            copied = col[None, :] < count[:, None]
+            block_id = tl.load(src_row_ptr[:, None] + col[None, :], mask=copied, other=0)
+            written = in_padded[:, None] & (col[None, :] < out_cols)
+            tl.store(out_row_ptr[:, None] + col[None, :], block_id, mask=written)
+
+
+def gather_block_tables(
+    src_block_table: torch.Tensor,
+    num_blocks: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    out: torch.Tensor,
+    num_reqs_padded: int,
+) -> None:
+    if num_reqs_padded == 0 or out.size(1) == 0:
+        return
+    num_tiles = triton.cdiv(num_reqs_padded, BLOCK_ROWS)
+    grid = (num_programs(out.device, num_tiles),)
+    _gather_block_tables_kernel[grid](
+        src_block_table, num_blocks, idx_mapping, out,
+        idx_mapping.numel(), num_reqs_padded,
+        src_block_table.size(0), src_block_table.stride(0), out.size(1), out.stride(0),
+        min(src_block_table.size(1), out.size(1)),
+        BLOCK_ROWS=BLOCK_ROWS, BLOCK_COLS=BLOCK_COLS,
+    )
