@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import specops
-from specops.simulator import KVGroup, SimulationMismatch, Simulator, SimulatorConfig
+from specops import MappingGroup
+from specops.simulator import SimulationMismatch, Simulator, SimulatorConfig
 
 LONG_RUNS = {
     "seed0-W1": SimulatorConfig(seed=0),
@@ -22,7 +23,7 @@ LONG_RUNS = {
                                                positions_dtype=torch.int32),
     "seed3-W3-rank0-fused": SimulatorConfig(
         seed=3, cp_world_size=3, cp_rank=0, fused=True,
-        groups=(KVGroup(16), KVGroup(4, blocks_per_kv_block=4), KVGroup(32, cp_sharded=False))),
+        groups=(MappingGroup(16), MappingGroup(4, blocks_per_kv_block=4), MappingGroup(32, cp_sharded=False))),
     "seed4-W8-rank5-I2": SimulatorConfig(seed=4, cp_world_size=8, cp_rank=5, cp_interleave=2, num_speculative_tokens=7),
 }
 

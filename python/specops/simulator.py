@@ -41,6 +41,7 @@ from specops.ops import (
     prepare_positions_and_seq_lens,
     prepare_spec_decode_inputs,
 )
+from specops.persistent import MappingGroup
 
 CorrectFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
@@ -50,15 +51,6 @@ NUMPY_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
 
 class SimulationMismatch(AssertionError):
     """An op's output differs from the model's ground truth."""
-
-
-@dataclasses.dataclass(frozen=True)
-class KVGroup:
-    """A KV-cache group: its kernel block size, kernel blocks per allocation block, CP sharding."""
-
-    block_size: int
-    blocks_per_kv_block: int = 1
-    cp_sharded: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +68,7 @@ class SimulatorConfig:
     skip_probability: float = 0.06  # a running request sits out a step and comes back resumed
     preempt_probability: float = 0.01  # a request that sat out loses its KV and recomputes
     acceptance_probability: float = 0.7  # each draft in turn, until the first rejection
-    groups: tuple[KVGroup, ...] = (KVGroup(16), KVGroup(8, blocks_per_kv_block=2, cp_sharded=False))
+    groups: tuple[MappingGroup, ...] = (MappingGroup(16), MappingGroup(8, blocks_per_kv_block=2, cp_sharded=False))
     cp_world_size: int = 1
     cp_rank: int = 0
     cp_interleave: int = 1
