@@ -88,6 +88,20 @@ def assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str = "") ->
         )
 
 
+class QueryStartLocSizes:
+    """num_reqs and num_tokens of a batch described by its query_start_loc field."""
+
+    query_start_loc: torch.Tensor
+
+    @property
+    def num_reqs(self) -> int:
+        return self.query_start_loc.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.query_start_loc[-1])
+
+
 @dataclasses.dataclass
 class CorrectionInputs:
     """The arguments of correct_num_computed_tokens: a previous batch and the rows that follow it."""
@@ -147,7 +161,7 @@ def make_correction_inputs(
 
 
 @dataclasses.dataclass
-class SpecDecodeStep:
+class SpecDecodeStep(QueryStartLocSizes):
     """The arguments of prepare_spec_decode_inputs: a correction, a batch and KV-cache groups."""
 
     correction: CorrectionInputs
@@ -157,14 +171,6 @@ class SpecDecodeStep:
     blocks_per_kv_block: list[int]
     cp_sharded: list[bool]
     idx_mapping: torch.Tensor | None
-
-    @property
-    def num_reqs(self) -> int:
-        return self.query_start_loc.numel() - 1
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.query_start_loc[-1])
 
 
 def make_block_source(generator: torch.Generator, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -241,7 +247,7 @@ def query_start_loc_of(query_lens: list[int]) -> torch.Tensor:
 
 
 @dataclasses.dataclass
-class CPBatch:
+class CPBatch(QueryStartLocSizes):
     """A batch under DSA-CP: requests (some empty, some with seq_len 0), a padded token stream
     split over cp_size ranks, and a block table covering every request's seq_len."""
 
@@ -250,14 +256,6 @@ class CPBatch:
     block_table: torch.Tensor  # int32 [R + extra rows, cols]; some block ids are -1
     num_input_tokens: int  # T plus padding
     cp_size: int
-
-    @property
-    def num_reqs(self) -> int:
-        return self.query_start_loc.numel() - 1
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.query_start_loc[-1])
 
 
 def make_spec_decode_step(
