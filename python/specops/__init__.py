@@ -11,12 +11,17 @@ from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._extension import EXTENSION
 from specops.ops import (
     CPLocalMetadata,
+    SpecDecodeInputs,
     apply_staged_writes,
     compute_slot_mapping,
+    correct_num_computed_tokens,
+    correct_optimistic_seq_lens,
     cp_local_metadata,
     dspark_swa_indices,
     format_slot_mapping_blocks,
     gather_block_tables,
+    prepare_positions_and_seq_lens,
+    prepare_spec_decode_inputs,
     sas_metadata,
 )
 from specops.persistent import MappingGroup, PersistentMappings
@@ -36,11 +41,14 @@ __all__ = [
     "PersistentMappings",
     "SASHeader",
     "SASSchedule",
+    "SpecDecodeInputs",
     "apply_staged_writes",
     "available_backends",
     "backend",
     "backend_report",
     "compute_slot_mapping",
+    "correct_num_computed_tokens",
+    "correct_optimistic_seq_lens",
     "cp_local_metadata",
     "current_backend",
     "decode_sas_metadata",
@@ -48,5 +56,7 @@ __all__ = [
     "dspark_swa_indices",
     "format_slot_mapping_blocks",
     "gather_block_tables",
+    "prepare_positions_and_seq_lens",
+    "prepare_spec_decode_inputs",
     "sas_metadata",
 ]
