@@ -1,15 +1,13 @@
 """The drafting layer (SPEC 4): a hand-computed step, every field against the ops and formulas,
 the shared cache against building alone, what invalidates an entry, draft-index isolation,
 sas_metadata reuse, device-to-host syncs, stable addresses, the fresh-cache paths, bad input,
-and the runnable example of docs/drafting.md."""
+and the public names (the README runs the draft-step example)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import random
-import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +28,6 @@ from specops.drafting import (
 )
 from specops.reference.cp_local_metadata import cp_local_metadata as reference_cp_local_metadata
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "drafting.md"
 MAX_POSITION = 512
 ROT_DIM = 8
 MAX_NUM_REQS = 12
@@ -597,17 +594,6 @@ def test_bad_steps_name_the_argument(problem, argument):
         getattr(common, problem).pop("dspark")
     with pytest.raises(ValueError, match=argument):
         build_draft_attn_metadata(builders, common, 1)
-
-
-# ---------------------------------------------------------------- the documentation's example
-
-
-def test_docs_example_runs():
-    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.DOTALL)
-    assert blocks
-    namespace: dict = {}
-    for index, block in enumerate(blocks):
-        exec(compile(block, f"docs/drafting.md python block {index}", "exec"), namespace)  # noqa: S102
 
 
 def test_public_names():
