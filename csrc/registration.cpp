@@ -33,4 +33,26 @@ TORCH_LIBRARY(specops, m) {
       "dspark_swa_indices(Tensor block_table, Tensor query_start_loc, Tensor seq_lens, int window, "
       "int num_speculative_tokens, int block_size, int num_tokens, int width, int cp_size, int cp_rank, "
       "Tensor(a!) out, Tensor(b!) out_lens) -> ()");
+
+  // SPEC 3.2: async spec-decode token accounting. The corrections are in place: every read sees
+  // the values from before the call.
+  m.def(
+      "correct_num_computed_tokens(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
+      "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
+      "Tensor cpu_num_computed_tokens) -> ()");
+  m.def(
+      "correct_optimistic_seq_lens(Tensor(a!) seq_lens_cpu, Tensor prev_positions, Tensor valid_sampled_token_count, "
+      "Tensor prev_num_draft_tokens) -> ()");
+  m.def(
+      "prepare_positions_and_seq_lens(Tensor num_computed_tokens, Tensor query_start_loc, Tensor(a!) positions, "
+      "Tensor(b!) seq_lens, int num_tokens_padded, int num_reqs_padded) -> ()");
+  // Fused: the correction, positions and seq_lens, and the slot mapping of every KV-cache group.
+  // sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave] then
+  // (block_size, blocks_per_kv_block, cp_sharded) per group: one list, because the Python
+  // binding's cost per int and per list argument exceeds the op's body (python/specops/_spec_decode_sizes.py).
+  m.def(
+      "prepare_spec_decode_inputs(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
+      "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
+      "Tensor cpu_num_computed_tokens, Tensor query_start_loc, Tensor(c!) positions, Tensor(d!) seq_lens, "
+      "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int[] sizes) -> ()");
 }

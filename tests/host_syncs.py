@@ -5,7 +5,8 @@ log it tells which ops read a tensor value on the host (a device-to-host sync on
 and which allocate a tensor. It sees the ops that reach the dispatcher from Python; what a C++
 kernel allocates below the dispatcher is counted by `native_allocations` (the profiler's
 memory events), and `triton_launches_unlogged` keeps the Triton interpreter's own copies out
-of the log so that a launcher is judged by what it does itself.
+of the log so that a launcher is judged by what it does itself. One module for every test
+that counts (the steady-state tests, the drafting layer's, the persistent mappings').
 """
 
 from __future__ import annotations
@@ -40,14 +41,33 @@ def _syncs(name: str, kwargs: dict) -> bool:
     return name in _VALUE_DEPENDENT_OPS
 
 
+def _is_device_to_host(name: str, devices: list[torch.device], target) -> bool:
+    off_host = [d for d in devices if d.type != "cpu"]
+    if name == "_local_scalar_dense":
+        return bool(off_host)
+    if name in ("_to_copy", "to"):
+        return bool(off_host) and target is not None and torch.device(target).type == "cpu"
+    if name == "copy_":
+        return len(devices) >= 2 and devices[0].type == "cpu" and devices[1].type != "cpu"
+    return False
+
+
 class OpLog(TorchDispatchMode):
     """Records (op, tensor argument devices, target device) of every op run inside the block,
-    whether it allocated or needed tensor values on the host, and the shapes it returned."""
+    whether it allocated or needed tensor values on the host, and the shapes it returned.
+    `ops` lists every op (as "aten.add.Tensor", "specops.compute_slot_mapping.default").
 
-    def __init__(self):
+    device_values: for meta tensors standing in for device tensors (they hold no data), the
+    host values a device-to-host read of a given source tensor returns; the read is logged
+    and answered from them instead of failing.
+    """
+
+    def __init__(self, device_values: Callable[[torch.Tensor], torch.Tensor] | None = None):
         super().__init__()
         self.calls: list[tuple[str, list[torch.device], torch.device | None]] = []
+        self.ops: list[str] = []
         self.result_shapes: list[tuple[int, ...]] = []
+        self.device_values = device_values
         self._allocating: list[str] = []
         self._syncing: list[str] = []
 
@@ -55,16 +75,27 @@ class OpLog(TorchDispatchMode):
         kwargs = kwargs or {}
         target = kwargs.get("device")
         name = str(func.overloadpacket.__name__)
-        self.calls.append((name, _devices(args), target))
+        devices = _devices(args)
+        self.calls.append((name, devices, target))
+        self.ops.append(str(func))
         if _allocates(func):
             self._allocating.append(str(func))
         if _syncs(name, kwargs):
             self._syncing.append(str(func))
-        result = func(*args, **kwargs)
+        if self.device_values is not None and _is_device_to_host(name, devices, target):
+            result = self._answer_read(name, args)
+        else:
+            result = func(*args, **kwargs)
         for value in result if isinstance(result, (tuple, list)) else [result]:
             if isinstance(value, torch.Tensor):
                 self.result_shapes.append(tuple(value.shape))
         return result
+
+    def _answer_read(self, name: str, args):
+        if name == "copy_":
+            return args[0].copy_(self.device_values(args[1]))
+        values = self.device_values(args[0])
+        return values.item() if name == "_local_scalar_dense" else values.clone()
 
     def op_names(self) -> list[str]:
         return [name for name, _, _ in self.calls]
@@ -75,16 +106,7 @@ class OpLog(TorchDispatchMode):
 
     def device_to_host(self) -> list[str]:
         """Scalar reads of non-CPU tensors and copies from a non-CPU tensor to the host."""
-        found = []
-        for name, devices, target in self.calls:
-            off_host = [d for d in devices if d.type != "cpu"]
-            if name == "_local_scalar_dense" and off_host:
-                found.append(name)
-            elif name in ("_to_copy", "to") and off_host and target is not None and torch.device(target).type == "cpu":
-                found.append(name)
-            elif name == "copy_" and len(devices) >= 2 and devices[0].type == "cpu" and devices[1].type != "cpu":
-                found.append(name)
-        return found
+        return [name for name, devices, target in self.calls if _is_device_to_host(name, devices, target)]
 
     def host_syncs(self) -> list[str]:
         """Ops that would wait for a device: value reads, value-dependent shapes, device-to-host

@@ -12,9 +12,9 @@ import random
 
 import pytest
 import torch
+from host_syncs import OpLog
 from strategies import assert_same
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import specops
 from specops import MappingGroup, PersistentMappings
@@ -329,24 +329,6 @@ def test_capture_simulation_reads_through_recorded_addresses():
         scheduler.check_captured(step, tables, slots)
 
 
-class AllocationCounter(TorchDispatchMode):
-    """Records every op and the ones whose outputs live in newly allocated storage (views,
-    in-place and out= ops share an input's storage and do not count)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: list[str] = []
-        self.allocating: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        self.ops.append(str(func))
-        if any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs for t in tree_leaves(result)):
-            self.allocating.append(str(func))
-        return result
-
-
 def _staged_and_steps(mappings: PersistentMappings, count: int) -> list[Step]:
     scheduler = Scheduler(mappings, (1, 0, 1), seed=5, max_seq_len=MAX_SEQ_LEN)
     return [scheduler.step() for _ in range(count)]
@@ -357,7 +339,7 @@ def test_steady_state_allocates_nothing():
         mappings = make_mappings((1, 0, 1))
         steps = _staged_and_steps(mappings, 20)
         steps[0].refresh(mappings)  # warm-up
-        with AllocationCounter() as counter:
+        with OpLog() as counter:
             for step in steps:
                 step.refresh(mappings)
             for row in range(mappings.max_num_reqs):
@@ -365,13 +347,13 @@ def test_steady_state_allocates_nothing():
             mappings.apply_staged()
             mappings.fill_dummy()
     assert counter.ops, "the counter saw no op: it is not counting"
-    assert counter.allocating == []
+    assert counter.allocations() == []
 
 
 def test_the_counter_sees_an_allocation():
-    with AllocationCounter() as counter:
+    with OpLog() as counter:
         torch.zeros(3).add(1)
-    assert len(counter.allocating) == 2
+    assert len(counter.allocations()) == 2
 
 
 def test_op_calls_do_not_grow_with_the_batch():
@@ -382,10 +364,10 @@ def test_op_calls_do_not_grow_with_the_batch():
         for _ in range(40):
             step = scheduler.step(apply=False)
             launches = ["specops.apply_staged_writes.default"] if mappings.num_staged_writes else []
-            with AllocationCounter() as counter:
+            with OpLog() as counter:
                 mappings.apply_staged()
             assert [op for op in counter.ops if op.startswith("specops.")] == launches
-            with AllocationCounter() as counter:
+            with OpLog() as counter:
                 step.refresh(mappings)
             calls[step.idx_mapping.numel()] = [op for op in counter.ops if op.startswith("specops.")]
     assert max(calls) >= 4 * min(calls)

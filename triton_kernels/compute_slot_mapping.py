@@ -3,6 +3,7 @@
 Token-tiled: each program walks tiles of BLOCK tokens and finds each token's request by a
 binary search over query_start_loc, so one long prefill and many short decodes balance the
 same way. Index math is int32 (positions are checked to fit first); slots are int64.
+`slots_of_tokens` is the per-token math, shared with the fused prepare_spec_decode_inputs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,35 @@ BLOCK = 1024
 
 
 @triton.jit
+def slots_of_tokens(
+    block_table_ptr, row, position, is_real,
+    table_rows, table_cols, table_stride,
+    block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
+):
+    """int64 slot of each token (row: int64 block-table row; position: int64); PAD where invalid."""
+    virtual_block_size = block_size * blocks_per_kv_block * cp_world_size
+    rank_stride = cp_world_size * cp_interleave
+    in_range = is_real & (position >= 0) & (position <= 2147483647) & (row >= 0) & (row < table_rows)
+    position32 = tl.where(in_range, position, 0).to(tl.int32)
+
+    virtual_block = position32 // virtual_block_size
+    offset = position32 - virtual_block * virtual_block_size
+    run = offset // cp_interleave
+    is_local = (run % cp_world_size) == cp_rank
+    local_offset = (offset // rank_stride) * cp_interleave + (offset - run * cp_interleave)
+    kernel_block = local_offset // block_size
+    column = virtual_block * blocks_per_kv_block + kernel_block
+    valid = in_range & is_local & (column < table_cols)
+
+    safe_row = tl.where(valid, row, 0)
+    safe_column = tl.where(valid, column, 0)
+    block_id = tl.load(block_table_ptr + safe_row * table_stride + safe_column, mask=valid, other=-1)
+    valid = valid & (block_id >= 0)
+    slot = block_id.to(tl.int64) * block_size + (local_offset - kernel_block * block_size)
+    return tl.where(valid, slot, -1)
+
+
+@triton.jit
 def _compute_slot_mapping_kernel(
     query_start_loc_ptr, positions_ptr, block_table_ptr, idx_mapping_ptr, out_ptr,
     num_reqs, num_tokens, num_tokens_padded,
@@ -28,38 +58,18 @@ def _compute_slot_mapping_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    virtual_block_size = block_size * blocks_per_kv_block * cp_world_size
-    rank_stride = cp_world_size * cp_interleave
     num_tiles = tl.cdiv(num_tokens_padded, BLOCK)
     for tile in range(pid, num_tiles, num_progs):
         token = tile * BLOCK + tl.arange(0, BLOCK)
         is_real = token < num_tokens
-
         request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
-
         if HAS_IDX_MAPPING:
             row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)
         else:
             row = request.to(tl.int64)
         position = tl.load(positions_ptr + token, mask=is_real, other=-1).to(tl.int64)
-        in_range = is_real & (position >= 0) & (position <= 2147483647) & (row >= 0) & (row < table_rows)
-        position32 = tl.where(in_range, position, 0).to(tl.int32)
-
-        virtual_block = position32 // virtual_block_size
-        offset = position32 - virtual_block * virtual_block_size
-        run = offset // cp_interleave
-        is_local = (run % cp_world_size) == cp_rank
-        local_offset = (offset // rank_stride) * cp_interleave + (offset - run * cp_interleave)
-        kernel_block = local_offset // block_size
-        column = virtual_block * blocks_per_kv_block + kernel_block
-        valid = in_range & is_local & (column < table_cols)
-
-        safe_row = tl.where(valid, row, 0)
-        safe_column = tl.where(valid, column, 0)
-        block_id = tl.load(block_table_ptr + safe_row * table_stride + safe_column, mask=valid, other=-1)
-        valid = valid & (block_id >= 0)
-        slot = block_id.to(tl.int64) * block_size + (local_offset - kernel_block * block_size)
-        slot = tl.where(valid, slot, -1)
+        slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, table_cols, table_stride,
+                               block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
         tl.store(out_ptr + token, slot.to(out_ptr.dtype.element_ty), mask=token < num_tokens_padded)
 
 

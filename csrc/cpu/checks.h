@@ -1,10 +1,12 @@
 #pragma once
 // Argument checks shared by the CPU wrappers. Every message names the argument and what was
 // expected, and every check runs before an output is touched, so a rejected call writes nothing.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <initializer_list>
+#include <ostream>
 #include <string>
 
 namespace specops::cpu {
@@ -18,7 +20,22 @@ inline std::string dtype_list(std::initializer_list<c10::ScalarType> dtypes) {
   return names;
 }
 
-inline void check_tensor(const at::Tensor& t, const char* name, std::initializer_list<c10::ScalarType> dtypes,
+// An argument's name in messages: `base`, or `base[index]` for an element of a list argument.
+// Formatted only when a check fails, so naming list elements costs nothing on the hot path.
+struct ArgName {
+  const char* base;
+  int64_t index = -1;
+};
+
+inline std::ostream& operator<<(std::ostream& out, const ArgName& name) {
+  out << name.base;
+  if (name.index >= 0) out << "[" << name.index << "]";
+  return out;
+}
+
+// Name: a string or an ArgName.
+template <typename Name>
+inline void check_tensor(const at::Tensor& t, const Name& name, std::initializer_list<c10::ScalarType> dtypes,
                          int64_t dim) {
   TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor for the CPU kernel, got device ", t.device());
   bool dtype_ok = false;
@@ -47,7 +64,8 @@ inline void check_non_negative(int64_t value, const char* name) {
   TORCH_CHECK_VALUE(value >= 0, name, " must be >= 0, got ", value);
 }
 
-inline void check_positive(int64_t value, const char* name) {
+template <typename Name>
+inline void check_positive(int64_t value, const Name& name) {
   TORCH_CHECK_VALUE(value >= 1, name, " must be >= 1, got ", value);
 }
 
@@ -82,6 +100,21 @@ inline void check_cp_rank(int64_t cp_size, int64_t cp_rank, const char* size_nam
   check_positive(cp_size, size_name);
   TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_size, "cp_rank must be in [0, ", size_name, " = ", cp_size,
                     "), got ", cp_rank);
+}
+
+inline void check_min_numel(const at::Tensor& t, const char* name, int64_t required, const char* what) {
+  TORCH_CHECK_VALUE(t.numel() >= required, name, " must have at least ", what, " = ", required, " entries, got ",
+                    t.numel());
+}
+
+// For outputs that must not share memory with another output or an input. Strided views that
+// torch cannot judge cheaply (TooHard) are let through.
+template <typename NameA, typename NameB>
+inline void check_no_overlap(const at::Tensor& a, const NameA& a_name, const at::Tensor& b, const NameB& b_name) {
+  if (a.numel() == 0 || b.numel() == 0) return;  // nothing is written or read there
+  const at::MemOverlapStatus status = at::get_overlap_status(a, b);
+  TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, a_name,
+                    " must not share memory with ", b_name);
 }
 
 }  // namespace specops::cpu

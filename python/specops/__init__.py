@@ -11,15 +11,21 @@ from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._extension import EXTENSION
 from specops.ops import (
     CPLocalMetadata,
+    SpecDecodeInputs,
     apply_staged_writes,
     compute_slot_mapping,
+    correct_num_computed_tokens,
+    correct_optimistic_seq_lens,
     cp_local_metadata,
     dspark_swa_indices,
     format_slot_mapping_blocks,
     gather_block_tables,
+    prepare_positions_and_seq_lens,
+    prepare_spec_decode_inputs,
     sas_metadata,
 )
 from specops.persistent import MappingGroup, PersistentMappings
+from specops import drafting  # SPEC 4: specops.drafting (imports the ops above)
 from specops.sas_layout import FAEntry, FDEntry, SASHeader, SASSchedule, decode_sas_metadata
 
 __version__ = EXTENSION.built_version or "0.1.0"
@@ -35,16 +41,22 @@ __all__ = [
     "PersistentMappings",
     "SASHeader",
     "SASSchedule",
+    "SpecDecodeInputs",
     "apply_staged_writes",
     "available_backends",
     "backend",
     "backend_report",
     "compute_slot_mapping",
+    "correct_num_computed_tokens",
+    "correct_optimistic_seq_lens",
     "cp_local_metadata",
     "current_backend",
     "decode_sas_metadata",
+    "drafting",
     "dspark_swa_indices",
     "format_slot_mapping_blocks",
     "gather_block_tables",
+    "prepare_positions_and_seq_lens",
+    "prepare_spec_decode_inputs",
     "sas_metadata",
 ]

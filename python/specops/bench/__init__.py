@@ -7,16 +7,25 @@ order the report shows them.
 from specops.bench import (
     apply_staged_writes,
     compute_slot_mapping,
+    correct_num_computed_tokens,
+    correct_optimistic_seq_lens,
     cp_local_metadata,
+    drafting,
     dspark_swa_indices,
     format_slot_mapping_blocks,
     gather_block_tables,
     persistent_mappings,
+    prepare_positions_and_seq_lens,
+    prepare_spec_decode_inputs,
     sas_metadata,
 )
 
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
+    "correct_num_computed_tokens": correct_num_computed_tokens,
+    "correct_optimistic_seq_lens": correct_optimistic_seq_lens,
+    "prepare_positions_and_seq_lens": prepare_positions_and_seq_lens,
+    "prepare_spec_decode_inputs": prepare_spec_decode_inputs,
     "gather_block_tables": gather_block_tables,
     "apply_staged_writes": apply_staged_writes,
     "persistent_mappings": persistent_mappings,
@@ -24,4 +33,5 @@ BENCHMARKS = {
     "format_slot_mapping_blocks": format_slot_mapping_blocks,
     "dspark_swa_indices": dspark_swa_indices,
     "sas_metadata": sas_metadata,
+    "drafting": drafting,
 }

@@ -21,6 +21,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="device of the tensors: cpu (C++ path), cuda, npu")
     parser.add_argument("--csv", default="bench-results/specops-bench.csv", help="where to write one row per measurement")
     parser.add_argument("--plot", default="bench-results/specops-bench.png", help="where to draw the plot (needs matplotlib)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads on the CPU (default 1)")
     parser.add_argument("--samples", type=int, default=None, help="timed samples per implementation")
     parser.add_argument("--compare", nargs=2, metavar=("OLD_CSV", "NEW_CSV"), help="print the change per row and exit")
     parser.add_argument("--threshold", type=float, default=1.5, help="new/old ratio that --compare flags")
@@ -36,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if regressions else 0
 
     device = torch.device(args.device)
+    if device.type == "cpu":
+        # Metadata is built on the runner's host thread, and specops' C++ is single-threaded;
+        # one intra-op thread also keeps the torch-eager baselines from waiting on pool wake-ups.
+        torch.set_num_threads(args.threads)
     samples = args.samples or (5 if args.quick else 15)
     sample_seconds = 0.002 if args.quick else 0.01
     selected = args.op or list(BENCHMARKS)

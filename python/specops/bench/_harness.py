@@ -27,12 +27,22 @@ class Case:
     baselines: tuple[str, ...] = ("numpy", "torch-eager")  # speedup = baseline / subject
     floors: tuple[str, ...] = ()  # cost floors, reported as subject / floor
     extras: dict[str, float] = dataclasses.field(default_factory=dict)  # e.g. a balance figure
+    family: str = ""  # cases of one family form one line of the plot (e.g. "W=4", "prefill")
+    # Figures computed from this run's medians (impl -> µs), added to extras after timing.
+    derive: Callable[[dict[str, float]], dict[str, float]] | None = None
+
+
+def empty_op_call(device: torch.device):
+    """The cost floor of one dispatcher call: an aten op on an empty tensor."""
+    empty = torch.empty(0, dtype=torch.int64, device=device)
+    return lambda: torch.ops.aten.fill_.Scalar(empty, 0)
 
 
 @dataclasses.dataclass
 class Measurement:
     op: str
     label: str
+    family: str
     impl: str
     batch_size: int
     num_tokens: int
@@ -89,8 +99,10 @@ def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.d
         times = time_host(case.impls, samples, sample_seconds)
     else:
         times = time_device(case.impls, samples)
+    if case.derive is not None:
+        case.extras.update(case.derive({name: statistics.median(values) for name, values in times.items()}))
     return [
-        Measurement(case.op, case.label, name, case.batch_size, case.num_tokens,
+        Measurement(case.op, case.label, case.family, name, case.batch_size, case.num_tokens,
                     statistics.median(values), _percentile(values, 0.2), _percentile(values, 0.8))
         for name, values in times.items()
     ]

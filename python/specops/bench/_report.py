@@ -15,7 +15,7 @@ import specops
 from specops.bench._harness import Case, Measurement
 
 CSV_COLUMNS = [
-    "op", "case", "impl", "batch_size", "num_tokens", "median_us", "p20_us", "p80_us",
+    "op", "case", "family", "impl", "batch_size", "num_tokens", "median_us", "p20_us", "p80_us",
     "machine", "python", "torch", "triton", "specops", "timestamp",
 ]
 
@@ -102,7 +102,7 @@ def compare(old_path: str, new_path: str, threshold: float = 1.5) -> tuple[list[
 
 
 def plot(path: str, measurements: list[Measurement]) -> bool:
-    """Median time against batch size, one panel per op, one line per implementation."""
+    """Median time against batch size, one panel per op, one line per implementation and family."""
     try:
         import matplotlib
 
@@ -114,19 +114,27 @@ def plot(path: str, measurements: list[Measurement]) -> bool:
     columns = min(3, len(ops))
     rows = -(-len(ops) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
+    styles = ["-", "--", ":", "-."]
     for axis, op in zip(axes.flat, ops):
         points = [m for m in measurements if m.op == op]
-        for impl in dict.fromkeys(m.impl for m in points):
-            series = {}
-            for m in points:
-                if m.impl == impl:  # several cases can share a batch size: keep the slowest
-                    series[m.batch_size] = max(series.get(m.batch_size, 0.0), m.median_us)
-            sizes = sorted(series)
-            axis.plot(sizes, [series[s] for s in sizes], marker="o", label=impl)
+        # Cost follows the token count; ops without a per-token input are plotted by requests.
+        by_tokens = all(m.num_tokens > 0 for m in points)
+
+        def size(m: Measurement) -> int:
+            return m.num_tokens if by_tokens else m.batch_size
+
+        families = list(dict.fromkeys(m.family for m in points))
+        for color, impl in enumerate(dict.fromkeys(m.impl for m in points)):
+            for style, family in enumerate(families):
+                series = sorted((size(m), m.median_us) for m in points if m.impl == impl and m.family == family)
+                if not series:
+                    continue
+                axis.plot([size for size, _ in series], [us for _, us in series], marker="o", color=f"C{color % 10}",
+                          linestyle=styles[style % len(styles)], label=f"{impl} {family}".strip())
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_title(op)
-        axis.set_xlabel("requests in the batch")
+        axis.set_xlabel("tokens in the batch" if by_tokens else "requests in the batch")
         axis.set_ylabel("median µs per call")
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)

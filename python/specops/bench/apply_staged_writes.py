@@ -6,8 +6,7 @@ import numpy as np
 import torch
 
 import specops
-from specops.bench._harness import Case
-from specops.bench.compute_slot_mapping import empty_op_call
+from specops.bench._harness import Case, empty_op_call
 
 COLS = 512
 # (writes, values per write): decode steps append one block to some requests; admitting
@@ -64,7 +63,7 @@ def make_case(num_writes: int, length: int, device: torch.device) -> Case:
         "empty-op": empty_op_call(device),
     }
     return Case("apply_staged_writes", f"K={num_writes} len={length}", num_writes, total, impls,
-                baselines=("numpy", "python-rows", "torch-eager"), floors=("empty-op",))
+                baselines=("numpy", "python-rows", "torch-eager"), floors=("empty-op",), family=f"len={length}")
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:

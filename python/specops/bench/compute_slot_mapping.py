@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 import specops
-from specops.bench._harness import Case
+from specops.bench._harness import Case, empty_op_call
 from specops.bench.workload import make_bench_batch
 
 BLOCK_SIZE = 128
@@ -47,12 +47,6 @@ def torch_slot_mapping(query_start_loc: torch.Tensor, positions: torch.Tensor, b
     out[num_tokens:] = -1
 
 
-def empty_op_call(device: torch.device):
-    """The cost floor of one dispatcher call: an aten op on an empty tensor."""
-    empty = torch.empty(0, dtype=torch.int64, device=device)
-    return lambda: torch.ops.aten.fill_.Scalar(empty, 0)
-
-
 def cases(device: torch.device, quick: bool) -> list[Case]:
     result = []
     for num_reqs, query_len in QUICK_SHAPES if quick else SHAPES:
@@ -72,5 +66,5 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                 "empty-op": empty_op_call(device),
             }
             result.append(Case("compute_slot_mapping", f"R={num_reqs} q={query_len} W={world}", num_reqs,
-                               batch.num_tokens, impls, floors=("empty-op",)))
+                               batch.num_tokens, impls, floors=("empty-op",), family=f"W={world}"))
     return result

@@ -62,5 +62,5 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                 b.query_start_loc, b.seq_lens, m.local_start, m.local_end),
         }
         result.append(Case("cp_local_metadata", f"R={num_reqs} q={query_len} C={CP_SIZE}", num_reqs, num_tokens,
-                           impls))
+                           impls, family="decode" if query_len <= 8 else "prefill"))
     return result

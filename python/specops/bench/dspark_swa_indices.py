@@ -79,5 +79,5 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                     b.block_table, b.query_start_loc, b.seq_lens, width, n, *s),
             }
             result.append(Case("dspark_swa_indices", f"R={num_reqs} q={query_len} C={cp_size}", num_reqs,
-                               num_tokens, impls))
+                               num_tokens, impls, family=f"C={cp_size}"))
     return result

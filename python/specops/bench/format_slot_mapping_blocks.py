@@ -40,5 +40,5 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                 "torch-eager": lambda s=slots, b=block_size: torch_format(s, b),
             }
             result.append(Case("format_slot_mapping_blocks", f"R={num_reqs} q={query_len} bs={block_size}",
-                               num_reqs, batch.num_tokens, impls))
+                               num_reqs, batch.num_tokens, impls, family=f"bs={block_size}"))
     return result

@@ -6,8 +6,7 @@ import numpy as np
 import torch
 
 import specops
-from specops.bench._harness import Case
-from specops.bench.compute_slot_mapping import empty_op_call
+from specops.bench._harness import Case, empty_op_call
 
 # (requests in the batch, block-table columns): decode batches at 4K and 64K context of
 # 128-token blocks.
@@ -62,7 +61,8 @@ def make_case(num_reqs: int, cols: int, device: torch.device) -> Case:
         "torch-eager": lambda: torch_gather(src, num_blocks, idx_mapping, out, padded),
         "empty-op": empty_op_call(device),
     }
-    return Case("gather_block_tables", f"R={num_reqs} cols={cols}", num_reqs, 0, impls, floors=("empty-op",))
+    return Case("gather_block_tables", f"R={num_reqs} cols={cols}", num_reqs, 0, impls, floors=("empty-op",),
+                family=f"cols={cols}")
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:

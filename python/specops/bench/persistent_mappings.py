@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from specops import MappingGroup, PersistentMappings
-from specops.bench._harness import Case
-from specops.bench.compute_slot_mapping import empty_op_call, numpy_slot_mapping, torch_slot_mapping
+from specops.bench._harness import Case, empty_op_call
+from specops.bench.compute_slot_mapping import numpy_slot_mapping, torch_slot_mapping
 from specops.bench.gather_block_tables import numpy_gather, torch_gather
 from specops.bench.workload import make_bench_batch
 

@@ -70,6 +70,7 @@ def _case(label: str, cu_seqlens_q: torch.Tensor, seqused_kv: torch.Tensor, wind
         {"specops": run_specops, "reference": lambda: reference_sas_metadata(*args, reference_out)},
         baselines=("reference",),
         extras={"balance": balance(cu_seqlens_q, seqused_kv, out, window_left, window_right)},
+        family=label.split()[0] if window_left < 0 else "windowed",
     )
 
 

@@ -2,19 +2,28 @@
 
 from specops.ops.apply_staged_writes import apply_staged_writes
 from specops.ops.compute_slot_mapping import compute_slot_mapping
+from specops.ops.correct_num_computed_tokens import correct_num_computed_tokens
+from specops.ops.correct_optimistic_seq_lens import correct_optimistic_seq_lens
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import dspark_swa_indices
 from specops.ops.format_slot_mapping_blocks import format_slot_mapping_blocks
 from specops.ops.gather_block_tables import gather_block_tables
+from specops.ops.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens
+from specops.ops.prepare_spec_decode_inputs import SpecDecodeInputs, prepare_spec_decode_inputs
 from specops.ops.sas_metadata import sas_metadata
 
 __all__ = [
     "CPLocalMetadata",
+    "SpecDecodeInputs",
     "apply_staged_writes",
     "compute_slot_mapping",
+    "correct_num_computed_tokens",
+    "correct_optimistic_seq_lens",
     "cp_local_metadata",
     "dspark_swa_indices",
     "format_slot_mapping_blocks",
     "gather_block_tables",
+    "prepare_positions_and_seq_lens",
+    "prepare_spec_decode_inputs",
     "sas_metadata",
 ]

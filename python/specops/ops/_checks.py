@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 INT32_MAX = 2**31 - 1
 
@@ -86,9 +87,11 @@ def check_interleave_divides(kv_block: int, cp_interleave: int, owner: str = "")
         )
 
 
-def check_entries(t: torch.Tensor, name: str, min_entries: int) -> None:
+def check_entries(t: torch.Tensor, name: str, min_entries: int, what: str = "") -> None:
+    """At least min_entries entries; `what` says where the number comes from (e.g. "R")."""
     if t.numel() < min_entries:
-        raise ValueError(f"{name} must have at least {min_entries} entries, got {t.numel()}")
+        count = f"{what} = {min_entries}" if what else f"{min_entries}"
+        raise ValueError(f"{name} must have at least {count} entries, got {t.numel()}")
 
 
 def check_query_start_loc(
@@ -99,3 +102,24 @@ def check_query_start_loc(
     if query_start_loc.numel() < 1:
         raise ValueError("query_start_loc must have R + 1 >= 1 entries, got 0")
     return query_start_loc.numel() - 1
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    start = t.data_ptr()
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
+
+
+def check_no_overlap(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str) -> None:
+    """For outputs that must not share memory with another output or an input.
+
+    Looks at addresses and strides only; fake tensors (tracing) have no addresses and pass.
+    """
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device or a.device.type == "meta":
+        return
+    if is_fake(a) or is_fake(b):
+        return
+    a_start, a_end = _byte_span(a)
+    b_start, b_end = _byte_span(b)
+    if a_start < b_end and b_start < a_end:
+        raise ValueError(f"{a_name} must not share memory with {b_name}")

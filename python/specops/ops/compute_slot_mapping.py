@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from specops.ops._checks import (
@@ -14,6 +16,54 @@ from specops.ops._checks import (
 )
 from specops.ops._op import SpecOp
 from specops.reference.compute_slot_mapping import compute_slot_mapping as _reference
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotMappingArgNames:
+    """How the arguments of one slot mapping are called in the op that checks them."""
+
+    block_table: str = "block_table"
+    out: str = "out"
+    block_size: str = "block_size"
+    blocks_per_kv_block: str = "blocks_per_kv_block"
+
+    @classmethod
+    def of_group(cls, group: int) -> SlotMappingArgNames:
+        return cls(f"block_tables[{group}]", f"slot_mappings[{group}]", f"block_sizes[{group}]",
+                   f"blocks_per_kv_block[{group}]")
+
+
+def check_slot_mapping_args(
+    block_table: torch.Tensor,
+    block_size: int,
+    out: torch.Tensor,
+    blocks_per_kv_block: int,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    num_tokens: int,
+    num_tokens_padded: int,
+    device: torch.device,
+    names: SlotMappingArgNames = SlotMappingArgNames(),
+) -> None:
+    """Checks one slot mapping's table, output and sizes (mirrors csrc/cpu/slot_mapping_checks.h)."""
+    check_tensor(out, names.out, [torch.int64, torch.int32], 1, device)
+    check_tensor(block_table, names.block_table, [torch.int32], 2, device)
+    check_positive(block_size, names.block_size)
+    check_positive(blocks_per_kv_block, names.blocks_per_kv_block)
+    check_context_parallel(cp_world_size, cp_rank, cp_interleave)
+    kv_block = block_size * blocks_per_kv_block
+    product = f"{names.block_size} * {names.blocks_per_kv_block}"
+    if kv_block * cp_world_size > INT32_MAX:
+        raise ValueError(
+            f"{product} * cp_world_size must be < 2^31, got {block_size} * {blocks_per_kv_block} * {cp_world_size}"
+        )
+    check_interleave_divides(kv_block, cp_interleave, "" if names == SlotMappingArgNames() else f" ({product})")
+    if not num_tokens <= num_tokens_padded <= out.numel():
+        raise ValueError(
+            f"num_tokens_padded must be in [num_tokens = {num_tokens}, {names.out}.numel() = {out.numel()}], "
+            f"got {num_tokens_padded}"
+        )
 
 
 def _check(
@@ -33,22 +83,12 @@ def _check(
     device = out.device
     check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device)
     num_reqs = check_query_start_loc(query_start_loc, device)
-    check_tensor(block_table, "block_table", [torch.int32], 2, device)
-    check_positive(block_size, "block_size")
-    check_positive(blocks_per_kv_block, "blocks_per_kv_block")
-    check_context_parallel(cp_world_size, cp_rank, cp_interleave)
-    kv_block = block_size * blocks_per_kv_block
-    if kv_block * cp_world_size > INT32_MAX:
-        raise ValueError(
-            "block_size * blocks_per_kv_block * cp_world_size must be < 2^31, "
-            f"got {block_size} * {blocks_per_kv_block} * {cp_world_size}"
-        )
-    check_interleave_divides(kv_block, cp_interleave)
-    num_tokens = positions.numel()
-    if not num_tokens <= num_tokens_padded <= out.numel():
-        raise ValueError(
-            f"num_tokens_padded must be in [num_tokens = {num_tokens}, out.numel() = {out.numel()}], got {num_tokens_padded}"
-        )
+    check_slot_mapping_args(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank,
+                            cp_interleave, positions.numel(), num_tokens_padded, device)
+    check_idx_mapping(idx_mapping, num_reqs, device)
+
+
+def check_idx_mapping(idx_mapping: torch.Tensor | None, num_reqs: int, device: torch.device) -> None:
     if idx_mapping is not None:
         check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device)
         if idx_mapping.numel() != num_reqs:

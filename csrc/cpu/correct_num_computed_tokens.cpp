@@ -1,0 +1,33 @@
+// CPU op for correct_num_computed_tokens: validates, then runs the two-pass body.
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include <vector>
+
+#include "cpu/accounting_checks.h"
+#include "kernels/correct_num_computed_tokens.h"
+
+namespace specops::cpu {
+namespace {
+
+void correct_num_computed_tokens(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
+                                 const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
+                                 const at::Tensor& prev_num_draft_tokens, const at::Tensor& cpu_num_computed_tokens) {
+  const kernels::CountCorrectionShape shape =
+      check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+                             prev_num_draft_tokens, cpu_num_computed_tokens);
+  std::vector<int32_t> scratch(2 * shape.num_rows);
+  AT_DISPATCH_INDEX_TYPES(prev_positions.scalar_type(), "correct_num_computed_tokens", [&] {
+    kernels::correct_num_computed_tokens<index_t>(
+        num_computed_tokens.data_ptr<int32_t>(), num_accepted_tokens.data_ptr<int32_t>(),
+        prev_positions.data_ptr<index_t>(), valid_sampled_token_count.data_ptr<int32_t>(),
+        prev_num_draft_tokens.data_ptr<int32_t>(), cpu_num_computed_tokens.data_ptr<int32_t>(), scratch.data(),
+        shape);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("correct_num_computed_tokens", &correct_num_computed_tokens); }
+
+}  // namespace specops::cpu

@@ -1,0 +1,121 @@
+// CPU op for prepare_spec_decode_inputs: validates everything (the positions from the gathered
+// counts included), then stores the correction, positions, seq_lens and every slot mapping.
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include <utility>
+#include <vector>
+
+#include "cpu/accounting_checks.h"
+#include "cpu/slot_mapping_checks.h"
+#include "kernels/prepare_spec_decode_inputs.h"
+
+namespace specops::cpu {
+namespace {
+
+// The layout of `sizes`: see python/specops/_spec_decode_sizes.py.
+constexpr size_t kNumScalars = 5;
+constexpr size_t kPerGroup = 3;
+
+void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
+                                const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
+                                const at::Tensor& prev_num_draft_tokens, const at::Tensor& cpu_num_computed_tokens,
+                                const at::Tensor& query_start_loc, const at::Tensor& positions,
+                                const at::Tensor& seq_lens, at::TensorList block_tables, at::TensorList slot_mappings,
+                                const std::optional<at::Tensor>& idx_mapping, c10::IntArrayRef sizes) {
+  const size_t num_groups = block_tables.size();
+  TORCH_CHECK_VALUE(sizes.size() == kNumScalars + kPerGroup * num_groups, "sizes must have ", kNumScalars, " + ",
+                    kPerGroup, " * len(block_tables) = ", kNumScalars + kPerGroup * num_groups,
+                    " entries (see specops._spec_decode_sizes), got ", sizes.size());
+  const int64_t num_tokens_padded = sizes[0], num_reqs_padded = sizes[1];
+  const int64_t cp_world_size = sizes[2], cp_rank = sizes[3], cp_interleave = sizes[4];
+  const kernels::CountCorrectionShape correction =
+      check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+                             prev_num_draft_tokens, cpu_num_computed_tokens);
+  const int64_t num_tokens = check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens,
+                                                          num_tokens_padded, num_reqs_padded);
+  const int64_t num_reqs = query_start_loc.numel() - 1;
+  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
+  check_positive(cp_interleave, "cp_interleave");
+  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups, "slot_mappings must have one tensor per block table (",
+                    num_groups, "), got ", slot_mappings.size());
+
+  std::vector<kernels::SlotMappingGroup> groups;
+  groups.reserve(num_groups);
+  for (size_t g = 0; g < num_groups; ++g) {
+    const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
+    const int64_t block_size = sizes[kNumScalars + kPerGroup * g];
+    const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
+    const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
+    const kernels::SlotMappingShape shape = check_slot_mapping_args(
+        block_tables[g], block_size, slot_mappings[g], blocks_per_kv_block, sharded ? cp_world_size : 1,
+        sharded ? cp_rank : 0, sharded ? cp_interleave : 1, num_reqs, num_tokens, num_tokens_padded, names);
+    const at::Tensor& out = slot_mappings[g];
+    const bool wide = out.scalar_type() == c10::kLong;
+    groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
+                        wide ? nullptr : out.data_ptr<int32_t>(), shape);
+  }
+
+  // Every output is written once, so no two may share memory; the correction's inputs may
+  // alias num_computed_tokens and num_accepted_tokens, as in correct_num_computed_tokens.
+  std::vector<std::pair<const at::Tensor*, ArgName>> outputs = {
+      {&num_computed_tokens, {"num_computed_tokens"}}, {&num_accepted_tokens, {"num_accepted_tokens"}},
+      {&positions, {"positions"}}, {&seq_lens, {"seq_lens"}}};
+  for (size_t g = 0; g < num_groups; ++g) {
+    outputs.emplace_back(&slot_mappings[g], ArgName{"slot_mappings", static_cast<int64_t>(g)});
+  }
+  for (size_t a = 2; a < outputs.size(); ++a) {
+    for (size_t b = 0; b < a; ++b) {
+      check_no_overlap(*outputs[a].first, outputs[a].second, *outputs[b].first, outputs[b].second);
+    }
+  }
+  if (idx_mapping.has_value()) {
+    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = ", num_reqs, " entries, got ",
+                      idx_mapping->numel());
+  }
+
+  std::vector<int32_t> scratch(2 * correction.num_rows);
+  int32_t* new_computed = scratch.data();
+  int32_t* new_accepted = scratch.data() + correction.num_rows;
+  int32_t* counts = num_computed_tokens.data_ptr<int32_t>();
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  kernels::PositionsShape positions_shape;
+  positions_shape.num_reqs = num_reqs;
+  positions_shape.num_tokens_padded = num_tokens_padded;
+  positions_shape.num_reqs_padded = num_reqs_padded;
+
+  AT_DISPATCH_INDEX_TYPES(prev_positions.scalar_type(), "prepare_spec_decode_inputs", [&] {
+    kernels::gather_corrected_counts<index_t>(
+        counts, num_accepted_tokens.data_ptr<int32_t>(), prev_positions.data_ptr<index_t>(),
+        valid_sampled_token_count.data_ptr<int32_t>(), prev_num_draft_tokens.data_ptr<int32_t>(),
+        cpu_num_computed_tokens.data_ptr<int32_t>(), new_computed, new_accepted, correction);
+  });
+  const kernels::CorrectedCounts corrected{new_computed, correction.num_rows, counts};
+
+  with_idx_mapping(idx_mapping, [&](auto* idx) {
+    using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
+    for (size_t g = 0; g < num_groups; ++g) {
+      const kernels::SlotMappingGroup& group = groups[g];
+      check_rows_inside_table(idx, num_reqs, group.shape.block_table_rows,
+                              ArgName{"block_tables", static_cast<int64_t>(g)});
+      const int64_t bad = kernels::find_request_beyond_block_table<IdxT>(qsl, corrected, idx, group);
+      TORCH_CHECK_VALUE(bad < 0, "positions of request ", bad, " (from num_computed_tokens = ",
+                        bad < 0 ? 0 : corrected(bad), " after the correction, query_len = ",
+                        bad < 0 ? 0 : qsl[bad + 1] - qsl[bad], ") are negative or beyond block_tables[", g, "] (",
+                        group.shape.block_table_cols, " blocks of ", group.shape.block_size, " tokens per row)");
+    }
+    AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "prepare_spec_decode_inputs", [&] {
+      kernels::store_spec_decode_inputs<index_t, IdxT>(
+          new_computed, new_accepted, correction.num_rows, counts, num_accepted_tokens.data_ptr<int32_t>(), qsl,
+          positions.data_ptr<index_t>(), seq_lens.data_ptr<int32_t>(), positions_shape, idx, groups.data(),
+          static_cast<int64_t>(num_groups));
+    });
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_spec_decode_inputs", &prepare_spec_decode_inputs); }
+
+}  // namespace specops::cpu

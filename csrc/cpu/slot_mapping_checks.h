@@ -1,0 +1,82 @@
+#pragma once
+// Checks of one slot mapping's block table, output and sizes, shared by compute_slot_mapping and
+// every op that computes slot mappings of KV-cache groups (named block_tables[g] etc. there).
+#include <optional>
+
+#include "cpu/checks.h"
+#include "kernels/compute_slot_mapping.h"
+
+namespace specops::cpu {
+
+struct SlotMappingArgNames {
+  ArgName block_table{"block_table"};
+  ArgName out{"out"};
+  ArgName block_size{"block_size"};
+  ArgName blocks_per_kv_block{"blocks_per_kv_block"};
+
+  // The names of group g's arguments in ops that take one list per argument.
+  static SlotMappingArgNames of_group(int64_t g) {
+    return {{"block_tables", g}, {"slot_mappings", g}, {"block_sizes", g}, {"blocks_per_kv_block", g}};
+  }
+};
+
+inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block_table, int64_t block_size,
+                                                         const at::Tensor& out, int64_t blocks_per_kv_block,
+                                                         int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
+                                                         int64_t num_reqs, int64_t num_tokens, int64_t num_tokens_padded,
+                                                         const SlotMappingArgNames& names = {}) {
+  check_tensor(block_table, names.block_table, {c10::kInt}, 2);
+  check_tensor(out, names.out, {c10::kLong, c10::kInt}, 1);
+  check_positive(block_size, names.block_size);
+  check_positive(blocks_per_kv_block, names.blocks_per_kv_block);
+  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
+  check_positive(cp_interleave, "cp_interleave");
+  // Divided, not multiplied: the product of three int64 arguments can overflow.
+  TORCH_CHECK_VALUE(block_size <= INT32_MAX / blocks_per_kv_block / cp_world_size, names.block_size, " * ",
+                    names.blocks_per_kv_block, " * cp_world_size must be < 2^31, got ", block_size, " * ",
+                    blocks_per_kv_block, " * ", cp_world_size);
+  const int64_t kv_block = block_size * blocks_per_kv_block;
+  TORCH_CHECK_VALUE(kv_block % cp_interleave == 0, "cp_interleave must divide ", names.block_size, " * ",
+                    names.blocks_per_kv_block, " = ", kv_block, ", got ", cp_interleave);
+  TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens && num_tokens_padded <= out.numel(),
+                    "num_tokens_padded must be in [num_tokens = ", num_tokens, ", ", names.out, ".numel() = ", out.numel(),
+                    "], got ", num_tokens_padded);
+
+  kernels::SlotMappingShape shape;
+  shape.num_reqs = num_reqs;
+  shape.num_tokens = num_tokens;
+  shape.num_tokens_padded = num_tokens_padded;
+  shape.block_table_rows = block_table.size(0);
+  shape.block_table_cols = block_table.size(1);
+  shape.block_table_stride = block_table.stride(0);
+  shape.block_size = block_size;
+  shape.blocks_per_kv_block = blocks_per_kv_block;
+  shape.cp_world_size = cp_world_size;
+  shape.cp_rank = cp_rank;
+  shape.cp_interleave = cp_interleave;
+  return shape;
+}
+
+// Calls run(idx) with idx_mapping's entries as `const int32_t*` or `const int64_t*`, or with a
+// null `const int32_t*` when there is none (request r then reads row r).
+template <typename Run>
+void with_idx_mapping(const std::optional<at::Tensor>& idx_mapping, Run&& run) {
+  if (!idx_mapping.has_value()) {
+    run(static_cast<const int32_t*>(nullptr));
+  } else if (idx_mapping->scalar_type() == c10::kLong) {
+    run(static_cast<const int64_t*>(idx_mapping->data_ptr<int64_t>()));
+  } else {
+    run(static_cast<const int32_t*>(idx_mapping->data_ptr<int32_t>()));
+  }
+}
+
+// Rejects a mapped row past the table (rows < 0 are unmapped requests: PAD, not an error).
+template <typename IdxT, typename Name>
+void check_rows_inside_table(const IdxT* idx_mapping, int64_t num_reqs, int64_t table_rows, const Name& table_name) {
+  for (int64_t r = 0; idx_mapping != nullptr && r < num_reqs; ++r) {
+    TORCH_CHECK_VALUE(idx_mapping[r] < table_rows, "idx_mapping[", r, "] = ", static_cast<int64_t>(idx_mapping[r]),
+                      " is past ", table_name, ", which has ", table_rows, " rows");
+  }
+}
+
+}  // namespace specops::cpu

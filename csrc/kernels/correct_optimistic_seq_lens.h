@@ -1,0 +1,31 @@
+#pragma once
+// Host mirror of correct_num_computed_tokens. SPEC 3.2.
+//
+// The scheduler's seq_lens assume the previous step accepted every draft; a row that continues
+// a drafting row of the previous step gives back the drafts that were rejected:
+// prev_num_draft_tokens[p] + 1 - valid_sampled_token_count[p]. Two passes like the device
+// correction, so every read sees the values from before the call even if buffers alias.
+#include <cstdint>
+
+#include "kernels/correct_num_computed_tokens.h"
+
+namespace specops::kernels {
+
+// scratch holds num_rows int32; num_previous_rows = min(len(valid), len(prev_num_draft_tokens)).
+template <typename PrevT>
+void correct_optimistic_seq_lens(int32_t* seq_lens, const PrevT* prev_positions, const int32_t* valid_sampled_token_count,
+                                 const int32_t* prev_num_draft_tokens, int32_t* scratch, const CountCorrectionShape& s) {
+  for (int64_t i = 0; i < s.num_rows; ++i) {
+    const int64_t row = continued_row(prev_positions[i], s.num_previous_rows, prev_num_draft_tokens);
+    int32_t seq_len = seq_lens[i];
+    if (row >= 0) {
+      const int32_t rejected =
+          wrapping_sub(wrapping_add(prev_num_draft_tokens[row], 1), valid_sampled_token_count[row]);
+      seq_len = wrapping_sub(seq_len, rejected);
+    }
+    scratch[i] = seq_len;
+  }
+  for (int64_t i = 0; i < s.num_rows; ++i) seq_lens[i] = scratch[i];
+}
+
+}  // namespace specops::kernels

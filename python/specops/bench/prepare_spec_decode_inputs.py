@@ -1,0 +1,101 @@
+"""Benchmark of the fused prepare_spec_decode_inputs against the unfused sequence it replaces:
+the three specops ops one after another (correct, positions, a slot mapping per group), and
+the same sequence in numpy and in torch eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import specops
+from specops.bench._harness import Case
+from specops.bench.compute_slot_mapping import numpy_slot_mapping, torch_slot_mapping
+from specops.bench.correct_num_computed_tokens import numpy_correct, numpy_step, torch_correct
+from specops.bench.prepare_positions_and_seq_lens import numpy_positions, torch_positions
+from specops.bench.workload import BenchStep, make_bench_step
+
+# (R, query_len, block sizes, cp_sharded, cp_world_size)
+SHAPES = [
+    (8, 4, [128], [True], 1),
+    (256, 4, [128], [True], 1),
+    (256, 4, [128, 64, 16], [True, True, False], 2),
+    (1024, 8, [128], [True], 1),
+]
+QUICK_SHAPES = [(8, 4, [128], [True], 1), (64, 4, [128, 16], [True, False], 2)]
+
+
+def _group_cp(step: BenchStep, g: int) -> tuple[int, int]:
+    return (step.cp_world_size, step.cp_rank) if step.cp_sharded[g] else (1, 0)
+
+
+def fused(step: BenchStep, positions: torch.Tensor, seq_lens: torch.Tensor, slot_mappings: list[torch.Tensor]) -> None:
+    step.restore()
+    specops.prepare_spec_decode_inputs(
+        *step.correction_args(), step.query_start_loc, step.block_tables, step.block_sizes, positions=positions,
+        seq_lens=seq_lens, slot_mappings=slot_mappings, cp_sharded=step.cp_sharded,
+        cp_world_size=step.cp_world_size, cp_rank=step.cp_rank)
+
+
+def native_unfused(step: BenchStep, positions: torch.Tensor, seq_lens: torch.Tensor,
+                   slot_mappings: list[torch.Tensor]) -> None:
+    step.restore()
+    specops.correct_num_computed_tokens(*step.correction_args())
+    specops.prepare_positions_and_seq_lens(step.num_computed_tokens, step.query_start_loc, positions=positions,
+                                           seq_lens=seq_lens)
+    for g, (table, block_size) in enumerate(zip(step.block_tables, step.block_sizes)):
+        world, rank = _group_cp(step, g)
+        specops.compute_slot_mapping(step.query_start_loc, positions, table, block_size, out=slot_mappings[g],
+                                     cp_world_size=world, cp_rank=rank)
+
+
+def torch_unfused(step: BenchStep, positions: torch.Tensor, seq_lens: torch.Tensor,
+                  slot_mappings: list[torch.Tensor], num_tokens: int) -> None:
+    step.restore()
+    torch_correct(*step.correction_args())
+    torch_positions(step.num_computed_tokens, step.query_start_loc, positions, seq_lens, num_tokens)
+    for g, (table, block_size) in enumerate(zip(step.block_tables, step.block_sizes)):
+        world, rank = _group_cp(step, g)
+        torch_slot_mapping(step.query_start_loc, positions, table, block_size, world, rank, 1, slot_mappings[g])
+
+
+def _impls(step: BenchStep) -> dict:
+    device = step.query_start_loc.device
+    num_reqs, num_tokens = step.num_reqs, step.num_tokens
+    positions = torch.empty(num_tokens, dtype=torch.int64, device=device)
+    seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    slot_mappings = [torch.empty(num_tokens, dtype=torch.int64, device=device) for _ in step.block_sizes]
+
+    np_args, np_pristine = numpy_step(step)
+    np_query_start_loc = step.query_start_loc.cpu().numpy()
+    np_tables = [t.cpu().numpy() for t in step.block_tables]
+    np_positions = np.empty(num_tokens, dtype=np.int64)
+    np_seq_lens = np.empty(num_reqs, dtype=np.int32)
+    np_slots = [np.empty(num_tokens, dtype=np.int64) for _ in step.block_sizes]
+
+    def numpy_unfused():
+        np.copyto(np_args[0], np_pristine)
+        numpy_correct(*np_args)
+        numpy_positions(np_args[0], np_query_start_loc, np_positions, np_seq_lens)
+        for g, (table, block_size) in enumerate(zip(np_tables, step.block_sizes)):
+            numpy_slot_mapping(np_query_start_loc, np_positions, table, block_size, *_group_cp(step, g), 1,
+                               np_slots[g])
+
+    return {
+        "specops": lambda: fused(step, positions, seq_lens, slot_mappings),
+        "native-unfused": lambda: native_unfused(step, positions, seq_lens, slot_mappings),
+        "numpy": numpy_unfused,
+        "torch-eager": lambda: torch_unfused(step, positions, seq_lens, slot_mappings, num_tokens),
+        "restore": step.restore,
+    }
+
+
+def cases(device: torch.device, quick: bool) -> list[Case]:
+    result = []
+    for num_reqs, query_len, block_sizes, cp_sharded, world in QUICK_SHAPES if quick else SHAPES:
+        step = make_bench_step(num_reqs, query_len, block_sizes=block_sizes, cp_sharded=cp_sharded,
+                               cp_world_size=world, device=device)
+        label = f"R={num_reqs} q={query_len} G={len(block_sizes)} W={world}"
+        result.append(Case("prepare_spec_decode_inputs", label, num_reqs, step.num_tokens, _impls(step),
+                           baselines=("native-unfused", "numpy", "torch-eager"), floors=("restore",),
+                           family=f"G={len(block_sizes)} W={world}"))
+    return result

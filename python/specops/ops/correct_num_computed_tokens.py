@@ -1,0 +1,61 @@
+"""correct_num_computed_tokens: the device's token counts after async spec-decode (SPEC 3.2)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.ops._checks import check_entries, check_no_overlap, check_tensor
+from specops.ops._op import SpecOp
+from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens as _reference
+
+ROWS = "n = prev_positions.numel()"
+
+
+def check_count_correction(
+    num_computed_tokens: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    prev_positions: torch.Tensor,
+    valid_sampled_token_count: torch.Tensor,
+    prev_num_draft_tokens: torch.Tensor,
+    cpu_num_computed_tokens: torch.Tensor,
+) -> None:
+    """Mirrors csrc/cpu/accounting_checks.h check_count_correction; shared with the fused op."""
+    check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1)
+    device = num_computed_tokens.device
+    check_tensor(num_accepted_tokens, "num_accepted_tokens", [torch.int32], 1, device)
+    check_tensor(prev_positions, "prev_positions", [torch.int32, torch.int64], 1, device)
+    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32], 1, device)
+    check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device)
+    check_tensor(cpu_num_computed_tokens, "cpu_num_computed_tokens", [torch.int32], 1, device)
+    num_rows = prev_positions.numel()
+    check_entries(num_computed_tokens, "num_computed_tokens", num_rows, ROWS)
+    check_entries(num_accepted_tokens, "num_accepted_tokens", num_rows, ROWS)
+    check_entries(cpu_num_computed_tokens, "cpu_num_computed_tokens", num_rows, ROWS)
+    check_no_overlap(num_accepted_tokens, "num_accepted_tokens", num_computed_tokens, "num_computed_tokens")
+
+
+_OP = SpecOp("correct_num_computed_tokens", check_count_correction, _reference)
+
+
+def correct_num_computed_tokens(
+    num_computed_tokens: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    prev_positions: torch.Tensor,
+    valid_sampled_token_count: torch.Tensor,
+    prev_num_draft_tokens: torch.Tensor,
+    cpu_num_computed_tokens: torch.Tensor,
+) -> None:
+    """Corrects the device's token counts in place, moving rows to the new batch layout.
+
+    For each row i < n = prev_positions.numel() with p = prev_positions[i]: if p is a row of the
+    previous batch (0 <= p < len(valid_sampled_token_count), len(prev_num_draft_tokens),
+    len(num_computed_tokens)) that drafted (prev_num_draft_tokens[p] > 0),
+    num_computed_tokens[i] = old num_computed_tokens[p] + valid_sampled_token_count[p] and
+    num_accepted_tokens[i] = valid_sampled_token_count[p]; otherwise num_computed_tokens[i] =
+    cpu_num_computed_tokens[i] (the scheduler's count, on the op's device) and
+    num_accepted_tokens[i] is unchanged. Every read sees the values from before the call, so
+    inputs may alias the outputs; the two outputs must not overlap. All int32 except
+    prev_positions (int32 or int64).
+    """
+    _OP(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
+        cpu_num_computed_tokens)

@@ -1,0 +1,43 @@
+"""correct_optimistic_seq_lens: the host mirror of the count correction (SPEC 3.2)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.ops._checks import check_entries, check_tensor
+from specops.ops._op import SpecOp
+from specops.ops.correct_num_computed_tokens import ROWS
+from specops.reference.correct_optimistic_seq_lens import correct_optimistic_seq_lens as _reference
+
+
+def _check(
+    seq_lens_cpu: torch.Tensor,
+    prev_positions: torch.Tensor,
+    valid_sampled_token_count: torch.Tensor,
+    prev_num_draft_tokens: torch.Tensor,
+) -> None:
+    check_tensor(seq_lens_cpu, "seq_lens_cpu", [torch.int32], 1)
+    device = seq_lens_cpu.device
+    check_tensor(prev_positions, "prev_positions", [torch.int32, torch.int64], 1, device)
+    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32], 1, device)
+    check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device)
+    check_entries(seq_lens_cpu, "seq_lens_cpu", prev_positions.numel(), ROWS)
+
+
+_OP = SpecOp("correct_optimistic_seq_lens", _check, _reference)
+
+
+def correct_optimistic_seq_lens(
+    seq_lens_cpu: torch.Tensor,
+    prev_positions: torch.Tensor,
+    valid_sampled_token_count: torch.Tensor,
+    prev_num_draft_tokens: torch.Tensor,
+) -> None:
+    """Gives back the rejected drafts the scheduler's seq_lens counted as accepted, in place.
+
+    Rows i < n = prev_positions.numel() that continue a drafting row p of the previous batch
+    (as in correct_num_computed_tokens, without the num_computed_tokens bound) get
+    seq_lens_cpu[i] -= prev_num_draft_tokens[p] + 1 - valid_sampled_token_count[p]. int32, on
+    the host in a runner (any device works). Every read sees the values from before the call.
+    """
+    _OP(seq_lens_cpu, prev_positions, valid_sampled_token_count, prev_num_draft_tokens)

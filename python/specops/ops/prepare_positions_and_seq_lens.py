@@ -1,0 +1,100 @@
+"""prepare_positions_and_seq_lens: positions and seq_lens from the device counts (SPEC 3.2)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.ops._checks import check_entries, check_no_overlap, check_query_start_loc, check_tensor
+from specops.ops._op import SpecOp
+from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens as _reference
+
+
+def check_positions_and_seq_lens(
+    num_computed_tokens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_tokens_padded: int,
+    num_reqs_padded: int,
+) -> None:
+    """Mirrors csrc/cpu/accounting_checks.h check_positions_and_seq_lens; shared with the fused op.
+
+    query_start_loc[R] <= num_tokens_padded needs a value, so only the CPU op checks it; device
+    kernels write nothing past num_tokens_padded.
+    """
+    device = num_computed_tokens.device
+    check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device)
+    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device)
+    num_reqs = check_query_start_loc(query_start_loc, device)
+    check_entries(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1")
+    if not 0 <= num_tokens_padded <= positions.numel():
+        raise ValueError(f"num_tokens_padded must be in [0, positions.numel() = {positions.numel()}], "
+                         f"got {num_tokens_padded}")
+    if not num_reqs <= num_reqs_padded <= seq_lens.numel():
+        raise ValueError(f"num_reqs_padded must be in [R = {num_reqs}, seq_lens.numel() = {seq_lens.numel()}], "
+                         f"got {num_reqs_padded}")
+    check_no_overlap(positions, "positions", seq_lens, "seq_lens")
+    for output, output_name in ((positions, "positions"), (seq_lens, "seq_lens")):
+        check_no_overlap(output, output_name, num_computed_tokens, "num_computed_tokens")
+        check_no_overlap(output, output_name, query_start_loc, "query_start_loc")
+
+
+def _check(
+    num_computed_tokens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_tokens_padded: int,
+    num_reqs_padded: int,
+) -> None:
+    check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1)
+    check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
+                                 num_reqs_padded)
+
+
+_OP = SpecOp("prepare_positions_and_seq_lens", _check, _reference)
+
+
+def allocate_positions_and_seq_lens(
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor | None,
+    seq_lens: torch.Tensor | None,
+    num_tokens_padded: int | None,
+    num_reqs_padded: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """The outputs the caller did not pass, and the padded sizes they imply."""
+    device = query_start_loc.device
+    if positions is None:
+        # Without a buffer or a padded size, the token count is query_start_loc[R]: a host read.
+        size = int(query_start_loc[-1]) if num_tokens_padded is None else num_tokens_padded
+        positions = torch.empty(size, dtype=torch.int64, device=device)
+    if seq_lens is None:
+        size = query_start_loc.numel() - 1 if num_reqs_padded is None else num_reqs_padded
+        seq_lens = torch.empty(size, dtype=torch.int32, device=device)
+    if num_tokens_padded is None:
+        num_tokens_padded = positions.numel()
+    if num_reqs_padded is None:
+        num_reqs_padded = seq_lens.numel()
+    return positions, seq_lens, num_tokens_padded, num_reqs_padded
+
+
+def prepare_positions_and_seq_lens(
+    num_computed_tokens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    *,
+    positions: torch.Tensor | None = None,
+    seq_lens: torch.Tensor | None = None,
+    num_tokens_padded: int | None = None,
+    num_reqs_padded: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions[t] = num_computed_tokens[r] + (t - query_start_loc[r]); seq_lens[r] = num_computed_tokens[r] + query_len[r].
+
+    num_computed_tokens: int32 [>= R]; query_start_loc: int32 [R + 1]; positions: int64 or int32
+    (allocated as int64 [num_tokens_padded, else query_start_loc[R], a host read] when absent);
+    seq_lens: int32 (allocated [num_reqs_padded or R]). positions[T:num_tokens_padded] and
+    seq_lens[R:num_reqs_padded] are 0 (defaults: the buffers' sizes).
+    """
+    positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
+        query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
+    _OP(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
+    return positions, seq_lens

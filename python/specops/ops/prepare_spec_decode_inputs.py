@@ -1,0 +1,148 @@
+"""prepare_spec_decode_inputs: one call for the metadata of an async spec-decode step.
+
+Equal to correct_num_computed_tokens, then prepare_positions_and_seq_lens, then
+compute_slot_mapping for every KV-cache group (see docs/async_accounting.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from specops._spec_decode_sizes import SpecDecodeSizes, pack_sizes
+from specops.ops._checks import check_no_overlap, check_positive
+from specops.ops._op import SpecOp
+from specops.ops.compute_slot_mapping import SlotMappingArgNames, check_idx_mapping, check_slot_mapping_args
+from specops.ops.correct_num_computed_tokens import check_count_correction
+from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens, check_positions_and_seq_lens
+from specops.reference.prepare_spec_decode_inputs import prepare_spec_decode_inputs as _reference
+
+
+class SpecDecodeInputs(NamedTuple):
+    positions: torch.Tensor
+    seq_lens: torch.Tensor
+    slot_mappings: list[torch.Tensor]  # one per KV-cache group, in the order of block_tables
+
+
+def _check(
+    num_computed_tokens: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    prev_positions: torch.Tensor,
+    valid_sampled_token_count: torch.Tensor,
+    prev_num_draft_tokens: torch.Tensor,
+    cpu_num_computed_tokens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: Sequence[torch.Tensor],
+    slot_mappings: Sequence[torch.Tensor],
+    idx_mapping: torch.Tensor | None,
+    sizes: Sequence[int],
+) -> None:
+    """Mirrors csrc/cpu/prepare_spec_decode_inputs.cpp (metadata only)."""
+    layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
+    check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+                           prev_num_draft_tokens, cpu_num_computed_tokens)
+    check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, layout.num_tokens_padded,
+                                 layout.num_reqs_padded)
+    device = num_computed_tokens.device
+    check_positive(layout.cp_world_size, "cp_world_size")
+    if not 0 <= layout.cp_rank < layout.cp_world_size:
+        raise ValueError(f"cp_rank must be in [0, cp_world_size = {layout.cp_world_size}), got {layout.cp_rank}")
+    check_positive(layout.cp_interleave, "cp_interleave")
+    num_groups = len(block_tables)
+    if len(slot_mappings) != num_groups:
+        raise ValueError(f"slot_mappings must have one tensor per block table ({num_groups}), got {len(slot_mappings)}")
+    for g in range(num_groups):
+        # The token count is a value (query_start_loc[R]); only the CPU op checks it against the padding.
+        check_slot_mapping_args(block_tables[g], layout.block_sizes[g], slot_mappings[g],
+                                layout.blocks_per_kv_block[g], *layout.group_cp(g), 0, layout.num_tokens_padded,
+                                device, SlotMappingArgNames.of_group(g))
+    outputs = [(num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
+               (positions, "positions"), (seq_lens, "seq_lens")]
+    outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
+    for a in range(2, len(outputs)):
+        for b in range(a):
+            check_no_overlap(*outputs[a], *outputs[b])
+    check_idx_mapping(idx_mapping, query_start_loc.numel() - 1, device)
+
+
+_OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
+
+
+def _per_group(value: object, num_groups: int, name: str, kind: type) -> list:
+    if isinstance(value, kind):
+        return [value] * num_groups
+    return list(value)  # type: ignore[call-overload]
+
+
+def prepare_spec_decode_inputs(
+    num_computed_tokens: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    prev_positions: torch.Tensor,
+    valid_sampled_token_count: torch.Tensor,
+    prev_num_draft_tokens: torch.Tensor,
+    cpu_num_computed_tokens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    block_tables: Sequence[torch.Tensor],
+    block_sizes: Sequence[int] | int,
+    *,
+    positions: torch.Tensor | None = None,
+    seq_lens: torch.Tensor | None = None,
+    slot_mappings: Sequence[torch.Tensor] | None = None,
+    blocks_per_kv_block: Sequence[int] | int = 1,
+    cp_sharded: Sequence[bool] | bool = True,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
+    idx_mapping: torch.Tensor | None = None,
+    num_tokens_padded: int | None = None,
+    num_reqs_padded: int | None = None,
+) -> SpecDecodeInputs:
+    """Correction, positions and seq_lens, and every group's slot mapping, in one op call.
+
+    Equal to correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions,
+    valid_sampled_token_count, prev_num_draft_tokens, cpu_num_computed_tokens), then
+    prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, ...), then for each
+    group g compute_slot_mapping(query_start_loc, positions[:T], block_tables[g], block_sizes[g],
+    out=slot_mappings[g], blocks_per_kv_block=blocks_per_kv_block[g], idx_mapping=idx_mapping,
+    num_tokens_padded=num_tokens_padded) with the CP arguments when cp_sharded[g] (else W = 1).
+    block_sizes, blocks_per_kv_block and cp_sharded take one value per group or one for all.
+    Outputs absent are allocated: positions int64 and slot mappings int64 of num_tokens_padded
+    (default: positions.numel(), else query_start_loc[R], a host read), seq_lens int32 of
+    num_reqs_padded (default R). On the CPU a rejected call writes nothing.
+    """
+    num_groups = len(block_tables)
+    if not isinstance(block_sizes, list):
+        block_sizes = _per_group(block_sizes, num_groups, "block_sizes", int)
+    if not isinstance(blocks_per_kv_block, list):
+        blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", int)
+    if not isinstance(cp_sharded, list):
+        cp_sharded = _per_group(cp_sharded, num_groups, "cp_sharded", bool)
+    if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == num_groups:
+        for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
+                             ("cp_sharded", cp_sharded)):
+            if len(values) != num_groups:
+                raise ValueError(f"{name} must have one entry per block table ({num_groups}), got {len(values)}")
+    if positions is not None and seq_lens is not None:
+        if num_tokens_padded is None:
+            num_tokens_padded = positions.numel()
+        if num_reqs_padded is None:
+            num_reqs_padded = seq_lens.numel()
+    else:
+        positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
+            query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
+    if slot_mappings is None:
+        slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
+                         for _ in range(num_groups)]
+    if not isinstance(block_tables, list):
+        block_tables = list(block_tables)
+    if not isinstance(slot_mappings, list):
+        slot_mappings = list(slot_mappings)
+    sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
+                       blocks_per_kv_block, cp_sharded)
+    _OP(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
+        cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, idx_mapping, sizes)
+    return SpecDecodeInputs(positions, seq_lens, slot_mappings)

@@ -1,0 +1,48 @@
+"""Reference for correct_num_computed_tokens (SPEC 3.2)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def continued_rows(prev_positions: torch.Tensor, num_previous_rows: int,
+                   prev_num_draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, continues) per current row: the previous row it continues, and whether it does.
+
+    A row continues its previous row p when 0 <= p < num_previous_rows and that row drafted;
+    otherwise it takes the host value (row is then 0, a placeholder that is never used).
+    """
+    previous = prev_positions.long()
+    in_range = (previous >= 0) & (previous < num_previous_rows)
+    rows = torch.where(in_range, previous, 0)
+    continues = in_range & (gather_rows(prev_num_draft_tokens, rows) > 0)
+    return rows, continues
+
+
+def gather_rows(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """values[rows], as a new tensor; zeros when values is empty (then no row is used)."""
+    if values.numel() == 0:
+        return torch.zeros(rows.shape, dtype=values.dtype, device=values.device)
+    return values[rows]
+
+
+def correct_num_computed_tokens(
+    num_computed_tokens: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    prev_positions: torch.Tensor,
+    valid_sampled_token_count: torch.Tensor,
+    prev_num_draft_tokens: torch.Tensor,
+    cpu_num_computed_tokens: torch.Tensor,
+) -> None:
+    num_rows = prev_positions.numel()
+    num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
+                            num_computed_tokens.numel())
+    rows, continues = continued_rows(prev_positions, num_previous_rows, prev_num_draft_tokens)
+    # Every value below is a new tensor, so all reads happen before the two stores, whichever
+    # input aliases an output.
+    valid = gather_rows(valid_sampled_token_count, rows)
+    new_computed = torch.where(continues, gather_rows(num_computed_tokens, rows) + valid,
+                               cpu_num_computed_tokens[:num_rows])
+    new_accepted = torch.where(continues, valid, num_accepted_tokens[:num_rows])
+    num_computed_tokens[:num_rows] = new_computed
+    num_accepted_tokens[:num_rows] = new_accepted

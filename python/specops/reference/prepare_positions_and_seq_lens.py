@@ -1,0 +1,28 @@
+"""Reference for prepare_positions_and_seq_lens (SPEC 3.2)."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.reference._batch import request_of_each_token
+
+
+def prepare_positions_and_seq_lens(
+    num_computed_tokens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_tokens_padded: int,
+    num_reqs_padded: int,
+) -> None:
+    num_reqs = query_start_loc.numel() - 1
+    # Device kernels never write past num_tokens_padded, even when query_start_loc says more.
+    num_tokens = min(int(query_start_loc[num_reqs]), num_tokens_padded)
+    counts = num_computed_tokens[:num_reqs]
+    request = request_of_each_token(query_start_loc, int(query_start_loc[num_reqs]))[:num_tokens]
+    token = torch.arange(num_tokens, device=positions.device)
+    offset_in_request = token - query_start_loc.long()[request]
+    positions[:num_tokens] = (counts.long()[request] + offset_in_request).to(positions.dtype)
+    positions[num_tokens:num_tokens_padded] = 0
+    seq_lens[:num_reqs] = counts + (query_start_loc[1:] - query_start_loc[:-1])
+    seq_lens[num_reqs:num_reqs_padded] = 0

@@ -1,0 +1,36 @@
+"""Reference for prepare_spec_decode_inputs: literally the unfused sequence of references."""
+
+from __future__ import annotations
+
+import torch
+
+from specops._spec_decode_sizes import SpecDecodeSizes
+from specops.reference.compute_slot_mapping import compute_slot_mapping
+from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens
+from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens
+
+
+def prepare_spec_decode_inputs(
+    num_computed_tokens: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    prev_positions: torch.Tensor,
+    valid_sampled_token_count: torch.Tensor,
+    prev_num_draft_tokens: torch.Tensor,
+    cpu_num_computed_tokens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: list[torch.Tensor],
+    slot_mappings: list[torch.Tensor],
+    idx_mapping: torch.Tensor | None,
+    sizes: list[int],
+) -> None:
+    layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
+    correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+                                prev_num_draft_tokens, cpu_num_computed_tokens)
+    prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, layout.num_tokens_padded,
+                                   layout.num_reqs_padded)
+    num_tokens = min(int(query_start_loc[-1]), layout.num_tokens_padded)
+    for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
+        compute_slot_mapping(query_start_loc, positions[:num_tokens], table, layout.block_sizes[g], out,
+                             layout.blocks_per_kv_block[g], *layout.group_cp(g), idx_mapping, layout.num_tokens_padded)

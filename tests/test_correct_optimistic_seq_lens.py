@@ -1,0 +1,123 @@
+"""correct_optimistic_seq_lens (SPEC 3.2): every backend against the reference, aliasing,
+out-of-range rows, opcheck, compile, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import assert_same, make_correction_inputs
+
+import specops
+from specops.reference.correct_optimistic_seq_lens import correct_optimistic_seq_lens as reference_op
+
+
+def i32(values):
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def random_call(seed, num_rows, num_prev_rows, length_jitter=2, prev_dtype=torch.int32, extra_rows=0):
+    inputs = make_correction_inputs(torch.Generator().manual_seed(seed), num_rows=num_rows,
+                                    num_prev_rows=num_prev_rows, length_jitter=length_jitter, prev_dtype=prev_dtype)
+    seq_lens = inputs.cpu_num_computed_tokens[: num_rows + extra_rows].clone()
+    return dict(seq_lens_cpu=seq_lens, prev_positions=inputs.prev_positions,
+                valid_sampled_token_count=inputs.valid_sampled_token_count,
+                prev_num_draft_tokens=inputs.prev_num_draft_tokens)
+
+
+def expected_seq_lens(call):
+    private = {name: t.clone() for name, t in call.items()}
+    reference_op(**private)
+    return private["seq_lens_cpu"]
+
+
+def test_hand_computed(backend):
+    # Row 0 continues row 1 (3 drafts, 2 valid: 3 + 1 - 2 = 2 rejected); row 1 continues row 0,
+    # which did not draft; row 2 is new; row 3 names a row past the previous batch.
+    seq_lens = i32([50, 60, 70, 80])
+    specops.correct_optimistic_seq_lens(seq_lens, i32([1, 0, -1, 2]), valid_sampled_token_count=i32([1, 2]),
+                                        prev_num_draft_tokens=i32([0, 3]))
+    assert seq_lens.tolist() == [48, 60, 70, 80]
+
+
+@settings(max_examples=60)
+@given(num_rows=st.integers(0, 40), num_prev_rows=st.integers(0, 40), length_jitter=st.integers(0, 3),
+       prev_dtype=st.sampled_from([torch.int32, torch.int64]), extra_rows=st.integers(0, 3),
+       seed=st.integers(0, 2**16))
+def test_matches_reference_on_random_inputs(backend, num_rows, num_prev_rows, length_jitter, prev_dtype, extra_rows,
+                                            seed):
+    call = random_call(seed, num_rows, num_prev_rows, length_jitter, prev_dtype, extra_rows)
+    expected = expected_seq_lens(call)
+    specops.correct_optimistic_seq_lens(**call)
+    assert_same(call["seq_lens_cpu"], expected, backend)
+
+
+@pytest.mark.parametrize("num_rows", [1024, 1025, 4096])
+def test_large_batches(backend, num_rows):
+    call = random_call(num_rows, num_rows, num_rows)
+    expected = expected_seq_lens(call)
+    assert not torch.equal(expected, call["seq_lens_cpu"])
+    specops.correct_optimistic_seq_lens(**call)
+    assert_same(call["seq_lens_cpu"], expected, backend)
+
+
+@pytest.mark.parametrize("input_name", ["valid_sampled_token_count", "prev_num_draft_tokens"])
+@pytest.mark.parametrize("num_rows", [37, 1500])
+def test_seq_lens_aliasing_an_input_reads_the_old_values(backend, input_name, num_rows):
+    call = random_call(num_rows, num_rows, num_rows, length_jitter=0)
+    call[input_name] = call["seq_lens_cpu"]
+    expected = expected_seq_lens(call)
+    specops.correct_optimistic_seq_lens(**call)
+    assert_same(call["seq_lens_cpu"], expected, backend)
+
+
+def test_empty_inputs(backend):
+    seq_lens = i32([5, 6])
+    specops.correct_optimistic_seq_lens(seq_lens, i32([]), i32([1]), i32([1]))
+    assert seq_lens.tolist() == [5, 6]
+    specops.correct_optimistic_seq_lens(seq_lens, i32([0, 1]), i32([]), i32([]))
+    assert seq_lens.tolist() == [5, 6]
+
+
+def _opcheck_args():
+    call = random_call(5, 9, 7, extra_rows=2)
+    return (call["seq_lens_cpu"], call["prev_positions"], call["valid_sampled_token_count"],
+            call["prev_num_draft_tokens"])
+
+
+def test_opcheck():
+    torch.library.opcheck(torch.ops.specops.correct_optimistic_seq_lens.default, _opcheck_args())
+
+
+def test_compiles_without_graph_break():
+    seq_lens, prev_positions, valid, drafts = _opcheck_args()
+
+    def step(seq_lens, prev_positions, valid, drafts):
+        specops.correct_optimistic_seq_lens(seq_lens, prev_positions, valid + 0, drafts)
+        return seq_lens * 2
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    expected = step(seq_lens.clone(), prev_positions, valid, drafts)
+    assert_same(compiled(seq_lens, prev_positions, valid, drafts), expected)
+
+
+BAD_INPUTS = [
+    ("seq_lens_cpu", dict(seq_lens_cpu=torch.tensor([5, 6]))),
+    ("seq_lens_cpu", dict(seq_lens_cpu=i32([5]))),
+    ("seq_lens_cpu", dict(seq_lens_cpu=i32([[5, 6]]))),
+    ("prev_positions", dict(prev_positions=torch.tensor([0.0, 1.0]))),
+    ("valid_sampled_token_count", dict(valid_sampled_token_count=torch.tensor([1, 1]))),
+    ("prev_num_draft_tokens", dict(prev_num_draft_tokens=i32([[1, 1]]))),
+]
+
+
+@pytest.mark.parametrize("argument,change", BAD_INPUTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_INPUTS)])
+def test_bad_input_names_the_argument_and_writes_nothing(backend, argument, change):
+    call = dict(seq_lens_cpu=i32([5, 6]), prev_positions=i32([1, 0]), valid_sampled_token_count=i32([1, 1]),
+                prev_num_draft_tokens=i32([1, 1]))
+    call.update(change)
+    before = call["seq_lens_cpu"].clone()
+    with pytest.raises((ValueError, RuntimeError), match=argument):
+        specops.correct_optimistic_seq_lens(**call)
+    assert torch.equal(call["seq_lens_cpu"], before)

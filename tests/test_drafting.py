@@ -1,0 +1,602 @@
+"""The drafting layer (SPEC 4): a hand-computed step, every field against the ops and formulas,
+the shared cache against building alone, what invalidates an entry, draft-index isolation,
+sas_metadata reuse, device-to-host syncs, stable addresses, the fresh-cache paths, bad input,
+and the public names (the README runs the draft-step example)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+
+import pytest
+import torch
+from host_syncs import OpLog
+from strategies import query_start_loc_of
+
+import specops
+from specops import drafting
+from specops.drafting import (
+    DRAFT_NAMESPACE,
+    CommonDraftInputs,
+    DraftAttnMetadata,
+    DraftMetadataBuilder,
+    GroupConfig,
+    ModelConfig,
+    StepCache,
+    build_draft_attn_metadata,
+)
+from specops.reference.cp_local_metadata import cp_local_metadata as reference_cp_local_metadata
+
+MAX_POSITION = 512
+ROT_DIM = 8
+MAX_NUM_REQS = 12
+MAX_NUM_TOKENS = 160
+
+SWA = GroupConfig("swa", block_size=16, storage_block_size=16, sliding_window=24)
+FULL = GroupConfig("full", block_size=16, storage_block_size=16, sliding_window=None)
+COMPRESSED = GroupConfig("c4", block_size=16, storage_block_size=4, sliding_window=None)
+DSPARK = GroupConfig("dspark", block_size=8, storage_block_size=8, sliding_window=24, dspark=True)
+SWA_OTHER_WINDOW = GroupConfig("swa8", block_size=16, storage_block_size=32, sliding_window=8)
+ALL_GROUPS = (SWA, FULL, COMPRESSED, DSPARK, SWA_OTHER_WINDOW)
+
+
+def make_model(num_speculative_tokens: int = 3, cp_size: int = 1, cp_rank: int = 0, *, head_dim: int = 64,
+               cache: torch.Tensor | None = None, device: str = "cpu") -> ModelConfig:
+    if cache is None:
+        cache = torch.randn(MAX_POSITION, ROT_DIM, generator=torch.Generator().manual_seed(7)).to(device)
+    return ModelConfig(num_heads_q=8, num_heads_kv=2, head_dim=head_dim, rope_cos_sin_cache=cache,
+                       num_speculative_tokens=num_speculative_tokens, cp_size=cp_size, cp_rank=cp_rank,
+                       num_cube_cores=4, num_vector_cores=8)
+
+
+def make_builders(model: ModelConfig, groups, device: str = "cpu") -> list[DraftMetadataBuilder]:
+    return [DraftMetadataBuilder(model, group, MAX_NUM_REQS, MAX_NUM_TOKENS, device=device) for group in groups]
+
+
+def make_step(rng: random.Random, groups, num_speculative_tokens: int, *, num_reqs: int | None = None,
+              host_seq_lens: bool | None = None, oversized: bool | None = None) -> CommonDraftInputs:
+    """A random draft step: decodes of 1 .. 1 + k tokens, some short prefills, some empty
+    requests, padding tokens, a block table and a slot mapping (with PAD) per group. With
+    `oversized`, the tensors are longer than R / T, like a runner's persistent buffers."""
+    if num_reqs is None:
+        num_reqs = rng.randint(0, MAX_NUM_REQS)
+    query_lens = []
+    for _ in range(num_reqs):
+        kind = rng.random()
+        if kind < 0.1:
+            query_lens.append(0)
+        elif kind < 0.8:
+            query_lens.append(rng.randint(1, 1 + num_speculative_tokens))
+        else:
+            query_lens.append(rng.randint(2 + num_speculative_tokens, 12))
+    num_tokens = sum(query_lens)
+    while num_tokens > MAX_NUM_TOKENS - 8:
+        num_tokens -= query_lens.pop()
+    num_reqs = len(query_lens)
+    context = [rng.randint(0, 300) for _ in query_lens]
+    seq_lens = torch.tensor([c + q for c, q in zip(context, query_lens)], dtype=torch.int32)
+    query_start_loc = query_start_loc_of(query_lens)
+    positions = torch.tensor([c + i for c, q in zip(context, query_lens) for i in range(q)], dtype=torch.int64)
+    num_input_tokens = num_tokens + rng.randint(0, 8)
+    generator = torch.Generator().manual_seed(rng.randint(0, 2**31))
+    block_tables, slot_mappings = {}, {}
+    for group in groups:
+        cols = -(-MAX_POSITION // group.block_size)
+        block_tables[group.name] = torch.randint(0, 1 << 12, (num_reqs, cols), dtype=torch.int32, generator=generator)
+        slots = torch.randint(0, 1 << 20, (num_tokens,), generator=generator)
+        slots[torch.rand(num_tokens, generator=generator) < 0.1] = specops.PAD_SLOT_ID
+        slot_mappings[group.name] = slots
+    if host_seq_lens is None:
+        host_seq_lens = rng.random() < 0.5
+    if oversized is None:
+        oversized = rng.random() < 0.3
+    if oversized:
+        query_start_loc = torch.cat([query_start_loc, torch.full((3,), num_tokens, dtype=torch.int32)])
+        seq_lens = torch.cat([seq_lens, torch.zeros(3, dtype=torch.int32)])
+        positions = torch.cat([positions, torch.zeros(5, dtype=torch.int64)])
+        block_tables = {name: torch.cat([t, t[:1].clone() if t.size(0) else torch.zeros_like(t[:0])])
+                        for name, t in block_tables.items()}
+        slot_mappings = {name: torch.cat([t, torch.full((4,), -1, dtype=torch.int64)])
+                         for name, t in slot_mappings.items()}
+    return CommonDraftInputs(
+        query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc.clone(), seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens.clone() if host_seq_lens else None, positions=positions, num_reqs=num_reqs,
+        num_actual_tokens=num_tokens, num_input_tokens=num_input_tokens, causal=rng.random() < 0.8,
+        block_tables=block_tables, slot_mappings=slot_mappings,
+    )
+
+
+FIELDS = [field.name for field in dataclasses.fields(DraftAttnMetadata)]
+CP_FIELDS = [field.name for field in dataclasses.fields(specops.CPLocalMetadata)]
+
+
+def _assert_value(actual, expected, what: str) -> None:
+    """Tensors: dtype, shape, device and values (a meta tensor, standing in for a device tensor,
+    has only dtype and shape to compare); anything else: type and value."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), what
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
+            f"{what}: {actual.dtype} {tuple(actual.shape)} != {expected.dtype} {tuple(expected.shape)}"
+        if actual.device.type != "meta" and expected.device.type != "meta":
+            assert actual.device == expected.device, what
+            assert torch.equal(actual, expected), f"{what}: {actual} != {expected}"
+    else:
+        assert type(actual) is type(expected) and actual == expected, f"{what}: {actual!r} != {expected!r}"
+
+
+def assert_same_metadata(actual: DraftAttnMetadata, expected: DraftAttnMetadata, what: str = "") -> None:
+    """Field by field: tensors equal in dtype, shape and values; host ints equal; None alike."""
+    for name in FIELDS:
+        a, e = getattr(actual, name), getattr(expected, name)
+        if name == "cp":
+            for cp_name in CP_FIELDS:
+                _assert_value(getattr(a, cp_name), getattr(e, cp_name), f"{what} cp.{cp_name}")
+        else:
+            _assert_value(a, e, f"{what} {name}")
+
+
+def _metadata_tensors(meta: DraftAttnMetadata) -> dict[str, torch.Tensor]:
+    tensors = {name: getattr(meta, name) for name in FIELDS if isinstance(getattr(meta, name), torch.Tensor)}
+    tensors.update({f"cp.{name}": getattr(meta.cp, name) for name in CP_FIELDS
+                    if isinstance(getattr(meta.cp, name), torch.Tensor)})
+    return tensors
+
+
+def expected_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftInputs) -> dict:
+    """Every field from SPEC 4's definitions, with plain Python and direct op calls."""
+    num_reqs, num_tokens, num_input_tokens = common.num_reqs, common.num_actual_tokens, common.num_input_tokens
+    query_start_loc = common.query_start_loc[:num_reqs + 1]
+    seq_lens = common.seq_lens[:num_reqs]
+    starts = query_start_loc.tolist()
+    query_lens = [b - a for a, b in zip(starts[:-1], starts[1:])]
+    decodes = [q for q in query_lens if q <= 1 + model.num_speculative_tokens]
+    pad = -(-num_input_tokens // model.cp_size) * model.cp_size
+    per_rank = pad // model.cp_size
+    local_start = model.cp_rank * per_rank
+    positions = torch.zeros(pad, dtype=torch.int64)
+    positions[:num_tokens] = common.positions[:num_tokens]
+    half = ROT_DIM // 2
+    rows = model.rope_cos_sin_cache[positions]
+    local_qsl = torch.empty(num_reqs + 1, dtype=torch.int32)
+    local_seq, start_pos = torch.empty(num_reqs, dtype=torch.int32), torch.empty(num_reqs, dtype=torch.int32)
+    reference_cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, common.causal,
+                                local_qsl, local_seq, start_pos)
+    local_query_lens = (local_qsl[1:] - local_qsl[:-1]).tolist()
+    window = (-1, 0) if group.sliding_window is None else (group.sliding_window - 1, 0)
+    sas = specops.sas_metadata(local_qsl, local_seq, num_heads_q=model.num_heads_q, num_heads_kv=model.num_heads_kv,
+                               head_dim=model.head_dim, window_left=window[0], window_right=window[1],
+                               num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores)
+    slots = common.slot_mappings[group.name][:num_tokens].tolist() + [specops.PAD_SLOT_ID] * (num_input_tokens - num_tokens)
+    block = group.storage_block_size
+    indices = lens = None
+    if group.dspark:
+        width = -(-(group.sliding_window + model.num_speculative_tokens + 1) // 128) * 128
+        indices, lens = specops.dspark_swa_indices(
+            common.block_tables[group.name][:num_reqs], query_start_loc, seq_lens, window=group.sliding_window,
+            num_speculative_tokens=model.num_speculative_tokens, block_size=group.block_size,
+            num_tokens=num_input_tokens, width=width, cp_size=model.cp_size, cp_rank=model.cp_rank)
+    return dict(
+        num_decodes=len(decodes), num_prefills=num_reqs - len(decodes), num_decode_tokens=sum(decodes),
+        num_prefill_tokens=num_tokens - sum(decodes), input_positions=positions[:num_input_tokens],
+        cos=rows[:num_input_tokens, :half], sin=rows[:num_input_tokens, half:],
+        local_cos=rows[local_start:local_start + per_rank, :half], local_sin=rows[local_start:local_start + per_rank, half:],
+        start_pos=seq_lens - torch.tensor(query_lens, dtype=torch.int32), seq_lens_cpu=seq_lens,
+        cp=dict(local_query_start_loc=local_qsl, local_seq_lens=local_seq, start_pos=start_pos, num_tokens_pad=pad,
+                tokens_per_rank=per_rank, local_start=local_start, local_end=local_start + per_rank,
+                max_local_query_len=max([1, *local_query_lens]), max_local_seq_len=max([1, *local_seq.tolist()])),
+        sas_metadata=sas, slot_mapping=torch.tensor([[s // block, s % block] for s in slots], dtype=torch.int64).view(-1, 2),
+        dspark_swa_indices=indices, dspark_swa_lens=lens, window=window,
+    )
+
+
+def assert_matches_definitions(meta: DraftAttnMetadata, model: ModelConfig, group: GroupConfig,
+                               common: CommonDraftInputs) -> None:
+    expected = expected_metadata(model, group, common)
+    for name in FIELDS:
+        if name == "cp":
+            for cp_name in CP_FIELDS:
+                _assert_value(getattr(meta.cp, cp_name), expected["cp"][cp_name], f"{group.name} cp.{cp_name}")
+        elif expected[name] is None:
+            assert getattr(meta, name) is None, name
+        else:
+            _assert_value(getattr(meta, name), expected[name], f"{group.name} {name}")
+
+
+# ---------------------------------------------------------------- a step worked by hand
+
+
+def test_hand_computed_step():
+    # Position p of the cache holds cos = (p, p + 0.5) and sin = (-p, -p - 0.5).
+    p = torch.arange(64, dtype=torch.float32)[:, None]
+    cache = torch.cat([p, p + 0.5, -p, -p - 0.5], dim=1)
+    model = ModelConfig(num_heads_q=4, num_heads_kv=1, head_dim=128, rope_cos_sin_cache=cache,
+                        num_speculative_tokens=1, cp_size=2, cp_rank=1, num_cube_cores=2, num_vector_cores=4)
+    group = GroupConfig("swa", block_size=4, storage_block_size=4, sliding_window=8)
+    builder = DraftMetadataBuilder(model, group, max_num_reqs=4, max_num_tokens=16)
+    # Request 0: a decode of 2 tokens at positions 10, 11; request 1: 3 tokens at 20..22 (a
+    # prefill: 3 > 1 + num_speculative_tokens); one padding token. CP 2: ranks hold 3 tokens each.
+    query_start_loc = torch.tensor([0, 2, 5], dtype=torch.int32)
+    seq_lens = torch.tensor([12, 23], dtype=torch.int32)
+    common = CommonDraftInputs(
+        query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc, seq_lens=seq_lens, seq_lens_cpu=None,
+        positions=torch.tensor([10, 11, 20, 21, 22]), num_reqs=2, num_actual_tokens=5, num_input_tokens=6,
+        block_tables={"swa": torch.zeros(2, 8, dtype=torch.int32)},
+        slot_mappings={"swa": torch.tensor([41, 42, 83, 84, -1])},
+    )
+    meta = builder.build_for_drafting(common, draft_index=1)
+    assert (meta.num_decodes, meta.num_prefills, meta.num_decode_tokens, meta.num_prefill_tokens) == (1, 1, 2, 3)
+    assert meta.input_positions.tolist() == [10, 11, 20, 21, 22, 0]
+    assert meta.cos.tolist() == [[10, 10.5], [11, 11.5], [20, 20.5], [21, 21.5], [22, 22.5], [0, 0.5]]
+    assert meta.sin[:, 0].tolist() == [-10, -11, -20, -21, -22, 0]
+    assert meta.local_cos[:, 0].tolist() == [21, 22, 0]  # rank 1 holds tokens 3, 4 and the padding token
+    assert meta.local_sin[:, 1].tolist() == [-21.5, -22.5, -0.5]
+    assert (meta.cp.num_tokens_pad, meta.cp.tokens_per_rank, meta.cp.local_start, meta.cp.local_end) == (6, 3, 3, 6)
+    assert meta.cp.local_query_start_loc.tolist() == [0, 0, 2]
+    assert meta.cp.local_seq_lens.tolist() == [0, 23]
+    assert (meta.cp.max_local_query_len, meta.cp.max_local_seq_len) == (2, 23)
+    assert meta.start_pos.tolist() == [10, 20]
+    assert meta.seq_lens_cpu.tolist() == [12, 23] and meta.seq_lens_cpu.device.type == "cpu"
+    assert meta.slot_mapping.tolist() == [[10, 1], [10, 2], [20, 3], [21, 0], [-1, 3], [-1, 3]]
+    assert meta.window == (7, 0)
+    assert meta.dspark_swa_indices is None and meta.dspark_swa_lens is None
+    assert torch.equal(meta.sas_metadata, specops.sas_metadata(
+        meta.cp.local_query_start_loc, meta.cp.local_seq_lens, num_heads_q=4, num_heads_kv=1, head_dim=128,
+        window_left=7, window_right=0, num_cube_cores=2, num_vector_cores=4))
+    assert meta.sas_metadata.numel() == 1024 and meta.sas_metadata[0].item() == 0x5A5
+
+
+def test_group_window():
+    assert SWA.window == (23, 0) and FULL.window == (-1, 0) and DSPARK.window == (23, 0)
+
+
+# ---------------------------------------------------------------- the fields against SPEC 4
+
+
+@pytest.mark.parametrize("cp_size", [1, 3])
+def test_every_field_matches_its_definition(backend, cp_size):
+    rng = random.Random(11 + cp_size)
+    steps = 2 if backend == "triton" else 6
+    for step in range(steps):
+        cp_rank = rng.randrange(cp_size)
+        model = make_model(rng.randint(0, 3), cp_size, cp_rank)
+        groups = rng.sample(ALL_GROUPS, 3)
+        common = make_step(rng, groups, model.num_speculative_tokens, num_reqs=rng.randint(0, 6))
+        for group, meta in zip(groups, build_draft_attn_metadata(make_builders(model, groups), common, draft_index=1)):
+            assert_matches_definitions(meta, model, group, common)
+
+
+# ---------------------------------------------------------------- the shared cache
+
+
+def test_shared_cache_equals_building_alone():
+    rng = random.Random(3)
+    for step in range(40):
+        cp_size = rng.choice([1, 2, 4])
+        model = make_model(rng.randint(0, 4), cp_size, rng.randrange(cp_size))
+        groups = rng.sample(ALL_GROUPS, rng.randint(3, len(ALL_GROUPS)))
+        common = make_step(rng, groups, model.num_speculative_tokens)
+        shared_builders, alone_builders = make_builders(model, groups), make_builders(model, groups)
+        draft_index = rng.randint(0, 3)
+        cache = StepCache()
+        shared = build_draft_attn_metadata(shared_builders, common, draft_index, cache=cache)
+        alone = [builder.build_for_drafting(common, draft_index) for builder in alone_builders]
+        for group, with_cache, without in zip(groups, shared, alone):
+            assert_same_metadata(with_cache, without, f"step {step} {group.name}")
+        # Every later group hits the group-invariant entry; sas hits where an earlier group has its window.
+        windows = [group.window for group in groups]
+        sas_hits = sum(window in windows[:index] for index, window in enumerate(windows))
+        assert (cache.hits, cache.misses) == (len(groups) - 1 + sas_hits, 1 + len(groups) - sas_hits)
+        if step % 10 == 0:
+            for group, meta in zip(groups, shared):
+                assert_matches_definitions(meta, model, group, common)
+
+
+def test_a_hit_shares_the_tensors():
+    model = make_model()
+    groups = [SWA, FULL, COMPRESSED, DSPARK]
+    common = make_step(random.Random(0), groups, 3, num_reqs=8)
+    first, full, compressed, dspark = build_draft_attn_metadata(make_builders(model, groups), common, 1)
+    for later in (full, compressed, dspark):
+        for name in ("input_positions", "cos", "sin", "cp", "local_cos", "local_sin", "start_pos", "seq_lens_cpu"):
+            assert getattr(later, name) is getattr(first, name), name
+        assert later.slot_mapping.data_ptr() != first.slot_mapping.data_ptr()
+    assert compressed.sas_metadata is full.sas_metadata  # both (-1, 0)
+    assert dspark.sas_metadata is first.sas_metadata  # both (23, 0)
+    assert full.sas_metadata.data_ptr() != first.sas_metadata.data_ptr()
+
+
+@pytest.mark.parametrize("changed", ["positions", "seq_lens", "query_start_loc", "query_start_loc_cpu",
+                                     "seq_lens_cpu", "rope_cos_sin_cache", "num_input_tokens", "causal"])
+def test_an_input_changed_between_groups_forces_recomputation(changed):
+    """A runner advances positions (and seq_lens) in place for the next draft step; a group
+    built after that must not read the entry of the old values."""
+    model = make_model()
+    groups = [SWA, DSPARK, COMPRESSED]
+    common = make_step(random.Random(5), groups, 3, num_reqs=8, host_seq_lens=True)
+    builders = make_builders(model, groups)
+    cache = StepCache()
+    first = builders[0].build_for_drafting(common, 1, cache)
+    first_values = {name: t.clone() for name, t in _metadata_tensors(first).items()}
+    if changed == "num_input_tokens":
+        common.num_input_tokens += 1
+    elif changed == "causal":
+        common.causal = not common.causal
+    elif changed == "rope_cos_sin_cache":
+        model.rope_cos_sin_cache.mul_(2)
+    elif changed in ("query_start_loc", "query_start_loc_cpu"):
+        getattr(common, changed).mul_(1)  # same values, new _version: the cache cannot tell, so it recomputes
+    else:
+        getattr(common, changed).add_(1)
+    hits, misses = cache.hits, cache.misses
+    later = [builder.build_for_drafting(common, 1, cache) for builder in builders[1:]]
+    # DSpark recomputes the invariant and its sas (the window of swa, stored for the old inputs);
+    # c4 shares DSpark's new invariant and computes the sas of its own window.
+    assert (cache.hits - hits, cache.misses - misses) == (1, 3)
+    for builder, meta in zip(builders[1:], later):
+        assert_same_metadata(meta, make_builders(model, [builder.group])[0].build_for_drafting(common, 1), builder.group.name)
+    # The first group's metadata keeps the values it was built from (seq_lens_cpu is the runner's own tensor).
+    for name, tensor in _metadata_tensors(first).items():
+        if not (name == "seq_lens_cpu" and changed == "seq_lens_cpu"):
+            assert torch.equal(tensor, first_values[name]), name
+
+
+def test_the_stale_data_check_sees_a_cache_that_ignores_versions(monkeypatch):
+    """Break the fingerprint on purpose (it ignores in-place changes): the group built after
+    positions advanced then reads the stale entry, and the comparison catches it."""
+    model = make_model()
+    common = make_step(random.Random(5), [SWA, COMPRESSED], 3, num_reqs=8)
+    first, second = make_builders(model, [SWA, COMPRESSED])
+    monkeypatch.setattr(DraftMetadataBuilder, "_fingerprint", lambda self, common: (common.num_reqs,))
+    cache = StepCache()
+    first.build_for_drafting(common, 1, cache)
+    common.positions.add_(1)
+    stale = second.build_for_drafting(common, 1, cache)
+    fresh = make_builders(model, [COMPRESSED])[0].build_for_drafting(common, 1)
+    with pytest.raises(AssertionError, match="input_positions"):
+        assert_same_metadata(stale, fresh)
+
+
+def test_an_entry_whose_buffers_were_rewritten_is_not_served():
+    """A dummy run between two groups of a real step rewrites the first group's buffers; the
+    second group must recompute rather than share them."""
+    model = make_model()
+    groups = [SWA, COMPRESSED, DSPARK]
+    rng = random.Random(9)
+    real, dummy = make_step(rng, groups, 3, num_reqs=8), make_step(rng, groups, 3, num_reqs=5)
+    builders = make_builders(model, groups)
+    cache = StepCache()
+    first = builders[0].build_for_drafting(common=real, draft_index=1, shared=cache)
+    build_draft_attn_metadata(builders, dummy, 1, dummy_run=True)
+    later = builders[1].build_for_drafting(real, 1, cache)
+    assert_same_metadata(later, make_builders(model, [COMPRESSED])[0].build_for_drafting(real, 1))
+    assert later.cos.data_ptr() != first.cos.data_ptr()  # its own buffers, not the rewritten ones
+
+
+def test_draft_indices_never_share_entries():
+    model = make_model()
+    groups = [SWA, FULL, DSPARK]
+    common = make_step(random.Random(2), groups, 3, num_reqs=8, host_seq_lens=True)
+    builders = make_builders(model, groups)
+    cache = StepCache()  # one cache for the whole step, every draft index
+    first_index = build_draft_attn_metadata(builders, common, 1, cache=cache)
+    snapshot = [{name: t.clone() for name, t in _metadata_tensors(meta).items()} for meta in first_index]
+    hits = cache.hits
+    common.positions.add_(1)
+    common.seq_lens.add_(1)
+    second_index = build_draft_attn_metadata(builders, common, 2, cache=cache)
+    assert cache.hits == hits + (len(groups) - 1) + 1  # its own group loop only: DSpark reuses swa's sas
+    assert {key[0] for key in cache.keys()} == {(DRAFT_NAMESPACE, 1), (DRAFT_NAMESPACE, 2)}
+    for one, two, values in zip(first_index, second_index, snapshot):
+        assert one.cos.data_ptr() != two.cos.data_ptr() and one.sas_metadata.data_ptr() != two.sas_metadata.data_ptr()
+        for name, tensor in _metadata_tensors(one).items():
+            assert torch.equal(tensor, values[name]), f"draft index 2 rewrote draft index 1's {name}"
+    for builder, meta in zip(builders, second_index):
+        assert_same_metadata(meta, make_builders(model, [builder.group])[0].build_for_drafting(common, 2))
+
+
+@pytest.mark.parametrize("differs", ["head_dim", "window", "heads"])
+def test_sas_metadata_is_reused_only_for_the_same_heads_head_dim_and_window(differs):
+    cache_tensor = make_model().rope_cos_sin_cache
+    base = make_model(cache=cache_tensor)
+    other_model, other_group = base, SWA
+    if differs == "head_dim":
+        other_model = make_model(cache=cache_tensor, head_dim=192)
+    elif differs == "heads":
+        other_model = dataclasses.replace(base, num_heads_kv=1)
+    else:
+        other_group = SWA_OTHER_WINDOW
+    common = make_step(random.Random(4), [SWA, other_group], 3, num_reqs=10)
+    first = DraftMetadataBuilder(base, SWA, MAX_NUM_REQS, MAX_NUM_TOKENS)
+    second = DraftMetadataBuilder(other_model, other_group, MAX_NUM_REQS, MAX_NUM_TOKENS)
+    same = DraftMetadataBuilder(base, SWA, MAX_NUM_REQS, MAX_NUM_TOKENS)
+    cache = StepCache()
+    a = first.build_for_drafting(common, 1, cache)
+    b = second.build_for_drafting(common, 1, cache)
+    c = same.build_for_drafting(common, 1, cache)
+    assert b.cos is a.cos  # the group-invariant part is shared
+    assert b.sas_metadata is not a.sas_metadata and not torch.equal(b.sas_metadata, a.sas_metadata)
+    assert_same_metadata(b, DraftMetadataBuilder(other_model, other_group, MAX_NUM_REQS, MAX_NUM_TOKENS)
+                         .build_for_drafting(common, 1))
+    assert c.sas_metadata is a.sas_metadata
+    assert (cache.hits, cache.misses) == (3, 3)
+
+
+# ---------------------------------------------------------------- syncs, addresses, allocations
+
+
+def _on_meta(common: CommonDraftInputs) -> CommonDraftInputs:
+    """The step with every device tensor on the meta device (no data: any read of one fails)."""
+    return dataclasses.replace(
+        common, query_start_loc=common.query_start_loc.to("meta"), seq_lens=common.seq_lens.to("meta"),
+        positions=common.positions.to("meta"),
+        block_tables={k: v.to("meta") for k, v in common.block_tables.items()},
+        slot_mappings={k: v.to("meta") for k, v in common.slot_mappings.items()},
+    )
+
+
+@pytest.mark.parametrize("host_seq_lens", [False, True])
+def test_at_most_one_device_to_host_sync_per_step(host_seq_lens):
+    groups = [SWA, FULL, COMPRESSED, DSPARK]
+    rng = random.Random(6)
+    host_model = make_model(3, 2, 1)
+    model = dataclasses.replace(host_model, rope_cos_sin_cache=host_model.rope_cos_sin_cache.to("meta"))
+    builders = make_builders(model, groups, device="meta")
+    for step in range(3):
+        common = make_step(rng, groups, 3, num_reqs=rng.randint(1, 10), host_seq_lens=host_seq_lens, oversized=False)
+        expected = build_draft_attn_metadata(make_builders(host_model, groups), common, 1)
+        device_common = _on_meta(common)
+        with OpLog(device_values=lambda source: common.seq_lens[:source.numel()]) as log:
+            metas = build_draft_attn_metadata(builders, device_common, 1)
+        assert log.device_to_host() == ([] if host_seq_lens else ["copy_"])
+        assert log.scalar_reads() == []
+        for meta, host in zip(metas, expected):
+            assert meta.cos.device.type == "meta"
+            assert_same_metadata(meta, host)  # meta tensors: dtypes and shapes; host ints and seq_lens_cpu: values
+
+
+def test_a_sync_counter_sees_a_device_read():
+    with OpLog(device_values=lambda source: torch.ones(source.shape, dtype=source.dtype)) as log:
+        value = int(torch.zeros(2, device="meta").sum())
+        host = torch.zeros(3).copy_(torch.zeros(3, device="meta"))
+    assert (value, host.tolist()) == (1, [1.0, 1.0, 1.0])  # answered from device_values
+    assert log.device_to_host() == ["_local_scalar_dense", "copy_"]
+
+
+def test_buffer_addresses_are_stable_across_100_steps():
+    groups = [SWA, FULL, COMPRESSED, DSPARK]
+    model = make_model(3, 2, 0)
+    builders = make_builders(model, groups)
+    rng = random.Random(8)
+    storages: dict[tuple, int] = {}
+    first_rows: dict[tuple, int] = {}
+    for step in range(100):
+        common = make_step(rng, groups, 3)
+        for draft_index in (1, 2):
+            metas = build_draft_attn_metadata(builders, common, draft_index)
+            for group, meta in zip(groups, metas):
+                for name, tensor in _metadata_tensors(meta).items():
+                    if name == "seq_lens_cpu":
+                        continue  # host inputs: the runner's own tensor, shared rather than copied
+                    key = (group.name, draft_index, name)
+                    assert storages.setdefault(key, tensor.untyped_storage().data_ptr()) == \
+                        tensor.untyped_storage().data_ptr(), f"step {step}: {key} moved"
+                    # local_cos/sin start at this step's local_start; an empty view has no address.
+                    if name not in ("local_cos", "local_sin") and tensor.numel():
+                        assert first_rows.setdefault(key, tensor.data_ptr()) == tensor.data_ptr(), f"step {step}: {key}"
+    assert len(storages) > 4 * 2 * 10
+
+
+def test_steady_state_allocates_no_tensor():
+    groups = [SWA, FULL, DSPARK]
+    builders = make_builders(make_model(3, 2, 1), groups)
+    rng = random.Random(12)
+    steps = [make_step(rng, groups, 3, num_reqs=6, host_seq_lens=True, oversized=False) for _ in range(5)]
+    for common in steps:  # warm-up: buffers and views of every shape
+        build_draft_attn_metadata(builders, common, 1)
+    with specops.backend("native"), OpLog() as counter:
+        for common in steps:
+            build_draft_attn_metadata(builders, common, 1)
+    assert counter.ops and counter.allocations() == []
+
+
+# ---------------------------------------------------------------- fresh-cache paths
+
+
+def test_dummy_run_equals_building_alone_and_keeps_the_runner_cache_clean():
+    groups = [SWA, FULL, DSPARK]
+    model = make_model()
+    rng = random.Random(13)
+    real, dummy = make_step(rng, groups, 3, num_reqs=7), make_step(rng, groups, 3, num_reqs=3)
+    builders = make_builders(model, groups)
+    runner_cache = StepCache()
+    real_metas = build_draft_attn_metadata(builders, real, 1, cache=runner_cache)
+    entries, counters = runner_cache.keys(), (runner_cache.hits, runner_cache.misses)
+    dummy_metas = build_draft_attn_metadata(builders, dummy, 1, cache=runner_cache, dummy_run=True)
+    assert runner_cache.keys() == entries and (runner_cache.hits, runner_cache.misses) == counters
+    for group, meta in zip(groups, dummy_metas):
+        assert_same_metadata(meta, make_builders(model, [group])[0].build_for_drafting(dummy, 1), group.name)
+    # The dummy run shares across groups like a real step: a graph captured from it reads the
+    # addresses a real step writes.
+    for meta, real_meta in zip(dummy_metas, real_metas):
+        assert meta.cos.data_ptr() == real_meta.cos.data_ptr()
+        assert meta.sas_metadata.data_ptr() == real_meta.sas_metadata.data_ptr()
+
+
+def test_per_group_inputs_build_each_group_alone():
+    groups = [SWA, FULL, DSPARK]
+    model = make_model()
+    rng = random.Random(14)
+    base = make_step(rng, groups, 3, num_reqs=6)
+    per_group = [dataclasses.replace(base, positions=base.positions + shift) for shift in range(len(groups))]
+    metas = build_draft_attn_metadata(make_builders(model, groups), per_group, 1)
+    for group, inputs, meta in zip(groups, per_group, metas):
+        assert_same_metadata(meta, make_builders(model, [group])[0].build_for_drafting(inputs, 1), group.name)
+    assert metas[0].cos.data_ptr() != metas[1].cos.data_ptr()
+    with pytest.raises(ValueError, match="common"):
+        build_draft_attn_metadata(make_builders(model, groups), per_group[:2], 1)
+
+
+def test_counters_and_a_debug_line_per_hit(caplog):
+    groups = [SWA, FULL, COMPRESSED]
+    common = make_step(random.Random(15), groups, 3, num_reqs=4)
+    cache = StepCache()
+    with caplog.at_level(logging.DEBUG, logger="specops.drafting"):
+        build_draft_attn_metadata(make_builders(make_model(), groups), common, 3, cache=cache)
+    hits = [r for r in caplog.records if r.name == "specops.drafting" and "StepCache hit" in r.getMessage()]
+    assert (cache.hits, cache.misses) == (3, 3) and len(hits) == 3  # invariant x2, c4's sas from full
+    assert all(f"('{DRAFT_NAMESPACE}', 3)" in r.getMessage() for r in hits)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_configs_name_the_argument():
+    cache = torch.zeros(16, 4)
+    with pytest.raises(ValueError, match="rope_cos_sin_cache"):
+        ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=torch.zeros(16, 3),
+                    num_speculative_tokens=1)
+    with pytest.raises(ValueError, match="num_heads_q"):
+        ModelConfig(num_heads_q=6, num_heads_kv=4, head_dim=64, rope_cos_sin_cache=cache, num_speculative_tokens=1)
+    with pytest.raises(ValueError, match="cp_rank"):
+        ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=cache, num_speculative_tokens=1,
+                    cp_size=2, cp_rank=2)
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=cache, num_speculative_tokens=-1)
+    with pytest.raises(ValueError, match="sliding_window"):
+        GroupConfig("d", block_size=16, storage_block_size=16, sliding_window=None, dspark=True)
+    with pytest.raises(ValueError, match="storage_block_size"):
+        GroupConfig("g", block_size=16, storage_block_size=0, sliding_window=None)
+    model = make_model()
+    with pytest.raises(ValueError, match="max_num_tokens"):
+        DraftMetadataBuilder(model, SWA, max_num_reqs=4, max_num_tokens=0)
+    with pytest.raises(ValueError, match="rope_cos_sin_cache"):
+        DraftMetadataBuilder(model, SWA, max_num_reqs=4, max_num_tokens=8, device="meta")
+
+
+@pytest.mark.parametrize("problem, argument", [
+    ("num_reqs", "num_reqs"), ("num_input_tokens", "num_input_tokens"), ("num_actual_tokens", "num_actual_tokens"),
+    ("slot_mappings", "slot_mappings"), ("block_tables", "block_tables"), ("host_copy", "query_start_loc_cpu"),
+])
+def test_bad_steps_name_the_argument(problem, argument):
+    groups = [SWA, DSPARK]
+    common = make_step(random.Random(16), groups, 3, num_reqs=4, oversized=False)
+    builders = make_builders(make_model(), groups)
+    if problem == "num_reqs":
+        common.num_reqs = MAX_NUM_REQS + 1
+    elif problem == "num_input_tokens":
+        common.num_input_tokens = MAX_NUM_TOKENS + 1
+    elif problem == "num_actual_tokens":
+        common.num_actual_tokens = common.num_input_tokens + 1
+    elif problem == "host_copy":
+        common.query_start_loc_cpu = common.query_start_loc_cpu.to("meta")
+    else:
+        getattr(common, problem).pop("dspark")
+    with pytest.raises(ValueError, match=argument):
+        build_draft_attn_metadata(builders, common, 1)
+
+
+def test_public_names():
+    assert set(drafting.__all__) >= {"ModelConfig", "GroupConfig", "DraftMetadataBuilder", "CommonDraftInputs",
+                                     "DraftAttnMetadata", "StepCache", "build_draft_attn_metadata"}
+    assert specops.drafting is drafting

@@ -1,0 +1,85 @@
+"""Triton kernel for prepare_positions_and_seq_lens (SPEC 3.2).
+
+Nothing is written in place, so this one is a plain persistent grid: tasks are the token tiles
+of [0, num_tokens_padded) and then the request tiles of [0, num_reqs_padded). The number of
+tokens is read on the device (query_start_loc[R]); tokens past it get position 0.
+`positions_of_tokens` and `seq_lens_of_requests` are shared with the fused
+prepare_spec_decode_inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._search import segment_of
+
+BLOCK = 1024
+
+
+@triton.jit
+def positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token, num_reqs, num_search_steps,
+                        BLOCK: tl.constexpr):
+    """(request, int64 position, is_real) of each token; position 0 past query_start_loc[R]."""
+    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
+    is_real = token < num_tokens
+    request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
+    start = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
+    count = tl.load(num_computed_tokens_ptr + request, mask=is_real, other=0)
+    position = tl.where(is_real, count.to(tl.int64) + (token - start), 0)
+    return request, position, is_real
+
+
+@triton.jit
+def seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs):
+    """int32 seq_len of each request; 0 for padding requests (request >= R)."""
+    is_request = request < num_reqs
+    count = tl.load(num_computed_tokens_ptr + request, mask=is_request, other=0)
+    start = tl.load(query_start_loc_ptr + request, mask=is_request, other=0)
+    end = tl.load(query_start_loc_ptr + request + 1, mask=is_request, other=0)
+    return tl.where(is_request, count + (end - start), 0)
+
+
+@triton.jit
+def _prepare_positions_and_seq_lens_kernel(
+    num_computed_tokens_ptr, query_start_loc_ptr, positions_ptr, seq_lens_ptr,
+    num_reqs, num_tokens_padded, num_reqs_padded, num_search_steps,
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    num_token_tiles = tl.cdiv(num_tokens_padded, BLOCK)
+    num_tasks = num_token_tiles + tl.cdiv(num_reqs_padded, BLOCK)
+    for task in range(pid, num_tasks, num_progs):
+        if task < num_token_tiles:
+            token = task * BLOCK + tl.arange(0, BLOCK)
+            _, position, _ = positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token, num_reqs,
+                                                 num_search_steps, BLOCK)
+            tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty),
+                     mask=token < num_tokens_padded)
+        else:
+            request = (task - num_token_tiles) * BLOCK + tl.arange(0, BLOCK)
+            seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs)
+            tl.store(seq_lens_ptr + request, seq_lens, mask=request < num_reqs_padded)
+
+
+def prepare_positions_and_seq_lens(
+    num_computed_tokens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_tokens_padded: int,
+    num_reqs_padded: int,
+) -> None:
+    num_tasks = triton.cdiv(num_tokens_padded, BLOCK) + triton.cdiv(num_reqs_padded, BLOCK)
+    if num_tasks == 0:
+        return
+    num_reqs = query_start_loc.numel() - 1
+    grid = (num_programs(positions.device, num_tasks),)
+    _prepare_positions_and_seq_lens_kernel[grid](
+        num_computed_tokens, query_start_loc, positions, seq_lens,
+        num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs),
+        BLOCK=BLOCK,
+    )
