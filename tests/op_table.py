@@ -5,6 +5,7 @@ random calls, both with every output buffer given), which arguments are tensors 
 whether a row stride is accepted), which changes make a call invalid on every path (metadata:
 shapes, sizes, scalars) or on the native path only (values the host op reads and device kernels
 cannot check), and which invalid values reach the device kernels in the guard-band fuzzing.
+Elements of list arguments are keyed "name[i]" (block_tables[0]), as the errors name them.
 
 test_bad_input_matrix.py, test_guard_bands.py and test_steady_state.py derive all their cases
 from OP_TABLE. Adding an op is one OpSpec appended to OP_TABLE; test_bad_input_matrix.py fails
@@ -25,6 +26,8 @@ from strategies import (
     cp_batches,
     make_batch,
     make_block_source,
+    make_correction_inputs,
+    make_spec_decode_step,
     make_staged_writes,
     query_start_loc_of,
 )
@@ -36,6 +39,39 @@ INT32_MAX = 2**31 - 1
 STALE = 0x0BADF00D  # what an output holds before a call: a value no op computes here
 
 Call = dict[str, Any]
+
+
+def _split_key(key: str) -> tuple[str, int | None]:
+    """"block_tables[1]" -> ("block_tables", 1); "out" -> ("out", None)."""
+    if key.endswith("]"):
+        name, index = key[:-1].split("[")
+        return name, int(index)
+    return key, None
+
+
+def get_arg(call: Call, key: str) -> Any:
+    name, index = _split_key(key)
+    return call.get(name) if index is None else call[name][index]
+
+
+def set_arg(call: Call, key: str, value: Any) -> None:
+    """Replaces an argument, or one element of a list argument (in a copy of the list)."""
+    name, index = _split_key(key)
+    if index is None:
+        call[name] = value
+    else:
+        call[name] = [value if i == index else item for i, item in enumerate(call[name])]
+
+
+def tensor_keys(call: Call) -> list[str]:
+    """Every tensor of a call, list elements included."""
+    keys = []
+    for name, value in call.items():
+        if isinstance(value, torch.Tensor):
+            keys.append(name)
+        elif isinstance(value, list):
+            keys += [f"{name}[{i}]" for i, item in enumerate(value) if isinstance(item, torch.Tensor)]
+    return keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +130,9 @@ class OpSpec:
     draw_call: st.SearchStrategy[Call]  # random valid calls, every output given
     corruptions: tuple[Corruption, ...]  # invalid values for the device paths
     guard_examples: int = 25  # hypothesis examples per guard-band family (the interpreter is slow)
+    # The wrapper's int arguments, when they are not the schema's (a packed int[] schema argument).
+    scalars: tuple[str, ...] | None = None
+    host_tensors: tuple[str, ...] = ()  # host copies that stay on the CPU when the rest is on a device
 
 
 def t32(*values: int) -> torch.Tensor:
@@ -248,7 +287,7 @@ def _slot_negative_idx(draw, call: Call) -> bool:
     return False
 
 
-def _negative_block_ids(draw, call: Call, table: str = "block_table") -> bool:
+def _negative_block_ids(draw, call: Call | list, table: str | int = "block_table") -> bool:
     block_table = call[table]
     if block_table.numel():
         generator = _seed(draw)
@@ -719,6 +758,7 @@ CP_LOCAL = OpSpec(
     metadata_errors=_cp_metadata,
     value_errors=_cp_values,
     draw_call=_cp_draw(),
+    host_tensors=("query_start_loc_cpu", "seq_lens_cpu"),
     corruptions=(
         Corruption("negative seq_len", _cp_negative_seq_len),
         Corruption("query_start_loc out of order", _cp_query_start_loc_out_of_order),
@@ -806,9 +846,318 @@ SAS = OpSpec(
 )
 
 
-# Add an op here (docs/hardening.md, "Adding an op"). Issue 3 brings correct_num_computed_tokens,
-# correct_optimistic_seq_lens, prepare_positions_and_seq_lens and prepare_spec_decode_inputs.
-OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, SAS)
+# ------------------------------------------------------------ async token accounting (3.2)
+
+def _extreme_entries(draw, t: torch.Tensor) -> None:
+    """A few entries of `t` at its dtype's extremes (or just inside them)."""
+    if t.numel():
+        info = torch.iinfo(t.dtype)
+        for _ in range(draw(st.integers(1, 3))):
+            t[_pick(draw, t.numel())] = draw(st.sampled_from([info.min, info.max, info.min + 1, info.max - 1, -2]))
+
+
+def _extreme(*names: str) -> Callable[[Callable, Call], bool]:
+    """Extreme values in the named tensors: int32 sums wrap alike on every path, and a row index
+    out of every range takes the host value."""
+    def apply(draw, call: Call) -> bool:
+        _extreme_entries(draw, call[draw(st.sampled_from(names))])
+        return False
+    return apply
+
+
+CORRECTION_TENSORS = dict(num_computed_tokens=Arg((I32,), 1), num_accepted_tokens=Arg((I32,), 1),
+                          prev_positions=Arg((I32, I64), 1), valid_sampled_token_count=Arg((I32,), 1),
+                          prev_num_draft_tokens=Arg((I32,), 1), cpu_num_computed_tokens=Arg((I32,), 1))
+
+
+def _correction_valid() -> Call:
+    return dict(num_computed_tokens=t32(10, 20, 30), num_accepted_tokens=t32(0, 0, 0), prev_positions=t32(1, 0),
+                valid_sampled_token_count=t32(1, 2), prev_num_draft_tokens=t32(1, 1), cpu_num_computed_tokens=t32(5, 6))
+
+
+def _correction_metadata() -> list[Bad]:
+    return [
+        bad("num_computed_tokens shorter than n", ("num_computed_tokens", "prev_positions"),
+            num_computed_tokens=t32(10)),
+        bad("num_accepted_tokens shorter than n", ("num_accepted_tokens", "prev_positions"),
+            num_accepted_tokens=t32(0)),
+        bad("cpu_num_computed_tokens shorter than n", ("cpu_num_computed_tokens", "prev_positions"),
+            cpu_num_computed_tokens=t32(5)),
+        bad_with("outputs sharing memory", ("num_accepted_tokens", "num_computed_tokens"),
+                 lambda call: call.update(num_accepted_tokens=call["num_computed_tokens"][1:])),
+    ]
+
+
+@st.composite
+def _correction_draw(draw) -> Call:
+    inputs = make_correction_inputs(_seed(draw), num_rows=draw(st.integers(0, 8)),
+                                    num_prev_rows=draw(st.integers(0, 8)), extra_buffer_rows=draw(st.integers(0, 2)),
+                                    length_jitter=2, prev_dtype=draw(st.sampled_from([I32, I64])))
+    return dict(zip(CORRECTION_TENSORS, inputs.args()))
+
+
+CORRECT_COUNTS = OpSpec(
+    name="correct_num_computed_tokens",
+    wrapper=specops.correct_num_computed_tokens,
+    tensors=CORRECTION_TENSORS,
+    outputs=("num_computed_tokens", "num_accepted_tokens"),
+    valid_call=_correction_valid,
+    metadata_errors=_correction_metadata,
+    value_errors=lambda: [],  # any row index is valid: out of range, a row takes the host value
+    draw_call=_correction_draw(),
+    corruptions=(
+        Corruption("prev_positions at the dtype's extremes", _extreme("prev_positions")),
+        Corruption("counts at int32 extremes", _extreme("num_computed_tokens", "valid_sampled_token_count",
+                                                         "prev_num_draft_tokens", "cpu_num_computed_tokens")),
+    ),
+)
+
+
+def _seq_lens_valid() -> Call:
+    return dict(seq_lens_cpu=t32(5, 6), prev_positions=t32(1, 0), valid_sampled_token_count=t32(1, 1),
+                prev_num_draft_tokens=t32(1, 1))
+
+
+@st.composite
+def _seq_lens_draw(draw) -> Call:
+    call = draw(_correction_draw())
+    return dict(seq_lens_cpu=call["cpu_num_computed_tokens"], prev_positions=call["prev_positions"],
+                valid_sampled_token_count=call["valid_sampled_token_count"],
+                prev_num_draft_tokens=call["prev_num_draft_tokens"])
+
+
+CORRECT_SEQ_LENS = OpSpec(
+    name="correct_optimistic_seq_lens",
+    wrapper=specops.correct_optimistic_seq_lens,
+    tensors=dict(seq_lens_cpu=Arg((I32,), 1), prev_positions=Arg((I32, I64), 1),
+                 valid_sampled_token_count=Arg((I32,), 1), prev_num_draft_tokens=Arg((I32,), 1)),
+    outputs=("seq_lens_cpu",),
+    valid_call=_seq_lens_valid,
+    metadata_errors=lambda: [bad("seq_lens_cpu shorter than n", ("seq_lens_cpu", "prev_positions"),
+                                 seq_lens_cpu=t32(5))],
+    value_errors=lambda: [],
+    draw_call=_seq_lens_draw(),
+    corruptions=(
+        Corruption("prev_positions at the dtype's extremes", _extreme("prev_positions")),
+        Corruption("counts at int32 extremes", _extreme("seq_lens_cpu", "valid_sampled_token_count",
+                                                         "prev_num_draft_tokens")),
+    ),
+)
+
+
+def _positions_valid() -> Call:
+    return dict(num_computed_tokens=t32(4, 9), query_start_loc=t32(0, 2, 3), positions=stale(4, dtype=I64),
+                seq_lens=stale(3), num_tokens_padded=4, num_reqs_padded=3)
+
+
+def _positions_metadata() -> list[Bad]:
+    shared = torch.zeros(8, dtype=I32)
+    return [
+        bad("R+1 = 0 entries", "query_start_loc", query_start_loc=torch.zeros(0, dtype=I32)),
+        bad("num_computed_tokens shorter than R", ("num_computed_tokens", "query_start_loc"),
+            num_computed_tokens=t32(4)),
+        bad("num_tokens_padded -1", "num_tokens_padded", num_tokens_padded=-1),
+        bad("num_tokens_padded past positions", ("num_tokens_padded", "positions"), num_tokens_padded=5),
+        bad("num_reqs_padded < R", "num_reqs_padded", num_reqs_padded=1),
+        bad("num_reqs_padded past seq_lens", ("num_reqs_padded", "seq_lens"), num_reqs_padded=4),
+        bad("outputs sharing memory", ("positions", "seq_lens"), positions=shared[:4], seq_lens=shared[3:6]),
+        bad_with("an output sharing an input", ("seq_lens", "num_computed_tokens"),
+                 lambda call: call.update(seq_lens=call["num_computed_tokens"], num_reqs_padded=2)),
+    ]
+
+
+def _positions_values() -> list[Bad]:
+    return [
+        bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 3, 2)),
+        bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
+        bad("query_start_loc[R] past num_tokens_padded", ("num_tokens_padded", "query_start_loc"),
+            query_start_loc=t32(0, 2, 5)),
+        bad("positions shorter than T", ("num_tokens_padded", "positions"), positions=stale(2, dtype=I64),
+            num_tokens_padded=None),
+    ]
+
+
+@st.composite
+def _positions_draw(draw) -> Call:
+    query_lens = draw(st.lists(st.integers(0, 5), max_size=6))
+    generator = _seed(draw)
+    num_reqs, num_tokens = len(query_lens), sum(query_lens)
+    tokens_padded, reqs_padded = num_tokens + draw(st.integers(0, 3)), num_reqs + draw(st.integers(0, 2))
+    return dict(num_computed_tokens=torch.randint(0, 1000, (num_reqs + draw(st.integers(0, 2)),), dtype=I32,
+                                                  generator=generator),
+                query_start_loc=query_start_loc_of(query_lens),
+                positions=stale(tokens_padded + draw(st.integers(0, 2)), dtype=draw(st.sampled_from([I64, I32]))),
+                seq_lens=stale(reqs_padded + draw(st.integers(0, 2))), num_tokens_padded=tokens_padded,
+                num_reqs_padded=reqs_padded)
+
+
+def _positions_tokens_past_padding(draw, call: Call) -> bool:
+    """More tokens than the padded extent: the device kernels write the first num_tokens_padded."""
+    qsl = call["query_start_loc"]
+    qsl[-1] = max(int(qsl[-1]), call["num_tokens_padded"]) + draw(st.integers(1, 3))
+    return True
+
+
+PREPARE_POSITIONS = OpSpec(
+    name="prepare_positions_and_seq_lens",
+    wrapper=specops.prepare_positions_and_seq_lens,
+    tensors=dict(num_computed_tokens=Arg((I32,), 1), query_start_loc=Arg((I32,), 1), positions=Arg((I64, I32), 1),
+                 seq_lens=Arg((I32,), 1)),
+    outputs=("positions", "seq_lens"),
+    valid_call=_positions_valid,
+    metadata_errors=_positions_metadata,
+    value_errors=_positions_values,
+    draw_call=_positions_draw(),
+    corruptions=(
+        Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
+        Corruption("counts at int32 extremes", _extreme("num_computed_tokens")),
+        Corruption("query_start_loc decreasing", _cp_query_start_loc_out_of_order, device="bounds"),
+    ),
+)
+
+
+def _fused_valid() -> Call:
+    # Row 0 continues row 1 (20 + 2 = 22), row 1 is new (host 6): positions 22, 23, 6.
+    return dict(num_computed_tokens=t32(10, 20, 30), num_accepted_tokens=t32(0, 0, 0), prev_positions=t32(1, 0),
+                valid_sampled_token_count=t32(1, 2), prev_num_draft_tokens=t32(1, 1),
+                cpu_num_computed_tokens=t32(5, 6), query_start_loc=t32(0, 2, 3),
+                block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32),
+                              torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]], dtype=I32)],
+                block_sizes=[16, 8], positions=stale(4, dtype=I64), seq_lens=stale(3),
+                slot_mappings=[stale(4, dtype=I64), stale(4, dtype=I32)], blocks_per_kv_block=[1, 1],
+                cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, idx_mapping=t32(1, 0),
+                num_tokens_padded=4, num_reqs_padded=3)
+
+
+def _fused_metadata() -> list[Bad]:
+    shared = torch.zeros(8, dtype=I64)
+    return [
+        bad("num_accepted_tokens shorter than n", ("num_accepted_tokens", "prev_positions"),
+            num_accepted_tokens=t32(0)),
+        bad("cpu_num_computed_tokens shorter than n", ("cpu_num_computed_tokens", "prev_positions"),
+            cpu_num_computed_tokens=t32(5)),
+        bad("num_computed_tokens shorter than R", ("num_computed_tokens", "query_start_loc"),
+            num_computed_tokens=t32(10), prev_positions=t32(0), cpu_num_computed_tokens=t32(5),
+            num_accepted_tokens=t32(0)),
+        bad("num_tokens_padded past positions", ("num_tokens_padded", "positions"), num_tokens_padded=5),
+        bad("num_tokens_padded -1", "num_tokens_padded", num_tokens_padded=-1),
+        bad("num_reqs_padded past seq_lens", ("num_reqs_padded", "seq_lens"), num_reqs_padded=4),
+        bad("num_reqs_padded < R", "num_reqs_padded", num_reqs_padded=1),
+        bad("a slot mapping shorter than num_tokens_padded", ("num_tokens_padded", "slot_mappings[1]"),
+            slot_mappings=[stale(4, dtype=I64), stale(3, dtype=I64)]),
+        bad("one slot mapping for two tables", ("slot_mappings", "block_tables"), slot_mappings=[stale(4, dtype=I64)]),
+        bad("block_sizes[1] 0", "block_sizes[1]", block_sizes=[16, 0]),
+        bad("three block sizes for two tables", ("block_sizes", "block_tables"), block_sizes=[16, 8, 4]),
+        bad("blocks_per_kv_block[0] 0", "blocks_per_kv_block[0]", blocks_per_kv_block=[0, 1]),
+        bad("one cp_sharded for two tables", ("cp_sharded", "block_tables"), cp_sharded=[True]),
+        bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
+        bad("cp_rank = cp_world_size", ("cp_rank", "cp_world_size"), cp_world_size=2, cp_rank=2),
+        bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
+        bad("cp_interleave not dividing block_sizes[0]", ("cp_interleave", "block_sizes[0]"), cp_world_size=2,
+            cp_interleave=3),
+        bad("a virtual block past int32", ("block_sizes[0]", "cp_world_size"), block_sizes=[2**30, 8],
+            cp_world_size=2),
+        bad("idx_mapping of another length than R", ("idx_mapping", "query_start_loc"), idx_mapping=t32(0)),
+        bad("slot mappings sharing memory", ("slot_mappings[1]", "slot_mappings[0]"),
+            slot_mappings=[shared[:4], shared[2:6]]),
+        bad_with("a slot mapping sharing positions", ("slot_mappings[0]", "positions"),
+                 lambda call: call.update(slot_mappings=[call["positions"], stale(4, dtype=I64)])),
+    ]
+
+
+def _fused_values() -> list[Bad]:
+    return [
+        bad("positions past block_tables[1]", "block_tables[1]",
+            block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32), torch.tensor([[5], [9]], dtype=I32)]),
+        bad("idx_mapping past the tables", ("idx_mapping", "block_tables[0]"), idx_mapping=t32(2, 0)),
+        bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 3, 2)),
+        bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
+        bad("query_start_loc[R] past num_tokens_padded", ("num_tokens_padded", "query_start_loc"),
+            query_start_loc=t32(0, 2, 5)),
+    ]
+
+
+FUSED_GROUPS = [(16, 1, True), (4, 2, False), (8, 1, True)]
+
+
+@st.composite
+def _fused_draw(draw) -> Call:
+    world = draw(st.sampled_from([1, 2]))
+    groups = draw(st.lists(st.sampled_from(FUSED_GROUPS), max_size=2))
+    step = make_spec_decode_step(_seed(draw), num_reqs=draw(st.integers(0, 5)), num_prev_rows=draw(st.integers(0, 6)),
+                                 max_query_len=3, groups=groups, cp_world_size=world,
+                                 with_idx_mapping=draw(st.booleans()), prev_dtype=draw(st.sampled_from([I32, I64])))
+    tokens_padded = step.num_tokens + draw(st.integers(0, 3))
+    reqs_padded = step.num_reqs + draw(st.integers(0, 2))
+    return dict(
+        zip(CORRECTION_TENSORS, step.correction.args()), query_start_loc=step.query_start_loc,
+        block_tables=step.block_tables, block_sizes=step.block_sizes,
+        positions=stale(tokens_padded + draw(st.integers(0, 1)), dtype=draw(st.sampled_from([I64, I32]))),
+        seq_lens=stale(reqs_padded + draw(st.integers(0, 1))),
+        slot_mappings=[stale(tokens_padded + draw(st.integers(0, 1)), dtype=draw(st.sampled_from([I64, I32])))
+                       for _ in groups],
+        blocks_per_kv_block=step.blocks_per_kv_block, cp_sharded=step.cp_sharded, cp_world_size=world,
+        cp_rank=_pick(draw, world), cp_interleave=draw(st.sampled_from([1, 2, 4])), idx_mapping=step.idx_mapping,
+        num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded)
+
+
+def _fused_request_past_tables(draw, call: Call) -> bool:
+    """A request that takes a host count far past every table, its first token stored on this
+    rank in every group (2^26 is a multiple of every virtual block here)."""
+    qsl = call["query_start_loc"]
+    with_tokens = (qsl[1:] > qsl[:-1]).nonzero().flatten().tolist()
+    if not with_tokens or not call["block_tables"]:
+        return False
+    request = draw(st.sampled_from(with_tokens))
+    call["prev_positions"][request] = -1
+    call["cpu_num_computed_tokens"][request] = 2**26 + call["cp_rank"] * call["cp_interleave"]
+    if call["idx_mapping"] is not None and call["idx_mapping"][request] < 0:
+        call["idx_mapping"][request] = 0
+    return True
+
+
+def _fused_idx_past_tables(draw, call: Call) -> bool:
+    num_reqs = call["query_start_loc"].numel() - 1
+    if num_reqs == 0 or not call["block_tables"]:
+        return False
+    rows = min(table.size(0) for table in call["block_tables"])
+    _with_idx_mapping(call, num_reqs)[_pick(draw, num_reqs)] = rows + draw(st.integers(0, 5))
+    return True
+
+
+def _fused_negative_block_ids(draw, call: Call) -> bool:
+    for g in range(len(call["block_tables"])):
+        _negative_block_ids(draw, call["block_tables"], g)
+    return False
+
+
+FUSED = OpSpec(
+    name="prepare_spec_decode_inputs",
+    wrapper=specops.prepare_spec_decode_inputs,
+    tensors={**CORRECTION_TENSORS, "query_start_loc": Arg((I32,), 1), "positions": Arg((I64, I32), 1),
+             "seq_lens": Arg((I32,), 1), "block_tables[0]": Arg((I32,), 2, row_stride=True),
+             "block_tables[1]": Arg((I32,), 2, row_stride=True), "slot_mappings[0]": Arg((I64, I32), 1),
+             "slot_mappings[1]": Arg((I64, I32), 1), "idx_mapping": Arg((I32, I64), 1)},
+    outputs=("num_computed_tokens", "num_accepted_tokens", "positions", "seq_lens", "slot_mappings[0]",
+             "slot_mappings[1]"),
+    valid_call=_fused_valid,
+    metadata_errors=_fused_metadata,
+    value_errors=_fused_values,
+    draw_call=_fused_draw(),
+    corruptions=(
+        Corruption("a request past every table", _fused_request_past_tables),
+        Corruption("idx_mapping past the tables", _fused_idx_past_tables),
+        Corruption("negative block ids", _fused_negative_block_ids),
+        Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding, device="bounds"),
+    ),
+    scalars=("num_tokens_padded", "num_reqs_padded", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes",
+             "blocks_per_kv_block"),
+)
+
+
+# Add an op here (docs/hardening.md, "Adding an op").
+OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, SAS, CORRECT_COUNTS,
+                                CORRECT_SEQ_LENS, PREPARE_POSITIONS, FUSED)
 
 # Schemas that are not public ops: reached only through another op's wrapper, covered there.
 HOST_HELPERS = {

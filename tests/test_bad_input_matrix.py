@@ -18,7 +18,7 @@ import torch
 from conftest import BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from op_table import HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec
+from op_table import HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec, get_arg, set_arg, tensor_keys
 from strategies import assert_same
 
 import specops
@@ -50,9 +50,9 @@ def _overlapping_rows(t: torch.Tensor) -> torch.Tensor:
     return torch.zeros(t.numel(), dtype=t.dtype).as_strided(t.shape, strides)
 
 
-def _replace(name: str, make) -> callable:
+def _replace(key: str, make) -> callable:
     def change(call: Call) -> None:
-        call[name] = make(call[name])
+        set_arg(call, key, make(get_arg(call, key)))
     return change
 
 
@@ -62,16 +62,17 @@ def _derived_cases(spec: OpSpec) -> list[Bad]:
     call = spec.valid_call()
     cases = []
     for name, arg in spec.tensors.items():
-        assert isinstance(call.get(name), torch.Tensor), f"{spec.name}: valid_call must give tensor {name}"
+        tensor = get_arg(call, name)
+        assert isinstance(tensor, torch.Tensor), f"{spec.name}: valid_call must give tensor {name}"
         for dtype in _wrong_dtypes(arg):
             cases.append(Bad(f"{name} {str(dtype).removeprefix('torch.')}", (name,),
                              _replace(name, lambda t, dtype=dtype: t.to(dtype))))
         cases.append(Bad(f"{name} on meta", (name,), _replace(name, lambda t: t.to("meta"))))
         cases.append(Bad(f"{name} one dim more", (name,), _replace(name, lambda t: t.unsqueeze(0))))
         cases.append(Bad(f"{name} one dim less", (name,), _replace(name, _one_dim_less)))
-        if call[name].size(-1) >= 2:
+        if tensor.size(-1) >= 2:
             cases.append(Bad(f"{name} strided last dim", (name,), _replace(name, _strided_last_dim)))
-        if name in spec.outputs and arg.row_stride and call[name].size(0) >= 2:
+        if name in spec.outputs and arg.row_stride and tensor.size(0) >= 2:
             cases.append(Bad(f"{name} overlapping rows", (name,), _replace(name, _overlapping_rows)))
     return cases
 
@@ -97,15 +98,14 @@ def assert_rejected(spec: OpSpec, case: Bad) -> None:
     call changes (meta tensors hold nothing to compare)."""
     call = spec.valid_call()
     case.change(call)
-    before = {name: value.clone() for name, value in call.items()
-              if isinstance(value, torch.Tensor) and value.device.type != "meta"}
+    before = {key: get_arg(call, key).clone() for key in tensor_keys(call) if get_arg(call, key).device.type != "meta"}
     with pytest.raises(ValueError) as error:
         spec.wrapper(**call)
     message = str(error.value)
     for name in case.names:
         assert re.search(_names_pattern(name), message), f"the error does not name {name}: {message}"
-    for name, value in before.items():
-        assert torch.equal(call[name], value), f"a rejected call wrote {name}"
+    for key, value in before.items():
+        assert torch.equal(get_arg(call, key), value), f"a rejected call wrote {key}"
 
 
 @pytest.mark.parametrize("spec,index", [(s, i) for s, i, _ in METADATA_CASES], ids=[i for _, _, i in METADATA_CASES])
@@ -130,11 +130,22 @@ def _schema_arguments(name: str) -> list:
     return getattr(torch.ops.specops, name).default._schema.arguments
 
 
+def _scalars(spec: OpSpec) -> list[str]:
+    """The wrapper's int arguments: the schema's, unless the spec lists them (a packed int[])."""
+    if spec.scalars is not None:
+        return list(spec.scalars)
+    return [a.name for a in _schema_arguments(spec.name) if str(a.type) == "int"]
+
+
+def _names(name: str, named: set[str]) -> bool:
+    return any(n == name or n.startswith(name + "[") for n in named)
+
+
 # Where int64 arithmetic on sizes overflows, and where int32 index math stops.
 EXTREMES = (0, -1, 2**31 - 1, 2**31, 2**32, 2**62 + 1, 2**63 - 1, -(2**63))
 
 
-WITH_INTS = [spec for spec in OP_TABLE if any(str(a.type) == "int" for a in _schema_arguments(spec.name))]
+WITH_INTS = [spec for spec in OP_TABLE if _scalars(spec)]
 
 
 @pytest.mark.parametrize("spec", WITH_INTS, ids=[s.name for s in WITH_INTS])
@@ -142,7 +153,7 @@ def test_extreme_scalars_are_rejected_or_handled_alike(spec):
     """Up to three int arguments at once at an extreme: no crash, hang or undefined behaviour
     (the ASan/UBSan run sees the last), a ValueError on the native path wherever a Python check
     rejects, and where every backend accepts, the same outputs."""
-    ints = [a.name for a in _schema_arguments(spec.name) if str(a.type) == "int"]
+    ints = _scalars(spec)
 
     @settings(max_examples=30)
     @given(changed=st.dictionaries(st.sampled_from(ints), st.sampled_from(EXTREMES), min_size=1, max_size=3))
@@ -153,7 +164,7 @@ def test_extreme_scalars_are_rejected_or_handled_alike(spec):
             try:
                 with specops.backend(backend):
                     spec.wrapper(**call)
-                results[backend] = {name: call[name] for name in spec.outputs}
+                results[backend] = {name: get_arg(call, name) for name in spec.outputs}
             except ValueError as error:
                 results[backend] = error
         rejected = {backend for backend, result in results.items() if isinstance(result, ValueError)}
@@ -180,14 +191,18 @@ def test_every_schema_has_a_row():
 
 @pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
 def test_every_argument_is_covered(spec):
-    """Every tensor argument of the schema is in the table; every int argument has at least one
-    rejected value."""
+    """Every tensor argument of the schema (each list of tensors: an element) is in the table;
+    every int argument of the wrapper has at least one rejected value."""
     named = {name for case in spec.metadata_errors() + spec.value_errors() for name in case.names}
     for argument in _schema_arguments(spec.name):
         kind = str(argument.type)
         if kind in ("Tensor", "Optional[Tensor]"):
             assert argument.name in spec.tensors, f"{spec.name}: tensor argument {argument.name} is not described"
-        elif kind == "int":
-            assert argument.name in named, f"{spec.name}: no rejected value of {argument.name}"
+        elif kind == "List[Tensor]":
+            assert _names(argument.name, set(spec.tensors)), f"{spec.name}: no element of {argument.name} described"
+        elif kind == "List[int]":
+            assert spec.scalars is not None, f"{spec.name}: {argument.name} packs ints: list them in OpSpec.scalars"
         else:
-            assert kind == "bool", f"{spec.name}: argument {argument.name} of type {kind}: describe its bad values"
+            assert kind in ("int", "bool"), f"{spec.name}: argument {argument.name} of type {kind}: describe it"
+    for scalar in _scalars(spec):
+        assert _names(scalar, named), f"{spec.name}: no rejected value of {scalar}"

@@ -26,7 +26,7 @@ import torch
 from conftest import BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from op_table import OP_TABLE, Arg, Call, OpSpec
+from op_table import OP_TABLE, Arg, Call, OpSpec, get_arg, set_arg
 from strategies import assert_same
 
 import specops
@@ -79,6 +79,12 @@ class Outcome:
     host_values: dict[str, Any]  # the non-tensor parts of the result (CPLocalMetadata's ints)
 
 
+def _present(call: Call, key: str) -> bool:
+    """Whether the call has the argument (a list argument may be shorter than the table's keys)."""
+    name, _, index = key.partition("[")
+    return name in call and (not index or int(index[:-1]) < len(call[name] or []))
+
+
 def _host_values(result: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(result):
         return {field.name: getattr(result, field.name) for field in dataclasses.fields(result)
@@ -89,14 +95,20 @@ def _host_values(result: Any) -> dict[str, Any]:
 def run_banded(spec: OpSpec, call: Call, backend: str, *, may_raise: type[Exception] | tuple = ()) -> Outcome:
     """Runs spec.wrapper on banded copies of the call's tensors under `backend` and checks that
     no band changed, no input changed, and a raising call changed no output either."""
-    bands = {name: banded(call[name], arg, (OUTPUT_CANARY if name in spec.outputs else INPUT_CANARY)[call[name].dtype])
-             for name, arg in spec.tensors.items() if isinstance(call.get(name), torch.Tensor)}
-    before = {name: band.buffer.clone() for name, band in bands.items()}
+    bands = {}
+    for key, arg in spec.tensors.items():
+        tensor = get_arg(call, key) if _present(call, key) else None
+        if isinstance(tensor, torch.Tensor):
+            bands[key] = banded(tensor, arg, (OUTPUT_CANARY if key in spec.outputs else INPUT_CANARY)[tensor.dtype])
+    before = {key: band.buffer.clone() for key, band in bands.items()}
+    args = dict(call)
+    for key, band in bands.items():
+        set_arg(args, key, band.view)
     error = None
     result = None
     with specops.backend(backend):
         try:
-            result = spec.wrapper(**{**call, **{name: band.view for name, band in bands.items()}})
+            result = spec.wrapper(**args)
         except may_raise as exc:
             error = exc
     for name, band in bands.items():
@@ -104,11 +116,12 @@ def run_banded(spec: OpSpec, call: Call, backend: str, *, may_raise: type[Except
         assert breach is None, f"{backend}: {spec.name} wrote outside {name}: {breach}"
         if name not in spec.outputs or isinstance(error, ValueError):
             assert torch.equal(band.buffer, before[name]), f"{backend}: {spec.name} changed {name}"
-    return Outcome(error, {name: bands[name].view.clone() for name in spec.outputs}, _host_values(result))
+    return Outcome(error, {key: bands[key].view.clone() for key in spec.outputs if key in bands}, _host_values(result))
 
 
 def assert_agree(spec: OpSpec, actual: Outcome, expected: Outcome, backend: str) -> None:
-    for name in spec.outputs:
+    assert actual.outputs.keys() == expected.outputs.keys()
+    for name in actual.outputs:
         assert_same(actual.outputs[name], expected.outputs[name], f"{backend} {spec.name} {name}")
     assert actual.host_values == expected.host_values, backend
 

@@ -6,7 +6,7 @@ tests/host_syncs.py (a TorchDispatchMode; see there for what counts as an alloca
 
 - native: the op on CPU tensors. The dispatch log shows what the wrapper does, the profiler's
   memory events what the C++ kernel does below the dispatcher.
-- device stand-in: every tensor but the host copies (`*_cpu`) on `meta`, under the native
+- device stand-in: every tensor but the host copies (OpSpec.host_tensors) on `meta`, under the native
   backend: the wrapper and the op's check run as they would before a device launch, and any read
   of a tensor value fails.
 - triton: the check and the launcher of the Triton backend, the interpreter's own copies left
@@ -28,6 +28,7 @@ from host_syncs import OpLog, native_allocations, triton_launches_unlogged
 from op_table import DSPARK, OP_TABLE, SLOT_MAPPING, Call, OpSpec, t32, t64
 
 import specops
+from specops import drafting
 
 LAUNCHING_BACKENDS = [name for name in ("native", "triton") if name in BACKENDS]
 
@@ -45,9 +46,12 @@ def assert_steady(log: OpLog) -> None:
     assert log.host_syncs() == [], f"would sync: {log.host_syncs()}"
 
 
-def _on_device_stand_in(call: Call) -> Call:
-    return {name: value.to("meta") if isinstance(value, torch.Tensor) and not name.endswith("_cpu") else value
-            for name, value in call.items()}
+def _on_device_stand_in(spec: OpSpec, call: Call) -> Call:
+    def moved(value):
+        if isinstance(value, list):
+            return [moved(item) for item in value]
+        return value.to("meta") if isinstance(value, torch.Tensor) else value
+    return {name: value if name in spec.host_tensors else moved(value) for name, value in call.items()}
 
 
 @pytest.mark.parametrize("backend", LAUNCHING_BACKENDS)
@@ -66,7 +70,7 @@ def test_native_kernel_allocates_nothing(spec: OpSpec):
 
 @pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
 def test_device_path_up_to_the_launch(spec: OpSpec):
-    call = _on_device_stand_in(spec.valid_call())
+    call = _on_device_stand_in(spec, spec.valid_call())
     assert_steady(_counted(lambda: spec.wrapper(**call), "native"))
 
 
@@ -108,17 +112,34 @@ def _apply_staged(packed: bool) -> Callable[[], object]:
     return step
 
 
+def _draft_step() -> Callable[[], object]:
+    """One draft step over a sliding-window, a full and a DSpark group, under CP (2 ranks), with
+    the host copy of seq_lens given (without it the layer makes its one sync per step)."""
+    model = drafting.ModelConfig(num_heads_q=8, num_heads_kv=2, head_dim=64,
+                                 rope_cos_sin_cache=torch.rand(256, 8, generator=torch.Generator().manual_seed(0)),
+                                 num_speculative_tokens=3, cp_size=2, cp_rank=1, num_cube_cores=4, num_vector_cores=8)
+    groups = [drafting.GroupConfig("swa", block_size=16, storage_block_size=16, sliding_window=24),
+              drafting.GroupConfig("full", block_size=16, storage_block_size=4, sliding_window=None),
+              drafting.GroupConfig("dspark", block_size=8, storage_block_size=8, sliding_window=24, dspark=True)]
+    builders = [drafting.DraftMetadataBuilder(model, group, max_num_reqs=8, max_num_tokens=32) for group in groups]
+    query_start_loc, seq_lens = t32(0, 4, 5, 9), t32(40, 17, 100)
+    positions = t64(36, 37, 38, 39, 16, 96, 97, 98, 99)
+    generator = torch.Generator().manual_seed(1)
+    common = drafting.CommonDraftInputs(
+        query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc.clone(), seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens.clone(), positions=positions, num_reqs=3, num_actual_tokens=9, num_input_tokens=12,
+        causal=True,
+        block_tables={g.name: torch.randint(0, 1000, (3, 16), dtype=torch.int32, generator=generator) for g in groups},
+        slot_mappings={g.name: torch.randint(0, 10000, (9,), generator=generator) for g in groups})
+    return lambda: drafting.build_draft_attn_metadata(builders, common, draft_index=1)
+
+
+# A runner's per-step paths. Add one as StepPath(name, build); docs/hardening.md.
 STEP_PATHS = [
     StepPath("PersistentMappings.refresh", _refresh),
     StepPath("PersistentMappings.apply_staged", lambda: _apply_staged(packed=False)),
     StepPath("PersistentMappings.apply_staged packed", lambda: _apply_staged(packed=True)),
-    # SLOT, issue 7 (specops.drafting): the drafting layer's per-step path goes here, e.g.
-    #   StepPath("build_draft_attn_metadata", _draft_step)
-    # where _draft_step builds three DraftMetadataBuilder groups and a CommonDraftInputs with
-    # seq_lens_cpu given (CPU tensors) and returns
-    #   lambda: build_draft_attn_metadata(builders, common, draft_index=1)
-    # The first call fills the per-draft-index buffers; the counted second call must allocate
-    # nothing and sync nothing. See docs/hardening.md, "Adding an op or a step path".
+    StepPath("drafting.build_draft_attn_metadata", _draft_step),
 ]
 
 

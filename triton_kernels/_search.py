@@ -12,6 +12,9 @@ def segment_of(offsets_ptr, item, mask, num_segments, num_search_steps, BLOCK: t
 
     offsets_ptr: the num_segments + 1 start offsets (query_start_loc, cu_lens). With
     low <= high, mid stays in [low, high], so every load is inside offsets; masked items read 0.
+    With num_segments = 0 the answer, 0, is no segment: callers mask their items with
+    `segment < num_segments` before they index a per-segment array (an invalid batch can claim
+    tokens without requests).
     """
     low = tl.zeros([BLOCK], dtype=tl.int32)
     high = tl.zeros([BLOCK], dtype=tl.int32) + (num_segments - 1)

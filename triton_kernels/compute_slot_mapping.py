@@ -63,6 +63,7 @@ def _compute_slot_mapping_kernel(
         token = tile * BLOCK + tl.arange(0, BLOCK)
         is_real = token < num_tokens
         request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
+        is_real = is_real & (request < num_reqs)
         if HAS_IDX_MAPPING:
             row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)
         else:
@@ -89,15 +90,12 @@ def compute_slot_mapping(
     if num_tokens_padded == 0:
         return
     num_reqs = query_start_loc.numel() - 1
-    # Without requests no token has a row: T > 0 there contradicts query_start_loc[R] = 0, and
-    # the kernel's search would give request 0, one past an empty idx_mapping.
-    num_real_tokens = positions.numel() if num_reqs > 0 else 0
     num_tiles = triton.cdiv(num_tokens_padded, BLOCK)
     grid = (num_programs(out.device, num_tiles),)
     _compute_slot_mapping_kernel[grid](
         query_start_loc, positions, block_table,
         idx_mapping if idx_mapping is not None else query_start_loc, out,
-        num_reqs, num_real_tokens, num_tokens_padded,
+        num_reqs, positions.numel(), num_tokens_padded,
         block_table.size(0), block_table.size(1), block_table.stride(0),
         block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
         search_steps(num_reqs),

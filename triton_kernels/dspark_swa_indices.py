@@ -26,15 +26,11 @@ def _dspark_swa_indices_kernel(
     num_reqs, rows_begin, num_rows, width, window, block_size,
     table_rows, table_cols, table_stride, out_stride,
     num_search_steps,
-    HAS_REQUESTS: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    # Without requests no token is real, whatever query_start_loc[0] says: the search below
-    # would give request 0, one past an empty seq_lens.
-    num_tokens = 0
-    if HAS_REQUESTS:
-        num_tokens = tl.load(query_start_loc_ptr + num_reqs)
+    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     num_chunks = tl.cdiv(width, BLOCK_W)
     num_tasks = tl.cdiv(num_rows, BLOCK_ROWS) * num_chunks
     for task in range(pid, num_tasks, num_progs):
@@ -45,6 +41,7 @@ def _dspark_swa_indices_kernel(
         token = rows_begin + row
         is_real = is_row & (token < num_tokens)
         request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK_ROWS)
+        is_real = is_real & (request < num_reqs)
 
         begin = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
         end = tl.load(query_start_loc_ptr + request + 1, mask=is_real, other=0)
@@ -97,5 +94,5 @@ def dspark_swa_indices(
         num_reqs, split.local_start, num_rows, width, window, block_size,
         block_table.size(0), block_table.size(1), block_table.stride(0), out.stride(0),
         search_steps(num_reqs),
-        HAS_REQUESTS=num_reqs > 0, BLOCK_ROWS=BLOCK_ROWS, BLOCK_W=BLOCK_W,
+        BLOCK_ROWS=BLOCK_ROWS, BLOCK_W=BLOCK_W,
     )

@@ -26,6 +26,7 @@ def positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token, num
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     is_real = token < num_tokens
     request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
+    is_real = is_real & (request < num_reqs)
     start = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
     count = tl.load(num_computed_tokens_ptr + request, mask=is_real, other=0)
     position = tl.where(is_real, count.to(tl.int64) + (token - start), 0)

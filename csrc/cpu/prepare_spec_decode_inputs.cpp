@@ -37,7 +37,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
-  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups, "slot_mappings must have one tensor per block table (",
+  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups, "slot_mappings must have one tensor per block table (len(block_tables) = ",
                     num_groups, "), got ", slot_mappings.size());
 
   std::vector<kernels::SlotMappingGroup> groups;
@@ -71,8 +71,8 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   }
   if (idx_mapping.has_value()) {
     check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = ", num_reqs, " entries, got ",
-                      idx_mapping->numel());
+    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
+                      num_reqs, " entries, got ", idx_mapping->numel());
   }
 
   std::vector<int32_t> scratch(2 * correction.num_rows);

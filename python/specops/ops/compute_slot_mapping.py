@@ -45,10 +45,12 @@ def check_slot_mapping_args(
     num_tokens_padded: int,
     device: torch.device,
     names: SlotMappingArgNames = SlotMappingArgNames(),
+    device_of: str = "out",
 ) -> None:
-    """Checks one slot mapping's table, output and sizes (mirrors csrc/cpu/slot_mapping_checks.h)."""
-    check_tensor(out, names.out, [torch.int64, torch.int32], 1, device)
-    check_tensor(block_table, names.block_table, [torch.int32], 2, device)
+    """Checks one slot mapping's table, output and sizes (mirrors csrc/cpu/slot_mapping_checks.h);
+    every tensor must be on `device`, the device of the argument `device_of`."""
+    check_tensor(out, names.out, [torch.int64, torch.int32], 1, device, device_of)
+    check_tensor(block_table, names.block_table, [torch.int32], 2, device, device_of)
     check_positive(block_size, names.block_size)
     check_positive(blocks_per_kv_block, names.blocks_per_kv_block)
     check_context_parallel(cp_world_size, cp_rank, cp_interleave)
@@ -88,9 +90,9 @@ def _check(
     check_idx_mapping(idx_mapping, num_reqs, device)
 
 
-def check_idx_mapping(idx_mapping: torch.Tensor | None, num_reqs: int, device: torch.device) -> None:
+def check_idx_mapping(idx_mapping: torch.Tensor | None, num_reqs: int, device: torch.device, device_of: str = "out") -> None:
     if idx_mapping is not None:
-        check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device)
+        check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device, device_of)
         if idx_mapping.numel() != num_reqs:
             raise ValueError(
                 f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {idx_mapping.numel()}"

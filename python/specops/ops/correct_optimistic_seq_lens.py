@@ -18,9 +18,9 @@ def _check(
 ) -> None:
     check_tensor(seq_lens_cpu, "seq_lens_cpu", [torch.int32], 1)
     device = seq_lens_cpu.device
-    check_tensor(prev_positions, "prev_positions", [torch.int32, torch.int64], 1, device)
-    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32], 1, device)
-    check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device)
+    check_tensor(prev_positions, "prev_positions", [torch.int32, torch.int64], 1, device, "seq_lens_cpu")
+    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32], 1, device, "seq_lens_cpu")
+    check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device, "seq_lens_cpu")
     check_entries(seq_lens_cpu, "seq_lens_cpu", prev_positions.numel(), ROWS)
 
 

@@ -23,9 +23,9 @@ def check_positions_and_seq_lens(
     kernels write nothing past num_tokens_padded.
     """
     device = num_computed_tokens.device
-    check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device)
-    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device)
-    num_reqs = check_query_start_loc(query_start_loc, device)
+    check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device, "num_computed_tokens")
+    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "num_computed_tokens")
+    num_reqs = check_query_start_loc(query_start_loc, device, "num_computed_tokens")
     check_entries(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1")
     if not 0 <= num_tokens_padded <= positions.numel():
         raise ValueError(f"num_tokens_padded must be in [0, positions.numel() = {positions.numel()}], "

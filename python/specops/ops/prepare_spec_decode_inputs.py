@@ -54,19 +54,21 @@ def _check(
     check_positive(layout.cp_interleave, "cp_interleave")
     num_groups = len(block_tables)
     if len(slot_mappings) != num_groups:
-        raise ValueError(f"slot_mappings must have one tensor per block table ({num_groups}), got {len(slot_mappings)}")
+        raise ValueError(
+            f"slot_mappings must have one tensor per block table (len(block_tables) = {num_groups}), got {len(slot_mappings)}"
+        )
     for g in range(num_groups):
         # The token count is a value (query_start_loc[R]); only the CPU op checks it against the padding.
         check_slot_mapping_args(block_tables[g], layout.block_sizes[g], slot_mappings[g],
                                 layout.blocks_per_kv_block[g], *layout.group_cp(g), 0, layout.num_tokens_padded,
-                                device, SlotMappingArgNames.of_group(g))
+                                device, SlotMappingArgNames.of_group(g), device_of="num_computed_tokens")
     outputs = [(num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
                (positions, "positions"), (seq_lens, "seq_lens")]
     outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
     for a in range(2, len(outputs)):
         for b in range(a):
             check_no_overlap(*outputs[a], *outputs[b])
-    check_idx_mapping(idx_mapping, query_start_loc.numel() - 1, device)
+    check_idx_mapping(idx_mapping, query_start_loc.numel() - 1, device, device_of="num_computed_tokens")
 
 
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
@@ -125,7 +127,9 @@ def prepare_spec_decode_inputs(
         for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
                              ("cp_sharded", cp_sharded)):
             if len(values) != num_groups:
-                raise ValueError(f"{name} must have one entry per block table ({num_groups}), got {len(values)}")
+                raise ValueError(
+                    f"{name} must have one entry per block table (len(block_tables) = {num_groups}), got {len(values)}"
+                )
     if positions is not None and seq_lens is not None:
         if num_tokens_padded is None:
             num_tokens_padded = positions.numel()

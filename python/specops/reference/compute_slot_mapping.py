@@ -25,8 +25,10 @@ def compute_slot_mapping(
 ) -> None:
     num_tokens = positions.numel()
     num_rows, num_cols = block_table.shape
-    request = request_of_each_token(query_start_loc, num_tokens)
-    row = idx_mapping.long()[request] if idx_mapping is not None else request
+    request = request_of_each_token(query_start_loc, num_tokens)  # -1: a token in no request
+    row = request
+    if idx_mapping is not None and idx_mapping.numel():
+        row = torch.where(request >= 0, idx_mapping.long()[request.clamp(min=0)], -1)
 
     position = positions.long()
     kv_block = block_size * blocks_per_kv_block

@@ -19,10 +19,13 @@ def prepare_positions_and_seq_lens(
     # Device kernels never write past num_tokens_padded, even when query_start_loc says more.
     num_tokens = min(int(query_start_loc[num_reqs]), num_tokens_padded)
     counts = num_computed_tokens[:num_reqs]
-    request = request_of_each_token(query_start_loc, int(query_start_loc[num_reqs]))[:num_tokens]
+    request = request_of_each_token(query_start_loc, num_tokens)
     token = torch.arange(num_tokens, device=positions.device)
-    offset_in_request = token - query_start_loc.long()[request]
-    positions[:num_tokens] = (counts.long()[request] + offset_in_request).to(positions.dtype)
+    # A token in no request (-1: only an invalid query_start_loc has one) gets position 0.
+    first = counts.long() - query_start_loc[:num_reqs].long()
+    in_request = request >= 0
+    position = first[request.clamp(min=0)] + token if num_reqs else torch.zeros_like(token)
+    positions[:num_tokens] = torch.where(in_request, position, 0).to(positions.dtype)
     positions[num_tokens:num_tokens_padded] = 0
     seq_lens[:num_reqs] = counts + (query_start_loc[1:] - query_start_loc[:-1])
     seq_lens[num_reqs:num_reqs_padded] = 0
