@@ -129,7 +129,7 @@ class OpSpec:
     value_errors: Callable[[], list[Bad]]  # rejected by the native host op, before any write
     draw_call: st.SearchStrategy[Call]  # random valid calls, every output given
     corruptions: tuple[Corruption, ...]  # invalid values for the device paths
-    guard_examples: int = 25  # hypothesis examples per guard-band family (the interpreter is slow)
+    guard_examples: int = 40  # hypothesis examples per guard-band family (the interpreter is slow)
     # The wrapper's int arguments, when they are not the schema's (a packed int[] schema argument).
     scalars: tuple[str, ...] | None = None
     host_tensors: tuple[str, ...] = ()  # host copies that stay on the CPU when the rest is on a device
@@ -842,7 +842,7 @@ SAS = OpSpec(
         Corruption("negative seqused_kv", _sas_negative_kv),
         Corruption("cu_seqlens_q decreasing", _sas_decreasing),
     ),
-    guard_examples=10,  # about 0.1 s per interpreted call
+    guard_examples=15,  # about 0.05 s per interpreted call
 )
 
 

@@ -17,8 +17,8 @@ void apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const 
   check_tensor(cu_lens, "cu_lens", {c10::kInt}, 1);
   check_tensor(values, "values", {c10::kInt}, 1);
   const int64_t num_writes = rows.numel();
-  TORCH_CHECK_VALUE(starts.numel() == num_writes, "starts must have one entry per write (K = rows.numel() = ", num_writes,
-                    "), got ", starts.numel());
+  TORCH_CHECK_VALUE(starts.numel() == num_writes, "starts must have one entry per write (K = rows.numel() = ",
+                    num_writes, "), got ", starts.numel());
   TORCH_CHECK_VALUE(cu_lens.numel() == num_writes + 1, "cu_lens must have K + 1 = rows.numel() + 1 = ", num_writes + 1,
                     " entries, got ", cu_lens.numel());
 

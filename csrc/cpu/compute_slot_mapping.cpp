@@ -20,8 +20,8 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
                               num_reqs, positions.numel(), num_tokens_padded);
   if (idx_mapping.has_value()) {
     check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ", num_reqs,
-                      " entries, got ", idx_mapping->numel());
+    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
+                      num_reqs, " entries, got ", idx_mapping->numel());
   }
 
   const kernels::SlotMappingDivisors divisors(shape);

@@ -15,11 +15,12 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
   const int64_t num_real_tokens = check_query_start_loc_values(query_start_loc);
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_tensor(block_table, "block_table", {c10::kInt}, 2);
-  TORCH_CHECK_VALUE(block_table.size(0) >= num_reqs, "block_table must have at least R = query_start_loc.numel() - 1 = ", num_reqs,
-                    " rows, got ", block_table.size(0));
+  TORCH_CHECK_VALUE(block_table.size(0) >= num_reqs,
+                    "block_table must have at least R = query_start_loc.numel() - 1 = ", num_reqs, " rows, got ",
+                    block_table.size(0));
   check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(seq_lens.numel() == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ", num_reqs, " entries, got ",
-                    seq_lens.numel());
+  TORCH_CHECK_VALUE(seq_lens.numel() == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ", num_reqs,
+                    " entries, got ", seq_lens.numel());
   // Positions are int32: so are the window, the draft block and the block size, and their sums
   // below fit int64.
   check_int32_range(window, "window", 0);

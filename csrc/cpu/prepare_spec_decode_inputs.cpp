@@ -37,8 +37,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
-  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups, "slot_mappings must have one tensor per block table (len(block_tables) = ",
-                    num_groups, "), got ", slot_mappings.size());
+  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups,
+                    "slot_mappings must have one tensor per block table (len(block_tables) = ", num_groups, "), got ",
+                    slot_mappings.size());
 
   std::vector<kernels::SlotMappingGroup> groups;
   groups.reserve(num_groups);

@@ -52,9 +52,8 @@ def check_rows_disjoint(t: torch.Tensor, name: str) -> None:
         return
     row_extent = 1 + sum((t.size(d) - 1) * t.stride(d) for d in range(1, t.dim()))
     if t.stride(0) < row_extent:
-        raise ValueError(
-            f"{name} must not have overlapping rows: stride(0) = {t.stride(0)} is below the {row_extent} elements a row spans"
-        )
+        raise ValueError(f"{name} must not have overlapping rows: stride(0) = {t.stride(0)} is below the "
+                         f"{row_extent} elements a row spans")
 
 
 def check_int32_range(value: int, name: str, lowest: int) -> None:

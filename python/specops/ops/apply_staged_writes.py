@@ -25,9 +25,11 @@ def _check(
     check_tensor(values, "values", [torch.int32], 1, device, "table")
     num_writes = rows.numel()
     if starts.numel() != num_writes:
-        raise ValueError(f"starts must have one entry per write (K = rows.numel() = {num_writes}), got {starts.numel()}")
+        raise ValueError(
+            f"starts must have one entry per write (K = rows.numel() = {num_writes}), got {starts.numel()}")
     if cu_lens.numel() != num_writes + 1:
-        raise ValueError(f"cu_lens must have K + 1 = rows.numel() + 1 = {num_writes + 1} entries, got {cu_lens.numel()}")
+        raise ValueError(
+            f"cu_lens must have K + 1 = rows.numel() + 1 = {num_writes + 1} entries, got {cu_lens.numel()}")
 
 
 _OP = SpecOp("apply_staged_writes", _check, _reference)

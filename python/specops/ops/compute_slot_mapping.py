@@ -90,7 +90,9 @@ def _check(
     check_idx_mapping(idx_mapping, num_reqs, device)
 
 
-def check_idx_mapping(idx_mapping: torch.Tensor | None, num_reqs: int, device: torch.device, device_of: str = "out") -> None:
+def check_idx_mapping(
+    idx_mapping: torch.Tensor | None, num_reqs: int, device: torch.device, device_of: str = "out"
+) -> None:
     if idx_mapping is not None:
         check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device, device_of)
         if idx_mapping.numel() != num_reqs:

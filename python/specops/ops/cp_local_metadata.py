@@ -51,7 +51,8 @@ def _check(
     num_reqs = check_query_start_loc(query_start_loc, device, "local_query_start_loc")
     check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "local_query_start_loc")
     if seq_lens.numel() != num_reqs:
-        raise ValueError(f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
+        raise ValueError(
+            f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
     check_cp_rank(cp_size, cp_rank, "cp_size")
     check_non_negative(num_input_tokens, "num_input_tokens")
     if num_input_tokens > INT32_MAX - cp_size:

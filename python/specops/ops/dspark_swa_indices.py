@@ -42,11 +42,12 @@ def _check(
     check_tensor(block_table, "block_table", [torch.int32], 2, device)
     if block_table.size(0) < num_reqs:
         raise ValueError(
-            f"block_table must have at least R = query_start_loc.numel() - 1 = {num_reqs} rows, got {block_table.size(0)}"
-        )
+            f"block_table must have at least R = query_start_loc.numel() - 1 = {num_reqs} rows, "
+            f"got {block_table.size(0)}")
     check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device)
     if seq_lens.numel() != num_reqs:
-        raise ValueError(f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
+        raise ValueError(
+            f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
     check_int32_range(window, "window", 0)
     check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0)
     check_int32_range(block_size, "block_size", 1)

@@ -55,8 +55,8 @@ def _check(
     num_groups = len(block_tables)
     if len(slot_mappings) != num_groups:
         raise ValueError(
-            f"slot_mappings must have one tensor per block table (len(block_tables) = {num_groups}), got {len(slot_mappings)}"
-        )
+            f"slot_mappings must have one tensor per block table (len(block_tables) = {num_groups}), "
+            f"got {len(slot_mappings)}")
     for g in range(num_groups):
         # The token count is a value (query_start_loc[R]); only the CPU op checks it against the padding.
         check_slot_mapping_args(block_tables[g], layout.block_sizes[g], slot_mappings[g],
