@@ -473,11 +473,14 @@ def _apply_cu_lens_past_values(draw, call: Call) -> bool:
     return True
 
 
-def _apply_cu_lens_decreasing(draw, call: Call) -> bool:
-    cu_lens = call["cu_lens"]
-    k = _pick(draw, cu_lens.numel())
-    cu_lens[k] = (cu_lens[k - 1] if k else 0) - draw(st.integers(1, 5))  # for k = 0: cu_lens[0] != 0
-    return True
+def _decreasing(name: str) -> Callable[[Callable, Call], bool]:
+    """Offsets (query_start_loc, cu_lens) that go backwards somewhere, or start below 0."""
+    def apply(draw, call: Call) -> bool:
+        offsets = call[name]
+        k = _pick(draw, offsets.numel())
+        offsets[k] = (offsets[k - 1] if k else 0) - draw(st.integers(1, 5))
+        return True
+    return apply
 
 
 APPLY = OpSpec(
@@ -495,7 +498,7 @@ APPLY = OpSpec(
         Corruption("start outside the row", _apply_start_out_of_range),
         Corruption("cu_lens[K] past values", _apply_cu_lens_past_values),
         # Write boundaries that go backwards: which values land where is unspecified.
-        Corruption("cu_lens decreasing", _apply_cu_lens_decreasing, device="bounds"),
+        Corruption("cu_lens decreasing", _decreasing("cu_lens"), device="bounds"),
     ),
 )
 
@@ -1011,7 +1014,7 @@ PREPARE_POSITIONS = OpSpec(
     corruptions=(
         Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
         Corruption("counts at int32 extremes", _extreme("num_computed_tokens")),
-        Corruption("query_start_loc decreasing", _cp_query_start_loc_out_of_order, device="bounds"),
+        Corruption("query_start_loc decreasing", _decreasing("query_start_loc"), device="bounds"),
     ),
 )
 
