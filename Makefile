@@ -44,10 +44,11 @@ test: install
 # -fsanitize=address,undefined into build/asan-site, which the test run puts first on
 # PYTHONPATH, with the ASan runtime preloaded into the (uninstrumented) Python; libstdc++ is
 # preloaded too, or ASan's __cxa_throw interceptor finds nothing to forward to when an op
-# raises.
+# raises. RelWithDebInfo and no install strip (pybind11 strips Release modules) keep the
+# symbols, so the reports name functions and source lines.
 ASAN_SITE := build/asan-site
 $(ASAN_SITE)/.built: $(VENV)/.deps $(SOURCES)
-	SPECOPS_SANITIZE=ON $(PIP) install -q --no-build-isolation --no-deps --upgrade --target $(ASAN_SITE) -C build-dir=build/asan .
+	SPECOPS_SANITIZE=ON $(PIP) install -q --no-build-isolation --no-deps --upgrade --target $(ASAN_SITE) -C build-dir=build/asan -C cmake.build-type=RelWithDebInfo -C install.strip=false .
 	touch $@
 
 test-asan: $(ASAN_SITE)/.built

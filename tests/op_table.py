@@ -1151,7 +1151,7 @@ FUSED = OpSpec(
         Corruption("a request past every table", _fused_request_past_tables),
         Corruption("idx_mapping past the tables", _fused_idx_past_tables),
         Corruption("negative block ids", _fused_negative_block_ids),
-        Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding, device="bounds"),
+        Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
     ),
     scalars=("num_tokens_padded", "num_reqs_padded", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes",
              "blocks_per_kv_block"),
