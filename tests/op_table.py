@@ -155,6 +155,39 @@ def _pick(draw, n: int) -> int:
     return draw(st.integers(0, n - 1))
 
 
+def _any_entry(draw, call: Call, name: str) -> int | None:
+    tensor = call[name]
+    return None if tensor is None or tensor.numel() == 0 else _pick(draw, tensor.numel())
+
+
+def _one_entry(name: str, values: Callable[[Call], st.SearchStrategy[int]], *, native_raises: bool,
+               where: Callable[[Callable, Call], int | None] | None = None) -> Callable[[Callable, Call], bool]:
+    """A corruption: the entry where(draw, call) (default: any) of the tensor `name` set to a value
+    drawn from values(call). With no such entry the call stays valid (the native op must not raise)."""
+    def apply(draw, call: Call) -> bool:
+        index = where(draw, call) if where is not None else _any_entry(draw, call, name)
+        if index is None:
+            return False
+        call[name][index] = draw(values(call))
+        return native_raises
+    return apply
+
+
+def _tokens_below_real(name: str) -> Callable[[Callable, Call], bool]:
+    """A token count (num_tokens, num_input_tokens) below query_start_loc[R]."""
+    def apply(draw, call: Call) -> bool:
+        real = int(call["query_start_loc"][-1])
+        if real == 0:
+            return False
+        call[name] = draw(st.integers(0, real - 1))
+        return True
+    return apply
+
+
+def _negative(call: Call) -> st.SearchStrategy[int]:
+    return st.integers(-1000, -1)
+
+
 # ------------------------------------------------------------------ compute_slot_mapping (3.1)
 
 def _slot_valid() -> Call:
@@ -240,21 +273,9 @@ def _slot_local_position(call: Call, virtual_block: int) -> int:
     return virtual_block * block * call["cp_world_size"] + call["cp_rank"] * call["cp_interleave"]
 
 
-def _slot_position_past_table(draw, call: Call) -> bool:
-    token = _slot_token_with_row(draw, call)
-    if token is None:
-        return False
+def _slot_positions_past_table(call: Call) -> st.SearchStrategy[int]:
     first_uncovered = call["block_table"].size(1) // call["blocks_per_kv_block"]
-    call["positions"][token] = _slot_local_position(call, first_uncovered + draw(st.integers(0, 3)))
-    return True
-
-
-def _slot_negative_position(draw, call: Call) -> bool:
-    token = _slot_token_with_row(draw, call)
-    if token is None:
-        return False
-    call["positions"][token] = -draw(st.integers(1, 1000))
-    return True
+    return st.integers(0, 3).map(lambda k: _slot_local_position(call, first_uncovered + k))
 
 
 def _slot_more_positions_than_tokens(draw, call: Call) -> bool:
@@ -316,8 +337,10 @@ SLOT_MAPPING = OpSpec(
     value_errors=_slot_values,
     draw_call=_slot_draw(),
     corruptions=(
-        Corruption("position past the block table", _slot_position_past_table),
-        Corruption("negative position", _slot_negative_position),
+        Corruption("position past the block table", _one_entry(
+            "positions", _slot_positions_past_table, native_raises=True, where=_slot_token_with_row)),
+        Corruption("negative position", _one_entry("positions", _negative, native_raises=True,
+                                                   where=_slot_token_with_row)),
         Corruption("idx_mapping past the block table", _slot_idx_past_table),
         Corruption("negative idx_mapping", _slot_negative_idx),
         Corruption("negative block ids", _negative_block_ids),
@@ -367,21 +390,6 @@ def _gather_draw(draw) -> Call:
                 out=stale(padded + draw(st.integers(0, 2)), out_cols), num_reqs_padded=padded)
 
 
-def _gather_idx_past_table(draw, call: Call) -> bool:
-    num_reqs = call["idx_mapping"].numel()
-    if num_reqs == 0:
-        return False
-    call["idx_mapping"][_pick(draw, num_reqs)] = call["src_block_table"].size(0) + draw(st.integers(0, 5))
-    return True
-
-
-def _gather_negative_idx(draw, call: Call) -> bool:
-    num_reqs = call["idx_mapping"].numel()
-    if num_reqs:
-        call["idx_mapping"][_pick(draw, num_reqs)] = -draw(st.integers(1, 5))
-    return False
-
-
 def _gather_count_out_of_range(draw, call: Call) -> bool:
     num_reqs = call["idx_mapping"].numel()
     if num_reqs == 0:
@@ -405,8 +413,10 @@ GATHER = OpSpec(
     value_errors=_gather_values,
     draw_call=_gather_draw(),
     corruptions=(
-        Corruption("idx_mapping past the table", _gather_idx_past_table),
-        Corruption("negative idx_mapping", _gather_negative_idx),
+        Corruption("idx_mapping past the table", _one_entry(
+            "idx_mapping", lambda call: st.integers(0, 5).map(lambda k: call["src_block_table"].size(0) + k),
+            native_raises=True)),
+        Corruption("negative idx_mapping", _one_entry("idx_mapping", _negative, native_raises=False)),
         Corruption("num_blocks outside [0, columns]", _gather_count_out_of_range),
     ),
 )
@@ -450,14 +460,6 @@ def _apply_draw(draw) -> Call:
                 values=torch.cat([values, unused]))
 
 
-def _apply_row_out_of_range(draw, call: Call) -> bool:
-    if call["rows"].numel() == 0:
-        return False
-    call["rows"][_pick(draw, call["rows"].numel())] = draw(st.sampled_from(
-        [-1, -(2**31), call["table"].size(0), call["table"].size(0) + 7]))
-    return True
-
-
 def _apply_start_out_of_range(draw, call: Call) -> bool:
     num_writes = call["rows"].numel()
     if num_writes == 0:
@@ -473,11 +475,14 @@ def _apply_cu_lens_past_values(draw, call: Call) -> bool:
     return True
 
 
-def _decreasing(name: str) -> Callable[[Callable, Call], bool]:
-    """Offsets (query_start_loc, cu_lens) that go backwards somewhere, or start below 0."""
+def _decreasing(name: str, first: int = 0) -> Callable[[Callable, Call], bool]:
+    """Offsets (query_start_loc, cu_lens) that go backwards at an index >= first (index 0: a
+    start below 0)."""
     def apply(draw, call: Call) -> bool:
         offsets = call[name]
-        k = _pick(draw, offsets.numel())
+        if offsets.numel() <= first:
+            return False
+        k = first + _pick(draw, offsets.numel() - first)
         offsets[k] = (offsets[k - 1] if k else 0) - draw(st.integers(1, 5))
         return True
     return apply
@@ -494,7 +499,9 @@ APPLY = OpSpec(
     value_errors=_apply_values,
     draw_call=_apply_draw(),
     corruptions=(
-        Corruption("row outside the table", _apply_row_out_of_range),
+        Corruption("row outside the table", _one_entry(
+            "rows", lambda call: st.sampled_from([-1, -(2**31), call["table"].size(0), call["table"].size(0) + 7]),
+            native_raises=True)),
         Corruption("start outside the row", _apply_start_out_of_range),
         Corruption("cu_lens[K] past values", _apply_cu_lens_past_values),
         # Write boundaries that go backwards: which values land where is unspecified.
@@ -624,14 +631,6 @@ def _dspark_request_with_tokens(draw, call: Call) -> int | None:
     return draw(st.sampled_from(with_tokens)) if with_tokens else None
 
 
-def _dspark_negative_seq_len(draw, call: Call) -> bool:
-    request = _dspark_request_with_tokens(draw, call)
-    if request is None:
-        return False
-    call["seq_lens"][request] = -draw(st.integers(1, 100))
-    return True
-
-
 def _dspark_seq_len_past_table(draw, call: Call) -> bool:
     request = _dspark_request_with_tokens(draw, call)
     if request is None:
@@ -641,14 +640,6 @@ def _dspark_seq_len_past_table(draw, call: Call) -> bool:
     # The width follows, or the request would also see more than the width holds.
     call["width"] = max([call["width"], *_dspark_visible(call)])
     call.update(out=stale(call["out"].size(0), 1, call["width"]))
-    return True
-
-
-def _dspark_num_tokens_below_real(draw, call: Call) -> bool:
-    real = int(call["query_start_loc"][-1])
-    if real == 0:
-        return False
-    call["num_tokens"] = draw(st.integers(0, real - 1))
     return True
 
 
@@ -669,10 +660,11 @@ DSPARK = OpSpec(
     value_errors=_dspark_values,
     draw_call=_dspark_draw(),
     corruptions=(
-        Corruption("negative seq_len", _dspark_negative_seq_len),
+        Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True,
+                                                  where=_dspark_request_with_tokens)),
         Corruption("seq_len past the block table", _dspark_seq_len_past_table),
         Corruption("negative block ids", _negative_block_ids),
-        Corruption("num_tokens below query_start_loc[R]", _dspark_num_tokens_below_real),
+        Corruption("num_tokens below query_start_loc[R]", _tokens_below_real("num_tokens")),
         Corruption("width below what a request sees", _dspark_width_below_visible),
         Corruption("query_start_loc[R] past num_tokens", _query_start_loc_past(lambda call: call["num_tokens"]),
                    device="bounds"),
@@ -726,28 +718,12 @@ def _cp_draw(draw) -> Call:
                 start_pos=stale(num_reqs + draw(st.integers(0, 2))))
 
 
-def _cp_negative_seq_len(draw, call: Call) -> bool:
-    num_reqs = call["seq_lens"].numel()
-    if num_reqs == 0:
-        return False
-    call["seq_lens"][_pick(draw, num_reqs)] = -draw(st.integers(1, 100))
-    return True
-
-
 def _cp_query_start_loc_out_of_order(draw, call: Call) -> bool:
     qsl = call["query_start_loc"]
     k = _pick(draw, qsl.numel())
     qsl[k] = qsl[k] + draw(st.sampled_from([-3, -1, 1, 5]))
     # Not decreasing anywhere and still starting at 0: the values are valid after all.
     return bool(qsl[0] != 0 or (qsl[1:] < qsl[:-1]).any())
-
-
-def _cp_num_input_tokens_below_real(draw, call: Call) -> bool:
-    real = int(call["query_start_loc"][-1])
-    if real == 0:
-        return False
-    call["num_input_tokens"] = draw(st.integers(0, real - 1))
-    return True
 
 
 CP_LOCAL = OpSpec(
@@ -763,9 +739,9 @@ CP_LOCAL = OpSpec(
     draw_call=_cp_draw(),
     host_tensors=("query_start_loc_cpu", "seq_lens_cpu"),
     corruptions=(
-        Corruption("negative seq_len", _cp_negative_seq_len),
+        Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True)),
         Corruption("query_start_loc out of order", _cp_query_start_loc_out_of_order),
-        Corruption("num_input_tokens below query_start_loc[R]", _cp_num_input_tokens_below_real),
+        Corruption("num_input_tokens below query_start_loc[R]", _tokens_below_real("num_input_tokens")),
     ),
 )
 
@@ -815,23 +791,6 @@ def _sas_draw(draw) -> Call:
                 num_cube_cores=cores, num_vector_cores=draw(st.integers(cores, 2 * cores)), out=stale(1024))
 
 
-def _sas_negative_kv(draw, call: Call) -> bool:
-    num_reqs = call["seqused_kv"].numel()
-    if num_reqs == 0:
-        return False
-    call["seqused_kv"][_pick(draw, num_reqs)] = -draw(st.integers(1, 1000))
-    return True
-
-
-def _sas_decreasing(draw, call: Call) -> bool:
-    cu = call["cu_seqlens_q"]
-    if cu.numel() < 2:
-        return False
-    k = 1 + _pick(draw, cu.numel() - 1)
-    cu[k] = cu[k - 1] - draw(st.integers(1, 5))
-    return True
-
-
 SAS = OpSpec(
     name="sas_metadata",
     wrapper=specops.sas_metadata,
@@ -842,8 +801,9 @@ SAS = OpSpec(
     value_errors=_sas_values,
     draw_call=_sas_draw(),
     corruptions=(
-        Corruption("negative seqused_kv", _sas_negative_kv),
-        Corruption("cu_seqlens_q decreasing", _sas_decreasing),
+        Corruption("negative seqused_kv", _one_entry("seqused_kv", _negative, native_raises=True)),
+        # Only differences are read: cu_seqlens_q[0] < 0 is no error, a decrease after it is.
+        Corruption("cu_seqlens_q decreasing", _decreasing("cu_seqlens_q", first=1)),
     ),
     guard_examples=15,  # about 0.05 s per interpreted call
 )
