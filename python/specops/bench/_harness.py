@@ -30,6 +30,7 @@ class Case:
     family: str = ""  # cases of one family form one line of the plot (e.g. "W=4", "prefill")
     # Figures computed from this run's medians (impl -> µs), added to extras after timing.
     derive: Callable[[dict[str, float]], dict[str, float]] | None = None
+    plotted: tuple[str, ...] | None = None  # implementations drawn in the plot (default: all)
 
 
 def empty_op_call(device: torch.device):
@@ -49,6 +50,7 @@ class Measurement:
     median_us: float
     p20_us: float
     p80_us: float
+    plotted: bool = True
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -103,6 +105,7 @@ def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.d
         case.extras.update(case.derive({name: statistics.median(values) for name, values in times.items()}))
     return [
         Measurement(case.op, case.label, case.family, name, case.batch_size, case.num_tokens,
-                    statistics.median(values), _percentile(values, 0.2), _percentile(values, 0.8))
+                    statistics.median(values), _percentile(values, 0.2), _percentile(values, 0.8),
+                    plotted=case.plotted is None or name in case.plotted)
         for name, values in times.items()
     ]

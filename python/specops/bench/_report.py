@@ -116,7 +116,7 @@ def plot(path: str, measurements: list[Measurement]) -> bool:
     figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
     styles = ["-", "--", ":", "-."]
     for axis, op in zip(axes.flat, ops):
-        points = [m for m in measurements if m.op == op]
+        points = [m for m in measurements if m.op == op and m.plotted]
         # Cost follows the token count; ops without a per-token input are plotted by requests.
         by_tokens = all(m.num_tokens > 0 for m in points)
 

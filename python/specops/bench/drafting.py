@@ -157,8 +157,8 @@ def _case(groups, num_reqs: int, num_speculative_tokens: int, cp_size: int, devi
     impls["step no-cache"] = lambda: [b.build_for_drafting(common, DRAFT_INDEX) for b in alone]
     label = f"G={len(groups)} R={num_reqs} k={num_speculative_tokens} C={cp_size}"
     return Case("drafting", label, num_reqs, common.num_actual_tokens, impls, subject="step shared",
-                baselines=("step no-cache",), family=f"G={len(groups)} k={num_speculative_tokens} C={cp_size}",
-                derive=_ratios(groups))
+                baselines=("step no-cache",), family=f"G={len(groups)} C={cp_size}",
+                derive=_ratios(groups), plotted=("step shared", "step no-cache"))
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
