@@ -1,8 +1,8 @@
 """The bad-input matrix: every op, every argument, every way to get it wrong (docs/hardening.md).
 
 Generated from tests/op_table.py. For each tensor argument: each wrong dtype, a `meta` tensor
-(the wrong device), one dimension more and one less, a last dimension that is not contiguous;
-then each op's own shape, size and scalar errors. All of these are rejected on every backend
+(the wrong device), one dimension more and one less, a last dimension that is not contiguous,
+overlapping rows of an output; then each op's own shape, size and scalar errors. All of these are rejected on every backend
 (the native op, the Triton launcher's check, the reference's check) with a ValueError that names
 the argument, and every tensor of the call is byte-identical afterwards. Invalid values (a
 position past the block table, a decreasing query_start_loc) are rejected by the native host op
@@ -12,6 +12,7 @@ the same way; device kernels cannot raise, test_guard_bands.py covers what they 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -50,7 +51,7 @@ def _overlapping_rows(t: torch.Tensor) -> torch.Tensor:
     return torch.zeros(t.numel(), dtype=t.dtype).as_strided(t.shape, strides)
 
 
-def _replace(key: str, make) -> callable:
+def _replace(key: str, make: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Call], None]:
     def change(call: Call) -> None:
         set_arg(call, key, make(get_arg(call, key)))
     return change
