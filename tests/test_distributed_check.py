@@ -84,4 +84,7 @@ def test_verify_reports_each_broken_property(breakage, message):
 def test_a_rank_that_fails_is_reported_with_its_error():
     failures = check.run_local(2, cases=[dataclasses.replace(CASE, window=-1)])
     message = "window must be in [0, 2^31 - 1], got -1"
-    assert len(failures) == 2 and all("raised" in f and message in f for f in failures), failures
+    # Both ranks raise the same error; under load one rank may leave first, and the other then
+    # reports the broken connection instead: each rank reports, and the error is named.
+    assert len(failures) == 2 and all("raised" in f for f in failures), failures
+    assert any(message in f for f in failures), failures
