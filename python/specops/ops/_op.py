@@ -75,17 +75,22 @@ class SpecOp:
             self._triton = triton_launcher(self.name)
         self._triton(*args)
 
-    def __call__(self, *args: Any) -> None:
+    def select(self) -> Callable[..., None]:
+        """What this call runs, taking the schema's arguments. Wrappers call `_OP.select()(...)`:
+        on the hot path (eager, native backend) that is the op's C++ entry itself, with no Python
+        frame between the wrapper and the dispatcher, a quarter of a small op's cost."""
         # Compiled graphs always call the registered op, which dispatches by device; the
         # backend switch is an eager-mode tool (and a ContextVar cannot be traced).
         if _is_compiling():
-            self._native(*args)
-        elif _current_backend.get() == "native" and self._native_entry is not None:
-            self._native_entry(*args)  # the hot path: kept to two checks
-        else:
-            self._call_selected_backend(args)
+            return self._native
+        if _current_backend.get() == "native" and self._native_entry is not None:
+            return self._native_entry
+        return self._call_selected_backend
 
-    def _call_selected_backend(self, args: tuple[Any, ...]) -> None:
+    def __call__(self, *args: Any) -> None:
+        self.select()(*args)
+
+    def _call_selected_backend(self, *args: Any) -> None:
         selected = _current_backend.get()
         if selected == "native":
             require_native(self.name)

@@ -49,5 +49,5 @@ def apply_staged_writes(
     call. The native CPU op rejects a write outside the table (naming rows, starts or cu_lens)
     before writing anything; device kernels drop such a write whole. Returns table.
     """
-    _OP(table, rows, starts, cu_lens, values)
+    _OP.select()(table, rows, starts, cu_lens, values)
     return table

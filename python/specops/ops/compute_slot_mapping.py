@@ -130,7 +130,7 @@ def compute_slot_mapping(
         out = torch.empty(size, dtype=torch.int64, device=positions.device)
     if num_tokens_padded is None:
         num_tokens_padded = out.numel()
-    _OP(
+    _OP.select()(
         query_start_loc, positions, block_table, block_size, out,
         blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave, idx_mapping, num_tokens_padded,
     )

@@ -58,5 +58,5 @@ def correct_num_computed_tokens(
     inputs may alias the outputs; the two outputs must not overlap. All int32 except
     prev_positions (int32 or int64).
     """
-    _OP(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
+    _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
         cpu_num_computed_tokens)

@@ -40,4 +40,4 @@ def correct_optimistic_seq_lens(
     seq_lens_cpu[i] -= prev_num_draft_tokens[p] + 1 - valid_sampled_token_count[p]. int32, on
     the host in a runner (any device works). Every read sees the values from before the call.
     """
-    _OP(seq_lens_cpu, prev_positions, valid_sampled_token_count, prev_num_draft_tokens)
+    _OP.select()(seq_lens_cpu, prev_positions, valid_sampled_token_count, prev_num_draft_tokens)

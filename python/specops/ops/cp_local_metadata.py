@@ -131,7 +131,7 @@ def cp_local_metadata(
     # Checked even where unused (inputs on the host), and before the op writes anything.
     _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", "query_start_loc", num_reqs + 1)
     _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs)
-    _OP(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
+    _OP.select()(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
         local_query_start_loc, local_seq_lens, start_pos)
 
     on_host = device.type == "cpu"

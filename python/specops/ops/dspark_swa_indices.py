@@ -108,6 +108,6 @@ def dspark_swa_indices(
             out = torch.empty((rows, 1, width), dtype=torch.int32, device=block_table.device)
         if out_lens is None:
             out_lens = torch.empty(rows, dtype=torch.int32, device=block_table.device)
-    _OP(block_table, query_start_loc, seq_lens, window, num_speculative_tokens, block_size, num_tokens, width,
+    _OP.select()(block_table, query_start_loc, seq_lens, window, num_speculative_tokens, block_size, num_tokens, width,
         cp_size, cp_rank, out, out_lens)
     return out, out_lens

@@ -32,5 +32,5 @@ def format_slot_mapping_blocks(
     """
     if out is None:
         out = torch.empty((slot_mapping.numel(), 2), dtype=slot_mapping.dtype, device=slot_mapping.device)
-    _OP(slot_mapping, block_size, out)
+    _OP.select()(slot_mapping, block_size, out)
     return out

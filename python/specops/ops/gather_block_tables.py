@@ -51,5 +51,5 @@ def gather_block_tables(
     """
     if num_reqs_padded is None:
         num_reqs_padded = out.size(0)
-    _OP(src_block_table, num_blocks, idx_mapping, out, num_reqs_padded)
+    _OP.select()(src_block_table, num_blocks, idx_mapping, out, num_reqs_padded)
     return out

@@ -96,5 +96,5 @@ def prepare_positions_and_seq_lens(
     """
     positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
         query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
-    _OP(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
+    _OP.select()(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
     return positions, seq_lens

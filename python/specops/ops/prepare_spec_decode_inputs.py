@@ -147,6 +147,6 @@ def prepare_spec_decode_inputs(
         slot_mappings = list(slot_mappings)
     sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
                        blocks_per_kv_block, cp_sharded)
-    _OP(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
+    _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
         cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, idx_mapping, sizes)
     return SpecDecodeInputs(positions, seq_lens, slot_mappings)

@@ -80,6 +80,6 @@ def sas_metadata(
     """
     if out is None:
         out = torch.empty(NUM_WORDS, dtype=torch.int32, device=cu_seqlens_q.device)
-    _OP(cu_seqlens_q, seqused_kv, num_heads_q, num_heads_kv, head_dim, window_left, window_right,
+    _OP.select()(cu_seqlens_q, seqused_kv, num_heads_q, num_heads_kv, head_dim, window_left, window_right,
         num_cube_cores, num_vector_cores, out)
     return out
