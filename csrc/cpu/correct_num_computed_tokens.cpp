@@ -2,9 +2,9 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
-#include <vector>
 
 #include "cpu/accounting_checks.h"
+#include "cpu/scratch.h"
 #include "kernels/correct_num_computed_tokens.h"
 
 namespace specops::cpu {
@@ -16,12 +16,12 @@ void correct_num_computed_tokens(const at::Tensor& num_computed_tokens, const at
   const kernels::CountCorrectionShape shape =
       check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                              prev_num_draft_tokens, cpu_num_computed_tokens);
-  std::vector<int32_t> scratch(2 * shape.num_rows);
+  int32_t* scratch = int32_scratch(2 * shape.num_rows);
   AT_DISPATCH_INDEX_TYPES(prev_positions.scalar_type(), "correct_num_computed_tokens", [&] {
     kernels::correct_num_computed_tokens<index_t>(
         num_computed_tokens.data_ptr<int32_t>(), num_accepted_tokens.data_ptr<int32_t>(),
         prev_positions.data_ptr<index_t>(), valid_sampled_token_count.data_ptr<int32_t>(),
-        prev_num_draft_tokens.data_ptr<int32_t>(), cpu_num_computed_tokens.data_ptr<int32_t>(), scratch.data(),
+        prev_num_draft_tokens.data_ptr<int32_t>(), cpu_num_computed_tokens.data_ptr<int32_t>(), scratch,
         shape);
   });
 }

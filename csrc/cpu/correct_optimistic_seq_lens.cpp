@@ -3,9 +3,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "cpu/checks.h"
+#include "cpu/scratch.h"
 #include "kernels/correct_optimistic_seq_lens.h"
 
 namespace specops::cpu {
@@ -21,11 +21,11 @@ void correct_optimistic_seq_lens(const at::Tensor& seq_lens_cpu, const at::Tenso
   shape.num_rows = prev_positions.numel();
   shape.num_previous_rows = std::min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel());
   check_min_numel(seq_lens_cpu, "seq_lens_cpu", shape.num_rows, "n = prev_positions.numel()");
-  std::vector<int32_t> scratch(shape.num_rows);
+  int32_t* scratch = int32_scratch(shape.num_rows);
   AT_DISPATCH_INDEX_TYPES(prev_positions.scalar_type(), "correct_optimistic_seq_lens", [&] {
     kernels::correct_optimistic_seq_lens<index_t>(seq_lens_cpu.data_ptr<int32_t>(), prev_positions.data_ptr<index_t>(),
                                                   valid_sampled_token_count.data_ptr<int32_t>(),
-                                                  prev_num_draft_tokens.data_ptr<int32_t>(), scratch.data(), shape);
+                                                  prev_num_draft_tokens.data_ptr<int32_t>(), scratch, shape);
   });
 }
 

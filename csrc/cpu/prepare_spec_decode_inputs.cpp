@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/accounting_checks.h"
+#include "cpu/scratch.h"
 #include "cpu/slot_mapping_checks.h"
 #include "kernels/prepare_spec_decode_inputs.h"
 
@@ -76,9 +77,8 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                       num_reqs, " entries, got ", idx_mapping->numel());
   }
 
-  std::vector<int32_t> scratch(2 * correction.num_rows);
-  int32_t* new_computed = scratch.data();
-  int32_t* new_accepted = scratch.data() + correction.num_rows;
+  int32_t* new_computed = int32_scratch(2 * correction.num_rows);
+  int32_t* new_accepted = new_computed + correction.num_rows;
   int32_t* counts = num_computed_tokens.data_ptr<int32_t>();
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   kernels::PositionsShape positions_shape;
