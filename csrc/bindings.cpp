@@ -4,10 +4,13 @@
 
 #include <string>
 
+#include "fast_call.h"
+
 namespace py = pybind11;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts";
+  m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts and FastOp";
+  specops::bind_fast_call(m);
   m.attr("version") = SPECOPS_VERSION;
   m.attr("cann_version") = std::string(SPECOPS_CANN_VERSION).empty() ? py::object(py::none()) : py::str(SPECOPS_CANN_VERSION);
   m.attr("torch_version") = SPECOPS_TORCH_VERSION;

@@ -18,6 +18,9 @@ import torch
 from specops._backend import _current_backend, triton_interpreter_enabled
 from specops._extension import EXTENSION, require_native
 
+if EXTENSION.loaded:
+    from specops import _C
+
 # Torch keeps the registrations alive as long as this object lives.
 _IMPL_LIBRARY = torch.library.Library("specops", "IMPL") if EXTENSION.loaded else None
 
@@ -54,9 +57,9 @@ class SpecOp:
         self.check = check
         self.reference = reference
         self._native = getattr(torch.ops.specops, name).default if EXTENSION.loaded else None
-        # The overload's raw C++ entry point: the same dispatcher call as `self._native`
-        # without OpOverload.__call__'s Python frame, which is 10% of a small op's cost.
-        self._native_entry = self._native._op if self._native is not None else None
+        # The same dispatcher call as `self._native`, minus OpOverload.__call__'s Python frame
+        # and torch's generic argument parser: two thirds of a small op's cost (csrc/fast_call.h).
+        self._native_entry = _C.FastOp(f"specops::{name}", self._native._op) if self._native is not None else None
         self._triton: Callable[..., None] | None = None
         if _IMPL_LIBRARY is not None:
             torch.library.register_fake(f"specops::{name}", self._fake, lib=_IMPL_LIBRARY)
@@ -77,8 +80,8 @@ class SpecOp:
 
     def select(self) -> Callable[..., None]:
         """What this call runs, taking the schema's arguments. Wrappers call `_OP.select()(...)`:
-        on the hot path (eager, native backend) that is the op's C++ entry itself, with no Python
-        frame between the wrapper and the dispatcher, a quarter of a small op's cost."""
+        on the hot path (eager, native backend) that is the op's FastOp, a C++ object, so no
+        Python frame stands between the wrapper and the dispatcher."""
         # Compiled graphs always call the registered op, which dispatches by device; the
         # backend switch is an eager-mode tool (and a ContextVar cannot be traced).
         if _is_compiling():

@@ -1,0 +1,126 @@
+#include "fast_call.h"
+
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <stdexcept>
+
+namespace py = pybind11;
+
+namespace specops {
+
+FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
+    : op_(c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name.c_str(), "")),
+      generic_entry_(std::move(generic_entry)) {
+  const c10::FunctionSchema& schema = op_.schema();
+  if (!schema.returns().empty()) {
+    throw std::invalid_argument("FastOp: " + qualified_name + " returns values; only ops returning () are supported");
+  }
+  for (const c10::Argument& argument : schema.arguments()) {
+    const c10::TypePtr& type = argument.type();
+    if (type->kind() == c10::TypeKind::TensorType) {
+      kinds_.push_back(ArgKind::kTensor);
+    } else if (type->kind() == c10::TypeKind::OptionalType &&
+               type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
+      kinds_.push_back(ArgKind::kOptionalTensor);
+    } else if (type->kind() == c10::TypeKind::ListType &&
+               type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
+      kinds_.push_back(ArgKind::kTensorList);
+    } else if (type->kind() == c10::TypeKind::IntType) {
+      kinds_.push_back(ArgKind::kInt);
+    } else if (type->kind() == c10::TypeKind::BoolType) {
+      kinds_.push_back(ArgKind::kBool);
+    } else if (type->kind() == c10::TypeKind::ListType &&
+               type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::IntType) {
+      kinds_.push_back(ArgKind::kIntList);
+    } else {
+      throw std::invalid_argument("FastOp: " + qualified_name + " has an argument of type " + type->str() +
+                                  ", which the fast path does not box");
+    }
+  }
+}
+
+bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValue>& stack) const {
+  switch (kind) {
+    case ArgKind::kOptionalTensor:
+      if (value == Py_None) {
+        stack.emplace_back();
+        return true;
+      }
+      [[fallthrough]];
+    case ArgKind::kTensor:
+      // Exactly torch.Tensor (or Parameter): a subclass may override __torch_function__,
+      // which only the generic path honours.
+      if (!THPVariable_CheckExact(value)) return false;
+      stack.emplace_back(THPVariable_Unpack(value));
+      return true;
+    case ArgKind::kTensorList: {
+      if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
+      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+      c10::List<at::Tensor> tensors;
+      tensors.reserve(size);
+      for (Py_ssize_t i = 0; i < size; ++i) {
+        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
+        if (!THPVariable_CheckExact(item)) return false;
+        tensors.push_back(THPVariable_Unpack(item));
+      }
+      stack.emplace_back(std::move(tensors));
+      return true;
+    }
+    case ArgKind::kInt: {
+      if (!PyLong_CheckExact(value)) return false;
+      int overflow = 0;
+      const long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+      if (overflow != 0) return false;
+      stack.emplace_back(static_cast<int64_t>(number));
+      return true;
+    }
+    case ArgKind::kBool:
+      if (value != Py_True && value != Py_False) return false;
+      stack.emplace_back(value == Py_True);
+      return true;
+    case ArgKind::kIntList: {
+      if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
+      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+      std::vector<int64_t> numbers;
+      numbers.reserve(size);
+      for (Py_ssize_t i = 0; i < size; ++i) {
+        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
+        if (!PyLong_CheckExact(item)) return false;
+        int overflow = 0;
+        const long long number = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow != 0) return false;
+        numbers.push_back(number);
+      }
+      stack.emplace_back(std::move(numbers));
+      return true;
+    }
+  }
+  return false;
+}
+
+py::object FastOp::operator()(const py::args& args) const {
+  if (args.size() != kinds_.size() || at::impl::torch_function_mode_enabled()) {
+    return generic_entry_(*args);
+  }
+  std::vector<c10::IValue> stack;
+  stack.reserve(kinds_.size());
+  for (size_t i = 0; i < kinds_.size(); ++i) {
+    if (!push_argument(args[i].ptr(), kinds_[i], stack)) return generic_entry_(*args);
+  }
+  HANDLE_TH_ERRORS
+  op_.callBoxed(stack);
+  return py::none();
+  END_HANDLE_TH_ERRORS_PYBIND
+}
+
+void bind_fast_call(py::module_& module) {
+  py::class_<FastOp>(module, "FastOp",
+                     "Calls one specops op through the dispatcher, boxing its arguments without torch's generic "
+                     "parser; takes the schema's arguments positionally")
+      .def(py::init<const std::string&, py::object>(), py::arg("qualified_name"), py::arg("generic_entry"))
+      .def("__call__", &FastOp::operator());
+}
+
+}  // namespace specops

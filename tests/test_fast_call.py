@@ -1,0 +1,190 @@
+"""FastOp (csrc/fast_call.h): the wrappers' way into the dispatcher behaves as torch's generic
+entry (OpOverload._op) does, output for output and error for error, and hands every call it
+does not box exactly (tensor subclasses, torch-function modes, other argument types) to it."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+
+import pytest
+import torch
+from op_table import OP_TABLE, OpSpec, get_arg, tensor_keys
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import specops
+
+pytestmark = pytest.mark.skipif("native" not in specops.available_backends(), reason="native extension not built")
+
+SLOT_MAPPING = torch.ops.specops.compute_slot_mapping.default
+
+
+def _spec_op(spec: OpSpec):
+    return importlib.import_module(f"specops.ops.{spec.name}")._OP
+
+
+@contextlib.contextmanager
+def _generic_entry(spec: OpSpec):
+    """Makes the wrapper of `spec` call torch's generic entry instead of its FastOp."""
+    op = _spec_op(spec)
+    fast = op._native_entry
+    op._native_entry = op._native._op
+    try:
+        yield
+    finally:
+        op._native_entry = fast
+
+
+def _outcome(spec: OpSpec, call: dict):
+    """What the wrapper does with `call`: every tensor afterwards, or the error it raised."""
+    try:
+        spec.wrapper(**call)
+    except Exception as error:  # noqa: BLE001  (comparing whatever is raised)
+        return type(error), str(error)
+    return {key: get_arg(call, key).clone() for key in tensor_keys(call) if get_arg(call, key).device.type != "meta"}
+
+
+def _assert_same_outcome(spec: OpSpec, call: dict) -> None:
+    twin = copy.deepcopy(call)
+    with specops.backend("native"):
+        fast = _outcome(spec, call)
+        with _generic_entry(spec):
+            generic = _outcome(spec, twin)
+    if isinstance(generic, tuple):
+        assert fast == generic
+        return
+    assert isinstance(fast, dict), f"FastOp raised {fast} where the generic entry did not"
+    assert fast.keys() == generic.keys()
+    for key in fast:
+        assert torch.equal(fast[key], generic[key]), key
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
+def test_every_wrapper_takes_the_fast_path(spec):
+    assert isinstance(_spec_op(spec)._native_entry, specops._C.FastOp)
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
+def test_fast_and_generic_entries_agree(spec):
+    _assert_same_outcome(spec, spec.valid_call())
+    for case in spec.metadata_errors() + spec.value_errors():
+        call = spec.valid_call()
+        case.change(call)
+        _assert_same_outcome(spec, call)
+
+
+def _slot_args(**replace):
+    out = torch.full((5,), 7, dtype=torch.int64)
+    args = dict(query_start_loc=torch.tensor([0, 2, 3], dtype=torch.int32),
+                positions=torch.tensor([0, 17, 5]), block_table=torch.tensor([[1, 2], [3, 4]], dtype=torch.int32),
+                block_size=16, out=out, blocks_per_kv_block=1, cp_world_size=1, cp_rank=0, cp_interleave=1,
+                idx_mapping=None, num_tokens_padded=4)
+    args.update(replace)
+    return list(args.values())
+
+
+def _fast_slot_mapping():
+    return specops._C.FastOp("specops::compute_slot_mapping", SLOT_MAPPING._op)
+
+
+EXPECTED = [16, 33, 53, -1, 7]  # row 0: 0 -> block 1, 17 -> block 2 slot 1; row 1: 5 -> block 3 slot 5; PAD; untouched
+
+
+def test_fast_op_writes_in_place():
+    args = _slot_args()
+    _fast_slot_mapping()(*args)
+    assert args[4].tolist() == EXPECTED
+
+
+@pytest.mark.parametrize("label,replace", [
+    ("float block_size", dict(block_size=16.0)),
+    ("int beyond int64", dict(block_size=2**70)),
+    ("list for a tensor", dict(positions=[0, 17, 5])),
+    ("tensor for an int", dict(block_size=torch.tensor(16))),
+])
+def test_arguments_it_does_not_box_get_torchs_own_answer(label, replace):
+    """Such calls go down the generic path: torch accepts or rejects them exactly as it would."""
+    fast_args, generic_args = _slot_args(**replace), _slot_args(**replace)
+    try:
+        SLOT_MAPPING._op(*generic_args)
+    except Exception as error:  # noqa: BLE001
+        with pytest.raises(type(error)) as raised:
+            _fast_slot_mapping()(*fast_args)
+        assert str(raised.value) == str(error)
+    else:
+        _fast_slot_mapping()(*fast_args)
+        assert fast_args[4].tolist() == generic_args[4].tolist()
+
+
+def test_missing_arguments_get_torchs_own_error():
+    with pytest.raises(Exception) as generic:
+        SLOT_MAPPING._op(*_slot_args()[:-1])
+    with pytest.raises(type(generic.value)) as fast:
+        _fast_slot_mapping()(*_slot_args()[:-1])
+    assert str(fast.value) == str(generic.value)
+
+
+class _RecordingTensor(torch.Tensor):
+    calls: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_tensor_subclass_sees_its_torch_function():
+    args = _slot_args()
+    args[1] = args[1].as_subclass(_RecordingTensor)
+    _RecordingTensor.calls.clear()
+    _fast_slot_mapping()(*args)
+    assert SLOT_MAPPING in _RecordingTensor.calls
+    assert args[4].tolist() == EXPECTED
+
+
+def test_torch_function_mode_sees_the_call():
+    seen = []
+
+    class Recording(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    args = _slot_args()
+    with Recording():
+        _fast_slot_mapping()(*args)
+    assert seen == [SLOT_MAPPING]
+    assert args[4].tolist() == EXPECTED
+
+
+def test_torch_dispatch_mode_sees_the_call():
+    seen = []
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    args = _slot_args()
+    with Recording():
+        _fast_slot_mapping()(*args)
+    assert seen == [SLOT_MAPPING]
+    assert args[4].tolist() == EXPECTED
+
+
+def test_fake_tensors_run_the_fake_kernel():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in _slot_args()]
+        _fast_slot_mapping()(*args)
+        args[3] = 0
+        with pytest.raises(ValueError, match="block_size"):
+            _fast_slot_mapping()(*args)
+
+
+def test_ops_that_return_values_are_refused():
+    with pytest.raises(ValueError, match="returns"):
+        specops._C.FastOp("specops::cp_local_max_lens", torch.ops.specops.cp_local_max_lens.default._op)
