@@ -187,6 +187,14 @@ class GreedyScheduler {
       return;
     }
     unplaced_ -= chunks + kFixedCost;
+    if (load_ + chunks + kFixedCost <= cap_) {  // the common case: the whole item fits this core
+      int32_t* entry = plan_->fa[core_];
+      if (load_ == 0) start_entry(entry, bn2, m, t.lo);
+      end_entry(entry, bn2, m, t.hi);
+      load_ += chunks + kFixedCost;
+      plan_->total_cost += chunks + kFixedCost;
+      return;
+    }
     for (int64_t done = 0; done < chunks && !overflow_;) {
       if (load_ + kMinCap > cap_) {
         ++core_;
@@ -203,17 +211,9 @@ class GreedyScheduler {
         plan_->splits[plan_->num_splits++] = SplitItem{bn2, m, plan_->num_slots, 0, t.rows};
       }
       int32_t* entry = plan_->fa[core_];
-      if (load_ == 0) {
-        entry[0] = 1;
-        entry[1] = static_cast<int32_t>(bn2);
-        entry[2] = static_cast<int32_t>(m);
-        entry[3] = static_cast<int32_t>(t.lo + done * s_.kv_tile);
-        entry[7] = -1;
-      }
+      if (load_ == 0) start_entry(entry, bn2, m, t.lo + done * s_.kv_tile);
       const int64_t piece_end = t.lo + (done + take) * s_.kv_tile;
-      entry[4] = static_cast<int32_t>(bn2);
-      entry[5] = static_cast<int32_t>(m);
-      entry[6] = static_cast<int32_t>(piece_end < t.hi ? piece_end : t.hi);
+      end_entry(entry, bn2, m, piece_end < t.hi ? piece_end : t.hi);
       if (split) {
         if (entry[7] < 0) entry[7] = static_cast<int32_t>(plan_->num_slots);
         ++plan_->num_slots;
@@ -226,6 +226,20 @@ class GreedyScheduler {
   }
 
  private:
+  static void start_entry(int32_t* entry, int64_t bn2, int64_t m, int64_t kv_start) {
+    entry[0] = 1;
+    entry[1] = static_cast<int32_t>(bn2);
+    entry[2] = static_cast<int32_t>(m);
+    entry[3] = static_cast<int32_t>(kv_start);
+    entry[7] = -1;
+  }
+
+  static void end_entry(int32_t* entry, int64_t bn2, int64_t m, int64_t kv_end) {
+    entry[4] = static_cast<int32_t>(bn2);
+    entry[5] = static_cast<int32_t>(m);
+    entry[6] = static_cast<int32_t>(kv_end);
+  }
+
   const SASShape& s_;
   int64_t cap_;
   int64_t unplaced_;  // unsplit cost of the items not yet scheduled
