@@ -110,7 +110,11 @@ py::object FastOp::operator()(const py::args& args) const {
     if (!push_argument(args[i].ptr(), kinds_[i], stack)) return generic_entry_(*args);
   }
   HANDLE_TH_ERRORS
-  op_.callBoxed(stack);
+  {
+    // As torch's own entry does: other Python threads run while the op does.
+    py::gil_scoped_release no_gil;
+    op_.callBoxed(stack);
+  }
   return py::none();
   END_HANDLE_TH_ERRORS_PYBIND
 }

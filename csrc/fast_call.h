@@ -2,10 +2,11 @@
 //
 // Calling `torch.ops.specops.<op>.default` from Python runs torch's generic argument parser,
 // which matches every Python argument against the schema through the JIT type system: for an
-// eleven-argument op that is most of the cost of a small call (1.85 us of which the kernel is
-// 0.1 us on the 2-core build machine). FastOp boxes the arguments itself, knowing the schema's
+// eleven-argument op that is most of the cost of a small call (1.3 of 1.9 us on the 2-core build
+// machine; the kernel is 0.1 us). FastOp boxes the arguments itself, knowing the schema's
 // few argument kinds, then makes the same boxed dispatcher call: every registered kernel,
-// fake tensor, dispatch mode and autograd fallback sees exactly what the generic path gives it.
+// fake tensor, dispatch mode and autograd fallback sees exactly what the generic path gives it,
+// and like torch's entry it releases the GIL while the op runs (0.2 us of the call's 0.8 us).
 // Any argument it does not recognise exactly (a tensor subclass, a SymInt, a wrong type), or an
 // active torch-function mode, sends the call down the generic path, whose errors are torch's.
 #pragma once

@@ -11,10 +11,14 @@ shared` over all; group K's cost is step(g0..gK) - step(g0..gK-1), timed in the 
 interleaved rounds. `own ops gK` runs only the ops group K cannot share: its slot-mapping
 format, its sas_metadata when no earlier group has its (heads, head_dim, window), its DSpark
 indices. `no-cache gK` is group K building alone (build_for_drafting without a cache), and
-`step no-cache` every group building alone.
+`step no-cache` every group building alone. `write floor gK` fills the DSpark group's
+[tokens, 1, width] int32 indices with one `fill_` (one aten call, about 1 µs of it dispatch): what
+merely writing the layout SPEC 3.4 asks for costs on this machine, the part of the group's cost
+that no implementation avoids.
 
 Extras: `gK/g0` = group K's cost in the step / step g0; `gK layer/g0` = the same minus own ops
-gK: what the layer itself (fingerprint, lookups, metadata object) costs a later group.
+gK: what the layer itself (fingerprint, lookups, metadata object) costs a later group;
+`gK floor/g0` = write floor gK / step g0.
 """
 
 from __future__ import annotations
@@ -119,6 +123,13 @@ def _own_ops(model: ModelConfig, groups, index: int, common: CommonDraftInputs,
     return run
 
 
+def _write_floor(model: ModelConfig, group: GroupConfig, common: CommonDraftInputs,
+                 device: torch.device) -> Callable[[], object]:
+    """Fills the DSpark indices of `group` as a build sizes them, computing nothing."""
+    indices = _builders(model, (group,), device)[0].build_for_drafting(common, DRAFT_INDEX).dspark_swa_indices
+    return lambda: indices.fill_(-1)
+
+
 def _impl_name(mode: str, index: int, group: GroupConfig) -> str:
     return f"{mode} g{index} {group.name}"
 
@@ -135,6 +146,9 @@ def _ratios(groups) -> Callable[[dict[str, float]], dict[str, float]]:
             cost = medians[_step_name(groups, index + 1)] - medians[_step_name(groups, index)]
             ratios[f"g{index}/g0"] = cost / first
             layer[f"g{index} layer/g0"] = (cost - medians[_impl_name("own ops", index, group)]) / first
+            floor = medians.get(_impl_name("write floor", index, group))
+            if floor is not None:
+                layer[f"g{index} floor/g0"] = floor / first
         return {**ratios, "max later/first": max(ratios.values()), **layer}
 
     return derive
@@ -150,6 +164,8 @@ def _case(groups, num_reqs: int, num_speculative_tokens: int, cp_size: int, devi
             lambda prefix=step_builders[:count]: build_draft_attn_metadata(prefix, common, DRAFT_INDEX))
     for index in range(1, len(groups)):
         impls[_impl_name("own ops", index, groups[index])] = _own_ops(model, groups, index, common, device)
+        if groups[index].dspark:
+            impls[_impl_name("write floor", index, groups[index])] = _write_floor(model, groups[index], common, device)
     alone = _builders(model, groups, device)
     for index, builder in enumerate(alone):
         impls[_impl_name("no-cache", index, groups[index])] = (
