@@ -10,13 +10,27 @@ namespace py = pybind11;
 
 namespace specops {
 
+namespace {
+
+bool is_list_of(const c10::TypePtr& type, c10::TypeKind element) {
+  return type->kind() == c10::TypeKind::ListType &&
+         type->castRaw<c10::ListType>()->getElementType()->kind() == element;
+}
+
+// A Python int that fits int64; anything else (bool, numpy ints, SymInt) is the generic path's.
+bool read_int(PyObject* value, int64_t* number) {
+  if (!PyLong_CheckExact(value)) return false;
+  int overflow = 0;
+  *number = PyLong_AsLongLongAndOverflow(value, &overflow);
+  return overflow == 0;
+}
+
+}  // namespace
+
 FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
     : op_(c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name.c_str(), "")),
       generic_entry_(std::move(generic_entry)) {
   const c10::FunctionSchema& schema = op_.schema();
-  if (!schema.returns().empty()) {
-    throw std::invalid_argument("FastOp: " + qualified_name + " returns values; only ops returning () are supported");
-  }
   for (const c10::Argument& argument : schema.arguments()) {
     const c10::TypePtr& type = argument.type();
     if (type->kind() == c10::TypeKind::TensorType) {
@@ -24,19 +38,28 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
     } else if (type->kind() == c10::TypeKind::OptionalType &&
                type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
       kinds_.push_back(ArgKind::kOptionalTensor);
-    } else if (type->kind() == c10::TypeKind::ListType &&
-               type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
+    } else if (is_list_of(type, c10::TypeKind::TensorType)) {
       kinds_.push_back(ArgKind::kTensorList);
     } else if (type->kind() == c10::TypeKind::IntType) {
       kinds_.push_back(ArgKind::kInt);
     } else if (type->kind() == c10::TypeKind::BoolType) {
       kinds_.push_back(ArgKind::kBool);
-    } else if (type->kind() == c10::TypeKind::ListType &&
-               type->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::IntType) {
+    } else if (is_list_of(type, c10::TypeKind::IntType)) {
       kinds_.push_back(ArgKind::kIntList);
     } else {
       throw std::invalid_argument("FastOp: " + qualified_name + " has an argument of type " + type->str() +
                                   ", which the fast path does not box");
+    }
+  }
+  for (const c10::Argument& value : schema.returns()) {
+    const c10::TypePtr& type = value.type();
+    if (type->kind() == c10::TypeKind::IntType) {
+      return_kinds_.push_back(ArgKind::kInt);
+    } else if (is_list_of(type, c10::TypeKind::IntType)) {
+      return_kinds_.push_back(ArgKind::kIntList);
+    } else {
+      throw std::invalid_argument("FastOp: " + qualified_name + " returns a " + type->str() +
+                                  ", which the fast path does not convert");
     }
   }
 }
@@ -69,11 +92,9 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
       return true;
     }
     case ArgKind::kInt: {
-      if (!PyLong_CheckExact(value)) return false;
-      int overflow = 0;
-      const long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-      if (overflow != 0) return false;
-      stack.emplace_back(static_cast<int64_t>(number));
+      int64_t number = 0;
+      if (!read_int(value, &number)) return false;
+      stack.emplace_back(number);
       return true;
     }
     case ArgKind::kBool:
@@ -86,11 +107,8 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
       std::vector<int64_t> numbers;
       numbers.reserve(size);
       for (Py_ssize_t i = 0; i < size; ++i) {
-        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
-        if (!PyLong_CheckExact(item)) return false;
-        int overflow = 0;
-        const long long number = PyLong_AsLongLongAndOverflow(item, &overflow);
-        if (overflow != 0) return false;
+        int64_t number = 0;
+        if (!read_int(PySequence_Fast_GET_ITEM(value, i), &number)) return false;
         numbers.push_back(number);
       }
       stack.emplace_back(std::move(numbers));
@@ -98,6 +116,20 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
     }
   }
   return false;
+}
+
+py::object FastOp::returned(const std::vector<c10::IValue>& stack) const {
+  auto convert = [](const c10::IValue& value, ArgKind kind) -> py::object {
+    if (kind == ArgKind::kInt) return py::int_(value.toInt());
+    py::list numbers;
+    for (const int64_t number : value.toIntList()) numbers.append(number);
+    return std::move(numbers);
+  };
+  if (return_kinds_.empty()) return py::none();
+  if (return_kinds_.size() == 1) return convert(stack[0], return_kinds_[0]);
+  py::tuple values(return_kinds_.size());
+  for (size_t i = 0; i < return_kinds_.size(); ++i) values[i] = convert(stack[i], return_kinds_[i]);
+  return std::move(values);
 }
 
 py::object FastOp::operator()(const py::args& args) const {
@@ -115,7 +147,7 @@ py::object FastOp::operator()(const py::args& args) const {
     py::gil_scoped_release no_gil;
     op_.callBoxed(stack);
   }
-  return py::none();
+  return returned(stack);
   END_HANDLE_TH_ERRORS_PYBIND
 }
 

@@ -22,7 +22,7 @@ namespace specops {
 class FastOp {
  public:
   // `generic_entry` is the overload's own C++ entry (OpOverload._op), used for every call the
-  // fast path does not take.
+  // fast path does not take. The op may return nothing, ints and lists of ints.
   FastOp(const std::string& qualified_name, pybind11::object generic_entry);
 
   pybind11::object operator()(const pybind11::args& args) const;
@@ -31,9 +31,11 @@ class FastOp {
   enum class ArgKind { kTensor, kOptionalTensor, kTensorList, kInt, kBool, kIntList };
 
   bool push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValue>& stack) const;
+  pybind11::object returned(const std::vector<c10::IValue>& stack) const;
 
   c10::OperatorHandle op_;
   std::vector<ArgKind> kinds_;
+  std::vector<ArgKind> return_kinds_;  // kInt or kIntList
   pybind11::object generic_entry_;
 };
 

@@ -144,33 +144,34 @@ def test_tensor_subclass_sees_its_torch_function():
     assert args[4].tolist() == EXPECTED
 
 
-def test_torch_function_mode_sees_the_call():
-    seen = []
+class _RecordingFunctionMode(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
 
-    class Recording(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            seen.append(func)
-            return func(*args, **(kwargs or {}))
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(func)
+        return func(*args, **(kwargs or {}))
 
+
+class _RecordingDispatchMode(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("mode_type", [_RecordingFunctionMode, _RecordingDispatchMode])
+def test_modes_see_the_call(mode_type):
+    """A torch-function mode sends the call down the generic path; a dispatch mode sees it
+    from the dispatcher, as it does any op's."""
     args = _slot_args()
-    with Recording():
+    with mode_type() as mode:
         _fast_slot_mapping()(*args)
-    assert seen == [SLOT_MAPPING]
-    assert args[4].tolist() == EXPECTED
-
-
-def test_torch_dispatch_mode_sees_the_call():
-    seen = []
-
-    class Recording(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.append(func)
-            return func(*args, **(kwargs or {}))
-
-    args = _slot_args()
-    with Recording():
-        _fast_slot_mapping()(*args)
-    assert seen == [SLOT_MAPPING]
+    assert mode.seen == [SLOT_MAPPING]
     assert args[4].tolist() == EXPECTED
 
 
@@ -185,6 +186,17 @@ def test_fake_tensors_run_the_fake_kernel():
             _fast_slot_mapping()(*args)
 
 
-def test_ops_that_return_values_are_refused():
-    with pytest.raises(ValueError, match="returns"):
-        specops._C.FastOp("specops::cp_local_max_lens", torch.ops.specops.cp_local_max_lens.default._op)
+def test_int_list_returns_match_the_generic_entry():
+    generic_entry = torch.ops.specops.cp_local_max_lens.default._op
+    fast = specops._C.FastOp("specops::cp_local_max_lens", generic_entry)
+    query_start_loc = torch.tensor([0, 3, 4, 9], dtype=torch.int32)
+    seq_lens = torch.tensor([10, 4, 7], dtype=torch.int32)
+    for args in [(query_start_loc, seq_lens, 12, 2, 1, True), (query_start_loc, None, 9, 4, 0, False)]:
+        expected = generic_entry(*args)
+        assert fast(*args) == expected
+        assert type(fast(*args)) is type(expected)
+
+
+def test_unconvertible_returns_are_refused():
+    with pytest.raises(ValueError, match="returns a Tensor"):
+        specops._C.FastOp("aten::relu", torch.ops.aten.relu.default._op)

@@ -8,9 +8,8 @@ import torch
 
 from specops._backend import current_backend
 from specops._cp import cp_token_split
-from specops._extension import EXTENSION
 from specops.ops._checks import INT32_MAX, check_cp_rank, check_entries, check_non_negative, check_query_start_loc, check_tensor
-from specops.ops._op import SpecOp
+from specops.ops._op import SpecOp, fast_native_entry
 from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_max_lens
 from specops.reference.cp_local_metadata import cp_local_metadata as _reference
 
@@ -65,8 +64,8 @@ def _check(
 
 
 _OP = SpecOp("cp_local_metadata", _check, _reference)
-# The raw entry point of the host-only helper op (see SpecOp: it skips a Python frame per call).
-_NATIVE_MAX_LENS = torch.ops.specops.cp_local_max_lens.default._op if EXTENSION.loaded else None
+# The host-only helper op, entered like every wrapper's op.
+_NATIVE_MAX_LENS = fast_native_entry("cp_local_max_lens")
 
 
 def _check_host_copy(t: torch.Tensor | None, name: str, of: str, entries: int) -> None:
