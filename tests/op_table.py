@@ -133,6 +133,10 @@ class OpSpec:
     # The wrapper's int arguments, when they are not the schema's (a packed int[] schema argument).
     scalars: tuple[str, ...] | None = None
     host_tensors: tuple[str, ...] = ()  # host copies that stay on the CPU when the rest is on a device
+    # Inputs every backend reads in full before its first write, so they may share memory with
+    # an output (the result is as if they had not); every other input, and every other output,
+    # sharing memory with an output is rejected (test_bad_input_matrix.py, aliasing family).
+    reads_first: tuple[str, ...] = ()
 
 
 def t32(*values: int) -> torch.Tensor:
@@ -738,6 +742,7 @@ CP_LOCAL = OpSpec(
     value_errors=_cp_values,
     draw_call=_cp_draw(),
     host_tensors=("query_start_loc_cpu", "seq_lens_cpu"),
+    reads_first=("query_start_loc_cpu", "seq_lens_cpu"),  # the host maxima are computed before the op
     corruptions=(
         Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True)),
         Corruption("query_start_loc out of order", _cp_query_start_loc_out_of_order),
@@ -828,6 +833,7 @@ def _extreme(*names: str) -> Callable[[Callable, Call], bool]:
     return apply
 
 
+CORRECTION_INPUTS = ("prev_positions", "valid_sampled_token_count", "prev_num_draft_tokens", "cpu_num_computed_tokens")
 CORRECTION_TENSORS = dict(num_computed_tokens=Arg((I32,), 1), num_accepted_tokens=Arg((I32,), 1),
                           prev_positions=Arg((I32, I64), 1), valid_sampled_token_count=Arg((I32,), 1),
                           prev_num_draft_tokens=Arg((I32,), 1), cpu_num_computed_tokens=Arg((I32,), 1))
@@ -868,6 +874,7 @@ CORRECT_COUNTS = OpSpec(
     metadata_errors=_correction_metadata,
     value_errors=lambda: [],  # any row index is valid: out of range, a row takes the host value
     draw_call=_correction_draw(),
+    reads_first=CORRECTION_INPUTS,
     corruptions=(
         Corruption("prev_positions at the dtype's extremes", _extreme("prev_positions")),
         Corruption("counts at int32 extremes", _extreme("num_computed_tokens", "valid_sampled_token_count",
@@ -900,6 +907,7 @@ CORRECT_SEQ_LENS = OpSpec(
                                  seq_lens_cpu=t32(5))],
     value_errors=lambda: [],
     draw_call=_seq_lens_draw(),
+    reads_first=("prev_positions", "valid_sampled_token_count", "prev_num_draft_tokens"),
     corruptions=(
         Corruption("prev_positions at the dtype's extremes", _extreme("prev_positions")),
         Corruption("counts at int32 extremes", _extreme("seq_lens_cpu", "valid_sampled_token_count",
@@ -1107,6 +1115,7 @@ FUSED = OpSpec(
     metadata_errors=_fused_metadata,
     value_errors=_fused_values,
     draw_call=_fused_draw(),
+    reads_first=CORRECTION_INPUTS,  # gathered before the first store; the rest is read while storing
     corruptions=(
         Corruption("a request past every table", _fused_request_past_tables),
         Corruption("idx_mapping past the tables", _fused_idx_past_tables),

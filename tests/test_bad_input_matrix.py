@@ -127,6 +127,74 @@ def test_valid_call_is_accepted(backend, spec):
     spec.wrapper(**spec.valid_call())
 
 
+# ---------------------------------------------------------------- aliasing: outputs sharing memory
+
+def _sharing_memory(output: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Contiguous copies of output and other in one buffer, other starting halfway into output
+    (at its first byte when output is short), whatever their dtypes. other keeps its values;
+    the bytes of output under other hold other's."""
+    output_bytes, other_bytes = output.numel() * output.element_size(), other.numel() * other.element_size()
+    offset = output_bytes // 2 // 8 * 8
+    storage = torch.zeros(max(output_bytes, offset + other_bytes), dtype=torch.uint8).untyped_storage()
+
+    def placed(t: torch.Tensor, byte_offset: int) -> torch.Tensor:
+        view = torch.empty(0, dtype=t.dtype).set_(storage, byte_offset // t.element_size(), t.shape,
+                                                  t.contiguous().stride())
+        view.copy_(t)
+        return view
+
+    return placed(output, 0), placed(other, offset)
+
+
+def _alias_cases() -> list[tuple[OpSpec, str, str]]:
+    """Every output against every other tensor of the valid call (each pair of outputs once)."""
+    cases = []
+    for spec in OP_TABLE:
+        call = spec.valid_call()
+        present = [key for key in spec.tensors
+                   if isinstance(get_arg(call, key), torch.Tensor) and get_arg(call, key).numel()]
+        for output in spec.outputs:
+            for other in present:
+                if other == output or (other in spec.outputs and spec.outputs.index(other) > spec.outputs.index(output)):
+                    continue
+                cases.append((spec, output, other))
+    return cases
+
+
+ALIAS_CASES = _alias_cases()
+
+
+def _independent_copy(call: Call) -> Call:
+    def copied(value):
+        if isinstance(value, list):
+            return [copied(item) for item in value]
+        return value.clone() if isinstance(value, torch.Tensor) else value
+    return {name: copied(value) for name, value in call.items()}
+
+
+@pytest.mark.parametrize("spec,output,other", ALIAS_CASES,
+                         ids=[f"{s.name}-{o}-{i}" for s, o, i in ALIAS_CASES])
+def test_outputs_share_memory_only_with_inputs_read_first(backend, spec, output, other):
+    """An output overlapping another output, or an input the op reads while it stores, is
+    rejected before any write; an input every backend reads in full first (OpSpec.reads_first)
+    may overlap, and the result is the one its values give in a buffer of their own."""
+    def share(call: Call) -> None:
+        output_view, other_view = _sharing_memory(get_arg(call, output), get_arg(call, other))
+        set_arg(call, output, output_view)
+        set_arg(call, other, other_view)
+
+    if other not in spec.reads_first:
+        assert_rejected(spec, Bad(f"{output} sharing {other}", (output, other), share))
+        return
+    call = spec.valid_call()
+    share(call)
+    separate = _independent_copy(call)
+    spec.wrapper(**separate)
+    spec.wrapper(**call)
+    for name in spec.outputs:
+        assert_same(get_arg(call, name), get_arg(separate, name), f"{name} with {output} sharing {other}")
+
+
 def _schema_arguments(name: str) -> list:
     return getattr(torch.ops.specops, name).default._schema.arguments
 

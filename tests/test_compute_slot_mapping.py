@@ -193,6 +193,43 @@ def test_compiles_without_graph_break():
     assert_same(out + 1, expected)
 
 
+def _int32_out_over_query_start_loc() -> tuple[torch.Tensor, ...]:
+    """out (int32) and query_start_loc in one buffer, out starting at query_start_loc[1]; block
+    ids so large that a slot stored into query_start_loc moves a loop bound far away."""
+    buffer = torch.zeros(8, dtype=torch.int32)
+    query_start_loc = buffer[:3]
+    query_start_loc.copy_(torch.tensor([0, 2, 3], dtype=torch.int32))
+    out = buffer[1:4]
+    block_table = torch.full((2, 4), 2**24, dtype=torch.int32)
+    return buffer, query_start_loc, torch.tensor([0, 1, 2]), block_table, out
+
+
+def test_an_output_over_query_start_loc_is_rejected_before_any_write(backend):
+    """Once a SIGSEGV: the native body re-read query_start_loc while storing into it, its own
+    stores moved the loop bounds, and it wrote thousands of elements past out."""
+    buffer, query_start_loc, positions, block_table, out = _int32_out_over_query_start_loc()
+    before = buffer.clone()
+    with pytest.raises(ValueError, match="out must not share memory with query_start_loc"):
+        specops.compute_slot_mapping(query_start_loc, positions, block_table, 16, out=out)
+    assert_same(buffer, before)
+
+
+def test_a_compiled_call_with_an_output_over_query_start_loc_is_rejected():
+    """Compiled, the fake kernel sees the two views of one storage and rejects at trace time
+    (aot_eager would otherwise run the op on a copy and write garbage back over query_start_loc)."""
+    buffer, query_start_loc, positions, block_table, out = _int32_out_over_query_start_loc()
+    before = buffer.clone()
+
+    def step(query_start_loc, positions, block_table, out):
+        specops.compute_slot_mapping(query_start_loc, positions, block_table, 16, out=out)
+        return out + 1
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="out must not share memory with query_start_loc"):
+        torch.compile(step, fullgraph=True, backend="aot_eager")(query_start_loc, positions, block_table, out)
+    assert_same(buffer, before)
+
+
 def _valid_call():
     query_start_loc = torch.tensor([0, 2, 3], dtype=torch.int32)
     positions = torch.tensor([0, 17, 5])

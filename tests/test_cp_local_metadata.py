@@ -175,7 +175,8 @@ def test_native_host_path_reads_no_scalar():
         meta = specops.cp_local_metadata(query_start_loc, seq_lens, 12, 3, 0)
     assert meta.max_local_seq_len == 16
     assert log.scalar_reads() == [] and log.device_to_host() == []
-    assert [name for name in log.op_names() if name != "empty"] == ["cp_local_metadata", "cp_local_max_lens"]
+    # The maxima first: they read only inputs, so no output can have changed them.
+    assert [name for name in log.op_names() if name != "empty"] == ["cp_local_max_lens", "cp_local_metadata"]
 
 
 def test_op_log_catches_device_reads():
@@ -291,3 +292,13 @@ def test_host_copies_are_checked():
         specops.cp_local_metadata(**call, query_start_loc_cpu=torch.tensor([0, 2], dtype=torch.int32))
     with pytest.raises(ValueError, match="seq_lens_cpu"):
         specops.cp_local_metadata(**call, seq_lens_cpu=torch.tensor([7, 5]))
+
+
+def test_outputs_sharing_memory_are_rejected_before_any_write(backend):
+    """Once accepted, with garbage in all three (the accounting ops already rejected this)."""
+    call = _valid_call()
+    buffer = torch.full((6,), 55, dtype=torch.int32)
+    call.update(local_query_start_loc=buffer[:3], local_seq_lens=buffer[2:4], start_pos=buffer[4:6])
+    with pytest.raises(ValueError, match="local_seq_lens must not share memory with local_query_start_loc"):
+        specops.cp_local_metadata(**call)
+    assert buffer.tolist() == [55] * 6

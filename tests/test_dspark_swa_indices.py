@@ -248,3 +248,13 @@ def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
     call.update(change)
     assert_rejected_without_writes(specops.dspark_swa_indices, call, argument=argument, written=OUTPUTS,
                                    errors=ValueError)
+
+
+def test_outputs_sharing_memory_are_rejected_before_any_write(backend):
+    """Once accepted, with garbage in both: out_lens inside the last row of out."""
+    call = _valid_call()
+    call["out_lens"] = call["out"][3, 0, 4:]
+    before = call["out"].clone()
+    with pytest.raises(ValueError, match="out_lens must not share memory with out"):
+        specops.dspark_swa_indices(**call)
+    assert torch.equal(call["out"], before)

@@ -3,6 +3,8 @@ write nothing, opcheck, compile, bad input."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -329,3 +331,56 @@ def test_outputs_sharing_memory_are_rejected(backend):
     call["slot_mappings"] = [call["positions"], torch.zeros(4, dtype=torch.int64)]
     with pytest.raises(ValueError, match=r"slot_mappings\[0\] must not share memory with positions"):
         specops.prepare_spec_decode_inputs(**call)
+
+
+def _over(buffer: torch.Tensor, start: int, values: torch.Tensor) -> torch.Tensor:
+    view = buffer[start : start + values.numel()]
+    view.copy_(values)
+    return view
+
+
+@pytest.mark.parametrize("output", ["slot_mappings[1]", "num_computed_tokens"])
+def test_an_output_over_query_start_loc_is_rejected_before_any_write(backend, output):
+    """Once: the native op wrote far outside its outputs when an int32 slot mapping or
+    num_computed_tokens overlapped query_start_loc (it re-reads query_start_loc while storing)."""
+    call = _valid_call()
+    buffer = torch.zeros(16, dtype=torch.int32)
+    if output == "num_computed_tokens":
+        call["num_computed_tokens"] = _over(buffer, 2, call["num_computed_tokens"])
+    else:
+        call["slot_mappings"] = [call["slot_mappings"][0], _over(buffer, 1, call["slot_mappings"][1])]
+    call["query_start_loc"] = _over(buffer, 0, call["query_start_loc"])  # last: it keeps its values
+    before = buffer.clone()
+    with pytest.raises(ValueError, match=rf"{re.escape(output)} must not share memory with query_start_loc"):
+        specops.prepare_spec_decode_inputs(**call)
+    assert_same(buffer, before)
+
+
+def test_idx_mapping_that_is_seq_lens_is_rejected(backend):
+    """Once silently wrong slots: the native op read idx_mapping after it had stored seq_lens there."""
+    call = _valid_call()
+    call["seq_lens"] = i32([0, 1, 99])
+    call["idx_mapping"] = call["seq_lens"][:2]
+    before = call["seq_lens"].clone()
+    with pytest.raises(ValueError, match="seq_lens must not share memory with idx_mapping"):
+        specops.prepare_spec_decode_inputs(**call)
+    assert_same(call["seq_lens"], before)
+
+
+def test_correction_inputs_may_share_memory_with_outputs(backend):
+    """They are read in full before the first store, on every backend: the result is the one
+    their values give in buffers of their own."""
+    call = _valid_call()
+    call["prev_positions"] = i32([1, -1])  # row 0 continues row 1, row 1 takes the host count
+    buffer = torch.full((8,), 7, dtype=torch.int32)
+    call["seq_lens"] = buffer[:3]
+    call["cpu_num_computed_tokens"] = _over(buffer, 1, call["cpu_num_computed_tokens"])
+    separate = {**call, "seq_lens": call["seq_lens"].clone(), "cpu_num_computed_tokens": call["cpu_num_computed_tokens"].clone(),
+                "num_computed_tokens": call["num_computed_tokens"].clone(),
+                "num_accepted_tokens": call["num_accepted_tokens"].clone(), "positions": call["positions"].clone(),
+                "slot_mappings": [t.clone() for t in call["slot_mappings"]]}
+    expected = specops.prepare_spec_decode_inputs(**separate)
+    actual = specops.prepare_spec_decode_inputs(**call)
+    assert_same(actual.seq_lens, expected.seq_lens)
+    assert_same(actual.positions, expected.positions)
+    assert actual.seq_lens.tolist() == [24, 7, 0]  # 20 + 2 accepted + 2 tokens; host 6 + 1 token; padding

@@ -21,6 +21,10 @@ void apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const 
                     num_writes, "), got ", starts.numel());
   TORCH_CHECK_VALUE(cu_lens.numel() == num_writes + 1, "cu_lens must have K + 1 = rows.numel() + 1 = ", num_writes + 1,
                     " entries, got ", cu_lens.numel());
+  check_outputs_alias_nothing({{&table, {"table"}}}, {{&rows, {"rows"}},
+                                                      {&starts, {"starts"}},
+                                                      {&cu_lens, {"cu_lens"}},
+                                                      {&values, {"values"}}});
 
   kernels::StagedWritesShape shape;
   shape.num_writes = num_writes;

@@ -1,11 +1,12 @@
 #pragma once
 // Argument checks shared by the CPU wrappers. Every message names the argument and what was
 // expected, and every check runs before an output is touched, so a rejected call writes nothing.
-#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <initializer_list>
+#include <iterator>
 #include <ostream>
 #include <string>
 
@@ -107,14 +108,57 @@ inline void check_min_numel(const at::Tensor& t, const char* name, int64_t requi
                     t.numel());
 }
 
-// For outputs that must not share memory with another output or an input. Strided views that
-// torch cannot judge cheaply (TooHard) are let through.
+// The byte range [first, last] a tensor's elements span (torch strides are never negative).
+// Two tensors whose ranges meet may share memory; the test is conservative for interleaved
+// strided views (two column halves of one buffer count as overlapping), and the Python check
+// (python/specops/ops/_checks.py) is the same, so every backend rejects the same calls.
+struct ByteSpan {
+  uintptr_t first;
+  uintptr_t last;
+};
+
+inline ByteSpan byte_span(const at::Tensor& t) {
+  int64_t last_element = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last_element += (t.size(d) - 1) * t.stride(d);
+  const auto first = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {first, first + static_cast<uintptr_t>((last_element + 1) * t.element_size()) - 1};
+}
+
+// For outputs that must not share memory with another output or an input.
 template <typename NameA, typename NameB>
 inline void check_no_overlap(const at::Tensor& a, const NameA& a_name, const at::Tensor& b, const NameB& b_name) {
   if (a.numel() == 0 || b.numel() == 0) return;  // nothing is written or read there
-  const at::MemOverlapStatus status = at::get_overlap_status(a, b);
-  TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, a_name,
-                    " must not share memory with ", b_name);
+  const ByteSpan x = byte_span(a);
+  const ByteSpan y = byte_span(b);
+  TORCH_CHECK_VALUE(x.last < y.first || y.last < x.first, a_name, " must not share memory with ", b_name);
+}
+
+// A tensor argument and its name in messages; a null tensor is an absent optional argument.
+struct NamedTensor {
+  const at::Tensor* tensor;
+  ArgName name;
+};
+
+// No output may share memory with another output or with an input the op reads after its
+// first write: the body would read its own stores (and a moved loop bound can take it far
+// past its buffers). Inputs the op reads in full before writing are not listed by the caller.
+// Outputs and Inputs: ranges of NamedTensor (an initializer list on the hot path: no heap).
+template <typename Outputs, typename Inputs>
+inline void check_outputs_alias_nothing(const Outputs& outputs, const Inputs& inputs) {
+  for (auto a = std::begin(outputs); a != std::end(outputs); ++a) {
+    if (a->tensor == nullptr) continue;
+    for (auto b = std::begin(outputs); b != a; ++b) {
+      if (b->tensor != nullptr) check_no_overlap(*a->tensor, a->name, *b->tensor, b->name);
+    }
+    for (const NamedTensor& input : inputs) {
+      if (input.tensor != nullptr) check_no_overlap(*a->tensor, a->name, *input.tensor, input.name);
+    }
+  }
+}
+
+inline void check_outputs_alias_nothing(std::initializer_list<NamedTensor> outputs,
+                                        std::initializer_list<NamedTensor> inputs) {
+  check_outputs_alias_nothing<std::initializer_list<NamedTensor>, std::initializer_list<NamedTensor>>(outputs, inputs);
 }
 
 }  // namespace specops::cpu

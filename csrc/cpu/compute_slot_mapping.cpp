@@ -23,6 +23,11 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
     TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
                       num_reqs, " entries, got ", idx_mapping->numel());
   }
+  // The body reads query_start_loc, positions, the table and idx_mapping while it stores.
+  check_outputs_alias_nothing({{&out, {"out"}}}, {{&query_start_loc, {"query_start_loc"}},
+                                                  {&positions, {"positions"}},
+                                                  {&block_table, {"block_table"}},
+                                                  {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}}});
 
   const kernels::SlotMappingDivisors divisors(shape);
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();

@@ -1,8 +1,9 @@
 // CPU ops for cp_local_metadata (SPEC 3.4): validates, then runs the kernel body. The second op,
 // cp_local_max_lens, gives the host ints of CPLocalMetadata from host copies of the inputs, so
-// the Python wrapper never reads a device tensor. It checks shapes but not values: it runs after
-// the main op has written its outputs (on a device, without reading values), so it must not
-// raise then, and its arithmetic stays in bounds whatever the values are.
+// the Python wrapper never reads a device tensor. The wrapper runs it before the main op (its
+// inputs are then read before any output can have changed them). It checks shapes but not
+// values: on a device the main op does not read values either, so both accept the same calls,
+// and its arithmetic stays in bounds whatever the values are.
 #include <torch/library.h>
 
 #include <vector>
@@ -61,6 +62,10 @@ void cp_local_metadata(const at::Tensor& query_start_loc, const at::Tensor& seq_
   check_output(local_query_start_loc, "local_query_start_loc", shape.num_reqs + 1);
   check_output(local_seq_lens, "local_seq_lens", shape.num_reqs);
   check_output(start_pos, "start_pos", shape.num_reqs);
+  check_outputs_alias_nothing(
+      {{&local_query_start_loc, {"local_query_start_loc"}}, {&local_seq_lens, {"local_seq_lens"}},
+       {&start_pos, {"start_pos"}}},
+      {{&query_start_loc, {"query_start_loc"}}, {&seq_lens, {"seq_lens"}}});
   shape.local_query_start_loc_len = local_query_start_loc.numel();
   shape.local_seq_lens_len = local_seq_lens.numel();
   shape.start_pos_len = start_pos.numel();

@@ -41,6 +41,9 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
   check_tensor(out_lens, "out_lens", {c10::kInt}, 1);
   TORCH_CHECK_VALUE(out_lens.numel() >= split.tokens_per_rank, "out_lens must have at least ", split.tokens_per_rank,
                     " entries, got ", out_lens.numel());
+  check_outputs_alias_nothing({{&out, {"out"}}, {&out_lens, {"out_lens"}}},
+                              {{&block_table, {"block_table"}}, {&query_start_loc, {"query_start_loc"}},
+                               {&seq_lens, {"seq_lens"}}});
 
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   const int32_t* lens = seq_lens.data_ptr<int32_t>();

@@ -15,6 +15,7 @@ void format_slot_mapping_blocks(const at::Tensor& slot_mapping, int64_t block_si
   check_rows_disjoint(out, "out");
   TORCH_CHECK_VALUE(out.size(1) == 2 && out.size(0) >= slot_mapping.numel(), "out must have shape [>= ",
                     slot_mapping.numel(), ", 2], got ", out.sizes());
+  check_outputs_alias_nothing({{&out, {"out"}}}, {{&slot_mapping, {"slot_mapping"}}});
 
   kernels::FormatSlotShape shape;
   shape.num_slots = slot_mapping.numel();

@@ -24,6 +24,9 @@ void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& nu
   TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs && num_reqs_padded <= out.size(0),
                     "num_reqs_padded must be in [R = ", num_reqs, ", out.size(0) = ", out.size(0), "], got ",
                     num_reqs_padded);
+  check_outputs_alias_nothing({{&out, {"out"}}}, {{&src_block_table, {"src_block_table"}},
+                                                  {&num_blocks, {"num_blocks"}},
+                                                  {&idx_mapping, {"idx_mapping"}}});
 
   kernels::GatherBlockTablesShape shape;
   shape.num_reqs = num_reqs;

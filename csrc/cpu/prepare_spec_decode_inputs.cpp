@@ -3,7 +3,6 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
-#include <utility>
 #include <vector>
 
 #include "cpu/accounting_checks.h"
@@ -58,24 +57,25 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                         wide ? nullptr : out.data_ptr<int32_t>(), shape);
   }
 
-  // Every output is written once, so no two may share memory; the correction's inputs may
-  // alias num_computed_tokens and num_accepted_tokens, as in correct_num_computed_tokens.
-  std::vector<std::pair<const at::Tensor*, ArgName>> outputs = {
-      {&num_computed_tokens, {"num_computed_tokens"}}, {&num_accepted_tokens, {"num_accepted_tokens"}},
-      {&positions, {"positions"}}, {&seq_lens, {"seq_lens"}}};
-  for (size_t g = 0; g < num_groups; ++g) {
-    outputs.emplace_back(&slot_mappings[g], ArgName{"slot_mappings", static_cast<int64_t>(g)});
-  }
-  for (size_t a = 2; a < outputs.size(); ++a) {
-    for (size_t b = 0; b < a; ++b) {
-      check_no_overlap(*outputs[a].first, outputs[a].second, *outputs[b].first, outputs[b].second);
-    }
-  }
   if (idx_mapping.has_value()) {
     check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
     TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
                       num_reqs, " entries, got ", idx_mapping->numel());
   }
+  // Every output is written once, so no two may share memory. The correction's four inputs
+  // are read in full before the first store (gathered into scratch), so they may alias any
+  // output; query_start_loc, idx_mapping and the block tables are read while storing.
+  std::vector<NamedTensor> outputs = {{&num_computed_tokens, {"num_computed_tokens"}},
+                                      {&num_accepted_tokens, {"num_accepted_tokens"}},
+                                      {&positions, {"positions"}},
+                                      {&seq_lens, {"seq_lens"}}};
+  std::vector<NamedTensor> read_while_storing = {{&query_start_loc, {"query_start_loc"}},
+                                                 {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}}};
+  for (size_t g = 0; g < num_groups; ++g) {
+    outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
+    read_while_storing.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
+  }
+  check_outputs_alias_nothing(outputs, read_while_storing);
 
   int32_t* new_computed = int32_scratch(2 * correction.num_rows);
   int32_t* new_accepted = new_computed + correction.num_rows;

@@ -63,6 +63,7 @@ void sas_metadata(const at::Tensor& cu_seqlens_q, const at::Tensor& seqused_kv, 
   TORCH_CHECK_VALUE(num_vector_cores >= num_cube_cores && num_vector_cores <= sas::kMaxVectorCores,
                     "num_vector_cores must be in [num_cube_cores = ", num_cube_cores, ", ", sas::kMaxVectorCores,
                     "], got ", num_vector_cores);
+  check_outputs_alias_nothing({{&out, {"out"}}}, {{&cu_seqlens_q, {"cu_seqlens_q"}}, {&seqused_kv, {"seqused_kv"}}});
 
   const sas::SASShape shape = sas::make_sas_shape(num_reqs, num_heads_q, num_heads_kv, head_dim, window_left,
                                                   window_right, num_cube_cores, num_vector_cores);

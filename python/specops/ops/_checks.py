@@ -104,7 +104,15 @@ def check_query_start_loc(
 
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, end) of the bytes t's elements span (torch strides are never negative)."""
     start = t.data_ptr()
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, end) of the bytes t's elements span inside its storage."""
+    start = t.storage_offset() * t.element_size()
     last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
     return start, start + (last + 1) * t.element_size()
 
@@ -112,13 +120,37 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
 def check_no_overlap(a: torch.Tensor, a_name: str, b: torch.Tensor, b_name: str) -> None:
     """For outputs that must not share memory with another output or an input.
 
-    Looks at addresses and strides only; fake tensors (tracing) have no addresses and pass.
+    Looks at addresses and strides only, as csrc/cpu/checks.h does: the byte ranges from the
+    first element to the last must be disjoint (conservative for interleaved strided views).
+    Fake tensors (tracing) and meta tensors have no addresses: views of one storage are
+    compared by their places in it, so a compiled graph rejects what the eager op rejects.
     """
-    if a.numel() == 0 or b.numel() == 0 or a.device != b.device or a.device.type == "meta":
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
         return
-    if is_fake(a) or is_fake(b):
+    if a.device.type != "meta" and not is_fake(a) and not is_fake(b):
+        a_start, a_end = _byte_span(a)
+        b_start, b_end = _byte_span(b)
+    elif a.untyped_storage()._cdata == b.untyped_storage()._cdata:
+        a_start, a_end = _storage_span(a)
+        b_start, b_end = _storage_span(b)
+    else:
         return
-    a_start, a_end = _byte_span(a)
-    b_start, b_end = _byte_span(b)
     if a_start < b_end and b_start < a_end:
         raise ValueError(f"{a_name} must not share memory with {b_name}")
+
+
+NamedTensors = Sequence[tuple["torch.Tensor | None", str]]
+
+
+def check_outputs_alias_nothing(outputs: NamedTensors, inputs: NamedTensors) -> None:
+    """No output shares memory with another output or with an input the op reads after its
+    first write (absent optional tensors are None). Mirrors csrc/cpu/checks.h."""
+    for a, (output, output_name) in enumerate(outputs):
+        if output is None:
+            continue
+        for other, other_name in outputs[:a]:
+            if other is not None:
+                check_no_overlap(output, output_name, other, other_name)
+        for tensor, name in inputs:
+            if tensor is not None:
+                check_no_overlap(output, output_name, tensor, name)

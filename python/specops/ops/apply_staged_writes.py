@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_rows_disjoint, check_tensor
+from specops.ops._checks import check_outputs_alias_nothing, check_rows_disjoint, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.apply_staged_writes import apply_staged_writes as _reference
 
@@ -30,6 +30,8 @@ def _check(
     if cu_lens.numel() != num_writes + 1:
         raise ValueError(
             f"cu_lens must have K + 1 = rows.numel() + 1 = {num_writes + 1} entries, got {cu_lens.numel()}")
+    check_outputs_alias_nothing([(table, "table")], [(rows, "rows"), (starts, "starts"), (cu_lens, "cu_lens"),
+                                                     (values, "values")])
 
 
 _OP = SpecOp("apply_staged_writes", _check, _reference)

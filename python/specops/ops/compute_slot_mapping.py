@@ -10,6 +10,7 @@ from specops.ops._checks import (
     INT32_MAX,
     check_context_parallel,
     check_interleave_divides,
+    check_outputs_alias_nothing,
     check_positive,
     check_query_start_loc,
     check_tensor,
@@ -88,6 +89,9 @@ def _check(
     check_slot_mapping_args(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank,
                             cp_interleave, positions.numel(), num_tokens_padded, device)
     check_idx_mapping(idx_mapping, num_reqs, device)
+    # Every kernel reads its inputs while it stores.
+    check_outputs_alias_nothing([(out, "out")], [(query_start_loc, "query_start_loc"), (positions, "positions"),
+                                                 (block_table, "block_table"), (idx_mapping, "idx_mapping")])
 
 
 def check_idx_mapping(

@@ -8,7 +8,15 @@ import torch
 
 from specops._backend import current_backend
 from specops._cp import cp_token_split
-from specops.ops._checks import INT32_MAX, check_cp_rank, check_entries, check_non_negative, check_query_start_loc, check_tensor
+from specops.ops._checks import (
+    INT32_MAX,
+    check_cp_rank,
+    check_entries,
+    check_non_negative,
+    check_outputs_alias_nothing,
+    check_query_start_loc,
+    check_tensor,
+)
 from specops.ops._op import SpecOp, fast_native_entry
 from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_max_lens
 from specops.reference.cp_local_metadata import cp_local_metadata as _reference
@@ -61,6 +69,9 @@ def _check(
     check_entries(local_seq_lens, "local_seq_lens", num_reqs)
     check_tensor(start_pos, "start_pos", [torch.int32], 1, device, "local_query_start_loc")
     check_entries(start_pos, "start_pos", num_reqs)
+    check_outputs_alias_nothing(
+        [(local_query_start_loc, "local_query_start_loc"), (local_seq_lens, "local_seq_lens"), (start_pos, "start_pos")],
+        [(query_start_loc, "query_start_loc"), (seq_lens, "seq_lens")])
 
 
 _OP = SpecOp("cp_local_metadata", _check, _reference)
@@ -130,15 +141,21 @@ def cp_local_metadata(
     # Checked even where unused (inputs on the host), and before the op writes anything.
     _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", "query_start_loc", num_reqs + 1)
     _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs)
-    _OP.select()(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
-        local_query_start_loc, local_seq_lens, start_pos)
-
+    # The maxima first: they read host inputs only, which are then unchanged whatever the
+    # outputs alias (a rejected call computes them in vain, and writes nothing). The C++
+    # helper checks what it reads; the plain-torch one does not, so the op's check goes first.
+    # (A ContextVar cannot be traced; compiled graphs compute no maxima and run the registered op.)
+    if not torch.compiler.is_compiling() and (_NATIVE_MAX_LENS is None or current_backend() == "reference"):
+        _check(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal, local_query_start_loc,
+               local_seq_lens, start_pos)
     on_host = device.type == "cpu"
     max_query, max_seq = _host_maxima(
         query_start_loc if on_host else query_start_loc_cpu,
         seq_lens if seq_lens.device.type == "cpu" else seq_lens_cpu,
         num_input_tokens, cp_size, cp_rank, causal,
     )
+    _OP.select()(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
+        local_query_start_loc, local_seq_lens, start_pos)
     split = cp_token_split(num_input_tokens, cp_size, cp_rank)
     return CPLocalMetadata(
         local_query_start_loc, local_seq_lens, start_pos,

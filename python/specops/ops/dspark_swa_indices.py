@@ -11,6 +11,7 @@ from specops.ops._checks import (
     check_entries,
     check_int32_range,
     check_non_negative,
+    check_outputs_alias_nothing,
     check_query_start_loc,
     check_rows_disjoint,
     check_tensor,
@@ -64,6 +65,8 @@ def _check(
         raise ValueError(f"out must have shape [>= {rows}, 1, width = {width}], got {list(out.shape)}")
     check_tensor(out_lens, "out_lens", [torch.int32], 1, device)
     check_entries(out_lens, "out_lens", rows)
+    check_outputs_alias_nothing([(out, "out"), (out_lens, "out_lens")], [
+        (block_table, "block_table"), (query_start_loc, "query_start_loc"), (seq_lens, "seq_lens")])
 
 
 _OP = SpecOp("dspark_swa_indices", _check, _reference)

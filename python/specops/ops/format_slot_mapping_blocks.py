@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_int32_range, check_rows_disjoint, check_tensor
+from specops.ops._checks import check_int32_range, check_outputs_alias_nothing, check_rows_disjoint, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.format_slot_mapping_blocks import format_slot_mapping_blocks as _reference
 
@@ -16,6 +16,7 @@ def _check(slot_mapping: torch.Tensor, block_size: int, out: torch.Tensor) -> No
     check_int32_range(block_size, "block_size", 1)
     if out.size(1) != 2 or out.size(0) < slot_mapping.numel():
         raise ValueError(f"out must have shape [>= {slot_mapping.numel()}, 2], got {list(out.shape)}")
+    check_outputs_alias_nothing([(out, "out")], [(slot_mapping, "slot_mapping")])
 
 
 _OP = SpecOp("format_slot_mapping_blocks", _check, _reference)

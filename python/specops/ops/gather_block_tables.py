@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_rows_disjoint, check_tensor
+from specops.ops._checks import check_outputs_alias_nothing, check_rows_disjoint, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.gather_block_tables import gather_block_tables as _reference
 
@@ -28,6 +28,8 @@ def _check(
     num_reqs = idx_mapping.numel()
     if not num_reqs <= num_reqs_padded <= out.size(0):
         raise ValueError(f"num_reqs_padded must be in [R = {num_reqs}, out.size(0) = {out.size(0)}], got {num_reqs_padded}")
+    check_outputs_alias_nothing([(out, "out")], [(src_block_table, "src_block_table"), (num_blocks, "num_blocks"),
+                                                 (idx_mapping, "idx_mapping")])
 
 
 _OP = SpecOp("gather_block_tables", _check, _reference)

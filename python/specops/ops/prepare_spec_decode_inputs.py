@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from specops._spec_decode_sizes import SpecDecodeSizes, pack_sizes
-from specops.ops._checks import check_no_overlap, check_positive
+from specops.ops._checks import check_outputs_alias_nothing, check_positive
 from specops.ops._op import SpecOp
 from specops.ops.compute_slot_mapping import SlotMappingArgNames, check_idx_mapping, check_slot_mapping_args
 from specops.ops.correct_num_computed_tokens import check_count_correction
@@ -62,13 +62,15 @@ def _check(
         check_slot_mapping_args(block_tables[g], layout.block_sizes[g], slot_mappings[g],
                                 layout.blocks_per_kv_block[g], *layout.group_cp(g), 0, layout.num_tokens_padded,
                                 device, SlotMappingArgNames.of_group(g), device_of="num_computed_tokens")
+    check_idx_mapping(idx_mapping, query_start_loc.numel() - 1, device, device_of="num_computed_tokens")
+    # The correction's four inputs are read in full before the first store (every backend
+    # gathers first), so they may alias any output; the rest is read while storing.
     outputs = [(num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
                (positions, "positions"), (seq_lens, "seq_lens")]
     outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
-    for a in range(2, len(outputs)):
-        for b in range(a):
-            check_no_overlap(*outputs[a], *outputs[b])
-    check_idx_mapping(idx_mapping, query_start_loc.numel() - 1, device, device_of="num_computed_tokens")
+    read_while_storing = [(query_start_loc, "query_start_loc"), (idx_mapping, "idx_mapping")]
+    read_while_storing += [(table, f"block_tables[{g}]") for g, table in enumerate(block_tables)]
+    check_outputs_alias_nothing(outputs, read_while_storing)
 
 
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_positive, check_tensor
+from specops.ops._checks import check_outputs_alias_nothing, check_positive, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.sas_metadata import sas_metadata as _reference
 from specops.sas_layout import INT32_MAX, MAX_CUBE_CORES, MAX_VECTOR_CORES, NUM_WORDS
@@ -52,6 +52,7 @@ def _check(
         raise ValueError(
             f"num_vector_cores must be in [num_cube_cores = {num_cube_cores}, {MAX_VECTOR_CORES}], got {num_vector_cores}"
         )
+    check_outputs_alias_nothing([(out, "out")], [(cu_seqlens_q, "cu_seqlens_q"), (seqused_kv, "seqused_kv")])
 
 
 _OP = SpecOp("sas_metadata", _check, _reference)
