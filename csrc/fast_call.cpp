@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace py = pybind11;
 
@@ -32,6 +33,7 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
       generic_entry_(std::move(generic_entry)) {
   const c10::FunctionSchema& schema = op_.schema();
   for (const c10::Argument& argument : schema.arguments()) {
+    names_.push_back(argument.name());
     const c10::TypePtr& type = argument.type();
     if (type->kind() == c10::TypeKind::TensorType) {
       kinds_.push_back(ArgKind::kTensor);
@@ -118,6 +120,48 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
   return false;
 }
 
+namespace {
+
+// What torch takes for an int (a bool, a NumPy integer, a one-element tensor, a SymInt: all
+// have __index__); the generic path converts them. None, floats and strings are not.
+bool has_index(PyObject* value) { return PyIndex_Check(value) != 0; }
+
+}  // namespace
+
+void FastOp::reject_unusable(PyObject* value, size_t position) const {
+  const std::string& name = names_[position];
+  auto reject = [&](const std::string& argument, const char* expected, PyObject* item) {
+    const std::string described =
+        item == Py_None ? "None" : std::string(Py_TYPE(item)->tp_name) + " " + py::repr(item).cast<std::string>();
+    throw py::value_error(argument + " must be " + expected + ", got " + described);
+  };
+  switch (kinds_[position]) {
+    case ArgKind::kTensor:
+      if (!THPVariable_Check(value)) reject(name, "a tensor", value);
+      break;
+    case ArgKind::kOptionalTensor:
+      if (value != Py_None && !THPVariable_Check(value)) reject(name, "a tensor or None", value);
+      break;
+    case ArgKind::kInt:
+    case ArgKind::kBool:
+      if (!has_index(value)) reject(name, kinds_[position] == ArgKind::kInt ? "an int" : "a bool", value);
+      break;
+    case ArgKind::kTensorList:
+    case ArgKind::kIntList: {
+      const bool tensors = kinds_[position] == ArgKind::kTensorList;
+      if (!PyList_Check(value) && !PyTuple_Check(value)) reject(name, tensors ? "a list of tensors" : "a list of ints", value);
+      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+      for (Py_ssize_t i = 0; i < size; ++i) {
+        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
+        if (tensors ? !THPVariable_Check(item) : !has_index(item)) {
+          reject(name + "[" + std::to_string(i) + "]", tensors ? "a tensor" : "an int", item);
+        }
+      }
+      break;
+    }
+  }
+}
+
 py::object FastOp::returned(const std::vector<c10::IValue>& stack) const {
   auto convert = [](const c10::IValue& value, ArgKind kind) -> py::object {
     if (kind == ArgKind::kInt) return py::int_(value.toInt());
@@ -139,7 +183,10 @@ py::object FastOp::operator()(const py::args& args) const {
   std::vector<c10::IValue> stack;
   stack.reserve(kinds_.size());
   for (size_t i = 0; i < kinds_.size(); ++i) {
-    if (!push_argument(args[i].ptr(), kinds_[i], stack)) return generic_entry_(*args);
+    if (!push_argument(args[i].ptr(), kinds_[i], stack)) {
+      reject_unusable(args[i].ptr(), i);
+      return generic_entry_(*args);
+    }
   }
   HANDLE_TH_ERRORS
   {

@@ -7,8 +7,11 @@
 // few argument kinds, then makes the same boxed dispatcher call: every registered kernel,
 // fake tensor, dispatch mode and autograd fallback sees exactly what the generic path gives it,
 // and like torch's entry it releases the GIL while the op runs (0.2 us of the call's 0.8 us).
-// Any argument it does not recognise exactly (a tensor subclass, a SymInt, a wrong type), or an
-// active torch-function mode, sends the call down the generic path, whose errors are torch's.
+// Any argument it does not recognise exactly but torch converts (a tensor subclass, a SymInt, a
+// NumPy integer), or an active torch-function mode, sends the call down the generic path. An
+// argument of the wrong kind (None or a float for an int, None for a tensor, a string) is a
+// ValueError naming the argument, as on the Python backends: torch would take None for an
+// undefined tensor and fail later with "tensor does not have a device", and a float for a bool.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -31,10 +34,14 @@ class FastOp {
   enum class ArgKind { kTensor, kOptionalTensor, kTensorList, kInt, kBool, kIntList };
 
   bool push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValue>& stack) const;
+  // Throws a ValueError for an argument of the wrong kind (see the file comment); returns for
+  // one the generic path converts.
+  void reject_unusable(PyObject* value, size_t position) const;
   pybind11::object returned(const std::vector<c10::IValue>& stack) const;
 
   c10::OperatorHandle op_;
   std::vector<ArgKind> kinds_;
+  std::vector<std::string> names_;
   std::vector<ArgKind> return_kinds_;  // kInt or kIntList
   pybind11::object generic_entry_;
 };

@@ -137,6 +137,17 @@ class OpSpec:
     # an output (the result is as if they had not); every other input, and every other output,
     # sharing memory with an output is rejected (test_bad_input_matrix.py, aliasing family).
     reads_first: tuple[str, ...] = ()
+    # Offsets (query_start_loc, cu_lens) that describe the layout of the rest: with extreme values
+    # there the input contradicts itself, and the device outputs are unspecified (in bounds).
+    offsets: tuple[str, ...] = ()
+
+
+def extreme_values(dtype: torch.dtype) -> tuple[int, ...]:
+    """Where int32 index math wraps (and, in int64 tensors, where int32 stops and int64 ends)."""
+    values = (-(2**31), -(2**31) + 1, -1, 0, 2**31 - 2, 2**31 - 1)
+    if dtype == I64:
+        values += (-(2**63), -(2**31) - 1, 2**31, 2**32, 2**63 - 1)
+    return values
 
 
 def t32(*values: int) -> torch.Tensor:
@@ -339,6 +350,7 @@ SLOT_MAPPING = OpSpec(
     valid_call=_slot_valid,
     metadata_errors=_slot_metadata,
     value_errors=_slot_values,
+    offsets=("query_start_loc",),
     draw_call=_slot_draw(),
     corruptions=(
         Corruption("position past the block table", _one_entry(
@@ -501,6 +513,7 @@ APPLY = OpSpec(
     valid_call=_apply_valid,
     metadata_errors=_apply_metadata,
     value_errors=_apply_values,
+    offsets=("cu_lens",),
     draw_call=_apply_draw(),
     corruptions=(
         Corruption("row outside the table", _one_entry(
@@ -662,6 +675,7 @@ DSPARK = OpSpec(
     valid_call=_dspark_valid,
     metadata_errors=_dspark_metadata,
     value_errors=_dspark_values,
+    offsets=("query_start_loc",),
     draw_call=_dspark_draw(),
     corruptions=(
         Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True,
@@ -978,6 +992,7 @@ PREPARE_POSITIONS = OpSpec(
     valid_call=_positions_valid,
     metadata_errors=_positions_metadata,
     value_errors=_positions_values,
+    offsets=("query_start_loc",),
     draw_call=_positions_draw(),
     corruptions=(
         Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
@@ -1114,6 +1129,7 @@ FUSED = OpSpec(
     valid_call=_fused_valid,
     metadata_errors=_fused_metadata,
     value_errors=_fused_values,
+    offsets=("query_start_loc",),
     draw_call=_fused_draw(),
     reads_first=CORRECTION_INPUTS,  # gathered before the first store; the rest is read while storing
     corruptions=(

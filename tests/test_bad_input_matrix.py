@@ -11,18 +11,23 @@ the same way; device kernels cannot raise, test_guard_bands.py covers what they 
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import inspect
 import re
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 from conftest import BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from op_table import HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec, get_arg, set_arg, tensor_keys
+from op_table import HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec, bad, get_arg, set_arg, tensor_keys
 from strategies import assert_same
 
 import specops
+from specops.ops import _op
 
 WRONG_INTEGER = (torch.int64, torch.int32, torch.int16)
 
@@ -247,6 +252,100 @@ def test_extreme_scalars_are_rejected_or_handled_alike(spec):
                     assert_same(results[backend][name], results["native"][name], f"{backend} {name} {changed}")
 
     check()
+
+
+def _takes_none(spec: OpSpec, name: str) -> bool:
+    """Whether the wrapper's keyword defaults to None (None then means the default)."""
+    parameter = inspect.signature(spec.wrapper).parameters.get(name)
+    return parameter is not None and parameter.default is None
+
+
+NON_INTS = (0.5, 7.9, None, "3")
+SCALAR_CASES = [(spec, name, value) for spec in WITH_INTS for name in _scalars(spec) for value in NON_INTS
+                if not (value is None and _takes_none(spec, name))]
+
+
+@pytest.mark.parametrize("spec,name,value", SCALAR_CASES,
+                         ids=[f"{s.name}-{n}-{v!r}" for s, n, v in SCALAR_CASES])
+def test_a_non_int_scalar_is_rejected_on_every_backend(backend, spec, name, value):
+    """Once: cp_rank=0.5 gave all PAD on the Python backends, a float num_input_tokens wrote the
+    outputs and then raised, a None scalar raised a bare TypeError. Now every backend rejects
+    what torch's schema rejects (and a float or None everywhere), naming it, before any write."""
+    assert_rejected(spec, bad(f"{name}={value!r}", name, **{name: value}))
+
+
+def _as_numpy(value):
+    if isinstance(value, list):
+        return [np.int32(item) for item in value]
+    return np.int64(value)
+
+
+@pytest.mark.parametrize("spec", WITH_INTS, ids=[s.name for s in WITH_INTS])
+def test_numpy_ints_are_taken_as_ints(backend, spec):
+    """Once: a NumPy num_tokens_padded made the fused op write its outputs and then raise."""
+    expected = spec.valid_call()
+    spec.wrapper(**expected)
+    call = spec.valid_call()
+    for name in _scalars(spec):
+        call[name] = _as_numpy(call[name])
+    spec.wrapper(**call)
+    for name in spec.outputs:
+        assert_same(get_arg(call, name), get_arg(expected, name), name)
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
+def test_without_the_schema_the_python_backends_see_the_same_arguments(spec, monkeypatch):
+    """SpecOp reads the int, int[] and bool arguments and the written tensors from the schema;
+    without the extension, from the check's annotations (every tensor counts as written there:
+    a needless version bump is harmless, a missing one is not)."""
+    check = importlib.import_module(spec.wrapper.__module__)._OP.check
+    from_schema = _op.scalar_arguments(spec.name, check), _op.written_arguments(spec.name, check)
+    monkeypatch.setattr(_op, "EXTENSION", dataclasses.replace(_op.EXTENSION, loaded=False))
+    scalars, written = _op.scalar_arguments(spec.name, check), _op.written_arguments(spec.name, check)
+    assert scalars == from_schema[0]
+    assert set(from_schema[1]) <= set(written)
+
+
+def _i32(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32)
+
+
+# Calls that leave outputs to the wrapper with a size that is wrong: the wrapper checks it before
+# it allocates (once: "negative dimension", or 16 GiB allocated from query_start_loc[R] = 2^31 - 1).
+ALLOCATION_CASES = [
+    ("compute_slot_mapping", "num_tokens_padded", lambda: specops.compute_slot_mapping(
+        _i32(0, 2), torch.tensor([0, 1]), _i32(1, 2).view(1, 2), 16, num_tokens_padded=-1)),
+    ("compute_slot_mapping", "positions", lambda: specops.compute_slot_mapping(_i32(0, 2), None, _i32(1, 2), 16)),
+    ("prepare_positions_and_seq_lens", "query_start_loc", lambda: specops.prepare_positions_and_seq_lens(
+        _i32(4), _i32(0, -3))),
+    ("prepare_positions_and_seq_lens", "query_start_loc", lambda: specops.prepare_positions_and_seq_lens(
+        _i32(4), _i32(5, 2**31 - 1))),
+    ("prepare_positions_and_seq_lens", "num_tokens_padded", lambda: specops.prepare_positions_and_seq_lens(
+        _i32(4), _i32(0, 2), num_tokens_padded=-2)),
+    ("prepare_positions_and_seq_lens", "num_reqs_padded", lambda: specops.prepare_positions_and_seq_lens(
+        _i32(4), _i32(0, 2), num_reqs_padded=0)),
+    ("prepare_spec_decode_inputs", "num_tokens_padded", lambda: specops.prepare_spec_decode_inputs(
+        _i32(4), _i32(0), _i32(-1), _i32(), _i32(), _i32(4), _i32(0, 2), [_i32(1, 2).view(1, 2)], 16,
+        positions=torch.zeros(2, dtype=torch.int64), seq_lens=_i32(0), num_tokens_padded=-1)),
+    ("prepare_spec_decode_inputs", "query_start_loc", lambda: specops.prepare_spec_decode_inputs(
+        _i32(4), _i32(0), _i32(-1), _i32(), _i32(), _i32(4), _i32(3, 2**31 - 1), [_i32(1, 2).view(1, 2)], 16)),
+    ("dspark_swa_indices", "window", lambda: specops.dspark_swa_indices(
+        _i32(1, 2).view(1, 2), _i32(0, 1), _i32(3), window=-300, num_speculative_tokens=1, block_size=4)),
+    ("dspark_swa_indices", "query_start_loc", lambda: specops.dspark_swa_indices(
+        _i32(1, 2).view(1, 2), _i32(0, -5), _i32(3), window=2, num_speculative_tokens=1, block_size=4)),
+    ("dspark_swa_indices", "cp_rank", lambda: specops.dspark_swa_indices(
+        _i32(1, 2).view(1, 2), _i32(0, 1), _i32(3), window=2, num_speculative_tokens=1, block_size=4, cp_rank=3)),
+    ("cp_local_metadata", "query_start_loc", lambda: specops.cp_local_metadata(None, _i32(3), 4, 1, 0)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(ALLOCATION_CASES)),
+                         ids=[f"{op}-{name}-{i}" for i, (op, name, _) in enumerate(ALLOCATION_CASES)])
+def test_wrappers_check_a_size_before_they_allocate_from_it(backend, case):
+    _, name, call = ALLOCATION_CASES[case]
+    with pytest.raises(ValueError) as error:
+        call()
+    assert re.search(_names_pattern(name), str(error.value)), f"the error does not name {name}: {error.value}"
 
 
 def test_every_schema_has_a_row():

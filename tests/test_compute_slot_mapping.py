@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import BACKENDS
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import assert_same, batch_shapes, make_batch
@@ -303,3 +304,25 @@ def test_device_paths_write_pad_for_invalid_values(change):
     for name, result in results.items():
         assert result[1].item() == PAD or call["idx_mapping"] is not None, name
         assert_same(result, results["reference"], name)
+
+
+def test_a_slot_past_an_int32_out_is_pad_on_device_paths_and_an_error_on_the_host():
+    """Once wrapped on every backend: block 2^28 of 16 tokens is slot 2^32, which an int32 out
+    held as 0, a real slot of another request's block."""
+    query_start_loc = torch.tensor([0, 2], dtype=torch.int32)
+    positions = torch.tensor([0, 17])
+    block_table = torch.tensor([[2**28, 5]], dtype=torch.int32)
+    for backend in BACKENDS:
+        out = torch.full((3,), 55, dtype=torch.int32)
+        with specops.backend(backend):
+            if backend == "native":
+                with pytest.raises(ValueError, match=r"out is int32, but the slot of positions\[0\] = 0 is 4294967296"):
+                    specops.compute_slot_mapping(query_start_loc, positions, block_table, 16, out=out)
+                assert out.tolist() == [55, 55, 55]
+            else:
+                specops.compute_slot_mapping(query_start_loc, positions, block_table, 16, out=out)
+                assert out.tolist() == [PAD, 5 * 16 + 1, PAD], backend
+        wide = torch.zeros(3, dtype=torch.int64)
+        with specops.backend(backend):
+            specops.compute_slot_mapping(query_start_loc, positions, block_table, 16, out=wide)
+        assert wide.tolist() == [2**32, 81, PAD], backend

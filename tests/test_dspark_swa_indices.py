@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from host_syncs import OpLog
+from conftest import BACKENDS
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes, assert_same, cp_batches
@@ -258,3 +259,23 @@ def test_outputs_sharing_memory_are_rejected_before_any_write(backend):
     with pytest.raises(ValueError, match="out_lens must not share memory with out"):
         specops.dspark_swa_indices(**call)
     assert torch.equal(call["out"], before)
+
+
+def test_a_slot_past_int32_is_pad_on_device_paths_and_an_error_on_the_host():
+    """A block id whose slots do not fit the int32 rows: PAD there on device paths (never a
+    wrapped slot); the host op rejects the request."""
+    block_table = torch.tensor([[2**29, 3]], dtype=torch.int32)  # block 0 of 8 tokens: slots from 2^32
+    query_start_loc = torch.tensor([0, 1], dtype=torch.int32)
+    seq_lens = torch.tensor([10], dtype=torch.int32)
+    for backend in BACKENDS:
+        out, out_lens = torch.full((1, 1, 16), 55, dtype=torch.int32), torch.full((1,), 55, dtype=torch.int32)
+        args = dict(window=12, num_speculative_tokens=1, block_size=8, width=16, out=out, out_lens=out_lens)
+        with specops.backend(backend):
+            if backend == "native":
+                with pytest.raises(ValueError, match="out is int32, but position 0 of request 0 has a slot past"):
+                    specops.dspark_swa_indices(block_table, query_start_loc, seq_lens, **args)
+                assert out.unique().tolist() == [55] and out_lens.tolist() == [55]
+            else:
+                specops.dspark_swa_indices(block_table, query_start_loc, seq_lens, **args)
+                assert out[0, 0].tolist() == [PAD] * 8 + [24, 25] + [PAD] * 6, backend
+                assert out_lens.tolist() == [10]

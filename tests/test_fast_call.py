@@ -1,13 +1,17 @@
 """FastOp (csrc/fast_call.h): the wrappers' way into the dispatcher behaves as torch's generic
 entry (OpOverload._op) does, output for output and error for error, and hands every call it
-does not box exactly (tensor subclasses, torch-function modes, other argument types) to it."""
+does not box exactly (tensor subclasses, torch-function modes, NumPy integers) to it. Arguments of
+the wrong kind (None or a float for an int, anything but a tensor for a tensor) are a ValueError
+naming them, as on the Python backends."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import importlib
+import re
 
+import numpy as np
 import pytest
 import torch
 from op_table import OP_TABLE, OpSpec, get_arg, tensor_keys
@@ -99,10 +103,9 @@ def test_fast_op_writes_in_place():
 
 
 @pytest.mark.parametrize("label,replace", [
-    ("float block_size", dict(block_size=16.0)),
     ("int beyond int64", dict(block_size=2**70)),
-    ("list for a tensor", dict(positions=[0, 17, 5])),
     ("tensor for an int", dict(block_size=torch.tensor(16))),
+    ("numpy int", dict(block_size=np.int64(16))),
 ])
 def test_arguments_it_does_not_box_get_torchs_own_answer(label, replace):
     """Such calls go down the generic path: torch accepts or rejects them exactly as it would."""
@@ -116,6 +119,23 @@ def test_arguments_it_does_not_box_get_torchs_own_answer(label, replace):
     else:
         _fast_slot_mapping()(*fast_args)
         assert fast_args[4].tolist() == generic_args[4].tolist()
+
+
+@pytest.mark.parametrize("label,replace,message", [
+    ("float block_size", dict(block_size=16.0), "block_size must be an int, got float 16.0"),
+    ("None block_size", dict(block_size=None), "block_size must be an int, got None"),
+    ("list for a tensor", dict(positions=[0, 17, 5]), "positions must be a tensor, got list [0, 17, 5]"),
+    ("None for a tensor", dict(positions=None), "positions must be a tensor, got None"),
+    ("string for an optional tensor", dict(idx_mapping="0"), "idx_mapping must be a tensor or None, got str '0'"),
+])
+def test_arguments_of_the_wrong_kind_are_a_value_error_naming_them(label, replace, message):
+    """torch rejects these with a RuntimeError (or takes None for an undefined tensor and fails
+    later with "tensor does not have a device"); the wrappers say which argument, as the Python
+    backends do, and write nothing."""
+    args = _slot_args(**replace)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _fast_slot_mapping()(*args)
+    assert args[4].tolist() == [7] * 5
 
 
 def test_missing_arguments_get_torchs_own_error():

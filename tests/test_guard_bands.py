@@ -26,7 +26,7 @@ import torch
 from conftest import BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from op_table import OP_TABLE, Arg, Call, OpSpec, get_arg, set_arg
+from op_table import OP_TABLE, Arg, Call, OpSpec, extreme_values, get_arg, set_arg
 from strategies import assert_same
 
 import specops
@@ -157,6 +157,36 @@ def test_invalid_values_stay_inside_their_buffers(spec):
                 outcome = run_banded(spec, call, backend)
             if agree and outcome.error is None:
                 assert_agree(spec, outcome, expected, f"{backend}, {corruption.label}")
+
+    check()
+
+
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
+def test_extreme_values_stay_inside_their_buffers(spec):
+    """Up to three entries of one input tensor at an extreme (extreme_values: INT32_MIN, INT32_MAX
+    and their neighbours; INT64 ones in int64 tensors), where int32 index math wraps. The native
+    op rejects (writing nothing) or agrees with the reference; Triton agrees with the reference,
+    or for the offsets tensors (OpSpec.offsets, a layout contradicting itself) stays in bounds."""
+    inputs = [key for key in spec.tensors if key not in spec.outputs]
+
+    @settings(max_examples=spec.guard_examples)
+    @given(data=st.data())
+    def check(data):
+        call = data.draw(spec.draw_call)
+        present = [key for key in inputs if _present(call, key) and isinstance(get_arg(call, key), torch.Tensor)
+                   and get_arg(call, key).numel()]
+        if not present:
+            return
+        key = data.draw(st.sampled_from(present))
+        entries = get_arg(call, key).view(-1)
+        for _ in range(data.draw(st.integers(1, 3))):
+            entries[data.draw(st.integers(0, entries.numel() - 1))] = data.draw(st.sampled_from(extreme_values(entries.dtype)))
+        agree = key not in spec.offsets
+        expected = run_banded(spec, call, "reference", may_raise=() if agree else Exception)
+        for backend in DEVICE_BACKENDS:
+            outcome = run_banded(spec, call, backend, may_raise=ValueError if backend == "native" else ())
+            if agree and outcome.error is None:
+                assert_agree(spec, outcome, expected, f"{backend}, extremes in {key}")
 
     check()
 

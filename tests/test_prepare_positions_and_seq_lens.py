@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, batch_shapes, make_batch
@@ -193,3 +194,23 @@ def test_device_paths_never_write_past_the_padding():
             with specops.backend(name):
                 specops.prepare_positions_and_seq_lens(**{**call, "positions": positions})
             assert positions.tolist() == [4, 5, 9, 10, 55, 55], name
+
+
+def test_a_negative_token_count_has_no_real_token_on_device_paths():
+    """query_start_loc[R] < 0: once the reference raised torch.arange's error (in the fused op
+    after it had written the count correction). Device paths: no token is real, so every
+    position is 0 and seq_lens take the (negative) query lengths; the host op rejects it."""
+    query_start_loc = torch.tensor([0, -3], dtype=torch.int32)
+    for backend in BACKENDS:
+        positions, seq_lens = torch.full((2,), 55), torch.full((2,), 55, dtype=torch.int32)
+        with specops.backend(backend):
+            if backend == "native":
+                with pytest.raises(ValueError, match="query_start_loc must be non-decreasing"):
+                    specops.prepare_positions_and_seq_lens(torch.tensor([7], dtype=torch.int32), query_start_loc,
+                                                           positions=positions, seq_lens=seq_lens)
+                assert positions.tolist() == [55, 55] and seq_lens.tolist() == [55, 55]
+                continue
+            specops.prepare_positions_and_seq_lens(torch.tensor([7], dtype=torch.int32), query_start_loc,
+                                                   positions=positions, seq_lens=seq_lens)
+        assert positions.tolist() == [0, 0], backend
+        assert seq_lens.tolist() == [7 - 3, 0], backend

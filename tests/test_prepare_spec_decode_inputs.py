@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+from conftest import BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import SpecDecodeStep, assert_same, make_spec_decode_step
@@ -384,3 +385,43 @@ def test_correction_inputs_may_share_memory_with_outputs(backend):
     assert_same(actual.seq_lens, expected.seq_lens)
     assert_same(actual.positions, expected.positions)
     assert actual.seq_lens.tolist() == [24, 7, 0]  # 20 + 2 accepted + 2 tokens; host 6 + 1 token; padding
+
+
+def test_a_slot_past_an_int32_slot_mapping_is_pad_on_device_paths_and_an_error_on_the_host():
+    """Once wrapped (2^32 + 6 to 6, a real slot) on every backend. Group 1 has blocks of 8:
+    tokens 0 and 1 (positions 22, 23) read column 2 of row 0, whose id 2^29 puts them at 2^32 + 6
+    and 2^32 + 7; token 2 (position 11) reads column 1 of row 1, id 10."""
+    for backend in BACKENDS:
+        call = _valid_call()
+        call["block_tables"] = [call["block_tables"][0], i32([[5, 6, 2**29, 8], [9, 10, 11, 12]])]
+        with specops.backend(backend):
+            if backend == "native":
+                before = call["slot_mappings"][1].clone()
+                with pytest.raises(ValueError, match=r"slot_mappings\[1\] is int32, but token 0 has slot 4294967302"):
+                    specops.prepare_spec_decode_inputs(**call)
+                assert_same(call["slot_mappings"][1], before)
+                assert call["num_computed_tokens"].tolist() == [10, 20, 30]  # nothing written
+            else:
+                result = specops.prepare_spec_decode_inputs(**call)
+                assert result.positions.tolist() == [22, 23, 11, 0]
+                assert result.slot_mappings[1].tolist() == [PAD, PAD, 10 * 8 + 3, PAD], backend
+
+
+def test_a_negative_token_count_is_written_whole_or_not_at_all():
+    """query_start_loc[R] < 0: the reference once wrote the count correction and then raised
+    torch.arange's error. Device paths now finish the step (no real token); the host op rejects
+    it before any write."""
+    for backend in BACKENDS:
+        call = _valid_call()
+        call["query_start_loc"] = i32([0, 2, -1])
+        with specops.backend(backend):
+            if backend == "native":
+                with pytest.raises(ValueError, match="query_start_loc must be non-decreasing"):
+                    specops.prepare_spec_decode_inputs(**call)
+                assert call["num_computed_tokens"].tolist() == [10, 20, 30]
+                continue
+            result = specops.prepare_spec_decode_inputs(**call)
+        assert call["num_computed_tokens"].tolist() == [22, 11, 30], backend
+        assert result.positions.tolist() == [0, 0, 0, 0], backend
+        assert result.seq_lens.tolist() == [22 + 2, 11 - 3, 0], backend
+        assert result.slot_mappings[0].tolist() == [PAD] * 4, backend

@@ -2,7 +2,8 @@
 
 Token-tiled: each program walks tiles of BLOCK tokens and finds each token's request by a
 binary search over query_start_loc, so one long prefill and many short decodes balance the
-same way. Index math is int32 (positions are checked to fit first); slots are int64.
+same way. Index math is int32 (positions are checked to fit first); slots are int64, and PAD where an
+int32 output cannot hold them.
 `slots_of_tokens` is the per-token math, shared with the fused prepare_spec_decode_inputs.
 """
 
@@ -48,6 +49,15 @@ def slots_of_tokens(
 
 
 @triton.jit
+def narrowed_slot(slot, out_ptr):
+    """The int64 slot as out's element type: PAD where an int32 out cannot hold it (a cast would
+    wrap 2^32 to 0, another request's slot)."""
+    if out_ptr.dtype.element_ty == tl.int32:
+        slot = tl.where(slot <= 2147483647, slot, -1)
+    return slot.to(out_ptr.dtype.element_ty)
+
+
+@triton.jit
 def _compute_slot_mapping_kernel(
     query_start_loc_ptr, positions_ptr, block_table_ptr, idx_mapping_ptr, out_ptr,
     num_reqs, num_tokens, num_tokens_padded,
@@ -71,7 +81,7 @@ def _compute_slot_mapping_kernel(
         position = tl.load(positions_ptr + token, mask=is_real, other=-1).to(tl.int64)
         slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, table_cols, table_stride,
                                block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
-        tl.store(out_ptr + token, slot.to(out_ptr.dtype.element_ty), mask=token < num_tokens_padded)
+        tl.store(out_ptr + token, narrowed_slot(slot, out_ptr), mask=token < num_tokens_padded)
 
 
 def compute_slot_mapping(

@@ -43,18 +43,20 @@ def _dspark_swa_indices_kernel(
         request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK_ROWS)
         is_real = is_real & (request < num_reqs)
 
-        begin = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
-        end = tl.load(query_start_loc_ptr + request + 1, mask=is_real, other=0)
-        seq_len = tl.load(seq_lens_ptr + request, mask=is_real, other=0)
+        # int64: seq_len - query_len - window wraps in int32 for seq_lens near INT32_MIN (a large
+        # start, a negative column that passes `column < table_cols`, a load 2^31 entries early).
+        begin = tl.load(query_start_loc_ptr + request, mask=is_real, other=0).to(tl.int64)
+        end = tl.load(query_start_loc_ptr + request + 1, mask=is_real, other=0).to(tl.int64)
+        seq_len = tl.load(seq_lens_ptr + request, mask=is_real, other=0).to(tl.int64)
         start = tl.maximum(seq_len - (end - begin) - window, 0)
         visible = tl.minimum(tl.maximum(seq_len - start, 0), width)
         visible = tl.where(is_real, visible, 0)
 
-        # Entries below `visible` are positions below seq_len: no int32 overflow where it counts.
         entry = chunk * BLOCK_W + tl.arange(0, BLOCK_W)
         position = start[:, None] + entry[None, :]
         column = position // block_size
-        valid = (entry[None, :] < visible[:, None]) & (column < table_cols) & (request < table_rows)[:, None]
+        valid = ((entry[None, :] < visible[:, None]) & (column >= 0) & (column < table_cols)
+                 & (request < table_rows)[:, None])
         safe_request = tl.where(valid, request[:, None], 0).to(tl.int64)
         safe_column = tl.where(valid, column, 0)
         block_id = tl.load(block_table_ptr + safe_request * table_stride + safe_column, mask=valid, other=-1)
@@ -65,7 +67,7 @@ def _dspark_swa_indices_kernel(
         out_row = out_ptr + row.to(tl.int64)[:, None] * out_stride
         tl.store(out_row + entry[None, :], slot, mask=is_row[:, None] & (entry < width)[None, :])
         is_first_chunk = (tl.zeros_like(row) + chunk) == 0  # a tensor mask: the lens are written once
-        tl.store(out_lens_ptr + row, visible, mask=is_row & is_first_chunk)
+        tl.store(out_lens_ptr + row, visible.to(tl.int32), mask=is_row & is_first_chunk)
 
 
 def dspark_swa_indices(

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from specops._spec_decode_sizes import SpecDecodeSizes
 from specops.triton_kernels._launch import search_steps
-from specops.triton_kernels.compute_slot_mapping import slots_of_tokens
+from specops.triton_kernels.compute_slot_mapping import narrowed_slot, slots_of_tokens
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, correct_counts, correction_scratch
 from specops.triton_kernels.prepare_positions_and_seq_lens import positions_of_tokens, seq_lens_of_requests
 
@@ -55,7 +55,7 @@ def _prepare_spec_decode_inputs_kernel(
             slot = slots_of_tokens(block_tables[g], row, position, is_real, table_rows[g], table_cols[g],
                                    table_strides[g], block_sizes[g], blocks_per_kv_block[g], cp_world_sizes[g],
                                    cp_ranks[g], cp_interleaves[g])
-            tl.store(slot_mappings[g] + token, slot.to(slot_mappings[g].dtype.element_ty), mask=in_buffer)
+            tl.store(slot_mappings[g] + token, narrowed_slot(slot, slot_mappings[g]), mask=in_buffer)
 
 
 def prepare_spec_decode_inputs(

@@ -38,6 +38,8 @@ inline std::ostream& operator<<(std::ostream& out, const ArgName& name) {
 template <typename Name>
 inline void check_tensor(const at::Tensor& t, const Name& name, std::initializer_list<c10::ScalarType> dtypes,
                          int64_t dim) {
+  // torch.ops.specops.* takes None for an undefined tensor (the wrappers' FastOp rejects it first).
+  TORCH_CHECK_VALUE(t.defined(), name, " must be a tensor, got None");
   TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor for the CPU kernel, got device ", t.device());
   bool dtype_ok = false;
   for (c10::ScalarType dtype : dtypes) dtype_ok = dtype_ok || t.scalar_type() == dtype;

@@ -2,6 +2,7 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
+#include "cpu/scratch.h"
 #include "cpu/slot_mapping_checks.h"
 #include "kernels/compute_slot_mapping.h"
 
@@ -44,9 +45,18 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
                         " tokens per row) or negative");
       if (out.scalar_type() == c10::kLong) {
         kernels::compute_slot_mapping<PosT, IdxT, int64_t>(qsl, pos, table, idx, out.data_ptr<int64_t>(), shape, divisors);
-      } else {
-        kernels::compute_slot_mapping<PosT, IdxT, int32_t>(qsl, pos, table, idx, out.data_ptr<int32_t>(), shape, divisors);
+        return;
       }
+      // An int32 out: the slots are computed wide and checked before the first store.
+      int64_t* wide = int64_scratch(num_tokens_padded);
+      kernels::compute_slot_mapping<PosT, IdxT, int64_t>(qsl, pos, table, idx, wide, shape, divisors);
+      const int64_t past = kernels::find_slot_past_int32(wide, num_tokens_padded);
+      TORCH_CHECK_VALUE(past < 0, "out is int32, but the slot of positions[", past, "] = ",
+                        static_cast<int64_t>(pos[past < 0 ? 0 : past]), " is ", wide[past < 0 ? 0 : past],
+                        " (its block id in block_table times block_size = ", block_size,
+                        "), past 2^31 - 1; pass an int64 out");
+      int32_t* narrow = out.data_ptr<int32_t>();
+      for (int64_t t = 0; t < num_tokens_padded; ++t) narrow[t] = static_cast<int32_t>(wide[t]);
     });
   });
 }

@@ -45,20 +45,6 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
                               {{&block_table, {"block_table"}}, {&query_start_loc, {"query_start_loc"}},
                                {&seq_lens, {"seq_lens"}}});
 
-  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
-  const int32_t* lens = seq_lens.data_ptr<int32_t>();
-  const int64_t covered = block_table.size(1) * block_size;
-  for (int64_t r = 0; r < num_reqs; ++r) {
-    TORCH_CHECK_VALUE(lens[r] >= 0, "seq_lens must be >= 0, but seq_lens[", r, "] = ", lens[r]);
-    const int64_t query_len = qsl[r + 1] - qsl[r];
-    if (query_len == 0) continue;  // a request without tokens has no row to fill
-    TORCH_CHECK_VALUE(lens[r] <= covered, "seq_lens[", r, "] = ", lens[r], " is beyond block_table (",
-                      block_table.size(1), " blocks of ", block_size, " tokens per row)");
-    const int64_t visible = lens[r] - std::max<int64_t>(lens[r] - query_len - window, 0);
-    TORCH_CHECK_VALUE(visible <= width, "width = ", width, " is too small for request ", r, ", which sees ", visible,
-                      " tokens (its query of ", query_len, " plus the window of ", window, ")");
-  }
-
   kernels::DSparkShape shape;
   shape.num_reqs = num_reqs;
   shape.rows_begin = split.local_start;
@@ -70,7 +56,26 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
   shape.table_cols = block_table.size(1);
   shape.table_stride = block_table.stride(0);
   shape.out_stride = out.stride(0);
-  kernels::dspark_swa_indices(block_table.data_ptr<int32_t>(), qsl, lens, out.data_ptr<int32_t>(),
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  const int32_t* table = block_table.data_ptr<int32_t>();
+  const int64_t covered = block_table.size(1) * block_size;
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    TORCH_CHECK_VALUE(lens[r] >= 0, "seq_lens must be >= 0, but seq_lens[", r, "] = ", lens[r]);
+    const int64_t query_len = qsl[r + 1] - qsl[r];
+    if (query_len == 0) continue;  // a request without tokens has no row to fill
+    TORCH_CHECK_VALUE(lens[r] <= covered, "seq_lens[", r, "] = ", lens[r], " is beyond block_table (",
+                      block_table.size(1), " blocks of ", block_size, " tokens per row)");
+    const int64_t visible = lens[r] - std::max<int64_t>(lens[r] - query_len - window, 0);
+    TORCH_CHECK_VALUE(visible <= width, "width = ", width, " is too small for request ", r, ", which sees ", visible,
+                      " tokens (its query of ", query_len, " plus the window of ", window, ")");
+    const int64_t past = kernels::find_position_past_int32(table, r, kernels::visible_range(query_len, lens[r], shape),
+                                                           shape);
+    TORCH_CHECK_VALUE(past < 0, "out is int32, but position ", past, " of request ", r,
+                      " has a slot past 2^31 - 1 (its block id in block_table times block_size = ", block_size, ")");
+  }
+
+  kernels::dspark_swa_indices(table, qsl, lens, out.data_ptr<int32_t>(),
                               out_lens.data_ptr<int32_t>(), shape);
 }
 

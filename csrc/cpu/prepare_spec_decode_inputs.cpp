@@ -105,6 +105,13 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                         bad < 0 ? 0 : corrected(bad), " after the correction, query_len = ",
                         bad < 0 ? 0 : qsl[bad + 1] - qsl[bad], ") are negative or beyond block_tables[", g, "] (",
                         group.shape.block_table_cols, " blocks of ", group.shape.block_size, " tokens per row)");
+      if (group.out32 == nullptr) continue;
+      // An int32 slot mapping: its slots are computed wide and checked before the first store.
+      int64_t* wide = int64_scratch(num_tokens_padded);
+      const int64_t past = kernels::find_group_slot_past_int32<IdxT>(qsl, corrected, idx, group, wide);
+      TORCH_CHECK_VALUE(past < 0, "slot_mappings[", g, "] is int32, but token ", past, " has slot ",
+                        wide[past < 0 ? 0 : past], " (its block id in block_tables[", g, "] times block_sizes[", g,
+                        "] = ", group.shape.block_size, "), past 2^31 - 1; pass an int64 slot mapping");
     }
     AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "prepare_spec_decode_inputs", [&] {
       kernels::store_spec_decode_inputs<index_t, IdxT>(

@@ -147,6 +147,15 @@ void compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* posit
   for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
 }
 
+// First entry of slots[0, n) that an int32 output cannot hold, or -1. Stored there it would
+// wrap to another request's slot (2^32 to 0), so the host ops compute int32 outputs wide first.
+inline int64_t find_slot_past_int32(const int64_t* slots, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) {
+    if (slots[t] > INT32_MAX) return t;
+  }
+  return -1;
+}
+
 template <typename PosT, typename IdxT, typename OutT>
 void compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions,
                           const int32_t* block_table, const IdxT* idx_mapping, OutT* out,

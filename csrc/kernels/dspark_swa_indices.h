@@ -64,6 +64,24 @@ inline void fill_visible_row(const int32_t* block_table, int64_t request, const 
   std::fill(row + j, row + s.width, kNoSlot);
 }
 
+// The first visible position of `request` whose slot does not fit the int32 output, or -1. The
+// host op rejects such a request (device kernels write kNoSlot there, never a wrapped slot).
+inline int64_t find_position_past_int32(const int32_t* block_table, int64_t request, const VisibleRange& range,
+                                        const DSparkShape& s) {
+  if (request >= s.table_rows || range.visible == 0) return -1;
+  const int32_t* block_row = block_table + request * s.table_stride;
+  const int64_t last = range.start + range.visible - 1;
+  for (int64_t column = range.start / s.block_size; column <= last / s.block_size && column < s.table_cols; ++column) {
+    const int64_t block_id = block_row[column];
+    const int64_t block_start = column * s.block_size;
+    const int64_t last_in_block = std::min(last, block_start + s.block_size - 1);
+    if (block_id < 0 || block_id * s.block_size + (last_in_block - block_start) <= INT32_MAX) continue;
+    // Offsets up to INT32_MAX - block_id * block_size fit (none when that is negative).
+    return std::max({range.start, block_start, block_start + INT32_MAX - block_id * s.block_size + 1});
+  }
+  return -1;
+}
+
 inline void dspark_swa_indices(const int32_t* block_table, const int32_t* query_start_loc, const int32_t* seq_lens,
                                int32_t* out, int32_t* out_lens, const DSparkShape& s) {
   const int64_t rows_end = s.rows_begin + s.num_rows;

@@ -38,6 +38,13 @@ struct CorrectedCounts {
   int32_t operator()(int64_t r) const { return r < num_corrected ? gathered[r] : buffer[r]; }
 };
 
+// The counts once stored (the store phase reads them back from num_computed_tokens).
+struct StoredCounts {
+  const int32_t* counts;
+
+  int32_t operator()(int64_t r) const { return counts[r]; }
+};
+
 // First request (batch order) one of whose positions count .. count + query_len - 1 is negative,
 // past int32, or stored on this rank beyond the group's table; -1 if none. Positions grow
 // inside a request and so do their columns, so a request whose last position lies inside the
@@ -152,8 +159,9 @@ void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t*
 
 // One group's slot mapping of the whole batch: request by request, PAD for requests whose
 // row is unmapped (< 0) or past the table, PAD in [num_tokens, num_tokens_padded).
-template <CpLayout kLayout, typename IdxT, typename OutT>
-void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const int32_t* num_computed_tokens,
+// Counts: CorrectedCounts or StoredCounts.
+template <CpLayout kLayout, typename Counts, typename IdxT, typename OutT>
+void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const Counts& counts,
                                            const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
                                            const SlotMappingShape& s, const SlotMappingDivisors& d) {
   for (int64_t r = 0; r < s.num_reqs; ++r) {
@@ -164,25 +172,32 @@ void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const
       for (int64_t t = 0; t < count; ++t) out[begin + t] = static_cast<OutT>(kPadSlotId);
       continue;
     }
-    slots_of_consecutive_positions<kLayout>(num_computed_tokens[r], count,
-                                                     block_table + row * s.block_table_stride, out + begin, s, d);
+    slots_of_consecutive_positions<kLayout>(counts(r), count, block_table + row * s.block_table_stride, out + begin,
+                                            s, d);
   }
   for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
 }
 
-template <typename IdxT, typename OutT>
-void group_slot_mapping(const int32_t* query_start_loc, const int32_t* num_computed_tokens, const IdxT* idx_mapping,
+template <typename Counts, typename IdxT, typename OutT>
+void group_slot_mapping(const int32_t* query_start_loc, const Counts& counts, const IdxT* idx_mapping,
                         const SlotMappingGroup& group, OutT* out) {
   // The stepping needs no division per token, so CP with and without interleave share a path.
   if (group.shape.cp_world_size == 1) {
-    slot_mapping_of_consecutive_positions<CpLayout::kSingleRank>(query_start_loc, num_computed_tokens,
-                                                                 group.block_table, idx_mapping, out, group.shape,
-                                                                 group.divisors);
+    slot_mapping_of_consecutive_positions<CpLayout::kSingleRank>(query_start_loc, counts, group.block_table,
+                                                                 idx_mapping, out, group.shape, group.divisors);
   } else {
-    slot_mapping_of_consecutive_positions<CpLayout::kInterleaved>(query_start_loc, num_computed_tokens,
-                                                                  group.block_table, idx_mapping, out, group.shape,
-                                                                  group.divisors);
+    slot_mapping_of_consecutive_positions<CpLayout::kInterleaved>(query_start_loc, counts, group.block_table,
+                                                                  idx_mapping, out, group.shape, group.divisors);
   }
+}
+
+// For a group with an int32 output: the first token whose slot (from the corrected counts) the
+// output cannot hold, or -1. `wide` holds num_tokens_padded int64.
+template <typename IdxT>
+int64_t find_group_slot_past_int32(const int32_t* query_start_loc, const CorrectedCounts& counts,
+                                   const IdxT* idx_mapping, const SlotMappingGroup& group, int64_t* wide) {
+  group_slot_mapping(query_start_loc, counts, idx_mapping, group, wide);
+  return find_slot_past_int32(wide, group.shape.num_tokens_padded);
 }
 
 // Every store of the fused op, after the caller gathered the corrected counts into
@@ -195,12 +210,13 @@ void store_spec_decode_inputs(const int32_t* new_computed, const int32_t* new_ac
                               const SlotMappingGroup* groups, int64_t num_groups) {
   store_corrected_counts(new_computed, new_accepted, num_computed_tokens, num_accepted_tokens, num_corrected);
   prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, positions_shape);
+  const StoredCounts counts{num_computed_tokens};
   for (int64_t g = 0; g < num_groups; ++g) {
     const SlotMappingGroup& group = groups[g];
     if (group.out64 != nullptr) {
-      group_slot_mapping(query_start_loc, num_computed_tokens, idx_mapping, group, group.out64);
+      group_slot_mapping(query_start_loc, counts, idx_mapping, group, group.out64);
     } else {
-      group_slot_mapping(query_start_loc, num_computed_tokens, idx_mapping, group, group.out32);
+      group_slot_mapping(query_start_loc, counts, idx_mapping, group, group.out32);  // checked to fit
     }
   }
 }

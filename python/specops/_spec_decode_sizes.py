@@ -48,6 +48,30 @@ class SpecDecodeSizes:
         return 1, 0, 1
 
 
+_SCALAR_NAMES = ("num_tokens_padded", "num_reqs_padded", "cp_world_size", "cp_rank", "cp_interleave")
+_GROUP_NAMES = ("block_sizes", "blocks_per_kv_block", "cp_sharded")
+
+
+def wrapper_argument(index: int, num_groups: int) -> str:
+    """The keyword argument of specops.prepare_spec_decode_inputs packed at sizes[index]."""
+    if index < NUM_SCALARS:
+        return _SCALAR_NAMES[index]
+    group, field = divmod(index - NUM_SCALARS, PER_GROUP)
+    return f"{_GROUP_NAMES[field]}[{group}]" if group < num_groups else f"sizes[{index}]"
+
+
+def named_after_the_wrapper(error: ValueError, num_groups: int) -> ValueError:
+    """error, or when it names an entry of sizes ("sizes[3] must be an int, ..."), the same
+    error naming the wrapper's argument instead (cp_rank)."""
+    message = str(error)
+    if not message.startswith("sizes["):
+        return error
+    index = message[len("sizes["):message.index("]")]
+    if not index.isdigit():
+        return error
+    return ValueError(wrapper_argument(int(index), num_groups) + message[message.index("]") + 1:])
+
+
 def pack_sizes(num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int,
                block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool]) -> list[int]:
     sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave]

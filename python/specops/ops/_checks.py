@@ -10,10 +10,48 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import operator
+from typing import Any
+
+import numpy as np
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
 INT32_MAX = 2**31 - 1
+
+
+def _described(value: Any) -> str:
+    return "None" if value is None else f"{type(value).__name__} {value!r}"
+
+
+def checked_int(value: Any, name: str) -> int:
+    """value as torch's schema takes an int: a Python int (a bool too), a NumPy integer or bool,
+    an integer tensor of one element; converted to int. Anything else is a ValueError."""
+    if type(value) is int:
+        return value
+    if isinstance(value, np.bool_):
+        return int(value)
+    if isinstance(value, (int, np.integer)) or (
+            isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+            and not value.is_complex()):
+        return operator.index(value)
+    raise ValueError(f"{name} must be an int, got {_described(value)}")
+
+
+def checked_size(value: Any, name: str, lowest: int, what: str = "") -> int:
+    """An int argument that sizes an output the wrapper allocates: checked before the allocation
+    (never `negative dimension`, never gigabytes from an unchecked value). `what` names lowest."""
+    value = checked_int(value, name)
+    if value < lowest:
+        raise ValueError(f"{name} must be >= {what or lowest}, got {value}")
+    return value
+
+
+def checked_bool(value: Any, name: str) -> bool:
+    """A bool, or an int taken as one (NumPy's included); anything else is a ValueError."""
+    if isinstance(value, (bool, int, np.integer, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be a bool, got {_described(value)}")
 
 
 def check_tensor(
@@ -101,6 +139,21 @@ def check_query_start_loc(
     if query_start_loc.numel() < 1:
         raise ValueError("query_start_loc must have R + 1 >= 1 entries, got 0")
     return query_start_loc.numel() - 1
+
+
+def host_token_count(query_start_loc: torch.Tensor) -> int:
+    """query_start_loc[R], read on the host to size an output the caller did not pass (a
+    device-to-host copy for device tensors). The offsets are checked first (from 0, never
+    decreasing), as the host op checks them, so no buffer is sized from an invalid value."""
+    check_query_start_loc(query_start_loc)
+    offsets = query_start_loc.tolist()
+    if offsets[0] != 0:
+        raise ValueError(f"query_start_loc[0] must be 0, got {offsets[0]}")
+    for r in range(1, len(offsets)):
+        if offsets[r] < offsets[r - 1]:
+            raise ValueError(f"query_start_loc must be non-decreasing, but query_start_loc[{r}] = {offsets[r]} "
+                             f"< query_start_loc[{r - 1}] = {offsets[r - 1]}")
+    return offsets[-1]
 
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:

@@ -10,6 +10,7 @@ backend switch used by the public wrappers.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 
 from specops._backend import _current_backend, triton_interpreter_enabled
 from specops._extension import EXTENSION, require_native
+from specops.ops._checks import checked_bool, checked_int
 
 if EXTENSION.loaded:
     from specops import _C
@@ -48,6 +50,38 @@ def fast_native_entry(op_name: str) -> Callable[..., Any] | None:
     return _C.FastOp(f"specops::{op_name}", getattr(torch.ops.specops, op_name).default._op)
 
 
+# The scalar argument kinds of a schema, as torch names them (Argument.type) and as the op's
+# check annotates them (used without the extension).
+_INT, _INT_LIST, _BOOL = "int", "int[]", "bool"
+_SCHEMA_KINDS = {"int": _INT, "List[int]": _INT_LIST, "bool": _BOOL}
+_ANNOTATION_KINDS = {"int": _INT, "Sequence[int]": _INT_LIST, "list[int]": _INT_LIST, "bool": _BOOL}
+
+
+def scalar_arguments(name: str, check: Callable[..., None]) -> list[tuple[int, str, str]]:
+    """(position, name, kind) of every int, int[] and bool argument of the op: from its schema,
+    or without the extension from the annotations of its check (which takes the schema's
+    arguments; tests/test_bad_input_matrix.py holds the two equal)."""
+    if EXTENSION.loaded:
+        arguments = getattr(torch.ops.specops, name).default._schema.arguments
+        kinds = [(argument.name, _SCHEMA_KINDS.get(str(argument.type))) for argument in arguments]
+    else:
+        parameters = inspect.signature(check).parameters.values()
+        kinds = [(parameter.name, _ANNOTATION_KINDS.get(str(parameter.annotation))) for parameter in parameters]
+    return [(position, argument, kind) for position, (argument, kind) in enumerate(kinds) if kind is not None]
+
+
+def written_arguments(name: str, check: Callable[..., None]) -> list[int]:
+    """Positions of the tensors (and tensor lists) the op writes: its schema's Tensor(a!)
+    arguments, or without the extension every tensor argument (a needless version bump only
+    costs a cache miss; a missing one serves a stale value)."""
+    if EXTENSION.loaded:
+        arguments = getattr(torch.ops.specops, name).default._schema.arguments
+        return [position for position, argument in enumerate(arguments)
+                if argument.alias_info is not None and argument.alias_info.is_write]
+    parameters = inspect.signature(check).parameters.values()
+    return [position for position, parameter in enumerate(parameters) if "Tensor" in str(parameter.annotation)]
+
+
 def _check_triton_can_run(op_name: str, args: tuple[Any, ...]) -> None:
     for arg in args:
         if isinstance(arg, torch.Tensor) and arg.device.type == "cpu" and not triton_interpreter_enabled():
@@ -68,6 +102,8 @@ class SpecOp:
         # The same dispatcher call as `self._native` at a third of a small op's cost.
         self._native_entry = fast_native_entry(name)
         self._triton: Callable[..., None] | None = None
+        self._scalars = scalar_arguments(name, check)
+        self._written = written_arguments(name, check)
         if _IMPL_LIBRARY is not None:
             torch.library.register_fake(f"specops::{name}", self._fake, lib=_IMPL_LIBRARY)
             for key in DEVICE_DISPATCH_KEYS:
@@ -104,10 +140,34 @@ class SpecOp:
         selected = _current_backend.get()
         if selected == "native":
             require_native(self.name)
-        elif selected == "triton":
-            self.check(*args)
+        args = self.scalars_checked(args)
+        self.check(*args)
+        if selected == "triton":
             _check_triton_can_run(self.name, args)
             self.triton(*args)
         else:
-            self.check(*args)
             self.reference(*args)
+
+    def scalars_checked(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """args with every int, int[] and bool argument taken as torch's schema takes it (NumPy
+        integers converted), before anything is checked or written; a ValueError names any other.
+        The native path gets the same from FastOp and the dispatcher."""
+        converted = None
+        for position, name, kind in self._scalars:
+            value = args[position]
+            if kind == _INT:
+                if type(value) is int:
+                    continue
+                value = checked_int(value, name)
+            elif kind == _BOOL:
+                if type(value) is bool:
+                    continue
+                value = checked_bool(value, name)
+            else:
+                if not isinstance(value, (list, tuple)):
+                    raise ValueError(f"{name} must be a list of ints, got {type(value).__name__}")
+                value = [item if type(item) is int else checked_int(item, f"{name}[{i}]") for i, item in enumerate(value)]
+            if converted is None:
+                converted = list(args)
+            converted[position] = value
+        return args if converted is None else tuple(converted)

@@ -14,6 +14,7 @@ from specops.ops._checks import (
     check_positive,
     check_query_start_loc,
     check_tensor,
+    checked_size,
 )
 from specops.ops._op import SpecOp
 from specops.reference.compute_slot_mapping import compute_slot_mapping as _reference
@@ -130,6 +131,10 @@ def compute_slot_mapping(
     (or row r); a row of -1 gives PAD. out[T:num_tokens_padded] is set to PAD.
     """
     if out is None:
+        check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
+        if num_tokens_padded is not None:
+            num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", positions.numel(),
+                                             f"num_tokens = positions.numel() = {positions.numel()}")
         size = positions.numel() if num_tokens_padded is None else num_tokens_padded
         out = torch.empty(size, dtype=torch.int64, device=positions.device)
     if num_tokens_padded is None:

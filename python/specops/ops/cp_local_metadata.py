@@ -130,14 +130,17 @@ def cp_local_metadata(
     value and the others are 0. query_start_loc_cpu / seq_lens_cpu: host copies used for the
     host maxima when the inputs live on a device; no device-to-host copy is ever made.
     """
-    num_reqs = max(query_start_loc.numel() - 1, 0)
-    device = query_start_loc.device
-    if local_query_start_loc is None:
-        local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
-    if local_seq_lens is None:
-        local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    if start_pos is None:
-        start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    if local_query_start_loc is None or local_seq_lens is None or start_pos is None:
+        num_reqs = check_query_start_loc(query_start_loc)
+        device = query_start_loc.device
+        if local_query_start_loc is None:
+            local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
+        if local_seq_lens is None:
+            local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
+        if start_pos is None:
+            start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    # The host copies' lengths follow query_start_loc's (its checks come with the op's).
+    num_reqs = query_start_loc.numel() - 1 if isinstance(query_start_loc, torch.Tensor) else 0
     # Checked even where unused (inputs on the host), and before the op writes anything.
     _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", "query_start_loc", num_reqs + 1)
     _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs)
@@ -146,12 +149,14 @@ def cp_local_metadata(
     # helper checks what it reads; the plain-torch one does not, so the op's check goes first.
     # (A ContextVar cannot be traced; compiled graphs compute no maxima and run the registered op.)
     if not torch.compiler.is_compiling() and (_NATIVE_MAX_LENS is None or current_backend() == "reference"):
-        _check(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal, local_query_start_loc,
-               local_seq_lens, start_pos)
-    on_host = device.type == "cpu"
+        args = _OP.scalars_checked((query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
+                                    local_query_start_loc, local_seq_lens, start_pos))
+        _check(*args)
+        num_input_tokens, cp_size, cp_rank, causal = args[2:6]
+    on_host = isinstance(query_start_loc, torch.Tensor) and query_start_loc.device.type == "cpu"
     max_query, max_seq = _host_maxima(
         query_start_loc if on_host else query_start_loc_cpu,
-        seq_lens if seq_lens.device.type == "cpu" else seq_lens_cpu,
+        seq_lens if isinstance(seq_lens, torch.Tensor) and seq_lens.device.type == "cpu" else seq_lens_cpu,
         num_input_tokens, cp_size, cp_rank, causal,
     )
     _OP.select()(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,

@@ -15,11 +15,30 @@ from specops.ops._checks import (
     check_query_start_loc,
     check_rows_disjoint,
     check_tensor,
+    checked_int,
+    host_token_count,
 )
 from specops.ops._op import SpecOp
 from specops.reference.dspark_swa_indices import dspark_swa_indices as _reference
 
 WIDTH_ALIGNMENT = 128
+
+
+def _check_sizes(window: int, num_speculative_tokens: int, block_size: int, num_tokens: int, width: int,
+                 cp_size: int, cp_rank: int) -> int:
+    """Checks the int arguments; returns the rows of this rank's slice."""
+    check_int32_range(window, "window", 0)
+    check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0)
+    check_int32_range(block_size, "block_size", 1)
+    if width < max(1, window + num_speculative_tokens):
+        raise ValueError(
+            f"width must be >= max(1, window + num_speculative_tokens = {window + num_speculative_tokens}), got {width}"
+        )
+    check_non_negative(num_tokens, "num_tokens")
+    check_cp_rank(cp_size, cp_rank, "cp_size")
+    if num_tokens > INT32_MAX - cp_size:
+        raise ValueError(f"num_tokens must be <= 2^31 - 1 - cp_size, got {num_tokens}")
+    return cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank
 
 
 def _check(
@@ -49,18 +68,7 @@ def _check(
     if seq_lens.numel() != num_reqs:
         raise ValueError(
             f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
-    check_int32_range(window, "window", 0)
-    check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0)
-    check_int32_range(block_size, "block_size", 1)
-    if width < max(1, window + num_speculative_tokens):
-        raise ValueError(
-            f"width must be >= max(1, window + num_speculative_tokens = {window + num_speculative_tokens}), got {width}"
-        )
-    check_non_negative(num_tokens, "num_tokens")
-    check_cp_rank(cp_size, cp_rank, "cp_size")
-    if num_tokens > INT32_MAX - cp_size:
-        raise ValueError(f"num_tokens must be <= 2^31 - 1 - cp_size, got {num_tokens}")
-    rows = cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank
+    rows = _check_sizes(window, num_speculative_tokens, block_size, num_tokens, width, cp_size, cp_rank)
     if out.size(0) < rows or out.size(1) != 1 or out.size(2) != width:
         raise ValueError(f"out must have shape [>= {rows}, 1, width = {width}], got {list(out.shape)}")
     check_tensor(out_lens, "out_lens", [torch.int32], 1, device)
@@ -101,12 +109,17 @@ def dspark_swa_indices(
     directly. Token rows past the real tokens are -1 with lens 0. num_tokens defaults to
     query_start_loc[R]: pass it with device tensors, since reading it is a device-to-host copy.
     """
-    if width is None:
-        width = default_width(window, num_speculative_tokens)
-    if num_tokens is None:
-        num_tokens = int(query_start_loc[-1]) if query_start_loc.numel() else 0
-    if out is None or out_lens is None:
-        rows = cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank if cp_size >= 1 else 0
+    if width is None or num_tokens is None or out is None or out_lens is None:
+        # Defaults and allocations come from the int arguments and query_start_loc[R]: checked first.
+        window = checked_int(window, "window")
+        num_speculative_tokens = checked_int(num_speculative_tokens, "num_speculative_tokens")
+        check_int32_range(window, "window", 0)
+        check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0)
+        width = default_width(window, num_speculative_tokens) if width is None else checked_int(width, "width")
+        num_tokens = host_token_count(query_start_loc) if num_tokens is None else checked_int(num_tokens, "num_tokens")
+        check_tensor(block_table, "block_table", [torch.int32], 2)
+        rows = _check_sizes(window, num_speculative_tokens, checked_int(block_size, "block_size"), num_tokens, width,
+                            checked_int(cp_size, "cp_size"), checked_int(cp_rank, "cp_rank"))
         if out is None:
             out = torch.empty((rows, 1, width), dtype=torch.int32, device=block_table.device)
         if out_lens is None:

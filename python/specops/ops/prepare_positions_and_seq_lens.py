@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_entries, check_no_overlap, check_query_start_loc, check_tensor
+from specops.ops._checks import (
+    check_entries,
+    check_no_overlap,
+    check_query_start_loc,
+    check_tensor,
+    checked_size,
+    host_token_count,
+)
 from specops.ops._op import SpecOp
 from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens as _reference
 
@@ -62,14 +69,23 @@ def allocate_positions_and_seq_lens(
     num_tokens_padded: int | None,
     num_reqs_padded: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-    """The outputs the caller did not pass, and the padded sizes they imply."""
+    """The outputs the caller did not pass, and the padded sizes they imply. Every size is
+    checked before it allocates anything."""
+    num_reqs = check_query_start_loc(query_start_loc)
     device = query_start_loc.device
     if positions is None:
-        # Without a buffer or a padded size, the token count is query_start_loc[R]: a host read.
-        size = int(query_start_loc[-1]) if num_tokens_padded is None else num_tokens_padded
+        if num_tokens_padded is None:
+            # Without a buffer or a padded size, the token count is query_start_loc[R]: a host read.
+            size = host_token_count(query_start_loc)
+        else:
+            size = num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         positions = torch.empty(size, dtype=torch.int64, device=device)
     if seq_lens is None:
-        size = query_start_loc.numel() - 1 if num_reqs_padded is None else num_reqs_padded
+        if num_reqs_padded is None:
+            size = num_reqs
+        else:
+            size = num_reqs_padded = checked_size(num_reqs_padded, "num_reqs_padded", num_reqs,
+                                                  f"R = query_start_loc.numel() - 1 = {num_reqs}")
         seq_lens = torch.empty(size, dtype=torch.int32, device=device)
     if num_tokens_padded is None:
         num_tokens_padded = positions.numel()

@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from specops._spec_decode_sizes import SpecDecodeSizes, pack_sizes
-from specops.ops._checks import check_outputs_alias_nothing, check_positive
+from specops._spec_decode_sizes import SpecDecodeSizes, named_after_the_wrapper, pack_sizes
+from specops.ops._checks import check_outputs_alias_nothing, check_positive, checked_size
 from specops.ops._op import SpecOp
 from specops.ops.compute_slot_mapping import SlotMappingArgNames, check_idx_mapping, check_slot_mapping_args
 from specops.ops.correct_num_computed_tokens import check_count_correction
@@ -76,10 +76,12 @@ def _check(
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
 
 
-def _per_group(value: object, num_groups: int, name: str, kind: type) -> list:
-    if isinstance(value, kind):
-        return [value] * num_groups
-    return list(value)  # type: ignore[call-overload]
+def _per_group(value: object, num_groups: int) -> list:
+    """One value per group: a sequence as given, anything else for every group (the op's checks
+    then judge it, naming block_sizes[0] etc.)."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return list(value)
+    return [value] * num_groups
 
 
 def prepare_spec_decode_inputs(
@@ -120,11 +122,11 @@ def prepare_spec_decode_inputs(
     """
     num_groups = len(block_tables)
     if not isinstance(block_sizes, list):
-        block_sizes = _per_group(block_sizes, num_groups, "block_sizes", int)
+        block_sizes = _per_group(block_sizes, num_groups)
     if not isinstance(blocks_per_kv_block, list):
-        blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", int)
+        blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
     if not isinstance(cp_sharded, list):
-        cp_sharded = _per_group(cp_sharded, num_groups, "cp_sharded", bool)
+        cp_sharded = _per_group(cp_sharded, num_groups)
     if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == num_groups:
         for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
                              ("cp_sharded", cp_sharded)):
@@ -141,6 +143,7 @@ def prepare_spec_decode_inputs(
         positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
             query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
     if slot_mappings is None:
+        num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
                          for _ in range(num_groups)]
     if not isinstance(block_tables, list):
@@ -149,6 +152,11 @@ def prepare_spec_decode_inputs(
         slot_mappings = list(slot_mappings)
     sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
                        blocks_per_kv_block, cp_sharded)
-    _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
-        cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, idx_mapping, sizes)
+    try:
+        _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+            prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables,
+            slot_mappings, idx_mapping, sizes)
+    except ValueError as error:
+        # A non-int packed into sizes is named by its place there: say which argument it was.
+        raise named_after_the_wrapper(error, num_groups) from None
     return SpecDecodeInputs(positions, seq_lens, slot_mappings)

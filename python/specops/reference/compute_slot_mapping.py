@@ -51,7 +51,10 @@ def compute_slot_mapping(
     else:
         block_id = torch.full_like(row, -1)
     valid &= block_id >= 0
-    slot = torch.where(valid, block_id * block_size + local_offset % block_size, PAD_SLOT_ID)
+    slot = block_id * block_size + local_offset % block_size
+    if out.dtype == torch.int32:
+        valid &= slot <= INT32_MAX  # a cast would wrap it to another request's slot
+    slot = torch.where(valid, slot, PAD_SLOT_ID)
 
     out[:num_tokens] = slot.to(out.dtype)
     out[num_tokens:num_tokens_padded] = PAD_SLOT_ID

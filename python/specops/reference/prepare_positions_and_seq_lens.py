@@ -16,8 +16,9 @@ def prepare_positions_and_seq_lens(
     num_reqs_padded: int,
 ) -> None:
     num_reqs = query_start_loc.numel() - 1
-    # Device kernels never write past num_tokens_padded, even when query_start_loc says more.
-    num_tokens = min(int(query_start_loc[num_reqs]), num_tokens_padded)
+    # Device kernels never write past num_tokens_padded, even when query_start_loc says more;
+    # a negative query_start_loc[R] (an invalid batch) has no real token.
+    num_tokens = max(0, min(int(query_start_loc[num_reqs]), num_tokens_padded))
     counts = num_computed_tokens[:num_reqs]
     request = request_of_each_token(query_start_loc, num_tokens)
     token = torch.arange(num_tokens, device=positions.device)

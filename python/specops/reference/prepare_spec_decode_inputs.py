@@ -30,7 +30,7 @@ def prepare_spec_decode_inputs(
                                 prev_num_draft_tokens, cpu_num_computed_tokens)
     prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, layout.num_tokens_padded,
                                    layout.num_reqs_padded)
-    num_tokens = min(int(query_start_loc[-1]), layout.num_tokens_padded)
+    num_tokens = max(0, min(int(query_start_loc[-1]), layout.num_tokens_padded))
     for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
         compute_slot_mapping(query_start_loc, positions[:num_tokens], table, layout.block_sizes[g], out,
                              layout.blocks_per_kv_block[g], *layout.group_cp(g), idx_mapping, layout.num_tokens_padded)
