@@ -2,12 +2,20 @@
 // Tensor(a!) and return (); the Python wrappers allocate outputs when the caller passes none.
 #include <torch/library.h>
 
+#include "written_versions.h"
+
 TORCH_LIBRARY(specops, m) {
   // SPEC 3.1
   m.def(
       "compute_slot_mapping(Tensor query_start_loc, Tensor positions, Tensor block_table, int block_size, "
       "Tensor(a!) out, int blocks_per_kv_block, int cp_world_size, int cp_rank, int cp_interleave, "
       "Tensor? idx_mapping, int num_tokens_padded) -> ()");
+  // Host-only: compute_slot_mapping's value checks for several tables, writing nothing (so that
+  // PersistentMappings.refresh rejects a batch before it rewrites any group). sizes: (block_size,
+  // blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave) per table.
+  m.def(
+      "check_slot_mapping_positions(Tensor query_start_loc, Tensor positions, Tensor[] block_tables, "
+      "Tensor? idx_mapping, int[] sizes) -> ()");
 
   // SPEC 3.3
   m.def(
@@ -57,3 +65,7 @@ TORCH_LIBRARY(specops, m) {
       "Tensor cpu_num_computed_tokens, Tensor query_start_loc, Tensor(c!) positions, Tensor(d!) seq_lens, "
       "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int[] sizes) -> ()");
 }
+
+// Every op that writes a caller's tensor bumps its version (csrc/written_versions.h). Defined
+// here, after the schemas (initializers of one file run in order), so that it sees them all.
+TORCH_LIBRARY_IMPL(specops, ADInplaceOrView, m) { specops::register_written_version_bumps(m); }

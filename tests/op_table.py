@@ -1150,4 +1150,5 @@ OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_
 # Schemas that are not public ops: reached only through another op's wrapper, covered there.
 HOST_HELPERS = {
     "cp_local_max_lens": "the host ints of cp_local_metadata, from its query_start_loc(_cpu)/seq_lens(_cpu)",
+    "check_slot_mapping_positions": "compute_slot_mapping's value checks for every group of PersistentMappings.refresh",
 }

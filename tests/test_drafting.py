@@ -357,6 +357,42 @@ def test_the_stale_data_check_sees_a_cache_that_ignores_versions(monkeypatch):
         assert_same_metadata(stale, fresh)
 
 
+def test_an_input_rewritten_by_a_specops_op_between_groups_forces_recomputation(backend):
+    """Once served stale: specops ops did not bump the version of what they wrote, so positions and
+    seq_lens rewritten by prepare_positions_and_seq_lens between two groups looked unchanged."""
+    model = make_model()
+    groups = [SWA, COMPRESSED]
+    common = make_step(random.Random(5), groups, 3, num_reqs=8, host_seq_lens=False, oversized=False)
+    first, second = make_builders(model, groups)
+    cache = StepCache()
+    first.build_for_drafting(common, 1, cache)
+    num_computed_tokens = common.seq_lens - (common.query_start_loc[1:] - common.query_start_loc[:-1]) + 1
+    specops.prepare_positions_and_seq_lens(num_computed_tokens, common.query_start_loc, positions=common.positions,
+                                           seq_lens=common.seq_lens)  # every position and seq_len one later
+    misses = cache.misses
+    later = second.build_for_drafting(common, 1, cache)
+    assert cache.misses > misses
+    assert_same_metadata(later, make_builders(model, [COMPRESSED])[0].build_for_drafting(common, 1))
+
+
+def test_a_numpy_write_is_invisible_until_the_cache_is_invalidated():
+    """A write through a NumPy view bypasses the version counter: the fingerprint cannot see it
+    (documented), and invalidate() is the remedy."""
+    model = make_model()
+    groups = [SWA, COMPRESSED]
+    common = make_step(random.Random(5), groups, 3, num_reqs=8, oversized=False)
+    first, second = make_builders(model, groups)
+    cache = StepCache()
+    first.build_for_drafting(common, 1, cache)
+    common.positions.numpy()[:] += 1
+    fresh = make_builders(model, [COMPRESSED])[0].build_for_drafting(common, 1)
+    with pytest.raises(AssertionError, match="input_positions"):
+        assert_same_metadata(second.build_for_drafting(common, 1, cache), fresh)
+    cache.invalidate()
+    assert len(cache) == 0
+    assert_same_metadata(second.build_for_drafting(common, 1, cache), fresh)
+
+
 def test_an_entry_whose_buffers_were_rewritten_is_not_served():
     """A dummy run between two groups of a real step rewrites the first group's buffers; the
     second group must recompute rather than share them."""
@@ -577,6 +613,10 @@ def test_bad_configs_name_the_argument():
 @pytest.mark.parametrize("problem, argument", [
     ("num_reqs", "num_reqs"), ("num_input_tokens", "num_input_tokens"), ("num_actual_tokens", "num_actual_tokens"),
     ("slot_mappings", "slot_mappings"), ("block_tables", "block_tables"), ("host_copy", "query_start_loc_cpu"),
+    # Once accepted: a phantom prefill request, a real token's position zeroed, stale slot rows.
+    ("num_reqs past query_start_loc", "query_start_loc"), ("num_reqs past seq_lens", "seq_lens"),
+    ("num_actual_tokens below the batch", "num_actual_tokens"), ("positions shorter than T", "positions"),
+    ("a slot mapping shorter than T", "slot_mappings"), ("a position past the RoPE cache", "rope_cos_sin_cache"),
 ])
 def test_bad_steps_name_the_argument(problem, argument):
     groups = [SWA, DSPARK]
@@ -590,6 +630,18 @@ def test_bad_steps_name_the_argument(problem, argument):
         common.num_actual_tokens = common.num_input_tokens + 1
     elif problem == "host_copy":
         common.query_start_loc_cpu = common.query_start_loc_cpu.to("meta")
+    elif problem == "num_reqs past query_start_loc":
+        common.num_reqs += 1  # query_start_loc has num_reqs + 1 entries, not num_reqs + 2
+    elif problem == "num_reqs past seq_lens":
+        common.seq_lens = common.seq_lens[:-1]
+    elif problem == "num_actual_tokens below the batch":
+        common.num_actual_tokens -= 1
+    elif problem == "positions shorter than T":
+        common.positions = common.positions[:-1]
+    elif problem == "a slot mapping shorter than T":
+        common.slot_mappings["dspark"] = common.slot_mappings["dspark"][:-1]
+    elif problem == "a position past the RoPE cache":
+        common.positions[0] = MAX_POSITION
     else:
         getattr(common, problem).pop("dspark")
     with pytest.raises(ValueError, match=argument):

@@ -10,8 +10,10 @@ import ctypes
 import dataclasses
 import random
 
+import numpy as np
 import pytest
 import torch
+from conftest import BACKENDS
 from host_syncs import OpLog
 from strategies import assert_same
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -239,12 +241,16 @@ def test_hand_computed():
 
 
 def test_overlapping_stages_of_one_row_apply_in_order(backend):
+    """Once applied the earlier writes itself at the overlap; now merged on the host, so nothing
+    reaches the device before apply_staged(), as the docstring says."""
     mappings = PersistentMappings([MappingGroup(4)], max_num_reqs=2, max_num_blocks_per_req=8, max_num_tokens=4)
     mappings.append_blocks(1, [[1, 2, 3, 4, 5]])
     mappings.append_blocks(1, [[6]])
     mappings.append_blocks(1, [[10, 11]], overwrite=True)  # overlaps the pending writes
     mappings.append_blocks(1, [[12]])  # lands on the old tail being cleared
     mappings.append_blocks(0, [[20]])
+    assert mappings.source_block_tables[0].unique().tolist() == [0] and mappings.num_blocks[0].tolist() == [0, 0]
+    assert mappings.staged_num_blocks[0].tolist() == [1, 3]
     mappings.apply_staged()
     assert mappings.source_block_tables[0].tolist() == [[20] + [0] * 7, [10, 11, 12] + [0] * 5]
     assert mappings.num_blocks[0].tolist() == [1, 3]
@@ -271,13 +277,13 @@ def test_writes_of_one_launch_are_disjoint():
     them in order, so only this property shows that staging never relies on the order."""
     with specops.backend("native"), LaunchRecorder() as recorder:
         test_overlapping_stages_of_one_row_apply_in_order("native")
-        test_staging_past_its_capacity_flushes_in_order("native")
+        test_staging_past_its_capacity_grows_and_applies_in_order("native")
         mappings = make_mappings(CP_CONFIGS[0])
         scheduler = Scheduler(mappings, CP_CONFIGS[0], seed=2, max_seq_len=MAX_SEQ_LEN)
         for _ in range(40):
             scheduler.step()
         scheduler.check_sources()
-    assert len(recorder.launches) > 40
+    assert len(recorder.launches) >= 35  # the two tests above apply once each: staging merges and grows
     for cells in recorder.launches:
         assert len(cells) == len(set(cells)), "two writes of one launch touch the same cell"
 
@@ -295,14 +301,20 @@ def test_packed_copy_path_applies_the_same_writes():
             assert_same(a, b)
 
 
-def test_staging_past_its_capacity_flushes_in_order(backend):
-    mappings = PersistentMappings([MappingGroup(1)], max_num_reqs=1, max_num_blocks_per_req=40, max_num_tokens=4)
+def test_staging_past_its_capacity_grows_and_applies_in_order(backend):
+    """Once flushed to the device when the host arrays filled up; they grow instead."""
+    mappings = PersistentMappings([MappingGroup(1), MappingGroup(2)], max_num_reqs=3, max_num_blocks_per_req=40,
+                                  max_num_tokens=4)
     for block_id in range(1, 35):
-        mappings.append_blocks(0, [[block_id]])
-    mappings.append_blocks(0, [list(range(100, 130))], overwrite=True)
+        mappings.append_blocks(0, [[block_id], []])
+    mappings.append_blocks(0, [list(range(100, 130)), []], overwrite=True)
+    for row in (1, 2):
+        mappings.append_blocks(row, [list(range(200, 240)), list(range(300, 340))])
+    assert mappings.num_blocks[0].tolist() == [0, 0, 0] and mappings.source_block_tables[0].unique().tolist() == [0]
     mappings.apply_staged()
+    assert mappings.source_block_tables[1][1:].tolist() == [list(range(300, 340))] * 2
     assert mappings.source_block_tables[0][0].tolist() == list(range(100, 130)) + [0] * 10
-    assert mappings.num_blocks[0].tolist() == [30]
+    assert mappings.num_blocks[0].tolist() == [30, 40, 40]
     assert mappings.num_staged_writes == 0
 
 
@@ -371,7 +383,9 @@ def test_op_calls_do_not_grow_with_the_batch():
                 step.refresh(mappings)
             calls[step.idx_mapping.numel()] = [op for op in counter.ops if op.startswith("specops.")]
     assert max(calls) >= 4 * min(calls)
-    expected = ["specops.compute_slot_mapping.default", "specops.gather_block_tables.default"] * len(GROUPS)
+    # One host check of every group first (a rejected refresh changes nothing), then two ops per group.
+    expected = ["specops.check_slot_mapping_positions.default"]
+    expected += ["specops.compute_slot_mapping.default", "specops.gather_block_tables.default"] * len(GROUPS)
     assert all(ops == expected for ops in calls.values())
 
 
@@ -449,6 +463,59 @@ def test_append_blocks_rejects_bad_input_and_stages_nothing(argument, row, block
     mappings.apply_staged()
     assert [t.tolist() for t in mappings.num_blocks] == [[1, 0], [1, 0]]
     assert [t[0].tolist() for t in mappings.source_block_tables] == [[9, 0, 0], [9, 0, 0]]
+
+
+@pytest.mark.parametrize("block_ids,message", [
+    ([[9], [7.9]], r"block_ids\[1\]\[0\] must be an int, got float 7.9"),  # once stored as 7
+    ([[9], [1, -2]], r"block_ids\[1\]\[1\] = -2 must be a block id in \[0, 2\^31 - 1\]"),
+    ([[9], [2**31]], r"block_ids\[1\]\[0\] = 2147483648 must be a block id"),  # once an OverflowError
+    ([[9], [True]], r"block_ids\[1\]\[0\] must be an int, got bool"),
+    ([[9], torch.tensor([1.0])], r"block_ids\[1\] must be a 1-D integer tensor"),
+    ([[9], "12"], r"block_ids\[1\] must be a list of ints"),
+    ([[9], None], r"block_ids\[1\] must be a list of ints"),
+])
+def test_a_bad_id_in_any_group_stages_nothing(block_ids, message):
+    """Once group 0's ids were staged before group 1's raised (with an error that did not name
+    block_ids): the request got blocks in one group only."""
+    mappings = PersistentMappings([MappingGroup(16), MappingGroup(8)], max_num_reqs=2, max_num_blocks_per_req=3,
+                                  max_num_tokens=4)
+    with pytest.raises(ValueError, match=message):
+        mappings.append_blocks(0, block_ids)
+    assert mappings.num_staged_writes == 0
+    assert mappings.staged_num_blocks.tolist() == [[0, 0], [0, 0]]
+
+
+def test_block_ids_may_be_numpy_ints_and_integer_tensors():
+    mappings = PersistentMappings([MappingGroup(16), MappingGroup(8)], max_num_reqs=2, max_num_blocks_per_req=3,
+                                  max_num_tokens=4)
+    mappings.append_blocks(np.int64(1), [np.array([4, 5], dtype=np.int64), torch.tensor([6], dtype=torch.int32)])
+    mappings.append_blocks(1, [[np.int32(7)], [0]])
+    mappings.apply_staged()
+    assert [t.tolist() for t in mappings.source_block_tables] == [[[0, 0, 0], [4, 5, 7]], [[0, 0, 0], [6, 0, 0]]]
+    assert [t.tolist() for t in mappings.num_blocks] == [[0, 3], [0, 2]]
+
+
+def test_a_refresh_one_group_rejects_changes_no_group():
+    """Once group 0's buffers were rewritten, then group 1 raised: a captured graph would replay
+    half a step. Position 12 fits group 0 (2 blocks of 16) but not group 1 (2 blocks of 4)."""
+    mappings = PersistentMappings([MappingGroup(16), MappingGroup(4)], max_num_reqs=2, max_num_blocks_per_req=2,
+                                  max_num_tokens=4)
+    mappings.append_blocks(0, [[3, 4], [5, 6]])
+    mappings.apply_staged()
+    mappings.fill_dummy()
+    args = (torch.tensor([0], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32), torch.tensor([1, 12]))
+    for backend in BACKENDS:
+        before = [t.clone() for t in all_buffers(mappings)]
+        with specops.backend(backend):
+            if backend == "native":
+                with pytest.raises(ValueError, match=r"positions\[1\] = 12 is beyond block_tables\[1\]"):
+                    mappings.refresh(*args, num_reqs_padded=2, num_tokens_padded=4)
+                for tensor, old in zip(all_buffers(mappings), before):
+                    assert torch.equal(tensor, old)
+                continue
+            mappings.refresh(*args, num_reqs_padded=2, num_tokens_padded=4)  # device paths: PAD
+        assert mappings.slot_mappings[0].tolist() == [49, 60, PAD, PAD], backend
+        assert mappings.slot_mappings[1].tolist() == [21, PAD, PAD, PAD], backend
 
 
 REFRESH_ERRORS = [

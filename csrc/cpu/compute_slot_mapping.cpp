@@ -61,8 +61,69 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
   });
 }
 
+// The value checks of compute_slot_mapping for several tables at once, writing nothing: a caller
+// that maps one batch through several tables (PersistentMappings.refresh) rejects a batch before
+// it rewrites the first group. sizes: (block_size, blocks_per_kv_block, cp_world_size, cp_rank,
+// cp_interleave) per table.
+void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::Tensor& positions,
+                                  at::TensorList block_tables, const std::optional<at::Tensor>& idx_mapping,
+                                  c10::IntArrayRef sizes) {
+  constexpr size_t kPerTable = 5;
+  TORCH_CHECK_VALUE(sizes.size() == kPerTable * block_tables.size(), "sizes must have ", kPerTable,
+                    " entries per block table (", block_tables.size(), "), got ", sizes.size());
+  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
+  check_query_start_loc(query_start_loc, positions.numel(), "positions");
+  const int64_t num_reqs = query_start_loc.numel() - 1;
+  if (idx_mapping.has_value()) {
+    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
+                      num_reqs, " entries, got ", idx_mapping->numel());
+  }
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  for (size_t g = 0; g < block_tables.size(); ++g) {
+    const ArgName table_name{"block_tables", static_cast<int64_t>(g)};
+    const c10::IntArrayRef s = sizes.slice(kPerTable * g, kPerTable);
+    check_tensor(block_tables[g], table_name, {c10::kInt}, 2);
+    check_positive(s[0], "block_size");
+    check_positive(s[1], "blocks_per_kv_block");
+    check_cp_rank(s[2], s[3], "cp_world_size");
+    check_positive(s[4], "cp_interleave");
+    TORCH_CHECK_VALUE(s[0] <= INT32_MAX / s[1] / s[2] && (s[0] * s[1]) % s[4] == 0, "sizes of ", table_name,
+                      ": block_size * blocks_per_kv_block * cp_world_size must be < 2^31 and divisible by "
+                      "cp_interleave, got ", s);
+    kernels::SlotMappingShape shape;
+    shape.num_reqs = num_reqs;
+    shape.num_tokens = positions.numel();
+    shape.num_tokens_padded = positions.numel();
+    shape.block_table_rows = block_tables[g].size(0);
+    shape.block_table_cols = block_tables[g].size(1);
+    shape.block_table_stride = block_tables[g].stride(0);
+    shape.block_size = s[0];
+    shape.blocks_per_kv_block = s[1];
+    shape.cp_world_size = s[2];
+    shape.cp_rank = s[3];
+    shape.cp_interleave = s[4];
+    const kernels::SlotMappingDivisors divisors(shape);
+    AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "check_slot_mapping_positions", [&] {
+      using PosT = index_t;
+      const PosT* pos = positions.data_ptr<PosT>();
+      with_idx_mapping(idx_mapping, [&](auto* idx) {
+        using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
+        check_rows_inside_table(idx, num_reqs, shape.block_table_rows, table_name);
+        const int64_t bad = kernels::find_position_beyond_block_table<PosT, IdxT>(qsl, pos, idx, shape, divisors);
+        TORCH_CHECK_VALUE(bad < 0, "positions[", bad, "] = ", static_cast<int64_t>(pos[bad < 0 ? 0 : bad]),
+                          " is beyond ", table_name, " (", shape.block_table_cols, " blocks of ", s[0],
+                          " tokens per row) or negative");
+      });
+    });
+  }
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("compute_slot_mapping", &compute_slot_mapping); }
+TORCH_LIBRARY_IMPL(specops, CPU, m) {
+  m.impl("compute_slot_mapping", &compute_slot_mapping);
+  m.impl("check_slot_mapping_positions", &check_slot_mapping_positions);
+}
 
 }  // namespace specops::cpu

@@ -176,6 +176,12 @@ class StepCache:
     (identity, shape and _version of each input tensor, plus the sizes) is unchanged, and while
     the buffers holding its value were not rewritten since (by a build with another cache).
     It keeps its input tensors alive, so a tensor id in a fingerprint cannot be reused.
+
+    The fingerprint sees every write that goes through torch: in-place torch ops and every
+    specops op bump the version of what they write. It cannot see writes that bypass torch's
+    version counter (through a NumPy view of a tensor, `.data`, DLPack, or a kernel of another
+    library writing raw memory): after such a write to an input, call `invalidate()` (or start
+    a new StepCache). Not thread-safe: one cache per step, used by one thread.
     """
 
     __slots__ = ("_entries", "hits", "misses")
@@ -205,6 +211,11 @@ class StepCache:
 
     def keys(self) -> list[tuple[Hashable, Hashable]]:
         return list(self._entries)
+
+    def invalidate(self) -> None:
+        """Forgets every entry: the next build of each group recomputes. For inputs changed in a
+        way no fingerprint sees (a NumPy view, `.data`, DLPack: see the class docstring)."""
+        self._entries.clear()
 
     def clear(self) -> None:
         self._entries.clear()
@@ -312,6 +323,10 @@ class DraftMetadataBuilder:
     max_num_reqs / max_num_tokens bound num_reqs and num_input_tokens of every step. device:
     where the buffers live (default torch.get_default_device()); the inputs and the RoPE cache
     must be there too (the host copies on the CPU).
+
+    Not thread-safe: a builder owns persistent buffers that every build rewrites, so two threads
+    building with one builder (or sharing one StepCache) corrupt each other's results. A runner
+    has one set of builders per thread that drafts.
     """
 
     def __init__(self, model: ModelConfig, group: GroupConfig, max_num_reqs: int, max_num_tokens: int,
@@ -398,6 +413,7 @@ class DraftMetadataBuilder:
         buffers.invariant_writes.generation += 1
         num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
         model = self.model
+        _check_step_sizes(common)
         query_start_loc, seq_lens = _first(common.query_start_loc, num_reqs + 1), _first(common.seq_lens, num_reqs)
         query_start_loc_cpu = _first(common.query_start_loc_cpu, num_reqs + 1)
 
@@ -405,6 +421,10 @@ class DraftMetadataBuilder:
         if query_start_loc_cpu.device.type != "cpu":
             raise ValueError(f"query_start_loc_cpu must be on the host, got {query_start_loc_cpu.device}")
         starts = query_start_loc_cpu.numpy()
+        # A host value, free to read: the token count the step claims must be the batch's.
+        if int(starts[-1]) != num_tokens:
+            raise ValueError(f"num_actual_tokens must equal query_start_loc_cpu[num_reqs = {num_reqs}] = "
+                             f"{int(starts[-1])}, got {num_tokens}")
         query_lens = np.diff(starts)
         is_decode = query_lens <= self._decode_threshold
         num_decodes = int(np.count_nonzero(is_decode))
@@ -414,7 +434,12 @@ class DraftMetadataBuilder:
         views.positions_real.copy_(_first(common.positions, num_tokens))
         if views.positions_tail is not None:
             views.positions_tail.zero_()
-        torch.index_select(model.rope_cos_sin_cache, 0, views.positions_padded, out=views.cos_sin_padded)
+        try:
+            torch.index_select(model.rope_cos_sin_cache, 0, views.positions_padded, out=views.cos_sin_padded)
+        except IndexError as error:
+            # On the host the gather checks every index (on a device it cannot: see docs/drafting.md).
+            raise ValueError(f"positions must be in [0, rope_cos_sin_cache.size(0) = "
+                             f"{model.rope_cos_sin_cache.size(0)}): {error}") from None
 
         seq_lens_cpu = common.seq_lens_cpu
         if seq_lens_cpu is not None:
@@ -487,8 +512,11 @@ class DraftMetadataBuilder:
         group = self.group
         slot_mapping = common.slot_mappings.get(group.name)
         if slot_mapping is None or slot_mapping.size(0) != common.num_actual_tokens:
-            slot_mapping = _first(_group_input(common.slot_mappings, group.name, "slot_mappings"),
-                                  common.num_actual_tokens)
+            slot_mapping = _group_input(common.slot_mappings, group.name, "slot_mappings")
+            if slot_mapping.size(0) < common.num_actual_tokens:
+                raise ValueError(f"slot_mappings[{group.name!r}] must have at least num_actual_tokens = "
+                                 f"{common.num_actual_tokens} entries, got {slot_mapping.size(0)}")
+            slot_mapping = slot_mapping[:common.num_actual_tokens]
         # The op itself (its wrapper only adds the allocation of an absent `out`).
         _FORMAT_SLOT_MAPPING_BLOCKS(slot_mapping, group.storage_block_size, views.slot_mapping)
         if group.dspark:
@@ -506,6 +534,25 @@ def _inputs(common: CommonDraftInputs) -> tuple:
     """The tensors a fingerprint names, kept alive with the entry so that their ids stay unique."""
     return (common.query_start_loc, common.query_start_loc_cpu, common.seq_lens, common.seq_lens_cpu,
             common.positions)
+
+
+def _check_step_sizes(common: CommonDraftInputs) -> None:
+    """The sizes a step claims against its tensors (shorter tensors once gave a phantom request,
+    or zeroed the position of a real token)."""
+    num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
+    for name, tensor, count, what in (
+            ("query_start_loc", common.query_start_loc, num_reqs + 1, "num_reqs + 1"),
+            ("query_start_loc_cpu", common.query_start_loc_cpu, num_reqs + 1, "num_reqs + 1"),
+            ("seq_lens", common.seq_lens, num_reqs, "num_reqs"),
+            ("seq_lens_cpu", common.seq_lens_cpu, num_reqs, "num_reqs"),
+            ("positions", common.positions, num_tokens, "num_actual_tokens")):
+        if tensor is None and name == "seq_lens_cpu":
+            continue
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1:
+            described = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"{name} must be a 1-D tensor, got {described}")
+        if tensor.size(0) < count:
+            raise ValueError(f"{name} must have at least {what} = {count} entries, got {tensor.size(0)}")
 
 
 def _first(t: torch.Tensor, count: int) -> torch.Tensor:

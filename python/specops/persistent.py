@@ -13,6 +13,9 @@ are one tensor each ([G, M, B] and [G, max_num_tokens]) with a view per group, s
 
 Invariant: a source row never holds a block id past its count (an overwrite also writes NULL
 over the old tail), so slot mappings read through it can never reach a stale block.
+
+Not thread-safe: the staging state and the captured buffers belong to one runner thread (a
+PersistentMappings shared by two threads corrupts its staged writes).
 """
 
 from __future__ import annotations
@@ -23,11 +26,39 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
-from specops.ops._checks import check_context_parallel, check_interleave_divides, check_positive
+from specops.ops._checks import INT32_MAX, check_context_parallel, check_interleave_divides, check_positive, checked_int
+from specops.ops._op import fast_native_entry
 from specops.ops.apply_staged_writes import apply_staged_writes
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
+
+# compute_slot_mapping's value checks for every group's table at once, writing nothing.
+_CHECK_POSITIONS = fast_native_entry("check_slot_mapping_positions")
+
+
+def _checked_block_ids(ids: object, group: int) -> Sequence[int] | np.ndarray:
+    """block_ids[group] as ints in [0, 2^31 - 1]: a list of Python or NumPy ints, or a 1-D
+    integer array or tensor. Anything else (7.9 once became block 7) is a ValueError."""
+    name = f"block_ids[{group}]"
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ValueError(f"{name} must be a 1-D integer tensor or a list of ints, got {ids.dtype} {list(ids.shape)}")
+        ids = ids.cpu().numpy()
+    if isinstance(ids, np.ndarray):
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise ValueError(f"{name} must be a 1-D integer array or a list of ints, got {ids.dtype} {list(ids.shape)}")
+    elif isinstance(ids, Sequence) and not isinstance(ids, str):
+        for i, block_id in enumerate(ids):
+            if type(block_id) is not int and (isinstance(block_id, bool) or not isinstance(block_id, (int, np.integer))):
+                raise ValueError(f"{name}[{i}] must be an int, got {type(block_id).__name__} {block_id!r}")
+    else:
+        raise ValueError(f"{name} must be a list of ints or an integer tensor, got {type(ids).__name__}")
+    if len(ids) and not (0 <= min(ids) and max(ids) <= INT32_MAX):
+        i = next(i for i, block_id in enumerate(ids) if not 0 <= block_id <= INT32_MAX)
+        raise ValueError(f"{name}[{i}] = {ids[i]} must be a block id in [0, 2^31 - 1]")
+    return ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +148,10 @@ class PersistentMappings:
         self.block_tables = list(self._captured_tables.unbind(0))
         self.slot_mappings = list(self._captured_slots.unbind(0))
         self._init_staging(num_groups, max_num_reqs, max_num_blocks_per_req)
+        # What refresh checks up front on the host path, when more than one group could reject.
+        self._check_positions_sizes = None
+        if self.device.type == "cpu" and num_groups > 1 and _CHECK_POSITIONS is not None:
+            self._check_positions_sizes = [size for args in self._slot_args for size in dataclasses.astuple(args)]
 
     # ---------------------------------------------------------------- staging (host side)
 
@@ -124,30 +159,52 @@ class PersistentMappings:
         # Host state, allocated once. Counts include staged writes; the device counts catch up
         # at apply_staged().
         self._staged_counts = np.zeros((num_groups, max_num_reqs), dtype=np.int64)
-        # End column of the pending block write of (group, row), -1 if none.
-        self._pending_end = np.full((num_groups, max_num_reqs), -1, dtype=np.int64)
+        # Index of the pending block write of (group, row), -1 if none: a (group, row) has at most
+        # one, since a write that overlaps or adjoins it is merged into it on the host.
+        self._pending_write = np.full((num_groups, max_num_reqs), -1, dtype=np.int64)
         # Index in `values` of the pending count write of (group, row), -1 if none.
         self._pending_count_at = np.full((num_groups, max_num_reqs), -1, dtype=np.int64)
 
-        # A step that appends a block to every row of every group fits without a flush.
+        # A step that appends a block to every row of every group fits as allocated; the host
+        # staging grows past that rather than applying anything before apply_staged().
         num_cells = num_groups * max_num_reqs
-        self._write_capacity = 2 * num_cells + 2
-        self._value_capacity = 2 * num_cells + 4 * max_num_blocks_per_req
-        host = dict(dtype=torch.int32, device="cpu")
-        self._rows = torch.zeros(self._write_capacity, **host)
-        self._starts = torch.zeros(self._write_capacity, **host)
-        self._cu_lens = torch.zeros(self._write_capacity + 1, **host)
-        self._values = torch.zeros(self._value_capacity, **host)
-        self._rows_np, self._starts_np = self._rows.numpy(), self._starts.numpy()
-        self._cu_lens_np, self._values_np = self._cu_lens.numpy(), self._values.numpy()
         self._num_writes = 0
         self._num_values = 0
+        self._allocate_staging(2 * num_cells + 2, 2 * num_cells + 4 * max_num_blocks_per_req)
 
         self._packed_host: torch.Tensor | None = None
         self._packed_device: torch.Tensor | None = None
         self._copy_done: torch.Event | None = None
         if self.device.type != "cpu":
             self._stage_through_copy(pin_memory=True)
+
+    def _allocate_staging(self, write_capacity: int, value_capacity: int) -> None:
+        """Host staging arrays of the given capacities, keeping what is staged."""
+        host = dict(dtype=torch.int32, device="cpu")
+        staged = (self._num_writes, self._num_values)
+        old = (self._rows, self._starts, self._cu_lens, self._values) if hasattr(self, "_rows") else None
+        self._write_capacity, self._value_capacity = write_capacity, value_capacity
+        self._rows = torch.zeros(write_capacity, **host)
+        self._starts = torch.zeros(write_capacity, **host)
+        self._cu_lens = torch.zeros(write_capacity + 1, **host)
+        self._values = torch.zeros(value_capacity, **host)
+        if old is not None:
+            for new, kept, size in zip((self._rows, self._starts, self._cu_lens, self._values), old,
+                                       (staged[0], staged[0], staged[0] + 1, staged[1])):
+                new[:size] = kept[:size]
+        self._rows_np, self._starts_np = self._rows.numpy(), self._starts.numpy()
+        self._cu_lens_np, self._values_np = self._cu_lens.numpy(), self._values.numpy()
+
+    def _reserve(self, writes: int, values: int) -> None:
+        """Room for `writes` more writes and `values` more values (rare: doubles the arrays)."""
+        if self._num_writes + writes <= self._write_capacity and self._num_values + values <= self._value_capacity:
+            return
+        self._allocate_staging(max(2 * self._write_capacity, self._num_writes + writes),
+                               max(2 * self._value_capacity, self._num_values + values))
+        if self._packed_host is not None:
+            if self._copy_done is not None:
+                self._copy_done.synchronize()  # the last copy read the old buffer
+            self._stage_through_copy(pin_memory=self._packed_host.is_pinned())
 
     def _stage_through_copy(self, pin_memory: bool) -> None:
         """Off the host, the staged arrays travel packed, in one copy, through a pinned buffer
@@ -173,16 +230,21 @@ class PersistentMappings:
         return self._num_writes
 
     def append_blocks(self, row: int, block_ids: Sequence[Sequence[int]], overwrite: bool = False) -> None:
-        """Stages new block ids for request row `row`: `block_ids[g]` for group g.
+        """Stages new block ids for request row `row`: `block_ids[g]` for group g (a list of ints
+        or an integer tensor, ids in [0, 2^31 - 1]).
 
         The ids go after the row's current ones, or, with `overwrite=True`, replace the row
-        (the old tail becomes NULL). Nothing reaches the device before `apply_staged()`.
-        A call that would overflow a row raises before staging anything.
+        (the old tail becomes NULL). Nothing reaches the device before `apply_staged()`: a write
+        that overlaps a staged one of the same row is merged into it on the host. A call that is
+        rejected (a bad id in any group, a row that would overflow) raises before staging anything.
         """
-        if len(block_ids) != self.num_groups:
-            raise ValueError(f"block_ids must hold one list of block ids per group ({self.num_groups}), got {len(block_ids)}")
+        if not isinstance(block_ids, Sequence) or len(block_ids) != self.num_groups:
+            got = len(block_ids) if isinstance(block_ids, Sequence) else type(block_ids).__name__
+            raise ValueError(f"block_ids must hold one list of block ids per group ({self.num_groups}), got {got}")
+        row = checked_int(row, "row")
         if not 0 <= row < self.max_num_reqs:
             raise ValueError(f"row must be in [0, max_num_reqs = {self.max_num_reqs}), got {row}")
+        block_ids = [_checked_block_ids(ids, group) for group, ids in enumerate(block_ids)]
         for group, ids in enumerate(block_ids):
             count = len(ids) + (0 if overwrite else int(self._staged_counts[group, row]))
             if count > self.max_num_blocks_per_req:
@@ -193,25 +255,38 @@ class PersistentMappings:
         for group, ids in enumerate(block_ids):
             self._stage(group, row, ids, overwrite)
 
-    def _stage(self, group: int, row: int, ids: Sequence[int], overwrite: bool) -> None:
+    def _stage(self, group: int, row: int, ids: Sequence[int] | np.ndarray, overwrite: bool) -> None:
         old_count = int(self._staged_counts[group, row])
         start = 0 if overwrite else old_count
         count = start + len(ids)
         length = max(len(ids), old_count) if overwrite else len(ids)
-        # Device kernels apply the writes of one launch in parallel: a write that overlaps a
-        # pending one of the same row must wait for the next launch.
-        if length and self._pending_end[group, row] > start:
-            self.apply_staged()
-        if self._num_writes + 2 > self._write_capacity or self._num_values + length + 1 > self._value_capacity:
-            self.apply_staged()
 
         cell = group * self.max_num_reqs + row
         if length:
+            values = np.full(length, NULL_BLOCK_ID, dtype=np.int32)
+            values[: len(ids)] = ids
+            # Device kernels apply the writes of one launch in parallel, in no order: a write that
+            # overlaps (or adjoins) the pending one of this row replaces it by their union, with
+            # the newer ids on top, so one launch never writes a cell twice.
+            pending = int(self._pending_write[group, row])
+            if pending >= 0:
+                pending_start = int(self._starts_np[pending])
+                pending_values = self._values_np[self._cu_lens_np[pending] : self._cu_lens_np[pending + 1]]
+                pending_end = pending_start + len(pending_values)
+                if start <= pending_end and pending_start <= start + length:
+                    union_start = min(start, pending_start)
+                    union = np.empty(max(pending_end, start + length) - union_start, dtype=np.int32)
+                    union[pending_start - union_start : pending_end - union_start] = pending_values
+                    union[start - union_start : start - union_start + length] = values
+                    self._remove_write(pending)
+                    start, values, length = union_start, union, len(union)
+            self._reserve(2, length + 1)
             at = self._num_values
-            self._values_np[at : at + len(ids)] = ids
-            self._values_np[at + len(ids) : at + length] = NULL_BLOCK_ID
+            self._values_np[at : at + length] = values
+            self._pending_write[group, row] = self._num_writes
             self._add_write(cell, start, length)
-            self._pending_end[group, row] = start + length
+        else:
+            self._reserve(1, 1)
         count_at = int(self._pending_count_at[group, row])
         if count_at >= 0:
             self._values_np[count_at] = count
@@ -221,6 +296,19 @@ class PersistentMappings:
             row_of_count, column_of_count = divmod(cell, self.max_num_blocks_per_req)
             self._add_write(self._first_count_row + row_of_count, column_of_count, 1)
         self._staged_counts[group, row] = count
+
+    def _remove_write(self, k: int) -> None:
+        """Takes staged write k out of the arrays, shifting the later ones down (host only)."""
+        n, begin, end = self._num_writes, int(self._cu_lens_np[k]), int(self._cu_lens_np[k + 1])
+        length = end - begin
+        self._values_np[begin : self._num_values - length] = self._values_np[end : self._num_values].copy()
+        self._rows_np[k : n - 1] = self._rows_np[k + 1 : n].copy()
+        self._starts_np[k : n - 1] = self._starts_np[k + 1 : n].copy()
+        self._cu_lens_np[k + 1 : n] = self._cu_lens_np[k + 2 : n + 1] - length
+        self._num_writes -= 1
+        self._num_values -= length
+        self._pending_write[self._pending_write > k] -= 1
+        self._pending_count_at[self._pending_count_at >= end] -= length
 
     def _add_write(self, table_row: int, start: int, length: int) -> None:
         k = self._num_writes
@@ -243,7 +331,7 @@ class PersistentMappings:
         apply_staged_writes(self._source_storage, rows, starts, cu_lens, values)
         self._num_writes = 0
         self._num_values = 0
-        self._pending_end.fill(-1)
+        self._pending_write.fill(-1)
         self._pending_count_at.fill(-1)
 
     def _copy_staged_to_device(self, num_writes: int, num_values: int) -> tuple[torch.Tensor, ...]:
@@ -278,7 +366,8 @@ class PersistentMappings:
         gets the gathered rows (NULL past each row's count, NULL rows for -1 and padding);
         slot_mappings[g][:num_tokens_padded] gets every token's slot (PAD for tokens of -1 rows,
         for tokens another CP rank stores, and for the padding). Two op calls per group,
-        whatever the batch. Defaults: the full extents.
+        whatever the batch, and on the host one more that checks every group first: a rejected
+        refresh changes no buffer. Defaults: the full extents.
         """
         if num_reqs_padded is None:
             num_reqs_padded = self.max_num_reqs
@@ -297,6 +386,13 @@ class PersistentMappings:
                 f"num_tokens_padded must be in [T = {num_tokens}, max_num_tokens = {self.max_num_tokens}], "
                 f"got {num_tokens_padded}"
             )
+        if (self._check_positions_sizes is not None and not torch.compiler.is_compiling()
+                and current_backend() == "native"):
+            # The host ops reject a position past a group's table; groups differ there, so every
+            # group is checked before the first one is rewritten (device kernels write PAD instead
+            # and never reject a value).
+            _CHECK_POSITIONS(query_start_loc, positions, self.source_block_tables, idx_mapping,
+                             self._check_positions_sizes)
         for source, counts, table, slots, args in zip(
             self.source_block_tables, self.num_blocks, self.block_tables, self.slot_mappings, self._slot_args
         ):

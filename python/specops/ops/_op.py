@@ -139,7 +139,10 @@ class SpecOp:
     def _call_selected_backend(self, *args: Any) -> None:
         selected = _current_backend.get()
         if selected == "native":
+            # Reached only without the extension (select() hands out the native entry otherwise).
             require_native(self.name)
+            self._native(*args)
+            return
         args = self.scalars_checked(args)
         self.check(*args)
         if selected == "triton":
@@ -147,6 +150,16 @@ class SpecOp:
             self.triton(*args)
         else:
             self.reference(*args)
+        self._bump_written_versions(args)
+
+    def _bump_written_versions(self, args: tuple[Any, ...]) -> None:
+        """As the native path's ADInplaceOrView kernel does (csrc/written_versions.h): every tensor
+        the op wrote gets a new version, after the op (a raw Triton store bumps nothing by itself)."""
+        for position in self._written:
+            written = args[position]
+            for tensor in (written,) if isinstance(written, torch.Tensor) else written or ():
+                if isinstance(tensor, torch.Tensor) and not tensor.is_inference():
+                    torch.autograd.graph.increment_version(tensor)
 
     def scalars_checked(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """args with every int, int[] and bool argument taken as torch's schema takes it (NumPy

@@ -1,0 +1,17 @@
+// Every op that writes a caller's tensor bumps that tensor's version counter, as torch's
+// in-place ops do: autograd's saved-tensor checks and caches keyed by `_version` (the drafting
+// layer's StepCache) rely on it. torch's own ADInplaceOrView fallback for custom ops
+// (autogradNotImplementedInplaceOrViewFallback) bumps only mutated *returns*, and specops ops
+// return nothing, so without this kernel no specops op bumped anything.
+#pragma once
+
+#include <torch/library.h>
+
+namespace specops {
+
+// Registers, for every specops schema with a Tensor(a!) or Tensor(a!)[] argument, an
+// ADInplaceOrView kernel that runs the op below and then bumps the version of every tensor
+// those arguments hold (a rejected call bumps nothing). Called after the schemas are defined.
+void register_written_version_bumps(torch::Library& library);
+
+}  // namespace specops
