@@ -241,6 +241,9 @@ def _slot_values() -> list[Bad]:
         bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
         bad("query_start_loc[R] != T", ("query_start_loc", "positions"), positions=t64(0, 17, 5, 6),
             num_tokens_padded=4),
+        # Row 2, position 0: block 2^28 of 16 tokens is slot 2^32, which an int32 out would hold as 0.
+        bad("a slot past an int32 out", "out", out=stale(5, dtype=I32),
+            block_table=torch.tensor([[1, 2], [3, 4], [2**28, 6]], dtype=I32)),
     ]
 
 
@@ -611,6 +614,8 @@ def _dspark_values() -> list[Bad]:
         bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
         bad("num_tokens below query_start_loc[R]", ("num_tokens", "query_start_loc"), num_tokens=2),
         bad("width below what a request sees", "width", width=3, out=stale(5, 1, 3)),
+        # Request 0 sees positions 2..5: block 2^29 of 4 tokens puts them past 2^31 - 1.
+        bad("a slot past int32", ("out", "block_table"), block_table=torch.tensor([[2**29, 2], [3, 4], [5, 6]], dtype=I32)),
     ]
 
 
@@ -1060,6 +1065,10 @@ def _fused_values() -> list[Bad]:
         bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
         bad("query_start_loc[R] past num_tokens_padded", ("num_tokens_padded", "query_start_loc"),
             query_start_loc=t32(0, 2, 5)),
+        # Request 0 reads row 1; positions 22, 23 in blocks of 8: column 2, id 2^29, slot 2^32 + 6.
+        bad("a slot past an int32 slot mapping", "slot_mappings[1]",
+            block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32),
+                          torch.tensor([[5, 6, 7, 8], [9, 10, 2**29, 12]], dtype=I32)]),
     ]
 
 

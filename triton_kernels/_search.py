@@ -11,7 +11,8 @@ def segment_of(offsets_ptr, item, mask, num_segments, num_search_steps, BLOCK: t
     """For each item, the largest segment s in [0, num_segments) with offsets[s] <= item.
 
     offsets_ptr: the num_segments + 1 start offsets (query_start_loc, cu_lens). With
-    low <= high, mid stays in [low, high], so every load is inside offsets; masked items read 0.
+    low <= high, mid stays in [low, high], so every load is inside offsets (mid is computed without
+    adding low and high, which could pass 2^31 - 1); masked items read 0.
     With num_segments = 0 the answer, 0, is no segment: callers mask their items with
     `segment < num_segments` before they index a per-segment array (an invalid batch can claim
     tokens without requests).
@@ -19,7 +20,7 @@ def segment_of(offsets_ptr, item, mask, num_segments, num_search_steps, BLOCK: t
     low = tl.zeros([BLOCK], dtype=tl.int32)
     high = tl.zeros([BLOCK], dtype=tl.int32) + (num_segments - 1)
     for _ in range(num_search_steps):
-        mid = (low + high + 1) // 2
+        mid = low + (high - low + 1) // 2
         start = tl.load(offsets_ptr + mid, mask=mask, other=0)
         go_right = start <= item
         low = tl.where(go_right, mid, low)

@@ -30,7 +30,7 @@ def _apply_staged_writes_kernel(
     num_tiles = tl.cdiv(num_values, BLOCK)
     for tile in range(pid, num_tiles, num_progs):
         value_index = tile * BLOCK + tl.arange(0, BLOCK)
-        is_value = value_index < num_values
+        is_value = (value_index >= 0) & (value_index < num_values)
 
         # With invalid (decreasing) cu_lens the search can miss a value's write; the range
         # check below then drops the value, so nothing is written out of bounds.

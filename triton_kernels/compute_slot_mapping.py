@@ -38,7 +38,7 @@ def slots_of_tokens(
     local_offset = (offset // rank_stride) * cp_interleave + (offset - run * cp_interleave)
     kernel_block = local_offset // block_size
     column = virtual_block * blocks_per_kv_block + kernel_block
-    valid = in_range & is_local & (column < table_cols)
+    valid = in_range & is_local & (column >= 0) & (column < table_cols)
 
     safe_row = tl.where(valid, row, 0)
     safe_column = tl.where(valid, column, 0)
@@ -71,7 +71,9 @@ def _compute_slot_mapping_kernel(
     num_tiles = tl.cdiv(num_tokens_padded, BLOCK)
     for tile in range(pid, num_tiles, num_progs):
         token = tile * BLOCK + tl.arange(0, BLOCK)
-        is_real = token < num_tokens
+        # Both ends: past 2^31 - 1 the lanes of the last tile wrap to negative indices.
+        in_buffer = (token >= 0) & (token < num_tokens_padded)
+        is_real = in_buffer & (token < num_tokens)
         request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
         is_real = is_real & (request < num_reqs)
         if HAS_IDX_MAPPING:
@@ -81,7 +83,7 @@ def _compute_slot_mapping_kernel(
         position = tl.load(positions_ptr + token, mask=is_real, other=-1).to(tl.int64)
         slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, table_cols, table_stride,
                                block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
-        tl.store(out_ptr + token, narrowed_slot(slot, out_ptr), mask=token < num_tokens_padded)
+        tl.store(out_ptr + token, narrowed_slot(slot, out_ptr), mask=in_buffer)
 
 
 def compute_slot_mapping(

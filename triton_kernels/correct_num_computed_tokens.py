@@ -60,7 +60,7 @@ def correct_counts(
     """
     if ONE_TILE:
         rows = tl.arange(0, BLOCK)
-        is_row = rows < num_rows
+        is_row = rows < num_rows  # one tile: rows start at 0
         computed, accepted = _gather_corrected_counts(
             num_computed_tokens_ptr, num_accepted_tokens_ptr, prev_positions_ptr, valid_sampled_token_count_ptr,
             prev_num_draft_tokens_ptr, cpu_num_computed_tokens_ptr, rows, is_row, num_previous_rows)
@@ -70,7 +70,7 @@ def correct_counts(
     else:
         for start in range(0, num_rows, BLOCK):
             rows = start + tl.arange(0, BLOCK)
-            is_row = rows < num_rows
+            is_row = (rows >= 0) & (rows < num_rows)
             computed, accepted = _gather_corrected_counts(
                 num_computed_tokens_ptr, num_accepted_tokens_ptr, prev_positions_ptr, valid_sampled_token_count_ptr,
                 prev_num_draft_tokens_ptr, cpu_num_computed_tokens_ptr, rows, is_row, num_previous_rows)
@@ -79,7 +79,7 @@ def correct_counts(
         tl.debug_barrier()  # every tile gathered (and visible) before the first store
         for start in range(0, num_rows, BLOCK):
             rows = start + tl.arange(0, BLOCK)
-            is_row = rows < num_rows
+            is_row = (rows >= 0) & (rows < num_rows)
             computed = tl.load(scratch_ptr + rows, mask=is_row, other=0)
             accepted = tl.load(scratch_ptr + num_rows + rows, mask=is_row, other=0)
             tl.store(num_computed_tokens_ptr + rows, computed, mask=is_row)

@@ -41,14 +41,14 @@ def _correct_optimistic_seq_lens_kernel(
     else:
         for start in range(0, num_rows, BLOCK):
             rows = start + tl.arange(0, BLOCK)
-            is_row = rows < num_rows
+            is_row = (rows >= 0) & (rows < num_rows)
             seq_lens = _corrected_seq_lens(seq_lens_ptr, prev_positions_ptr, valid_sampled_token_count_ptr,
                                            prev_num_draft_tokens_ptr, rows, is_row, num_previous_rows)
             tl.store(scratch_ptr + rows, seq_lens, mask=is_row)
         tl.debug_barrier()
         for start in range(0, num_rows, BLOCK):
             rows = start + tl.arange(0, BLOCK)
-            is_row = rows < num_rows
+            is_row = (rows >= 0) & (rows < num_rows)
             tl.store(seq_lens_ptr + rows, tl.load(scratch_ptr + rows, mask=is_row, other=0), mask=is_row)
 
 

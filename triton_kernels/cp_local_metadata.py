@@ -30,14 +30,16 @@ def _cp_local_metadata_kernel(
     num_tiles = tl.cdiv(num_entries, BLOCK)
     for tile in range(pid, num_tiles, num_progs):
         index = tile * BLOCK + tl.arange(0, BLOCK)
+        in_range = index >= 0  # the lanes past 2^31 - 1 wrap to negative indices
 
         # local_query_start_loc: past R it repeats entry R, so padded requests are empty.
         boundary = tl.minimum(index, num_reqs)
-        start = tl.load(query_start_loc_ptr + boundary, mask=index < local_query_start_loc_len, other=0)
+        in_output = in_range & (index < local_query_start_loc_len)
+        start = tl.load(query_start_loc_ptr + boundary, mask=in_output, other=0)
         local_boundary = tl.minimum(tl.maximum(start, local_start), local_end) - first
-        tl.store(local_query_start_loc_ptr + index, local_boundary, mask=index < local_query_start_loc_len)
+        tl.store(local_query_start_loc_ptr + index, local_boundary, mask=in_output)
 
-        is_request = index < num_reqs
+        is_request = in_range & (index < num_reqs)
         begin = tl.load(query_start_loc_ptr + index, mask=is_request, other=0)
         end = tl.load(query_start_loc_ptr + index + 1, mask=is_request, other=0)
         seq_len = tl.load(seq_lens_ptr + index, mask=is_request, other=0)
@@ -50,9 +52,9 @@ def _cp_local_metadata_kernel(
         else:
             local_seq = tl.where(has_local, seq_len, 0)
         local_seq = tl.where(is_request, local_seq, 0)
-        tl.store(local_seq_lens_ptr + index, local_seq, mask=index < local_seq_lens_len)
+        tl.store(local_seq_lens_ptr + index, local_seq, mask=in_range & (index < local_seq_lens_len))
         start_pos = tl.where(is_request, seq_len - (end - begin), 0)
-        tl.store(start_pos_ptr + index, start_pos, mask=index < start_pos_len)
+        tl.store(start_pos_ptr + index, start_pos, mask=in_range & (index < start_pos_len))
 
 
 def cp_local_metadata(

@@ -37,7 +37,7 @@ def _dspark_swa_indices_kernel(
         row_tile = task // num_chunks
         chunk = task - row_tile * num_chunks
         row = row_tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        is_row = row < num_rows
+        is_row = (row >= 0) & (row < num_rows)
         token = rows_begin + row
         is_real = is_row & (token < num_tokens)
         request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK_ROWS)
@@ -65,7 +65,7 @@ def _dspark_swa_indices_kernel(
         slot = tl.where(valid, slot, -1).to(tl.int32)
 
         out_row = out_ptr + row.to(tl.int64)[:, None] * out_stride
-        tl.store(out_row + entry[None, :], slot, mask=is_row[:, None] & (entry < width)[None, :])
+        tl.store(out_row + entry[None, :], slot, mask=is_row[:, None] & ((entry >= 0) & (entry < width))[None, :])
         is_first_chunk = (tl.zeros_like(row) + chunk) == 0  # a tensor mask: the lens are written once
         tl.store(out_lens_ptr + row, visible.to(tl.int32), mask=is_row & is_first_chunk)
 

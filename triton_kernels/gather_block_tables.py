@@ -28,8 +28,8 @@ def _gather_block_tables_kernel(
     num_tiles = tl.cdiv(num_reqs_padded, BLOCK_ROWS)
     for tile in range(pid, num_tiles, num_progs):
         batch_row = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        in_padded = batch_row < num_reqs_padded
-        row = tl.load(idx_mapping_ptr + batch_row, mask=batch_row < num_reqs, other=-1).to(tl.int64)
+        in_padded = (batch_row >= 0) & (batch_row < num_reqs_padded)
+        row = tl.load(idx_mapping_ptr + batch_row, mask=in_padded & (batch_row < num_reqs), other=-1).to(tl.int64)
         has_row = (row >= 0) & (row < src_rows)
         safe_row = tl.where(has_row, row, 0)
         count = tl.load(num_blocks_ptr + safe_row, mask=has_row, other=0)
@@ -38,9 +38,10 @@ def _gather_block_tables_kernel(
         out_row_ptr = out_ptr + batch_row.to(tl.int64) * out_stride
         for col_start in range(0, out_cols, BLOCK_COLS):
             col = col_start + tl.arange(0, BLOCK_COLS)
-            copied = col[None, :] < count[:, None]
+            in_row = (col >= 0) & (col < out_cols)
+            copied = in_row[None, :] & (col[None, :] < count[:, None])
             block_id = tl.load(src_row_ptr[:, None] + col[None, :], mask=copied, other=0)
-            written = in_padded[:, None] & (col[None, :] < out_cols)
+            written = in_padded[:, None] & in_row[None, :]
             tl.store(out_row_ptr[:, None] + col[None, :], block_id, mask=written)
 
 

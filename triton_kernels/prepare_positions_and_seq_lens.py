@@ -24,19 +24,20 @@ def positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token, num
                         BLOCK: tl.constexpr):
     """(request, int64 position, is_real) of each token; position 0 past query_start_loc[R]."""
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
-    is_real = token < num_tokens
+    is_real = (token >= 0) & (token < num_tokens)
     request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
     is_real = is_real & (request < num_reqs)
     start = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
     count = tl.load(num_computed_tokens_ptr + request, mask=is_real, other=0)
-    position = tl.where(is_real, count.to(tl.int64) + (token - start), 0)
+    # int64: an invalid query_start_loc (a start near INT32_MIN) would wrap token - start.
+    position = tl.where(is_real, count.to(tl.int64) + (token.to(tl.int64) - start.to(tl.int64)), 0)
     return request, position, is_real
 
 
 @triton.jit
 def seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs):
     """int32 seq_len of each request; 0 for padding requests (request >= R)."""
-    is_request = request < num_reqs
+    is_request = (request >= 0) & (request < num_reqs)
     count = tl.load(num_computed_tokens_ptr + request, mask=is_request, other=0)
     start = tl.load(query_start_loc_ptr + request, mask=is_request, other=0)
     end = tl.load(query_start_loc_ptr + request + 1, mask=is_request, other=0)
@@ -59,11 +60,11 @@ def _prepare_positions_and_seq_lens_kernel(
             _, position, _ = positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token, num_reqs,
                                                  num_search_steps, BLOCK)
             tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty),
-                     mask=token < num_tokens_padded)
+                     mask=(token >= 0) & (token < num_tokens_padded))
         else:
             request = (task - num_token_tiles) * BLOCK + tl.arange(0, BLOCK)
             seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs)
-            tl.store(seq_lens_ptr + request, seq_lens, mask=request < num_reqs_padded)
+            tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
 
 
 def prepare_positions_and_seq_lens(

@@ -39,11 +39,11 @@ def _prepare_spec_decode_inputs_kernel(
     for start in range(0, num_reqs_padded, BLOCK):
         request = start + tl.arange(0, BLOCK)
         seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs)
-        tl.store(seq_lens_ptr + request, seq_lens, mask=request < num_reqs_padded)
+        tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
 
     for start in range(0, num_tokens_padded, BLOCK):
         token = start + tl.arange(0, BLOCK)
-        in_buffer = token < num_tokens_padded
+        in_buffer = (token >= 0) & (token < num_tokens_padded)
         request, position, is_real = positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token,
                                                          num_reqs, num_search_steps, BLOCK)
         tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty), mask=in_buffer)

@@ -126,7 +126,7 @@ def _sas_metadata_kernel(
         while run & (b < num_reqs):
             # The REQS requests from b, one per ITEMS_PER_REQ lanes.
             packed_req = b + lane // ITEMS_PER_REQ
-            packed_live = packed_req < num_reqs
+            packed_live = (packed_req >= 0) & (packed_req < num_reqs)
             _, _, _, _, packed_items, bad = _request_shape(
                 cu_seqlens_q_ptr, seqused_kv_ptr, packed_req, packed_live, num_heads_kv, group, M_TILE)
             if tl.max(bad.to(tl.int32)) > 0:
