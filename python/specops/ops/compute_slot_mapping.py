@@ -127,8 +127,10 @@ def compute_slot_mapping(
 
     query_start_loc: int32 [R + 1]; positions: int64 or int32 [T]; block_table: int32
     [rows, max_blocks] of kernel-block ids; out: int64 or int32 (allocated as int64
-    [num_tokens_padded or T] when absent). Row r of the batch reads block_table[idx_mapping[r]]
-    (or row r); a row of -1 gives PAD. out[T:num_tokens_padded] is set to PAD.
+    [num_tokens_padded or T] when absent; a slot an int32 out cannot hold is PAD on device
+    paths and a ValueError on the host). Row r of the batch reads block_table[idx_mapping[r]]
+    (or row r); a row of -1 gives PAD. out[T:num_tokens_padded] is set to PAD. out must not
+    share memory with any input.
     """
     if out is None:
         check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
