@@ -15,7 +15,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-asan wheel clean
+.PHONY: all install bench test test-asan test-cann-wheel wheel clean
 
 all: install
 
@@ -60,8 +60,15 @@ test-asan: $(ASAN_SITE)/.built
 
 # A wheel for this machine's torch, tagged +cann<version> when ASCEND_HOME_PATH holds a CANN
 # toolkit and +cpu otherwise.
+WHEEL_DIR ?= dist
 wheel: $(VENV)/.deps
-	$(PIP) wheel --no-build-isolation --no-deps -w dist .
+	$(PIP) wheel --no-build-isolation --no-deps -w $(WHEEL_DIR) .
+
+# `make wheel` with a fake CANN toolkit (a folder with its version file): the +cann wheel must
+# build, install into a throwaway venv and import. It builds and installs a wheel, so it is kept
+# out of `make test`; run it when the build or the packaging changes.
+test-cann-wheel: $(VENV)/.deps
+	cd tests && SPECOPS_TEST_CANN_WHEEL=1 ../$(VPY) -m pytest -q -p no:xdist test_packaging.py -k cann_wheel
 
 clean:
 	rm -rf build dist $(VENV)
