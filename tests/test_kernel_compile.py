@@ -22,6 +22,9 @@ import pickle
 from pathlib import Path
 
 import pytest
+import torch
+import triton
+import triton.language as tl
 from hypothesis import Phase, given, settings
 from op_table import OP_TABLE
 
@@ -148,3 +151,69 @@ def test_npu_target_as_far_as_the_toolchain_allows(builds):
     if skipped:
         pytest.skip(f"npu: {len(built) - len(skipped)} of {len(built)} builds complete; the others stopped "
                     "at a stage whose tool is not installed:\n" + "\n".join(skipped))
+
+
+# ------------------------------------------------------------------ the machinery itself
+
+
+@triton.jit
+def _probe_kernel(values_ptr, out_ptr, count, scale, offset, FLAG: tl.constexpr):
+    index = tl.arange(0, 16)
+    value = tl.load(values_ptr + index, mask=index < count, other=0)
+    if FLAG:
+        value = value * scale + offset
+    tl.store(out_ptr + index, value.to(out_ptr.dtype.element_ty), mask=index < count)
+
+
+def test_launches_are_specialized_as_the_jit_does():
+    """Triton's rules, written out: pointer dtypes; pointers and ints divisible by 16 get the
+    divisibility hint; an int equal to 1 becomes a constexpr; an int past int32 is i64; AMD adds
+    the 32-bit offset hint to pointers."""
+    values = torch.zeros(64, dtype=torch.int32)
+    out = torch.zeros(64, dtype=torch.int64)
+    with kernels.capture_launches(TARGETS, execute=False, label="probe") as captured:
+        _probe_kernel[(3,)](values, out, 32, 1, 2**40 + 3, FLAG=True)
+        _probe_kernel[(1,)](values[1:], out, 7, 5, 3, FLAG=False)  # a pointer 4 bytes past 16-byte alignment
+    first, second = captured
+    assert first.kernel.endswith(":_probe_kernel") and first.grid == (3,) and first.label == "probe"
+    cuda = first.specializations["sm_90"]
+    assert cuda.signature == {"values_ptr": "*i32", "out_ptr": "*i64", "count": "i32", "scale": "constexpr",
+                              "offset": "i64", "FLAG": "constexpr"}
+    assert cuda.constexprs == {(3,): 1, (5,): True}
+    divisible = [["tt.divisibility", 16]]
+    assert cuda.attrs[(0,)] == divisible and cuda.attrs[(1,)] == divisible and cuda.attrs[(2,)] == divisible
+    assert cuda.attrs[(4,)] == [] and cuda.declared_constexprs == (5,)
+    amd = first.specializations["gfx942"]
+    assert amd.attrs[(0,)] == [["tt.divisibility", 16], ["tt.pointer_range", 32]]
+    later = second.specializations["sm_90"]
+    assert later.signature["count"] == "i32" and later.signature["scale"] == "i32" and later.attrs[(0,)] == []
+    assert later.constexprs == {(5,): False}
+    # One variant per pointer dtypes and declared constexprs: the two launches are two variants.
+    assert cuda.variant() != later.variant()
+    assert cuda.summary() == "FLAG=True; not *i32: out_ptr"
+
+
+def test_what_ptxas_and_the_amdgpu_descriptor_report_is_read():
+    log = """ptxas info    : Compiling entry function '_k' for 'sm_90a'
+ptxas info    : Function properties for _k
+    48 bytes stack frame, 40 bytes spill stores, 52 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 48 bytes cumulative stack size, 1024 bytes smem
+"""
+    assert kernels._ptxas_usage(log) == dict(registers=255, stack_bytes=48, spill_bytes=40, spill_loads=52)
+    assert kernels._ptxas_usage("ptxas info    : 0 bytes gmem") is None
+    descriptor = """    .private_segment_fixed_size: 16
+    .sgpr_count:     106
+    .sgpr_spill_count: 12
+    .vgpr_count:     49
+    .vgpr_spill_count: 3
+"""
+    assert kernels._amdgpu_usage(descriptor) == dict(registers=49, scalar_registers=106, spill_bytes=12,
+                                                     scalar_spills=12, stack_bytes=16)
+
+
+def test_kernels_are_the_jit_functions_no_jit_function_calls():
+    names = {kernel_name(kernel) for kernel in KERNELS}
+    assert "_compute_slot_mapping_kernel" in names and "_prepare_spec_decode_inputs_kernel" in names
+    # Device helpers are compiled inside the kernels that call them, across modules too.
+    assert not names & {"segment_of", "slots_of_tokens", "correct_counts", "positions_of_tokens"}
+    assert all(name.endswith("_kernel") for name in names), names
