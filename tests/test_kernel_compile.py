@@ -30,7 +30,7 @@ from op_table import OP_TABLE
 
 import specops
 from specops.bench import kernels
-from specops.bench.kernels import NPU_TARGET, TARGETS, KernelBuild, Launch, kernel_name
+from specops.bench.kernels import NPU_TARGET, TARGETS, KernelBuild, Launch, Specialization, kernel_name
 
 # What the installed Triton compiles for: CUDA and AMD with upstream Triton, the NPU with triton-ascend.
 INSTALLED = kernels.installed_targets()
@@ -217,3 +217,38 @@ def test_kernels_are_the_jit_functions_no_jit_function_calls():
     # Device helpers are compiled inside the kernels that call them, across modules too.
     assert not names & {"segment_of", "slots_of_tokens", "correct_counts", "positions_of_tokens"}
     assert all(name.endswith("_kernel") for name in names), names
+
+
+def test_grids_are_sized_for_the_assumed_device():
+    """The launchers' persistent grids: min(tiles, cores), for a device this machine lacks."""
+    from specops.triton_kernels._launch import assumed_cores
+
+    slots = torch.zeros(300 * 1024 + 5, dtype=torch.int64)  # 301 tiles of 1024 slots
+    out = torch.empty(slots.numel(), 2, dtype=torch.int64)
+    grids = []
+    for cores in (132, 304, 1000):
+        with assumed_cores(cores), specops.backend("triton"), \
+                kernels.capture_launches(TARGETS[:1], execute=False) as captured:
+            specops.format_slot_mapping_blocks(slots, 16, out=out)
+        grids += [launch.grid for launch in captured]
+    assert grids == [(132,), (301,), (301,)]
+    with pytest.raises(ValueError, match="cores"):
+        with assumed_cores(0):
+            pass
+
+
+def test_the_report_lists_builds_and_each_cases_grids():
+    kernel = "specops.triton_kernels.x:_x_kernel"
+    spec = Specialization({"p": "*i32", "BLOCK": "constexpr"}, {(1,): 256}, {(0,): []}, {}, (1,))
+    launches = [Launch(kernel, (grid,), {t.name: spec}, "op R=4", t.name) for t, grid in zip(TARGETS, (5, 7, 9))]
+    launches.append(Launch(kernel, (5,), {TARGETS[0].name: spec}, "op R=4", TARGETS[0].name))
+    builds = [KernelBuild(kernel, "sm_90", spec.describe(), spec.summary(), registers=40, spill_bytes=0,
+                          spill_loads=0, stack_bytes=0, shared_bytes=512, num_warps=4),
+              KernelBuild(kernel, "gfx942", spec.describe(), spec.summary(), error="CompilationError: boom")]
+    lines = kernels.report_lines(launches, builds, TARGETS)
+    build_rows = [line.split() for line in lines if line.startswith("  _x_kernel")]
+    assert build_rows[0][:9] == ["_x_kernel", "sm_90", "40", "-", "0", "-", "0", "512", "4"]
+    assert build_rows[0][9:] == ["BLOCK=256"]
+    assert build_rows[1][:3] == ["_x_kernel", "gfx942", "FAILED:"]
+    (grid_row,) = [line.split() for line in lines if line.startswith("  op R=4")]
+    assert grid_row[-5:] == ["_x_kernel", "2", "5", "7", "9"]

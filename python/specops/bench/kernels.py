@@ -509,9 +509,10 @@ def _value(value: int | None) -> str:
 
 def report_lines(launches: list[Launch], builds: list[KernelBuild], targets: tuple[Target, ...]) -> list[str]:
     lines = ["Kernel builds: one row per kernel variant and target (spill B: bytes spilled to local memory per "
-             "thread; shared B: shared memory / LDS; specializations in the CSV)",
-             f"  {'kernel':<40} {'target':<7} {'regs':>5} {'sgprs':>5} {'spill B':>7} {'stack B':>7} "
-             f"{'shared B':>8} {'warps':>5}  variant"]
+             "thread; sgpr sp: SGPRs spilled into VGPR lanes; shared B: shared memory / LDS; specializations in "
+             "the CSV)",
+             f"  {'kernel':<40} {'target':<7} {'regs':>5} {'sgprs':>5} {'spill B':>7} {'sgpr sp':>7} "
+             f"{'stack B':>7} {'shared B':>8} {'warps':>5}  variant"]
     order = {name: index for index, name in enumerate(dict.fromkeys(b.kernel for b in builds))}
     variants = {key: index for index, key in enumerate(dict.fromkeys((b.kernel, b.summary) for b in builds))}
     target_order = {t.name: index for index, t in enumerate(targets)}
@@ -523,7 +524,7 @@ def report_lines(launches: list[Launch], builds: list[KernelBuild], targets: tup
             continue
         lines.append(
             f"{head} {_value(build.registers):>5} {_value(build.scalar_registers):>5} {_value(build.spill_bytes):>7} "
-            f"{_value(build.stack_bytes):>7} {_value(build.shared_bytes):>8} {_value(build.num_warps):>5}  "
+            f"{_value(build.scalar_spills):>7} {_value(build.stack_bytes):>7} {_value(build.shared_bytes):>8} {_value(build.num_warps):>5}  "
             f"{build.summary}")
     devices = ", ".join(f"{t.name}: {t.device}, {t.cores} cores" for t in targets)
     lines += ["", f"Grids per benchmark case: programs per launch on {devices}",
@@ -564,7 +565,7 @@ def report_main(selected: list[str], quick: bool, csv_path: str | None) -> int:
     spilled = [b for b in builds if b.spill_bytes]
     kernel_count = len({b.kernel for b in builds})
     print(f"{len(builds)} builds of {kernel_count} kernels in {time.perf_counter() - started:.1f} s; "
-          f"{len(failed)} failed, {len(spilled)} spill registers")
+          f"{len(failed)} failed, {len(spilled)} spill to local memory")
     for target in (*TARGETS, NPU_TARGET):
         if not target.installed():
             print(f"{target.name}: not compiled (the installed Triton has no '{target.plugin}' backend)")
