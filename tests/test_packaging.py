@@ -291,24 +291,21 @@ def test_the_loaded_extension_accepts_what_the_wheels_torch_pin_accepts(built, i
     assert pin.contains(installed, prereleases=True) == accepted
 
 
-LOCAL_LABEL = textwrap.dedent(
-    """
-    import torch
-    torch.__version__ = torch.__version__.split("+")[0] + "+cu128"   # the same release, another build
-    import specops
-    assert "native" in specops.available_backends(), specops.EXTENSION.error
-    out = specops.compute_slot_mapping(torch.tensor([0, 1], dtype=torch.int32), torch.tensor([3]),
-                                       torch.tensor([[2]], dtype=torch.int32), 16)
-    print("native", out.tolist())
-    """
-)
+def test_a_torch_with_another_local_label_loads_the_extension(monkeypatch):
+    """The load decision itself, against this build's torch: another local label of the same
+    release loads, another release does not (and says how to rebuild)."""
+    from specops import _extension
 
-
-def test_a_torch_with_another_local_label_loads_the_extension(tmp_path):
-    result = subprocess.run([sys.executable, "-c", LOCAL_LABEL], capture_output=True, text=True, timeout=300,
-                            cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "native [35]" in result.stdout
+    built = _extension.EXTENSION.built_torch_version
+    assert built == torch.__version__
+    release = built.split("+")[0]
+    monkeypatch.setattr(torch, "__version__", f"{release}+cu128")
+    assert _extension._load().loaded
+    major, minor, patch = (int(part) for part in release.split(".")[:3])
+    monkeypatch.setattr(torch, "__version__", f"{major}.{minor}.{patch + 1}+cpu")
+    refused = _extension._load()
+    assert not refused.loaded and f"built against torch {built}" in refused.error
+    assert "pip install scikit-build-core pybind11 cmake ninja" in refused.error
 
 
 def test_the_rebuild_hint_names_every_build_tool():
