@@ -235,6 +235,18 @@ def _binder(fn: Callable, target: Target):
     return create_function_from_signature(jit.signature, jit.params, _backend(target))
 
 
+def binder_supported() -> str | None:
+    """None when this Triton's JIT binds arguments the way `specialize` calls it (Triton 3.9's
+    `create_function_from_signature` and `JITFunction._pack_args`), else what is missing."""
+    from triton.runtime import jit
+
+    if not hasattr(jit, "create_function_from_signature") or not hasattr(jit.JITFunction, "_pack_args"):
+        import triton
+
+        return f"Triton {triton.__version__} has no JIT binder of Triton 3.9's form"
+    return None
+
+
 def specialize(fn: Callable, args: tuple, kwargs: dict, target: Target) -> Specialization:
     """The specialization JITFunction.run would compile for these launch arguments on `target`."""
     from triton import knobs
@@ -266,6 +278,7 @@ def capture_launches(targets: Iterable[Target] = TARGETS, *, execute: bool = Tru
 
     execute=False records without running the kernel (launchers never read what a kernel wrote:
     that would be a device-to-host sync), so shapes too large for the interpreter can be captured.
+    The launch entry points are replaced process-wide for the block: one capture at a time.
     """
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
