@@ -263,11 +263,10 @@ class PersistentMappings:
 
         cell = group * self.max_num_reqs + row
         if length:
-            values = np.full(length, NULL_BLOCK_ID, dtype=np.int32)
-            values[: len(ids)] = ids
             # Device kernels apply the writes of one launch in parallel, in no order: a write that
             # overlaps (or adjoins) the pending one of this row replaces it by their union, with
             # the newer ids on top, so one launch never writes a cell twice.
+            union = None
             pending = int(self._pending_write[group, row])
             if pending >= 0:
                 pending_start = int(self._starts_np[pending])
@@ -275,14 +274,19 @@ class PersistentMappings:
                 pending_end = pending_start + len(pending_values)
                 if start <= pending_end and pending_start <= start + length:
                     union_start = min(start, pending_start)
-                    union = np.empty(max(pending_end, start + length) - union_start, dtype=np.int32)
+                    union = np.full(max(pending_end, start + length) - union_start, NULL_BLOCK_ID, dtype=np.int32)
                     union[pending_start - union_start : pending_end - union_start] = pending_values
-                    union[start - union_start : start - union_start + length] = values
+                    union[start - union_start : start - union_start + len(ids)] = ids
+                    union[start - union_start + len(ids) : start - union_start + length] = NULL_BLOCK_ID
                     self._remove_write(pending)
-                    start, values, length = union_start, union, len(union)
+                    start, length = union_start, len(union)
             self._reserve(2, length + 1)
             at = self._num_values
-            self._values_np[at : at + length] = values
+            if union is None:
+                self._values_np[at : at + len(ids)] = ids
+                self._values_np[at + len(ids) : at + length] = NULL_BLOCK_ID
+            else:
+                self._values_np[at : at + length] = union
             self._pending_write[group, row] = self._num_writes
             self._add_write(cell, start, length)
         else:

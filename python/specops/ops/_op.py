@@ -4,7 +4,9 @@ Each op module declares a `SpecOp` with its metadata check and its reference. Th
 the CPU kernel come from the C++ extension (csrc/registration.cpp, csrc/cpu/); this module adds
 the fake kernel (the check, then nothing: every op writes into caller buffers and returns ()),
 the CUDA and PrivateUse1 (Ascend NPU) kernels, which launch the op's Triton kernel, and the
-backend switch used by the public wrappers.
+backend switch used by the public wrappers. On the Python backends (Triton launcher, reference)
+it also does what the native path gets from FastOp and the dispatcher: int arguments taken as
+torch's schema takes them, and a new version for every tensor the op wrote.
 """
 
 from __future__ import annotations
