@@ -29,6 +29,9 @@ TORCH_LIBRARY(specops, m) {
       "cp_local_max_lens(Tensor query_start_loc, Tensor? seq_lens, int num_input_tokens, int cp_size, int cp_rank, "
       "bool causal) -> int[]");
   m.def("format_slot_mapping_blocks(Tensor slot_mapping, int block_size, Tensor(a!) out) -> ()");
+  // The KV length each decode-context-parallel rank stores (vllm-ascend get_dcp_local_seq_lens).
+  m.def(
+      "dcp_local_seq_lens(Tensor seq_lens, int cp_world_size, int cp_rank, int cp_interleave, Tensor(a!) out) -> ()");
   m.def(
       "dspark_swa_indices(Tensor block_table, Tensor query_start_loc, Tensor seq_lens, int window, "
       "int num_speculative_tokens, int block_size, int num_tokens, int width, int cp_size, int cp_rank, "

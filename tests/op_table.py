@@ -746,6 +746,60 @@ CP_LOCAL = OpSpec(
 )
 
 
+
+# ------------------------------------------------------------------------ dcp_local_seq_lens
+
+def _dcp_valid() -> Call:
+    return dict(seq_lens=t32(1, 4, 5, 9), cp_world_size=2, cp_rank=1, cp_interleave=4, out=stale(6))
+
+
+def _dcp_metadata() -> list[Bad]:
+    return [
+        bad("out shorter than R", "out", out=stale(3)),
+        bad("out of another dtype than seq_lens", ("out", "seq_lens"), out=stale(6, dtype=I64)),
+        bad_with("out sharing seq_lens", ("out", "seq_lens"), lambda call: call.update(out=call["seq_lens"])),
+        bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
+        bad("cp_rank = cp_world_size", ("cp_rank", "cp_world_size"), cp_rank=2),
+        bad("cp_rank -1", "cp_rank", cp_rank=-1),
+        bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
+        bad("a round past int32", ("cp_world_size", "cp_interleave"), cp_interleave=2**30),
+    ]
+
+
+@st.composite
+def _dcp_draw(draw) -> Call:
+    dtype = draw(st.sampled_from([I32, I64]))
+    seq_lens = torch.tensor(draw(st.lists(st.integers(0, 300), max_size=8)), dtype=dtype)
+    world = draw(st.integers(1, 4))
+    return dict(seq_lens=seq_lens, cp_world_size=world, cp_rank=_pick(draw, world),
+                cp_interleave=draw(st.sampled_from([1, 2, 16])),
+                out=stale(seq_lens.numel() + draw(st.integers(0, 2)), dtype=dtype))
+
+
+def _dcp_huge_lengths(draw, call: Call) -> bool:
+    """Lengths at the top of the dtype: valid, every path computes them alike."""
+    seq_lens = call["seq_lens"]
+    if seq_lens.numel():
+        info = torch.iinfo(seq_lens.dtype)
+        seq_lens[_pick(draw, seq_lens.numel())] = draw(st.sampled_from([info.max, info.max - 1, info.max // 3]))
+    return False
+
+
+DCP_LOCAL = OpSpec(
+    name="dcp_local_seq_lens",
+    wrapper=specops.dcp_local_seq_lens,
+    tensors=dict(seq_lens=Arg((I32, I64), 1), out=Arg((I32, I64), 1)),
+    outputs=("out",),
+    valid_call=_dcp_valid,
+    metadata_errors=_dcp_metadata,
+    value_errors=lambda: [bad("negative seq_len", "seq_lens", seq_lens=t32(1, -4, 5, 9))],
+    draw_call=_dcp_draw(),
+    corruptions=(
+        Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True)),
+        Corruption("lengths at the top of the dtype", _dcp_huge_lengths),
+    ),
+)
+
 # -------------------------------------------------------------------------- sas_metadata (3.5)
 
 def _sas_valid() -> Call:
@@ -1119,7 +1173,7 @@ FUSED = OpSpec(
 
 
 # Add an op here (docs/hardening.md, "Adding an op").
-OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, SAS, CORRECT_COUNTS,
+OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, DCP_LOCAL, SAS, CORRECT_COUNTS,
                                 CORRECT_SEQ_LENS, PREPARE_POSITIONS, FUSED)
 
 # Schemas that are not public ops: reached only through another op's wrapper, covered there.
