@@ -12,7 +12,7 @@ TORCH_LIBRARY(specops, m) {
   // SPEC 3.3
   m.def(
       "gather_block_tables(Tensor src_block_table, Tensor num_blocks, Tensor idx_mapping, Tensor(a!) out, "
-      "int num_reqs_padded) -> ()");
+      "int num_reqs_padded, Tensor? num_computed_tokens, int sliding_window_reach, int block_size) -> ()");
   m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
 
   // SPEC 3.5

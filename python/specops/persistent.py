@@ -308,7 +308,7 @@ class PersistentMappings:
                 query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
                 args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded,
             )
-            _GATHER(source, counts, idx_mapping, table, num_reqs_padded)
+            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, None, 0, 0)
 
     def fill_dummy(self) -> None:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""
