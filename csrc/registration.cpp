@@ -48,7 +48,7 @@ TORCH_LIBRARY(specops, m) {
       "Tensor prev_num_draft_tokens) -> ()");
   m.def(
       "prepare_positions_and_seq_lens(Tensor num_computed_tokens, Tensor query_start_loc, Tensor(a!) positions, "
-      "Tensor(b!) seq_lens, int num_tokens_padded, int num_reqs_padded) -> ()");
+      "Tensor(b!) seq_lens, int num_tokens_padded, int num_reqs_padded, Tensor? idx_mapping) -> ()");
   // Fused: the correction, positions and seq_lens, and the slot mapping of every KV-cache group.
   // sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave] then
   // (block_size, blocks_per_kv_block, cp_sharded) per group: one list, because torch's generic

@@ -993,8 +993,9 @@ CORRECT_SEQ_LENS = OpSpec(
 
 
 def _positions_valid() -> Call:
+    # Request-indexed counts: request 0 reads row 1 (positions 9, 10), request 1 row 0 (4).
     return dict(num_computed_tokens=t32(4, 9), query_start_loc=t32(0, 2, 3), positions=stale(4, dtype=I64),
-                seq_lens=stale(3), num_tokens_padded=4, num_reqs_padded=3)
+                seq_lens=stale(3), num_tokens_padded=4, num_reqs_padded=3, idx_mapping=t32(1, 0))
 
 
 def _positions_metadata() -> list[Bad]:
@@ -1002,7 +1003,8 @@ def _positions_metadata() -> list[Bad]:
     return [
         bad("R+1 = 0 entries", "query_start_loc", query_start_loc=torch.zeros(0, dtype=I32)),
         bad("num_computed_tokens shorter than R", ("num_computed_tokens", "query_start_loc"),
-            num_computed_tokens=t32(4)),
+            num_computed_tokens=t32(4), idx_mapping=None),
+        bad("idx_mapping of another length than R", ("idx_mapping", "query_start_loc"), idx_mapping=t32(1)),
         bad("num_tokens_padded -1", "num_tokens_padded", num_tokens_padded=-1),
         bad("num_tokens_padded past positions", ("num_tokens_padded", "positions"), num_tokens_padded=5),
         bad("num_reqs_padded < R", "num_reqs_padded", num_reqs_padded=1),
@@ -1021,6 +1023,7 @@ def _positions_values() -> list[Bad]:
             query_start_loc=t32(0, 2, 5)),
         bad("positions shorter than T", ("num_tokens_padded", "positions"), positions=stale(2, dtype=I64),
             num_tokens_padded=None),
+        bad("idx_mapping past num_computed_tokens", ("idx_mapping", "num_computed_tokens"), idx_mapping=t32(2, 0)),
     ]
 
 
@@ -1030,12 +1033,15 @@ def _positions_draw(draw) -> Call:
     generator = _seed(draw)
     num_reqs, num_tokens = len(query_lens), sum(query_lens)
     tokens_padded, reqs_padded = num_tokens + draw(st.integers(0, 3)), num_reqs + draw(st.integers(0, 2))
-    return dict(num_computed_tokens=torch.randint(0, 1000, (num_reqs + draw(st.integers(0, 2)),), dtype=I32,
-                                                  generator=generator),
+    num_counts = num_reqs + draw(st.integers(0, 2))
+    idx_mapping = None
+    if num_counts and draw(st.booleans()):  # request-indexed counts
+        idx_mapping = torch.randint(-1, num_counts, (num_reqs,), generator=generator).to(draw(st.sampled_from([I32, I64])))
+    return dict(num_computed_tokens=torch.randint(0, 1000, (num_counts,), dtype=I32, generator=generator),
                 query_start_loc=query_start_loc_of(query_lens),
                 positions=stale(tokens_padded + draw(st.integers(0, 2)), dtype=draw(st.sampled_from([I64, I32]))),
                 seq_lens=stale(reqs_padded + draw(st.integers(0, 2))), num_tokens_padded=tokens_padded,
-                num_reqs_padded=reqs_padded)
+                num_reqs_padded=reqs_padded, idx_mapping=idx_mapping)
 
 
 def _positions_tokens_past_padding(draw, call: Call) -> bool:
@@ -1045,11 +1051,20 @@ def _positions_tokens_past_padding(draw, call: Call) -> bool:
     return True
 
 
+def _positions_idx_past_counts(draw, call: Call) -> bool:
+    num_reqs = call["query_start_loc"].numel() - 1
+    if num_reqs == 0:
+        return False
+    rows = call["num_computed_tokens"].numel()
+    _with_idx_mapping(call, num_reqs)[_pick(draw, num_reqs)] = rows + draw(st.integers(0, 5))
+    return True
+
+
 PREPARE_POSITIONS = OpSpec(
     name="prepare_positions_and_seq_lens",
     wrapper=specops.prepare_positions_and_seq_lens,
     tensors=dict(num_computed_tokens=Arg((I32,), 1), query_start_loc=Arg((I32,), 1), positions=Arg((I64, I32), 1),
-                 seq_lens=Arg((I32,), 1)),
+                 seq_lens=Arg((I32,), 1), idx_mapping=Arg((I32, I64), 1)),
     outputs=("positions", "seq_lens"),
     valid_call=_positions_valid,
     metadata_errors=_positions_metadata,
@@ -1059,6 +1074,7 @@ PREPARE_POSITIONS = OpSpec(
         Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
         Corruption("counts at int32 extremes", _extreme("num_computed_tokens")),
         Corruption("query_start_loc decreasing", _decreasing("query_start_loc"), device="bounds"),
+        Corruption("idx_mapping past num_computed_tokens", _positions_idx_past_counts),
     ),
 )
 

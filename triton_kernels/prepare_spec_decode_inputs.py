@@ -38,14 +38,17 @@ def _prepare_spec_decode_inputs_kernel(
 
     for start in range(0, num_reqs_padded, BLOCK):
         request = start + tl.arange(0, BLOCK)
-        seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs)
+        # The fused op's counts are batch-indexed (corrected in this step's layout): no idx_mapping.
+        seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs,
+                                        num_computed_tokens_ptr, 0, False)
         tl.store(seq_lens_ptr + request, seq_lens, mask=request < num_reqs_padded)
 
     for start in range(0, num_tokens_padded, BLOCK):
         token = start + tl.arange(0, BLOCK)
         in_buffer = token < num_tokens_padded
         request, position, is_real = positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token,
-                                                         num_reqs, num_search_steps, BLOCK)
+                                                         num_reqs, num_search_steps, num_computed_tokens_ptr, 0,
+                                                         BLOCK, False)
         tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty), mask=in_buffer)
         if HAS_IDX_MAPPING:
             row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)

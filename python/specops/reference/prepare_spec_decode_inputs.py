@@ -29,7 +29,7 @@ def prepare_spec_decode_inputs(
     correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                                 prev_num_draft_tokens, cpu_num_computed_tokens)
     prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, layout.num_tokens_padded,
-                                   layout.num_reqs_padded)
+                                   layout.num_reqs_padded, None)
     num_tokens = min(int(query_start_loc[-1]), layout.num_tokens_padded)
     for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
         compute_slot_mapping(query_start_loc, positions[:num_tokens], table, layout.block_sizes[g], out,
