@@ -51,7 +51,7 @@ TORCH_LIBRARY(specops, m) {
       "Tensor(b!) seq_lens, int num_tokens_padded, int num_reqs_padded, Tensor? idx_mapping) -> ()");
   // Fused: the correction, positions and seq_lens, and the slot mapping of every KV-cache group.
   // sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave] then
-  // (block_size, blocks_per_kv_block, cp_sharded) per group: one list, because torch's generic
+  // (block_size, blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group: one list, because torch's generic
   // Python binding (which torch.ops callers still go through; the wrappers use FastOp) costs
   // more per int and per list argument than the op's body (python/specops/_spec_decode_sizes.py).
   m.def(

@@ -1088,8 +1088,8 @@ def _fused_valid() -> Call:
                               torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]], dtype=I32)],
                 block_sizes=[16, 8], positions=stale(4, dtype=I64), seq_lens=stale(3),
                 slot_mappings=[stale(4, dtype=I64), stale(4, dtype=I32)], blocks_per_kv_block=[1, 1],
-                cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, idx_mapping=t32(1, 0),
-                num_tokens_padded=4, num_reqs_padded=3)
+                cp_sharded=[True, False], slot_mapping_enabled=[True, True], cp_world_size=1, cp_rank=0,
+                cp_interleave=1, idx_mapping=t32(1, 0), num_tokens_padded=4, num_reqs_padded=3)
 
 
 def _fused_metadata() -> list[Bad]:
@@ -1113,6 +1113,8 @@ def _fused_metadata() -> list[Bad]:
         bad("three block sizes for two tables", ("block_sizes", "block_tables"), block_sizes=[16, 8, 4]),
         bad("blocks_per_kv_block[0] 0", "blocks_per_kv_block[0]", blocks_per_kv_block=[0, 1]),
         bad("one cp_sharded for two tables", ("cp_sharded", "block_tables"), cp_sharded=[True]),
+        bad("one slot_mapping_enabled for two tables", ("slot_mapping_enabled", "block_tables"),
+            slot_mapping_enabled=[True]),
         bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
         bad("cp_rank = cp_world_size", ("cp_rank", "cp_world_size"), cp_world_size=2, cp_rank=2),
         bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
@@ -1159,7 +1161,8 @@ def _fused_draw(draw) -> Call:
         seq_lens=stale(reqs_padded + draw(st.integers(0, 1))),
         slot_mappings=[stale(tokens_padded + draw(st.integers(0, 1)), dtype=draw(st.sampled_from([I64, I32])))
                        for _ in groups],
-        blocks_per_kv_block=step.blocks_per_kv_block, cp_sharded=step.cp_sharded, cp_world_size=world,
+        blocks_per_kv_block=step.blocks_per_kv_block, cp_sharded=step.cp_sharded,
+        slot_mapping_enabled=[draw(st.booleans()) for _ in groups], cp_world_size=world,
         cp_rank=_pick(draw, world), cp_interleave=draw(st.sampled_from([1, 2, 4])), idx_mapping=step.idx_mapping,
         num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded)
 
@@ -1176,7 +1179,7 @@ def _fused_request_past_tables(draw, call: Call) -> bool:
     call["cpu_num_computed_tokens"][request] = 2**26 + call["cp_rank"] * call["cp_interleave"]
     if call["idx_mapping"] is not None and call["idx_mapping"][request] < 0:
         call["idx_mapping"][request] = 0
-    return True
+    return any(call["slot_mapping_enabled"])  # a group without a slot mapping never reads its table
 
 
 def _fused_idx_past_tables(draw, call: Call) -> bool:
@@ -1185,7 +1188,7 @@ def _fused_idx_past_tables(draw, call: Call) -> bool:
         return False
     rows = min(table.size(0) for table in call["block_tables"])
     _with_idx_mapping(call, num_reqs)[_pick(draw, num_reqs)] = rows + draw(st.integers(0, 5))
-    return True
+    return any(call["slot_mapping_enabled"])
 
 
 def _fused_negative_block_ids(draw, call: Call) -> bool:
