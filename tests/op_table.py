@@ -761,7 +761,7 @@ CP_LOCAL = OpSpec(
     wrapper=specops.cp_local_metadata,
     tensors=dict(query_start_loc=Arg((I32,), 1), seq_lens=Arg((I32,), 1), local_query_start_loc=Arg((I32,), 1),
                  local_seq_lens=Arg((I32,), 1), start_pos=Arg((I32,), 1), query_start_loc_cpu=Arg((I32,), 1),
-                 seq_lens_cpu=Arg((I32,), 1)),
+                 seq_lens_cpu=Arg((I32, I64), 1)),
     outputs=("local_query_start_loc", "local_seq_lens", "start_pos"),
     valid_call=_cp_valid,
     metadata_errors=_cp_metadata,
@@ -968,7 +968,9 @@ def _seq_lens_valid() -> Call:
 @st.composite
 def _seq_lens_draw(draw) -> Call:
     call = draw(_correction_draw())
-    return dict(seq_lens_cpu=call["cpu_num_computed_tokens"], prev_positions=call["prev_positions"],
+    # int32, or a runner's int64 host copy.
+    seq_lens = call["cpu_num_computed_tokens"].to(draw(st.sampled_from([I32, I64])))
+    return dict(seq_lens_cpu=seq_lens, prev_positions=call["prev_positions"],
                 valid_sampled_token_count=call["valid_sampled_token_count"],
                 prev_num_draft_tokens=call["prev_num_draft_tokens"])
 
@@ -976,7 +978,7 @@ def _seq_lens_draw(draw) -> Call:
 CORRECT_SEQ_LENS = OpSpec(
     name="correct_optimistic_seq_lens",
     wrapper=specops.correct_optimistic_seq_lens,
-    tensors=dict(seq_lens_cpu=Arg((I32,), 1), prev_positions=Arg((I32, I64), 1),
+    tensors=dict(seq_lens_cpu=Arg((I32, I64), 1), prev_positions=Arg((I32, I64), 1),
                  valid_sampled_token_count=Arg((I32,), 1), prev_num_draft_tokens=Arg((I32,), 1)),
     outputs=("seq_lens_cpu",),
     valid_call=_seq_lens_valid,

@@ -154,6 +154,23 @@ def check_maxima_from_host_copies(query_start_loc, seq_lens, device_qsl, device_
 
 
 @pytest.mark.parametrize("impl", META_BACKENDS)
+def test_int64_host_seq_lens_give_the_same_maxima(impl):
+    """Runners keep int64 host copies of seq_lens (vllm-ascend builds them from numpy)."""
+    query_start_loc = torch.tensor(QUERY_START_LOC, dtype=torch.int32)
+    device_qsl, device_seq = query_start_loc.to("meta"), torch.tensor(SEQ_LENS, dtype=torch.int32).to("meta")
+    with specops.backend(impl):
+        for causal, expected in ((True, 16), (False, 20)):
+            meta = specops.cp_local_metadata(device_qsl, device_seq, 12, 3, 0, causal=causal,
+                                             query_start_loc_cpu=query_start_loc,
+                                             seq_lens_cpu=torch.tensor(SEQ_LENS, dtype=torch.int64))
+            assert meta.max_local_seq_len == expected
+        long_seq = torch.tensor([5, 0, 2**33, 2], dtype=torch.int64)  # past int32: still exact
+        meta = specops.cp_local_metadata(device_qsl, device_seq, 12, 3, 0, query_start_loc_cpu=query_start_loc,
+                                         seq_lens_cpu=long_seq)
+        assert meta.max_local_seq_len == 2**33 - 4
+
+
+@pytest.mark.parametrize("impl", META_BACKENDS)
 def test_no_device_to_host_copy_when_given_host_copies(impl):
     """Any read of the meta "device" tensors would show up in the op log (and fail); the maxima
     must still come out, from the host copies."""
@@ -290,4 +307,4 @@ def test_host_copies_are_checked():
     with pytest.raises(ValueError, match="query_start_loc_cpu"):
         specops.cp_local_metadata(**call, query_start_loc_cpu=torch.tensor([0, 2], dtype=torch.int32))
     with pytest.raises(ValueError, match="seq_lens_cpu"):
-        specops.cp_local_metadata(**call, seq_lens_cpu=torch.tensor([7, 5]))
+        specops.cp_local_metadata(**call, seq_lens_cpu=torch.tensor([7, 5], dtype=torch.int16))

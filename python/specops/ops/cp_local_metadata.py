@@ -68,10 +68,11 @@ _OP = SpecOp("cp_local_metadata", _check, _reference)
 _NATIVE_MAX_LENS = fast_native_entry("cp_local_max_lens")
 
 
-def _check_host_copy(t: torch.Tensor | None, name: str, of: str, entries: int) -> None:
+def _check_host_copy(t: torch.Tensor | None, name: str, of: str, entries: int,
+                     dtypes: tuple[torch.dtype, ...] = (torch.int32,)) -> None:
     if t is None:
         return
-    check_tensor(t, name, [torch.int32], 1, torch.device("cpu"), f"a host copy of {of}")
+    check_tensor(t, name, dtypes, 1, torch.device("cpu"), f"a host copy of {of}")
     if t.numel() != entries:
         raise ValueError(f"{name} must have {entries} entries like {of}, got {t.numel()}")
 
@@ -116,8 +117,9 @@ def cp_local_metadata(
 
     query_start_loc: int32 [R + 1]; seq_lens: int32 [R]. Outputs are int32 buffers of at least
     R + 1, R, R entries (allocated when absent); past R, local_query_start_loc repeats its last
-    value and the others are 0. query_start_loc_cpu / seq_lens_cpu: host copies used for the
-    host maxima when the inputs live on a device; no device-to-host copy is ever made.
+    value and the others are 0. query_start_loc_cpu / seq_lens_cpu: host copies (int32;
+    seq_lens_cpu int32 or int64) used for the host maxima when the inputs live on a device; no
+    device-to-host copy is ever made.
     """
     num_reqs = max(query_start_loc.numel() - 1, 0)
     device = query_start_loc.device
@@ -129,7 +131,8 @@ def cp_local_metadata(
         start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
     # Checked even where unused (inputs on the host), and before the op writes anything.
     _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", "query_start_loc", num_reqs + 1)
-    _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs)
+    # Runners keep int64 host copies of seq_lens (numpy's default integer): accepted as they are.
+    _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs, (torch.int32, torch.int64))
     _OP.select()(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
         local_query_start_loc, local_seq_lens, start_pos)
 
