@@ -38,6 +38,25 @@ HAND_COMPUTED = [
 ]
 
 
+# vllm-ascend tests/e2e/.../test_build_local_metadata_triton.py, masks_graph_padding
+# (build_local_metadata_triton): 8 ranks, an 80-token graph of 20 four-token request slots, 9
+# real requests (seq_lens 128..136), the rest padding (seq_len 0). Rank 6 holds [60, 70): it
+# splits padding slot 17 at its boundary, and every padding slot's local seq_len is 0. Rank 0
+# holds the first two real requests whole and half of the third, whose later half (rank 1) its
+# tokens cannot see: 130 - 2.
+@pytest.mark.parametrize("rank,local_qsl_tail,local_seq_head", [(6, [4, 8, 10, 10, 10], [0] * 20),
+                                                                 (0, [10] * 5, [128, 129, 128] + [0] * 17)])
+def test_peer_graph_padding_case(backend, rank, local_qsl_tail, local_seq_head):
+    query_start_loc = torch.arange(0, 81, 4, dtype=torch.int32)
+    seq_lens = torch.zeros(20, dtype=torch.int32)
+    seq_lens[:9] = torch.arange(128, 137, dtype=torch.int32)
+    meta = specops.cp_local_metadata(query_start_loc, seq_lens, 80, 8, rank, causal=True)
+    assert (meta.local_start, meta.local_end) == (10 * rank, 10 * rank + 10)
+    assert meta.local_query_start_loc.tolist()[16:] == local_qsl_tail
+    assert meta.local_seq_lens.tolist() == local_seq_head
+    assert meta.start_pos.tolist() == list(range(124, 133)) + [-4] * 11  # seq_lens - 4, as the peer's
+
+
 @pytest.mark.parametrize("rank,causal,local_qsl,local_seq,max_query,max_seq", HAND_COMPUTED)
 def test_hand_computed_split(backend, rank, causal, local_qsl, local_seq, max_query, max_seq):
     query_start_loc = torch.tensor(QUERY_START_LOC, dtype=torch.int32)
