@@ -86,11 +86,11 @@ class Scheduler:
 
     def _move(self, src: int, dst: int) -> None:
         """The request on row src moves to the free row dst (a runner condensing its batch);
-        src keeps a copy of its ids until it is reused."""
+        src is left empty."""
         self.mappings.move_row(src, dst)
         self.seq_lens[dst] = self.seq_lens.pop(src)
         for g in range(len(self.mappings.groups)):
-            self.blocks[g][dst] = list(self.blocks[g][src])
+            self.blocks[g][dst], self.blocks[g][src] = self.blocks[g][src], []
 
     def _swap(self, a: int, b: int) -> None:
         self.mappings.swap_rows(a, b)
@@ -312,21 +312,23 @@ def test_move_and_swap_rows_are_staged_like_appends(backend):
     mappings.append_blocks(0, [[1, 2, 3], [4]])
     mappings.append_blocks(1, [[5], [6, 7]])
     mappings.apply_staged()
-    mappings.append_blocks(1, [[8], []])  # staged, not applied: the move takes it along
-    mappings.move_row(1, 3)
+    mappings.move_row(1, 3)  # row 1 is left empty
     mappings.swap_rows(0, 2)
     assert [t.tolist() for t in mappings.num_blocks] == [[3, 1, 0, 0], [1, 2, 0, 0]]  # nothing applied yet
-    assert mappings.staged_num_blocks.tolist() == [[0, 2, 3, 2], [0, 2, 1, 2]]
+    assert mappings.staged_num_blocks.tolist() == [[0, 0, 3, 1], [0, 0, 1, 2]]
+    mappings.append_blocks(3, [[8], []])  # a staged append, then a move: the move takes it along
+    mappings.move_row(3, 1)
+    mappings.move_row(1, 3)
     mappings.apply_staged()
-    assert mappings.source_block_tables[0].tolist() == [[0, 0, 0], [5, 8, 0], [1, 2, 3], [5, 8, 0]]
-    assert mappings.source_block_tables[1].tolist() == [[0, 0], [6, 7], [4, 0], [6, 7]]
-    assert [t.tolist() for t in mappings.num_blocks] == [[0, 2, 3, 2], [0, 2, 1, 2]]
+    assert mappings.source_block_tables[0].tolist() == [[0, 0, 0], [0, 0, 0], [1, 2, 3], [5, 8, 0]]
+    assert mappings.source_block_tables[1].tolist() == [[0, 0], [0, 0], [4, 0], [6, 7]]
+    assert [t.tolist() for t in mappings.num_blocks] == [[0, 0, 3, 2], [0, 0, 1, 2]]
     mappings.swap_rows(3, 2)
-    mappings.move_row(0, 1)  # an empty row moved over a full one: the full one is cleared
+    mappings.move_row(0, 3)  # an empty row moved over a full one: the full one is cleared
     mappings.apply_staged()
-    assert mappings.source_block_tables[0].tolist() == [[0, 0, 0], [0, 0, 0], [5, 8, 0], [1, 2, 3]]
-    assert mappings.source_block_tables[1].tolist() == [[0, 0], [0, 0], [6, 7], [4, 0]]
-    assert [t.tolist() for t in mappings.num_blocks] == [[0, 0, 2, 3], [0, 0, 2, 1]]
+    assert mappings.source_block_tables[0].tolist() == [[0, 0, 0], [0, 0, 0], [5, 8, 0], [0, 0, 0]]
+    assert mappings.source_block_tables[1].tolist() == [[0, 0], [0, 0], [6, 7], [0, 0]]
+    assert [t.tolist() for t in mappings.num_blocks] == [[0, 0, 2, 0], [0, 0, 2, 0]]
 
 
 @pytest.mark.parametrize("call,argument", [("move_row(4, 0)", "src"), ("move_row(0, -1)", "dst"),

@@ -237,15 +237,17 @@ class PersistentMappings:
             self._stage(group, row, ids, overwrite)
 
     def move_row(self, src: int, dst: int) -> None:
-        """Stages a copy of request row `src` (ids and counts of every group, staged writes
-        included) onto row `dst`, replacing what `dst` held; `src` keeps its ids. For a runner
-        that condenses its persistent batch. Applied by the next `apply_staged()`."""
+        """Stages the move of request row `src` (ids and counts of every group, staged writes
+        included) to row `dst`, replacing what `dst` held; `src` is left empty (NULL, count 0),
+        as vLLM clears a vacated row, so nothing can reach its blocks once they are freed. For a
+        runner that condenses its persistent batch. Applied by the next `apply_staged()`."""
         self._check_row(src, "src")
         self._check_row(dst, "dst")
         if src == dst:
             return
         for group in range(self.num_groups):
             self._stage(group, dst, self._staged_row(group, src), overwrite=True)
+            self._stage(group, src, (), overwrite=True)
 
     def swap_rows(self, a: int, b: int) -> None:
         """Stages the exchange of request rows `a` and `b` (ids and counts of every group, staged

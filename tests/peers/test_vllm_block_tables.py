@@ -298,3 +298,56 @@ def test_staged_writes_agree_with_vllms_apply_write_kernel(num_groups):
                 torch.tensor([v for *_, values in writes for v in values], dtype=torch.int32))
             for g in range(num_groups):
                 assert ours[g * rows : (g + 1) * rows].tolist() == theirs[g].gpu.tolist(), f"{backend} group {g}"
+
+
+def test_row_moves_agree_with_vllms_v1_block_table():
+    """vLLM's V1 runner keeps host block tables (vllm/v1/worker/block_table.py): add_row,
+    append_row, clear_row, move_row (the vacated row is cleared) and swap_row, the moves a
+    runner makes when it condenses and reorders its persistent batch. The same sequence through
+    PersistentMappings (append_blocks, move_row, swap_rows, applied in one launch) gives the
+    same ids and counts; past a row's count specops holds NULL where vLLM may keep old ids."""
+    from vllm.v1.worker.block_table import MultiGroupBlockTable
+
+    rng = random.Random(5)
+    num_rows, block_sizes, widths = 6, [16, 8], [8, 16]
+    theirs = MultiGroupBlockTable(num_rows, 64, False, CPU, block_sizes, widths)
+    ours = PersistentMappings([MappingGroup(size) for size in block_sizes], max_num_reqs=num_rows,
+                              max_num_blocks_per_req=widths, max_num_tokens=64)
+    counts = [[0] * num_rows for _ in widths]
+    stale = 0
+    for step in range(60):
+        action, row, other = rng.choice(["add", "append", "clear", "move", "swap"]), rng.randrange(num_rows), \
+            rng.randrange(num_rows)
+        if action in ("add", "append"):
+            ids = tuple([rng.randrange(1, 1000) for _ in range(rng.randint(0, width - (0 if action == "add"
+                                                                                        else counts[g][row])))]
+                        for g, width in enumerate(widths))
+            getattr(theirs, f"{action}_row")(ids, row)
+            ours.append_blocks(row, list(ids), overwrite=action == "add")
+            for g, group_ids in enumerate(ids):
+                counts[g][row] = len(group_ids) + (0 if action == "add" else counts[g][row])
+        elif action == "clear":
+            theirs.clear_row(row)
+            ours.append_blocks(row, [[] for _ in widths], overwrite=True)
+            for g in range(len(widths)):
+                counts[g][row] = 0
+        elif action == "move" and row != other:
+            theirs.move_row(row, other)
+            ours.move_row(row, other)
+            for g in range(len(widths)):
+                counts[g][other], counts[g][row] = counts[g][row], 0
+        elif action == "swap":
+            theirs.swap_row(row, other)
+            ours.swap_rows(row, other)
+            for g in range(len(widths)):
+                counts[g][row], counts[g][other] = counts[g][other], counts[g][row]
+        if step % 5 == 4:
+            ours.apply_staged()
+            for g, table in enumerate(theirs.block_tables):
+                assert ours.num_blocks[g].tolist() == table.num_blocks_per_row.tolist() == counts[g], f"step {step}"
+                for r in range(num_rows):
+                    count = counts[g][r]
+                    assert ours.source_block_tables[g][r, :count].tolist() == table.block_table.np[r, :count].tolist()
+                    assert (ours.source_block_tables[g][r, count:] == NULL).all()
+                    stale += int((table.block_table.np[r, count:widths[g]] != NULL).sum())
+    assert stale > 0  # vLLM kept old ids past some count (a moved-over or shortened row)
