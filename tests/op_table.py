@@ -1090,8 +1090,8 @@ def _fused_valid() -> Call:
                               torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]], dtype=I32)],
                 block_sizes=[16, 8], positions=stale(4, dtype=I64), seq_lens=stale(3),
                 slot_mappings=[stale(4, dtype=I64), stale(4, dtype=I32)], blocks_per_kv_block=[1, 1],
-                cp_sharded=[True, False], slot_mapping_enabled=[True, True], cp_world_size=1, cp_rank=0,
-                cp_interleave=1, idx_mapping=t32(1, 0), num_tokens_padded=4, num_reqs_padded=3)
+                cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, idx_mapping=t32(1, 0),
+                num_tokens_padded=4, num_reqs_padded=3)
 
 
 def _fused_metadata() -> list[Bad]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes, assert_same
 
@@ -70,6 +70,7 @@ def test_lengths_past_int32(backend):
     assert out.tolist() == [2**35 * 8, 2**28 * 8]
 
 
+@settings(max_examples=30)
 @given(
     seq_lens=st.lists(st.integers(0, 200), max_size=12),
     world=st.integers(1, 5),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes, assert_same, make_block_source
 
@@ -102,6 +102,7 @@ def expected_masked(src, num_blocks, idx_mapping, num_computed_tokens, reach, bl
     return table
 
 
+@settings(max_examples=40)
 @given(
     src_rows=st.integers(1, 8),
     cols=st.integers(1, 40),
