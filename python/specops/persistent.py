@@ -384,7 +384,8 @@ class PersistentMappings:
                 f"got {num_tokens_padded}"
             )
         if num_computed_tokens is not None:
-            check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, self.device, "the mappings")
+            check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, self._source_storage.device,
+                         "the mappings")
             if num_computed_tokens.numel() < self.max_num_reqs:
                 raise ValueError(f"num_computed_tokens must have max_num_reqs = {self.max_num_reqs} entries (one per "
                                  f"request row), got {num_computed_tokens.numel()}")
