@@ -15,7 +15,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-asan test-cann-wheel wheel clean
+.PHONY: all install bench test test-asan test-peers test-cann-wheel wheel clean
 
 all: install
 
@@ -59,6 +59,34 @@ test-asan: $(ASAN_SITE)/.built
 	  SPECOPS_TEST_BACKENDS=native SPECOPS_REQUIRE_SANITIZED=1 \
 	  ../$(VPY) -m pytest -q -p no:xdist -p no:cacheprovider --capture=sys --ignore=test_packaging.py \
 	  --ignore=test_kernel_compile.py
+
+# The conformance suite (tests/peers, docs/conformance.md): vLLM's released package, imported and
+# run beside specops. Its wheel (336 MB) is downloaded once without dependencies into
+# build/peers/wheels; its Python modules are unpacked into build/peers/site and the small
+# packages they import go into build/peers/deps (tests/peers/requirements.txt, --no-deps), so
+# the test venv stays as it is. PEERS_PIP_ARGS passes pip options (an index, a proxy) to both.
+VLLM_SPEC ?= vllm==0.33.0
+PEERS := $(CURDIR)/build/peers
+PEERS_PIP_ARGS ?=
+
+$(PEERS)/.wheel: | $(VENV)/.deps
+	mkdir -p $(PEERS)/wheels
+	$(PIP) download --no-deps --dest $(PEERS)/wheels $(PEERS_PIP_ARGS) "$(VLLM_SPEC)"
+	touch $@
+
+$(PEERS)/.site: $(PEERS)/.wheel
+	rm -rf $(PEERS)/site
+	$(VPY) -c "import glob, zipfile; wheel = zipfile.ZipFile(sorted(glob.glob('$(PEERS)/wheels/vllm-*.whl'))[-1]); \
+	  wheel.extractall('$(PEERS)/site', [n for n in wheel.namelist() if n.startswith('vllm/') and n.endswith('.py') or '.dist-info/' in n])"
+	touch $@
+
+$(PEERS)/.deps: tests/peers/requirements.txt | $(VENV)/.deps
+	rm -rf $(PEERS)/deps
+	$(PIP) install --no-deps --target $(PEERS)/deps $(PEERS_PIP_ARGS) -r tests/peers/requirements.txt
+	touch $@
+
+test-peers: install $(PEERS)/.site $(PEERS)/.deps
+	cd tests && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
 
 # A wheel for this machine's torch, tagged +cann<version> when ASCEND_HOME_PATH holds a CANN
 # toolkit and +cpu otherwise.

@@ -20,7 +20,7 @@ TORCH_LIBRARY(specops, m) {
   // SPEC 3.3
   m.def(
       "gather_block_tables(Tensor src_block_table, Tensor num_blocks, Tensor idx_mapping, Tensor(a!) out, "
-      "int num_reqs_padded) -> ()");
+      "int num_reqs_padded, Tensor? num_computed_tokens, int sliding_window_reach, int block_size) -> ()");
   m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
 
   // SPEC 3.5
@@ -37,6 +37,9 @@ TORCH_LIBRARY(specops, m) {
       "cp_local_max_lens(Tensor query_start_loc, Tensor? seq_lens, int num_input_tokens, int cp_size, int cp_rank, "
       "bool causal) -> int[]");
   m.def("format_slot_mapping_blocks(Tensor slot_mapping, int block_size, Tensor(a!) out) -> ()");
+  // The KV length each decode-context-parallel rank stores (vllm-ascend get_dcp_local_seq_lens).
+  m.def(
+      "dcp_local_seq_lens(Tensor seq_lens, int cp_world_size, int cp_rank, int cp_interleave, Tensor(a!) out) -> ()");
   m.def(
       "dspark_swa_indices(Tensor block_table, Tensor query_start_loc, Tensor seq_lens, int window, "
       "int num_speculative_tokens, int block_size, int num_tokens, int width, int cp_size, int cp_rank, "
@@ -53,10 +56,10 @@ TORCH_LIBRARY(specops, m) {
       "Tensor prev_num_draft_tokens) -> ()");
   m.def(
       "prepare_positions_and_seq_lens(Tensor num_computed_tokens, Tensor query_start_loc, Tensor(a!) positions, "
-      "Tensor(b!) seq_lens, int num_tokens_padded, int num_reqs_padded) -> ()");
+      "Tensor(b!) seq_lens, int num_tokens_padded, int num_reqs_padded, Tensor? idx_mapping) -> ()");
   // Fused: the correction, positions and seq_lens, and the slot mapping of every KV-cache group.
   // sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave] then
-  // (block_size, blocks_per_kv_block, cp_sharded) per group: one list, because torch's generic
+  // (block_size, blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group: one list, because torch's generic
   // Python binding (which torch.ops callers still go through; the wrappers use FastOp) costs
   // more per int and per list argument than the op's body (python/specops/_spec_decode_sizes.py).
   m.def(

@@ -373,8 +373,11 @@ SLOT_MAPPING = OpSpec(
 # ------------------------------------------------------------------- gather_block_tables (3.3)
 
 def _gather_valid() -> Call:
+    # Row 1's first scheduled position is 9: with reach 3 and block_size 2, its entries below
+    # (9 - 3) // 2 = 3 are NULL.
     return dict(src_block_table=torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]], dtype=I32),
-                num_blocks=t32(2, 4, 0), idx_mapping=t64(1, -1, 0), out=stale(5, 4), num_reqs_padded=4)
+                num_blocks=t32(2, 4, 0), idx_mapping=t64(1, -1, 0), out=stale(5, 4), num_reqs_padded=4,
+                num_computed_tokens=t32(0, 9, 4), sliding_window_reach=3, block_size=2)
 
 
 def _gather_metadata() -> list[Bad]:
@@ -383,6 +386,13 @@ def _gather_metadata() -> list[Bad]:
         bad("out with fewer rows than R", ("num_reqs_padded", "out"), out=stale(2, 4), num_reqs_padded=None),
         bad("num_reqs_padded < R", "num_reqs_padded", num_reqs_padded=2),
         bad("num_reqs_padded > out rows", ("num_reqs_padded", "out"), num_reqs_padded=6),
+        bad("num_computed_tokens shorter than the table", ("num_computed_tokens", "src_block_table"),
+            num_computed_tokens=t32(0, 9)),
+        bad("sliding_window_reach -1", "sliding_window_reach", sliding_window_reach=-1),
+        bad("sliding_window_reach past int32", "sliding_window_reach", sliding_window_reach=2**31),
+        bad("a reach without block_size", ("block_size", "sliding_window_reach"), block_size=None),
+        bad("block_size 0", "block_size", block_size=0),
+        bad("block_size past int32", "block_size", block_size=2**31),
     ]
 
 
@@ -392,6 +402,7 @@ def _gather_values() -> list[Bad]:
         bad("num_blocks past the columns", "num_blocks", num_blocks=t32(2, 5, 0)),
         bad("negative num_blocks", "num_blocks", num_blocks=t32(-1, 4, 0)),
         bad("out narrower than a row's blocks", ("num_blocks", "out"), out=stale(5, 3)),
+        bad("negative num_computed_tokens", "num_computed_tokens", num_computed_tokens=t32(0, -9, 4)),
     ]
 
 
@@ -405,8 +416,13 @@ def _gather_draw(draw) -> Call:
     num_blocks = torch.randint(0, min(cols, out_cols) + 1, (src_rows,), dtype=I32, generator=generator)
     idx_mapping = torch.randint(-1, src_rows, (num_reqs,), generator=generator).to(draw(st.sampled_from([I32, I64])))
     padded = num_reqs + draw(st.integers(0, 3))
-    return dict(src_block_table=table, num_blocks=num_blocks, idx_mapping=idx_mapping,
+    call = dict(src_block_table=table, num_blocks=num_blocks, idx_mapping=idx_mapping,
                 out=stale(padded + draw(st.integers(0, 2)), out_cols), num_reqs_padded=padded)
+    if draw(st.booleans()):  # a sliding-window group
+        block_size = draw(st.sampled_from([1, 4]))
+        call.update(num_computed_tokens=torch.randint(0, 8 * block_size, (src_rows,), dtype=I32, generator=generator),
+                    sliding_window_reach=draw(st.sampled_from([0, 1, 5])), block_size=block_size)
+    return call
 
 
 def _gather_count_out_of_range(draw, call: Call) -> bool:
@@ -421,11 +437,24 @@ def _gather_count_out_of_range(draw, call: Call) -> bool:
     return True
 
 
+def _gather_negative_first_position(draw, call: Call) -> bool:
+    """A mapped row whose first position is negative: the host op rejects it where it masks."""
+    num_reqs = call["idx_mapping"].numel()
+    if num_reqs == 0 or call.get("num_computed_tokens") is None:
+        return False
+    request = _pick(draw, num_reqs)
+    row = _pick(draw, call["src_block_table"].size(0))
+    call["idx_mapping"][request] = row
+    call["num_computed_tokens"][row] = draw(st.sampled_from([-1, -7, -INT32_MAX - 1]))
+    return call["sliding_window_reach"] > 0
+
+
 GATHER = OpSpec(
     name="gather_block_tables",
     wrapper=specops.gather_block_tables,
     tensors=dict(src_block_table=Arg((I32,), 2, row_stride=True), num_blocks=Arg((I32,), 1),
-                 idx_mapping=Arg((I32, I64), 1), out=Arg((I32,), 2, row_stride=True)),
+                 idx_mapping=Arg((I32, I64), 1), out=Arg((I32,), 2, row_stride=True),
+                 num_computed_tokens=Arg((I32,), 1)),
     outputs=("out",),
     valid_call=_gather_valid,
     metadata_errors=_gather_metadata,
@@ -437,6 +466,7 @@ GATHER = OpSpec(
             native_raises=True)),
         Corruption("negative idx_mapping", _one_entry("idx_mapping", _negative, native_raises=False)),
         Corruption("num_blocks outside [0, columns]", _gather_count_out_of_range),
+        Corruption("negative num_computed_tokens", _gather_negative_first_position),
     ),
 )
 
@@ -754,7 +784,7 @@ CP_LOCAL = OpSpec(
     wrapper=specops.cp_local_metadata,
     tensors=dict(query_start_loc=Arg((I32,), 1), seq_lens=Arg((I32,), 1), local_query_start_loc=Arg((I32,), 1),
                  local_seq_lens=Arg((I32,), 1), start_pos=Arg((I32,), 1), query_start_loc_cpu=Arg((I32,), 1),
-                 seq_lens_cpu=Arg((I32,), 1)),
+                 seq_lens_cpu=Arg((I32, I64), 1)),
     outputs=("local_query_start_loc", "local_seq_lens", "start_pos"),
     valid_call=_cp_valid,
     metadata_errors=_cp_metadata,
@@ -769,6 +799,60 @@ CP_LOCAL = OpSpec(
     ),
 )
 
+
+
+# ------------------------------------------------------------------------ dcp_local_seq_lens
+
+def _dcp_valid() -> Call:
+    return dict(seq_lens=t32(1, 4, 5, 9), cp_world_size=2, cp_rank=1, cp_interleave=4, out=stale(6))
+
+
+def _dcp_metadata() -> list[Bad]:
+    return [
+        bad("out shorter than R", "out", out=stale(3)),
+        bad("out of another dtype than seq_lens", ("out", "seq_lens"), out=stale(6, dtype=I64)),
+        bad_with("out sharing seq_lens", ("out", "seq_lens"), lambda call: call.update(out=call["seq_lens"])),
+        bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
+        bad("cp_rank = cp_world_size", ("cp_rank", "cp_world_size"), cp_rank=2),
+        bad("cp_rank -1", "cp_rank", cp_rank=-1),
+        bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
+        bad("a round past int32", ("cp_world_size", "cp_interleave"), cp_interleave=2**30),
+    ]
+
+
+@st.composite
+def _dcp_draw(draw) -> Call:
+    dtype = draw(st.sampled_from([I32, I64]))
+    seq_lens = torch.tensor(draw(st.lists(st.integers(0, 300), max_size=8)), dtype=dtype)
+    world = draw(st.integers(1, 4))
+    return dict(seq_lens=seq_lens, cp_world_size=world, cp_rank=_pick(draw, world),
+                cp_interleave=draw(st.sampled_from([1, 2, 16])),
+                out=stale(seq_lens.numel() + draw(st.integers(0, 2)), dtype=dtype))
+
+
+def _dcp_huge_lengths(draw, call: Call) -> bool:
+    """Lengths at the top of the dtype: valid, every path computes them alike."""
+    seq_lens = call["seq_lens"]
+    if seq_lens.numel():
+        info = torch.iinfo(seq_lens.dtype)
+        seq_lens[_pick(draw, seq_lens.numel())] = draw(st.sampled_from([info.max, info.max - 1, info.max // 3]))
+    return False
+
+
+DCP_LOCAL = OpSpec(
+    name="dcp_local_seq_lens",
+    wrapper=specops.dcp_local_seq_lens,
+    tensors=dict(seq_lens=Arg((I32, I64), 1), out=Arg((I32, I64), 1)),
+    outputs=("out",),
+    valid_call=_dcp_valid,
+    metadata_errors=_dcp_metadata,
+    value_errors=lambda: [bad("negative seq_len", "seq_lens", seq_lens=t32(1, -4, 5, 9))],
+    draw_call=_dcp_draw(),
+    corruptions=(
+        Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True)),
+        Corruption("lengths at the top of the dtype", _dcp_huge_lengths),
+    ),
+)
 
 # -------------------------------------------------------------------------- sas_metadata (3.5)
 
@@ -910,7 +994,9 @@ def _seq_lens_valid() -> Call:
 @st.composite
 def _seq_lens_draw(draw) -> Call:
     call = draw(_correction_draw())
-    return dict(seq_lens_cpu=call["cpu_num_computed_tokens"], prev_positions=call["prev_positions"],
+    # int32, or a runner's int64 host copy.
+    seq_lens = call["cpu_num_computed_tokens"].to(draw(st.sampled_from([I32, I64])))
+    return dict(seq_lens_cpu=seq_lens, prev_positions=call["prev_positions"],
                 valid_sampled_token_count=call["valid_sampled_token_count"],
                 prev_num_draft_tokens=call["prev_num_draft_tokens"])
 
@@ -918,7 +1004,7 @@ def _seq_lens_draw(draw) -> Call:
 CORRECT_SEQ_LENS = OpSpec(
     name="correct_optimistic_seq_lens",
     wrapper=specops.correct_optimistic_seq_lens,
-    tensors=dict(seq_lens_cpu=Arg((I32,), 1), prev_positions=Arg((I32, I64), 1),
+    tensors=dict(seq_lens_cpu=Arg((I32, I64), 1), prev_positions=Arg((I32, I64), 1),
                  valid_sampled_token_count=Arg((I32,), 1), prev_num_draft_tokens=Arg((I32,), 1)),
     outputs=("seq_lens_cpu",),
     valid_call=_seq_lens_valid,
@@ -936,8 +1022,9 @@ CORRECT_SEQ_LENS = OpSpec(
 
 
 def _positions_valid() -> Call:
+    # Request-indexed counts: request 0 reads row 1 (positions 9, 10), request 1 row 0 (4).
     return dict(num_computed_tokens=t32(4, 9), query_start_loc=t32(0, 2, 3), positions=stale(4, dtype=I64),
-                seq_lens=stale(3), num_tokens_padded=4, num_reqs_padded=3)
+                seq_lens=stale(3), num_tokens_padded=4, num_reqs_padded=3, idx_mapping=t32(1, 0))
 
 
 def _positions_metadata() -> list[Bad]:
@@ -945,7 +1032,8 @@ def _positions_metadata() -> list[Bad]:
     return [
         bad("R+1 = 0 entries", "query_start_loc", query_start_loc=torch.zeros(0, dtype=I32)),
         bad("num_computed_tokens shorter than R", ("num_computed_tokens", "query_start_loc"),
-            num_computed_tokens=t32(4)),
+            num_computed_tokens=t32(4), idx_mapping=None),
+        bad("idx_mapping of another length than R", ("idx_mapping", "query_start_loc"), idx_mapping=t32(1)),
         bad("num_tokens_padded -1", "num_tokens_padded", num_tokens_padded=-1),
         bad("num_tokens_padded past positions", ("num_tokens_padded", "positions"), num_tokens_padded=5),
         bad("num_reqs_padded < R", "num_reqs_padded", num_reqs_padded=1),
@@ -964,6 +1052,7 @@ def _positions_values() -> list[Bad]:
             query_start_loc=t32(0, 2, 5)),
         bad("positions shorter than T", ("num_tokens_padded", "positions"), positions=stale(2, dtype=I64),
             num_tokens_padded=None),
+        bad("idx_mapping past num_computed_tokens", ("idx_mapping", "num_computed_tokens"), idx_mapping=t32(2, 0)),
     ]
 
 
@@ -973,12 +1062,15 @@ def _positions_draw(draw) -> Call:
     generator = _seed(draw)
     num_reqs, num_tokens = len(query_lens), sum(query_lens)
     tokens_padded, reqs_padded = num_tokens + draw(st.integers(0, 3)), num_reqs + draw(st.integers(0, 2))
-    return dict(num_computed_tokens=torch.randint(0, 1000, (num_reqs + draw(st.integers(0, 2)),), dtype=I32,
-                                                  generator=generator),
+    num_counts = num_reqs + draw(st.integers(0, 2))
+    idx_mapping = None
+    if num_counts and draw(st.booleans()):  # request-indexed counts
+        idx_mapping = torch.randint(-1, num_counts, (num_reqs,), generator=generator).to(draw(st.sampled_from([I32, I64])))
+    return dict(num_computed_tokens=torch.randint(0, 1000, (num_counts,), dtype=I32, generator=generator),
                 query_start_loc=query_start_loc_of(query_lens),
                 positions=stale(tokens_padded + draw(st.integers(0, 2)), dtype=draw(st.sampled_from([I64, I32]))),
                 seq_lens=stale(reqs_padded + draw(st.integers(0, 2))), num_tokens_padded=tokens_padded,
-                num_reqs_padded=reqs_padded)
+                num_reqs_padded=reqs_padded, idx_mapping=idx_mapping)
 
 
 def _positions_tokens_past_padding(draw, call: Call) -> bool:
@@ -988,11 +1080,20 @@ def _positions_tokens_past_padding(draw, call: Call) -> bool:
     return True
 
 
+def _positions_idx_past_counts(draw, call: Call) -> bool:
+    num_reqs = call["query_start_loc"].numel() - 1
+    if num_reqs == 0:
+        return False
+    rows = call["num_computed_tokens"].numel()
+    _with_idx_mapping(call, num_reqs)[_pick(draw, num_reqs)] = rows + draw(st.integers(0, 5))
+    return True
+
+
 PREPARE_POSITIONS = OpSpec(
     name="prepare_positions_and_seq_lens",
     wrapper=specops.prepare_positions_and_seq_lens,
     tensors=dict(num_computed_tokens=Arg((I32,), 1), query_start_loc=Arg((I32,), 1), positions=Arg((I64, I32), 1),
-                 seq_lens=Arg((I32,), 1)),
+                 seq_lens=Arg((I32,), 1), idx_mapping=Arg((I32, I64), 1)),
     outputs=("positions", "seq_lens"),
     valid_call=_positions_valid,
     metadata_errors=_positions_metadata,
@@ -1003,6 +1104,7 @@ PREPARE_POSITIONS = OpSpec(
         Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
         Corruption("counts at int32 extremes", _extreme("num_computed_tokens")),
         Corruption("query_start_loc decreasing", _decreasing("query_start_loc"), device="bounds"),
+        Corruption("idx_mapping past num_computed_tokens", _positions_idx_past_counts),
     ),
 )
 
@@ -1041,6 +1143,8 @@ def _fused_metadata() -> list[Bad]:
         bad("three block sizes for two tables", ("block_sizes", "block_tables"), block_sizes=[16, 8, 4]),
         bad("blocks_per_kv_block[0] 0", "blocks_per_kv_block[0]", blocks_per_kv_block=[0, 1]),
         bad("one cp_sharded for two tables", ("cp_sharded", "block_tables"), cp_sharded=[True]),
+        bad("one slot_mapping_enabled for two tables", ("slot_mapping_enabled", "block_tables"),
+            slot_mapping_enabled=[True]),
         bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
         bad("cp_rank = cp_world_size", ("cp_rank", "cp_world_size"), cp_world_size=2, cp_rank=2),
         bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
@@ -1091,7 +1195,8 @@ def _fused_draw(draw) -> Call:
         seq_lens=stale(reqs_padded + draw(st.integers(0, 1))),
         slot_mappings=[stale(tokens_padded + draw(st.integers(0, 1)), dtype=draw(st.sampled_from([I64, I32])))
                        for _ in groups],
-        blocks_per_kv_block=step.blocks_per_kv_block, cp_sharded=step.cp_sharded, cp_world_size=world,
+        blocks_per_kv_block=step.blocks_per_kv_block, cp_sharded=step.cp_sharded,
+        slot_mapping_enabled=[draw(st.booleans()) for _ in groups], cp_world_size=world,
         cp_rank=_pick(draw, world), cp_interleave=draw(st.sampled_from([1, 2, 4])), idx_mapping=step.idx_mapping,
         num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded)
 
@@ -1108,7 +1213,7 @@ def _fused_request_past_tables(draw, call: Call) -> bool:
     call["cpu_num_computed_tokens"][request] = 2**26 + call["cp_rank"] * call["cp_interleave"]
     if call["idx_mapping"] is not None and call["idx_mapping"][request] < 0:
         call["idx_mapping"][request] = 0
-    return True
+    return any(call["slot_mapping_enabled"])  # a group without a slot mapping never reads its table
 
 
 def _fused_idx_past_tables(draw, call: Call) -> bool:
@@ -1117,7 +1222,7 @@ def _fused_idx_past_tables(draw, call: Call) -> bool:
         return False
     rows = min(table.size(0) for table in call["block_tables"])
     _with_idx_mapping(call, num_reqs)[_pick(draw, num_reqs)] = rows + draw(st.integers(0, 5))
-    return True
+    return any(call["slot_mapping_enabled"])
 
 
 def _fused_negative_block_ids(draw, call: Call) -> bool:
@@ -1153,7 +1258,7 @@ FUSED = OpSpec(
 
 
 # Add an op here (docs/hardening.md, "Adding an op").
-OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, SAS, CORRECT_COUNTS,
+OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, DCP_LOCAL, SAS, CORRECT_COUNTS,
                                 CORRECT_SEQ_LENS, PREPARE_POSITIONS, FUSED)
 
 # Schemas that are not public ops: reached only through another op's wrapper, covered there.

@@ -56,6 +56,16 @@ def test_hand_computed_interleave_and_kernel_blocks(backend):
     assert out.tolist() == [80, 82, 87, 48, 51]
 
 
+def test_block_ids_past_float32_and_slots_past_int32_are_exact(backend):
+    """The peers' kernels lose these (docs/conformance.md): vllm-ascend's _compute_slot_mapping_kernel
+    gathers block ids through float32 (2^24 + 1 becomes 2^24) and both peers store int32 slots
+    (block 2^27 of 32 tokens starts at 2^32)."""
+    block_table = torch.tensor([[2**24 + 1, 2**27]], dtype=torch.int32)
+    slots = specops.compute_slot_mapping(torch.tensor([0, 2], dtype=torch.int32), torch.tensor([5, 35]), block_table,
+                                         32)
+    assert slots.tolist() == [(2**24 + 1) * 32 + 5, 2**27 * 32 + 3]
+
+
 def test_rows_mapped_to_minus_one_are_pad(backend):
     query_start_loc = torch.tensor([0, 2, 3], dtype=torch.int32)
     positions = torch.tensor([0, 1, 0])

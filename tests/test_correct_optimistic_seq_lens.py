@@ -41,6 +41,51 @@ def test_hand_computed(backend):
     assert seq_lens.tolist() == [48, 60, 70, 80]
 
 
+# vllm-ascend tests/ut/spec_decode/test_utils.py, cases of correct_optimistic_seq_lens_cpu. The
+# peer takes (seq_lens, prev_positions, prev_num_draft_tokens, valid_count, num_reqs); specops
+# takes the valid counts before the drafts, and n = prev_positions.numel() in place of num_reqs.
+# Its test buffers are int32 and int64 alike.
+PEER_CASES = {
+    # matches_gpu_seq_lens: prev computed [100, 200, 50, 0, 300], scheduled [3, 5, 1, 1, 4]; the
+    # optimistic lens add drafts + 1, the truth adds valid = accepted + 1.
+    "matches_gpu_seq_lens": ([106, 210, 52, 2, 308], [0, 1, 2, -1, 4], [3, 1, 1, 1, 2], [2, 4, 0, 0, 3],
+                             [106, 206, 52, 2, 306]),
+    "no_participants": ([10, 20, 30], [-1, -1, -1], [0, 0, 0], [0, 0, 0], [10, 20, 30]),
+    "all_accepted": ([105, 208, 51], [0, 1, 2], [3, 4, 2], [2, 3, 1], [105, 208, 51]),
+    "all_rejected": ([105, 208, 51], [0, 1, 2], [1, 1, 1], [2, 3, 1], [103, 205, 50]),
+    "in_place_mutation": ([100, 200], [0, -1], [2, 0], [2, 0], [99, 200]),
+    # partial_batch: num_reqs = 2 of a 4-entry buffer; the tail is untouched.
+    "partial_batch": ([100, 200, 999, 999], [0, 1], [2, 2, 0, 0], [2, 1, 0, 0], [99, 200, 999, 999]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("case", sorted(PEER_CASES))
+def test_peer_unit_test_cases(backend, case, dtype):
+    seq_lens, prev_positions, valid, drafts, expected = PEER_CASES[case]
+    seq_lens = torch.tensor(seq_lens, dtype=dtype)
+    specops.correct_optimistic_seq_lens(seq_lens, i32(prev_positions), i32(valid), i32(drafts))
+    assert seq_lens.dtype == dtype
+    assert seq_lens.tolist() == expected
+
+
+def test_agrees_with_the_device_correction_like_the_peer(backend):
+    """vllm-ascend's test_cpu_and_gpu_corrections_agree: the corrected host seq_lens equal the
+    corrected device counts plus this step's scheduled tokens."""
+    prev_computed = [100, 250, 80, 0, 410, 5]
+    drafts, accepted = [2, 4, 0, 0, 3, 1], [2, 1, 0, 0, 0, 1]
+    valid = [a + 1 for a in accepted]
+    scheduled = [3, 5, 1, 1, 4, 2]
+    prev_positions = i32([0, 1, 2, -1, 4, 5])
+    optimistic_computed = [c + d + 1 for c, d in zip(prev_computed, drafts)]
+    seq_lens = torch.tensor([c + s for c, s in zip(optimistic_computed, scheduled)])  # int64, as the peer's
+    specops.correct_optimistic_seq_lens(seq_lens, prev_positions, i32(valid), i32(drafts))
+    counts = i32(prev_computed)
+    specops.correct_num_computed_tokens(counts, i32([0] * 6), prev_positions, i32(valid), i32(drafts),
+                                        i32(optimistic_computed))
+    assert seq_lens.tolist() == [c + s for c, s in zip(counts.tolist(), scheduled)]
+
+
 @settings(max_examples=60)
 @given(num_rows=st.integers(0, 40), num_prev_rows=st.integers(0, 40), length_jitter=st.integers(0, 3),
        prev_dtype=st.sampled_from([torch.int32, torch.int64]), extra_rows=st.integers(0, 3),
@@ -48,14 +93,18 @@ def test_hand_computed(backend):
 def test_matches_reference_on_random_inputs(backend, num_rows, num_prev_rows, length_jitter, prev_dtype, extra_rows,
                                             seed):
     call = random_call(seed, num_rows, num_prev_rows, length_jitter, prev_dtype, extra_rows)
+    if seed % 2:  # a runner's int64 host copy
+        call["seq_lens_cpu"] = call["seq_lens_cpu"].long()
     expected = expected_seq_lens(call)
     specops.correct_optimistic_seq_lens(**call)
     assert_same(call["seq_lens_cpu"], expected, backend)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("num_rows", [1024, 1025, 4096])
-def test_large_batches(backend, num_rows):
+def test_large_batches(backend, num_rows, dtype):
     call = random_call(num_rows, num_rows, num_rows)
+    call["seq_lens_cpu"] = call["seq_lens_cpu"].to(dtype)
     expected = expected_seq_lens(call)
     assert not torch.equal(expected, call["seq_lens_cpu"])
     specops.correct_optimistic_seq_lens(**call)
@@ -86,8 +135,16 @@ def _opcheck_args():
             call["prev_num_draft_tokens"])
 
 
-def test_opcheck():
-    torch.library.opcheck(torch.ops.specops.correct_optimistic_seq_lens.default, _opcheck_args())
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_opcheck(dtype):
+    seq_lens, *rest = _opcheck_args()
+    torch.library.opcheck(torch.ops.specops.correct_optimistic_seq_lens.default, (seq_lens.to(dtype), *rest))
+
+
+def test_int64_lengths_past_int32(backend):
+    seq_lens = torch.tensor([2**40, 2**33 + 3])
+    specops.correct_optimistic_seq_lens(seq_lens, i32([0, 1]), i32([1, 2]), i32([3, 1]))
+    assert seq_lens.tolist() == [2**40 - 3, 2**33 + 3]
 
 
 def test_compiles_without_graph_break():
@@ -103,7 +160,7 @@ def test_compiles_without_graph_break():
 
 
 BAD_INPUTS = [
-    ("seq_lens_cpu", dict(seq_lens_cpu=torch.tensor([5, 6]))),
+    ("seq_lens_cpu", dict(seq_lens_cpu=torch.tensor([5, 6], dtype=torch.int16))),
     ("seq_lens_cpu", dict(seq_lens_cpu=i32([5]))),
     ("seq_lens_cpu", dict(seq_lens_cpu=i32([[5, 6]]))),
     ("prev_positions", dict(prev_positions=torch.tensor([0.0, 1.0]))),

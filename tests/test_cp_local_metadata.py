@@ -38,6 +38,25 @@ HAND_COMPUTED = [
 ]
 
 
+# vllm-ascend tests/e2e/.../test_build_local_metadata_triton.py, masks_graph_padding
+# (build_local_metadata_triton): 8 ranks, an 80-token graph of 20 four-token request slots, 9
+# real requests (seq_lens 128..136), the rest padding (seq_len 0). Rank 6 holds [60, 70): it
+# splits padding slot 17 at its boundary, and every padding slot's local seq_len is 0. Rank 0
+# holds the first two real requests whole and half of the third, whose later half (rank 1) its
+# tokens cannot see: 130 - 2.
+@pytest.mark.parametrize("rank,local_qsl_tail,local_seq_head", [(6, [4, 8, 10, 10, 10], [0] * 20),
+                                                                 (0, [10] * 5, [128, 129, 128] + [0] * 17)])
+def test_peer_graph_padding_case(backend, rank, local_qsl_tail, local_seq_head):
+    query_start_loc = torch.arange(0, 81, 4, dtype=torch.int32)
+    seq_lens = torch.zeros(20, dtype=torch.int32)
+    seq_lens[:9] = torch.arange(128, 137, dtype=torch.int32)
+    meta = specops.cp_local_metadata(query_start_loc, seq_lens, 80, 8, rank, causal=True)
+    assert (meta.local_start, meta.local_end) == (10 * rank, 10 * rank + 10)
+    assert meta.local_query_start_loc.tolist()[16:] == local_qsl_tail
+    assert meta.local_seq_lens.tolist() == local_seq_head
+    assert meta.start_pos.tolist() == list(range(124, 133)) + [-4] * 11  # seq_lens - 4, as the peer's
+
+
 @pytest.mark.parametrize("rank,causal,local_qsl,local_seq,max_query,max_seq", HAND_COMPUTED)
 def test_hand_computed_split(backend, rank, causal, local_qsl, local_seq, max_query, max_seq):
     query_start_loc = torch.tensor(QUERY_START_LOC, dtype=torch.int32)
@@ -151,6 +170,23 @@ def check_maxima_from_host_copies(query_start_loc, seq_lens, device_qsl, device_
     meta = specops.cp_local_metadata(device_qsl, device_seq, 12, 3, 0, causal=False,
                                      query_start_loc_cpu=query_start_loc, seq_lens_cpu=seq_lens)
     assert (meta.max_local_query_len, meta.max_local_seq_len) == (3, 20)
+
+
+@pytest.mark.parametrize("impl", META_BACKENDS)
+def test_int64_host_seq_lens_give_the_same_maxima(impl):
+    """Runners keep int64 host copies of seq_lens (vllm-ascend builds them from numpy)."""
+    query_start_loc = torch.tensor(QUERY_START_LOC, dtype=torch.int32)
+    device_qsl, device_seq = query_start_loc.to("meta"), torch.tensor(SEQ_LENS, dtype=torch.int32).to("meta")
+    with specops.backend(impl):
+        for causal, expected in ((True, 16), (False, 20)):
+            meta = specops.cp_local_metadata(device_qsl, device_seq, 12, 3, 0, causal=causal,
+                                             query_start_loc_cpu=query_start_loc,
+                                             seq_lens_cpu=torch.tensor(SEQ_LENS, dtype=torch.int64))
+            assert meta.max_local_seq_len == expected
+        long_seq = torch.tensor([5, 0, 2**33, 2], dtype=torch.int64)  # past int32: still exact
+        meta = specops.cp_local_metadata(device_qsl, device_seq, 12, 3, 0, query_start_loc_cpu=query_start_loc,
+                                         seq_lens_cpu=long_seq)
+        assert meta.max_local_seq_len == 2**33 - 4
 
 
 @pytest.mark.parametrize("impl", META_BACKENDS)
@@ -291,7 +327,7 @@ def test_host_copies_are_checked():
     with pytest.raises(ValueError, match="query_start_loc_cpu"):
         specops.cp_local_metadata(**call, query_start_loc_cpu=torch.tensor([0, 2], dtype=torch.int32))
     with pytest.raises(ValueError, match="seq_lens_cpu"):
-        specops.cp_local_metadata(**call, seq_lens_cpu=torch.tensor([7, 5]))
+        specops.cp_local_metadata(**call, seq_lens_cpu=torch.tensor([7, 5], dtype=torch.int16))
 
 
 def test_outputs_sharing_memory_are_rejected_before_any_write(backend):

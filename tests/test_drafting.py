@@ -491,6 +491,25 @@ def test_at_most_one_device_to_host_sync_per_step(host_seq_lens):
             assert_same_metadata(meta, host)  # meta tensors: dtypes and shapes; host ints and seq_lens_cpu: values
 
 
+def test_an_int64_host_seq_lens_is_accepted():
+    """A runner's int64 host copy of seq_lens (vllm-ascend keeps int64 ones) gives the same
+    metadata as an int32 one, device inputs included (meta tensors: no read of them)."""
+    groups = [SWA, FULL, DSPARK]
+    rng = random.Random(12)
+    host_model = make_model(3, 2, 1)
+    model = dataclasses.replace(host_model, rope_cos_sin_cache=host_model.rope_cos_sin_cache.to("meta"))
+    common = make_step(rng, groups, 3, num_reqs=6, host_seq_lens=True, oversized=False)
+    expected = build_draft_attn_metadata(make_builders(host_model, groups), common, 1)
+    wide = dataclasses.replace(_on_meta(common), seq_lens_cpu=common.seq_lens_cpu.long())
+    with OpLog() as log:
+        metas = build_draft_attn_metadata(make_builders(model, groups, device="meta"), wide, 1)
+    assert log.device_to_host() == []
+    for meta, host in zip(metas, expected):
+        assert (meta.cp.max_local_query_len, meta.cp.max_local_seq_len) == (host.cp.max_local_query_len,
+                                                                            host.cp.max_local_seq_len)
+        assert meta.seq_lens_cpu.dtype == torch.int64 and meta.seq_lens_cpu.tolist() == host.seq_lens_cpu.tolist()
+
+
 def test_a_sync_counter_sees_a_device_read():
     with OpLog(device_values=lambda source: torch.ones(source.shape, dtype=source.dtype)) as log:
         value = int(torch.zeros(2, device="meta").sum())

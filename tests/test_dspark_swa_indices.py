@@ -52,6 +52,34 @@ def test_hand_computed_single_rank(backend):
     assert lens.tolist() == [5, 5, 4, 4, 4, 0, 0]
 
 
+def test_peer_build_dspark_swa_indices_hand_worked(backend):
+    """vllm-ascend attention/dsa_v1.py, build_dspark_swa_indices and _aligned_dspark_index_width,
+    worked by hand: window 4, 2 speculative tokens, block_size 4. Request 0 drafts 3 tokens with
+    seq_len 10: prefix 7, start = 7 - 4 = 3, visible = 10 - 3 = 7 (positions 3..9 in blocks
+    10, 11, 12). Request 1 drafts 1 token with seq_len 2: start 0, visible 2 (block 20). The
+    peer's default width aligns window + num_speculative_tokens = 6 up to 128."""
+    block_table = torch.tensor([[10, 11, 12], [20, 21, 22]], dtype=torch.int32)
+    indices, lens = specops.dspark_swa_indices(block_table, torch.tensor([0, 3, 4], dtype=torch.int32),
+                                               torch.tensor([10, 2], dtype=torch.int32), window=4,
+                                               num_speculative_tokens=2, block_size=4)
+    assert indices.shape == (4, 1, 128)
+    row_0 = [43, 44, 45, 46, 47, 48, 49] + [PAD] * 121
+    row_1 = [80, 81] + [PAD] * 126
+    assert indices[:, 0].tolist() == [row_0, row_0, row_0, row_1]
+    assert lens.tolist() == [7, 7, 7, 2]
+
+
+@pytest.mark.parametrize("window,num_speculative_tokens,width", [(128, 1, 256), (127, 1, 128), (4, 2, 128),
+                                                                   (200, 57, 384)])
+def test_peer_default_width_alignment(window, num_speculative_tokens, width):
+    """vllm-ascend _aligned_dspark_index_width: ceil((window + num_speculative_tokens) / 128) * 128."""
+    block_table = torch.zeros(1, 128, dtype=torch.int32)
+    indices, _ = specops.dspark_swa_indices(block_table, torch.tensor([0, 1], dtype=torch.int32),
+                                            torch.tensor([1], dtype=torch.int32), window=window,
+                                            num_speculative_tokens=num_speculative_tokens, block_size=4)
+    assert indices.size(2) == width
+
+
 @pytest.mark.parametrize("cp_rank,rows,lens", [
     (0, [ROW_0, ROW_0, ROW_2], [5, 5, 4]),
     (1, [ROW_2, ROW_2, [PAD] * 8], [4, 4, 0]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes, assert_same, make_block_source
 
@@ -51,6 +51,83 @@ def test_default_padding_is_the_whole_output(backend):
     out = torch.full((3, 2), STALE, dtype=torch.int32)
     specops.gather_block_tables(src, num_blocks, torch.zeros(0, dtype=torch.int32), out)
     assert out.tolist() == [[NULL, NULL]] * 3
+
+
+def test_sliding_window_hand_computed(backend):
+    # block_size 4, reach 6: a request whose first scheduled position is p still reads the
+    # tokens from p - 6 on, so its entries j < max(p - 6, 0) // 4 become NULL.
+    src = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]], dtype=torch.int32)
+    num_blocks = torch.tensor([5, 3, 5], dtype=torch.int32)
+    num_computed_tokens = torch.tensor([13, 30, 9], dtype=torch.int32)
+    out = torch.full((5, 5), STALE, dtype=torch.int32)
+    specops.gather_block_tables(src, num_blocks, torch.tensor([0, 1, -1, 2]), out, num_reqs_padded=5,
+                                num_computed_tokens=num_computed_tokens, sliding_window_reach=6, block_size=4)
+    assert out.tolist() == [
+        [0, 2, 3, 4, 5],  # p = 13: the window starts at 7; block 0 (tokens 0..3) lies below it, block 1 holds 7
+        [0, 0, 0, 0, 0],  # p = 30: 24 // 4 = 6 entries masked, more than the row's 3 blocks
+        [0, 0, 0, 0, 0],  # no row
+        [11, 12, 13, 14, 15],  # p = 9: 3 // 4 = 0 entries masked
+        [0, 0, 0, 0, 0],  # padding
+    ]
+
+
+def test_sliding_window_needs_counts_and_a_reach(backend):
+    src = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    num_blocks = torch.tensor([3], dtype=torch.int32)
+    idx_mapping = torch.tensor([0])
+    counts = torch.tensor([100], dtype=torch.int32)
+    out = torch.full((1, 3), STALE, dtype=torch.int32)
+    # No counts (the reach alone masks nothing), then a reach of 0 (the group has no window).
+    specops.gather_block_tables(src, num_blocks, idx_mapping, out, sliding_window_reach=4, block_size=1)
+    assert out.tolist() == [[1, 2, 3]]
+    specops.gather_block_tables(src, num_blocks, idx_mapping, out, num_computed_tokens=counts)
+    assert out.tolist() == [[1, 2, 3]]
+    specops.gather_block_tables(src, num_blocks, idx_mapping, out, num_computed_tokens=counts, sliding_window_reach=98,
+                                block_size=1)
+    assert out.tolist() == [[0, 0, 3]]
+
+
+def expected_masked(src, num_blocks, idx_mapping, num_computed_tokens, reach, block_size, rows, cols):
+    """Independent expectation, straight from the contract, as nested lists."""
+    table = []
+    for r in range(rows):
+        row = int(idx_mapping[r]) if r < idx_mapping.numel() else -1
+        entries = [NULL] * cols
+        if row >= 0:
+            count = int(num_blocks[row])
+            first = max(int(num_computed_tokens[row]) - reach, 0) // block_size if reach > 0 else 0
+            for j in range(first, count):
+                entries[j] = int(src[row, j])
+        table.append(entries)
+    return table
+
+
+@settings(max_examples=40)
+@given(
+    src_rows=st.integers(1, 8),
+    cols=st.integers(1, 40),
+    num_reqs=st.integers(0, 8),
+    reach=st.sampled_from([0, 1, 7, 64, 1000]),
+    block_size=st.sampled_from([1, 4, 16]),
+    idx_dtype=st.sampled_from([torch.int32, torch.int64]),
+    seed=st.integers(0, 2**16),
+)
+def test_sliding_window_matches_the_contract_on_random_tables(backend, src_rows, cols, num_reqs, reach, block_size,
+                                                              idx_dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    src, num_blocks = make_block_source(generator, src_rows, cols)
+    # First positions anywhere in (and past) what the rows cover.
+    num_computed_tokens = torch.randint(0, cols * block_size + 2 * reach + 2, (src_rows,), dtype=torch.int32,
+                                        generator=generator)
+    idx_mapping = torch.randint(-1, src_rows, (num_reqs,), generator=generator).to(idx_dtype)
+    padded = num_reqs + 1
+    out = torch.full((padded + 1, cols), STALE, dtype=torch.int32)
+    specops.gather_block_tables(src, num_blocks, idx_mapping, out, num_reqs_padded=padded,
+                                num_computed_tokens=num_computed_tokens, sliding_window_reach=reach,
+                                block_size=block_size)
+    assert out[:padded].tolist() == expected_masked(src, num_blocks, idx_mapping, num_computed_tokens, reach,
+                                                    block_size, padded, cols)
+    assert (out[padded] == STALE).all()
 
 
 @given(
@@ -108,29 +185,33 @@ def test_no_stale_value_survives_in_the_padded_extent(backend):
             assert (out[r, count:] == NULL).all(), f"stale ids in row {r} past its {count} blocks"
 
 
-def _opcheck_args(idx_dtype):
+def _opcheck_args(idx_dtype, masked=False):
     generator = torch.Generator().manual_seed(2)
     src, num_blocks = make_block_source(generator, 6, 9)
     idx_mapping = torch.tensor([4, -1, 0, 5], dtype=idx_dtype)
     out = torch.zeros(6, 9, dtype=torch.int32)
-    return (src, num_blocks, idx_mapping, out, 5)
+    num_computed_tokens = torch.tensor([0, 9, 30, 2, 70, 17], dtype=torch.int32) if masked else None
+    return (src, num_blocks, idx_mapping, out, 5, num_computed_tokens, 16 if masked else 0, 8 if masked else 0)
 
 
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64])
-def test_opcheck(idx_dtype):
-    torch.library.opcheck(torch.ops.specops.gather_block_tables.default, _opcheck_args(idx_dtype))
+def test_opcheck(idx_dtype, masked):
+    torch.library.opcheck(torch.ops.specops.gather_block_tables.default, _opcheck_args(idx_dtype, masked))
 
 
 def test_compiles_without_graph_break():
-    src, num_blocks, idx_mapping, out, padded = _opcheck_args(torch.int32)
+    src, num_blocks, idx_mapping, out, padded, num_computed_tokens, reach, block_size = _opcheck_args(torch.int32, True)
 
-    def step(src, num_blocks, idx_mapping, out):
-        specops.gather_block_tables(src, num_blocks + 0, idx_mapping, out, num_reqs_padded=padded)
+    def step(src, num_blocks, idx_mapping, out, num_computed_tokens):
+        specops.gather_block_tables(src, num_blocks + 0, idx_mapping, out, num_reqs_padded=padded,
+                                    num_computed_tokens=num_computed_tokens + 1, sliding_window_reach=reach,
+                                    block_size=block_size)
         return out * 2
 
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    expected = step(src, num_blocks, idx_mapping, out.clone())
-    actual = compiled(src, num_blocks, idx_mapping, out)
+    expected = step(src, num_blocks, idx_mapping, out.clone(), num_computed_tokens)
+    actual = compiled(src, num_blocks, idx_mapping, out, num_computed_tokens)
     assert_same(actual, expected)
     assert_same(out * 2, expected)
 
@@ -158,6 +239,11 @@ BAD_INPUTS = [
     ("out", dict(out=torch.full((6,), STALE, dtype=torch.int32))),
     ("num_reqs_padded", dict(num_reqs_padded=4)),
     ("num_reqs_padded", dict(num_reqs_padded=1)),
+    ("num_computed_tokens", dict(num_computed_tokens=torch.tensor([3, 4]))),
+    ("num_computed_tokens", dict(num_computed_tokens=torch.tensor([3], dtype=torch.int32))),
+    ("sliding_window_reach", dict(sliding_window_reach=-1)),
+    ("block_size", dict(sliding_window_reach=4)),  # a reach needs the block size
+    ("block_size", dict(sliding_window_reach=4, block_size=0)),
 ]
 
 
@@ -171,6 +257,8 @@ VALUE_ERRORS = [
     ("idx_mapping", dict(idx_mapping=torch.tensor([2, 0], dtype=torch.int32))),  # past the source table
     ("num_blocks", dict(num_blocks=torch.tensor([1, 3], dtype=torch.int32))),  # more than the columns
     ("num_blocks", dict(num_blocks=torch.tensor([-1, 2], dtype=torch.int32))),
+    ("num_computed_tokens", dict(num_computed_tokens=torch.tensor([5, -1], dtype=torch.int32), sliding_window_reach=2,
+                                 block_size=1)),
 ]
 
 
@@ -187,6 +275,7 @@ def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
         (VALUE_ERRORS[0][1], [[0, 0], [1, 0], [0, 0]]),  # a row past the table reads nothing
         (VALUE_ERRORS[1][1], [[3, 4], [1, 0], [0, 0]]),  # a count past the columns is clamped
         (VALUE_ERRORS[2][1], [[3, 4], [0, 0], [0, 0]]),  # a negative count copies nothing
+        (VALUE_ERRORS[3][1], [[3, 4], [0, 0], [0, 0]]),  # a negative first position masks nothing
     ],
 )
 def test_device_paths_write_null_for_invalid_values(change, expected):

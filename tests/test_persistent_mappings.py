@@ -24,7 +24,10 @@ from specops import MappingGroup, PersistentMappings
 NULL = specops.NULL_BLOCK_ID
 PAD = specops.PAD_SLOT_ID
 
-GROUPS = [MappingGroup(16), MappingGroup(4, blocks_per_kv_block=2), MappingGroup(8, cp_sharded=False)]
+# A full group, one with two kernel blocks per allocation block, a sliding-window group that
+# every CP rank stores, and a group without a slot mapping; each with its own table width.
+GROUPS = [MappingGroup(16), MappingGroup(4, blocks_per_kv_block=2),
+          MappingGroup(8, cp_sharded=False, sliding_window_reach=12), MappingGroup(32, slot_mapping_enabled=False)]
 CP_CONFIGS = [(1, 0, 1), (2, 1, 2), (4, 2, 4)]  # (cp_world_size, cp_rank, cp_interleave)
 
 
@@ -35,10 +38,12 @@ class Step:
     positions: torch.Tensor
     num_reqs_padded: int
     num_tokens_padded: int
+    num_computed_tokens: torch.Tensor | None = None  # request-indexed first positions
 
     def refresh(self, mappings: PersistentMappings) -> None:
         mappings.refresh(self.idx_mapping, self.query_start_loc, self.positions,
-                         num_reqs_padded=self.num_reqs_padded, num_tokens_padded=self.num_tokens_padded)
+                         num_reqs_padded=self.num_reqs_padded, num_tokens_padded=self.num_tokens_padded,
+                         num_computed_tokens=self.num_computed_tokens)
 
 
 class Scheduler:
@@ -52,6 +57,7 @@ class Scheduler:
         self.max_seq_len = max_seq_len
         self.blocks = [[[] for _ in range(mappings.max_num_reqs)] for _ in mappings.groups]
         self.seq_lens: dict[int, int] = {}  # running row -> tokens stored so far
+        self.first_positions: dict[int, int] = {}  # row -> first position it scheduled last step
         self.next_block_id = 1
         self.step_index = 0
 
@@ -80,6 +86,24 @@ class Scheduler:
         for g in range(len(self.mappings.groups)):
             self.blocks[g][row] = []
 
+    def _move(self, src: int, dst: int) -> None:
+        """The request on row src moves to the free row dst (a runner condensing its batch);
+        src is left empty."""
+        self.mappings.move_row(src, dst)
+        self.seq_lens[dst] = self.seq_lens.pop(src)
+        for g in range(len(self.mappings.groups)):
+            self.blocks[g][dst], self.blocks[g][src] = self.blocks[g][src], []
+
+    def _swap(self, a: int, b: int) -> None:
+        self.mappings.swap_rows(a, b)
+        seq_a, seq_b = self.seq_lens.pop(a, None), self.seq_lens.pop(b, None)
+        if seq_b is not None:
+            self.seq_lens[a] = seq_b
+        if seq_a is not None:
+            self.seq_lens[b] = seq_a
+        for g in range(len(self.mappings.groups)):
+            self.blocks[g][a], self.blocks[g][b] = self.blocks[g][b], self.blocks[g][a]
+
     def step(self, apply: bool = True) -> Step:
         rng, max_reqs = self.rng, self.mappings.max_num_reqs
         self.step_index += 1
@@ -97,6 +121,13 @@ class Scheduler:
             if rng.random() < 0.3:  # a stale row being reused: an overwrite that shrinks it
                 self._grow(row, 0, overwrite=True)
                 self._grow(row, self.seq_lens[row])
+        for _ in range(rng.randint(0, 2)):  # the runner reorders and condenses its rows
+            running = list(self.seq_lens)
+            free = [row for row in range(max_reqs) if row not in self.seq_lens]
+            if running and free and rng.random() < 0.5:
+                self._move(rng.choice(running), rng.choice(free))
+            elif running:
+                self._swap(rng.choice(running), rng.randrange(max_reqs))
 
         rows = list(self.seq_lens)
         rng.shuffle(rows)
@@ -104,6 +135,8 @@ class Scheduler:
         batch += [-1] * min(rng.randint(0, 2), max_reqs - len(batch))  # requests without a row
         rng.shuffle(batch)
         query_lens, positions = [], []
+        # Rows outside the batch hold values the refresh must not read.
+        first_positions = torch.randint(0, 1 << 20, (max_reqs,), dtype=torch.int32)
         for row in batch:
             if row < 0:
                 query_len = rng.randint(0, 3)
@@ -111,6 +144,8 @@ class Scheduler:
             else:
                 query_len = 1 + rng.randint(0, 7) * (rng.random() < 0.2)
                 start = self.seq_lens[row]
+                first_positions[row] = start
+                self.first_positions[row] = start
                 self.seq_lens[row] = start + query_len
                 self._grow(row, start + query_len)
                 positions += range(start, start + query_len)
@@ -127,6 +162,7 @@ class Scheduler:
             positions=torch.tensor(positions, dtype=torch.int64),
             num_reqs_padded=min(max_reqs, len(batch) + rng.randint(0, 4)),
             num_tokens_padded=min(self.mappings.max_num_tokens, num_tokens + rng.randint(0, 9)),
+            num_computed_tokens=first_positions if rng.random() < 0.8 else None,
         )
 
     # ------------------------------------------------------------------ ground truth
@@ -142,15 +178,23 @@ class Scheduler:
         return self.blocks[g][row][column] * group.block_size + local_offset % group.block_size
 
     def expected_table(self, g: int, step: Step) -> list[list[int]]:
-        width = self.mappings.max_num_blocks_per_req
+        group = self.mappings.groups[g]
+        width = self.mappings.max_num_blocks_per_group[g]
         rows = step.idx_mapping.tolist() + [-1] * (step.num_reqs_padded - step.idx_mapping.numel())
+        # Sliding-window masking, only with the counts and never under CP.
+        masking = group.sliding_window_reach > 0 and step.num_computed_tokens is not None and self.world == 1
         table = []
         for row in rows:
-            ids = self.blocks[g][row] if row >= 0 else []
+            ids = list(self.blocks[g][row]) if row >= 0 else []
+            if masking and row >= 0:
+                below = max(self.first_positions[row] - group.sliding_window_reach, 0) // group.block_size
+                ids[:below] = [NULL] * min(below, len(ids))
             table.append(ids + [NULL] * (width - len(ids)))
         return table
 
     def expected_slots(self, g: int, step: Step) -> list[int]:
+        if not self.mappings.groups[g].slot_mapping_enabled:
+            return [PAD] * step.num_tokens_padded
         qsl, positions = step.query_start_loc.tolist(), step.positions.tolist()
         slots = []
         for r, row in enumerate(step.idx_mapping.tolist()):
@@ -159,8 +203,8 @@ class Scheduler:
         return slots + [PAD] * (step.num_tokens_padded - len(slots))
 
     def check_sources(self) -> None:
-        width = self.mappings.max_num_blocks_per_req
         for g in range(len(self.mappings.groups)):
+            width = self.mappings.max_num_blocks_per_group[g]
             counts = [len(ids) for ids in self.blocks[g]]
             assert self.mappings.num_blocks[g].tolist() == counts, f"num_blocks[{g}]"
             assert self.mappings.staged_num_blocks[g].tolist() == counts, f"staged_num_blocks[{g}]"
@@ -178,9 +222,13 @@ class Scheduler:
 MAX_SEQ_LEN = 160
 
 
+# Each group's width: the columns MAX_SEQ_LEN tokens need in it, with room to spare.
+WIDTHS = [MAX_SEQ_LEN // 16 + 2, MAX_SEQ_LEN // 4, MAX_SEQ_LEN // 8 + 1, MAX_SEQ_LEN // 32 + 1]
+
+
 def make_mappings(cp: tuple[int, int, int], *, max_num_reqs: int = 12, max_num_tokens: int = 128) -> PersistentMappings:
     world, rank, interleave = cp
-    return PersistentMappings(GROUPS, max_num_reqs=max_num_reqs, max_num_blocks_per_req=MAX_SEQ_LEN // 4,
+    return PersistentMappings(GROUPS, max_num_reqs=max_num_reqs, max_num_blocks_per_req=WIDTHS,
                               max_num_tokens=max_num_tokens, cp_world_size=world, cp_rank=rank,
                               cp_interleave=interleave)
 
@@ -238,6 +286,105 @@ def test_hand_computed():
     for table, slots in zip(mappings.block_tables, mappings.slot_mappings):
         assert (table == NULL).all() and (slots == PAD).all()
     assert mappings.num_blocks[0].tolist() == [1, 0, 1, 0]  # fill_dummy leaves the requests' state alone
+
+
+def test_per_group_widths_and_the_append_past_a_width():
+    mappings = PersistentMappings([MappingGroup(16), MappingGroup(4)], max_num_reqs=2, max_num_blocks_per_req=[2, 5],
+                                  max_num_tokens=4)
+    assert [tuple(t.shape) for t in mappings.source_block_tables] == [(2, 2), (2, 5)]
+    assert [tuple(t.shape) for t in mappings.block_tables] == [(2, 2), (2, 5)]
+    assert all(t.is_contiguous() for t in mappings.source_block_tables + mappings.block_tables)
+    mappings.append_blocks(1, [[7, 8], [1, 2, 3, 4, 5]])
+    with pytest.raises(ValueError, match=r"block_ids\[0\] would give row 1 3 blocks, more than the width of group 0 "
+                                         r"\(max_num_blocks_per_req\[0\] = 2\)"):
+        mappings.append_blocks(1, [[9], []])
+    mappings.apply_staged()
+    assert [t.tolist() for t in mappings.source_block_tables] == [[[0, 0], [7, 8]], [[0] * 5, [1, 2, 3, 4, 5]]]
+    assert [t.tolist() for t in mappings.num_blocks] == [[0, 2], [0, 5]]
+    mappings.refresh(torch.tensor([1]), torch.tensor([0, 2], dtype=torch.int32), torch.tensor([17, 18]),
+                     num_reqs_padded=2, num_tokens_padded=3)
+    assert [t.tolist() for t in mappings.block_tables] == [[[7, 8], [0, 0]], [[1, 2, 3, 4, 5], [0] * 5]]
+    # Position 17: group 0 block 8 offset 1; group 1 (block size 4) column 4 = id 5, offset 1.
+    assert [t[:3].tolist() for t in mappings.slot_mappings] == [[129, 130, PAD], [21, 22, PAD]]
+
+
+def test_move_and_swap_rows_are_staged_like_appends(backend):
+    mappings = PersistentMappings([MappingGroup(4), MappingGroup(8)], max_num_reqs=4, max_num_blocks_per_req=[3, 2],
+                                  max_num_tokens=4)
+    mappings.append_blocks(0, [[1, 2, 3], [4]])
+    mappings.append_blocks(1, [[5], [6, 7]])
+    mappings.apply_staged()
+    mappings.move_row(1, 3)  # row 1 is left empty
+    mappings.swap_rows(0, 2)
+    assert [t.tolist() for t in mappings.num_blocks] == [[3, 1, 0, 0], [1, 2, 0, 0]]  # nothing applied yet
+    assert mappings.staged_num_blocks.tolist() == [[0, 0, 3, 1], [0, 0, 1, 2]]
+    mappings.append_blocks(3, [[8], []])  # a staged append, then a move: the move takes it along
+    mappings.move_row(3, 1)
+    mappings.move_row(1, 3)
+    mappings.apply_staged()
+    assert mappings.source_block_tables[0].tolist() == [[0, 0, 0], [0, 0, 0], [1, 2, 3], [5, 8, 0]]
+    assert mappings.source_block_tables[1].tolist() == [[0, 0], [0, 0], [4, 0], [6, 7]]
+    assert [t.tolist() for t in mappings.num_blocks] == [[0, 0, 3, 2], [0, 0, 1, 2]]
+    mappings.swap_rows(3, 2)
+    mappings.move_row(0, 3)  # an empty row moved over a full one: the full one is cleared
+    mappings.apply_staged()
+    assert mappings.source_block_tables[0].tolist() == [[0, 0, 0], [0, 0, 0], [5, 8, 0], [0, 0, 0]]
+    assert mappings.source_block_tables[1].tolist() == [[0, 0], [0, 0], [6, 7], [0, 0]]
+    assert [t.tolist() for t in mappings.num_blocks] == [[0, 0, 2, 0], [0, 0, 2, 0]]
+
+
+@pytest.mark.parametrize("call,argument", [("move_row(4, 0)", "src"), ("move_row(0, -1)", "dst"),
+                                           ("swap_rows(-1, 0)", "a"), ("swap_rows(0, 4)", "b")])
+def test_move_and_swap_reject_rows_outside_the_table_and_stage_nothing(call, argument):
+    mappings = PersistentMappings([MappingGroup(4)], max_num_reqs=4, max_num_blocks_per_req=2, max_num_tokens=4)
+    mappings.append_blocks(0, [[1]])
+    mappings.apply_staged()
+    with pytest.raises(ValueError, match=rf"{argument} must be in \[0, max_num_reqs = 4\)"):
+        eval(f"mappings.{call}")
+    assert mappings.num_staged_writes == 0
+
+
+def test_sliding_window_masking_in_refresh():
+    # Group 1 keeps a window: its attention reads 6 tokens below a request's first position.
+    groups = [MappingGroup(4), MappingGroup(4, sliding_window_reach=6)]
+    mappings = PersistentMappings(groups, max_num_reqs=3, max_num_blocks_per_req=5, max_num_tokens=4)
+    mappings.append_blocks(2, [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
+    mappings.apply_staged()
+    counts = torch.tensor([0, 99, 17], dtype=torch.int32)  # request-indexed; row 2 starts at position 17
+    mappings.refresh(torch.tensor([2]), torch.tensor([0, 1], dtype=torch.int32), torch.tensor([17]),
+                     num_reqs_padded=1, num_tokens_padded=1, num_computed_tokens=counts)
+    # max(17 - 6, 0) // 4 = 2 leading entries of the window group's row are NULL; the full
+    # group and the slot mappings are untouched by the window.
+    assert mappings.block_tables[0][0].tolist() == [1, 2, 3, 4, 5]
+    assert mappings.block_tables[1][0].tolist() == [0, 0, 8, 9, 10]
+    assert [int(t[0]) for t in mappings.slot_mappings] == [5 * 4 + 1, 10 * 4 + 1]
+    mappings.refresh(torch.tensor([2]), torch.tensor([0, 1], dtype=torch.int32), torch.tensor([17]),
+                     num_reqs_padded=1, num_tokens_padded=1)  # without the counts: no masking
+    assert mappings.block_tables[1][0].tolist() == [6, 7, 8, 9, 10]
+
+
+def test_sliding_window_masking_is_off_under_cp():
+    groups = [MappingGroup(4, cp_sharded=False, sliding_window_reach=1)]
+    mappings = PersistentMappings(groups, max_num_reqs=1, max_num_blocks_per_req=3, max_num_tokens=2, cp_world_size=2)
+    mappings.append_blocks(0, [[1, 2, 3]])
+    mappings.apply_staged()
+    mappings.refresh(torch.tensor([0]), torch.tensor([0, 1], dtype=torch.int32), torch.tensor([11]),
+                     num_computed_tokens=torch.tensor([11], dtype=torch.int32))
+    assert mappings.block_tables[0][0].tolist() == [1, 2, 3]
+
+
+def test_a_group_without_slot_mapping_gets_pad_and_its_table_is_never_read():
+    # Group 1's rows hold one block: position 40 is far past them, which the native slot
+    # mapping would reject, but the group has no slot mapping.
+    groups = [MappingGroup(16), MappingGroup(4, slot_mapping_enabled=False)]
+    mappings = PersistentMappings(groups, max_num_reqs=2, max_num_blocks_per_req=[4, 1], max_num_tokens=4)
+    mappings.append_blocks(0, [[1, 2, 3], [9]])
+    mappings.apply_staged()
+    with specops.backend("native"):
+        mappings.refresh(torch.tensor([0]), torch.tensor([0, 2], dtype=torch.int32), torch.tensor([40, 41]))
+    assert mappings.slot_mappings[0].tolist() == [3 * 16 + 8, 3 * 16 + 9, PAD, PAD]
+    assert mappings.slot_mappings[1].tolist() == [PAD] * 4
+    assert mappings.block_tables[1].tolist() == [[9], [0]]  # its block table is still gathered
 
 
 def test_overlapping_stages_of_one_row_apply_in_order(backend):
@@ -355,7 +502,9 @@ def test_steady_state_allocates_nothing():
             for step in steps:
                 step.refresh(mappings)
             for row in range(mappings.max_num_reqs):
-                mappings.append_blocks(row, [[1], [2, 3], [4]], overwrite=True)
+                mappings.append_blocks(row, [[1], [2, 3], [4], [5]], overwrite=True)
+            mappings.move_row(0, 1)
+            mappings.swap_rows(2, 3)
             mappings.apply_staged()
             mappings.fill_dummy()
     assert counter.ops, "the counter saw no op: it is not counting"
@@ -383,9 +532,12 @@ def test_op_calls_do_not_grow_with_the_batch():
                 step.refresh(mappings)
             calls[step.idx_mapping.numel()] = [op for op in counter.ops if op.startswith("specops.")]
     assert max(calls) >= 4 * min(calls)
-    # One host check of every group first (a rejected refresh changes nothing), then two ops per group.
-    expected = ["specops.check_slot_mapping_positions.default"]
-    expected += ["specops.compute_slot_mapping.default", "specops.gather_block_tables.default"] * len(GROUPS)
+    # One host check of every mapped group first (a rejected refresh changes nothing), then the
+    # ops: a group without a slot mapping costs one gather (and a fill, not a specops op).
+    expected = ["specops.check_slot_mapping_positions.default"] * (sum(g.slot_mapping_enabled for g in GROUPS) > 1)
+    for group in GROUPS:
+        expected += ["specops.compute_slot_mapping.default"] * group.slot_mapping_enabled
+        expected.append("specops.gather_block_tables.default")
     assert all(ops == expected for ops in calls.values())
 
 
@@ -424,6 +576,9 @@ CONSTRUCTOR_ERRORS = [
     ("groups\\[1\\]", dict(groups=[MappingGroup(16), 16])),
     ("max_num_reqs", dict(max_num_reqs=0)),
     ("max_num_blocks_per_req", dict(max_num_blocks_per_req=0)),
+    ("max_num_blocks_per_req", dict(max_num_blocks_per_req=[2, 2])),  # two widths, one group
+    ("max_num_blocks_per_req\\[0\\]", dict(max_num_blocks_per_req=[0])),
+    ("max_num_blocks_per_req", dict(max_num_blocks_per_req=2**30, max_num_reqs=4)),  # past int32 offsets
     ("max_num_tokens", dict(max_num_tokens=-1)),
     ("cp_world_size", dict(cp_world_size=0)),
     ("cp_rank", dict(cp_world_size=2, cp_rank=2)),
@@ -443,7 +598,8 @@ def test_constructor_rejects_bad_arguments(argument, change):
 
 
 @pytest.mark.parametrize("argument,change", [("block_size", dict(block_size=0)),
-                                             ("blocks_per_kv_block", dict(block_size=4, blocks_per_kv_block=0))])
+                                             ("blocks_per_kv_block", dict(block_size=4, blocks_per_kv_block=0)),
+                                             ("sliding_window_reach", dict(block_size=4, sliding_window_reach=-1))])
 def test_mapping_group_rejects_bad_arguments(argument, change):
     with pytest.raises(ValueError, match=argument):
         MappingGroup(**change)
@@ -526,6 +682,8 @@ REFRESH_ERRORS = [
     ("idx_mapping", dict(idx_mapping=torch.tensor([0.0, 1.0]))),
     ("query_start_loc", dict(query_start_loc=torch.tensor([0, 1, 3]))),
     ("positions", dict(positions=torch.tensor([0.0, 1.0, 2.0]))),
+    ("num_computed_tokens", dict(num_computed_tokens=torch.tensor([0, 1, 2, 3]))),  # int64
+    ("num_computed_tokens", dict(num_computed_tokens=torch.tensor([0, 1, 2], dtype=torch.int32))),  # < max_num_reqs
 ]
 
 

@@ -99,23 +99,76 @@ def test_empty_batch(backend):
     assert positions.tolist() == [0, 0, 0] and seq_lens.tolist() == [0, 0]
 
 
-def _opcheck_args(positions_dtype):
+def test_request_indexed_counts_hand_computed(backend):
+    # Counts kept per request row (a runner's persistent state): batch request r reads row
+    # idx_mapping[r]; a request without a row (-1) has computed nothing.
+    counts = i32([100, 7, 250, 40])
+    positions, seq_lens = specops.prepare_positions_and_seq_lens(
+        counts, i32([0, 2, 3, 5]), idx_mapping=torch.tensor([2, -1, 1]), num_tokens_padded=6, num_reqs_padded=4)
+    assert positions.tolist() == [250, 251, 0, 7, 8, 0]
+    assert seq_lens.tolist() == [252, 1, 9, 0]
+
+
+@settings(max_examples=25)
+@given(query_lens=st.lists(st.integers(0, 5), max_size=8), num_rows=st.integers(1, 10),
+       idx_dtype=st.sampled_from([torch.int32, torch.int64]), seed=st.integers(0, 2**16))
+def test_request_indexed_counts_match_the_contract(backend, query_lens, num_rows, idx_dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    counts = torch.randint(0, 1000, (num_rows,), dtype=torch.int32, generator=generator)
+    idx_mapping = torch.randint(-1, num_rows, (len(query_lens),), generator=generator).to(idx_dtype)
+    query_start_loc = i32([0] + torch.tensor(query_lens, dtype=torch.int64).cumsum(0).tolist())
+    num_tokens = sum(query_lens)
+    positions, seq_lens = specops.prepare_positions_and_seq_lens(
+        counts, query_start_loc, idx_mapping=idx_mapping, num_tokens_padded=num_tokens + 2,
+        num_reqs_padded=len(query_lens) + 1)
+    expected_positions, expected_seq_lens = [], []
+    for row, query_len in zip(idx_mapping.tolist(), query_lens):
+        count = int(counts[row]) if row >= 0 else 0
+        expected_positions += range(count, count + query_len)
+        expected_seq_lens.append(count + query_len)
+    assert positions.tolist() == expected_positions + [0, 0]
+    assert seq_lens.tolist() == expected_seq_lens + [0]
+
+
+def test_native_rejects_a_row_past_the_counts_and_writes_nothing():
+    call = dict(_valid_call(), idx_mapping=torch.tensor([1, 2]))
+    before = call["positions"].clone(), call["seq_lens"].clone()
+    with specops.backend("native"), pytest.raises(ValueError, match="idx_mapping"):
+        specops.prepare_positions_and_seq_lens(**call)
+    assert torch.equal(call["positions"], before[0]) and torch.equal(call["seq_lens"], before[1])
+
+
+def test_device_paths_count_zero_for_a_row_past_the_counts():
+    for name in ("triton", "reference"):
+        if name in specops.available_backends():
+            with specops.backend(name):
+                positions, seq_lens = specops.prepare_positions_and_seq_lens(**dict(_valid_call(),
+                                                                                    idx_mapping=torch.tensor([1, 2])))
+            assert positions.tolist() == [9, 10, 0, 0] and seq_lens.tolist() == [11, 1, 0], name
+
+
+def _opcheck_args(positions_dtype, idx_mapping=None):
     counts = i32([10, 0, 300, 7, 1])
     query_start_loc = i32([0, 4, 5, 5, 9])
-    return (counts, query_start_loc, torch.empty(12, dtype=positions_dtype), torch.empty(6, dtype=torch.int32), 11, 5)
+    return (counts, query_start_loc, torch.empty(12, dtype=positions_dtype), torch.empty(6, dtype=torch.int32), 11, 5,
+            idx_mapping)
 
 
+@pytest.mark.parametrize("idx_mapping", [None, torch.tensor([4, -1, 0, 2])])
 @pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32])
-def test_opcheck(positions_dtype):
-    torch.library.opcheck(torch.ops.specops.prepare_positions_and_seq_lens.default, _opcheck_args(positions_dtype))
+def test_opcheck(positions_dtype, idx_mapping):
+    torch.library.opcheck(torch.ops.specops.prepare_positions_and_seq_lens.default,
+                          _opcheck_args(positions_dtype, idx_mapping))
 
 
 def test_compiles_without_graph_break():
-    counts, query_start_loc, positions, seq_lens, padded_tokens, padded_reqs = _opcheck_args(torch.int64)
+    counts, query_start_loc, positions, seq_lens, padded_tokens, padded_reqs, _ = _opcheck_args(torch.int64)
+    idx_mapping = i32([3, 2, -1, 0])
 
     def step(counts, query_start_loc, positions, seq_lens):
         specops.prepare_positions_and_seq_lens(counts + 1, query_start_loc, positions=positions, seq_lens=seq_lens,
-                                               num_tokens_padded=padded_tokens, num_reqs_padded=padded_reqs)
+                                               num_tokens_padded=padded_tokens, num_reqs_padded=padded_reqs,
+                                               idx_mapping=idx_mapping)
         return positions * 2, seq_lens + 1
 
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
@@ -142,6 +195,8 @@ BAD_INPUTS = [
     ("num_tokens_padded", dict(num_tokens_padded=5)),
     ("num_reqs_padded", dict(num_reqs_padded=1)),
     ("num_reqs_padded", dict(num_reqs_padded=4)),
+    ("idx_mapping", dict(idx_mapping=i32([0]))),
+    ("idx_mapping", dict(idx_mapping=torch.tensor([0.0, 1.0]))),
 ]
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 from conftest import BACKENDS
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import SpecDecodeStep, assert_same, make_spec_decode_step
 
@@ -32,11 +32,13 @@ def fresh_outputs(step: SpecDecodeStep, padded_tokens: int, padded_reqs: int, po
                 slot_mappings=[torch.full((padded_tokens,), 555, dtype=dtype) for dtype in slot_dtypes])
 
 
-def run_fused(step: SpecDecodeStep, outputs: dict, cp_world_size=1, cp_rank=0, cp_interleave=1, **padding):
+def run_fused(step: SpecDecodeStep, outputs: dict, cp_world_size=1, cp_rank=0, cp_interleave=1,
+              slot_mapping_enabled=True, **padding):
     return specops.prepare_spec_decode_inputs(
         *step.correction.args(), step.query_start_loc, step.block_tables, step.block_sizes,
         blocks_per_kv_block=step.blocks_per_kv_block, cp_sharded=step.cp_sharded, cp_world_size=cp_world_size,
-        cp_rank=cp_rank, cp_interleave=cp_interleave, idx_mapping=step.idx_mapping, **outputs, **padding)
+        cp_rank=cp_rank, cp_interleave=cp_interleave, idx_mapping=step.idx_mapping,
+        slot_mapping_enabled=slot_mapping_enabled, **outputs, **padding)
 
 
 def run_unfused(step: SpecDecodeStep, outputs: dict, cp_world_size=1, cp_rank=0, cp_interleave=1, **padding):
@@ -97,6 +99,19 @@ def test_hand_computed(backend):
     assert result.slot_mappings[1].tolist() == [51, PAD, PAD, PAD]
 
 
+def test_a_disabled_group_gets_pad_and_its_table_is_never_read(backend):
+    # Group 1 has no slot mapping (a group whose attention reads no slots): its table has no
+    # columns at all, so any read or position check against it would fail.
+    tables = [i32([[1, 2], [3, 4]]), torch.zeros(2, 0, dtype=torch.int32)]
+    slot_mappings = [torch.full((4,), 555), torch.full((5,), 555)]
+    result = specops.prepare_spec_decode_inputs(
+        i32([10, 20]), i32([0, 0]), i32([-1, -1]), i32([1]), i32([1]), i32([17, 3]), i32([0, 2, 3]), tables, 16,
+        slot_mappings=slot_mappings, slot_mapping_enabled=[True, False], num_tokens_padded=4, num_reqs_padded=2)
+    assert result.positions.tolist() == [17, 18, 3, 0]
+    assert slot_mappings[0].tolist() == [2 * 16 + 1, 2 * 16 + 2, 3 * 16 + 3, PAD]
+    assert slot_mappings[1].tolist() == [PAD, PAD, PAD, PAD, 555]  # past num_tokens_padded: untouched
+
+
 GROUP_CHOICES = [(16, 1, True), (4, 2, True), (8, 1, False), (2, 4, False), (1, 1, True)]
 
 
@@ -106,11 +121,15 @@ GROUP_CHOICES = [(16, 1, True), (4, 2, True), (8, 1, False), (2, 4, False), (1, 
        cp=st.sampled_from([(1, 0, 1), (2, 1, 1), (2, 0, 2), (4, 3, 1), (3, 1, 1)]),
        with_idx_mapping=st.booleans(), prev_dtype=st.sampled_from([torch.int32, torch.int64]),
        positions_dtype=st.sampled_from([torch.int64, torch.int32]), int32_slots=st.booleans(),
-       extra_tokens=st.integers(0, 4), extra_reqs=st.integers(0, 2), seed=st.integers(0, 2**16))
+       extra_tokens=st.integers(0, 4), extra_reqs=st.integers(0, 2), enabled=st.lists(st.booleans(), min_size=3,
+                                                                                       max_size=3),
+       seed=st.integers(0, 2**16))
 def test_matches_reference_on_random_steps(backend, num_reqs, num_prev_rows, max_query_len, groups, cp,
                                            with_idx_mapping, prev_dtype, positions_dtype, int32_slots, extra_tokens,
-                                           extra_reqs, seed):
+                                           extra_reqs, enabled, seed):
     cp_world_size, cp_rank, cp_interleave = cp
+    # The interleave must divide the allocation block of every sharded group.
+    assume(all((block_size * kv_blocks) % cp_interleave == 0 for block_size, kv_blocks, sharded in groups if sharded))
     step = make_spec_decode_step(torch.Generator().manual_seed(seed), num_reqs=num_reqs, num_prev_rows=num_prev_rows,
                                  max_query_len=max_query_len, groups=groups, cp_world_size=cp_world_size,
                                  with_idx_mapping=with_idx_mapping, prev_dtype=prev_dtype)
@@ -119,12 +138,16 @@ def test_matches_reference_on_random_steps(backend, num_reqs, num_prev_rows, max
     outputs = fresh_outputs(step, padded_tokens, padded_reqs, positions_dtype, slot_dtypes)
     expected_step, expected = clone_step(step), clone_outputs(outputs)
     cp_args = (cp_world_size, cp_rank, cp_interleave)
+    enabled = enabled[: len(groups)]
     sizes = pack_sizes(padded_tokens, padded_reqs, *cp_args, step.block_sizes, step.blocks_per_kv_block,
-                       step.cp_sharded)
+                       step.cp_sharded, enabled)
     reference_op(*expected_step.correction.args(), step.query_start_loc, expected["positions"], expected["seq_lens"],
                  step.block_tables, expected["slot_mappings"], step.idx_mapping, sizes)
-    run_fused(step, outputs, *cp_args)
+    run_fused(step, outputs, *cp_args, slot_mapping_enabled=enabled)
     assert_same_step(step, outputs, expected_step, expected, backend)
+    for g, on in enumerate(enabled):
+        if not on:
+            assert (outputs["slot_mappings"][g] == PAD).all(), f"slot_mappings[{g}] of a disabled group"
 
 
 @pytest.mark.parametrize("num_reqs", [40, 1500])
@@ -231,7 +254,8 @@ def _opcheck_args(prev_dtype=torch.int32):
                                  groups=[(16, 1, True), (4, 2, False)], cp_world_size=2, with_idx_mapping=True,
                                  prev_dtype=prev_dtype)
     outputs = fresh_outputs(step, step.num_tokens + 3, 7)
-    sizes = pack_sizes(step.num_tokens + 3, 7, 2, 1, 2, step.block_sizes, step.blocks_per_kv_block, step.cp_sharded)
+    sizes = pack_sizes(step.num_tokens + 3, 7, 2, 1, 2, step.block_sizes, step.blocks_per_kv_block, step.cp_sharded,
+                       [True, False])
     return (*step.correction.args(), step.query_start_loc, outputs["positions"], outputs["seq_lens"],
             step.block_tables, outputs["slot_mappings"], step.idx_mapping, sizes)
 
@@ -268,7 +292,7 @@ def test_compiles_without_graph_break():
 def test_the_op_rejects_a_sizes_list_of_the_wrong_length(backend):
     args = list(_opcheck_args())
     args[-1] = args[-1][:-1]
-    with pytest.raises(ValueError, match=r"sizes must have 5 \+ 3 \* len\(block_tables\) = 11 entries"):
+    with pytest.raises(ValueError, match=r"sizes must have 5 \+ 4 \* len\(block_tables\) = 13 entries"):
         fused_op(*args)  # the selected backend's op, below the keyword wrapper
 
 

@@ -98,15 +98,16 @@ def _correct_num_computed_tokens_kernel(
                    num_rows, num_previous_rows, BLOCK, ONE_TILE)
 
 
-def correction_scratch(buffer: torch.Tensor, num_rows: int, values_per_row: int) -> tuple[torch.Tensor, bool]:
+def correction_scratch(buffer: torch.Tensor, num_rows: int, values_per_row: int,
+                       dtype: torch.dtype = torch.int32) -> tuple[torch.Tensor, bool]:
     """(scratch, one_tile) for a single-program correction of num_rows rows.
 
     Batches of up to BLOCK rows gather into registers and get `buffer` as a placeholder pointer
-    that is never dereferenced; larger ones get values_per_row int32 per row.
+    that is never dereferenced; larger ones get values_per_row values of `dtype` per row.
     """
     if num_rows <= BLOCK:
         return buffer, True
-    return torch.empty(values_per_row * num_rows, dtype=torch.int32, device=buffer.device), False
+    return torch.empty(values_per_row * num_rows, dtype=dtype, device=buffer.device), False
 
 
 def correct_num_computed_tokens(

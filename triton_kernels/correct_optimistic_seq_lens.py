@@ -2,7 +2,8 @@
 
 A host op in a runner; on a device it runs like correct_num_computed_tokens: one program, all
 loads before any store (a barrier between), so every read sees the values from before the
-call even when seq_lens_cpu aliases an input.
+call even when seq_lens_cpu aliases an input. seq_lens may be int32 or int64 (the rejected
+count is int32, as the counts it comes from; the subtraction is in seq_lens' width).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def correct_optimistic_seq_lens(
     if num_rows == 0:
         return
     num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel())
-    scratch, one_tile = correction_scratch(seq_lens_cpu, num_rows, 1)
+    scratch, one_tile = correction_scratch(seq_lens_cpu, num_rows, 1, seq_lens_cpu.dtype)
     _correct_optimistic_seq_lens_kernel[(1,)](
         seq_lens_cpu, prev_positions, valid_sampled_token_count, prev_num_draft_tokens, scratch,
         num_rows, num_previous_rows,

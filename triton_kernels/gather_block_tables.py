@@ -2,7 +2,9 @@
 
 Row-tiled: each program walks tiles of BLOCK_ROWS batch rows and sweeps their columns in
 chunks of BLOCK_COLS, so a tile of short decode rows is one wide vector access. Source rows
-of -1, rows past the source table and the padded rows read nothing and write NULL.
+of -1, rows past the source table and the padded rows read nothing and write NULL. With
+MASK_WINDOW, the entries below a row's sliding window, j < max(first_pos - reach, 0) //
+block_size, read nothing and write NULL as well (int64 math: no wrap for any count).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ BLOCK_COLS = 128
 
 @triton.jit
 def _gather_block_tables_kernel(
-    src_ptr, num_blocks_ptr, idx_mapping_ptr, out_ptr,
+    src_ptr, num_blocks_ptr, idx_mapping_ptr, num_computed_tokens_ptr, out_ptr,
     num_reqs, num_reqs_padded, src_rows, src_stride, out_cols, out_stride, most_blocks,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    sliding_window_reach, block_size,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, MASK_WINDOW: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
@@ -34,12 +37,17 @@ def _gather_block_tables_kernel(
         safe_row = tl.where(has_row, row, 0)
         count = tl.load(num_blocks_ptr + safe_row, mask=has_row, other=0)
         count = tl.minimum(tl.maximum(count, 0), most_blocks)
+        if MASK_WINDOW:
+            first_pos = tl.load(num_computed_tokens_ptr + safe_row, mask=has_row, other=0).to(tl.int64)
+            masked = tl.maximum(first_pos - sliding_window_reach, 0) // block_size
+        else:
+            masked = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
         src_row_ptr = src_ptr + safe_row * src_stride
         out_row_ptr = out_ptr + batch_row.to(tl.int64) * out_stride
         for col_start in range(0, out_cols, BLOCK_COLS):
             col = col_start + tl.arange(0, BLOCK_COLS)
             in_row = (col >= 0) & (col < out_cols)
-            copied = in_row[None, :] & (col[None, :] < count[:, None])
+            copied = in_row[None, :] & (col[None, :] < count[:, None]) & (col[None, :] >= masked[:, None])
             block_id = tl.load(src_row_ptr[:, None] + col[None, :], mask=copied, other=0)
             written = in_padded[:, None] & in_row[None, :]
             tl.store(out_row_ptr[:, None] + col[None, :], block_id, mask=written)
@@ -51,15 +59,20 @@ def gather_block_tables(
     idx_mapping: torch.Tensor,
     out: torch.Tensor,
     num_reqs_padded: int,
+    num_computed_tokens: torch.Tensor | None,
+    sliding_window_reach: int,
+    block_size: int,
 ) -> None:
     if num_reqs_padded == 0 or out.size(1) == 0:
         return
+    mask_window = num_computed_tokens is not None and sliding_window_reach > 0
     num_tiles = triton.cdiv(num_reqs_padded, BLOCK_ROWS)
     grid = (num_programs(out.device, num_tiles),)
     _gather_block_tables_kernel[grid](
-        src_block_table, num_blocks, idx_mapping, out,
+        src_block_table, num_blocks, idx_mapping, num_computed_tokens if mask_window else num_blocks, out,
         idx_mapping.numel(), num_reqs_padded,
         src_block_table.size(0), src_block_table.stride(0), out.size(1), out.stride(0),
         min(src_block_table.size(1), out.size(1)),
-        BLOCK_ROWS=BLOCK_ROWS, BLOCK_COLS=BLOCK_COLS,
+        sliding_window_reach, max(block_size, 1),
+        BLOCK_ROWS=BLOCK_ROWS, BLOCK_COLS=BLOCK_COLS, MASK_WINDOW=mask_window,
     )

@@ -2,9 +2,10 @@
 
 Nothing is written in place, so this one is a plain persistent grid: tasks are the token tiles
 of [0, num_tokens_padded) and then the request tiles of [0, num_reqs_padded). The number of
-tokens is read on the device (query_start_loc[R]); tokens past it get position 0.
-`positions_of_tokens` and `seq_lens_of_requests` are shared with the fused
-prepare_spec_decode_inputs.
+tokens is read on the device (query_start_loc[R]); tokens past it get position 0. With
+HAS_IDX_MAPPING the counts are request-indexed: request r reads row idx_mapping[r], and a row
+outside [0, num_counts) (-1: no row) counts 0. `positions_of_tokens` and
+`seq_lens_of_requests` are shared with the fused prepare_spec_decode_inputs.
 """
 
 from __future__ import annotations
@@ -20,25 +21,41 @@ BLOCK = 1024
 
 
 @triton.jit
+def counts_of_requests(num_computed_tokens_ptr, idx_mapping_ptr, num_counts, request, is_request,
+                       HAS_IDX_MAPPING: tl.constexpr):
+    """int32 count of each request: batch-indexed, or read through idx_mapping (0 without a row)."""
+    if HAS_IDX_MAPPING:
+        row = tl.load(idx_mapping_ptr + request, mask=is_request, other=-1).to(tl.int64)
+        has_row = is_request & (row >= 0) & (row < num_counts)
+        count = tl.load(num_computed_tokens_ptr + tl.where(has_row, row, 0), mask=has_row, other=0)
+    else:
+        count = tl.load(num_computed_tokens_ptr + request, mask=is_request, other=0)
+    return count
+
+
+@triton.jit
 def positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token, num_reqs, num_search_steps,
-                        BLOCK: tl.constexpr):
+                        idx_mapping_ptr, num_counts, BLOCK: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr):
     """(request, int64 position, is_real) of each token; position 0 past query_start_loc[R]."""
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     is_real = (token >= 0) & (token < num_tokens)
     request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
     is_real = is_real & (request < num_reqs)
     start = tl.load(query_start_loc_ptr + request, mask=is_real, other=0)
-    count = tl.load(num_computed_tokens_ptr + request, mask=is_real, other=0)
+    count = counts_of_requests(num_computed_tokens_ptr, idx_mapping_ptr, num_counts, request, is_real,
+                               HAS_IDX_MAPPING)
     # int64: an invalid query_start_loc (a start near INT32_MIN) would wrap token - start.
     position = tl.where(is_real, count.to(tl.int64) + (token.to(tl.int64) - start.to(tl.int64)), 0)
     return request, position, is_real
 
 
 @triton.jit
-def seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs):
+def seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs, idx_mapping_ptr,
+                         num_counts, HAS_IDX_MAPPING: tl.constexpr):
     """int32 seq_len of each request; 0 for padding requests (request >= R)."""
     is_request = (request >= 0) & (request < num_reqs)
-    count = tl.load(num_computed_tokens_ptr + request, mask=is_request, other=0)
+    count = counts_of_requests(num_computed_tokens_ptr, idx_mapping_ptr, num_counts, request, is_request,
+                               HAS_IDX_MAPPING)
     start = tl.load(query_start_loc_ptr + request, mask=is_request, other=0)
     end = tl.load(query_start_loc_ptr + request + 1, mask=is_request, other=0)
     return tl.where(is_request, count + (end - start), 0)
@@ -46,9 +63,9 @@ def seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, 
 
 @triton.jit
 def _prepare_positions_and_seq_lens_kernel(
-    num_computed_tokens_ptr, query_start_loc_ptr, positions_ptr, seq_lens_ptr,
-    num_reqs, num_tokens_padded, num_reqs_padded, num_search_steps,
-    BLOCK: tl.constexpr,
+    num_computed_tokens_ptr, query_start_loc_ptr, positions_ptr, seq_lens_ptr, idx_mapping_ptr,
+    num_reqs, num_tokens_padded, num_reqs_padded, num_search_steps, num_counts,
+    BLOCK: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
@@ -58,12 +75,14 @@ def _prepare_positions_and_seq_lens_kernel(
         if task < num_token_tiles:
             token = task * BLOCK + tl.arange(0, BLOCK)
             _, position, _ = positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token, num_reqs,
-                                                 num_search_steps, BLOCK)
+                                                 num_search_steps, idx_mapping_ptr, num_counts, BLOCK,
+                                                 HAS_IDX_MAPPING)
             tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty),
                      mask=(token >= 0) & (token < num_tokens_padded))
         else:
             request = (task - num_token_tiles) * BLOCK + tl.arange(0, BLOCK)
-            seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs)
+            seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs,
+                                            idx_mapping_ptr, num_counts, HAS_IDX_MAPPING)
             tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
 
 
@@ -74,6 +93,7 @@ def prepare_positions_and_seq_lens(
     seq_lens: torch.Tensor,
     num_tokens_padded: int,
     num_reqs_padded: int,
+    idx_mapping: torch.Tensor | None,
 ) -> None:
     num_tasks = triton.cdiv(num_tokens_padded, BLOCK) + triton.cdiv(num_reqs_padded, BLOCK)
     if num_tasks == 0:
@@ -82,6 +102,7 @@ def prepare_positions_and_seq_lens(
     grid = (num_programs(positions.device, num_tasks),)
     _prepare_positions_and_seq_lens_kernel[grid](
         num_computed_tokens, query_start_loc, positions, seq_lens,
-        num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs),
-        BLOCK=BLOCK,
+        idx_mapping if idx_mapping is not None else query_start_loc,
+        num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs), num_computed_tokens.numel(),
+        BLOCK=BLOCK, HAS_IDX_MAPPING=idx_mapping is not None,
     )

@@ -5,7 +5,8 @@ correct_num_computed_tokens.py), in three phases separated by barriers: the corr
 (`correct_counts`), then seq_lens per request tile, then per token tile the position
 (`positions_of_tokens`) and, from the position still in registers, the slot of every
 KV-cache group (`slots_of_tokens`, the math of compute_slot_mapping). The groups are Triton
-tuples (block tables, outputs and sizes), unrolled at compile time.
+tuples (block tables, outputs and sizes), unrolled at compile time. A group whose slot mapping
+is disabled loads nothing from its table (every token masked off) and stores PAD.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _prepare_spec_decode_inputs_kernel(
     query_start_loc_ptr, positions_ptr, seq_lens_ptr, idx_mapping_ptr,
     num_reqs, num_tokens_padded, num_reqs_padded, num_search_steps,
     block_tables, slot_mappings, table_rows, table_cols, table_strides,
-    block_sizes, blocks_per_kv_block, cp_world_sizes, cp_ranks, cp_interleaves,
+    block_sizes, blocks_per_kv_block, cp_world_sizes, cp_ranks, cp_interleaves, slot_mapping_enabled,
     NUM_GROUPS: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr, BLOCK: tl.constexpr, ONE_TILE: tl.constexpr,
 ):
     correct_counts(num_computed_tokens_ptr, num_accepted_tokens_ptr, prev_positions_ptr,
@@ -38,21 +39,25 @@ def _prepare_spec_decode_inputs_kernel(
 
     for start in range(0, num_reqs_padded, BLOCK):
         request = start + tl.arange(0, BLOCK)
-        seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs)
+        # The fused op's counts are batch-indexed (corrected in this step's layout): no idx_mapping.
+        seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs,
+                                        num_computed_tokens_ptr, 0, False)
         tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
 
     for start in range(0, num_tokens_padded, BLOCK):
         token = start + tl.arange(0, BLOCK)
         in_buffer = (token >= 0) & (token < num_tokens_padded)
         request, position, is_real = positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token,
-                                                         num_reqs, num_search_steps, BLOCK)
+                                                         num_reqs, num_search_steps, num_computed_tokens_ptr, 0,
+                                                         BLOCK, False)
         tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty), mask=in_buffer)
         if HAS_IDX_MAPPING:
             row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)
         else:
             row = request.to(tl.int64)
         for g in tl.static_range(NUM_GROUPS):
-            slot = slots_of_tokens(block_tables[g], row, position, is_real, table_rows[g], table_cols[g],
+            mapped = tl.where(slot_mapping_enabled[g] != 0, is_real, False)
+            slot = slots_of_tokens(block_tables[g], row, position, mapped, table_rows[g], table_cols[g],
                                    table_strides[g], block_sizes[g], blocks_per_kv_block[g], cp_world_sizes[g],
                                    cp_ranks[g], cp_interleaves[g])
             tl.store(slot_mappings[g] + token, narrowed_slot(slot, slot_mappings[g]), mask=in_buffer)
@@ -91,5 +96,6 @@ def prepare_spec_decode_inputs(
         tuple(t.stride(0) for t in block_tables),
         tuple(layout.block_sizes), tuple(layout.blocks_per_kv_block),
         tuple(c[0] for c in cp), tuple(c[1] for c in cp), tuple(c[2] for c in cp),
+        tuple(int(enabled) for enabled in layout.slot_mapping_enabled),
         NUM_GROUPS=len(block_tables), HAS_IDX_MAPPING=idx_mapping is not None, BLOCK=BLOCK, ONE_TILE=one_tile,
     )

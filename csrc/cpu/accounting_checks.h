@@ -36,16 +36,20 @@ inline kernels::CountCorrectionShape check_count_correction(const at::Tensor& nu
 }
 
 // Checks of positions, seq_lens and their padding, shared by prepare_positions_and_seq_lens and
-// the fused op (which checks num_computed_tokens itself first). Returns the number of tokens,
-// query_start_loc[R].
+// the fused op (which checks num_computed_tokens itself first). Request-indexed counts (read
+// through idx_mapping) need no R entries; their rows are checked by the caller. Returns the
+// number of tokens, query_start_loc[R].
 inline int64_t check_positions_and_seq_lens(const at::Tensor& num_computed_tokens, const at::Tensor& query_start_loc,
                                             const at::Tensor& positions, const at::Tensor& seq_lens,
-                                            int64_t num_tokens_padded, int64_t num_reqs_padded) {
+                                            int64_t num_tokens_padded, int64_t num_reqs_padded,
+                                            bool request_indexed = false) {
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
   const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
   const int64_t num_reqs = query_start_loc.numel() - 1;
-  check_min_numel(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1");
+  if (!request_indexed) {
+    check_min_numel(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1");
+  }
   TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens && num_tokens_padded <= positions.numel(),
                     "num_tokens_padded must be in [query_start_loc[R] = ", num_tokens,
                     ", positions.numel() = ", positions.numel(), "], got ", num_tokens_padded);

@@ -31,11 +31,17 @@ kernels::CPLocalShape check_inputs(const at::Tensor& query_start_loc, const at::
                       ", got ", num_input_tokens);
   }
   if (seq_lens != nullptr) {
-    check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1);
+    // The values are checked only where they are the op's int32 device input; the host maxima
+    // also take a runner's int64 host copy.
+    if (check_values) {
+      check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1);
+    } else {
+      check_tensor(*seq_lens, "seq_lens", {c10::kInt, c10::kLong}, 1);
+    }
     TORCH_CHECK_VALUE(seq_lens->numel() == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ", num_reqs,
                       " entries, got ", seq_lens->numel());
-    const int32_t* lens = seq_lens->data_ptr<int32_t>();
     for (int64_t r = 0; check_values && r < num_reqs; ++r) {
+      const int32_t* lens = seq_lens->data_ptr<int32_t>();
       TORCH_CHECK_VALUE(lens[r] >= 0, "seq_lens must be >= 0, but seq_lens[", r, "] = ", lens[r]);
     }
   }
@@ -79,8 +85,11 @@ std::vector<int64_t> cp_local_max_lens(const at::Tensor& query_start_loc, const 
   const at::Tensor* lens = seq_lens.has_value() ? &*seq_lens : nullptr;
   const kernels::CPLocalShape shape =
       check_inputs(query_start_loc, lens, num_input_tokens, cp_size, cp_rank, causal, /*check_values=*/false);
-  const kernels::CPLocalMaxima maxima = kernels::cp_local_max_lens(
-      query_start_loc.data_ptr<int32_t>(), lens ? lens->data_ptr<int32_t>() : nullptr, shape);
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  const kernels::CPLocalMaxima maxima =
+      lens != nullptr && lens->scalar_type() == c10::kLong
+          ? kernels::cp_local_max_lens(qsl, lens->data_ptr<int64_t>(), shape)
+          : kernels::cp_local_max_lens(qsl, lens != nullptr ? lens->data_ptr<int32_t>() : nullptr, shape);
   return {maxima.max_local_query_len, maxima.max_local_seq_len};
 }
 

@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "cpu/checks.h"
 #include "kernels/gather_block_tables.h"
@@ -11,7 +12,9 @@ namespace specops::cpu {
 namespace {
 
 void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& num_blocks, const at::Tensor& idx_mapping,
-                         const at::Tensor& out, int64_t num_reqs_padded) {
+                         const at::Tensor& out, int64_t num_reqs_padded,
+                         const std::optional<at::Tensor>& num_computed_tokens, int64_t sliding_window_reach,
+                         int64_t block_size) {
   check_tensor(src_block_table, "src_block_table", {c10::kInt}, 2);
   check_tensor(num_blocks, "num_blocks", {c10::kInt}, 1);
   check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
@@ -24,9 +27,22 @@ void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& nu
   TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs && num_reqs_padded <= out.size(0),
                     "num_reqs_padded must be in [R = ", num_reqs, ", out.size(0) = ", out.size(0), "], got ",
                     num_reqs_padded);
+  check_int32_range(sliding_window_reach, "sliding_window_reach", 0);
+  // block_size 0 stands for None: it is needed only to mask.
+  check_int32_range(block_size, "block_size", 0);
+  TORCH_CHECK_VALUE(sliding_window_reach == 0 || block_size >= 1,
+                    "block_size must be given (>= 1) when sliding_window_reach > 0, got ", block_size);
+  const int32_t* first_positions = nullptr;
+  if (num_computed_tokens.has_value()) {
+    check_tensor(*num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
+    check_min_numel(*num_computed_tokens, "num_computed_tokens", src_rows, "src_block_table.size(0)");
+    if (sliding_window_reach > 0) first_positions = num_computed_tokens->data_ptr<int32_t>();
+  }
   check_outputs_alias_nothing({{&out, {"out"}}}, {{&src_block_table, {"src_block_table"}},
                                                   {&num_blocks, {"num_blocks"}},
-                                                  {&idx_mapping, {"idx_mapping"}}});
+                                                  {&idx_mapping, {"idx_mapping"}},
+                                                  {num_computed_tokens.has_value() ? &*num_computed_tokens : nullptr,
+                                                   {"num_computed_tokens"}}});
 
   kernels::GatherBlockTablesShape shape;
   shape.num_reqs = num_reqs;
@@ -36,6 +52,8 @@ void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& nu
   shape.src_stride = src_block_table.stride(0);
   shape.out_cols = out.size(1);
   shape.out_stride = out.stride(0);
+  shape.sliding_window_reach = sliding_window_reach;
+  shape.block_size = std::max<int64_t>(block_size, 1);
   const int64_t most_blocks = std::min(shape.src_cols, shape.out_cols);
   const int32_t* counts = num_blocks.data_ptr<int32_t>();
 
@@ -49,9 +67,11 @@ void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& nu
       TORCH_CHECK_VALUE(counts[row] >= 0 && counts[row] <= most_blocks, "num_blocks[", row, "] = ", counts[row],
                         " (row of idx_mapping[", r, "]) must be in [0, ", most_blocks,
                         "], the columns of src_block_table and out");
+      TORCH_CHECK_VALUE(first_positions == nullptr || first_positions[row] >= 0, "num_computed_tokens[", row, "] = ",
+                        first_positions[row], " (row of idx_mapping[", r, "]) must be >= 0");
     }
-    kernels::gather_block_tables<index_t>(src_block_table.data_ptr<int32_t>(), counts, idx, out.data_ptr<int32_t>(),
-                                          shape);
+    kernels::gather_block_tables<index_t>(src_block_table.data_ptr<int32_t>(), counts, idx, first_positions,
+                                          out.data_ptr<int32_t>(), shape);
   });
 }
 

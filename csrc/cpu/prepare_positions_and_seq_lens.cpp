@@ -2,7 +2,11 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <type_traits>
+
 #include "cpu/accounting_checks.h"
+#include "cpu/slot_mapping_checks.h"
 #include "kernels/prepare_positions_and_seq_lens.h"
 
 namespace specops::cpu {
@@ -10,18 +14,34 @@ namespace {
 
 void prepare_positions_and_seq_lens(const at::Tensor& num_computed_tokens, const at::Tensor& query_start_loc,
                                     const at::Tensor& positions, const at::Tensor& seq_lens, int64_t num_tokens_padded,
-                                    int64_t num_reqs_padded) {
+                                    int64_t num_reqs_padded, const std::optional<at::Tensor>& idx_mapping) {
   check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
   check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
-                               num_reqs_padded);
+                               num_reqs_padded, idx_mapping.has_value());
   kernels::PositionsShape shape;
   shape.num_reqs = query_start_loc.numel() - 1;
   shape.num_tokens_padded = num_tokens_padded;
   shape.num_reqs_padded = num_reqs_padded;
-  AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "prepare_positions_and_seq_lens", [&] {
-    kernels::prepare_positions_and_seq_lens<index_t>(num_computed_tokens.data_ptr<int32_t>(),
-                                                     query_start_loc.data_ptr<int32_t>(), positions.data_ptr<index_t>(),
-                                                     seq_lens.data_ptr<int32_t>(), shape);
+  const int32_t* counts = num_computed_tokens.data_ptr<int32_t>();
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  if (idx_mapping.has_value()) {
+    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+    TORCH_CHECK_VALUE(idx_mapping->numel() == shape.num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
+                      shape.num_reqs, " entries, got ", idx_mapping->numel());
+  }
+  with_idx_mapping(idx_mapping, [&](auto* idx) {
+    using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
+    check_rows_inside_table(idx, shape.num_reqs, num_computed_tokens.numel(), "num_computed_tokens");
+    AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "prepare_positions_and_seq_lens", [&] {
+      if (idx == nullptr) {
+        kernels::prepare_positions_and_seq_lens<index_t>(counts, qsl, positions.data_ptr<index_t>(),
+                                                         seq_lens.data_ptr<int32_t>(), shape);
+      } else {
+        kernels::prepare_positions_and_seq_lens<index_t, IdxT>(counts, num_computed_tokens.numel(), idx, qsl,
+                                                               positions.data_ptr<index_t>(),
+                                                               seq_lens.data_ptr<int32_t>(), shape);
+      }
+    });
   });
 }
 

@@ -15,7 +15,7 @@ namespace {
 
 // The layout of `sizes`: see python/specops/_spec_decode_sizes.py.
 constexpr size_t kNumScalars = 5;
-constexpr size_t kPerGroup = 3;
+constexpr size_t kPerGroup = 4;
 
 void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
                                 const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
@@ -48,13 +48,14 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     const int64_t block_size = sizes[kNumScalars + kPerGroup * g];
     const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
     const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
+    const bool enabled = sizes[kNumScalars + kPerGroup * g + 3] != 0;
     const kernels::SlotMappingShape shape = check_slot_mapping_args(
         block_tables[g], block_size, slot_mappings[g], blocks_per_kv_block, sharded ? cp_world_size : 1,
         sharded ? cp_rank : 0, sharded ? cp_interleave : 1, num_reqs, num_tokens, num_tokens_padded, names);
     const at::Tensor& out = slot_mappings[g];
     const bool wide = out.scalar_type() == c10::kLong;
     groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
-                        wide ? nullptr : out.data_ptr<int32_t>(), shape);
+                        wide ? nullptr : out.data_ptr<int32_t>(), shape, enabled);
   }
 
   if (idx_mapping.has_value()) {
@@ -98,6 +99,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
     for (size_t g = 0; g < num_groups; ++g) {
       const kernels::SlotMappingGroup& group = groups[g];
+      if (!group.enabled) continue;  // its table is never read
       check_rows_inside_table(idx, num_reqs, group.shape.block_table_rows,
                               ArgName{"block_tables", static_cast<int64_t>(g)});
       const int64_t bad = kernels::find_request_beyond_block_table<IdxT>(qsl, corrected, idx, group);

@@ -6,22 +6,31 @@
 // prev_num_draft_tokens[p] + 1 - valid_sampled_token_count[p]. Two passes like the device
 // correction, so every read sees the values from before the call even if buffers alias.
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/correct_num_computed_tokens.h"
 
 namespace specops::kernels {
 
-// scratch holds num_rows int32; num_previous_rows = min(len(valid), len(prev_num_draft_tokens)).
-template <typename PrevT>
-void correct_optimistic_seq_lens(int32_t* seq_lens, const PrevT* prev_positions, const int32_t* valid_sampled_token_count,
-                                 const int32_t* prev_num_draft_tokens, int32_t* scratch, const CountCorrectionShape& s) {
+// seq_len - rejected, wrapping in the width of SeqT (int32 or int64: runners keep int64 host
+// copies), as the device kernels and torch do.
+template <typename SeqT>
+inline SeqT wrapping_seq_sub(SeqT seq_len, int32_t rejected) {
+  using Unsigned = std::make_unsigned_t<SeqT>;
+  return static_cast<SeqT>(static_cast<Unsigned>(seq_len) - static_cast<Unsigned>(static_cast<SeqT>(rejected)));
+}
+
+// scratch holds num_rows SeqT; num_previous_rows = min(len(valid), len(prev_num_draft_tokens)).
+template <typename PrevT, typename SeqT>
+void correct_optimistic_seq_lens(SeqT* seq_lens, const PrevT* prev_positions, const int32_t* valid_sampled_token_count,
+                                 const int32_t* prev_num_draft_tokens, SeqT* scratch, const CountCorrectionShape& s) {
   for (int64_t i = 0; i < s.num_rows; ++i) {
     const int64_t row = continued_row(prev_positions[i], s.num_previous_rows, prev_num_draft_tokens);
-    int32_t seq_len = seq_lens[i];
+    SeqT seq_len = seq_lens[i];
     if (row >= 0) {
       const int32_t rejected =
           wrapping_sub(wrapping_add(prev_num_draft_tokens[row], 1), valid_sampled_token_count[row]);
-      seq_len = wrapping_sub(seq_len, rejected);
+      seq_len = wrapping_seq_sub(seq_len, rejected);
     }
     scratch[i] = seq_len;
   }

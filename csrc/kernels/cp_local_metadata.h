@@ -58,10 +58,10 @@ struct CPLocalMaxima {
   int64_t max_local_seq_len = 1;
 };
 
-// The host ints of CPLocalMetadata, from host copies of the inputs; seq_lens may be null when
-// only the query maximum is wanted.
-inline CPLocalMaxima cp_local_max_lens(const int32_t* query_start_loc, const int32_t* seq_lens,
-                                       const CPLocalShape& s) {
+// The host ints of CPLocalMetadata, from host copies of the inputs; seq_lens (int32 or int64:
+// runners keep int64 host copies) may be null when only the query maximum is wanted.
+template <typename SeqT>
+CPLocalMaxima cp_local_max_lens(const int32_t* query_start_loc, const SeqT* seq_lens, const CPLocalShape& s) {
   CPLocalMaxima maxima;
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t begin = query_start_loc[r];
@@ -70,7 +70,7 @@ inline CPLocalMaxima cp_local_max_lens(const int32_t* query_start_loc, const int
         clamp_to(end, s.local_start, s.local_end) - clamp_to(begin, s.local_start, s.local_end);
     if (local_query_len > maxima.max_local_query_len) maxima.max_local_query_len = local_query_len;
     if (seq_lens != nullptr) {
-      const int64_t seq_len = local_seq_len(begin, end, seq_lens[r], s);
+      const int64_t seq_len = local_seq_len(begin, end, static_cast<int64_t>(seq_lens[r]), s);
       if (seq_len > maxima.max_local_seq_len) maxima.max_local_seq_len = seq_len;
     }
   }

@@ -7,6 +7,7 @@
 // per-token divisions and block-table loads of the slot mappings (see
 // slots_of_consecutive_positions). A rejected call writes nothing: positions are validated
 // from the gathered counts before any store.
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/compute_slot_mapping.h"
@@ -16,16 +17,20 @@
 namespace specops::kernels {
 
 // One KV-cache group: its table, its output (exactly one of out64 / out32 is set) and its
-// slot-mapping sizes (cp_world_size 1 for a group that is not CP-sharded).
+// slot-mapping sizes (cp_world_size 1 for a group that is not CP-sharded). A group whose slot
+// mapping is disabled gets PAD for every token and its table is never read.
 struct SlotMappingGroup {
   const int32_t* block_table = nullptr;
   int64_t* out64 = nullptr;
   int32_t* out32 = nullptr;
   SlotMappingShape shape;
   SlotMappingDivisors divisors;
+  bool enabled = true;
 
-  SlotMappingGroup(const int32_t* table, int64_t* out_int64, int32_t* out_int32, const SlotMappingShape& s)
-      : block_table(table), out64(out_int64), out32(out_int32), shape(s), divisors(s) {}
+  SlotMappingGroup(const int32_t* table, int64_t* out_int64, int32_t* out_int32, const SlotMappingShape& s,
+                   bool slot_mapping_enabled = true)
+      : block_table(table), out64(out_int64), out32(out_int32), shape(s), divisors(s),
+        enabled(slot_mapping_enabled) {}
 };
 
 // The count row r will hold after the correction: gathered for rows < num_corrected, untouched
@@ -181,6 +186,10 @@ void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const
 template <typename Counts, typename IdxT, typename OutT>
 void group_slot_mapping(const int32_t* query_start_loc, const Counts& counts, const IdxT* idx_mapping,
                         const SlotMappingGroup& group, OutT* out) {
+  if (!group.enabled) {
+    std::fill(out, out + group.shape.num_tokens_padded, static_cast<OutT>(kPadSlotId));
+    return;
+  }
   // The stepping needs no division per token, so CP with and without interleave share a path.
   if (group.shape.cp_world_size == 1) {
     slot_mapping_of_consecutive_positions<CpLayout::kSingleRank>(query_start_loc, counts, group.block_table,

@@ -5,8 +5,8 @@ list argument (an isinstance check against torch.Tensor each), which for this op
 than its whole CPU body at R=256. So the schema takes its integers as one list,
 
     [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave,
-     block_size, blocks_per_kv_block, cp_sharded,   # group 0
-     ...]                                            # one triple per KV-cache group
+     block_size, blocks_per_kv_block, cp_sharded, slot_mapping_enabled,   # group 0
+     ...]                                                                  # four per KV-cache group
 
 (1.8 µs less per call with one group, measured), and the Python wrapper keeps the keyword API.
 """
@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 
 NUM_SCALARS = 5
-PER_GROUP = 3
+PER_GROUP = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +30,8 @@ class SpecDecodeSizes:
     block_sizes: list[int]
     blocks_per_kv_block: list[int]
     cp_sharded: list[bool]
+    # A group without a slot mapping gets PAD for every token; its table is never read.
+    slot_mapping_enabled: list[bool]
 
     @classmethod
     def unpack(cls, sizes: Sequence[int], num_groups: int) -> SpecDecodeSizes:
@@ -39,7 +41,8 @@ class SpecDecodeSizes:
                              f"(see specops._spec_decode_sizes), got {len(sizes)}")
         groups = sizes[NUM_SCALARS:]
         return cls(*sizes[:NUM_SCALARS], list(groups[0::PER_GROUP]), list(groups[1::PER_GROUP]),
-                   [bool(sharded) for sharded in groups[2::PER_GROUP]])
+                   [bool(sharded) for sharded in groups[2::PER_GROUP]],
+                   [bool(enabled) for enabled in groups[3::PER_GROUP]])
 
     def group_cp(self, group: int) -> tuple[int, int, int]:
         """(world size, rank, interleave) of a group: the CP layout, or a single rank if not sharded."""
@@ -49,7 +52,7 @@ class SpecDecodeSizes:
 
 
 _SCALAR_NAMES = ("num_tokens_padded", "num_reqs_padded", "cp_world_size", "cp_rank", "cp_interleave")
-_GROUP_NAMES = ("block_sizes", "blocks_per_kv_block", "cp_sharded")
+_GROUP_NAMES = ("block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled")
 
 
 def wrapper_argument(index: int, num_groups: int) -> str:
@@ -73,8 +76,10 @@ def named_after_the_wrapper(error: ValueError, num_groups: int) -> ValueError:
 
 
 def pack_sizes(num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int,
-               block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool]) -> list[int]:
+               block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
+               slot_mapping_enabled: Sequence[bool]) -> list[int]:
     sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave]
-    for block_size, kv_blocks, sharded in zip(block_sizes, blocks_per_kv_block, cp_sharded):
-        sizes += (block_size, kv_blocks, 1 if sharded else 0)
+    for block_size, kv_blocks, sharded, enabled in zip(block_sizes, blocks_per_kv_block, cp_sharded,
+                                                       slot_mapping_enabled):
+        sizes += (block_size, kv_blocks, 1 if sharded else 0, 1 if enabled else 0)
     return sizes

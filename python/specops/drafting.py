@@ -126,7 +126,7 @@ class CommonDraftInputs:
     """What the runner hands every group of one draft step.
 
     query_start_loc int32 [>= R + 1] and seq_lens int32 [>= R] on the device;
-    query_start_loc_cpu int32 [>= R + 1] and seq_lens_cpu (or None) their host copies;
+    query_start_loc_cpu int32 [>= R + 1] and seq_lens_cpu (or None; int32 or int64) their host copies;
     positions int64/int32 [>= T]; block_tables[name] int32 [>= R, cols] and
     slot_mappings[name] int64/int32 [>= T] of each group. Longer tensors (persistent buffers)
     are read up to R / T. T = num_actual_tokens real tokens, num_input_tokens the padded count.
@@ -160,7 +160,7 @@ class DraftAttnMetadata:
     local_cos: torch.Tensor  # [tokens_per_rank, rot_dim / 2]: cos rows [local_start, local_end) of the padded stream
     local_sin: torch.Tensor
     start_pos: torch.Tensor  # int32 [R]: seq_lens - query_lens (cp.start_pos)
-    seq_lens_cpu: torch.Tensor  # int32 [R] on the host
+    seq_lens_cpu: torch.Tensor  # [R] on the host: the runner's copy (int32 or int64), else int32
     sas_metadata: torch.Tensor  # int32 [1024]
     slot_mapping: torch.Tensor  # [num_input_tokens, 2] int64: (storage block, offset); padding is PAD's pair
     dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width] for DSpark groups

@@ -4,12 +4,12 @@ A captured graph (CUDA graph, Ascend ACL graph) reads its metadata at the addres
 during capture. `PersistentMappings` owns those buffers for every KV-cache group and rewrites
 them in place each step, so a replay reads this step's block ids and slots and nothing stale.
 
-Layout. All groups' request-indexed source tables and their block counts live in one int32
-storage: rows [g * M, (g + 1) * M) are group g's table, and the rows after them hold the
-counts of every (group, row), contiguous. One `apply_staged_writes` launch therefore writes the
-new block ids and the new counts of every group at once. The captured tables and slot mappings
-are one tensor each ([G, M, B] and [G, max_num_tokens]) with a view per group, so
-`fill_dummy()` is two fills.
+Layout. All groups' request-indexed source tables and their block counts live in one flat
+int32 storage: group g's table is a contiguous [M, B_g] view at its own offset (each group has
+its own width B_g), and after the last table come the counts of every (group, row). One
+`apply_staged_writes` launch on that storage (seen as one row) therefore writes the new block
+ids and the new counts of every group at once. The captured tables and slot mappings are one
+flat storage each, with a contiguous view per group, so `fill_dummy()` is two fills.
 
 Invariant: a source row never holds a block id past its count (an overwrite also writes NULL
 over the old tail), so slot mappings read through it can never reach a stale block.
@@ -28,7 +28,15 @@ import torch
 
 from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
-from specops.ops._checks import INT32_MAX, check_context_parallel, check_interleave_divides, check_positive, checked_int
+from specops.ops._checks import (
+    INT32_MAX,
+    check_context_parallel,
+    check_int32_range,
+    check_interleave_divides,
+    check_positive,
+    check_tensor,
+    checked_int,
+)
 from specops.ops._op import fast_native_entry
 from specops.ops.apply_staged_writes import apply_staged_writes
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
@@ -63,16 +71,36 @@ def _checked_block_ids(ids: object, group: int) -> Sequence[int] | np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class MappingGroup:
-    """One KV-cache group: its kernel block size, kernel blocks per allocation block, and
-    whether its KV is sharded across the CP ranks (False: every rank stores every token, W = 1)."""
+    """One KV-cache group: its kernel block size, kernel blocks per allocation block, whether
+    its KV is sharded across the CP ranks (False: every rank stores every token, W = 1),
+    whether it has a slot mapping at all (False: PAD for every token, its table never read),
+    and for a sliding-window group the tokens below a request's first scheduled position that
+    its attention still reads (0: not a sliding-window group; see `refresh`)."""
 
     block_size: int
     blocks_per_kv_block: int = 1
     cp_sharded: bool = True
+    slot_mapping_enabled: bool = True
+    sliding_window_reach: int = 0
 
     def __post_init__(self) -> None:
         check_positive(self.block_size, "block_size")
         check_positive(self.blocks_per_kv_block, "blocks_per_kv_block")
+        check_int32_range(self.sliding_window_reach, "sliding_window_reach", 0)
+
+
+def _widths_per_group(max_num_blocks_per_req: int | Sequence[int], num_groups: int) -> tuple[int, ...]:
+    """One table width per group, from one width for all or one per group."""
+    if isinstance(max_num_blocks_per_req, int):
+        check_positive(max_num_blocks_per_req, "max_num_blocks_per_req")
+        return (max_num_blocks_per_req,) * num_groups
+    widths = tuple(max_num_blocks_per_req)
+    if len(widths) != num_groups:
+        raise ValueError(f"max_num_blocks_per_req must be an int or one width per group ({num_groups}), "
+                         f"got {len(widths)} widths")
+    for group, width in enumerate(widths):
+        check_positive(width, f"max_num_blocks_per_req[{group}]")
+    return widths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,11 +113,13 @@ class _SlotMappingArgs:
 
 
 class PersistentMappings:
-    """Per group g: `source_block_tables[g]` int32 [max_num_reqs, max_num_blocks_per_req] and
-    `num_blocks[g]` int32 [max_num_reqs] (request-indexed, changed through `append_blocks` +
-    `apply_staged`), and the captured, batch-indexed `block_tables[g]` int32
-    [max_num_reqs, max_num_blocks_per_req] and `slot_mappings[g]` int64 [max_num_tokens]
-    (rewritten by `refresh`). No buffer is ever reallocated: every `data_ptr()` is fixed.
+    """Per group g, with B_g = max_num_blocks_per_group[g]: `source_block_tables[g]` int32
+    [max_num_reqs, B_g] and `num_blocks[g]` int32 [max_num_reqs] (request-indexed, changed
+    through `append_blocks`, `move_row`, `swap_rows` + `apply_staged`), and the captured,
+    batch-indexed `block_tables[g]` int32 [max_num_reqs, B_g] and `slot_mappings[g]` int64
+    [max_num_tokens] (rewritten by `refresh`). No buffer is ever reallocated: every
+    `data_ptr()` is fixed. `max_num_blocks_per_req` is one width for every group or one per
+    group.
     """
 
     def __init__(
@@ -97,7 +127,7 @@ class PersistentMappings:
         groups: Sequence[MappingGroup],
         *,
         max_num_reqs: int,
-        max_num_blocks_per_req: int,
+        max_num_blocks_per_req: int | Sequence[int],
         max_num_tokens: int,
         cp_world_size: int = 1,
         cp_rank: int = 0,
@@ -111,54 +141,68 @@ class PersistentMappings:
             if not isinstance(group, MappingGroup):
                 raise ValueError(f"groups[{index}] must be a MappingGroup, got {type(group).__name__}")
         check_positive(max_num_reqs, "max_num_reqs")
-        check_positive(max_num_blocks_per_req, "max_num_blocks_per_req")
+        widths = _widths_per_group(max_num_blocks_per_req, len(groups))
         check_positive(max_num_tokens, "max_num_tokens")
         check_context_parallel(cp_world_size, cp_rank, cp_interleave)
-        self._slot_args = []
+        self._slot_args: list[_SlotMappingArgs | None] = []
         for index, group in enumerate(groups):
-            if group.cp_sharded:
+            if not group.slot_mapping_enabled:
+                args = None  # no slot mapping: PAD, the table is never read
+            elif group.cp_sharded:
                 check_interleave_divides(group.block_size * group.blocks_per_kv_block, cp_interleave, f" of groups[{index}]")
                 args = _SlotMappingArgs(group.block_size, group.blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
             else:
                 args = _SlotMappingArgs(group.block_size, group.blocks_per_kv_block, 1, 0, 1)
             self._slot_args.append(args)
 
+        # Under CP a block-table column is not a contiguous run of positions, so no group masks
+        # its sliding window (as vLLM does).
+        self._window_reach = [group.sliding_window_reach if cp_world_size == 1 else 0 for group in groups]
+
         self.groups = groups
         self.max_num_reqs = max_num_reqs
         self.max_num_blocks_per_req = max_num_blocks_per_req
+        self.max_num_blocks_per_group = widths
         self.max_num_tokens = max_num_tokens
         self.device = torch.device(device) if device is not None else torch.get_default_device()
         num_groups = len(groups)
         num_cells = num_groups * max_num_reqs
-        self._first_count_row = num_cells
-        count_rows = -(-num_cells // max_num_blocks_per_req)
+        # Flat offsets of each group's source table, then of the counts.
+        self._table_offsets = [sum(max_num_reqs * width for width in widths[:g]) for g in range(num_groups + 1)]
+        self._first_count = self._table_offsets[-1]
+        if self._first_count + num_cells > INT32_MAX:
+            raise ValueError(
+                f"max_num_reqs * sum(max_num_blocks_per_req) + groups * max_num_reqs must be <= 2^31 - 1 (the staged "
+                f"writes address the source tables with int32 offsets), got {self._first_count + num_cells}")
 
         # NULL_BLOCK_ID is 0, so zeros are both NULL rows and zero counts.
-        self._source_storage = torch.zeros(
-            (num_cells + count_rows, max_num_blocks_per_req), dtype=torch.int32, device=self.device
-        )
-        counts = self._source_storage[num_cells:].view(-1)[:num_cells]
-        bounds = [(g * max_num_reqs, (g + 1) * max_num_reqs) for g in range(num_groups)]
-        self.source_block_tables = [self._source_storage[lo:hi] for lo, hi in bounds]
-        self.num_blocks = [counts[lo:hi] for lo, hi in bounds]
-        self._captured_tables = torch.full(
-            (num_groups, max_num_reqs, max_num_blocks_per_req), NULL_BLOCK_ID, dtype=torch.int32, device=self.device
-        )
+        self._source_storage = torch.zeros(self._first_count + num_cells, dtype=torch.int32, device=self.device)
+        self._source_as_table = self._source_storage.view(1, -1)  # what apply_staged_writes writes
+        self.source_block_tables = [self._source_storage[self._table_offsets[g] : self._table_offsets[g + 1]]
+                                    .view(max_num_reqs, widths[g]) for g in range(num_groups)]
+        counts = self._source_storage[self._first_count :]
+        self.num_blocks = [counts[g * max_num_reqs : (g + 1) * max_num_reqs] for g in range(num_groups)]
+        self._captured_tables = torch.full((self._first_count,), NULL_BLOCK_ID, dtype=torch.int32, device=self.device)
+        self.block_tables = [self._captured_tables[self._table_offsets[g] : self._table_offsets[g + 1]]
+                             .view(max_num_reqs, widths[g]) for g in range(num_groups)]
         self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=torch.int64, device=self.device)
-        self.block_tables = list(self._captured_tables.unbind(0))
         self.slot_mappings = list(self._captured_slots.unbind(0))
-        self._init_staging(num_groups, max_num_reqs, max_num_blocks_per_req)
+        self._init_staging(num_groups, max_num_reqs, widths)
         # What refresh checks up front on the host path, when more than one group could reject.
+        mapped = [g for g, args in enumerate(self._slot_args) if args is not None]
         self._check_positions_sizes = None
-        if self.device.type == "cpu" and num_groups > 1 and _CHECK_POSITIONS is not None:
-            self._check_positions_sizes = [size for args in self._slot_args for size in dataclasses.astuple(args)]
+        if self.device.type == "cpu" and len(mapped) > 1 and _CHECK_POSITIONS is not None:
+            self._checked_tables = [self.source_block_tables[g] for g in mapped]
+            self._check_positions_sizes = [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])]
 
     # ---------------------------------------------------------------- staging (host side)
 
-    def _init_staging(self, num_groups: int, max_num_reqs: int, max_num_blocks_per_req: int) -> None:
-        # Host state, allocated once. Counts include staged writes; the device counts catch up
-        # at apply_staged().
+    def _init_staging(self, num_groups: int, max_num_reqs: int, widths: tuple[int, ...]) -> None:
+        # Host state, allocated once. Counts and ids include staged writes; the device catches
+        # up at apply_staged(). The ids are kept so that a row can be moved or swapped by
+        # staging its ids again.
         self._staged_counts = np.zeros((num_groups, max_num_reqs), dtype=np.int64)
+        self._staged_ids = [np.zeros((max_num_reqs, width), dtype=np.int32) for width in widths]
         # Index of the pending block write of (group, row), -1 if none: a (group, row) has at most
         # one, since a write that overlaps or adjoins it is merged into it on the host.
         self._pending_write = np.full((num_groups, max_num_reqs), -1, dtype=np.int64)
@@ -170,7 +214,7 @@ class PersistentMappings:
         num_cells = num_groups * max_num_reqs
         self._num_writes = 0
         self._num_values = 0
-        self._allocate_staging(2 * num_cells + 2, 2 * num_cells + 4 * max_num_blocks_per_req)
+        self._allocate_staging(2 * num_cells + 2, 2 * num_cells + 4 * max(widths))
 
         self._packed_host: torch.Tensor | None = None
         self._packed_device: torch.Tensor | None = None
@@ -236,24 +280,58 @@ class PersistentMappings:
         The ids go after the row's current ones, or, with `overwrite=True`, replace the row
         (the old tail becomes NULL). Nothing reaches the device before `apply_staged()`: a write
         that overlaps a staged one of the same row is merged into it on the host. A call that is
-        rejected (a bad id in any group, a row that would overflow) raises before staging anything.
+        rejected (a bad id in any group, a row that would pass its group's width) raises before staging anything.
         """
         if not isinstance(block_ids, Sequence) or len(block_ids) != self.num_groups:
             got = len(block_ids) if isinstance(block_ids, Sequence) else type(block_ids).__name__
             raise ValueError(f"block_ids must hold one list of block ids per group ({self.num_groups}), got {got}")
-        row = checked_int(row, "row")
-        if not 0 <= row < self.max_num_reqs:
-            raise ValueError(f"row must be in [0, max_num_reqs = {self.max_num_reqs}), got {row}")
+        row = self._checked_row(row, "row")
         block_ids = [_checked_block_ids(ids, group) for group, ids in enumerate(block_ids)]
         for group, ids in enumerate(block_ids):
             count = len(ids) + (0 if overwrite else int(self._staged_counts[group, row]))
-            if count > self.max_num_blocks_per_req:
+            width = self.max_num_blocks_per_group[group]
+            if count > width:
                 raise ValueError(
-                    f"block_ids[{group}] would give row {row} {count} blocks, more than "
-                    f"max_num_blocks_per_req = {self.max_num_blocks_per_req}"
+                    f"block_ids[{group}] would give row {row} {count} blocks, more than the width of group {group} "
+                    f"(max_num_blocks_per_req{'' if isinstance(self.max_num_blocks_per_req, int) else f'[{group}]'} "
+                    f"= {width})"
                 )
         for group, ids in enumerate(block_ids):
             self._stage(group, row, ids, overwrite)
+
+    def move_row(self, src: int, dst: int) -> None:
+        """Stages the move of request row `src` (ids and counts of every group, staged writes
+        included) to row `dst`, replacing what `dst` held; `src` is left empty (NULL, count 0),
+        as vLLM clears a vacated row, so nothing can reach its blocks once they are freed. For a
+        runner that condenses its persistent batch. Applied by the next `apply_staged()`."""
+        src, dst = self._checked_row(src, "src"), self._checked_row(dst, "dst")
+        if src == dst:
+            return
+        for group in range(self.num_groups):
+            self._stage(group, dst, self._staged_row(group, src), overwrite=True)
+            self._stage(group, src, (), overwrite=True)
+
+    def swap_rows(self, a: int, b: int) -> None:
+        """Stages the exchange of request rows `a` and `b` (ids and counts of every group, staged
+        writes included). For a runner that reorders its persistent batch. Applied by the next
+        `apply_staged()`."""
+        a, b = self._checked_row(a, "a"), self._checked_row(b, "b")
+        if a == b:
+            return
+        for group in range(self.num_groups):
+            ids_a, ids_b = self._staged_row(group, a), self._staged_row(group, b)
+            self._stage(group, a, ids_b, overwrite=True)
+            self._stage(group, b, ids_a, overwrite=True)
+
+    def _checked_row(self, row: int, name: str) -> int:
+        row = checked_int(row, name)
+        if not 0 <= row < self.max_num_reqs:
+            raise ValueError(f"{name} must be in [0, max_num_reqs = {self.max_num_reqs}), got {row}")
+        return row
+
+    def _staged_row(self, group: int, row: int) -> np.ndarray:
+        """A copy of the ids row `row` of `group` will hold once the staged writes land."""
+        return self._staged_ids[group][row, : self._staged_counts[group, row]].copy()
 
     def _stage(self, group: int, row: int, ids: Sequence[int] | np.ndarray, overwrite: bool) -> None:
         old_count = int(self._staged_counts[group, row])
@@ -261,34 +339,28 @@ class PersistentMappings:
         count = start + len(ids)
         length = max(len(ids), old_count) if overwrite else len(ids)
 
-        cell = group * self.max_num_reqs + row
         if length:
+            # The host copy of the row first: it is what the row holds once everything staged lands.
+            staged = self._staged_ids[group][row]
+            staged[start : start + len(ids)] = ids
+            staged[start + len(ids) : start + length] = NULL_BLOCK_ID
             # Device kernels apply the writes of one launch in parallel, in no order: a write that
-            # overlaps (or adjoins) the pending one of this row replaces it by their union, with
-            # the newer ids on top, so one launch never writes a cell twice.
-            union = None
+            # overlaps (or adjoins) the pending one of this row replaces it by their union, read
+            # back from the host copy, so one launch never writes a cell twice.
+            row_start = self._table_offsets[group] + row * self.max_num_blocks_per_group[group]
             pending = int(self._pending_write[group, row])
             if pending >= 0:
-                pending_start = int(self._starts_np[pending])
-                pending_values = self._values_np[self._cu_lens_np[pending] : self._cu_lens_np[pending + 1]]
-                pending_end = pending_start + len(pending_values)
+                pending_start = int(self._starts_np[pending]) - row_start
+                pending_end = pending_start + int(self._cu_lens_np[pending + 1] - self._cu_lens_np[pending])
                 if start <= pending_end and pending_start <= start + length:
-                    union_start = min(start, pending_start)
-                    union = np.full(max(pending_end, start + length) - union_start, NULL_BLOCK_ID, dtype=np.int32)
-                    union[pending_start - union_start : pending_end - union_start] = pending_values
-                    union[start - union_start : start - union_start + len(ids)] = ids
-                    union[start - union_start + len(ids) : start - union_start + length] = NULL_BLOCK_ID
                     self._remove_write(pending)
-                    start, length = union_start, len(union)
+                    union_start = min(start, pending_start)
+                    start, length = union_start, max(pending_end, start + length) - union_start
             self._reserve(2, length + 1)
             at = self._num_values
-            if union is None:
-                self._values_np[at : at + len(ids)] = ids
-                self._values_np[at + len(ids) : at + length] = NULL_BLOCK_ID
-            else:
-                self._values_np[at : at + length] = union
+            self._values_np[at : at + length] = staged[start : start + length]
             self._pending_write[group, row] = self._num_writes
-            self._add_write(cell, start, length)
+            self._add_write(row_start + start, length)
         else:
             self._reserve(1, 1)
         count_at = int(self._pending_count_at[group, row])
@@ -297,8 +369,7 @@ class PersistentMappings:
         elif count != old_count:
             self._pending_count_at[group, row] = self._num_values
             self._values_np[self._num_values] = count
-            row_of_count, column_of_count = divmod(cell, self.max_num_blocks_per_req)
-            self._add_write(self._first_count_row + row_of_count, column_of_count, 1)
+            self._add_write(self._first_count + group * self.max_num_reqs + row, 1)
         self._staged_counts[group, row] = count
 
     def _remove_write(self, k: int) -> None:
@@ -314,9 +385,9 @@ class PersistentMappings:
         self._pending_write[self._pending_write > k] -= 1
         self._pending_count_at[self._pending_count_at >= end] -= length
 
-    def _add_write(self, table_row: int, start: int, length: int) -> None:
+    def _add_write(self, start: int, length: int) -> None:
+        """A write of `length` values at flat offset `start` of the source storage."""
         k = self._num_writes
-        self._rows_np[k] = table_row
         self._starts_np[k] = start
         self._cu_lens_np[k + 1] = self._cu_lens_np[k] + length
         self._num_writes = k + 1
@@ -332,7 +403,7 @@ class PersistentMappings:
             cu_lens, values = self._cu_lens[: num_writes + 1], self._values[:num_values]
         else:
             rows, starts, cu_lens, values = self._copy_staged_to_device(num_writes, num_values)
-        apply_staged_writes(self._source_storage, rows, starts, cu_lens, values)
+        apply_staged_writes(self._source_as_table, rows, starts, cu_lens, values)
         self._num_writes = 0
         self._num_values = 0
         self._pending_write.fill(-1)
@@ -363,15 +434,24 @@ class PersistentMappings:
         *,
         num_reqs_padded: int | None = None,
         num_tokens_padded: int | None = None,
+        num_computed_tokens: torch.Tensor | None = None,
     ) -> None:
         """Rewrites every group's captured buffers in place for this step's batch.
 
         Batch row r is source row idx_mapping[r] (-1: none). block_tables[g][:num_reqs_padded]
         gets the gathered rows (NULL past each row's count, NULL rows for -1 and padding);
         slot_mappings[g][:num_tokens_padded] gets every token's slot (PAD for tokens of -1 rows,
-        for tokens another CP rank stores, and for the padding). Two op calls per group,
-        whatever the batch, and on the host one more that checks every group first: a rejected
-        refresh changes no buffer. Defaults: the full extents.
+        for tokens another CP rank stores, and for the padding; PAD for every token of a group
+        whose slot mapping is disabled). At most two op calls per group, whatever the batch, and
+        on the host one more that checks every group first: a rejected refresh changes no
+        buffer. Defaults: the full extents.
+
+        num_computed_tokens: int32 [>= max_num_reqs], request-indexed like the source tables:
+        the first position each request schedules this step. Given it, a sliding-window group
+        (reach > 0) gets NULL for the entries of a row wholly below the window of that
+        position, j < max(num_computed_tokens[row] - reach, 0) // block_size: the window's
+        manager may already have freed and reused those blocks. Never under CP
+        (cp_world_size > 1), where a column is not a contiguous run of positions.
         """
         if num_reqs_padded is None:
             num_reqs_padded = self.max_num_reqs
@@ -390,25 +470,37 @@ class PersistentMappings:
                 f"num_tokens_padded must be in [T = {num_tokens}, max_num_tokens = {self.max_num_tokens}], "
                 f"got {num_tokens_padded}"
             )
+        if num_computed_tokens is not None:
+            check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, self._source_storage.device,
+                         "the mappings")
+            if num_computed_tokens.numel() < self.max_num_reqs:
+                raise ValueError(f"num_computed_tokens must have max_num_reqs = {self.max_num_reqs} entries (one per "
+                                 f"request row), got {num_computed_tokens.numel()}")
         if (self._check_positions_sizes is not None and not torch.compiler.is_compiling()
                 and current_backend() == "native"):
             # The host ops reject a position past a group's table; groups differ there, so every
             # group is checked before the first one is rewritten (device kernels write PAD instead
             # and never reject a value).
-            _CHECK_POSITIONS(query_start_loc, positions, self.source_block_tables, idx_mapping,
+            _CHECK_POSITIONS(query_start_loc, positions, self._checked_tables, idx_mapping,
                              self._check_positions_sizes)
-        for source, counts, table, slots, args in zip(
-            self.source_block_tables, self.num_blocks, self.block_tables, self.slot_mappings, self._slot_args
+        for group, source, counts, table, slots, args, reach in zip(
+            self.groups, self.source_block_tables, self.num_blocks, self.block_tables, self.slot_mappings,
+            self._slot_args, self._window_reach,
         ):
             # The slot mapping reads the source row through idx_mapping, not the gathered table,
             # so that a row of -1 gives PAD; the two are independent. It goes first because it
             # checks every tensor the caller passed: a bad one is rejected before any write.
             # The ops' own dispatchers, without the keyword wrappers: a third of a small op's cost.
-            _SLOT_MAPPING(
-                query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
-                args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded,
-            )
-            _GATHER(source, counts, idx_mapping, table, num_reqs_padded)
+            if args is not None:
+                _SLOT_MAPPING(
+                    query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
+                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded,
+                )
+            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, num_computed_tokens, reach, group.block_size)
+        # Groups without a slot mapping last, after every op has accepted the inputs.
+        for slots, args in zip(self.slot_mappings, self._slot_args):
+            if args is None:
+                slots[:num_tokens_padded].fill_(PAD_SLOT_ID)
 
     def fill_dummy(self) -> None:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""

@@ -5,6 +5,7 @@ from specops.ops.compute_slot_mapping import compute_slot_mapping
 from specops.ops.correct_num_computed_tokens import correct_num_computed_tokens
 from specops.ops.correct_optimistic_seq_lens import correct_optimistic_seq_lens
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
+from specops.ops.dcp_local_seq_lens import dcp_local_seq_lens
 from specops.ops.dspark_swa_indices import dspark_swa_indices
 from specops.ops.format_slot_mapping_blocks import format_slot_mapping_blocks
 from specops.ops.gather_block_tables import gather_block_tables
@@ -20,6 +21,7 @@ __all__ = [
     "correct_num_computed_tokens",
     "correct_optimistic_seq_lens",
     "cp_local_metadata",
+    "dcp_local_seq_lens",
     "dspark_swa_indices",
     "format_slot_mapping_blocks",
     "gather_block_tables",

@@ -79,10 +79,11 @@ _OP = SpecOp("cp_local_metadata", _check, _reference)
 _NATIVE_MAX_LENS = fast_native_entry("cp_local_max_lens")
 
 
-def _check_host_copy(t: torch.Tensor | None, name: str, of: str, entries: int) -> None:
+def _check_host_copy(t: torch.Tensor | None, name: str, of: str, entries: int,
+                     dtypes: tuple[torch.dtype, ...] = (torch.int32,)) -> None:
     if t is None:
         return
-    check_tensor(t, name, [torch.int32], 1, torch.device("cpu"), f"a host copy of {of}")
+    check_tensor(t, name, dtypes, 1, torch.device("cpu"), f"a host copy of {of}")
     if t.numel() != entries:
         raise ValueError(f"{name} must have {entries} entries like {of}, got {t.numel()}")
 
@@ -127,8 +128,9 @@ def cp_local_metadata(
 
     query_start_loc: int32 [R + 1]; seq_lens: int32 [R]. Outputs are int32 buffers of at least
     R + 1, R, R entries (allocated when absent); past R, local_query_start_loc repeats its last
-    value and the others are 0. query_start_loc_cpu / seq_lens_cpu: host copies used for the
-    host maxima when the inputs live on a device; no device-to-host copy is ever made.
+    value and the others are 0. query_start_loc_cpu / seq_lens_cpu: host copies (int32;
+    seq_lens_cpu int32 or int64) used for the host maxima when the inputs live on a device; no
+    device-to-host copy is ever made.
     """
     if local_query_start_loc is None or local_seq_lens is None or start_pos is None:
         num_reqs = check_query_start_loc(query_start_loc)
@@ -143,7 +145,8 @@ def cp_local_metadata(
     num_reqs = query_start_loc.numel() - 1 if isinstance(query_start_loc, torch.Tensor) else 0
     # Checked even where unused (inputs on the host), and before the op writes anything.
     _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", "query_start_loc", num_reqs + 1)
-    _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs)
+    # Runners keep int64 host copies of seq_lens (numpy's default integer): accepted as they are.
+    _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs, (torch.int32, torch.int64))
     # The maxima first: they read host inputs only, which are then unchanged whatever the
     # outputs alias (a rejected call computes them in vain, and writes nothing). The C++
     # helper checks what it reads; the plain-torch one does not, so the op's check goes first.

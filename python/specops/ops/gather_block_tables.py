@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_outputs_alias_nothing, check_rows_disjoint, check_tensor
+from specops.ops._checks import check_entries, check_int32_range, check_outputs_alias_nothing, check_rows_disjoint, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.gather_block_tables import gather_block_tables as _reference
 
@@ -15,6 +15,9 @@ def _check(
     idx_mapping: torch.Tensor,
     out: torch.Tensor,
     num_reqs_padded: int,
+    num_computed_tokens: torch.Tensor | None,
+    sliding_window_reach: int,
+    block_size: int,
 ) -> None:
     check_tensor(out, "out", [torch.int32], 2)
     check_rows_disjoint(out, "out")
@@ -28,8 +31,16 @@ def _check(
     num_reqs = idx_mapping.numel()
     if not num_reqs <= num_reqs_padded <= out.size(0):
         raise ValueError(f"num_reqs_padded must be in [R = {num_reqs}, out.size(0) = {out.size(0)}], got {num_reqs_padded}")
+    check_int32_range(sliding_window_reach, "sliding_window_reach", 0)
+    check_int32_range(block_size, "block_size", 0)
+    if sliding_window_reach > 0 and block_size < 1:
+        raise ValueError(f"block_size must be given (>= 1) when sliding_window_reach > 0, got {block_size}")
+    if num_computed_tokens is not None:
+        check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device)
+        check_entries(num_computed_tokens, "num_computed_tokens", src_rows, "src_block_table.size(0)")
     check_outputs_alias_nothing([(out, "out")], [(src_block_table, "src_block_table"), (num_blocks, "num_blocks"),
-                                                 (idx_mapping, "idx_mapping")])
+                                                 (idx_mapping, "idx_mapping"),
+                                                 (num_computed_tokens, "num_computed_tokens")])
 
 
 _OP = SpecOp("gather_block_tables", _check, _reference)
@@ -42,6 +53,9 @@ def gather_block_tables(
     out: torch.Tensor,
     *,
     num_reqs_padded: int | None = None,
+    num_computed_tokens: torch.Tensor | None = None,
+    sliding_window_reach: int = 0,
+    block_size: int | None = None,
 ) -> torch.Tensor:
     """Rewrites `out[:num_reqs_padded]` with the block-table rows of this step's batch.
 
@@ -50,8 +64,17 @@ def gather_block_tables(
     none); out: int32 [>= num_reqs_padded, out_cols]. out[r, :n] = src[row, :n] with
     n = num_blocks[row], row = idx_mapping[r]; everything else in [0, num_reqs_padded) is
     NULL_BLOCK_ID. num_reqs_padded defaults to out.size(0). Returns out.
+
+    Sliding-window masking: given num_computed_tokens (int32 [>= rows], request-indexed like
+    src: the first position each request schedules this step) and sliding_window_reach > 0
+    (the tokens below its first position that the group's attention still reads), the entries
+    j < max(num_computed_tokens[row] - sliding_window_reach, 0) // block_size of each row are
+    NULL_BLOCK_ID too: the window's manager may have freed and reused those blocks. block_size
+    (the table's kernel block size) is required when sliding_window_reach > 0. The native CPU
+    op rejects a negative count of a mapped row; device kernels mask nothing for it.
     """
     if num_reqs_padded is None:
         num_reqs_padded = out.size(0)
-    _OP.select()(src_block_table, num_blocks, idx_mapping, out, num_reqs_padded)
+    _OP.select()(src_block_table, num_blocks, idx_mapping, out, num_reqs_padded, num_computed_tokens,
+                 sliding_window_reach, 0 if block_size is None else block_size)
     return out

@@ -23,17 +23,20 @@ def check_positions_and_seq_lens(
     seq_lens: torch.Tensor,
     num_tokens_padded: int,
     num_reqs_padded: int,
+    request_indexed: bool = False,
 ) -> None:
     """Mirrors csrc/cpu/accounting_checks.h check_positions_and_seq_lens; shared with the fused op.
 
     query_start_loc[R] <= num_tokens_padded needs a value, so only the CPU op checks it; device
-    kernels write nothing past num_tokens_padded.
+    kernels write nothing past num_tokens_padded. Request-indexed counts (read through
+    idx_mapping) need no R entries.
     """
     device = num_computed_tokens.device
     check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device, "num_computed_tokens")
     check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "num_computed_tokens")
     num_reqs = check_query_start_loc(query_start_loc, device, "num_computed_tokens")
-    check_entries(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1")
+    if not request_indexed:
+        check_entries(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1")
     if not 0 <= num_tokens_padded <= positions.numel():
         raise ValueError(f"num_tokens_padded must be in [0, positions.numel() = {positions.numel()}], "
                          f"got {num_tokens_padded}")
@@ -53,10 +56,18 @@ def _check(
     seq_lens: torch.Tensor,
     num_tokens_padded: int,
     num_reqs_padded: int,
+    idx_mapping: torch.Tensor | None,
 ) -> None:
     check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1)
     check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
-                                 num_reqs_padded)
+                                 num_reqs_padded, request_indexed=idx_mapping is not None)
+    if idx_mapping is not None:
+        check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, num_computed_tokens.device,
+                     "num_computed_tokens")
+        num_reqs = query_start_loc.numel() - 1
+        if idx_mapping.numel() != num_reqs:
+            raise ValueError(f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, "
+                             f"got {idx_mapping.numel()}")
 
 
 _OP = SpecOp("prepare_positions_and_seq_lens", _check, _reference)
@@ -102,6 +113,7 @@ def prepare_positions_and_seq_lens(
     seq_lens: torch.Tensor | None = None,
     num_tokens_padded: int | None = None,
     num_reqs_padded: int | None = None,
+    idx_mapping: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """positions[t] = num_computed_tokens[r] + (t - query_start_loc[r]); seq_lens[r] = num_computed_tokens[r] + query_len[r].
 
@@ -109,8 +121,14 @@ def prepare_positions_and_seq_lens(
     (allocated as int64 [num_tokens_padded, else query_start_loc[R], a host read] when absent);
     seq_lens: int32 (allocated [num_reqs_padded or R]). positions[T:num_tokens_padded] and
     seq_lens[R:num_reqs_padded] are 0 (defaults: the buffers' sizes).
+
+    idx_mapping: int32 or int64 [R], for request-indexed counts (a runner's persistent
+    per-request state): request r then reads num_computed_tokens[idx_mapping[r]] in place of
+    num_computed_tokens[r], and a request without a row (-1) counts 0. The native CPU op rejects
+    a row past num_computed_tokens; device kernels count 0 for it.
     """
     positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
         query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
-    _OP.select()(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
+    _OP.select()(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded,
+                 idx_mapping)
     return positions, seq_lens

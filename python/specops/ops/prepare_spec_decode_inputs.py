@@ -100,6 +100,7 @@ def prepare_spec_decode_inputs(
     slot_mappings: Sequence[torch.Tensor] | None = None,
     blocks_per_kv_block: Sequence[int] | int = 1,
     cp_sharded: Sequence[bool] | bool = True,
+    slot_mapping_enabled: Sequence[bool] | bool = True,
     cp_world_size: int = 1,
     cp_rank: int = 0,
     cp_interleave: int = 1,
@@ -115,7 +116,9 @@ def prepare_spec_decode_inputs(
     group g compute_slot_mapping(query_start_loc, positions[:T], block_tables[g], block_sizes[g],
     out=slot_mappings[g], blocks_per_kv_block=blocks_per_kv_block[g], idx_mapping=idx_mapping,
     num_tokens_padded=num_tokens_padded) with the CP arguments when cp_sharded[g] (else W = 1).
-    block_sizes, blocks_per_kv_block and cp_sharded take one value per group or one for all.
+    block_sizes, blocks_per_kv_block, cp_sharded and slot_mapping_enabled take one value per group
+    or one for all; a group with slot_mapping_enabled False gets PAD for every token in
+    [0, num_tokens_padded) and its block table is never read (nor checked against the positions).
     Outputs absent are allocated: positions int64 and slot mappings int64 of num_tokens_padded
     (default: positions.numel(), else query_start_loc[R], a host read), seq_lens int32 of
     num_reqs_padded (default R). On the CPU a rejected call writes nothing.
@@ -127,9 +130,11 @@ def prepare_spec_decode_inputs(
         blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
     if not isinstance(cp_sharded, list):
         cp_sharded = _per_group(cp_sharded, num_groups)
-    if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == num_groups:
+    if not isinstance(slot_mapping_enabled, list):
+        slot_mapping_enabled = _per_group(slot_mapping_enabled, num_groups)
+    if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == len(slot_mapping_enabled) == num_groups:
         for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
-                             ("cp_sharded", cp_sharded)):
+                             ("cp_sharded", cp_sharded), ("slot_mapping_enabled", slot_mapping_enabled)):
             if len(values) != num_groups:
                 raise ValueError(
                     f"{name} must have one entry per block table (len(block_tables) = {num_groups}), got {len(values)}"
@@ -151,7 +156,7 @@ def prepare_spec_decode_inputs(
     if not isinstance(slot_mappings, list):
         slot_mappings = list(slot_mappings)
     sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
-                       blocks_per_kv_block, cp_sharded)
+                       blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
     try:
         _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
             prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables,

@@ -14,12 +14,18 @@ def prepare_positions_and_seq_lens(
     seq_lens: torch.Tensor,
     num_tokens_padded: int,
     num_reqs_padded: int,
+    idx_mapping: torch.Tensor | None = None,
 ) -> None:
     num_reqs = query_start_loc.numel() - 1
     # Device kernels never write past num_tokens_padded, even when query_start_loc says more;
     # a negative query_start_loc[R] (an invalid batch) has no real token.
     num_tokens = max(0, min(int(query_start_loc[num_reqs]), num_tokens_padded))
-    counts = num_computed_tokens[:num_reqs]
+    if idx_mapping is None:
+        counts = num_computed_tokens[:num_reqs]
+    else:
+        # Request-indexed counts; a request without a row (-1) has computed nothing.
+        counts = torch.tensor([int(num_computed_tokens[row]) if 0 <= row < num_computed_tokens.numel() else 0
+                               for row in idx_mapping.tolist()], dtype=torch.int32, device=num_computed_tokens.device)
     request = request_of_each_token(query_start_loc, num_tokens)
     token = torch.arange(num_tokens, device=positions.device)
     # A token in no request (-1: only an invalid query_start_loc has one) gets position 0.

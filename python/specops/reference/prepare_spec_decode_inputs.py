@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from specops._constants import PAD_SLOT_ID
 from specops._spec_decode_sizes import SpecDecodeSizes
 from specops.reference.compute_slot_mapping import compute_slot_mapping
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens
@@ -29,8 +30,11 @@ def prepare_spec_decode_inputs(
     correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                                 prev_num_draft_tokens, cpu_num_computed_tokens)
     prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, layout.num_tokens_padded,
-                                   layout.num_reqs_padded)
+                                   layout.num_reqs_padded, None)
     num_tokens = max(0, min(int(query_start_loc[-1]), layout.num_tokens_padded))
     for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
+        if not layout.slot_mapping_enabled[g]:  # PAD for every token; the table is never read
+            out[: layout.num_tokens_padded] = PAD_SLOT_ID
+            continue
         compute_slot_mapping(query_start_loc, positions[:num_tokens], table, layout.block_sizes[g], out,
                              layout.blocks_per_kv_block[g], *layout.group_cp(g), idx_mapping, layout.num_tokens_padded)

@@ -1,0 +1,47 @@
+"""Triton kernel for dcp_local_seq_lens: the KV length each DCP rank stores.
+
+Request-tiled; `base = s // (W * I) * I`, `local = base + clamp(s - base * W - rank * I, 0, I)`
+in int64 (an int64 seq_len may be past int32). A negative length, which the host op rejects,
+stores nothing: 0.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specops.triton_kernels._launch import num_programs
+
+BLOCK = 1024
+
+
+@triton.jit
+def _dcp_local_seq_lens_kernel(
+    seq_lens_ptr, out_ptr, num_reqs, num_out, world_size, rank, interleave,
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    num_tiles = tl.cdiv(num_out, BLOCK)
+    round_tokens = world_size.to(tl.int64) * interleave
+    for tile in range(pid, num_tiles, num_progs):
+        index = tile * BLOCK + tl.arange(0, BLOCK)
+        seq_len = tl.load(seq_lens_ptr + index, mask=index < num_reqs, other=0).to(tl.int64)
+        seq_len = tl.maximum(seq_len, 0)
+        base = seq_len // round_tokens * interleave
+        tail = seq_len - base * world_size - rank * interleave
+        local = base + tl.minimum(tl.maximum(tail, 0), interleave)
+        tl.store(out_ptr + index, local.to(out_ptr.dtype.element_ty), mask=index < num_out)
+
+
+def dcp_local_seq_lens(
+    seq_lens: torch.Tensor, cp_world_size: int, cp_rank: int, cp_interleave: int, out: torch.Tensor
+) -> None:
+    num_out = out.numel()
+    if num_out == 0:
+        return
+    grid = (num_programs(out.device, triton.cdiv(num_out, BLOCK)),)
+    _dcp_local_seq_lens_kernel[grid](
+        seq_lens, out, seq_lens.numel(), num_out, cp_world_size, cp_rank, cp_interleave, BLOCK=BLOCK,
+    )
