@@ -15,7 +15,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-asan test-peers test-cann-wheel wheel clean
+.PHONY: all install bench test test-explore test-asan test-peers test-cann-wheel wheel clean
 
 all: install
 
@@ -39,6 +39,22 @@ bench: install
 
 test: install
 	cd tests && ../$(VPY) -m pytest $(PYTEST_ARGS)
+
+# `make test` draws the same Hypothesis examples on every run (derandomized: fast, and a failure
+# is never luck). test-explore runs the Hypothesis tests (-m hypothesis) with new examples each
+# time: drawn from EXPLORE_SEED (default: the clock), EXPLORE_SCALE times as many, no example
+# database, so a run is reproduced by its seed alone: `make test-explore EXPLORE_SEED=<seed>`
+# (PYTEST_ARGS="-k <test>" narrows it to one test). A failure also prints its example's
+# @reproduce_failure line. test_kernel_compile draws kernel specializations, derandomized on
+# purpose, and is left out.
+ifndef EXPLORE_SEED
+EXPLORE_SEED := $(shell date +%s)
+endif
+EXPLORE_SCALE ?= 5
+test-explore: install
+	@echo "test-explore: hypothesis seed $(EXPLORE_SEED), $(EXPLORE_SCALE)x the examples"
+	cd tests && SPECOPS_EXPLORE=1 SPECOPS_EXAMPLE_SCALE=$(EXPLORE_SCALE) ../$(VPY) -m pytest $(PYTEST_ARGS) \
+	  -p no:cacheprovider -m hypothesis --ignore=test_kernel_compile.py --hypothesis-seed=$(EXPLORE_SEED)
 
 # The C++ ops under AddressSanitizer + UndefinedBehaviorSanitizer: the extension is built with
 # -fsanitize=address,undefined into build/asan-site, which the test run puts first on

@@ -136,7 +136,7 @@ def make_correction_inputs(
 
     Most rows continue a distinct previous row (a random permutation: rows move); some are new
     (-1); some name a row past the previous buffers. valid_sampled_token_count and
-    prev_num_draft_tokens get lengths up to length_jitter apart, so each bound of SPEC 3.2
+    prev_num_draft_tokens get lengths up to length_jitter apart, so each bound of the contract
     matters; a third of the previous rows did not draft.
     """
     def lengths(base: int) -> int:

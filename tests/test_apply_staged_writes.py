@@ -1,4 +1,5 @@
-"""apply_staged_writes (SPEC 3.3): every backend against the reference, opcheck, compile, bad input."""
+"""apply_staged_writes: every backend against the independent expectation (tests/expectations.py),
+opcheck, compile, bad input."""
 
 from __future__ import annotations
 
@@ -6,20 +7,15 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from conftest import device_backends
+from expectations import staged_table
 from strategies import assert_rejected_without_writes, assert_same, make_staged_writes
 
 import specops
-from specops.reference.apply_staged_writes import apply_staged_writes as reference_op
 
 
 def i32(values):
     return torch.tensor(values, dtype=torch.int32)
-
-
-def reference(table, rows, starts, cu_lens, values):
-    expected = table.clone()
-    reference_op(expected, rows, starts, cu_lens, values)
-    return expected
 
 
 def test_hand_computed(backend):
@@ -52,8 +48,8 @@ def test_values_past_cu_lens_end_are_ignored(backend):
     extra_values=st.integers(0, 3),
     seed=st.integers(0, 2**16),
 )
-def test_matches_reference_on_random_writes(backend, table_rows, table_cols, rows_dtype, strided_table,
-                                            extra_values, seed):
+def test_matches_expectation_on_random_writes(backend, table_rows, table_cols, rows_dtype, strided_table,
+                                              extra_values, seed):
     generator = torch.Generator().manual_seed(seed)
     rows, starts, cu_lens, values = make_staged_writes(generator, table_rows, table_cols)
     rows = rows.to(rows_dtype)
@@ -61,7 +57,7 @@ def test_matches_reference_on_random_writes(backend, table_rows, table_cols, row
     storage = torch.randint(0, 100, (table_rows, table_cols + 3 * strided_table), dtype=torch.int32,
                             generator=generator)
     table = storage[:, :table_cols] if strided_table else storage
-    expected = reference(table, rows, starts, cu_lens, values)
+    expected = staged_table(table, rows, starts, cu_lens, values)
     specops.apply_staged_writes(table, rows, starts, cu_lens, values)
     assert_same(table, expected, backend)
 
@@ -71,7 +67,7 @@ def test_many_tiles_fixed_seed(backend):
     rows, starts, cu_lens, values = make_staged_writes(generator, 64, 100, row_fraction=0.9)
     assert values.numel() > 2 * 1024  # several Triton tiles
     table = torch.zeros(64, 100, dtype=torch.int32)
-    expected = reference(table, rows, starts, cu_lens, values)
+    expected = staged_table(table, rows, starts, cu_lens, values)
     specops.apply_staged_writes(table, rows, starts, cu_lens, values)
     assert_same(table, expected, backend)
 
@@ -178,9 +174,7 @@ def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
     ],
 )
 def test_device_paths_drop_writes_that_do_not_fit(change, expected):
-    for name in ("triton", "reference"):
-        if name not in specops.available_backends():
-            continue
+    for name in device_backends():
         with specops.backend(name):
             table = specops.apply_staged_writes(**{**_valid_call(), **change})
         assert table.tolist() == expected, name

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from conftest import BACKENDS
+from conftest import BACKENDS, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from op_table import HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec, bad, get_arg, set_arg, tensor_keys
@@ -229,7 +229,7 @@ def test_extreme_scalars_are_rejected_or_handled_alike(spec):
     rejects, and where every backend accepts, the same outputs."""
     ints = _scalars(spec)
 
-    @settings(max_examples=30)
+    @settings(max_examples=examples(30))
     @given(changed=st.dictionaries(st.sampled_from(ints), st.sampled_from(EXTREMES), min_size=1, max_size=3))
     def check(changed):
         results = {}

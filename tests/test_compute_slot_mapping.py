@@ -1,28 +1,29 @@
-"""compute_slot_mapping (SPEC 3.1): every backend against the reference, opcheck, compile, bad input."""
+"""compute_slot_mapping: every backend against the independent expectation (tests/expectations.py),
+opcheck, compile, bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import BACKENDS
-from hypothesis import given
+from conftest import BACKENDS, device_backends
+from expectations import compute_slot_mapping as expected_slots
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import assert_same, batch_shapes, make_batch
 
 import specops
-from specops.reference.compute_slot_mapping import compute_slot_mapping as reference_op
 
 PAD = specops.PAD_SLOT_ID
 
 
-def reference(query_start_loc, positions, block_table, block_size, *, out_dtype=torch.int64,
-              num_tokens_padded=None, blocks_per_kv_block=1, cp_world_size=1, cp_rank=0,
-              cp_interleave=1, idx_mapping=None):
+def expectation(query_start_loc, positions, block_table, block_size, *, out_dtype=torch.int64,
+                num_tokens_padded=None, blocks_per_kv_block=1, cp_world_size=1, cp_rank=0,
+                cp_interleave=1, idx_mapping=None):
     padded = positions.numel() if num_tokens_padded is None else num_tokens_padded
     out = torch.full((padded,), 12345, dtype=out_dtype)
-    reference_op(query_start_loc, positions, block_table, block_size, out, blocks_per_kv_block,
-                 cp_world_size, cp_rank, cp_interleave, idx_mapping, padded)
-    return out
+    return expected_slots(query_start_loc, positions, block_table, block_size, out,
+                          blocks_per_kv_block=blocks_per_kv_block, cp_world_size=cp_world_size, cp_rank=cp_rank,
+                          cp_interleave=cp_interleave, idx_mapping=idx_mapping, num_tokens_padded=padded)
 
 
 def test_spec_example_single_rank(backend):
@@ -96,9 +97,9 @@ def test_negative_block_ids_are_pad(backend):
     extra_padding=st.integers(0, 5),
     seed=st.integers(0, 2**16),
 )
-def test_matches_reference_on_random_batches(backend, shape, block_size, blocks_per_kv_block, cp_world_size,
-                                             cp_interleave, rank_choice, with_idx_mapping, out_dtype,
-                                             positions_dtype, extra_padding, seed):
+def test_matches_expectation_on_random_batches(backend, shape, block_size, blocks_per_kv_block, cp_world_size,
+                                               cp_interleave, rank_choice, with_idx_mapping, out_dtype,
+                                               positions_dtype, extra_padding, seed):
     kv_block = block_size * blocks_per_kv_block
     if kv_block % cp_interleave:
         cp_interleave = 1
@@ -114,7 +115,45 @@ def test_matches_reference_on_random_batches(backend, shape, block_size, blocks_
                   idx_mapping=batch.idx_mapping)
     out = torch.full((batch.num_tokens + extra_padding,), 777, dtype=out_dtype)
     specops.compute_slot_mapping(batch.query_start_loc, positions, batch.block_table, block_size, out=out, **kwargs)
-    expected = reference(batch.query_start_loc, positions, batch.block_table, block_size, out_dtype=out_dtype, **kwargs)
+    expected = expectation(batch.query_start_loc, positions, batch.block_table, block_size, out_dtype=out_dtype, **kwargs)
+    assert_same(out, expected, backend)
+
+
+@given(
+    shape=batch_shapes(max_reqs=5, max_query_len=6, max_context=120),
+    block_size=st.sampled_from([1, 4, 16]),
+    cp=st.sampled_from([(1, 0, 1), (2, 1, 1), (4, 2, 2), (3, 0, 4)]),
+    dropped=st.integers(1, 2),
+    with_idx_mapping=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_positions_past_the_table_are_pad_on_device_paths_and_an_error_on_the_host(backend, shape, block_size, cp,
+                                                                                   dropped, with_idx_mapping, seed):
+    """The column bound: the table loses its last columns, so the tokens that lived there now
+    read at column num_cols or past it (the boundary first). Device paths write PAD for exactly
+    those tokens; the native op rejects the batch and writes nothing."""
+    world, rank, interleave = cp
+    if block_size % interleave:
+        interleave = 1
+    query_lens, context_lens = shape
+    batch = make_batch(torch.Generator().manual_seed(seed), query_lens=query_lens, context_lens=context_lens,
+                       tokens_per_block_row=block_size * world, with_idx_mapping=with_idx_mapping,
+                       unmapped_fraction=0.2)
+    columns = batch.block_table.size(1)
+    assume(columns > dropped)
+    table = batch.block_table[:, : columns - dropped].contiguous()
+    kwargs = dict(num_tokens_padded=batch.num_tokens + 2, cp_world_size=world, cp_rank=rank, cp_interleave=interleave,
+                  idx_mapping=batch.idx_mapping)
+    expected = expectation(batch.query_start_loc, batch.positions, table, block_size, **kwargs)
+    with_every_column = expectation(batch.query_start_loc, batch.positions, batch.block_table, block_size, **kwargs)
+    past_the_table = bool(((with_every_column != PAD) & (expected == PAD)).any())
+    out = torch.full((batch.num_tokens + 2,), 55, dtype=torch.int64)
+    if backend == "native" and past_the_table:
+        with pytest.raises(ValueError, match="positions"):
+            specops.compute_slot_mapping(batch.query_start_loc, batch.positions, table, block_size, out=out, **kwargs)
+        assert (out == 55).all()
+        return
+    specops.compute_slot_mapping(batch.query_start_loc, batch.positions, table, block_size, out=out, **kwargs)
     assert_same(out, expected, backend)
 
 
@@ -130,7 +169,7 @@ def test_many_tiles_fixed_seed(backend, cp_world_size):
     kwargs = dict(cp_world_size=cp_world_size, cp_rank=cp_world_size - 1, idx_mapping=batch.idx_mapping,
                   num_tokens_padded=batch.num_tokens + 100)
     out = specops.compute_slot_mapping(batch.query_start_loc, batch.positions, batch.block_table, 16, **kwargs)
-    expected = reference(batch.query_start_loc, batch.positions, batch.block_table, 16, **kwargs)
+    expected = expectation(batch.query_start_loc, batch.positions, batch.block_table, 16, **kwargs)
     assert_same(out, expected, backend)
 
 
@@ -167,7 +206,7 @@ def test_writes_in_place_and_clears_a_stale_tail(backend):
     assert (out[: large.num_tokens] != PAD).all()
     result = specops.compute_slot_mapping(small.query_start_loc, small.positions, small.block_table, 16, out=out)
     assert result.data_ptr() == address == out.data_ptr()
-    expected = reference(small.query_start_loc, small.positions, small.block_table, 16, num_tokens_padded=80)
+    expected = expectation(small.query_start_loc, small.positions, small.block_table, 16, num_tokens_padded=80)
     assert_same(out, expected)
     assert (out[small.num_tokens:] == PAD).all()
 
@@ -301,19 +340,21 @@ def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
     assert torch.equal(out, before)
 
 
-@pytest.mark.parametrize("change", [c for _, c in VALUE_ERRORS[:3]])
-def test_device_paths_write_pad_for_invalid_values(change):
+# _valid_call: request 0 (row 0 = blocks 1, 2) has positions 0 and 17, request 1 (row 1 = blocks
+# 3, 4) position 5: slots 16, 33, 53, then PAD for the padded fourth token.
+@pytest.mark.parametrize("change,expected", [
+    (VALUE_ERRORS[0][1], [16, PAD, 53, PAD]),  # position 32 is past row 0's two blocks
+    (VALUE_ERRORS[1][1], [16, PAD, 53, PAD]),  # a negative position
+    (VALUE_ERRORS[2][1], [16, 33, PAD, PAD]),  # request 1 maps to row 2, past the table
+])
+def test_device_paths_write_pad_for_invalid_values(change, expected):
     call = _valid_call()
     call.update(change)
     out = call.pop("out")
-    results = {}
-    for name in ("triton", "reference"):
-        if name in specops.available_backends():
-            with specops.backend(name):
-                results[name] = specops.compute_slot_mapping(**call, out=out.clone())
-    for name, result in results.items():
-        assert result[1].item() == PAD or call["idx_mapping"] is not None, name
-        assert_same(result, results["reference"], name)
+    for name in device_backends():
+        with specops.backend(name):
+            result = specops.compute_slot_mapping(**call, out=out.clone())
+        assert result.tolist() == expected, name
 
 
 def test_a_slot_past_an_int32_out_is_pad_on_device_paths_and_an_error_on_the_host():

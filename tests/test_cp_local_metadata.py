@@ -1,26 +1,30 @@
-"""cp_local_metadata (SPEC 3.4): hand-computed splits, every backend against the reference, the
+"""cp_local_metadata: hand-computed splits, every backend against the independent expectation
+(tests/expectations.py), the
 partition across ranks, host ints without device-to-host copies, opcheck, compile, bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import BACKENDS, device_backends
+from expectations import cp_local_metadata as expected_metadata
 from host_syncs import OpLog
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes, assert_same, cp_batches
 
 import specops
-from specops.reference.cp_local_metadata import cp_local_metadata as reference_op
+
+OUTPUTS = ("local_query_start_loc", "local_seq_lens", "start_pos")
 
 
-def reference(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal, extra=0):
+def expectation(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal, extra=0):
+    """The independent expectation for outputs with `extra` padding entries (stale 999 before)."""
     num_reqs = query_start_loc.numel() - 1
     outputs = [torch.full((num_reqs + 1 + extra,), 999, dtype=torch.int32),
                torch.full((num_reqs + extra,), 999, dtype=torch.int32),
                torch.full((num_reqs + extra,), 999, dtype=torch.int32)]
-    reference_op(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal, *outputs)
-    return outputs
+    return expected_metadata(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal, *outputs)
 
 
 # Requests [0, 3), [3, 3) (empty), [3, 8), [8, 10) over 12 input tokens and 3 ranks of 4 tokens:
@@ -95,19 +99,51 @@ def test_empty_batch_gives_maxima_of_one(backend):
 
 
 @given(batch=cp_batches(), rank_choice=st.integers(0, 7), causal=st.booleans(), extra=st.integers(0, 3))
-def test_matches_reference_on_random_batches(backend, batch, rank_choice, causal, extra):
+def test_matches_expectation_on_random_batches(backend, batch, rank_choice, causal, extra):
     rank = rank_choice % batch.cp_size
     args = (batch.query_start_loc, batch.seq_lens, batch.num_input_tokens, batch.cp_size, rank)
-    expected = reference(*args, causal, extra)
-    outputs = [torch.full_like(t, -7) for t in expected]
+    expected = expectation(*args, causal, extra)
+    outputs = [torch.full_like(expected[name], -7) for name in OUTPUTS]
     meta = specops.cp_local_metadata(*args, causal=causal, local_query_start_loc=outputs[0],
                                      local_seq_lens=outputs[1], start_pos=outputs[2])
-    for name, actual, wanted in zip(("local_query_start_loc", "local_seq_lens", "start_pos"), outputs, expected):
-        assert_same(actual, wanted, f"{backend} {name}")
+    for name, actual in zip(OUTPUTS, outputs):
+        assert_same(actual, expected[name], f"{backend} {name}")
     assert meta.local_query_start_loc is outputs[0]
-    local_query_lens = (expected[0][1:] - expected[0][:-1])[: batch.num_reqs]
-    assert meta.max_local_query_len == max([1, *local_query_lens.tolist()])
-    assert meta.max_local_seq_len == max([1, *expected[1].tolist()])
+    assert (meta.local_start, meta.local_end) == (expected["local_start"], expected["local_end"])
+    assert meta.max_local_query_len == expected["max_local_query_len"]
+    assert meta.max_local_seq_len == expected["max_local_seq_len"]
+
+
+# Padded request slots (outputs longer than the batch, as a captured graph's buffers are) must
+# read as empty requests: local_query_start_loc repeats the last start, local_seq_lens and
+# start_pos are 0. Requests [0, 3), [3, 8) over 8 tokens and 2 ranks of 4 tokens, seq_lens 6 and
+# 9, outputs with 3 padding slots holding stale values.
+@pytest.mark.parametrize("rank,local_qsl,local_seq", [
+    (0, [0, 3, 4, 4, 4, 4], [6, 5, 0, 0, 0]),  # token 3 of request 1 cannot see its 4 tokens on rank 1
+    (1, [0, 0, 4, 4, 4, 4], [0, 9, 0, 0, 0]),
+])
+def test_hand_computed_padded_request_slots(backend, rank, local_qsl, local_seq):
+    outputs = [torch.full((6,), 55, dtype=torch.int32), torch.full((5,), 55, dtype=torch.int32),
+               torch.full((5,), 55, dtype=torch.int32)]
+    specops.cp_local_metadata(torch.tensor([0, 3, 8], dtype=torch.int32), torch.tensor([6, 9], dtype=torch.int32), 8,
+                              2, rank, causal=True, local_query_start_loc=outputs[0], local_seq_lens=outputs[1],
+                              start_pos=outputs[2])
+    assert outputs[0].tolist() == local_qsl
+    assert outputs[1].tolist() == local_seq
+    assert outputs[2].tolist() == [3, 4, 0, 0, 0]  # seq_lens - query_lens, then 0
+
+
+def test_padded_starts_follow_a_rank_with_no_real_token(backend):
+    """The last start of a rank whose slice is all padding is 0, and every padded slot repeats it:
+    10 input tokens (8 real) over 4 ranks of 3; rank 3 holds [9, 12), past the real ones."""
+    outputs = [torch.full((5,), 55, dtype=torch.int32), torch.full((4,), 55, dtype=torch.int32),
+               torch.full((4,), 55, dtype=torch.int32)]
+    specops.cp_local_metadata(torch.tensor([0, 5, 8], dtype=torch.int32), torch.tensor([5, 20], dtype=torch.int32), 10,
+                              4, 3, causal=False, local_query_start_loc=outputs[0], local_seq_lens=outputs[1],
+                              start_pos=outputs[2])
+    assert outputs[0].tolist() == [0, 0, 0, 0, 0]
+    assert outputs[1].tolist() == [0, 0, 0, 0]
+    assert outputs[2].tolist() == [0, 17, 0, 0]
 
 
 @pytest.mark.parametrize("cp_size", [1, 2, 3, 4, 8])
@@ -149,7 +185,7 @@ def test_padded_buffers_are_rewritten_whole(backend):
 
 # Meta tensors stand in for device tensors: they hold no data, so any read of one fails. Triton
 # cannot launch on them; the native op runs its fake kernel on them, the reference runs as is.
-META_BACKENDS = [name for name in specops.available_backends() if name != "triton"]
+META_BACKENDS = [name for name in BACKENDS if name != "triton"]
 
 
 @pytest.mark.parametrize("impl", META_BACKENDS)
@@ -229,18 +265,18 @@ def test_op_log_catches_device_reads():
 
 def test_device_paths_agree_on_values_the_native_op_rejects():
     # num_input_tokens below T and a negative seq_len: device kernels cannot raise; they must
-    # stay in bounds and agree with the reference.
+    # stay in bounds and write what the formulas give. 6 input tokens over 2 ranks: rank 1
+    # holds [3, 6), tokens 3 and 4 of request 0 and token 5 of request 1 (whose tokens 6..8 lie
+    # past the stream, on no rank). Request 0's seq_len -3 is not positive: local seq_len 0;
+    # request 1 sees 12 - 3 later tokens. start_pos is seq_lens - query_lens: -8 and 8.
     query_start_loc = torch.tensor([0, 5, 9], dtype=torch.int32)
     seq_lens = torch.tensor([-3, 12], dtype=torch.int32)
-    results = {}
-    for name in ("triton", "reference"):
-        if name in specops.available_backends():
-            with specops.backend(name):
-                meta = specops.cp_local_metadata(query_start_loc, seq_lens, 6, 2, 1, causal=True)
-                results[name] = (meta.local_query_start_loc, meta.local_seq_lens, meta.start_pos)
-    for name, outputs in results.items():
-        for actual, expected in zip(outputs, results["reference"]):
-            assert_same(actual, expected, name)
+    for name in device_backends():
+        with specops.backend(name):
+            meta = specops.cp_local_metadata(query_start_loc, seq_lens, 6, 2, 1, causal=True)
+        assert meta.local_query_start_loc.tolist() == [0, 2, 3], name
+        assert meta.local_seq_lens.tolist() == [0, 9], name
+        assert meta.start_pos.tolist() == [-8, 8], name
 
 
 def _opcheck_args(causal):
@@ -278,7 +314,6 @@ def _valid_call():
                 start_pos=torch.full((2,), 55, dtype=torch.int32))
 
 
-OUTPUTS = ("local_query_start_loc", "local_seq_lens", "start_pos")
 BAD_INPUTS = [
     ("query_start_loc", dict(query_start_loc=torch.tensor([0, 2, 5], dtype=torch.int64))),
     ("query_start_loc", dict(query_start_loc=torch.tensor([[0, 2, 5]], dtype=torch.int32))),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import device_backends, examples
+from expectations import dcp_local_seq_len
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes, assert_same
@@ -13,12 +15,6 @@ from strategies import assert_rejected_without_writes, assert_same
 import specops
 
 STALE = 4321
-
-
-def counted(seq_len: int, world: int, rank: int, interleave: int) -> int:
-    """Independent expectation: the positions p < seq_len dealt to `rank`, in runs of
-    `interleave` tokens per rank, round robin."""
-    return sum(1 for p in range(seq_len) if (p // interleave) % world == rank)
 
 
 def every_rank(seq_lens: torch.Tensor, world: int, interleave: int) -> list[list[int]]:
@@ -70,7 +66,7 @@ def test_lengths_past_int32(backend):
     assert out.tolist() == [2**35 * 8, 2**28 * 8]
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(
     seq_lens=st.lists(st.integers(0, 200), max_size=12),
     world=st.integers(1, 5),
@@ -84,7 +80,7 @@ def test_matches_the_token_count_on_random_lengths(backend, seq_lens, world, int
     for rank in range(world):
         out = torch.full((len(seq_lens) + extra,), STALE, dtype=dtype)
         specops.dcp_local_seq_lens(lengths, world, rank, interleave, out=out)
-        expected = [counted(s, world, rank, interleave) for s in seq_lens] + [0] * extra
+        expected = [dcp_local_seq_len(s, world, rank, interleave) for s in seq_lens] + [0] * extra
         assert_same(out, torch.tensor(expected, dtype=dtype), f"rank {rank}")
         total += out[: len(seq_lens)]
     assert_same(total, lengths, "summed over ranks")
@@ -108,9 +104,7 @@ def test_agrees_with_the_tokens_compute_slot_mapping_marks_local(backend, world,
 
 
 def test_a_negative_length_stores_nothing_on_the_device_paths():
-    for name in ("triton", "reference"):
-        if name not in specops.available_backends():
-            continue
+    for name in device_backends():
         with specops.backend(name):
             out = specops.dcp_local_seq_lens(torch.tensor([-5, 9], dtype=torch.int32), 2, 0, 4)
         assert out.tolist() == [0, 5], name

@@ -1,4 +1,5 @@
-"""dspark_swa_indices (SPEC 3.4): hand-computed rows, every backend against the reference, rank
+"""dspark_swa_indices: hand-computed rows, every backend against the independent expectation
+(tests/expectations.py), rank
 slices that concatenate to the full padded table without materializing it, opcheck, compile,
 bad input."""
 
@@ -6,26 +7,27 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import BACKENDS, device_backends
+from expectations import dspark_swa_indices as expected_indices
 from host_syncs import OpLog
-from conftest import BACKENDS
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes, assert_same, cp_batches
 
 import specops
-from specops.reference.dspark_swa_indices import dspark_swa_indices as reference_op
 
 PAD = specops.PAD_SLOT_ID
 
 
-def reference(block_table, query_start_loc, seq_lens, *, window, num_speculative_tokens, block_size, num_tokens,
-              width, cp_size=1, cp_rank=0, extra_rows=0):
+def expectation(block_table, query_start_loc, seq_lens, *, window, num_speculative_tokens, block_size, num_tokens,
+                width, cp_size=1, cp_rank=0, extra_rows=0):
+    """The independent expectation for outputs with `extra_rows` rows past the slice (stale 4321)."""
     rows = -(-num_tokens // cp_size) + extra_rows
     out = torch.full((rows, 1, width), 4321, dtype=torch.int32)
     out_lens = torch.full((rows,), 4321, dtype=torch.int32)
-    reference_op(block_table, query_start_loc, seq_lens, window, num_speculative_tokens, block_size, num_tokens,
-                 width, cp_size, cp_rank, out, out_lens)
-    return out, out_lens
+    return expected_indices(block_table, query_start_loc, seq_lens, window=window, block_size=block_size,
+                            num_tokens=num_tokens, width=width, cp_size=cp_size, cp_rank=cp_rank, out=out,
+                            out_lens=out_lens)
 
 
 # Request 0: 2 draft tokens, seq_len 9 -> start = 9 - 2 - 3 = 4, visible 5: positions 4..8.
@@ -115,14 +117,14 @@ def test_seq_len_zero_and_negative_block_ids(backend):
 
 @given(batch=cp_batches(block_size=4), rank_choice=st.integers(0, 7), window=st.integers(0, 20),
        num_speculative_tokens=st.integers(0, 4), extra_width=st.integers(0, 3), extra_rows=st.integers(0, 2))
-def test_matches_reference_on_random_batches(backend, batch, rank_choice, window, num_speculative_tokens,
-                                             extra_width, extra_rows):
+def test_matches_expectation_on_random_batches(backend, batch, rank_choice, window, num_speculative_tokens,
+                                               extra_width, extra_rows):
     query_lens = (batch.query_start_loc[1:] - batch.query_start_loc[:-1]).tolist()
     width = max(1, window + max([num_speculative_tokens, *query_lens])) + extra_width  # every row fits
     kwargs = dict(window=window, num_speculative_tokens=num_speculative_tokens, block_size=4,
                   num_tokens=batch.num_input_tokens, width=width, cp_size=batch.cp_size,
                   cp_rank=rank_choice % batch.cp_size)
-    expected, expected_lens = reference(batch.block_table, batch.query_start_loc, batch.seq_lens, **kwargs,
+    expected, expected_lens = expectation(batch.block_table, batch.query_start_loc, batch.seq_lens, **kwargs,
                                         extra_rows=extra_rows)
     out, out_lens = torch.full_like(expected, 4321), torch.full_like(expected_lens, 4321)
     specops.dspark_swa_indices(batch.block_table, batch.query_start_loc, batch.seq_lens, **kwargs, out=out,
@@ -151,7 +153,7 @@ def test_rank_slices_concatenate_to_the_full_padded_table(backend, cp_size):
     assert_same(torch.cat([s[1] for s in slices]), full_lens, "lens")
 
 
-@pytest.mark.parametrize("impl", [name for name in specops.available_backends() if name != "triton"])
+@pytest.mark.parametrize("impl", [name for name in BACKENDS if name != "triton"])
 def test_a_rank_never_materializes_the_full_table(impl):
     """Under cp_size > 1 no tensor with the padded stream's row count is created: the slice is
     written directly. The log sees every aten op of the reference and the native op's one call."""
@@ -179,22 +181,19 @@ def test_writes_in_place_and_clears_stale_rows(backend):
 
 def test_device_paths_stay_in_bounds_on_values_the_native_op_rejects():
     # seq_lens past the table, a window wider than the row, a negative seq_len: kernels clamp.
+    # Request 0 (tokens 0, 1): seq_len -4 leaves nothing visible. Request 1 (tokens 2..5):
+    # start = 40 - 4 - 30 = 6, visible 34 clamped to the row width 31; positions 6, 7 are in
+    # block 4 (slots 18, 19), later ones are past the table's two columns.
     block_table = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)
     query_start_loc = torch.tensor([0, 2, 6], dtype=torch.int32)
     seq_lens = torch.tensor([-4, 40], dtype=torch.int32)
-    results = {}
-    for name in ("triton", "reference"):
-        if name in specops.available_backends():
-            with specops.backend(name):
-                results[name] = specops.dspark_swa_indices(block_table, query_start_loc, seq_lens, window=30,
-                                                           num_speculative_tokens=1, block_size=4, width=31)
-    for name, (indices, lens) in results.items():
-        assert_same(indices, results["reference"][0], name)
-        assert_same(lens, results["reference"][1], name)
-    indices, lens = results["reference"]
-    assert lens.tolist() == [0, 0, 31, 31, 31, 31]  # visible is clamped to the row width
-    # start = 40 - 4 - 30 = 6: positions 6, 7 are in block 4; later ones are past the table.
-    assert indices[2, 0, :4].tolist() == [18, 19, PAD, PAD]
+    request_1_row = [18, 19] + [PAD] * 29
+    for name in device_backends():
+        with specops.backend(name):
+            indices, lens = specops.dspark_swa_indices(block_table, query_start_loc, seq_lens, window=30,
+                                                       num_speculative_tokens=1, block_size=4, width=31)
+        assert lens.tolist() == [0, 0, 31, 31, 31, 31], name
+        assert indices[:, 0].tolist() == [[PAD] * 31] * 2 + [request_1_row] * 4, name
 
 
 def _opcheck_args(cp_size, cp_rank):

@@ -1,5 +1,5 @@
-"""format_slot_mapping_blocks (SPEC 3.4): floor semantics by hand, every backend against the
-reference, the round trip, opcheck, compile, bad input."""
+"""format_slot_mapping_blocks: floor semantics by hand, every backend against the independent
+expectation (tests/expectations.py), the round trip, opcheck, compile, bad input."""
 
 from __future__ import annotations
 
@@ -7,19 +7,18 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from expectations import slot_mapping_blocks
 from strategies import assert_rejected_without_writes, assert_same, make_batch
 
 import specops
-from specops.reference.format_slot_mapping_blocks import format_slot_mapping_blocks as reference_op
 
 PAD = specops.PAD_SLOT_ID
 
 
-def reference(slot_mapping, block_size, rows=None, out_dtype=None):
+def expectation(slot_mapping, block_size, rows=None, out_dtype=None):
     rows = slot_mapping.numel() if rows is None else rows
-    out = torch.full((rows, 2), 4321, dtype=out_dtype or slot_mapping.dtype)
-    reference_op(slot_mapping, block_size, out)
-    return out
+    stale = torch.full((rows, 2), 4321, dtype=out_dtype or slot_mapping.dtype)
+    return slot_mapping_blocks(slot_mapping, block_size, stale)
 
 
 def test_hand_computed_power_of_two(backend):
@@ -66,8 +65,8 @@ def test_rows_past_the_slots_get_the_pair_of_pad(backend):
     strided=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_matches_reference_on_random_slots(backend, num_slots, extra_rows, block_size, slot_dtype, out_dtype,
-                                           strided, seed):
+def test_matches_expectation_on_random_slots(backend, num_slots, extra_rows, block_size, slot_dtype, out_dtype,
+                                             strided, seed):
     generator = torch.Generator().manual_seed(seed)
     slots = torch.randint(-3 * block_size, 1 << 30, (num_slots,), generator=generator)
     slots[torch.rand(num_slots, generator=generator) < 0.3] = PAD
@@ -77,7 +76,7 @@ def test_matches_reference_on_random_slots(backend, num_slots, extra_rows, block
     storage = torch.full((rows, 5 if strided else 2), 99, dtype=out_dtype)
     out = storage[:, 1:3] if strided else storage
     specops.format_slot_mapping_blocks(slots, block_size, out=out)
-    assert_same(out, reference(slots, block_size, rows, out_dtype), backend)
+    assert_same(out, expectation(slots, block_size, rows, out_dtype), backend)
     if strided:
         assert (storage[:, 0] == 99).all() and (storage[:, 3:] == 99).all()
     block, offset = out[:num_slots].long().unbind(1)

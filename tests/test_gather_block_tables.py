@@ -1,24 +1,20 @@
-"""gather_block_tables (SPEC 3.3): every backend against the reference, opcheck, compile, bad input."""
+"""gather_block_tables: every backend against the independent expectation (tests/expectations.py),
+opcheck, compile, bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import device_backends, examples
+from expectations import gathered_block_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes, assert_same, make_block_source
 
 import specops
-from specops.reference.gather_block_tables import gather_block_tables as reference_op
 
 NULL = specops.NULL_BLOCK_ID
 STALE = 777
-
-
-def reference(src, num_blocks, idx_mapping, out, num_reqs_padded):
-    expected = out.clone()
-    reference_op(src, num_blocks, idx_mapping, expected, num_reqs_padded)
-    return expected
 
 
 def test_hand_computed(backend):
@@ -102,7 +98,7 @@ def expected_masked(src, num_blocks, idx_mapping, num_computed_tokens, reach, bl
     return table
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(
     src_rows=st.integers(1, 8),
     cols=st.integers(1, 40),
@@ -141,8 +137,8 @@ def test_sliding_window_matches_the_contract_on_random_tables(backend, src_rows,
     unmapped_fraction=st.sampled_from([0.0, 0.3]),
     seed=st.integers(0, 2**16),
 )
-def test_matches_reference_on_random_tables(backend, src_rows, cols, num_reqs, extra_out_rows, extra_out_cols,
-                                            strided_out, idx_dtype, unmapped_fraction, seed):
+def test_matches_expectation_on_random_tables(backend, src_rows, cols, num_reqs, extra_out_rows, extra_out_cols,
+                                              strided_out, idx_dtype, unmapped_fraction, seed):
     generator = torch.Generator().manual_seed(seed)
     src, num_blocks = make_block_source(generator, src_rows, cols)
     idx_mapping = torch.randint(0, src_rows, (num_reqs,), generator=generator)
@@ -153,7 +149,7 @@ def test_matches_reference_on_random_tables(backend, src_rows, cols, num_reqs, e
                             generator=generator)
     out = storage[:, : cols + extra_out_cols] if strided_out else storage
     num_reqs_padded = num_reqs + int(torch.randint(0, extra_out_rows + 1, (1,), generator=generator))
-    expected = reference(src, num_blocks, idx_mapping, out, num_reqs_padded)
+    expected = gathered_block_tables(src, num_blocks, idx_mapping, out, num_reqs_padded)
     specops.gather_block_tables(src, num_blocks, idx_mapping, out, num_reqs_padded=num_reqs_padded)
     assert_same(out, expected, backend)
 
@@ -164,7 +160,7 @@ def test_many_tiles_fixed_seed(backend):
     idx_mapping = torch.randperm(64, generator=generator)[:40].to(torch.int32)
     idx_mapping[::7] = -1
     out = torch.full((48, 200), STALE, dtype=torch.int32)
-    expected = reference(src, num_blocks, idx_mapping, out, 45)
+    expected = gathered_block_tables(src, num_blocks, idx_mapping, out, 45)
     specops.gather_block_tables(src, num_blocks, idx_mapping, out, num_reqs_padded=45)
     assert_same(out, expected, backend)
 
@@ -279,9 +275,7 @@ def test_native_rejects_invalid_values_and_writes_nothing(argument, change):
     ],
 )
 def test_device_paths_write_null_for_invalid_values(change, expected):
-    for name in ("triton", "reference"):
-        if name not in specops.available_backends():
-            continue
+    for name in device_backends():
         with specops.backend(name):
             out = specops.gather_block_tables(**{**_valid_call(), **change})
         assert out.tolist() == expected, name

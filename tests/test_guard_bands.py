@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import BACKENDS
+from conftest import BACKENDS, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from op_table import OP_TABLE, Arg, Call, OpSpec, extreme_values, get_arg, set_arg
@@ -128,7 +128,7 @@ def assert_agree(spec: OpSpec, actual: Outcome, expected: Outcome, backend: str)
 
 @pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
 def test_valid_calls_stay_inside_their_buffers_and_agree(spec):
-    @settings(max_examples=spec.guard_examples)
+    @settings(max_examples=examples(spec.guard_examples))
     @given(call=spec.draw_call)
     def check(call):
         expected = run_banded(spec, call, "reference")
@@ -140,7 +140,7 @@ def test_valid_calls_stay_inside_their_buffers_and_agree(spec):
 
 @pytest.mark.parametrize("spec", OP_TABLE, ids=[spec.name for spec in OP_TABLE])
 def test_invalid_values_stay_inside_their_buffers(spec):
-    @settings(max_examples=2 * spec.guard_examples)
+    @settings(max_examples=examples(2 * spec.guard_examples))
     @given(data=st.data())
     def check(data):
         call = data.draw(spec.draw_call)
@@ -169,7 +169,7 @@ def test_extreme_values_stay_inside_their_buffers(spec):
     or for the offsets tensors (OpSpec.offsets, a layout contradicting itself) stays in bounds."""
     inputs = [key for key in spec.tensors if key not in spec.outputs]
 
-    @settings(max_examples=spec.guard_examples)
+    @settings(max_examples=examples(spec.guard_examples))
     @given(data=st.data())
     def check(data):
         call = data.draw(spec.draw_call)

@@ -1,28 +1,29 @@
-"""prepare_positions_and_seq_lens (SPEC 3.2): every backend against the reference, padding,
+"""prepare_positions_and_seq_lens: every backend against the independent expectation
+(tests/expectations.py), padding,
 opcheck, compile, bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import BACKENDS
+from conftest import BACKENDS, device_backends, examples
+from expectations import positions_and_seq_lens
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import assert_same, batch_shapes, make_batch
 
 import specops
-from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens as reference_op
 
 
 def i32(values):
     return torch.tensor(values, dtype=torch.int32)
 
 
-def reference(num_computed_tokens, query_start_loc, positions_size, seq_lens_size, positions_dtype=torch.int64):
+def expectation(num_computed_tokens, query_start_loc, positions_size, seq_lens_size, positions_dtype=torch.int64):
     positions = torch.full((positions_size,), 999, dtype=positions_dtype)
     seq_lens = torch.full((seq_lens_size,), 999, dtype=torch.int32)
-    reference_op(num_computed_tokens, query_start_loc, positions, seq_lens, positions_size, seq_lens_size)
-    return positions, seq_lens
+    return positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, positions_size,
+                                  seq_lens_size)
 
 
 def test_hand_computed(backend):
@@ -41,12 +42,12 @@ def test_padding_is_zero(backend):
     assert seq_lens.tolist() == [7, 3, 0, 0, 55]
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(shape=batch_shapes(max_reqs=10, max_query_len=9, max_context=500),
        positions_dtype=st.sampled_from([torch.int64, torch.int32]), extra_tokens=st.integers(0, 5),
        extra_reqs=st.integers(0, 3), extra_counts=st.integers(0, 3), seed=st.integers(0, 2**16))
-def test_matches_reference_on_random_batches(backend, shape, positions_dtype, extra_tokens, extra_reqs, extra_counts,
-                                             seed):
+def test_matches_expectation_on_random_batches(backend, shape, positions_dtype, extra_tokens, extra_reqs,
+                                               extra_counts, seed):
     query_lens, context_lens = shape
     batch = make_batch(torch.Generator().manual_seed(seed), query_lens=query_lens, context_lens=context_lens,
                        tokens_per_block_row=16)
@@ -55,7 +56,7 @@ def test_matches_reference_on_random_batches(backend, shape, positions_dtype, ex
     positions = torch.full((positions_size,), 555, dtype=positions_dtype)
     seq_lens = torch.full((seq_lens_size,), 555, dtype=torch.int32)
     specops.prepare_positions_and_seq_lens(counts, batch.query_start_loc, positions=positions, seq_lens=seq_lens)
-    expected_positions, expected_seq_lens = reference(counts, batch.query_start_loc, positions_size, seq_lens_size,
+    expected_positions, expected_seq_lens = expectation(counts, batch.query_start_loc, positions_size, seq_lens_size,
                                                       positions_dtype)
     assert_same(positions, expected_positions, backend)
     assert_same(seq_lens, expected_seq_lens, backend)
@@ -109,7 +110,7 @@ def test_request_indexed_counts_hand_computed(backend):
     assert seq_lens.tolist() == [252, 1, 9, 0]
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(query_lens=st.lists(st.integers(0, 5), max_size=8), num_rows=st.integers(1, 10),
        idx_dtype=st.sampled_from([torch.int32, torch.int64]), seed=st.integers(0, 2**16))
 def test_request_indexed_counts_match_the_contract(backend, query_lens, num_rows, idx_dtype, seed):
@@ -139,12 +140,11 @@ def test_native_rejects_a_row_past_the_counts_and_writes_nothing():
 
 
 def test_device_paths_count_zero_for_a_row_past_the_counts():
-    for name in ("triton", "reference"):
-        if name in specops.available_backends():
-            with specops.backend(name):
-                positions, seq_lens = specops.prepare_positions_and_seq_lens(**dict(_valid_call(),
-                                                                                    idx_mapping=torch.tensor([1, 2])))
-            assert positions.tolist() == [9, 10, 0, 0] and seq_lens.tolist() == [11, 1, 0], name
+    for name in device_backends():
+        with specops.backend(name):
+            positions, seq_lens = specops.prepare_positions_and_seq_lens(**dict(_valid_call(),
+                                                                            idx_mapping=torch.tensor([1, 2])))
+        assert positions.tolist() == [9, 10, 0, 0] and seq_lens.tolist() == [11, 1, 0], name
 
 
 def _opcheck_args(positions_dtype, idx_mapping=None):
@@ -243,12 +243,11 @@ def test_device_paths_never_write_past_the_padding():
     # they write the 4 positions they may and nothing beyond.
     call = _valid_call()
     call.update(query_start_loc=i32([0, 2, 5]), positions=torch.full((6,), 55, dtype=torch.int64))
-    for name in ("triton", "reference"):
-        if name in specops.available_backends():
-            positions = call["positions"].clone()
-            with specops.backend(name):
-                specops.prepare_positions_and_seq_lens(**{**call, "positions": positions})
-            assert positions.tolist() == [4, 5, 9, 10, 55, 55], name
+    for name in device_backends():
+        positions = call["positions"].clone()
+        with specops.backend(name):
+            specops.prepare_positions_and_seq_lens(**{**call, "positions": positions})
+        assert positions.tolist() == [4, 5, 9, 10, 55, 55], name
 
 
 def test_a_negative_token_count_has_no_real_token_on_device_paths():

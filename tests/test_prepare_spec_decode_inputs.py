@@ -1,4 +1,5 @@
-"""prepare_spec_decode_inputs: equal to the unfused sequence on every backend, rejected calls
+"""prepare_spec_decode_inputs: every backend against the independent expectation (the per-op ones of
+tests/expectations.py in sequence), equal to the unfused sequence on every backend, rejected calls
 write nothing, opcheck, compile, bad input."""
 
 from __future__ import annotations
@@ -7,7 +8,9 @@ import re
 
 import pytest
 import torch
-from conftest import BACKENDS
+from conftest import BACKENDS, examples
+from expectations import compute_slot_mapping as expected_slots
+from expectations import corrected_counts, positions_and_seq_lens
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import SpecDecodeStep, assert_same, make_spec_decode_step
@@ -15,7 +18,6 @@ from strategies import SpecDecodeStep, assert_same, make_spec_decode_step
 import specops
 from specops._spec_decode_sizes import SpecDecodeSizes, pack_sizes
 from specops.ops.prepare_spec_decode_inputs import _OP as fused_op
-from specops.reference.prepare_spec_decode_inputs import prepare_spec_decode_inputs as reference_op
 
 PAD = specops.PAD_SLOT_ID
 
@@ -56,6 +58,31 @@ def run_unfused(step: SpecDecodeStep, outputs: dict, cp_world_size=1, cp_rank=0,
             cp_world_size=cp_world_size if sharded else 1, cp_rank=cp_rank if sharded else 0,
             cp_interleave=cp_interleave if sharded else 1, idx_mapping=step.idx_mapping,
             num_tokens_padded=padding.get("num_tokens_padded"))
+
+
+def expectation(step: SpecDecodeStep, outputs: dict, cp_world_size: int, cp_rank: int, cp_interleave: int,
+                enabled: list[bool], num_tokens_padded: int, num_reqs_padded: int) -> tuple[SpecDecodeStep, dict]:
+    """The step and the outputs after the fused op, from the independent per-op expectations:
+    the count correction, then positions and seq_lens from the corrected counts, then each
+    group's slot mapping (PAD for every padded token of a disabled group)."""
+    expected_step, expected = clone_step(step), clone_outputs(outputs)
+    correction = expected_step.correction
+    correction.num_computed_tokens, correction.num_accepted_tokens = corrected_counts(*step.correction.args())
+    expected["positions"], expected["seq_lens"] = positions_and_seq_lens(
+        correction.num_computed_tokens, step.query_start_loc, outputs["positions"], outputs["seq_lens"],
+        num_tokens_padded, num_reqs_padded)
+    for g, table in enumerate(step.block_tables):
+        out = expected["slot_mappings"][g]
+        if not enabled[g]:
+            out[:num_tokens_padded] = PAD
+            continue
+        sharded = step.cp_sharded[g]
+        expected["slot_mappings"][g] = expected_slots(
+            step.query_start_loc, expected["positions"][: step.num_tokens], table, step.block_sizes[g], out,
+            blocks_per_kv_block=step.blocks_per_kv_block[g], cp_world_size=cp_world_size if sharded else 1,
+            cp_rank=cp_rank if sharded else 0, cp_interleave=cp_interleave if sharded else 1,
+            idx_mapping=step.idx_mapping, num_tokens_padded=num_tokens_padded)
+    return expected_step, expected
 
 
 def assert_same_step(actual_step, actual, expected_step, expected, what):
@@ -115,7 +142,7 @@ def test_a_disabled_group_gets_pad_and_its_table_is_never_read(backend):
 GROUP_CHOICES = [(16, 1, True), (4, 2, True), (8, 1, False), (2, 4, False), (1, 1, True)]
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(num_reqs=st.integers(0, 10), num_prev_rows=st.integers(0, 10), max_query_len=st.integers(0, 6),
        groups=st.lists(st.sampled_from(GROUP_CHOICES), min_size=1, max_size=3),
        cp=st.sampled_from([(1, 0, 1), (2, 1, 1), (2, 0, 2), (4, 3, 1), (3, 1, 1)]),
@@ -124,9 +151,9 @@ GROUP_CHOICES = [(16, 1, True), (4, 2, True), (8, 1, False), (2, 4, False), (1, 
        extra_tokens=st.integers(0, 4), extra_reqs=st.integers(0, 2), enabled=st.lists(st.booleans(), min_size=3,
                                                                                        max_size=3),
        seed=st.integers(0, 2**16))
-def test_matches_reference_on_random_steps(backend, num_reqs, num_prev_rows, max_query_len, groups, cp,
-                                           with_idx_mapping, prev_dtype, positions_dtype, int32_slots, extra_tokens,
-                                           extra_reqs, enabled, seed):
+def test_matches_expectation_on_random_steps(backend, num_reqs, num_prev_rows, max_query_len, groups, cp,
+                                             with_idx_mapping, prev_dtype, positions_dtype, int32_slots, extra_tokens,
+                                             extra_reqs, enabled, seed):
     cp_world_size, cp_rank, cp_interleave = cp
     # The interleave must divide the allocation block of every sharded group.
     assume(all((block_size * kv_blocks) % cp_interleave == 0 for block_size, kv_blocks, sharded in groups if sharded))
@@ -136,13 +163,9 @@ def test_matches_reference_on_random_steps(backend, num_reqs, num_prev_rows, max
     padded_tokens, padded_reqs = step.num_tokens + extra_tokens, num_reqs + extra_reqs
     slot_dtypes = [torch.int32 if int32_slots and g % 2 else torch.int64 for g in range(len(groups))]
     outputs = fresh_outputs(step, padded_tokens, padded_reqs, positions_dtype, slot_dtypes)
-    expected_step, expected = clone_step(step), clone_outputs(outputs)
     cp_args = (cp_world_size, cp_rank, cp_interleave)
     enabled = enabled[: len(groups)]
-    sizes = pack_sizes(padded_tokens, padded_reqs, *cp_args, step.block_sizes, step.blocks_per_kv_block,
-                       step.cp_sharded, enabled)
-    reference_op(*expected_step.correction.args(), step.query_start_loc, expected["positions"], expected["seq_lens"],
-                 step.block_tables, expected["slot_mappings"], step.idx_mapping, sizes)
+    expected_step, expected = expectation(step, outputs, *cp_args, enabled, padded_tokens, padded_reqs)
     run_fused(step, outputs, *cp_args, slot_mapping_enabled=enabled)
     assert_same_step(step, outputs, expected_step, expected, backend)
     for g, on in enumerate(enabled):
@@ -159,10 +182,12 @@ def test_equals_the_unfused_ops_on_the_same_backend(backend, num_reqs):
     padding = dict(num_tokens_padded=step.num_tokens + 9, num_reqs_padded=num_reqs + 5)
     outputs = fresh_outputs(step, padding["num_tokens_padded"] + 3, padding["num_reqs_padded"] + 2)
     unfused_step, unfused = clone_step(step), clone_outputs(outputs)
+    expected_step, expected = expectation(step, outputs, 2, 1, 2, [True] * 3, **padding)
     run_unfused(unfused_step, unfused, 2, 1, 2, **padding)
     result = run_fused(step, outputs, 2, 1, 2, **padding)
     assert result.positions is outputs["positions"] and result.slot_mappings[2] is outputs["slot_mappings"][2]
     assert_same_step(step, outputs, unfused_step, unfused, backend)
+    assert_same_step(step, outputs, expected_step, expected, f"{backend} expectation")
     assert (outputs["positions"][-3:] == 555).all() and (outputs["seq_lens"][-2:] == 555).all()
 
 
@@ -184,9 +209,11 @@ def test_long_requests_cross_runs_kernel_blocks_and_virtual_blocks(backend, layo
     table[torch.rand(table.shape, generator=torch.Generator().manual_seed(1)) < 0.05] = -7  # PAD blocks
     outputs = fresh_outputs(step, step.num_tokens + 5, 8)
     unfused_step, unfused = clone_step(step), clone_outputs(outputs)
+    expected_step, expected = expectation(step, outputs, world, rank, interleave, [True], step.num_tokens + 5, 8)
     run_unfused(unfused_step, unfused, world, rank, interleave)
     run_fused(step, outputs, world, rank, interleave)
     assert_same_step(step, outputs, unfused_step, unfused, f"{backend} {layout}")
+    assert_same_step(step, outputs, expected_step, expected, f"{backend} {layout} expectation")
     assert (outputs["slot_mappings"][0] != PAD).any()
 
 
@@ -195,9 +222,11 @@ def test_without_groups_it_is_correction_and_positions(backend):
                                  groups=[])
     outputs = fresh_outputs(step, step.num_tokens + 2, 8)
     unfused_step, unfused = clone_step(step), clone_outputs(outputs)
+    expected_step, expected = expectation(step, outputs, 1, 0, 1, [], step.num_tokens + 2, 8)
     run_unfused(unfused_step, unfused)
     assert run_fused(step, outputs).slot_mappings == []
     assert_same_step(step, outputs, unfused_step, unfused, backend)
+    assert_same_step(step, outputs, expected_step, expected, f"{backend} expectation")
 
 
 def test_empty_batch(backend):
