@@ -50,6 +50,7 @@ def run_pytest_without_triton(**environment: str) -> subprocess.CompletedProcess
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the child needs this run's CPU-only set-up")
+@pytest.mark.skipif(os.environ.get("SPECOPS_REQUIRE_SANITIZED") == "1", reason="the sanitizer run tests native ops only")
 def test_a_run_without_triton_fails_and_says_why():
     import torch
 
