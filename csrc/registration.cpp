@@ -33,6 +33,17 @@ TORCH_LIBRARY(specops, m) {
       "dspark_swa_indices(Tensor block_table, Tensor query_start_loc, Tensor seq_lens, int window, "
       "int num_speculative_tokens, int block_size, int num_tokens, int width, int cp_size, int cp_rank, "
       "Tensor(a!) out, Tensor(b!) out_lens) -> ()");
+  // The two per-group ops of a draft step for every group at once (one launch each):
+  // slot_mappings[g][:num_slots] formatted with block_sizes[g] into out[g]; and the DSpark
+  // indices of group g (block_tables[g], windows[g], block_sizes[g], widths[g]) into out[g],
+  // out_lens[g], every group sharing the batch, the token count and the CP split.
+  m.def(
+      "format_slot_mapping_blocks_multi(Tensor[] slot_mappings, int[] block_sizes, int num_slots, "
+      "Tensor(a!)[] out) -> ()");
+  m.def(
+      "dspark_swa_indices_multi(Tensor[] block_tables, Tensor query_start_loc, Tensor seq_lens, int[] windows, "
+      "int num_speculative_tokens, int[] block_sizes, int num_tokens, int[] widths, int cp_size, int cp_rank, "
+      "Tensor(a!)[] out, Tensor(b!)[] out_lens) -> ()");
 
   // SPEC 3.2: async spec-decode token accounting. The corrections are in place: every read sees
   // the values from before the call.

@@ -556,6 +556,64 @@ FORMAT = OpSpec(
 )
 
 
+# ------------------------------------------------------------ format_slot_mapping_blocks_multi
+
+def _format_multi_valid() -> Call:
+    return dict(slot_mappings=[t64(0, 17, -1, 40, 99), t32(5, 19, -1, -11)], block_sizes=[16, 10], num_slots=4,
+                out=[stale(5, 2, dtype=I64), stale(4, 2)])
+
+
+def _format_multi_metadata() -> list[Bad]:
+    shared = stale(8, 2, dtype=I64)
+    return [
+        bad("one block size for two slot mappings", ("block_sizes", "slot_mappings"), block_sizes=[16]),
+        bad("three outputs for two slot mappings", ("out", "slot_mappings"),
+            out=[stale(5, 2, dtype=I64), stale(4, 2), stale(4, 2)]),
+        bad("block_sizes[1] 0", "block_sizes[1]", block_sizes=[16, 0]),
+        bad("num_slots -1", "num_slots", num_slots=-1),
+        bad("num_slots past slot_mappings[1]", ("slot_mappings[1]", "num_slots"), num_slots=5),
+        bad("out[1] with fewer rows than num_slots", ("out[1]", "num_slots"), out=[stale(5, 2, dtype=I64), stale(3, 2)]),
+        bad("out[0] with 3 columns", "out[0]", out=[stale(5, 3, dtype=I64), stale(4, 2)]),
+        bad("outputs sharing memory", ("out[1]", "out[0]"), out=[shared[:5], shared[3:7]]),
+    ]
+
+
+@st.composite
+def _format_multi_draw(draw) -> Call:
+    generator = _seed(draw)
+    num_groups = draw(st.integers(1, 3))
+    num_slots = draw(st.integers(0, 20))
+    slot_mappings, out = [], []
+    for _ in range(num_groups):
+        slots = torch.randint(0, 1 << 20, (num_slots + draw(st.integers(0, 2)),), generator=generator)
+        slots[torch.rand(slots.numel(), generator=generator) < 0.2] = specops.PAD_SLOT_ID
+        slot_mappings.append(slots.to(draw(st.sampled_from([I64, I32]))))
+        out.append(stale(num_slots + draw(st.integers(0, 3)), 2, dtype=draw(st.sampled_from([I64, I32]))))
+    return dict(slot_mappings=slot_mappings, block_sizes=[draw(st.sampled_from([1, 3, 4, 16, 100])) for _ in out],
+                num_slots=num_slots, out=out)
+
+
+def _format_multi_extreme_slots(draw, call: Call) -> bool:
+    for slots in call["slot_mappings"]:
+        _format_extreme_slots(draw, dict(slot_mapping=slots))
+    return False
+
+
+FORMAT_MULTI = OpSpec(
+    name="format_slot_mapping_blocks_multi",
+    wrapper=specops.format_slot_mapping_blocks_multi,
+    tensors={"slot_mappings[0]": Arg((I64, I32), 1), "slot_mappings[1]": Arg((I64, I32), 1),
+             "out[0]": Arg((I64, I32), 2, row_stride=True), "out[1]": Arg((I64, I32), 2, row_stride=True)},
+    outputs=("out[0]", "out[1]"),
+    valid_call=_format_multi_valid,
+    metadata_errors=_format_multi_metadata,
+    value_errors=lambda: [],  # every int is a slot: negative ones floor-divide like PAD
+    draw_call=_format_multi_draw(),
+    corruptions=(Corruption("slots at the dtype's extremes", _format_multi_extreme_slots),),
+    scalars=("num_slots", "block_sizes"),
+)
+
+
 # -------------------------------------------------------------------- dspark_swa_indices (3.4)
 
 def _dspark_valid() -> Call:
@@ -669,6 +727,150 @@ DSPARK = OpSpec(
         Corruption("query_start_loc[R] past num_tokens", _query_start_loc_past(lambda call: call["num_tokens"]),
                    device="bounds"),
     ),
+)
+
+
+# -------------------------------------------------------------------- dspark_swa_indices_multi
+
+def _dspark_multi_valid() -> Call:
+    # _dspark_valid's batch for two groups: group 1 has block size 2 and window 1 (request 0 sees
+    # positions 3..5, request 1 positions 6, 7).
+    single = _dspark_valid()
+    return dict(block_tables=[single["block_table"], torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]], dtype=I32)],
+                query_start_loc=single["query_start_loc"], seq_lens=single["seq_lens"], windows=[2, 1],
+                num_speculative_tokens=1, block_sizes=[4, 2], num_tokens=4, widths=[4, 3], cp_size=1, cp_rank=0,
+                out=[stale(5, 1, 4), stale(4, 1, 3)], out_lens=[stale(5), stale(4)])
+
+
+def _dspark_multi_metadata() -> list[Bad]:
+    shared = stale(12)
+    return [
+        bad("one window for two tables", ("windows", "block_tables"), windows=[2]),
+        bad("three widths for two tables", ("widths", "block_tables"), widths=[4, 3, 3]),
+        bad("one block size for two tables", ("block_sizes", "block_tables"), block_sizes=[4]),
+        bad("one output for two tables", ("out", "block_tables"), out=[stale(5, 1, 4)]),
+        bad("one out_lens for two tables", ("out_lens", "block_tables"), out_lens=[stale(5)]),
+        bad("R+1 = 0 entries", "query_start_loc", query_start_loc=torch.zeros(0, dtype=I32)),
+        bad("seq_lens longer than R", ("seq_lens", "query_start_loc"), seq_lens=t32(6, 8, 1)),
+        bad("block_tables[1] with fewer rows than R", "block_tables[1]",
+            block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32), torch.tensor([[1, 2, 3, 4]], dtype=I32)]),
+        bad("windows[1] -1", "windows[1]", windows=[2, -1]),
+        bad("block_sizes[0] 0", "block_sizes[0]", block_sizes=[0, 2]),
+        bad("widths[1] below windows[1] + num_speculative_tokens", "widths[1]", widths=[4, 1],
+            out=[stale(5, 1, 4), stale(4, 1, 1)]),
+        bad("num_speculative_tokens -1", "num_speculative_tokens", num_speculative_tokens=-1),
+        bad("num_tokens -1", "num_tokens", num_tokens=-1),
+        bad("num_tokens past int32", "num_tokens", num_tokens=INT32_MAX),
+        bad("cp_size 0", "cp_size", cp_size=0),
+        bad("cp_rank = cp_size", ("cp_rank", "cp_size"), cp_rank=1),
+        bad("out[1] narrower than widths[1]", ("out[1]", "widths[1]"), out=[stale(5, 1, 4), stale(4, 1, 2)]),
+        bad("out[0] with fewer rows than tokens", "out[0]", out=[stale(3, 1, 4), stale(4, 1, 3)]),
+        bad("out_lens[1] with fewer entries than tokens", "out_lens[1]", out_lens=[stale(5), stale(3)]),
+        bad("out_lens sharing memory", ("out_lens[1]", "out_lens[0]"), out_lens=[shared[:5], shared[4:8]]),
+    ]
+
+
+def _dspark_multi_values() -> list[Bad]:
+    return [
+        bad("negative seq_len", "seq_lens", seq_lens=t32(-1, 8)),
+        bad("seq_len past block_tables[1]", "block_tables[1]",
+            block_tables=[torch.tensor([[1, 2], [3, 4], [5, 6]], dtype=I32), torch.tensor([[1, 2], [3, 4]], dtype=I32)]),
+        bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 4, 3)),
+        bad("num_tokens below query_start_loc[R]", ("num_tokens", "query_start_loc"), num_tokens=2),
+        bad("widths[1] below what a request sees", "widths[1]", windows=[2, 3], widths=[4, 4],
+            out=[stale(5, 1, 4), stale(4, 1, 4)]),
+    ]
+
+
+def _dspark_multi_as_groups(call: Call) -> list[Call]:
+    """The single-op view of each group (what _dspark_visible and the corruptions read)."""
+    return [dict(call, block_table=table, window=window, block_size=block_size, width=width)
+            for table, window, block_size, width in zip(call["block_tables"], call["windows"], call["block_sizes"],
+                                                        call["widths"])]
+
+
+@st.composite
+def _dspark_multi_draw(draw) -> Call:
+    batch = draw(cp_batches(max_reqs=5, max_query_len=6, max_context=40, block_size=4))
+    num_groups = draw(st.integers(1, 3))
+    call = dict(query_start_loc=batch.query_start_loc, seq_lens=batch.seq_lens,
+                num_speculative_tokens=draw(st.integers(0, 4)), num_tokens=batch.num_input_tokens,
+                cp_size=batch.cp_size, cp_rank=_pick(draw, batch.cp_size), block_tables=[], windows=[],
+                block_sizes=[], widths=[])
+    generator = _seed(draw)
+    for _ in range(num_groups):
+        block_size = draw(st.sampled_from([2, 4]))
+        cols = batch.block_table.size(1) * 4 // block_size
+        call["block_tables"].append(
+            torch.randint(0, 1 << 12, (batch.block_table.size(0), cols), dtype=I32, generator=generator))
+        call["block_sizes"].append(block_size)
+        call["windows"].append(draw(st.integers(0, 10)))
+    for group in _dspark_multi_as_groups(dict(call, widths=[0] * num_groups)):
+        least = max([1, group["window"] + call["num_speculative_tokens"], *_dspark_visible(group)])
+        call["widths"].append(least + draw(st.integers(0, 3)))
+    rows = _dspark_rows(call)
+    call["out"] = [stale(rows + draw(st.integers(0, 2)), 1, width) for width in call["widths"]]
+    call["out_lens"] = [stale(rows + draw(st.integers(0, 2))) for _ in call["widths"]]
+    return call
+
+
+def _dspark_multi_seq_len_past_a_table(draw, call: Call) -> bool:
+    request = _dspark_request_with_tokens(draw, call)
+    if request is None:
+        return False
+    covered = min(t.size(1) * b for t, b in zip(call["block_tables"], call["block_sizes"]))
+    call["seq_lens"][request] = covered + draw(st.integers(1, 20))
+    _dspark_multi_fit_widths(call)
+    return True
+
+
+def _dspark_multi_fit_widths(call: Call) -> None:
+    """Widths (and outputs) that hold what every request sees, so that only one thing is wrong."""
+    for g, group in enumerate(_dspark_multi_as_groups(call)):
+        width = max([group["width"], *_dspark_visible(group)])
+        if width != call["widths"][g]:
+            call["widths"] = [width if i == g else w for i, w in enumerate(call["widths"])]
+            call["out"] = [stale(call["out"][g].size(0), 1, width) if i == g else t for i, t in enumerate(call["out"])]
+
+
+def _dspark_multi_negative_block_ids(draw, call: Call) -> bool:
+    for g in range(len(call["block_tables"])):
+        _negative_block_ids(draw, call["block_tables"], g)
+    return False
+
+
+def _dspark_multi_width_below_visible(draw, call: Call) -> bool:
+    g = _pick(draw, len(call["widths"]))
+    width = max(1, call["windows"][g] + call["num_speculative_tokens"])
+    call["widths"] = [width if i == g else w for i, w in enumerate(call["widths"])]
+    call["out"] = [stale(call["out"][g].size(0), 1, width) if i == g else t for i, t in enumerate(call["out"])]
+    return any(v > width for v in _dspark_visible(_dspark_multi_as_groups(call)[g]))
+
+
+DSPARK_MULTI = OpSpec(
+    name="dspark_swa_indices_multi",
+    wrapper=specops.dspark_swa_indices_multi,
+    tensors={"block_tables[0]": Arg((I32,), 2, row_stride=True), "block_tables[1]": Arg((I32,), 2, row_stride=True),
+             "query_start_loc": Arg((I32,), 1), "seq_lens": Arg((I32,), 1),
+             "out[0]": Arg((I32,), 3, row_stride=True), "out[1]": Arg((I32,), 3, row_stride=True),
+             "out_lens[0]": Arg((I32,), 1), "out_lens[1]": Arg((I32,), 1)},
+    outputs=("out[0]", "out[1]", "out_lens[0]", "out_lens[1]"),
+    valid_call=_dspark_multi_valid,
+    metadata_errors=_dspark_multi_metadata,
+    value_errors=_dspark_multi_values,
+    draw_call=_dspark_multi_draw(),
+    corruptions=(
+        Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True,
+                                                  where=_dspark_request_with_tokens)),
+        Corruption("seq_len past a block table", _dspark_multi_seq_len_past_a_table),
+        Corruption("negative block ids", _dspark_multi_negative_block_ids),
+        Corruption("num_tokens below query_start_loc[R]", _tokens_below_real("num_tokens")),
+        Corruption("a width below what a request sees", _dspark_multi_width_below_visible),
+        Corruption("query_start_loc[R] past num_tokens", _query_start_loc_past(lambda call: call["num_tokens"]),
+                   device="bounds"),
+    ),
+    guard_examples=25,
+    scalars=("windows", "num_speculative_tokens", "block_sizes", "num_tokens", "widths", "cp_size", "cp_rank"),
 )
 
 
@@ -1119,8 +1321,8 @@ FUSED = OpSpec(
 
 
 # Add an op here (docs/hardening.md, "Adding an op").
-OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, SAS, CORRECT_COUNTS,
-                                CORRECT_SEQ_LENS, PREPARE_POSITIONS, FUSED)
+OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, FORMAT_MULTI, DSPARK, DSPARK_MULTI, CP_LOCAL,
+                                SAS, CORRECT_COUNTS, CORRECT_SEQ_LENS, PREPARE_POSITIONS, FUSED)
 
 # Schemas that are not public ops: reached only through another op's wrapper, covered there.
 HOST_HELPERS = {

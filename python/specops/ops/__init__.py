@@ -6,7 +6,9 @@ from specops.ops.correct_num_computed_tokens import correct_num_computed_tokens
 from specops.ops.correct_optimistic_seq_lens import correct_optimistic_seq_lens
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import dspark_swa_indices
+from specops.ops.dspark_swa_indices_multi import dspark_swa_indices_multi
 from specops.ops.format_slot_mapping_blocks import format_slot_mapping_blocks
+from specops.ops.format_slot_mapping_blocks_multi import format_slot_mapping_blocks_multi
 from specops.ops.gather_block_tables import gather_block_tables
 from specops.ops.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens
 from specops.ops.prepare_spec_decode_inputs import SpecDecodeInputs, prepare_spec_decode_inputs
@@ -21,7 +23,9 @@ __all__ = [
     "correct_optimistic_seq_lens",
     "cp_local_metadata",
     "dspark_swa_indices",
+    "dspark_swa_indices_multi",
     "format_slot_mapping_blocks",
+    "format_slot_mapping_blocks_multi",
     "gather_block_tables",
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",
