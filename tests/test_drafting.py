@@ -143,8 +143,25 @@ def _metadata_tensors(meta: DraftAttnMetadata) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def step_window(group: GroupConfig, num_speculative_tokens: int, causal: bool) -> tuple[int, int]:
+    """(left, right) of a step: the sliding window W is (W - 1, 0), full attention (-1, 0); a
+    DSpark group on a non-causal step sees its draft block past the window, (W + K - 1, 0)."""
+    if group.sliding_window is None:
+        return (-1, 0)
+    if group.dspark and not causal:
+        return (group.sliding_window + num_speculative_tokens - 1, 0)
+    return (group.sliding_window - 1, 0)
+
+
+def dspark_width(group: GroupConfig, num_speculative_tokens: int) -> int:
+    """GroupConfig.dspark_index_width, else W + K rounded up to a multiple of 128."""
+    if group.dspark_index_width is not None:
+        return group.dspark_index_width
+    return -(-(group.sliding_window + num_speculative_tokens) // 128) * 128
+
+
 def expected_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftInputs) -> dict:
-    """Every field from SPEC 4's definitions, with plain Python and direct op calls."""
+    """Every field from the drafting layer's definitions, with plain Python and direct op calls."""
     num_reqs, num_tokens, num_input_tokens = common.num_reqs, common.num_actual_tokens, common.num_input_tokens
     query_start_loc = common.query_start_loc[:num_reqs + 1]
     seq_lens = common.seq_lens[:num_reqs]
@@ -163,15 +180,15 @@ def expected_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraf
     reference_cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, common.causal,
                                 local_qsl, local_seq, start_pos)
     local_query_lens = (local_qsl[1:] - local_qsl[:-1]).tolist()
-    window = (-1, 0) if group.sliding_window is None else (group.sliding_window - 1, 0)
+    window = step_window(group, model.num_speculative_tokens, common.causal)
     sas = specops.sas_metadata(local_qsl, local_seq, num_heads_q=model.num_heads_q, num_heads_kv=model.num_heads_kv,
                                head_dim=model.head_dim, window_left=window[0], window_right=window[1],
                                num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores)
     slots = common.slot_mappings[group.name][:num_tokens].tolist() + [specops.PAD_SLOT_ID] * (num_input_tokens - num_tokens)
     block = group.storage_block_size
     indices = lens = None
-    if group.dspark:
-        width = -(-(group.sliding_window + model.num_speculative_tokens + 1) // 128) * 128
+    if group.dspark and not common.causal:  # DSpark indices exist on non-causal steps only
+        width = dspark_width(group, model.num_speculative_tokens)
         indices, lens = specops.dspark_swa_indices(
             common.block_tables[group.name][:num_reqs], query_start_loc, seq_lens, window=group.sliding_window,
             num_speculative_tokens=model.num_speculative_tokens, block_size=group.block_size,
@@ -259,11 +276,182 @@ def test_every_field_matches_its_definition(backend, cp_size):
     steps = 2 if backend == "triton" else 6
     for step in range(steps):
         cp_rank = rng.randrange(cp_size)
-        model = make_model(rng.randint(0, 3), cp_size, cp_rank)
+        model = make_model(rng.randint(1, 3), cp_size, cp_rank)
         groups = rng.sample(ALL_GROUPS, 3)
         common = make_step(rng, groups, model.num_speculative_tokens, num_reqs=rng.randint(0, 6))
         for group, meta in zip(groups, build_draft_attn_metadata(make_builders(model, groups), common, draft_index=1)):
             assert_matches_definitions(meta, model, group, common)
+
+
+# ---------------------------------------------------------------- DSpark steps, widths, draft indices
+
+
+def _dspark_step(causal: bool) -> tuple[ModelConfig, CommonDraftInputs]:
+    """Two requests, num_speculative_tokens = 2: request 0 has 2 draft tokens and seq_len 9,
+    request 1 has 1 token and seq_len 4; one padding token."""
+    model = make_model(num_speculative_tokens=2)
+    query_start_loc = torch.tensor([0, 2, 3], dtype=torch.int32)
+    seq_lens = torch.tensor([9, 4], dtype=torch.int32)
+    block_table = torch.tensor([[10, 11, 12, 13], [20, 21, 22, 23]], dtype=torch.int32)
+    common = CommonDraftInputs(
+        query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc.clone(), seq_lens=seq_lens,
+        seq_lens_cpu=None, positions=torch.tensor([7, 8, 3]), num_reqs=2, num_actual_tokens=3, num_input_tokens=4,
+        causal=causal, block_tables={"swa3": block_table, "dspark3": block_table},
+        slot_mappings={"swa3": torch.tensor([0, 1, 2]), "dspark3": torch.tensor([0, 1, 2])})
+    return model, common
+
+
+SWA_3 = GroupConfig("swa3", block_size=4, storage_block_size=4, sliding_window=3)
+DSPARK_3 = GroupConfig("dspark3", block_size=4, storage_block_size=4, sliding_window=3, dspark=True)
+
+
+def test_dspark_indices_only_on_non_causal_steps():
+    model, common = _dspark_step(causal=True)
+    builders = make_builders(model, [SWA_3, DSPARK_3])
+    swa, dspark = build_draft_attn_metadata(builders, common, 1)
+    # Causal: no indices, the causal window (3 - 1, 0), and so swa's sas_metadata.
+    assert dspark.dspark_swa_indices is None and dspark.dspark_swa_lens is None
+    assert dspark.window == swa.window == (2, 0) and dspark.sas_metadata is swa.sas_metadata
+
+    common.causal = False
+    swa, dspark = build_draft_attn_metadata(builders, common, 1)
+    assert swa.dspark_swa_indices is None and swa.window == (2, 0)
+    # Non-causal: the window widens by the draft block, (3 + 2 - 1, 0), with its own sas_metadata.
+    assert dspark.window == (4, 0)
+    assert dspark.sas_metadata.data_ptr() != swa.sas_metadata.data_ptr()
+    assert torch.equal(dspark.sas_metadata, specops.sas_metadata(
+        dspark.cp.local_query_start_loc, dspark.cp.local_seq_lens, num_heads_q=8, num_heads_kv=2, head_dim=64,
+        window_left=4, window_right=0, num_cube_cores=4, num_vector_cores=8))
+    # Request 0 sees positions max(9 - 2 - 3, 0) = 4 .. 8 (block 11 holds 4..7, block 12 holds 8);
+    # request 1 sees positions 0 .. 3 (block 20). Rows are 3 + 2 rounded up to 128 wide.
+    row_0 = [44, 45, 46, 47, 48] + [-1] * 123
+    row_1 = [80, 81, 82, 83] + [-1] * 124
+    assert dspark.dspark_swa_indices.shape == (4, 1, 128)
+    assert dspark.dspark_swa_indices[:, 0].tolist() == [row_0, row_0, row_1, [-1] * 128]
+    assert dspark.dspark_swa_lens.tolist() == [5, 5, 4, 0]
+
+
+def test_dspark_index_width_default_and_override():
+    assert DraftMetadataBuilder(make_model(3), DSPARK, 4, 16).dspark_width == 128  # 24 + 3 -> 128
+    wide = GroupConfig("d", block_size=8, storage_block_size=8, sliding_window=126, dspark=True)
+    assert DraftMetadataBuilder(make_model(3), wide, 4, 16).dspark_width == 256  # 126 + 3 -> 256
+    assert DraftMetadataBuilder(make_model(2), wide, 4, 16).dspark_width == 128  # 126 + 2 -> 128
+    model, common = _dspark_step(causal=False)
+    narrow = dataclasses.replace(DSPARK_3, dspark_index_width=6)
+    (meta,) = build_draft_attn_metadata(make_builders(model, [narrow]), common, 1)
+    assert meta.dspark_swa_indices[:, 0].tolist() == [[44, 45, 46, 47, 48, -1]] * 2 + [[80, 81, 82, 83, -1, -1],
+                                                                                     [-1] * 6]
+    with pytest.raises(ValueError, match="dspark_index_width"):
+        DraftMetadataBuilder(model, dataclasses.replace(DSPARK_3, dspark_index_width=4), 4, 16)  # < 3 + 2
+    with pytest.raises(ValueError, match="dspark_index_width"):
+        GroupConfig("swa", block_size=4, storage_block_size=4, sliding_window=3, dspark_index_width=128)
+
+
+def test_a_request_wider_than_the_row_names_request_query_window_and_width():
+    """A draft pass with a long prefill chunk: request 1 has 20 query tokens after 40 computed,
+    so it sees 20 + 24 = 44 positions, more than the 40 set for the group; nothing is written."""
+    model = make_model(3)
+    group = dataclasses.replace(DSPARK, dspark_index_width=40)
+    builders = make_builders(model, [SWA, group])
+    good = make_step(random.Random(21), [SWA, group], 3, num_reqs=3, oversized=False)
+    good.causal = False
+    metas = build_draft_attn_metadata(builders, good, 1)
+    before = [{name: t.clone() for name, t in _metadata_tensors(meta).items()} for meta in metas]
+    query_start_loc = torch.tensor([0, 2, 22], dtype=torch.int32)
+    seq_lens = torch.tensor([50, 60], dtype=torch.int32)
+    bad = dataclasses.replace(
+        good, query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc.clone(), seq_lens=seq_lens,
+        seq_lens_cpu=None, positions=torch.arange(22), num_reqs=2, num_actual_tokens=22, num_input_tokens=24,
+        slot_mappings={"swa": torch.arange(22), "dspark": torch.arange(22)})
+    inputs = {name: getattr(bad, name).clone() for name in ("query_start_loc", "seq_lens", "positions")}
+    with pytest.raises(ValueError, match=r"request 1 .*query length 20, sliding window 24.* sees 44 tokens.*"
+                                         r"index width 40.*dspark_index_width >= 44"):
+        build_draft_attn_metadata(builders, bad, 1)
+    for meta, values in zip(metas, before):
+        for name, tensor in _metadata_tensors(meta).items():
+            assert torch.equal(tensor, values[name]), f"a rejected step wrote {name}"
+    for name, tensor in inputs.items():
+        assert torch.equal(getattr(bad, name), tensor)
+    # Seen on causal steps it is no error: they build no DSpark indices.
+    bad.causal = True
+    build_draft_attn_metadata(builders, bad, 1)
+
+
+@pytest.mark.parametrize("draft_index", [0, -1, 4])
+def test_draft_index_must_be_in_one_to_num_speculative_tokens(draft_index):
+    builders = make_builders(make_model(3), [SWA, DSPARK])
+    common = make_step(random.Random(22), [SWA, DSPARK], 3, num_reqs=2)
+    with pytest.raises(ValueError, match=r"draft_index must be in \[1, num_speculative_tokens = 3\]"):
+        build_draft_attn_metadata(builders, common, draft_index)
+    with pytest.raises(ValueError, match="draft_index"):
+        builders[1].build_for_drafting(common, draft_index)
+    build_draft_attn_metadata(builders, common, 3)
+
+
+def test_padding_is_rezeroed_when_the_token_count_shrinks(backend):
+    """Two steps at the same padded size: when the real tokens shrink from 20 to 9, the rows
+    between them become padding again (position 0, cache row 0, PAD pairs, empty DSpark rows)."""
+    model = make_model(3)
+    groups = [SWA, COMPRESSED, DSPARK]
+    builders = make_builders(model, groups)
+    rng = random.Random(23)
+    for num_reqs, num_tokens in ((6, 20), (3, 9)):
+        common = make_step(rng, groups, 3, num_reqs=num_reqs, oversized=False)
+        while common.num_actual_tokens != num_tokens:  # the batch of this size
+            common = make_step(rng, groups, 3, num_reqs=num_reqs, oversized=False)
+        common.num_input_tokens, common.causal = 24, False
+        metas = build_draft_attn_metadata(builders, common, 1)
+    pad = slice(num_tokens, 24)
+    for group, meta in zip(groups, metas):
+        assert meta.input_positions.numel() == 24 and (meta.input_positions[pad] == 0).all()
+        assert (meta.cos[pad] == model.rope_cos_sin_cache[0, :ROT_DIM // 2]).all()
+        assert (meta.sin[pad] == model.rope_cos_sin_cache[0, ROT_DIM // 2:]).all()
+        assert meta.slot_mapping[pad].tolist() == [[-1, group.storage_block_size - 1]] * (24 - num_tokens)
+        assert_matches_definitions(meta, model, group, common)
+    dspark = metas[2]
+    assert (dspark.dspark_swa_indices[pad] == -1).all() and (dspark.dspark_swa_lens[pad] == 0).all()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_one_launch_formats_every_group_and_one_builds_every_dspark_group(causal):
+    """A step's op launches do not grow with the groups that share arguments: a step over
+    swa, full, DSpark and their copies (another storage block size, another block table)
+    launches exactly what a step over one group of each kind does."""
+    model = make_model(3)
+    kinds = [SWA, FULL, DSPARK]
+    copies = [GroupConfig("swa_b", block_size=16, storage_block_size=8, sliding_window=24),
+              GroupConfig("full_b", block_size=16, storage_block_size=4, sliding_window=None),
+              GroupConfig("dspark_b", block_size=16, storage_block_size=16, sliding_window=24, dspark=True)]
+    common = make_step(random.Random(24), kinds + copies, 3, num_reqs=5, host_seq_lens=True)
+    common.causal = causal
+    launches = {}
+    for name, groups in (("kinds", kinds), ("all", kinds + copies)):
+        builders = make_builders(model, groups)
+        build_draft_attn_metadata(builders, common, 1)
+        with specops.backend("native"), OpLog() as log:
+            metas = build_draft_attn_metadata(builders, common, 1)
+        launches[name] = [op for op in log.op_names() if op not in ("slice", "cp_local_max_lens")]
+        for group, meta in zip(groups, metas):
+            assert_matches_definitions(meta, model, group, common)
+    assert launches["all"] == launches["kinds"]
+    assert launches["all"].count("format_slot_mapping_blocks_multi") == 1
+    assert launches["all"].count("dspark_swa_indices_multi") == (0 if causal else 1)
+    assert "format_slot_mapping_blocks" not in launches["all"] and "dspark_swa_indices" not in launches["all"]
+
+
+def test_a_new_batch_shape_allocates_nothing():
+    """Buffers are allocated at the builder's maximum on a draft index's first step; a step at
+    a shape never seen before only takes views of them."""
+    groups = [SWA, FULL, DSPARK]
+    builders = make_builders(make_model(3, 2, 1), groups)
+    rng = random.Random(25)
+    build_draft_attn_metadata(builders, make_step(rng, groups, 3, num_reqs=2), 1)
+    for num_reqs in (4, 7, 10):
+        common = make_step(rng, groups, 3, num_reqs=num_reqs, host_seq_lens=True)
+        common.causal = num_reqs != 7
+        with specops.backend("native"), OpLog() as log:
+            build_draft_attn_metadata(builders, common, 1)
+        assert log.ops and log.allocations() == [], log.allocations()
 
 
 # ---------------------------------------------------------------- the shared cache
@@ -273,18 +461,18 @@ def test_shared_cache_equals_building_alone():
     rng = random.Random(3)
     for step in range(40):
         cp_size = rng.choice([1, 2, 4])
-        model = make_model(rng.randint(0, 4), cp_size, rng.randrange(cp_size))
+        model = make_model(rng.randint(1, 4), cp_size, rng.randrange(cp_size))
         groups = rng.sample(ALL_GROUPS, rng.randint(3, len(ALL_GROUPS)))
         common = make_step(rng, groups, model.num_speculative_tokens)
         shared_builders, alone_builders = make_builders(model, groups), make_builders(model, groups)
-        draft_index = rng.randint(0, 3)
+        draft_index = rng.randint(1, model.num_speculative_tokens)
         cache = StepCache()
         shared = build_draft_attn_metadata(shared_builders, common, draft_index, cache=cache)
         alone = [builder.build_for_drafting(common, draft_index) for builder in alone_builders]
         for group, with_cache, without in zip(groups, shared, alone):
             assert_same_metadata(with_cache, without, f"step {step} {group.name}")
         # Every later group hits the group-invariant entry; sas hits where an earlier group has its window.
-        windows = [group.window for group in groups]
+        windows = [step_window(group, model.num_speculative_tokens, common.causal) for group in groups]
         sas_hits = sum(window in windows[:index] for index, window in enumerate(windows))
         assert (cache.hits, cache.misses) == (len(groups) - 1 + sas_hits, 1 + len(groups) - sas_hits)
         if step % 10 == 0:
@@ -296,6 +484,7 @@ def test_a_hit_shares_the_tensors():
     model = make_model()
     groups = [SWA, FULL, COMPRESSED, DSPARK]
     common = make_step(random.Random(0), groups, 3, num_reqs=8)
+    common.causal = True
     first, full, compressed, dspark = build_draft_attn_metadata(make_builders(model, groups), common, 1)
     for later in (full, compressed, dspark):
         for name in ("input_positions", "cos", "sin", "cp", "local_cos", "local_sin", "start_pos", "seq_lens_cpu"):
@@ -304,6 +493,11 @@ def test_a_hit_shares_the_tensors():
     assert compressed.sas_metadata is full.sas_metadata  # both (-1, 0)
     assert dspark.sas_metadata is first.sas_metadata  # both (23, 0)
     assert full.sas_metadata.data_ptr() != first.sas_metadata.data_ptr()
+    # On a non-causal step DSpark sees its draft block past the window: (23 + 3, 0), its own.
+    common.causal = False
+    first, full, compressed, dspark = build_draft_attn_metadata(make_builders(model, groups), common, 1)
+    assert dspark.cos is first.cos and dspark.window == (26, 0)
+    assert dspark.sas_metadata.data_ptr() not in (first.sas_metadata.data_ptr(), full.sas_metadata.data_ptr())
 
 
 @pytest.mark.parametrize("changed", ["positions", "seq_lens", "query_start_loc", "query_start_loc_cpu",
@@ -377,6 +571,7 @@ def test_draft_indices_never_share_entries():
     model = make_model()
     groups = [SWA, FULL, DSPARK]
     common = make_step(random.Random(2), groups, 3, num_reqs=8, host_seq_lens=True)
+    common.causal = True  # DSpark then shares swa's sas_metadata
     builders = make_builders(model, groups)
     cache = StepCache()  # one cache for the whole step, every draft index
     first_index = build_draft_attn_metadata(builders, common, 1, cache=cache)
@@ -478,7 +673,8 @@ def test_buffer_addresses_are_stable_across_100_steps():
                 for name, tensor in _metadata_tensors(meta).items():
                     if name == "seq_lens_cpu":
                         continue  # host inputs: the runner's own tensor, shared rather than copied
-                    key = (group.name, draft_index, name)
+                    # The DSpark group's sas_metadata is swa's on causal steps, its own on others.
+                    key = (group.name, draft_index, name, common.causal)
                     assert storages.setdefault(key, tensor.untyped_storage().data_ptr()) == \
                         tensor.untyped_storage().data_ptr(), f"step {step}: {key} moved"
                     # local_cos/sin start at this step's local_start; an empty view has no address.
@@ -508,6 +704,7 @@ def test_dummy_run_equals_building_alone_and_keeps_the_runner_cache_clean():
     model = make_model()
     rng = random.Random(13)
     real, dummy = make_step(rng, groups, 3, num_reqs=7), make_step(rng, groups, 3, num_reqs=3)
+    dummy.causal = real.causal  # a graph is captured for the kind of step it replays
     builders = make_builders(model, groups)
     runner_cache = StepCache()
     real_metas = build_draft_attn_metadata(builders, real, 1, cache=runner_cache)

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from specops._cp import cp_token_split
-from specops.ops._checks import check_cp_rank, check_non_negative, check_positive
+from specops.ops._checks import check_cp_rank, check_int32_range, check_non_negative, check_positive
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
-from specops.ops.dspark_swa_indices import _OP as _DSPARK_SWA_INDICES
-from specops.ops.dspark_swa_indices import default_width
-from specops.ops.format_slot_mapping_blocks import _OP as _FORMAT_SLOT_MAPPING_BLOCKS
+from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
+from specops.ops.dspark_swa_indices_multi import _OP as _DSPARK_SWA_INDICES_MULTI_OP
+from specops.ops.format_slot_mapping_blocks_multi import _OP as _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP
 from specops.ops.sas_metadata import sas_metadata
 from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES, NUM_WORDS
 
@@ -98,13 +98,20 @@ class ModelConfig:
 @dataclasses.dataclass(frozen=True)
 class GroupConfig:
     """One KV-cache group: the kernel block size of its block table, the block size its slot
-    mapping is formatted with, and its sliding window (None: full attention)."""
+    mapping is formatted with, and its sliding window (None: full attention).
+
+    dspark: the group's draft tokens attend, on non-causal steps, to the sliding window before
+    their draft block plus the whole block (dspark_swa_indices). dspark_index_width: the row
+    width of its indices (default: sliding_window + num_speculative_tokens rounded up to a
+    multiple of 128); a draft pass whose requests see more (a long prefill chunk) needs more.
+    """
 
     name: str
     block_size: int
     storage_block_size: int
     sliding_window: int | None
     dspark: bool = False
+    dspark_index_width: int | None = None
 
     def __post_init__(self) -> None:
         check_positive(self.block_size, "block_size")
@@ -113,11 +120,16 @@ class GroupConfig:
             check_positive(self.sliding_window, "sliding_window")
         elif self.dspark:
             raise ValueError(f"sliding_window must be set for the DSpark group {self.name!r}, got None")
+        if self.dspark_index_width is not None:
+            if not self.dspark:
+                raise ValueError(f"dspark_index_width is only for DSpark groups (dspark=True), got "
+                                 f"{self.dspark_index_width} for group {self.name!r}")
+            check_int32_range(self.dspark_index_width, "dspark_index_width", 1)
 
     @property
     def window(self) -> tuple[int, int]:
-        """(left, right) as sas_metadata reads it: a token sees itself and the sliding_window - 1
-        tokens before it; full attention is (-1, 0), causal and unbounded."""
+        """(left, right) as sas_metadata reads it on a causal step: a token sees itself and the
+        sliding_window - 1 tokens before it; full attention is (-1, 0), causal and unbounded."""
         return (-1, 0) if self.sliding_window is None else (self.sliding_window - 1, 0)
 
 
@@ -163,9 +175,9 @@ class DraftAttnMetadata:
     seq_lens_cpu: torch.Tensor  # int32 [R] on the host
     sas_metadata: torch.Tensor  # int32 [1024]
     slot_mapping: torch.Tensor  # [num_input_tokens, 2] int64: (storage block, offset); padding is PAD's pair
-    dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width] for DSpark groups
+    dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width]: DSpark groups, non-causal steps
     dspark_swa_lens: torch.Tensor | None  # int32 [tokens_per_rank]
-    window: tuple[int, int]  # (left, right); (-1, 0) for full attention
+    window: tuple[int, int]  # (left, right) of this step; (-1, 0) for full attention
 
 
 class StepCache:
@@ -195,6 +207,15 @@ class StepCache:
         self.misses += 1
         return None
 
+    def _served(self, key: tuple[Hashable, Hashable], times: int) -> None:
+        """Counts `times` more hits of key: later groups of one step served the value that the
+        step just looked up or stored (nothing runs between the groups of a step, so the
+        lookup would find the same entry)."""
+        self.hits += times
+        if logger.isEnabledFor(logging.DEBUG):
+            for _ in range(times):
+                logger.debug("StepCache hit: %s", key)
+
     def put(self, key: tuple[Hashable, Hashable], fingerprint: tuple, value: object, *, keep_alive: tuple = (),
             owner: object = None) -> None:
         """Stores value under key = (namespace, name). keep_alive: the input tensors named in the
@@ -213,57 +234,68 @@ class StepCache:
         return len(self._entries)
 
 
-class _GroupInvariant(NamedTuple):
-    """What every group of one (step, draft index) shares: DraftAttnMetadata's first fields, in
-    its order, so a build unpacks them straight into the metadata."""
+class _Invariant:
+    """What every group of one (step, draft index) shares: `fields` are DraftAttnMetadata's first
+    fields, in its order, so a build unpacks them straight into the metadata; the rest is what
+    the groups' own ops and checks read."""
 
-    num_decodes: int
-    num_prefills: int
-    num_decode_tokens: int
-    num_prefill_tokens: int
-    input_positions: torch.Tensor
-    cos: torch.Tensor
-    sin: torch.Tensor
-    cp: CPLocalMetadata
-    local_cos: torch.Tensor
-    local_sin: torch.Tensor
-    start_pos: torch.Tensor
-    seq_lens_cpu: torch.Tensor
+    __slots__ = ("fields", "query_lens", "_max_query_len", "seq_lens_cpu", "query_start_loc", "seq_lens")
+
+    def __init__(self, query_lens: np.ndarray, seq_lens_cpu: torch.Tensor, query_start_loc: torch.Tensor,
+                 seq_lens: torch.Tensor):
+        self.fields: tuple = ()
+        self.query_lens = query_lens  # host, per request
+        self._max_query_len: int | None = None
+        self.seq_lens_cpu = seq_lens_cpu
+        self.query_start_loc = query_start_loc  # [R + 1] and [R] views of the runner's tensors
+        self.seq_lens = seq_lens
+
+    @property
+    def max_query_len(self) -> int:
+        """Only DSpark steps read it: computed on first use."""
+        if self._max_query_len is None:
+            self._max_query_len = int(self.query_lens.max()) if self.query_lens.size else 0
+        return self._max_query_len
 
 
-class _Views:
-    """The views of one draft index's buffers for one (R, T, num_input_tokens), made once."""
+class _InvariantViews:
+    """The views of one draft index's group-invariant buffers for one (R, T, num_input_tokens)."""
 
     __slots__ = (
-        "positions_real", "positions_tail", "positions_padded", "input_positions", "cos_sin_padded", "cos", "sin",
-        "local_cos", "local_sin", "local_query_start_loc", "local_seq_lens", "start_pos", "seq_lens_host",
-        "slot_mapping", "dspark_indices", "dspark_lens", "split",
+        "split", "positions_real", "positions_tail", "positions_padded", "input_positions", "cos_sin_padded", "cos",
+        "sin", "local_cos", "local_sin", "local_query_start_loc", "local_seq_lens", "start_pos", "seq_lens_host",
     )
 
     def __init__(self, buffers: _DraftBuffers, num_reqs: int, num_tokens: int, num_input_tokens: int,
                  cp_size: int, cp_rank: int):
         split = cp_token_split(num_input_tokens, cp_size, cp_rank)
         self.split = split
-        pad, half = split.num_tokens_pad, buffers.cos_sin.size(1) // 2
-        self.positions_real = buffers.positions[:num_tokens]
-        self.positions_tail = buffers.positions[num_tokens:pad] if pad > num_tokens else None
-        self.positions_padded = buffers.positions[:pad]
-        self.input_positions = buffers.positions[:num_input_tokens]
+        pad = split.num_tokens_pad
+        positions = buffers.positions
+        self.positions_real = positions[:num_tokens]
+        self.positions_tail = positions[num_tokens:pad] if pad > num_tokens else None
+        self.input_positions = positions[:num_input_tokens]
+        self.positions_padded = self.input_positions if pad == num_input_tokens else positions[:pad]
         self.cos_sin_padded = buffers.cos_sin[:pad]
-        self.cos = buffers.cos_sin[:num_input_tokens, :half]
-        self.sin = buffers.cos_sin[:num_input_tokens, half:]
-        self.local_cos = buffers.cos_sin[split.local_start:split.local_end, :half]
-        self.local_sin = buffers.cos_sin[split.local_start:split.local_end, half:]
+        self.cos = buffers.cos_columns[:num_input_tokens]
+        self.sin = buffers.sin_columns[:num_input_tokens]
+        if cp_size == 1:  # the one rank's slice is the whole stream
+            self.local_cos, self.local_sin = self.cos, self.sin
+        else:
+            self.local_cos = buffers.cos_columns[split.local_start:split.local_end]
+            self.local_sin = buffers.sin_columns[split.local_start:split.local_end]
         self.local_query_start_loc = buffers.local_query_start_loc[:num_reqs + 1]
         self.local_seq_lens = buffers.local_seq_lens[:num_reqs]
         self.start_pos = buffers.start_pos[:num_reqs]
         self.seq_lens_host = buffers.seq_lens_host[:num_reqs] if buffers.seq_lens_host is not None else None
-        self.slot_mapping = buffers.slot_mapping[:num_input_tokens]
-        if buffers.dspark_indices is not None:
-            self.dspark_indices = buffers.dspark_indices[:split.tokens_per_rank]
-            self.dspark_lens = buffers.dspark_lens[:split.tokens_per_rank]
-        else:
-            self.dspark_indices = self.dspark_lens = None
+
+
+class _GroupViews(NamedTuple):
+    """The views of one draft index's per-group buffers for one num_input_tokens."""
+
+    slot_mapping: torch.Tensor
+    dspark_indices: torch.Tensor | None
+    dspark_lens: torch.Tensor | None
 
 
 class _Generation:
@@ -276,18 +308,24 @@ class _Generation:
 
 
 class _DraftBuffers:
-    """The persistent buffers of one builder for one draft index. The write counters let a
-    StepCache drop a value whose buffers were rewritten since it was stored."""
+    """The persistent buffers of one builder for one draft index, allocated at the builder's
+    maximum sizes; every step hands out views of them. The write counters let a StepCache drop
+    a value whose buffers were rewritten since it was stored."""
 
     def __init__(self, model: ModelConfig, max_num_reqs: int, max_num_tokens: int, device: torch.device,
-                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_name: str):
+                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str]):
         namespace = (DRAFT_NAMESPACE, draft_index)
-        self.invariant_key, self.sas_key = (namespace, invariant_name), (namespace, sas_name)
+        self.invariant_key = (namespace, invariant_name)
+        self.sas_keys = {causal: (namespace, name) for causal, name in sas_names.items()}
         max_pad = cp_token_split(max_num_tokens, model.cp_size, model.cp_rank)
         int32 = dict(dtype=torch.int32, device=device)
         self.positions = torch.zeros(max_pad.num_tokens_pad, dtype=torch.int64, device=device)
         cache = model.rope_cos_sin_cache
         self.cos_sin = torch.zeros((max_pad.num_tokens_pad, cache.size(1)), dtype=cache.dtype, device=device)
+        half = cache.size(1) // 2
+        # Column views made once: a step's cos / sin are then one row slice each.
+        self.cos_columns = self.cos_sin[:, :half]
+        self.sin_columns = self.cos_sin[:, half:]
         self.local_query_start_loc = torch.zeros(max_num_reqs + 1, **int32)
         self.local_seq_lens = torch.zeros(max_num_reqs, **int32)
         self.start_pos = torch.zeros(max_num_reqs, **int32)
@@ -301,7 +339,8 @@ class _DraftBuffers:
         if dspark_width is not None:
             self.dspark_indices = torch.zeros((max_pad.tokens_per_rank, 1, dspark_width), **int32)
             self.dspark_lens = torch.zeros(max_pad.tokens_per_rank, **int32)
-        self.views: dict[tuple[int, int, int], _Views] = {}
+        self.invariant_views: dict[tuple[int, int, int], _InvariantViews] = {}
+        self.group_views: dict[int, _GroupViews] = {}
         self.invariant_writes = _Generation()
         self.sas_writes = _Generation()
 
@@ -332,36 +371,70 @@ class DraftMetadataBuilder:
                              f"got {model.rope_cos_sin_cache.device}")
         self.window = group.window
         self._rope_cache = model.rope_cos_sin_cache
-        # Wide enough for every request the split counts as a decode (1 + num_speculative_tokens).
-        self.dspark_width = (default_width(group.sliding_window, model.num_speculative_tokens + 1)
-                             if group.dspark else None)
-        # Positional arguments of the DSpark op (window, num_speculative_tokens, block_size) and
-        # of the CP split, fixed for the builder's life.
-        self._dspark_args = (group.sliding_window, model.num_speculative_tokens, group.block_size)
-        self._cp_args = (model.cp_size, model.cp_rank)
+        num_speculative_tokens = model.num_speculative_tokens
+        # The window of each kind of step: a DSpark group's non-causal step sees its whole draft
+        # block past the sliding window.
+        self._windows = {True: group.window, False: group.window}
+        self.dspark_width = None
+        if group.dspark:
+            self._windows[False] = (group.sliding_window + num_speculative_tokens - 1, 0)
+            least = group.sliding_window + num_speculative_tokens
+            if group.dspark_index_width is None:
+                self.dspark_width = default_width(group.sliding_window, num_speculative_tokens)
+            elif group.dspark_index_width < least:
+                raise ValueError(
+                    f"dspark_index_width of group {group.name!r} must be >= sliding_window + num_speculative_tokens "
+                    f"= {least}, got {group.dspark_index_width}")
+            else:
+                self.dspark_width = group.dspark_index_width
         self._buffers: dict[int, _DraftBuffers] = {}
-        self._decode_threshold = 1 + model.num_speculative_tokens
+        self._plans: dict[tuple, _StepPlan] = {}  # the steps this builder is the first group of
+        self._decode_threshold = 1 + num_speculative_tokens
         # Builders of models with these values (and the same RoPE cache tensor) share entries.
         # Names are strings: their hash is computed once, and they read well in the debug log.
-        model_key = (f"rope={id(model.rope_cos_sin_cache):#x} k={model.num_speculative_tokens} "
+        model_key = (f"rope={id(model.rope_cos_sin_cache):#x} k={num_speculative_tokens} "
                      f"cp={model.cp_rank}/{model.cp_size} device={self.device}")
         self._invariant_name = f"group_invariant[{model_key}]"
-        self._sas_name = (f"sas_metadata[{model_key} heads={model.num_heads_q}/{model.num_heads_kv} "
-                          f"head_dim={model.head_dim} window={self.window} "
-                          f"cores={model.num_cube_cores}/{model.num_vector_cores}]")
+        self._sas_names = {
+            causal: (f"sas_metadata[{model_key} heads={model.num_heads_q}/{model.num_heads_kv} "
+                     f"head_dim={model.head_dim} window={window} "
+                     f"cores={model.num_cube_cores}/{model.num_vector_cores}]")
+            for causal, window in self._windows.items()
+        }
 
     def buffers(self, draft_index: int) -> _DraftBuffers:
         """The persistent buffers of draft_index, allocated on its first use."""
         buffers = self._buffers.get(draft_index)
         if buffers is None:
+            num_speculative_tokens = self.model.num_speculative_tokens
+            if not (isinstance(draft_index, int) and 1 <= draft_index <= num_speculative_tokens):
+                raise ValueError(
+                    f"draft_index must be in [1, num_speculative_tokens = {num_speculative_tokens}], got {draft_index}")
             buffers = _DraftBuffers(self.model, self.max_num_reqs, self.max_num_tokens, self.device, self.dspark_width,
-                                    draft_index, self._invariant_name, self._sas_name)
+                                    draft_index, self._invariant_name, self._sas_names)
             self._buffers[draft_index] = buffers
         return buffers
 
-    def _views(self, buffers: _DraftBuffers, common: CommonDraftInputs) -> _Views:
+    def _group_views(self, buffers: _DraftBuffers, num_input_tokens: int) -> _GroupViews:
+        """This group's output views for num_input_tokens, made once per value (and checked then)."""
+        views = buffers.group_views.get(num_input_tokens)
+        if views is None:
+            if not 0 <= num_input_tokens <= self.max_num_tokens:
+                raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {self.max_num_tokens}], "
+                                 f"got {num_input_tokens}")
+            if len(buffers.group_views) >= _MAX_CACHED_SHAPES:
+                buffers.group_views.clear()
+            indices = lens = None
+            if buffers.dspark_indices is not None:
+                rows = cp_token_split(num_input_tokens, self.model.cp_size, self.model.cp_rank).tokens_per_rank
+                indices, lens = buffers.dspark_indices[:rows], buffers.dspark_lens[:rows]
+            views = _GroupViews(buffers.slot_mapping[:num_input_tokens], indices, lens)
+            buffers.group_views[num_input_tokens] = views
+        return views
+
+    def _invariant_views(self, buffers: _DraftBuffers, common: CommonDraftInputs) -> _InvariantViews:
         key = (common.num_reqs, common.num_actual_tokens, common.num_input_tokens)
-        views = buffers.views.get(key)
+        views = buffers.invariant_views.get(key)
         if views is None:
             num_reqs, num_tokens, num_input_tokens = key
             if not 0 <= num_reqs <= self.max_num_reqs:
@@ -372,10 +445,11 @@ class DraftMetadataBuilder:
             if not 0 <= num_tokens <= num_input_tokens:
                 raise ValueError(
                     f"num_actual_tokens must be in [0, num_input_tokens = {num_input_tokens}], got {num_tokens}")
-            if len(buffers.views) >= _MAX_CACHED_SHAPES:
-                buffers.views.clear()
-            views = _Views(buffers, num_reqs, num_tokens, num_input_tokens, self.model.cp_size, self.model.cp_rank)
-            buffers.views[key] = views
+            if len(buffers.invariant_views) >= _MAX_CACHED_SHAPES:
+                buffers.invariant_views.clear()
+            views = _InvariantViews(buffers, num_reqs, num_tokens, num_input_tokens, self.model.cp_size,
+                                    self.model.cp_rank)
+            buffers.invariant_views[key] = views
         return views
 
     def _fingerprint(self, common: CommonDraftInputs) -> tuple:
@@ -392,30 +466,45 @@ class DraftMetadataBuilder:
             fingerprint += (id(sc), sc._version, sc.shape)
         return fingerprint
 
-    def _compute_invariant(self, common: CommonDraftInputs, buffers: _DraftBuffers, views: _Views) -> _GroupInvariant:
-        # Counted before the first write: an entry pointing at these buffers is dead from here
-        # on, even if a check below rejects the inputs halfway.
-        buffers.invariant_writes.generation += 1
+    def _invariant(self, common: CommonDraftInputs, buffers: _DraftBuffers, shared: StepCache | None,
+                   fingerprint: tuple | None, dspark_builders: Sequence[DraftMetadataBuilder]) -> _Invariant:
+        """The group-invariant results: from `shared` when it holds them for these inputs, else
+        computed into this builder's buffers (and stored there). The row widths of
+        dspark_builders (the step's DSpark groups) are checked against the batch before anything
+        is written."""
+        if shared is not None:
+            invariant = shared.get(buffers.invariant_key, fingerprint)
+            if invariant is not None:
+                for builder in dspark_builders:
+                    builder._check_dspark_width(invariant)
+                return invariant
+        views = self._invariant_views(buffers, common)
+        invariant = self._compute_invariant(common, buffers, views, dspark_builders)
+        if shared is not None:
+            shared.put(buffers.invariant_key, fingerprint, invariant, keep_alive=_inputs(common),
+                       owner=buffers.invariant_writes)
+        return invariant
+
+    def _compute_invariant(self, common: CommonDraftInputs, buffers: _DraftBuffers, views: _InvariantViews,
+                           dspark_builders: Sequence[DraftMetadataBuilder]) -> _Invariant:
         num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
         model = self.model
-        query_start_loc, seq_lens = _first(common.query_start_loc, num_reqs + 1), _first(common.seq_lens, num_reqs)
         query_start_loc_cpu = _first(common.query_start_loc_cpu, num_reqs + 1)
 
         # The split comes from the host copy: no device read.
         if query_start_loc_cpu.device.type != "cpu":
             raise ValueError(f"query_start_loc_cpu must be on the host, got {query_start_loc_cpu.device}")
         starts = query_start_loc_cpu.numpy()
-        query_lens = np.diff(starts)
+        query_lens = starts[1:] - starts[:-1]
         is_decode = query_lens <= self._decode_threshold
         num_decodes = int(np.count_nonzero(is_decode))
         total = int(starts[-1] - starts[0]) if num_reqs else 0
         num_decode_tokens = total if num_decodes == num_reqs else int(query_lens[is_decode].sum())
 
-        views.positions_real.copy_(_first(common.positions, num_tokens))
-        if views.positions_tail is not None:
-            views.positions_tail.zero_()
-        torch.index_select(model.rope_cos_sin_cache, 0, views.positions_padded, out=views.cos_sin_padded)
-
+        # Counted before the first write: an entry pointing at these buffers is dead from here
+        # on, even if a check below rejects the inputs halfway.
+        buffers.invariant_writes.generation += 1
+        query_start_loc, seq_lens = _first(common.query_start_loc, num_reqs + 1), _first(common.seq_lens, num_reqs)
         seq_lens_cpu = common.seq_lens_cpu
         if seq_lens_cpu is not None:
             seq_lens_cpu = _first(seq_lens_cpu, num_reqs)
@@ -424,6 +513,14 @@ class DraftMetadataBuilder:
         else:
             seq_lens_cpu = views.seq_lens_host
             seq_lens_cpu.copy_(seq_lens)  # the step's one device-to-host sync
+        invariant = _Invariant(query_lens, seq_lens_cpu, query_start_loc, seq_lens)
+        for builder in dspark_builders:
+            builder._check_dspark_width(invariant)
+
+        views.positions_real.copy_(_first(common.positions, num_tokens))
+        if views.positions_tail is not None:
+            views.positions_tail.zero_()
+        torch.index_select(model.rope_cos_sin_cache, 0, views.positions_padded, out=views.cos_sin_padded)
 
         # Whole buffers, so the padded requests past R are rewritten too; the metadata gets views.
         full = cp_local_metadata(
@@ -435,71 +532,224 @@ class DraftMetadataBuilder:
         cp = CPLocalMetadata(views.local_query_start_loc, views.local_seq_lens, views.start_pos, split.num_tokens_pad,
                              split.tokens_per_rank, split.local_start, split.local_end, full.max_local_query_len,
                              full.max_local_seq_len)
-        return _GroupInvariant(num_decodes, num_reqs - num_decodes, num_decode_tokens, total - num_decode_tokens,
-                               views.input_positions, views.cos, views.sin, cp, views.local_cos, views.local_sin,
-                               cp.start_pos, seq_lens_cpu)
+        invariant.fields = (num_decodes, num_reqs - num_decodes, num_decode_tokens, total - num_decode_tokens,
+                            views.input_positions, views.cos, views.sin, cp, views.local_cos, views.local_sin,
+                            cp.start_pos, seq_lens_cpu)
+        return invariant
 
-    def _compute_sas(self, invariant: _GroupInvariant, buffers: _DraftBuffers) -> torch.Tensor:
+    def _check_dspark_width(self, invariant: _Invariant) -> None:
+        """A request whose DSpark row would not fit: a ValueError naming the request, its query
+        length, the window and the width to set."""
+        group, width = self.group, self.dspark_width
+        window = group.sliding_window
+        if invariant.max_query_len + window <= width:
+            return  # no request sees more than its query plus the window
+        query_lens = invariant.query_lens.astype(np.int64)
+        seq_lens = invariant.seq_lens_cpu.numpy().astype(np.int64)
+        visible = np.where(query_lens > 0, np.minimum(seq_lens, query_lens + window), 0)
+        too_wide = np.flatnonzero(visible > width)
+        if too_wide.size:
+            request = int(too_wide[0])
+            needed = int(visible.max())
+            raise ValueError(
+                f"request {request} of DSpark group {group.name!r} (query length {int(query_lens[request])}, "
+                f"sliding window {window}) sees {int(visible[request])} tokens, more than its index width {width}; "
+                f"set GroupConfig.dspark_index_width >= {needed} (rounded up to a multiple of {WIDTH_ALIGNMENT}: "
+                f"{default_width(needed, 0)})")
+
+    def _sas(self, common: CommonDraftInputs, invariant: _Invariant, buffers: _DraftBuffers,
+             shared: StepCache | None, fingerprint: tuple | None) -> torch.Tensor:
+        """This group's sas_metadata for the step's kind: from `shared` when a group with the same
+        arguments stored it, else computed into this builder's buffer."""
+        causal = common.causal
+        if shared is not None:
+            key = buffers.sas_keys[causal]
+            sas = shared.get(key, fingerprint)
+            if sas is not None:
+                return sas
         model = self.model
+        window_left, window_right = self._windows[causal]
+        cp = invariant.fields[_CP_FIELD]
         buffers.sas_writes.generation += 1
-        sas_metadata(invariant.cp.local_query_start_loc, invariant.cp.local_seq_lens, num_heads_q=model.num_heads_q,
-                     num_heads_kv=model.num_heads_kv, head_dim=model.head_dim, window_left=self.window[0],
-                     window_right=self.window[1], num_cube_cores=model.num_cube_cores,
+        sas_metadata(cp.local_query_start_loc, cp.local_seq_lens, num_heads_q=model.num_heads_q,
+                     num_heads_kv=model.num_heads_kv, head_dim=model.head_dim, window_left=window_left,
+                     window_right=window_right, num_cube_cores=model.num_cube_cores,
                      num_vector_cores=model.num_vector_cores, out=buffers.sas)
+        if shared is not None:
+            shared.put(key, fingerprint, buffers.sas, keep_alive=_inputs(common), owner=buffers.sas_writes)
         return buffers.sas
 
     def build_for_drafting(self, common: CommonDraftInputs, draft_index: int,
                            shared: StepCache | None = None) -> DraftAttnMetadata:
-        """This group's metadata for draft step draft_index. With `shared`, group-invariant
-        results stored there for the same inputs are reused (the same tensors, not copies) and
-        the ones computed here are stored; without it everything is computed here."""
-        return self._build(common, draft_index, shared, None if shared is None else self._fingerprint(common))
+        """This group's metadata for draft step draft_index (in [1, num_speculative_tokens]).
+        With `shared`, group-invariant results stored there for the same inputs are reused (the
+        same tensors, not copies) and the ones computed here are stored; without it everything
+        is computed here."""
+        fingerprint = None if shared is None else self._fingerprint(common)
+        return _build_step((self,), common, draft_index, shared, {id(self._rope_cache): fingerprint})[0]
 
-    def _build(self, common: CommonDraftInputs, draft_index: int, shared: StepCache | None,
-               fingerprint: tuple | None) -> DraftAttnMetadata:
-        """build_for_drafting with the inputs' fingerprint taken by the caller (None without a cache)."""
-        buffers = self._buffers.get(draft_index)
-        if buffers is None:
-            buffers = self.buffers(draft_index)
-        views = buffers.views.get((common.num_reqs, common.num_actual_tokens, common.num_input_tokens))
-        if views is None:
-            views = self._views(buffers, common)
-        if shared is None:
-            invariant = self._compute_invariant(common, buffers, views)
-            sas = self._compute_sas(invariant, buffers)
-        else:
-            # The hit path of every later group: keep it to two lookups.
-            invariant_key, sas_key = buffers.invariant_key, buffers.sas_key
-            invariant = shared.get(invariant_key, fingerprint)
-            if invariant is None:
-                invariant = self._compute_invariant(common, buffers, views)
-                shared.put(invariant_key, fingerprint, invariant, keep_alive=_inputs(common),
-                           owner=buffers.invariant_writes)
-            sas = shared.get(sas_key, fingerprint)
-            if sas is None:
-                sas = self._compute_sas(invariant, buffers)
-                shared.put(sas_key, fingerprint, sas, keep_alive=_inputs(common), owner=buffers.sas_writes)
-        return self._finish(common, invariant, sas, views)
 
-    def _finish(self, common: CommonDraftInputs, invariant: _GroupInvariant, sas: torch.Tensor,
-                views: _Views) -> DraftAttnMetadata:
-        """Adds the two per-group results."""
-        group = self.group
-        slot_mapping = common.slot_mappings.get(group.name)
-        if slot_mapping is None or slot_mapping.size(0) != common.num_actual_tokens:
-            slot_mapping = _first(_group_input(common.slot_mappings, group.name, "slot_mappings"),
-                                  common.num_actual_tokens)
-        # The op itself (its wrapper only adds the allocation of an absent `out`).
-        _FORMAT_SLOT_MAPPING_BLOCKS(slot_mapping, group.storage_block_size, views.slot_mapping)
-        if group.dspark:
-            num_reqs = common.num_reqs
-            _DSPARK_SWA_INDICES(
-                _group_input(common.block_tables, group.name, "block_tables"),
-                _first(common.query_start_loc, num_reqs + 1), _first(common.seq_lens, num_reqs), *self._dspark_args,
-                common.num_input_tokens, self.dspark_width, *self._cp_args, views.dspark_indices, views.dspark_lens,
-            )
-        return DraftAttnMetadata(*invariant, sas, views.slot_mapping, views.dspark_indices, views.dspark_lens,
-                                 self.window)
+# Where CPLocalMetadata sits among DraftAttnMetadata's fields (and _Invariant.fields).
+_CP_FIELD = 7
+
+
+class _DSparkCall:
+    """One dspark_swa_indices_multi call of a step: the DSpark groups that share a CP split and
+    a draft length (all of them when the builders share one model)."""
+
+    __slots__ = ("members", "names", "windows", "num_speculative_tokens", "block_sizes", "widths", "cp_size",
+                 "cp_rank")
+
+    def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int]):
+        self.members = members
+        groups = [builders[i].group for i in members]
+        model = builders[members[0]].model
+        self.names = [g.name for g in groups]
+        self.windows = [g.sliding_window for g in groups]
+        self.block_sizes = [g.block_size for g in groups]
+        self.widths = [builders[i].dspark_width for i in members]
+        self.num_speculative_tokens = model.num_speculative_tokens
+        self.cp_size, self.cp_rank = model.cp_size, model.cp_rank
+
+
+class _StepPlan:
+    """What a step over a given list of builders, draft index and kind of step (causal or not)
+    does, worked out once: which builder resolves each distinct group-invariant entry and each
+    distinct sas_metadata entry (the others share it), the groups' static op arguments, and,
+    per num_input_tokens, the output views. Only views are made per shape; a repeat finds them."""
+
+    __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
+                 "invariant_of", "sas_firsts", "sas_later", "sas_of", "windows", "dspark_calls", "dspark_checks",
+                 "causal", "by_tokens")
+
+    def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
+        self.builders = tuple(builders)
+        self.causal = causal
+        self.buffers = [builder.buffers(draft_index) for builder in builders]
+        self.names = [builder.group.name for builder in builders]
+        self.storage_block_sizes = [builder.group.storage_block_size for builder in builders]
+        self.windows = [builder._windows[causal] for builder in builders]
+        self.invariant_firsts, self.invariant_later, self.invariant_of = self._first_of_each(
+            [buffers.invariant_key for buffers in self.buffers])
+        self.sas_firsts, self.sas_later, self.sas_of = self._first_of_each(
+            [buffers.sas_keys[causal] for buffers in self.buffers])
+        dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
+        calls: dict[tuple[int, int, int], list[int]] = {}
+        for i in dspark:
+            model = builders[i].model
+            calls.setdefault((model.cp_size, model.cp_rank, model.num_speculative_tokens), []).append(i)
+        self.dspark_calls = [_DSparkCall(builders, members) for members in calls.values()]
+        # The DSpark groups whose widths each invariant entry's batch is checked against.
+        self.dspark_checks = [[builders[i] for i in dspark if self.invariant_of[i] == slot]
+                              for slot in range(len(self.invariant_firsts))]
+        self.by_tokens: dict[int, tuple] = {}
+
+    @staticmethod
+    def _first_of_each(keys: list) -> tuple[list[int], list[int], list[int]]:
+        """For keys of the builders in order: the first builder of each distinct key, how many
+        later builders share it, and each builder's slot among the distinct keys."""
+        slots: dict = {}
+        firsts, later, slot_of = [], [], []
+        for index, key in enumerate(keys):
+            slot = slots.get(key)
+            if slot is None:
+                slot = slots[key] = len(firsts)
+                firsts.append(index)
+                later.append(0)
+            else:
+                later[slot] += 1
+            slot_of.append(slot)
+        return firsts, later, slot_of
+
+    def outputs(self, num_input_tokens: int) -> tuple:
+        """(slot mapping views, DSpark (indices, lens) per builder or None, DSpark views per
+        call) for num_input_tokens: made on its first step, checked against each builder's
+        maximum then."""
+        outputs = self.by_tokens.get(num_input_tokens)
+        if outputs is None:
+            views = [builder._group_views(buffers, num_input_tokens)
+                     for builder, buffers in zip(self.builders, self.buffers)]
+            dspark = [None] * len(views)
+            if not self.causal:
+                for call in self.dspark_calls:
+                    for i in call.members:
+                        dspark[i] = (views[i].dspark_indices, views[i].dspark_lens)
+            per_call = [([views[i].dspark_indices for i in call.members], [views[i].dspark_lens for i in call.members])
+                        for call in self.dspark_calls]
+            if len(self.by_tokens) >= _MAX_CACHED_SHAPES:
+                self.by_tokens.clear()
+            outputs = ([v.slot_mapping for v in views], dspark, per_call)
+            self.by_tokens[num_input_tokens] = outputs
+        return outputs
+
+
+def _plan(builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool) -> _StepPlan:
+    """The plan of a step over these builders, kept by the first builder (a runner calls the
+    same list of builders every step)."""
+    first = builders[0]
+    key = (tuple(builders), draft_index, causal)
+    plan = first._plans.get(key)
+    if plan is None:
+        plan = _StepPlan(builders, draft_index, causal)
+        if len(first._plans) >= _MAX_CACHED_SHAPES:
+            first._plans.clear()
+        first._plans[key] = plan
+    return plan
+
+
+def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs, draft_index: int,
+                shared: StepCache | None, fingerprints: dict[int, tuple | None]) -> list[DraftAttnMetadata]:
+    """The metadata of every builder for one step sharing `common`: each distinct group-invariant
+    entry and sas_metadata looked up in `shared` (None: one builder computing everything itself)
+    or computed by the first builder that needs it, then one format_slot_mapping_blocks_multi
+    call for every group's slot mapping and, on a non-causal step, one dspark_swa_indices_multi
+    call for every DSpark group. fingerprints: the inputs' fingerprint per RoPE cache tensor id
+    (None without a cache)."""
+    if not builders:
+        return []
+    plan = _plan(builders, draft_index, common.causal)
+    slot_outputs, dspark_outputs, dspark_call_outputs = plan.outputs(common.num_input_tokens)
+    # The groups' own inputs before anything is written: a missing one is a clear error.
+    try:
+        slot_mappings = [common.slot_mappings[name] for name in plan.names]
+        dspark_tables = [[common.block_tables[name] for name in call.names] for call in plan.dspark_calls]
+    except KeyError as missing:
+        field = "slot_mappings" if missing.args[0] not in common.slot_mappings else "block_tables"
+        _group_input(getattr(common, field), missing.args[0], field)
+        raise
+
+    invariants = []
+    for slot, index in enumerate(plan.invariant_firsts):
+        builder = builders[index]
+        invariant = builder._invariant(common, plan.buffers[index], shared, fingerprints[id(builder._rope_cache)],
+                                       plan.dspark_checks[slot])
+        if plan.invariant_later[slot]:
+            shared._served(plan.buffers[index].invariant_key, plan.invariant_later[slot])
+        invariants.append(invariant)
+    sas = []
+    for slot, index in enumerate(plan.sas_firsts):
+        builder = builders[index]
+        sas.append(builder._sas(common, invariants[plan.invariant_of[index]], plan.buffers[index], shared,
+                                fingerprints[id(builder._rope_cache)]))
+        if plan.sas_later[slot]:
+            shared._served(plan.buffers[index].sas_keys[plan.causal], plan.sas_later[slot])
+
+    # The ops themselves (their wrappers only add list conversions and absent outputs).
+    _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP.select()(slot_mappings, plan.storage_block_sizes, common.num_actual_tokens,
+                                                  slot_outputs)
+    for call, tables, (indices, lens) in zip(plan.dspark_calls, dspark_tables, dspark_call_outputs):
+        invariant = invariants[plan.invariant_of[call.members[0]]]
+        _DSPARK_SWA_INDICES_MULTI_OP.select()(
+            tables, invariant.query_start_loc, invariant.seq_lens, call.windows, call.num_speculative_tokens,
+            call.block_sizes, common.num_input_tokens, call.widths, call.cp_size, call.cp_rank, indices, lens)
+
+    metas = []
+    for index, slot_mapping in enumerate(slot_outputs):
+        dspark = dspark_outputs[index]
+        indices, lens = (None, None) if dspark is None else dspark
+        metas.append(DraftAttnMetadata(*invariants[plan.invariant_of[index]].fields, sas[plan.sas_of[index]],
+                                       slot_mapping, indices, lens, plan.windows[index]))
+    return metas
 
 
 def _inputs(common: CommonDraftInputs) -> tuple:
@@ -531,23 +781,23 @@ def build_draft_attn_metadata(
     """Every builder's metadata for draft step draft_index, one per builder, in order.
 
     One StepCache serves the whole group loop: `cache` when the runner keeps one for the step,
-    else a new one. dummy_run=True always takes a new cache, so dummy inputs never read or
-    leave entries in the runner's; the groups still share within the dummy run, so its
-    tensors sit at the addresses a real step's do. `common` as a sequence (one
-    CommonDraftInputs per builder) is the path for per-group-updated inputs: every group then
-    computes everything itself, exactly as without a cache.
+    else a new one. The groups' own ops run once for all of them: one call formats every
+    group's slot mapping, one builds every DSpark group's indices. dummy_run=True always takes a
+    new cache, so dummy inputs never read or leave entries in the runner's; the groups still
+    share within the dummy run, so its tensors sit at the addresses a real step's do. `common`
+    as a sequence (one CommonDraftInputs per builder) is the path for per-group-updated inputs:
+    every group then computes everything itself, exactly as without a cache.
     """
     if isinstance(common, CommonDraftInputs):
         shared = StepCache() if dummy_run or cache is None else cache
-        # No runner code runs between the groups of this loop, so the inputs cannot change in
+        # No runner code runs between the groups of this step, so the inputs cannot change in
         # it: their fingerprint is taken once (once per RoPE cache tensor, which it includes).
-        metas = []
-        rope_cache = fingerprint = None
+        fingerprints: dict[int, tuple | None] = {}
         for builder in builders:
-            if builder._rope_cache is not rope_cache:
-                rope_cache, fingerprint = builder._rope_cache, builder._fingerprint(common)
-            metas.append(builder._build(common, draft_index, shared, fingerprint))
-        return metas
+            rope = id(builder._rope_cache)
+            if rope not in fingerprints:
+                fingerprints[rope] = builder._fingerprint(common)
+        return _build_step(builders, common, draft_index, shared, fingerprints)
     if len(common) != len(builders):
         raise ValueError(
             f"common must be one CommonDraftInputs or one per builder ({len(builders)}), got {len(common)}")

@@ -1,41 +1,60 @@
-"""Benchmark of the drafting layer (SPEC 4): per-group build time of one draft step with and
-without the shared StepCache, and each later group's cost relative to the first.
+"""Benchmark of the drafting layer: one draft step over 2, 4 and 8 KV-cache groups, with the
+four figures of the layer's performance contract, each printed with its goal.
 
-Groups, in this order: a sliding-window group (window 128), a full-attention group, in the
-4-group mix a full-attention group with a 4x smaller storage block (compressed), and a DSpark
-group (window 128). Decode batches: every request has 1 + k query tokens (k speculative).
+Groups, in this order (the first 2, 4 or all 8): `swa` (sliding window 128), `dspark` (DSpark,
+window 128), `c4` (full attention, storage block 32), `full`, `swa64` (window 128, storage block
+64: shares everything with swa), `c128` (full attention, storage block 8), `dspark64` (a second
+DSpark group, block size 64), `c16` (full attention, storage block 16). Decode batches of R
+requests with 1 + k query tokens each; causal and non-causal steps (only non-causal steps build
+DSpark indices, and there a DSpark group's window widens by the draft block).
 
-What a group costs inside a step is measured as the step grows: `step g0` runs
-build_draft_attn_metadata over the first group, `step g0-g1` over the first two, ..., `step
-shared` over all; group K's cost is step(g0..gK) - step(g0..gK-1), timed in the same
-interleaved rounds. `own ops gK` runs only the ops group K cannot share: its slot-mapping
-format, its sas_metadata when no earlier group has its (heads, head_dim, window), its DSpark
-indices. `no-cache gK` is group K building alone (build_for_drafting without a cache), and
-`step no-cache` every group building alone. `write floor gK` fills the DSpark group's
-[tokens, 1, width] int32 indices with one `fill_` (one aten call, about 1 µs of it dispatch): what
-merely writing the layout SPEC 3.4 asks for costs on this machine, the part of the group's cost
-that no implementation avoids.
+Timed, in interleaved rounds (host tensors, native ops):
+- `step g0`, `step g0-g1`, ..., `step shared`: build_draft_attn_metadata over the first 1, 2, ...
+  groups. Group K costs step(g0..gK) - step(g0..gK-1).
+- `ops g0`, ..., `ops g0-gK`: only the ops those groups run for themselves, called as the step
+  calls them: one format_slot_mapping_blocks_multi over the prefix, one
+  dspark_swa_indices_multi over its DSpark groups (non-causal steps), each distinct
+  sas_metadata. Group K's own ops cost ops(g0..gK) - ops(g0..gK-1): its share of the shared
+  launches, plus any launch it is the first to need.
+- `first build`: build_draft_attn_metadata over every group, cycling through 320 batch shapes
+  (R - j requests, j < 40, and 0..7 padding tokens), more than the builders keep views for, so
+  every call meets a shape it has not seen; `repeat build` cycles through 8 of the same shapes,
+  seen before. Same work on average, only the shape is new or not.
+- `empty-op`: one aten op on an empty tensor (the cost floor of one dispatcher call).
+- `step no-cache`: every group building alone (build_for_drafting without a cache).
 
-Extras: `gK/g0` = group K's cost in the step / step g0; `gK layer/g0` = the same minus own ops
-gK: what the layer itself (fingerprint, lookups, metadata object) costs a later group;
-`gK floor/g0` = write floor gK / step g0.
+Figures (extras of `step shared`), goal in brackets, met or not:
+- (a) `shared later/first`: the costliest later group that shares everything (no sas_metadata,
+  no DSpark indices of its own this step) over step g0 [<= 0.15];
+- (b) `layer/empty-op`: the largest, over later groups, of what the layer adds beyond the
+  group's own ops, (step(K) - step(K-1)) - (ops(K) - ops(K-1)), over one empty op [<= 1.0];
+- (c) `launches`: op launches of the whole step, counted with a TorchDispatchMode (views and
+  the host-only cp_local_max_lens not counted), and `extra launches`: that count minus the
+  count of a step over one group of each kind (same sas_metadata arguments and DSpark or not)
+  [0: the count does not grow with groups that share arguments];
+- (d) `first/repeat`: first build over repeat build [<= 1.5].
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-import specops
-from specops.bench._harness import Case
+from specops.bench._harness import Case, empty_op_call
 from specops.drafting import (
     CommonDraftInputs,
+    DraftAttnMetadata,
     DraftMetadataBuilder,
     GroupConfig,
     ModelConfig,
     build_draft_attn_metadata,
 )
+from specops.ops.dspark_swa_indices_multi import _OP as DSPARK_MULTI
+from specops.ops.format_slot_mapping_blocks_multi import _OP as FORMAT_MULTI
+from specops.ops.sas_metadata import sas_metadata
 
 MAX_NUM_REQS = 256
 MAX_NUM_TOKENS = 2048
@@ -43,21 +62,28 @@ MAX_CONTEXT = 8192
 WINDOW = 128
 DRAFT_INDEX = 1
 
-GROUPS_3 = (
+GROUPS = (
     GroupConfig("swa", block_size=128, storage_block_size=128, sliding_window=WINDOW),
-    GroupConfig("full", block_size=128, storage_block_size=128, sliding_window=None),
     GroupConfig("dspark", block_size=128, storage_block_size=128, sliding_window=WINDOW, dspark=True),
+    GroupConfig("c4", block_size=128, storage_block_size=32, sliding_window=None),
+    GroupConfig("full", block_size=128, storage_block_size=128, sliding_window=None),
+    GroupConfig("swa64", block_size=128, storage_block_size=64, sliding_window=WINDOW),
+    GroupConfig("c128", block_size=128, storage_block_size=8, sliding_window=None),
+    GroupConfig("dspark64", block_size=64, storage_block_size=64, sliding_window=WINDOW, dspark=True),
+    GroupConfig("c16", block_size=128, storage_block_size=16, sliding_window=None),
 )
-COMPRESSED = GroupConfig("c4", block_size=128, storage_block_size=32, sliding_window=None)
-GROUPS_4 = (*GROUPS_3[:2], COMPRESSED, GROUPS_3[2])
 
-# (groups, requests, speculative tokens, CP size)
+GOALS = {"a": 0.15, "b": 1.0, "c": 0, "d": 1.5}
+
+# (groups, requests, speculative tokens, causal, CP size)
 SHAPES = (
-    [(GROUPS_4, num_reqs, k, 1) for num_reqs in (16, 64, 256) for k in (1, 7)]
-    + [(GROUPS_4, num_reqs, 7, 4) for num_reqs in (64, 256)]
-    + [(GROUPS_3, 64, 7, 1), (GROUPS_3, 64, 7, 4)]
+    [(num_groups, num_reqs, k, causal, 1) for num_groups in (2, 4, 8) for num_reqs in (64, 256) for k in (1, 7)
+     for causal in (True, False)]
+    + [(4, 256, 7, causal, 4) for causal in (True, False)]
 )
-QUICK_SHAPES = [(GROUPS_3, 8, 1, 1)]
+QUICK_SHAPES = [(2, 8, 1, False, 1)]
+SHAPE_OFFSETS = 40  # first build: R - j requests for j < SHAPE_OFFSETS ...
+SHAPE_PADDINGS = 8  # ... and this many paddings: 320 shapes, more than a builder keeps views for
 
 
 def make_model(num_speculative_tokens: int, cp_size: int, device: torch.device) -> ModelConfig:
@@ -68,7 +94,8 @@ def make_model(num_speculative_tokens: int, cp_size: int, device: torch.device) 
                        num_speculative_tokens=num_speculative_tokens, cp_size=cp_size, cp_rank=cp_size - 1)
 
 
-def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.device, seed: int = 0) -> CommonDraftInputs:
+def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.device, seed: int = 0, *,
+                       causal: bool = True, padding: int = 0) -> CommonDraftInputs:
     """num_reqs decodes of query_len tokens after random contexts, a block table and slot
     mapping per group; host copies of query_start_loc and seq_lens as a runner keeps them."""
     generator = torch.Generator().manual_seed(seed)
@@ -77,16 +104,16 @@ def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.devi
     query_start_loc = torch.arange(num_reqs + 1, dtype=torch.int32) * query_len
     positions = context.repeat_interleave(query_len) + torch.arange(query_len).repeat(num_reqs)
     num_tokens = num_reqs * query_len
-    cols = -(-MAX_CONTEXT // 128)
-    block_tables = {
-        g.name: torch.randint(1, 1 << 20, (num_reqs, cols), dtype=torch.int32, generator=generator).to(device)
-        for g in groups
-    }
+    block_tables = {}
+    for g in groups:
+        cols = -(-MAX_CONTEXT // g.block_size)
+        block_tables[g.name] = torch.randint(1, 1 << 20, (num_reqs, cols), dtype=torch.int32,
+                                             generator=generator).to(device)
     slot_mappings = {g.name: torch.randint(0, 1 << 27, (num_tokens,), generator=generator).to(device) for g in groups}
     return CommonDraftInputs(
         query_start_loc=query_start_loc.to(device), query_start_loc_cpu=query_start_loc,
         seq_lens=seq_lens.to(device), seq_lens_cpu=seq_lens, positions=positions.to(device),
-        num_reqs=num_reqs, num_actual_tokens=num_tokens, num_input_tokens=num_tokens, causal=True,
+        num_reqs=num_reqs, num_actual_tokens=num_tokens, num_input_tokens=num_tokens + padding, causal=causal,
         block_tables=block_tables, slot_mappings=slot_mappings,
     )
 
@@ -95,88 +122,177 @@ def _builders(model: ModelConfig, groups, device: torch.device) -> list[DraftMet
     return [DraftMetadataBuilder(model, g, MAX_NUM_REQS, MAX_NUM_TOKENS, device=device) for g in groups]
 
 
-def _own_ops(model: ModelConfig, groups, index: int, common: CommonDraftInputs,
-             device: torch.device) -> Callable[[], object]:
-    """The ops of group `index` that no cache can share, called directly on buffers of its own."""
-    builder = _builders(model, groups[index:index + 1], device)[0]
-    meta = builder.build_for_drafting(common, DRAFT_INDEX)
-    group = groups[index]
-    slot_mapping = common.slot_mappings[group.name]
-    own_sas = all(earlier.window != group.window for earlier in groups[:index])
-    local_qsl, local_seq_lens, sas = meta.cp.local_query_start_loc, meta.cp.local_seq_lens, meta.sas_metadata
-    window_left, window_right = group.window
+class LaunchCounter(TorchDispatchMode):
+    """Counts the ops a block runs that a device would launch: every op but views and the
+    host-only helper (cp_local_max_lens reads the host copies; on a device it is host work).
+    A minimal counter for this benchmark; it records the op names in order."""
+
+    HOST_ONLY = ("specops.cp_local_max_lens.default",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.launches: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if not func.is_view and name not in self.HOST_ONLY:
+            self.launches.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def count_launches(step: Callable[[], object]) -> list[str]:
+    step()  # warm: views and buffers of this shape exist
+    with LaunchCounter() as counter:
+        step()
+    return counter.launches
+
+
+def _kind(group: GroupConfig, builder: DraftMetadataBuilder, causal: bool) -> tuple:
+    """What decides whether a group needs launches of its own: its sas_metadata arguments, and
+    DSpark indices on non-causal steps."""
+    return (builder._sas_names[causal], group.dspark and not causal)
+
+
+def _own_ops(builders: list[DraftMetadataBuilder], metas: list[DraftAttnMetadata],
+             common: CommonDraftInputs) -> Callable[[], None]:
+    """The ops these groups run for themselves, called as build_draft_attn_metadata calls them
+    (on the same buffers): one format over all, one DSpark call over the DSpark groups, one
+    sas_metadata per distinct argument set."""
+    model = builders[0].model
+    slot_mappings = [common.slot_mappings[b.group.name] for b in builders]
+    block_sizes = [b.group.storage_block_size for b in builders]
+    outputs = [meta.slot_mapping for meta in metas]
+    dspark = [(b, meta) for b, meta in zip(builders, metas) if meta.dspark_swa_indices is not None]
+    sas_calls, seen = [], set()
+    for builder, meta in zip(builders, metas):
+        if meta.sas_metadata.data_ptr() not in seen:
+            seen.add(meta.sas_metadata.data_ptr())
+            sas_calls.append((meta.cp.local_query_start_loc, meta.cp.local_seq_lens, meta.window, meta.sas_metadata))
+    num_reqs = common.num_reqs
+    query_start_loc, seq_lens = common.query_start_loc[:num_reqs + 1], common.seq_lens[:num_reqs]
+    dspark_args = None
+    if dspark:
+        groups = [b.group for b, _ in dspark]
+        dspark_args = ([common.block_tables[g.name] for g in groups], query_start_loc, seq_lens,
+                       [g.sliding_window for g in groups], model.num_speculative_tokens,
+                       [g.block_size for g in groups], common.num_input_tokens, [b.dspark_width for b, _ in dspark],
+                       model.cp_size, model.cp_rank, [m.dspark_swa_indices for _, m in dspark],
+                       [m.dspark_swa_lens for _, m in dspark])
+    num_tokens = common.num_actual_tokens
 
     def run() -> None:
-        specops.format_slot_mapping_blocks(slot_mapping, group.storage_block_size, out=meta.slot_mapping)
-        if own_sas:
-            specops.sas_metadata(local_qsl, local_seq_lens, num_heads_q=model.num_heads_q,
-                                 num_heads_kv=model.num_heads_kv, head_dim=model.head_dim, window_left=window_left,
-                                 window_right=window_right, num_cube_cores=model.num_cube_cores,
-                                 num_vector_cores=model.num_vector_cores, out=sas)
-        if group.dspark:
-            specops.dspark_swa_indices(
-                common.block_tables[group.name], common.query_start_loc, common.seq_lens, window=group.sliding_window,
-                num_speculative_tokens=model.num_speculative_tokens, block_size=group.block_size,
-                num_tokens=common.num_input_tokens, width=builder.dspark_width, cp_size=model.cp_size,
-                cp_rank=model.cp_rank, out=meta.dspark_swa_indices, out_lens=meta.dspark_swa_lens)
+        FORMAT_MULTI.select()(slot_mappings, block_sizes, num_tokens, outputs)
+        if dspark_args is not None:
+            DSPARK_MULTI.select()(*dspark_args)
+        for local_qsl, local_seq_lens, (left, right), out in sas_calls:
+            sas_metadata(local_qsl, local_seq_lens, num_heads_q=model.num_heads_q, num_heads_kv=model.num_heads_kv,
+                         head_dim=model.head_dim, window_left=left, window_right=right,
+                         num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores, out=out)
 
     return run
 
 
-def _write_floor(model: ModelConfig, group: GroupConfig, common: CommonDraftInputs,
-                 device: torch.device) -> Callable[[], object]:
-    """Fills the DSpark indices of `group` as a build sizes them, computing nothing."""
-    indices = _builders(model, (group,), device)[0].build_for_drafting(common, DRAFT_INDEX).dspark_swa_indices
-    return lambda: indices.fill_(-1)
+def _step_name(count: int, num_groups: int) -> str:
+    return "step shared" if count == num_groups else ("step g0" if count == 1 else f"step g0-g{count - 1}")
 
 
-def _impl_name(mode: str, index: int, group: GroupConfig) -> str:
-    return f"{mode} g{index} {group.name}"
+def _ops_name(count: int) -> str:
+    return "ops g0" if count == 1 else f"ops g0-g{count - 1}"
 
 
-def _step_name(groups, count: int) -> str:
-    return "step shared" if count == len(groups) else ("step g0" if count == 1 else f"step g0-g{count - 1}")
+def _verdict(name: str, value: float, goal: float) -> tuple[str, float]:
+    met = "met" if value <= goal else "NOT MET"
+    return f"{name} [goal <= {goal}: {met}]", value
 
 
-def _ratios(groups) -> Callable[[dict[str, float]], dict[str, float]]:
+def _derive(num_groups: int, shares_everything: list[bool]) -> Callable[[dict[str, float]], dict[str, float]]:
     def derive(medians: dict[str, float]) -> dict[str, float]:
-        first = medians[_step_name(groups, 1)]
-        ratios, layer = {}, {}
-        for index, group in enumerate(groups[1:], 1):
-            cost = medians[_step_name(groups, index + 1)] - medians[_step_name(groups, index)]
-            ratios[f"g{index}/g0"] = cost / first
-            layer[f"g{index} layer/g0"] = (cost - medians[_impl_name("own ops", index, group)]) / first
-            floor = medians.get(_impl_name("write floor", index, group))
-            if floor is not None:
-                layer[f"g{index} floor/g0"] = floor / first
-        return {**ratios, "max later/first": max(ratios.values()), **layer}
+        first = medians[_step_name(1, num_groups)]
+        empty = medians["empty-op"]
+        shared_ratios, layer = [0.0], []
+        for k in range(1, num_groups):
+            cost = medians[_step_name(k + 1, num_groups)] - medians[_step_name(k, num_groups)]
+            own = medians[_ops_name(k + 1)] - medians[_ops_name(k)]
+            layer.append((cost - own) / empty)
+            if shares_everything[k]:
+                shared_ratios.append(cost / first)
+        figures = dict([_verdict("(a) shared later/first", max(shared_ratios), GOALS["a"]),
+                        _verdict("(b) layer/empty-op", max(layer), GOALS["b"]),
+                        _verdict("(d) first/repeat", medians["first build"] / medians["repeat build"], GOALS["d"])])
+        for k, value in enumerate(layer, 1):
+            figures[f"(b) g{k}"] = value
+        return figures
 
     return derive
 
 
-def _case(groups, num_reqs: int, num_speculative_tokens: int, cp_size: int, device: torch.device) -> Case:
+def _shape_inputs(common: CommonDraftInputs, query_len: int) -> list[CommonDraftInputs]:
+    """The batch shapes of the first/repeat builds: the first R - j requests of `common` with
+    p padding tokens, for j < SHAPE_OFFSETS and p < SHAPE_PADDINGS (views of its tensors; the
+    block tables and slot mappings are read up to R - j and its tokens)."""
+    inputs = []
+    for index in range(SHAPE_OFFSETS * SHAPE_PADDINGS):
+        offset, padding = divmod(index, SHAPE_PADDINGS)
+        num_reqs = max(1, common.num_reqs - offset)
+        num_tokens = num_reqs * query_len
+        inputs.append(dataclasses.replace(
+            common, query_start_loc=common.query_start_loc[:num_reqs + 1],
+            query_start_loc_cpu=common.query_start_loc_cpu[:num_reqs + 1], seq_lens=common.seq_lens[:num_reqs],
+            seq_lens_cpu=common.seq_lens_cpu[:num_reqs], positions=common.positions[:num_tokens], num_reqs=num_reqs,
+            num_actual_tokens=num_tokens, num_input_tokens=num_tokens + padding))
+    return inputs
+
+
+def _cycle(builders: list[DraftMetadataBuilder], inputs: list[CommonDraftInputs]) -> Callable[[], object]:
+    position = [0]
+
+    def run() -> object:
+        index = position[0]
+        position[0] = index + 1 if index + 1 < len(inputs) else 0
+        return build_draft_attn_metadata(builders, inputs[index], DRAFT_INDEX)
+
+    return run
+
+
+def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: bool, cp_size: int,
+          device: torch.device) -> Case:
+    groups = GROUPS[:num_groups]
     model = make_model(num_speculative_tokens, cp_size, device)
-    common = make_decode_inputs(groups, num_reqs, 1 + num_speculative_tokens, device)
+    query_len = 1 + num_speculative_tokens
+    common = make_decode_inputs(groups, num_reqs, query_len, device, causal=causal)
     step_builders = _builders(model, groups, device)
-    impls: dict[str, Callable[[], object]] = {}
-    for count in range(1, len(groups) + 1):
-        impls[_step_name(groups, count)] = (
+    impls: dict[str, Callable[[], object]] = {"empty-op": empty_op_call(device)}
+    metas = build_draft_attn_metadata(step_builders, common, DRAFT_INDEX)
+    for count in range(1, num_groups + 1):
+        impls[_step_name(count, num_groups)] = (
             lambda prefix=step_builders[:count]: build_draft_attn_metadata(prefix, common, DRAFT_INDEX))
-    for index in range(1, len(groups)):
-        impls[_impl_name("own ops", index, groups[index])] = _own_ops(model, groups, index, common, device)
-        if groups[index].dspark:
-            impls[_impl_name("write floor", index, groups[index])] = _write_floor(model, groups[index], common, device)
+        impls[_ops_name(count)] = _own_ops(step_builders[:count], metas[:count], common)
+
+    # Shapes: 320 distinct ones for the first builds, 8 of them (seen after their first call)
+    # for the repeats; both sets spread over the same range of sizes.
+    first_inputs = _shape_inputs(common, query_len)
+    repeat_inputs = first_inputs[::len(first_inputs) // 8]
+    impls["first build"] = _cycle(_builders(model, groups, device), first_inputs)
+    impls["repeat build"] = _cycle(_builders(model, groups, device), repeat_inputs)
     alone = _builders(model, groups, device)
-    for index, builder in enumerate(alone):
-        impls[_impl_name("no-cache", index, groups[index])] = (
-            lambda b=builder: b.build_for_drafting(common, DRAFT_INDEX))
     impls["step no-cache"] = lambda: [b.build_for_drafting(common, DRAFT_INDEX) for b in alone]
-    label = f"G={len(groups)} R={num_reqs} k={num_speculative_tokens} C={cp_size}"
+
+    kinds = [_kind(g, b, causal) for g, b in zip(groups, step_builders)]
+    shares_everything = [index > 0 and kinds[index] in kinds[:index] for index in range(num_groups)]
+    one_per_kind = [b for index, b in enumerate(_builders(model, groups, device)) if kinds[index] not in kinds[:index]]
+    launches = count_launches(lambda: build_draft_attn_metadata(step_builders, common, DRAFT_INDEX))
+    kind_launches = count_launches(lambda: build_draft_attn_metadata(one_per_kind, common, DRAFT_INDEX))
+    extra = len(launches) - len(kind_launches)
+    extras = {"(c) launches": float(len(launches)),
+              f"(c) extra launches [goal 0: {'met' if extra <= GOALS['c'] else 'NOT MET'}]": float(extra)}
+
+    cp = f" C={cp_size}" if cp_size > 1 else ""
+    label = f"G={num_groups} R={num_reqs} k={num_speculative_tokens} {'causal' if causal else 'non-causal'}{cp}"
     return Case("drafting", label, num_reqs, common.num_actual_tokens, impls, subject="step shared",
-                baselines=("step no-cache",), family=f"G={len(groups)} C={cp_size}",
-                derive=_ratios(groups), plotted=("step shared", "step no-cache"))
+                baselines=("step no-cache",), extras=extras, family=f"G={num_groups}{cp}",
+                derive=_derive(num_groups, shares_everything), plotted=("step shared", "step no-cache"))
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
     shapes = QUICK_SHAPES if quick else SHAPES
-    return [_case(groups, num_reqs, k, cp_size, device) for groups, num_reqs, k, cp_size in shapes]
+    return [_case(*shape, device) for shape in shapes]
