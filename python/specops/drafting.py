@@ -207,15 +207,6 @@ class StepCache:
         self.misses += 1
         return None
 
-    def _served(self, key: tuple[Hashable, Hashable], times: int) -> None:
-        """Counts `times` more hits of key: later groups of one step served the value that the
-        step just looked up or stored (nothing runs between the groups of a step, so the
-        lookup would find the same entry)."""
-        self.hits += times
-        if logger.isEnabledFor(logging.DEBUG):
-            for _ in range(times):
-                logger.debug("StepCache hit: %s", key)
-
     def put(self, key: tuple[Hashable, Hashable], fingerprint: tuple, value: object, *, keep_alive: tuple = (),
             owner: object = None) -> None:
         """Stores value under key = (namespace, name). keep_alive: the input tensors named in the
@@ -239,12 +230,14 @@ class _Invariant:
     fields, in its order, so a build unpacks them straight into the metadata; the rest is what
     the groups' own ops and checks read."""
 
-    __slots__ = ("fields", "query_lens", "_max_query_len", "seq_lens_cpu", "query_start_loc", "seq_lens")
+    __slots__ = ("fields", "query_lens", "all_decodes", "_max_query_len", "seq_lens_cpu", "query_start_loc",
+                 "seq_lens")
 
-    def __init__(self, query_lens: np.ndarray, seq_lens_cpu: torch.Tensor, query_start_loc: torch.Tensor,
-                 seq_lens: torch.Tensor):
+    def __init__(self, query_lens: np.ndarray, all_decodes: bool, seq_lens_cpu: torch.Tensor,
+                 query_start_loc: torch.Tensor, seq_lens: torch.Tensor):
         self.fields: tuple = ()
         self.query_lens = query_lens  # host, per request
+        self.all_decodes = all_decodes  # every query length is at most 1 + num_speculative_tokens
         self._max_query_len: int | None = None
         self.seq_lens_cpu = seq_lens_cpu
         self.query_start_loc = query_start_loc  # [R + 1] and [R] views of the runner's tensors
@@ -513,7 +506,7 @@ class DraftMetadataBuilder:
         else:
             seq_lens_cpu = views.seq_lens_host
             seq_lens_cpu.copy_(seq_lens)  # the step's one device-to-host sync
-        invariant = _Invariant(query_lens, seq_lens_cpu, query_start_loc, seq_lens)
+        invariant = _Invariant(query_lens, num_decodes == num_reqs, seq_lens_cpu, query_start_loc, seq_lens)
         for builder in dspark_builders:
             builder._check_dspark_width(invariant)
 
@@ -542,7 +535,8 @@ class DraftMetadataBuilder:
         length, the window and the width to set."""
         group, width = self.group, self.dspark_width
         window = group.sliding_window
-        if invariant.max_query_len + window <= width:
+        longest = self._decode_threshold if invariant.all_decodes else invariant.max_query_len
+        if longest + window <= width:
             return  # no request sees more than its query plus the window
         query_lens = invariant.query_lens.astype(np.int64)
         seq_lens = invariant.seq_lens_cpu.numpy().astype(np.int64)
@@ -585,8 +579,8 @@ class DraftMetadataBuilder:
         With `shared`, group-invariant results stored there for the same inputs are reused (the
         same tensors, not copies) and the ones computed here are stored; without it everything
         is computed here."""
-        fingerprint = None if shared is None else self._fingerprint(common)
-        return _build_step((self,), common, draft_index, shared, {id(self._rope_cache): fingerprint})[0]
+        fingerprints = {} if shared is None else {id(self._rope_cache): self._fingerprint(common)}
+        return _build_step((self,), common, draft_index, shared, fingerprints)[0]
 
 
 # Where CPLocalMetadata sits among DraftAttnMetadata's fields (and _Invariant.fields).
@@ -697,14 +691,26 @@ def _plan(builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bo
     return plan
 
 
+def _served(shared: StepCache | None, key: tuple[Hashable, Hashable], times: int) -> None:
+    """Counts `times` hits of key in `shared`: the later groups of a step that share the value
+    the step just looked up or computed (nothing runs between the groups of a step, so a lookup
+    would find that same entry). None: the step's own cache, which nobody reads after the step,
+    so it keeps no entries and no counts; the debug lines are written all the same."""
+    if shared is not None:
+        shared.hits += times
+    if logger.isEnabledFor(logging.DEBUG):
+        for _ in range(times):
+            logger.debug("StepCache hit: %s", key)
+
+
 def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs, draft_index: int,
                 shared: StepCache | None, fingerprints: dict[int, tuple | None]) -> list[DraftAttnMetadata]:
     """The metadata of every builder for one step sharing `common`: each distinct group-invariant
-    entry and sas_metadata looked up in `shared` (None: one builder computing everything itself)
-    or computed by the first builder that needs it, then one format_slot_mapping_blocks_multi
-    call for every group's slot mapping and, on a non-causal step, one dspark_swa_indices_multi
-    call for every DSpark group. fingerprints: the inputs' fingerprint per RoPE cache tensor id
-    (None without a cache)."""
+    entry and sas_metadata looked up in `shared` or computed by the first builder that needs it
+    (the others share it; shared None: a cache that only lives for this step, so nothing to look
+    up or store), then one format_slot_mapping_blocks_multi call for every group's slot mapping
+    and, on a non-causal step, one dspark_swa_indices_multi call for every DSpark group.
+    fingerprints: the inputs' fingerprint per RoPE cache tensor id (unused without `shared`)."""
     if not builders:
         return []
     plan = _plan(builders, draft_index, common.causal)
@@ -721,18 +727,18 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
     invariants = []
     for slot, index in enumerate(plan.invariant_firsts):
         builder = builders[index]
-        invariant = builder._invariant(common, plan.buffers[index], shared, fingerprints[id(builder._rope_cache)],
+        invariant = builder._invariant(common, plan.buffers[index], shared, fingerprints.get(id(builder._rope_cache)),
                                        plan.dspark_checks[slot])
         if plan.invariant_later[slot]:
-            shared._served(plan.buffers[index].invariant_key, plan.invariant_later[slot])
+            _served(shared, plan.buffers[index].invariant_key, plan.invariant_later[slot])
         invariants.append(invariant)
     sas = []
     for slot, index in enumerate(plan.sas_firsts):
         builder = builders[index]
         sas.append(builder._sas(common, invariants[plan.invariant_of[index]], plan.buffers[index], shared,
-                                fingerprints[id(builder._rope_cache)]))
+                                fingerprints.get(id(builder._rope_cache))))
         if plan.sas_later[slot]:
-            shared._served(plan.buffers[index].sas_keys[plan.causal], plan.sas_later[slot])
+            _served(shared, plan.buffers[index].sas_keys[plan.causal], plan.sas_later[slot])
 
     # The ops themselves (their wrappers only add list conversions and absent outputs).
     _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP.select()(slot_mappings, plan.storage_block_sizes, common.num_actual_tokens,
@@ -789,7 +795,10 @@ def build_draft_attn_metadata(
     every group then computes everything itself, exactly as without a cache.
     """
     if isinstance(common, CommonDraftInputs):
-        shared = StepCache() if dummy_run or cache is None else cache
+        if dummy_run or cache is None:
+            # A cache of this step alone: it starts empty and nobody reads it afterwards, so the
+            # groups share through the step itself, with no lookup, entry or fingerprint.
+            return _build_step(builders, common, draft_index, None, {})
         # No runner code runs between the groups of this step, so the inputs cannot change in
         # it: their fingerprint is taken once (once per RoPE cache tensor, which it includes).
         fingerprints: dict[int, tuple | None] = {}
@@ -797,7 +806,7 @@ def build_draft_attn_metadata(
             rope = id(builder._rope_cache)
             if rope not in fingerprints:
                 fingerprints[rope] = builder._fingerprint(common)
-        return _build_step(builders, common, draft_index, shared, fingerprints)
+        return _build_step(builders, common, draft_index, cache, fingerprints)
     if len(common) != len(builders):
         raise ValueError(
             f"common must be one CommonDraftInputs or one per builder ({len(builders)}), got {len(common)}")
