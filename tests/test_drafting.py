@@ -469,8 +469,11 @@ def test_shared_cache_equals_building_alone():
         cache = StepCache()
         shared = build_draft_attn_metadata(shared_builders, common, draft_index, cache=cache)
         alone = [builder.build_for_drafting(common, draft_index) for builder in alone_builders]
-        for group, with_cache, without in zip(groups, shared, alone):
+        # Without a runner's cache the step shares within itself: the same results again.
+        own = build_draft_attn_metadata(make_builders(model, groups), common, draft_index)
+        for group, with_cache, without, within in zip(groups, shared, alone, own):
             assert_same_metadata(with_cache, without, f"step {step} {group.name}")
+            assert_same_metadata(within, without, f"step {step} {group.name}, the step's own cache")
         # Every later group hits the group-invariant entry; sas hits where an earlier group has its window.
         windows = [step_window(group, model.num_speculative_tokens, common.causal) for group in groups]
         sas_hits = sum(window in windows[:index] for index, window in enumerate(windows))

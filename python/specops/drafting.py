@@ -408,6 +408,16 @@ class DraftMetadataBuilder:
             self._buffers[draft_index] = buffers
         return buffers
 
+    def _forget_shapes(self) -> None:
+        """Drops every view made for a batch shape (and the steps' per-shape output lists), as if
+        no shape had been seen: the next step at any shape makes them again. The benchmark's
+        first builds use it."""
+        for plan in self._plans.values():
+            plan.by_tokens.clear()
+        for buffers in self._buffers.values():
+            buffers.invariant_views.clear()
+            buffers.group_views.clear()
+
     def _group_views(self, buffers: _DraftBuffers, num_input_tokens: int) -> _GroupViews:
         """This group's output views for num_input_tokens, made once per value (and checked then)."""
         views = buffers.group_views.get(num_input_tokens)
