@@ -470,26 +470,25 @@ class DraftMetadataBuilder:
         return fingerprint
 
     def _invariant(self, common: CommonDraftInputs, buffers: _DraftBuffers, shared: StepCache | None,
-                   fingerprint: tuple | None, dspark_builders: Sequence[DraftMetadataBuilder]) -> _Invariant:
+                   fingerprint: tuple | None, dspark_widths: _DSparkWidths | None) -> _Invariant:
         """The group-invariant results: from `shared` when it holds them for these inputs, else
-        computed into this builder's buffers (and stored there). The row widths of
-        dspark_builders (the step's DSpark groups) are checked against the batch before anything
-        is written."""
+        computed into this builder's buffers (and stored there). The row widths of the step's
+        DSpark groups are checked against the batch before anything is written."""
         if shared is not None:
             invariant = shared.get(buffers.invariant_key, fingerprint)
             if invariant is not None:
-                for builder in dspark_builders:
-                    builder._check_dspark_width(invariant)
+                if dspark_widths is not None:
+                    dspark_widths.check(invariant)
                 return invariant
         views = self._invariant_views(buffers, common)
-        invariant = self._compute_invariant(common, buffers, views, dspark_builders)
+        invariant = self._compute_invariant(common, buffers, views, dspark_widths)
         if shared is not None:
             shared.put(buffers.invariant_key, fingerprint, invariant, keep_alive=_inputs(common),
                        owner=buffers.invariant_writes)
         return invariant
 
     def _compute_invariant(self, common: CommonDraftInputs, buffers: _DraftBuffers, views: _InvariantViews,
-                           dspark_builders: Sequence[DraftMetadataBuilder]) -> _Invariant:
+                           dspark_widths: _DSparkWidths | None) -> _Invariant:
         num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
         model = self.model
         query_start_loc_cpu = _first(common.query_start_loc_cpu, num_reqs + 1)
@@ -517,8 +516,8 @@ class DraftMetadataBuilder:
             seq_lens_cpu = views.seq_lens_host
             seq_lens_cpu.copy_(seq_lens)  # the step's one device-to-host sync
         invariant = _Invariant(query_lens, num_decodes == num_reqs, seq_lens_cpu, query_start_loc, seq_lens)
-        for builder in dspark_builders:
-            builder._check_dspark_width(invariant)
+        if dspark_widths is not None:
+            dspark_widths.check(invariant)
 
         views.positions_real.copy_(_first(common.positions, num_tokens))
         if views.positions_tail is not None:
@@ -545,9 +544,6 @@ class DraftMetadataBuilder:
         length, the window and the width to set."""
         group, width = self.group, self.dspark_width
         window = group.sliding_window
-        longest = self._decode_threshold if invariant.all_decodes else invariant.max_query_len
-        if longest + window <= width:
-            return  # no request sees more than its query plus the window
         query_lens = invariant.query_lens.astype(np.int64)
         seq_lens = invariant.seq_lens_cpu.numpy().astype(np.int64)
         visible = np.where(query_lens > 0, np.minimum(seq_lens, query_lens + window), 0)
@@ -616,6 +612,25 @@ class _DSparkCall:
         self.cp_size, self.cp_rank = model.cp_size, model.cp_rank
 
 
+class _DSparkWidths:
+    """The DSpark groups of a step that share one group-invariant entry, for the check that each
+    request's row fits: one comparison when no request can see more than the narrowest room."""
+
+    __slots__ = ("builders", "room", "decode_threshold")
+
+    def __init__(self, builders: list[DraftMetadataBuilder]):
+        self.builders = builders
+        # The longest query every group's row holds: width - window.
+        self.room = min(b.dspark_width - b.group.sliding_window for b in builders)
+        self.decode_threshold = builders[0]._decode_threshold  # one model: one num_speculative_tokens
+
+    def check(self, invariant: _Invariant) -> None:
+        longest = self.decode_threshold if invariant.all_decodes else invariant.max_query_len
+        if longest > self.room:  # some request may see more than a width: look at each
+            for builder in self.builders:
+                builder._check_dspark_width(invariant)
+
+
 class _StepPlan:
     """What a step over a given list of builders, draft index and kind of step (causal or not)
     does, worked out once: which builder resolves each distinct group-invariant entry and each
@@ -644,8 +659,10 @@ class _StepPlan:
             calls.setdefault((model.cp_size, model.cp_rank, model.num_speculative_tokens), []).append(i)
         self.dspark_calls = [_DSparkCall(builders, members) for members in calls.values()]
         # The DSpark groups whose widths each invariant entry's batch is checked against.
-        self.dspark_checks = [[builders[i] for i in dspark if self.invariant_of[i] == slot]
-                              for slot in range(len(self.invariant_firsts))]
+        self.dspark_checks = []
+        for slot in range(len(self.invariant_firsts)):
+            members = [builders[i] for i in dspark if self.invariant_of[i] == slot]
+            self.dspark_checks.append(_DSparkWidths(members) if members else None)
         self.by_tokens: dict[int, tuple] = {}
 
     @staticmethod
@@ -666,23 +683,25 @@ class _StepPlan:
         return firsts, later, slot_of
 
     def outputs(self, num_input_tokens: int) -> tuple:
-        """(slot mapping views, DSpark (indices, lens) per builder or None, DSpark views per
-        call) for num_input_tokens: made on its first step, checked against each builder's
-        maximum then."""
+        """For num_input_tokens: the slot mapping views (the format's outputs), the DSpark views
+        of each DSpark call, and per builder the rest of its metadata row (slot mapping, DSpark
+        indices and lens or None, window, its invariant and sas slots). Made on the first step at
+        that size, checked against each builder's maximum then."""
         outputs = self.by_tokens.get(num_input_tokens)
         if outputs is None:
             views = [builder._group_views(buffers, num_input_tokens)
                      for builder, buffers in zip(self.builders, self.buffers)]
-            dspark = [None] * len(views)
-            if not self.causal:
-                for call in self.dspark_calls:
-                    for i in call.members:
-                        dspark[i] = (views[i].dspark_indices, views[i].dspark_lens)
+            dspark: list[tuple] = [(None, None)] * len(views)
+            for call in self.dspark_calls:
+                for i in call.members:
+                    dspark[i] = (views[i].dspark_indices, views[i].dspark_lens)
             per_call = [([views[i].dspark_indices for i in call.members], [views[i].dspark_lens for i in call.members])
                         for call in self.dspark_calls]
+            rows = [(view.slot_mapping, *dspark[i], self.windows[i], self.invariant_of[i], self.sas_of[i])
+                    for i, view in enumerate(views)]
             if len(self.by_tokens) >= _MAX_CACHED_SHAPES:
                 self.by_tokens.clear()
-            outputs = ([v.slot_mapping for v in views], dspark, per_call)
+            outputs = ([v.slot_mapping for v in views], per_call, rows)
             self.by_tokens[num_input_tokens] = outputs
         return outputs
 
@@ -724,7 +743,7 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
     if not builders:
         return []
     plan = _plan(builders, draft_index, common.causal)
-    slot_outputs, dspark_outputs, dspark_call_outputs = plan.outputs(common.num_input_tokens)
+    slot_outputs, dspark_call_outputs, rows = plan.outputs(common.num_input_tokens)
     # The groups' own inputs before anything is written: a missing one is a clear error.
     try:
         slot_mappings = [common.slot_mappings[name] for name in plan.names]
@@ -759,13 +778,8 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
             tables, invariant.query_start_loc, invariant.seq_lens, call.windows, call.num_speculative_tokens,
             call.block_sizes, common.num_input_tokens, call.widths, call.cp_size, call.cp_rank, indices, lens)
 
-    metas = []
-    for index, slot_mapping in enumerate(slot_outputs):
-        dspark = dspark_outputs[index]
-        indices, lens = (None, None) if dspark is None else dspark
-        metas.append(DraftAttnMetadata(*invariants[plan.invariant_of[index]].fields, sas[plan.sas_of[index]],
-                                       slot_mapping, indices, lens, plan.windows[index]))
-    return metas
+    return [DraftAttnMetadata(*invariants[invariant_slot].fields, sas[sas_slot], slot_mapping, indices, lens, window)
+            for slot_mapping, indices, lens, window, invariant_slot, sas_slot in rows]
 
 
 def _inputs(common: CommonDraftInputs) -> tuple:
