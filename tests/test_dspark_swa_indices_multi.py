@@ -204,6 +204,13 @@ def _shared_lens(call):
     call["out_lens"] = [shared[:7], shared[3:]]
 
 
+def _lens_over_seq_lens(call):
+    buffer = torch.full((10,), 55, dtype=torch.int32)
+    buffer[:3] = torch.tensor(SEQ_LENS, dtype=torch.int32)
+    call["seq_lens"] = buffer[:3]
+    call["out_lens"][0] = buffer[:7]
+
+
 BAD_INPUTS = [
     ("windows", lambda call: call.update(windows=[3])),
     ("widths", lambda call: call.update(widths=[8, 5, 5])),
@@ -217,6 +224,7 @@ BAD_INPUTS = [
     (r"out\[0\]", _set("out", 0, torch.full((6, 1, 8), 55, dtype=torch.int32))),
     (r"out_lens\[1\]", _set("out_lens", 1, torch.full((6,), 55, dtype=torch.int32))),
     (r"out_lens\[1\] must not share memory with out_lens\[0\]", _shared_lens),
+    (r"out_lens\[0\] must not share memory with seq_lens", _lens_over_seq_lens),
     ("seq_lens", lambda call: call.update(seq_lens=torch.tensor(SEQ_LENS[:2], dtype=torch.int32))),
     ("num_tokens", lambda call: call.update(num_tokens=-1)),
     ("cp_rank", lambda call: call.update(cp_rank=1)),

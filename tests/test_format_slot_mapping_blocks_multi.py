@@ -122,6 +122,13 @@ def _shared_outputs(call):
     call["out"] = [shared[:3], shared[2:5]]
 
 
+def _output_over_an_input(call):
+    """out[1] over group 0's slot mapping, which the op reads while it writes."""
+    buffer = torch.full((8,), 3, dtype=torch.int64)
+    call["slot_mappings"][0] = buffer[:2]
+    call["out"][1] = buffer[:4].view(2, 2)
+
+
 BAD_INPUTS = [
     ("block_sizes", lambda call: call.update(block_sizes=[16])),
     ("out", lambda call: call.update(out=call["out"][:1])),
@@ -132,6 +139,7 @@ BAD_INPUTS = [
     (r"out\[1\]", lambda call: call["out"].__setitem__(1, torch.full((2, 2), 55.0))),
     (r"slot_mappings\[1\]", lambda call: call["slot_mappings"].__setitem__(1, torch.tensor([[3, 4]]))),
     (r"out\[1\] must not share memory with out\[0\]", _shared_outputs),
+    (r"out\[1\] must not share memory with slot_mappings\[0\]", _output_over_an_input),
 ]
 
 

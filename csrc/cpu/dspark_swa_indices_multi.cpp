@@ -94,7 +94,8 @@ void dspark_swa_indices_multi(at::TensorList block_tables, const at::Tensor& que
     shape.table_stride = table.stride(0);
     shape.out_stride = target.stride(0);
   }
-  // Every output is written once: none may share memory with another.
+  // Every output is written once, and every input is read while outputs are written: an output
+  // may share memory with nothing else.
   for (size_t g = 0; g < num_groups; ++g) {
     const int64_t index = static_cast<int64_t>(g);
     check_no_overlap(out_lens[g], ArgName{"out_lens", index}, out[g], ArgName{"out", index});
@@ -104,6 +105,14 @@ void dspark_swa_indices_multi(at::TensorList block_tables, const at::Tensor& que
       check_no_overlap(out[g], ArgName{"out", index}, out_lens[earlier], ArgName{"out_lens", other});
       check_no_overlap(out_lens[g], ArgName{"out_lens", index}, out[earlier], ArgName{"out", other});
       check_no_overlap(out_lens[g], ArgName{"out_lens", index}, out_lens[earlier], ArgName{"out_lens", other});
+    }
+    for (const at::Tensor* output : {&out[g], &out_lens[g]}) {
+      const ArgName name{output == &out[g] ? "out" : "out_lens", index};
+      check_no_overlap(*output, name, query_start_loc, "query_start_loc");
+      check_no_overlap(*output, name, seq_lens, "seq_lens");
+      for (size_t table = 0; table < num_groups; ++table) {
+        check_no_overlap(*output, name, block_tables[table], ArgName{"block_tables", static_cast<int64_t>(table)});
+      }
     }
   }
   kernels::dspark_swa_indices_multi(qsl, lens, groups.data(), static_cast<int64_t>(num_groups));

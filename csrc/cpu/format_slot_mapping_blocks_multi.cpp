@@ -32,8 +32,14 @@ void format_slot_mapping_blocks_multi(at::TensorList slot_mappings, c10::IntArra
     check_rows_disjoint(target, ArgName{"out", index});
     TORCH_CHECK_VALUE(target.size(1) == 2 && target.size(0) >= num_slots, "out[", g, "] must have shape [>= num_slots = ",
                       num_slots, ", 2], got ", target.sizes());
+    // Each output is written once, by its own programs on a device, and every slot mapping is
+    // read while outputs are written: an output may share memory with nothing else.
     for (size_t earlier = 0; earlier < g; ++earlier) {
       check_no_overlap(target, ArgName{"out", index}, out[earlier], ArgName{"out", static_cast<int64_t>(earlier)});
+    }
+    for (size_t input = 0; input < num_groups; ++input) {
+      check_no_overlap(target, ArgName{"out", index}, slot_mappings[input],
+                       ArgName{"slot_mappings", static_cast<int64_t>(input)});
     }
 
     kernels::FormatSlotGroup& group = groups[g];

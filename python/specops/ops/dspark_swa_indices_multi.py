@@ -77,6 +77,9 @@ def _check(
                              f"got {list(target.shape)}")
         check_tensor(out_lens[g], f"out_lens[{g}]", [torch.int32], 1, device, "query_start_loc")
         check_entries(out_lens[g], f"out_lens[{g}]", rows)
+    # Every output is written once and every input is read while outputs are written.
+    inputs = [(query_start_loc, "query_start_loc"), (seq_lens, "seq_lens")]
+    inputs += [(table, f"block_tables[{g}]") for g, table in enumerate(block_tables)]
     for g in range(num_groups):
         check_no_overlap(out_lens[g], f"out_lens[{g}]", out[g], f"out[{g}]")
         for earlier in range(g):
@@ -84,6 +87,9 @@ def _check(
             check_no_overlap(out[g], f"out[{g}]", out_lens[earlier], f"out_lens[{earlier}]")
             check_no_overlap(out_lens[g], f"out_lens[{g}]", out[earlier], f"out[{earlier}]")
             check_no_overlap(out_lens[g], f"out_lens[{g}]", out_lens[earlier], f"out_lens[{earlier}]")
+        for output, name in ((out[g], f"out[{g}]"), (out_lens[g], f"out_lens[{g}]")):
+            for tensor, tensor_name in inputs:
+                check_no_overlap(output, name, tensor, tensor_name)
 
 
 _OP = SpecOp("dspark_swa_indices_multi", _check, _reference)

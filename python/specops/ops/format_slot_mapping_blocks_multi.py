@@ -37,6 +37,10 @@ def _check(slot_mappings: Sequence[torch.Tensor], block_sizes: Sequence[int], nu
             raise ValueError(f"out[{g}] must have shape [>= num_slots = {num_slots}, 2], got {list(target.shape)}")
         for earlier in range(g):
             check_no_overlap(target, f"out[{g}]", out[earlier], f"out[{earlier}]")
+    # Every slot mapping is read while outputs are written.
+    for g in range(num_groups):
+        for source in range(num_groups):
+            check_no_overlap(out[g], f"out[{g}]", slot_mappings[source], f"slot_mappings[{source}]")
 
 
 _OP = SpecOp("format_slot_mapping_blocks_multi", _check, _reference)
