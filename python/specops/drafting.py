@@ -1,9 +1,11 @@
 """The drafting layer (SPEC 4): every KV-cache group's attention metadata for one draft step.
 
-Only two results depend on the group: its formatted slot mapping and, for DSpark groups, its
-DSpark indices. Everything else (decode/prefill split, positions, RoPE cos/sin, CP local
-metadata, start_pos, host seq_lens, sas_metadata) is group-invariant: the first group of a step
-computes it, a `StepCache` holds it, and the other groups share the same tensors.
+Only two results depend on the group: its formatted slot mapping and, for DSpark groups on
+non-causal steps, its DSpark indices. Everything else (decode/prefill split, positions, RoPE
+cos/sin, CP local metadata, start_pos, host seq_lens, sas_metadata) is group-invariant: the first
+group of a step computes it and the other groups share the same tensors (through a runner's
+`StepCache` when it passes one). The groups' own results come from two multi-group ops, one
+launch each per step however many groups there are.
 
     model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=512, rope_cos_sin_cache=cache,
                         num_speculative_tokens=7)
