@@ -5,12 +5,14 @@
 #include <string>
 
 #include "fast_call.h"
+#include "row_views.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts and FastOp";
+  m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts, FastOp and row_views";
   specops::bind_fast_call(m);
+  specops::bind_row_views(m);
   m.attr("version") = SPECOPS_VERSION;
   m.attr("cann_version") = std::string(SPECOPS_CANN_VERSION).empty() ? py::object(py::none()) : py::str(SPECOPS_CANN_VERSION);
   m.attr("torch_version") = SPECOPS_TORCH_VERSION;

@@ -454,6 +454,26 @@ def test_a_new_batch_shape_allocates_nothing():
         assert log.ops and log.allocations() == [], log.allocations()
 
 
+@pytest.mark.skipif("native" not in specops.available_backends(), reason="native extension not built")
+def test_row_views_are_slices_that_share_storage_and_version():
+    """The layer's views come from one native call (specops._C.row_views): each equals the slice,
+    sits in the same storage, and shares the buffer's version counter, so an in-place write
+    through it is seen wherever versions are compared."""
+    buffer = torch.arange(40, dtype=torch.int64).view(10, 4)
+    columns = buffer[:, 2:]
+    views = specops._C.row_views([buffer, columns, buffer[0]], [2, 5, 7, 10, 1, 3])
+    for view, expected in zip(views, (buffer[2:5], columns[7:10], buffer[0][1:3])):
+        assert view.shape == expected.shape and view.stride() == expected.stride()
+        assert view.data_ptr() == expected.data_ptr() and torch.equal(view, expected)
+    version = buffer._version
+    views[1].fill_(-1)
+    assert buffer._version == version + 1 and (buffer[7:, 2:] == -1).all()
+    with pytest.raises(ValueError, match=r"tensors\[0\].*start <= end <= 10"):
+        specops._C.row_views([buffer], [3, 11])
+    with pytest.raises(ValueError, match="bounds"):
+        specops._C.row_views([buffer], [0])
+
+
 # ---------------------------------------------------------------- the shared cache
 
 

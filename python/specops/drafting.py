@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from specops._cp import cp_token_split
+from specops._extension import EXTENSION
 from specops.ops._checks import check_cp_rank, check_int32_range, check_non_negative, check_positive
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
@@ -48,6 +49,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+if EXTENSION.loaded:
+    from specops import _C
+
+    _NATIVE_ROW_VIEWS = _C.row_views
+else:
+    _NATIVE_ROW_VIEWS = None
 
 DRAFT_NAMESPACE = "draft_for_drafting"
 # Distinct (num_reqs, num_actual_tokens, num_input_tokens) shapes whose buffer views a builder
@@ -266,23 +274,35 @@ class _InvariantViews:
         split = cp_token_split(num_input_tokens, cp_size, cp_rank)
         self.split = split
         pad = split.num_tokens_pad
-        positions = buffers.positions
-        self.positions_real = positions[:num_tokens]
-        self.positions_tail = positions[num_tokens:pad] if pad > num_tokens else None
-        self.input_positions = positions[:num_input_tokens]
-        self.positions_padded = self.input_positions if pad == num_input_tokens else positions[:pad]
-        self.cos_sin_padded = buffers.cos_sin[:pad]
-        self.cos = buffers.cos_columns[:num_input_tokens]
-        self.sin = buffers.sin_columns[:num_input_tokens]
-        if cp_size == 1:  # the one rank's slice is the whole stream
+        positions, cos, sin = buffers.positions, buffers.cos_columns, buffers.sin_columns
+        # Every view in one call; the optional ones (padding rows, a wider padded stream, CP
+        # slices, the host seq_lens) last.
+        tensors = [positions, positions, buffers.cos_sin, cos, sin, buffers.local_query_start_loc,
+                   buffers.local_seq_lens, buffers.start_pos]
+        bounds = [0, num_tokens, 0, num_input_tokens, 0, pad, 0, num_input_tokens, 0, num_input_tokens,
+                  0, num_reqs + 1, 0, num_reqs, 0, num_reqs]
+        if pad > num_tokens:
+            tensors.append(positions)
+            bounds += [num_tokens, pad]
+        if pad != num_input_tokens:
+            tensors.append(positions)
+            bounds += [0, pad]
+        if cp_size > 1:
+            tensors += [cos, sin]
+            bounds += [split.local_start, split.local_end, split.local_start, split.local_end]
+        if buffers.seq_lens_host is not None:
+            tensors.append(buffers.seq_lens_host)
+            bounds += [0, num_reqs]
+        views = iter(_row_views(tensors, bounds))
+        (self.positions_real, self.input_positions, self.cos_sin_padded, self.cos, self.sin,
+         self.local_query_start_loc, self.local_seq_lens, self.start_pos) = (next(views) for _ in range(8))
+        self.positions_tail = next(views) if pad > num_tokens else None
+        self.positions_padded = next(views) if pad != num_input_tokens else self.input_positions
+        if cp_size > 1:
+            self.local_cos, self.local_sin = next(views), next(views)
+        else:  # the one rank's slice is the whole stream
             self.local_cos, self.local_sin = self.cos, self.sin
-        else:
-            self.local_cos = buffers.cos_columns[split.local_start:split.local_end]
-            self.local_sin = buffers.sin_columns[split.local_start:split.local_end]
-        self.local_query_start_loc = buffers.local_query_start_loc[:num_reqs + 1]
-        self.local_seq_lens = buffers.local_seq_lens[:num_reqs]
-        self.start_pos = buffers.start_pos[:num_reqs]
-        self.seq_lens_host = buffers.seq_lens_host[:num_reqs] if buffers.seq_lens_host is not None else None
+        self.seq_lens_host = next(views) if buffers.seq_lens_host is not None else None
 
 
 class _GroupViews(NamedTuple):
@@ -335,7 +355,6 @@ class _DraftBuffers:
             self.dspark_indices = torch.zeros((max_pad.tokens_per_rank, 1, dspark_width), **int32)
             self.dspark_lens = torch.zeros(max_pad.tokens_per_rank, **int32)
         self.invariant_views: dict[tuple[int, int, int], _InvariantViews] = {}
-        self.group_views: dict[int, _GroupViews] = {}
         self.invariant_writes = _Generation()
         self.sas_writes = _Generation()
 
@@ -418,24 +437,6 @@ class DraftMetadataBuilder:
             plan.by_tokens.clear()
         for buffers in self._buffers.values():
             buffers.invariant_views.clear()
-            buffers.group_views.clear()
-
-    def _group_views(self, buffers: _DraftBuffers, num_input_tokens: int) -> _GroupViews:
-        """This group's output views for num_input_tokens, made once per value (and checked then)."""
-        views = buffers.group_views.get(num_input_tokens)
-        if views is None:
-            if not 0 <= num_input_tokens <= self.max_num_tokens:
-                raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {self.max_num_tokens}], "
-                                 f"got {num_input_tokens}")
-            if len(buffers.group_views) >= _MAX_CACHED_SHAPES:
-                buffers.group_views.clear()
-            indices = lens = None
-            if buffers.dspark_indices is not None:
-                rows = cp_token_split(num_input_tokens, self.model.cp_size, self.model.cp_rank).tokens_per_rank
-                indices, lens = buffers.dspark_indices[:rows], buffers.dspark_lens[:rows]
-            views = _GroupViews(buffers.slot_mapping[:num_input_tokens], indices, lens)
-            buffers.group_views[num_input_tokens] = views
-        return views
 
     def _invariant_views(self, buffers: _DraftBuffers, common: CommonDraftInputs) -> _InvariantViews:
         key = (common.num_reqs, common.num_actual_tokens, common.num_input_tokens)
@@ -691,8 +692,7 @@ class _StepPlan:
         that size, checked against each builder's maximum then."""
         outputs = self.by_tokens.get(num_input_tokens)
         if outputs is None:
-            views = [builder._group_views(buffers, num_input_tokens)
-                     for builder, buffers in zip(self.builders, self.buffers)]
+            views = _group_views(self.builders, self.buffers, num_input_tokens)
             dspark: list[tuple] = [(None, None)] * len(views)
             for call in self.dspark_calls:
                 for i in call.members:
@@ -706,6 +706,35 @@ class _StepPlan:
             outputs = ([v.slot_mapping for v in views], per_call, rows)
             self.by_tokens[num_input_tokens] = outputs
         return outputs
+
+
+def _group_views(builders: Sequence[DraftMetadataBuilder], buffers: Sequence[_DraftBuffers],
+                 num_input_tokens: int) -> list[_GroupViews]:
+    """Each builder's output views for num_input_tokens (checked against its maximum), in one
+    row_views call."""
+    tensors, bounds = [], []
+    for builder, group_buffers in zip(builders, buffers):
+        if not 0 <= num_input_tokens <= builder.max_num_tokens:
+            raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {builder.max_num_tokens}], "
+                             f"got {num_input_tokens}")
+        tensors.append(group_buffers.slot_mapping)
+        bounds += [0, num_input_tokens]
+        if group_buffers.dspark_indices is not None:
+            model = builder.model
+            rows = cp_token_split(num_input_tokens, model.cp_size, model.cp_rank).tokens_per_rank
+            tensors += [group_buffers.dspark_indices, group_buffers.dspark_lens]
+            bounds += [0, rows, 0, rows]
+    views = iter(_row_views(tensors, bounds))
+    return [_GroupViews(next(views), *((next(views), next(views)) if b.dspark_indices is not None else (None, None)))
+            for b in buffers]
+
+
+def _row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:
+    """tensors[i][bounds[2i]:bounds[2i + 1]] for every i: one native call (views that cost a
+    fraction of Python's slicing, csrc/row_views.h) when the extension is loaded."""
+    if _NATIVE_ROW_VIEWS is not None:
+        return _NATIVE_ROW_VIEWS(tensors, bounds)
+    return [t[bounds[2 * i]:bounds[2 * i + 1]] for i, t in enumerate(tensors)]
 
 
 def _plan(builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool) -> _StepPlan:
