@@ -34,7 +34,7 @@ from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
 from specops.ops.dspark_swa_indices_multi import _OP as _DSPARK_SWA_INDICES_MULTI_OP
 from specops.ops.format_slot_mapping_blocks_multi import _OP as _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP
-from specops.ops.sas_metadata import sas_metadata
+from specops.ops.sas_metadata import _OP as _SAS_METADATA_OP
 from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES, NUM_WORDS
 
 __all__ = [
@@ -409,6 +409,12 @@ class DraftMetadataBuilder:
         model_key = (f"rope={id(model.rope_cos_sin_cache):#x} k={num_speculative_tokens} "
                      f"cp={model.cp_rank}/{model.cp_size} device={self.device}")
         self._invariant_name = f"group_invariant[{model_key}]"
+        # sas_metadata's arguments after its two tensors, per kind of step (causal or not).
+        self._sas_args = {
+            causal: (model.num_heads_q, model.num_heads_kv, model.head_dim, *window, model.num_cube_cores,
+                     model.num_vector_cores)
+            for causal, window in self._windows.items()
+        }
         self._sas_names = {
             causal: (f"sas_metadata[{model_key} heads={model.num_heads_q}/{model.num_heads_kv} "
                      f"head_dim={model.head_dim} window={window} "
@@ -519,7 +525,8 @@ class DraftMetadataBuilder:
             seq_lens_cpu = views.seq_lens_host
             seq_lens_cpu.copy_(seq_lens)  # the step's one device-to-host sync
         invariant = _Invariant(query_lens, num_decodes == num_reqs, seq_lens_cpu, query_start_loc, seq_lens)
-        if dspark_widths is not None:
+        # Before the first write. When every request is a decode, one comparison says every row fits.
+        if dspark_widths is not None and (num_decodes < num_reqs or self._decode_threshold > dspark_widths.room):
             dspark_widths.check(invariant)
 
         views.positions_real.copy_(_first(common.positions, num_tokens))
@@ -570,14 +577,10 @@ class DraftMetadataBuilder:
             sas = shared.get(key, fingerprint)
             if sas is not None:
                 return sas
-        model = self.model
-        window_left, window_right = self._windows[causal]
         cp = invariant.fields[_CP_FIELD]
         buffers.sas_writes.generation += 1
-        sas_metadata(cp.local_query_start_loc, cp.local_seq_lens, num_heads_q=model.num_heads_q,
-                     num_heads_kv=model.num_heads_kv, head_dim=model.head_dim, window_left=window_left,
-                     window_right=window_right, num_cube_cores=model.num_cube_cores,
-                     num_vector_cores=model.num_vector_cores, out=buffers.sas)
+        # The op itself, as for the format and DSpark ops: the wrapper only allocates an absent out.
+        _SAS_METADATA_OP.select()(cp.local_query_start_loc, cp.local_seq_lens, *self._sas_args[causal], buffers.sas)
         if shared is not None:
             shared.put(key, fingerprint, buffers.sas, keep_alive=_inputs(common), owner=buffers.sas_writes)
         return buffers.sas
@@ -601,10 +604,11 @@ class _DSparkCall:
     a draft length (all of them when the builders share one model)."""
 
     __slots__ = ("members", "names", "windows", "num_speculative_tokens", "block_sizes", "widths", "cp_size",
-                 "cp_rank")
+                 "cp_rank", "invariant_slot")
 
-    def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int]):
+    def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int], invariant_slot: int):
         self.members = members
+        self.invariant_slot = invariant_slot  # the group-invariant entry whose batch views it reads
         groups = [builders[i].group for i in members]
         model = builders[members[0]].model
         self.names = [g.name for g in groups]
@@ -628,8 +632,8 @@ class _DSparkWidths:
         self.decode_threshold = builders[0]._decode_threshold  # one model: one num_speculative_tokens
 
     def check(self, invariant: _Invariant) -> None:
-        longest = self.decode_threshold if invariant.all_decodes else invariant.max_query_len
-        if longest > self.room:  # some request may see more than a width: look at each
+        if (self.decode_threshold if invariant.all_decodes else invariant.max_query_len) > self.room:
+            # Some request may see more than a width: look at each.
             for builder in self.builders:
                 builder._check_dspark_width(invariant)
 
@@ -641,8 +645,8 @@ class _StepPlan:
     per num_input_tokens, the output views. Only views are made per shape; a repeat finds them."""
 
     __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
-                 "invariant_of", "sas_firsts", "sas_later", "sas_of", "windows", "dspark_calls", "dspark_checks",
-                 "causal", "by_tokens")
+                 "invariant_of", "sas_firsts", "sas_later", "sas_of", "sas_calls", "windows", "dspark_calls",
+                 "dspark_checks", "causal", "by_tokens")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
@@ -655,12 +659,17 @@ class _StepPlan:
             [buffers.invariant_key for buffers in self.buffers])
         self.sas_firsts, self.sas_later, self.sas_of = self._first_of_each(
             [buffers.sas_keys[causal] for buffers in self.buffers])
+        # Per distinct sas_metadata: its invariant slot, the write counter and the op's arguments
+        # after the two CP tensors (the output buffer last).
+        self.sas_calls = [(self.invariant_of[index], self.buffers[index].sas_writes,
+                           (*builders[index]._sas_args[causal], self.buffers[index].sas))
+                          for index in self.sas_firsts]
         dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
         calls: dict[tuple[int, int, int], list[int]] = {}
         for i in dspark:
             model = builders[i].model
             calls.setdefault((model.cp_size, model.cp_rank, model.num_speculative_tokens), []).append(i)
-        self.dspark_calls = [_DSparkCall(builders, members) for members in calls.values()]
+        self.dspark_calls = [_DSparkCall(builders, members, self.invariant_of[members[0]]) for members in calls.values()]
         # The DSpark groups whose widths each invariant entry's batch is checked against.
         self.dspark_checks = []
         for slot in range(len(self.invariant_firsts)):
@@ -686,10 +695,11 @@ class _StepPlan:
         return firsts, later, slot_of
 
     def outputs(self, num_input_tokens: int) -> tuple:
-        """For num_input_tokens: the slot mapping views (the format's outputs), the DSpark views
-        of each DSpark call, and per builder the rest of its metadata row (slot mapping, DSpark
-        indices and lens or None, window, its invariant and sas slots). Made on the first step at
-        that size, checked against each builder's maximum then."""
+        """For num_input_tokens: the slot mapping views (the format's outputs), each DSpark call's
+        arguments (its outputs included; the step's tensors left None), and per builder the rest of
+        its metadata row (slot mapping, DSpark indices and lens or None, window, its invariant and
+        sas slots). Made on the first step at that size, checked against each builder's maximum
+        then."""
         outputs = self.by_tokens.get(num_input_tokens)
         if outputs is None:
             views = _group_views(self.builders, self.buffers, num_input_tokens)
@@ -697,7 +707,10 @@ class _StepPlan:
             for call in self.dspark_calls:
                 for i in call.members:
                     dspark[i] = (views[i].dspark_indices, views[i].dspark_lens)
-            per_call = [([views[i].dspark_indices for i in call.members], [views[i].dspark_lens for i in call.members])
+            # Each DSpark call's arguments but the step's tensors (block tables, query_start_loc, seq_lens).
+            per_call = [[None, None, None, call.windows, call.num_speculative_tokens, call.block_sizes,
+                         num_input_tokens, call.widths, call.cp_size, call.cp_rank,
+                         [views[i].dspark_indices for i in call.members], [views[i].dspark_lens for i in call.members]]
                         for call in self.dspark_calls]
             rows = [(view.slot_mapping, *dspark[i], self.windows[i], self.invariant_of[i], self.sas_of[i])
                     for i, view in enumerate(views)]
@@ -774,40 +787,59 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
     if not builders:
         return []
     plan = _plan(builders, draft_index, common.causal)
-    slot_outputs, dspark_call_outputs, rows = plan.outputs(common.num_input_tokens)
+    slot_outputs, dspark_call_args, rows = plan.outputs(common.num_input_tokens)
     # The groups' own inputs before anything is written: a missing one is a clear error.
     try:
         slot_mappings = [common.slot_mappings[name] for name in plan.names]
-        dspark_tables = [[common.block_tables[name] for name in call.names] for call in plan.dspark_calls]
+        dspark_args = []
+        for call, template in zip(plan.dspark_calls, dspark_call_args):
+            args = template.copy()  # the step's tensors go in its first three places
+            tables = args[0] = []
+            for name in call.names:
+                tables.append(common.block_tables[name])
+            dspark_args.append(args)
     except KeyError as missing:
         field = "slot_mappings" if missing.args[0] not in common.slot_mappings else "block_tables"
         _group_input(getattr(common, field), missing.args[0], field)
         raise
 
+    # Hits are counted in a runner's cache and written to the debug log, if anyone looks.
+    counted = shared is not None or logger.isEnabledFor(logging.DEBUG)
     invariants = []
     for slot, index in enumerate(plan.invariant_firsts):
         builder = builders[index]
         invariant = builder._invariant(common, plan.buffers[index], shared, fingerprints.get(id(builder._rope_cache)),
                                        plan.dspark_checks[slot])
-        if plan.invariant_later[slot]:
+        if counted and plan.invariant_later[slot]:
             _served(shared, plan.buffers[index].invariant_key, plan.invariant_later[slot])
         invariants.append(invariant)
     sas = []
-    for slot, index in enumerate(plan.sas_firsts):
-        builder = builders[index]
-        sas.append(builder._sas(common, invariants[plan.invariant_of[index]], plan.buffers[index], shared,
-                                fingerprints.get(id(builder._rope_cache))))
-        if plan.sas_later[slot]:
-            _served(shared, plan.buffers[index].sas_keys[plan.causal], plan.sas_later[slot])
+    if shared is None:  # each computed here, as _sas does without a cache
+        sas_op = _SAS_METADATA_OP.select()
+        for invariant_slot, writes, arguments in plan.sas_calls:
+            cp = invariants[invariant_slot].fields[_CP_FIELD]
+            writes.generation += 1
+            sas_op(cp.local_query_start_loc, cp.local_seq_lens, *arguments)
+            sas.append(arguments[-1])
+    else:
+        for index in plan.sas_firsts:
+            builder = builders[index]
+            sas.append(builder._sas(common, invariants[plan.invariant_of[index]], plan.buffers[index], shared,
+                                    fingerprints.get(id(builder._rope_cache))))
+    if counted:
+        for slot, later in enumerate(plan.sas_later):
+            if later:
+                _served(shared, plan.buffers[plan.sas_firsts[slot]].sas_keys[plan.causal], later)
 
     # The ops themselves (their wrappers only add list conversions and absent outputs).
     _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP.select()(slot_mappings, plan.storage_block_sizes, common.num_actual_tokens,
                                                   slot_outputs)
-    for call, tables, (indices, lens) in zip(plan.dspark_calls, dspark_tables, dspark_call_outputs):
-        invariant = invariants[plan.invariant_of[call.members[0]]]
-        _DSPARK_SWA_INDICES_MULTI_OP.select()(
-            tables, invariant.query_start_loc, invariant.seq_lens, call.windows, call.num_speculative_tokens,
-            call.block_sizes, common.num_input_tokens, call.widths, call.cp_size, call.cp_rank, indices, lens)
+    if dspark_args:
+        dspark_op = _DSPARK_SWA_INDICES_MULTI_OP.select()
+        for call, args in zip(plan.dspark_calls, dspark_args):
+            invariant = invariants[call.invariant_slot]
+            args[1], args[2] = invariant.query_start_loc, invariant.seq_lens
+            dspark_op(*args)
 
     return [DraftAttnMetadata(*invariants[invariant_slot].fields, sas[sas_slot], slot_mapping, indices, lens, window)
             for slot_mapping, indices, lens, window, invariant_slot, sas_slot in rows]

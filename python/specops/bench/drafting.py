@@ -11,11 +11,11 @@ DSpark indices, and there a DSpark group's window widens by the draft block).
 Timed, in interleaved rounds (host tensors, native ops):
 - `step g0`, `step g0-g1`, ..., `step shared`: build_draft_attn_metadata over the first 1, 2, ...
   groups. Group K costs step(g0..gK) - step(g0..gK-1).
-- `ops g0`, ..., `ops g0-gK`: only the ops those groups run for themselves, called as the step
-  calls them: one format_slot_mapping_blocks_multi over the prefix, one
-  dspark_swa_indices_multi over its DSpark groups (non-causal steps), each distinct
-  sas_metadata. Group K's own ops cost ops(g0..gK) - ops(g0..gK-1): its share of the shared
-  launches, plus any launch it is the first to need.
+- `layer g0`, ..., `layer g0-gK`: the same steps with the calls of the ops a group runs for
+  itself (the format, the DSpark indices, sas_metadata) replaced by no-ops: what remains is the
+  layer's own work. What the layer adds for group K is layer(g0..gK) - layer(g0..gK-1).
+  (Timing those ops apart and subtracting them from the step instead credits the layer with
+  their slowdown inside the step, where the rest of the step has cooled the caches they use.)
 - `first build`: build_draft_attn_metadata over every group after the builders dropped every
   view they made for a batch shape (`_forget_shapes`), so the step meets its shape as if for the
   first time (the dropping, a few dict clears, is timed with it); `repeat build` is the same step
@@ -27,7 +27,7 @@ Figures (extras of `step shared`), goal in brackets, met or not:
 - (a) `shared later/first`: the costliest later group that shares everything (no sas_metadata,
   no DSpark indices of its own this step) over step g0 [<= 0.15];
 - (b) `layer/empty-op`: the largest, over later groups, of what the layer adds beyond the
-  group's own ops, (step(K) - step(K-1)) - (ops(K) - ops(K-1)), over one empty op [<= 1.0];
+  group's own ops, layer(K) - layer(K-1), over one empty op [<= 1.0] (each group's follows);
 - (c) `launches`: op launches of the whole step, counted with a TorchDispatchMode (views and
   the host-only cp_local_max_lens not counted), and `extra launches`: that count minus the
   count of a step over one group of each kind (same sas_metadata arguments and DSpark or not)
@@ -37,23 +37,22 @@ Figures (extras of `step shared`), goal in brackets, met or not:
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from specops import drafting
 from specops.bench._harness import Case, empty_op_call
 from specops.drafting import (
     CommonDraftInputs,
-    DraftAttnMetadata,
     DraftMetadataBuilder,
     GroupConfig,
     ModelConfig,
     build_draft_attn_metadata,
 )
-from specops.ops.dspark_swa_indices_multi import _OP as DSPARK_MULTI
-from specops.ops.format_slot_mapping_blocks_multi import _OP as FORMAT_MULTI
-from specops.ops.sas_metadata import sas_metadata
 
 MAX_NUM_REQS = 256
 MAX_NUM_TOKENS = 2048
@@ -150,41 +149,35 @@ def _kind(group: GroupConfig, builder: DraftMetadataBuilder, causal: bool) -> tu
     return (builder._sas_names[causal], group.dspark and not causal)
 
 
-def _own_ops(builders: list[DraftMetadataBuilder], metas: list[DraftAttnMetadata],
-             common: CommonDraftInputs) -> Callable[[], None]:
-    """The ops these groups run for themselves, called as build_draft_attn_metadata calls them
-    (on the same buffers): one format over all, one DSpark call over the DSpark groups, one
-    sas_metadata per distinct argument set."""
-    model = builders[0].model
-    slot_mappings = [common.slot_mappings[b.group.name] for b in builders]
-    block_sizes = [b.group.storage_block_size for b in builders]
-    outputs = [meta.slot_mapping for meta in metas]
-    dspark = [(b, meta) for b, meta in zip(builders, metas) if meta.dspark_swa_indices is not None]
-    sas_calls, seen = [], set()
-    for builder, meta in zip(builders, metas):
-        if meta.sas_metadata.data_ptr() not in seen:
-            seen.add(meta.sas_metadata.data_ptr())
-            sas_calls.append((meta.cp.local_query_start_loc, meta.cp.local_seq_lens, meta.window, meta.sas_metadata))
-    num_reqs = common.num_reqs
-    query_start_loc, seq_lens = common.query_start_loc[:num_reqs + 1], common.seq_lens[:num_reqs]
-    dspark_args = None
-    if dspark:
-        groups = [b.group for b, _ in dspark]
-        dspark_args = ([common.block_tables[g.name] for g in groups], query_start_loc, seq_lens,
-                       [g.sliding_window for g in groups], model.num_speculative_tokens,
-                       [g.block_size for g in groups], common.num_input_tokens, [b.dspark_width for b, _ in dspark],
-                       model.cp_size, model.cp_rank, [m.dspark_swa_indices for _, m in dspark],
-                       [m.dspark_swa_lens for _, m in dspark])
-    num_tokens = common.num_actual_tokens
+class _OwnOpsSkipped:
+    """Within the block, the drafting layer's calls of the ops a group runs for itself
+    (format_slot_mapping_blocks_multi, dspark_swa_indices_multi, sas_metadata) do nothing.
 
-    def run() -> None:
-        FORMAT_MULTI.select()(slot_mappings, block_sizes, num_tokens, outputs)
-        if dspark_args is not None:
-            DSPARK_MULTI.select()(*dspark_args)
-        for local_qsl, local_seq_lens, (left, right), out in sas_calls:
-            sas_metadata(local_qsl, local_seq_lens, num_heads_q=model.num_heads_q, num_heads_kv=model.num_heads_kv,
-                         head_dim=model.head_dim, window_left=left, window_right=right,
-                         num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores, out=out)
+    An op is entered as `OP.select()(*arguments)`; here both calls are C functions that do nothing
+    with their arguments (`select` returns itertools.chain, which only keeps them), so the
+    skipped op adds no Python frame of its own to what is measured as the layer's."""
+
+    class _NoOp:
+        select = staticmethod(functools.partial(next, itertools.repeat(itertools.chain)))
+
+    NAMES = ("_FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP", "_DSPARK_SWA_INDICES_MULTI_OP", "_SAS_METADATA_OP")
+
+    def __enter__(self) -> None:
+        self._saved = [getattr(drafting, name) for name in self.NAMES]
+        for name in self.NAMES:
+            setattr(drafting, name, self._NoOp)
+
+    def __exit__(self, *exc) -> None:
+        for name, op in zip(self.NAMES, self._saved):
+            setattr(drafting, name, op)
+
+
+def _layer_only(builders: list[DraftMetadataBuilder], common: CommonDraftInputs) -> Callable[[], object]:
+    skipped = _OwnOpsSkipped()
+
+    def run() -> object:
+        with skipped:
+            return build_draft_attn_metadata(builders, common, DRAFT_INDEX)
 
     return run
 
@@ -193,8 +186,8 @@ def _step_name(count: int, num_groups: int) -> str:
     return "step shared" if count == num_groups else ("step g0" if count == 1 else f"step g0-g{count - 1}")
 
 
-def _ops_name(count: int) -> str:
-    return "ops g0" if count == 1 else f"ops g0-g{count - 1}"
+def _layer_name(count: int) -> str:
+    return "layer g0" if count == 1 else f"layer g0-g{count - 1}"
 
 
 def _verdict(name: str, value: float, goal: float) -> tuple[str, float]:
@@ -209,8 +202,7 @@ def _derive(num_groups: int, shares_everything: list[bool]) -> Callable[[dict[st
         shared_ratios, layer = [], []
         for k in range(1, num_groups):
             cost = medians[_step_name(k + 1, num_groups)] - medians[_step_name(k, num_groups)]
-            own = medians[_ops_name(k + 1)] - medians[_ops_name(k)]
-            layer.append((cost - own) / empty)
+            layer.append((medians[_layer_name(k + 1)] - medians[_layer_name(k)]) / empty)
             if shares_everything[k]:
                 shared_ratios.append(cost / first)
         figures = {}
@@ -244,11 +236,10 @@ def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: b
     common = make_decode_inputs(groups, num_reqs, query_len, device, causal=causal)
     step_builders = _builders(model, groups, device)
     impls: dict[str, Callable[[], object]] = {"empty-op": empty_op_call(device)}
-    metas = build_draft_attn_metadata(step_builders, common, DRAFT_INDEX)
     for count in range(1, num_groups + 1):
         impls[_step_name(count, num_groups)] = (
             lambda prefix=step_builders[:count]: build_draft_attn_metadata(prefix, common, DRAFT_INDEX))
-        impls[_ops_name(count)] = _own_ops(step_builders[:count], metas[:count], common)
+        impls[_layer_name(count)] = _layer_only(step_builders[:count], common)
 
     impls["first build"] = _first_build(_builders(model, groups, device), common)
     repeat_builders = _builders(model, groups, device)
