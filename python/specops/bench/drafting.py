@@ -28,10 +28,11 @@ Figures (extras of `step shared`), goal in brackets, met or not:
   no DSpark indices of its own this step) over step g0 [<= 0.15];
 - (b) `layer/empty-op`: the largest, over later groups, of what the layer adds beyond the
   group's own ops, layer(K) - layer(K-1), over one empty op [<= 1.0] (each group's follows);
-- (c) `launches`: op launches of the whole step, counted with a TorchDispatchMode (views and
-  the host-only cp_local_max_lens not counted), and `extra launches`: that count minus the
-  count of a step over one group of each kind (same sas_metadata arguments and DSpark or not)
-  [0: the count does not grow with groups that share arguments];
+- (c) `launches`: op launches of the whole step (specops.bench.launch_count: specops ops and
+  aten ops that are not views; on these host tensors the host-only cp_local_max_lens counts
+  too), and `extra launches`: that count minus the count of a step over one group of each kind
+  (same sas_metadata arguments and DSpark or not) [0: the count does not grow with groups that
+  share arguments]. Every row's own launch counts are in the table's launch columns.
 - (d) `first/repeat`: first build over repeat build [<= 1.5].
 """
 
@@ -42,10 +43,10 @@ import itertools
 from collections.abc import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from specops import drafting
 from specops.bench._harness import Case, empty_op_call
+from specops.bench.launch_count import count_launches
 from specops.drafting import (
     CommonDraftInputs,
     DraftMetadataBuilder,
@@ -116,31 +117,6 @@ def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.devi
 
 def _builders(model: ModelConfig, groups, device: torch.device) -> list[DraftMetadataBuilder]:
     return [DraftMetadataBuilder(model, g, MAX_NUM_REQS, MAX_NUM_TOKENS, device=device) for g in groups]
-
-
-class LaunchCounter(TorchDispatchMode):
-    """Counts the ops a block runs that a device would launch: every op but views and the
-    host-only helper (cp_local_max_lens reads the host copies; on a device it is host work).
-    A minimal counter for this benchmark; it records the op names in order."""
-
-    HOST_ONLY = ("specops.cp_local_max_lens.default",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.launches: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
-        if not func.is_view and name not in self.HOST_ONLY:
-            self.launches.append(name)
-        return func(*args, **(kwargs or {}))
-
-
-def count_launches(step: Callable[[], object]) -> list[str]:
-    step()  # warm: views and buffers of this shape exist
-    with LaunchCounter() as counter:
-        step()
-    return counter.launches
 
 
 def _kind(group: GroupConfig, builder: DraftMetadataBuilder, causal: bool) -> tuple:
@@ -250,17 +226,18 @@ def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: b
     kinds = [_kind(g, b, causal) for g, b in zip(groups, step_builders)]
     shares_everything = [index > 0 and kinds[index] in kinds[:index] for index in range(num_groups)]
     one_per_kind = [b for index, b in enumerate(_builders(model, groups, device)) if kinds[index] not in kinds[:index]]
-    launches = count_launches(lambda: build_draft_attn_metadata(step_builders, common, DRAFT_INDEX))
-    kind_launches = count_launches(lambda: build_draft_attn_metadata(one_per_kind, common, DRAFT_INDEX))
-    extra = len(launches) - len(kind_launches)
-    extras = {"(c) launches": float(len(launches)),
+    launches = count_launches(lambda: build_draft_attn_metadata(step_builders, common, DRAFT_INDEX)).launches
+    kind_launches = count_launches(lambda: build_draft_attn_metadata(one_per_kind, common, DRAFT_INDEX)).launches
+    extra = launches - kind_launches
+    extras = {"(c) launches": float(launches),
               f"(c) extra launches [goal 0: {'met' if extra <= GOALS['c'] else 'NOT MET'}]": float(extra)}
 
     cp = f" C={cp_size}" if cp_size > 1 else ""
     label = f"G={num_groups} R={num_reqs} k={num_speculative_tokens} {'causal' if causal else 'non-causal'}{cp}"
     return Case("drafting", label, num_reqs, common.num_actual_tokens, impls, subject="step shared",
                 baselines=("step no-cache",), extras=extras, family=f"G={num_groups}{cp}",
-                derive=_derive(num_groups, shares_everything), plotted=("step shared", "step no-cache"))
+                derive=_derive(num_groups, shares_everything), plotted=("step shared", "step no-cache"),
+                references=tuple(name for name in impls if name == "empty-op" or name.startswith("layer")))
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
