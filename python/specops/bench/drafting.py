@@ -8,7 +8,10 @@ DSpark group, block size 64), `c16` (full attention, storage block 16). Decode b
 requests with 1 + k query tokens each; causal and non-causal steps (only non-causal steps build
 DSpark indices, and there a DSpark group's window widens by the draft block).
 
-Timed, in interleaved rounds (host tensors, native ops):
+Timed, in interleaved rounds (host tensors, native ops), as CPU time of the benchmark's thread
+(`time.thread_time`: every op runs in that thread, and time the host gives other processes is
+not counted; the figures are differences of a few percent of a step, which wall time on a
+shared host does not resolve):
 - `step g0`, `step g0-g1`, ..., `step shared`: build_draft_attn_metadata over the first 1, 2, ...
   groups. Group K costs step(g0..gK) - step(g0..gK-1).
 - `layer g0`, ..., `layer g0-gK`: the same steps with the calls of the ops a group runs for
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 from collections.abc import Callable
 
 import torch
@@ -237,7 +241,8 @@ def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: b
     return Case("drafting", label, num_reqs, common.num_actual_tokens, impls, subject="step shared",
                 baselines=("step no-cache",), extras=extras, family=f"G={num_groups}{cp}",
                 derive=_derive(num_groups, shares_everything), plotted=("step shared", "step no-cache"),
-                references=tuple(name for name in impls if name == "empty-op" or name.startswith("layer")))
+                references=tuple(name for name in impls if name == "empty-op" or name.startswith("layer")),
+                clock=time.thread_time)
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
