@@ -72,9 +72,11 @@ def report(dumps: list[str], args: argparse.Namespace) -> None:
         total = re.search(r"^totals: (\d+)", text, re.M)
         if label and total:
             counts[label.group(1)] = int(total.group(1)) / args.calls
+    from specops.bench.drafting import _layer_name, _step_name
+
     empty = counts["empty-op"]
-    steps = [name for name in counts if name.startswith("step ")]
-    layers = [name for name in counts if name.startswith("layer ")]
+    steps = [_step_name(count, args.groups) for count in range(1, args.groups + 1)]
+    layers = [_layer_name(count) for count in range(1, args.groups + 1)]
     first = counts["step g0"]
     kind = "non-causal" if args.non_causal else "causal"
     print(f"G={args.groups} R={args.reqs} k={args.k} {kind}: empty op {empty:.0f} instructions, "

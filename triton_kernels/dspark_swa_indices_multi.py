@@ -35,7 +35,7 @@ def _dspark_swa_indices_multi_kernel(
         chunk = task - row_tile * num_chunks
         row, is_row, is_real, request, query_len = requests_of_rows(
             query_start_loc_ptr, num_reqs, rows_begin, num_rows, row_tile, num_search_steps, BLOCK_ROWS)
-        seq_len = tl.load(seq_lens_ptr + request, mask=is_real, other=0)
+        seq_len = tl.load(seq_lens_ptr + request, mask=is_real, other=0).to(tl.int64)
         for g in tl.static_range(NUM_GROUPS):
             store_visible_slots(block_tables[g], outs[g], out_lens[g], row, is_row, is_real, request, query_len,
                                 seq_len, chunk, widths[g], windows[g], block_sizes[g], table_rows[g], table_cols[g],

@@ -21,13 +21,13 @@ BLOCK = 1024
 @triton.jit
 def _format_tile(slot_mapping_ptr, out_ptr, tile, num_slots, num_rows, row_stride, block_size, BLOCK: tl.constexpr):
     index = tile * BLOCK + tl.arange(0, BLOCK)
-    slot = tl.load(slot_mapping_ptr + index, mask=index < num_slots, other=-1).to(tl.int64)
+    is_row = (index >= 0) & (index < num_rows)
+    slot = tl.load(slot_mapping_ptr + index, mask=is_row & (index < num_slots), other=-1).to(tl.int64)
     block = slot // block_size
     offset = slot - block * block_size
     negative = offset < 0
     block = tl.where(negative, block - 1, block)
     offset = tl.where(negative, offset + block_size, offset)
-    is_row = index < num_rows
     row = out_ptr + index.to(tl.int64) * row_stride
     tl.store(row, block.to(out_ptr.dtype.element_ty), mask=is_row)
     tl.store(row + 1, offset.to(out_ptr.dtype.element_ty), mask=is_row)

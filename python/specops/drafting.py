@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Hashable, Mapping, Sequence
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -293,24 +292,17 @@ class _InvariantViews:
         if buffers.seq_lens_host is not None:
             tensors.append(buffers.seq_lens_host)
             bounds += [0, num_reqs]
-        views = iter(_row_views(tensors, bounds))
+        views = _row_views(tensors, bounds)
         (self.positions_real, self.input_positions, self.cos_sin_padded, self.cos, self.sin,
-         self.local_query_start_loc, self.local_seq_lens, self.start_pos) = (next(views) for _ in range(8))
-        self.positions_tail = next(views) if pad > num_tokens else None
-        self.positions_padded = next(views) if pad != num_input_tokens else self.input_positions
+         self.local_query_start_loc, self.local_seq_lens, self.start_pos) = views[:8]
+        optional = iter(views[8:])
+        self.positions_tail = next(optional) if pad > num_tokens else None
+        self.positions_padded = next(optional) if pad != num_input_tokens else self.input_positions
         if cp_size > 1:
-            self.local_cos, self.local_sin = next(views), next(views)
+            self.local_cos, self.local_sin = next(optional), next(optional)
         else:  # the one rank's slice is the whole stream
             self.local_cos, self.local_sin = self.cos, self.sin
-        self.seq_lens_host = next(views) if buffers.seq_lens_host is not None else None
-
-
-class _GroupViews(NamedTuple):
-    """The views of one draft index's per-group buffers for one num_input_tokens."""
-
-    slot_mapping: torch.Tensor
-    dspark_indices: torch.Tensor | None
-    dspark_lens: torch.Tensor | None
+        self.seq_lens_host = next(optional) if buffers.seq_lens_host is not None else None
 
 
 class _Generation:
@@ -436,11 +428,11 @@ class DraftMetadataBuilder:
         return buffers
 
     def _forget_shapes(self) -> None:
-        """Drops every view made for a batch shape (and the steps' per-shape output lists), as if
-        no shape had been seen: the next step at any shape makes them again. The benchmark's
-        first builds use it."""
+        """Drops every view made for a batch shape by the steps this builder is the first group
+        of (which hold all of a step's per-shape state), as if no shape had been seen: the next
+        such step at any shape makes them again. The benchmark's first builds use it."""
         for plan in self._plans.values():
-            plan.by_tokens.clear()
+            plan.forget_shapes()
         for buffers in self._buffers.values():
             buffers.invariant_views.clear()
 
@@ -646,7 +638,7 @@ class _StepPlan:
 
     __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
                  "invariant_of", "sas_firsts", "sas_later", "sas_of", "sas_calls", "windows", "dspark_calls",
-                 "dspark_checks", "causal", "by_tokens")
+                 "dspark_checks", "causal", "slot_buffers", "max_num_tokens", "row_slots", "by_tokens")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
@@ -675,6 +667,10 @@ class _StepPlan:
         for slot in range(len(self.invariant_firsts)):
             members = [builders[i] for i in dspark if self.invariant_of[i] == slot]
             self.dspark_checks.append(_DSparkWidths(members) if members else None)
+        self.slot_buffers = [buffers.slot_mapping for buffers in self.buffers]
+        self.max_num_tokens = min(builder.max_num_tokens for builder in builders)
+        # What a metadata row takes from the plan: window, invariant slot, sas slot.
+        self.row_slots = list(zip(self.windows, self.invariant_of, self.sas_of))
         self.by_tokens: dict[int, tuple] = {}
 
     @staticmethod
@@ -698,48 +694,52 @@ class _StepPlan:
         """For num_input_tokens: the slot mapping views (the format's outputs), each DSpark call's
         arguments (its outputs included; the step's tensors left None), and per builder the rest of
         its metadata row (slot mapping, DSpark indices and lens or None, window, its invariant and
-        sas slots). Made on the first step at that size, checked against each builder's maximum
-        then."""
+        sas slots). Made in one row_views call on the first step at that size, checked against
+        the builders' maximum then."""
         outputs = self.by_tokens.get(num_input_tokens)
         if outputs is None:
-            views = _group_views(self.builders, self.buffers, num_input_tokens)
-            dspark: list[tuple] = [(None, None)] * len(views)
-            for call in self.dspark_calls:
-                for i in call.members:
-                    dspark[i] = (views[i].dspark_indices, views[i].dspark_lens)
-            # Each DSpark call's arguments but the step's tensors (block tables, query_start_loc, seq_lens).
-            per_call = [[None, None, None, call.windows, call.num_speculative_tokens, call.block_sizes,
-                         num_input_tokens, call.widths, call.cp_size, call.cp_rank,
-                         [views[i].dspark_indices for i in call.members], [views[i].dspark_lens for i in call.members]]
-                        for call in self.dspark_calls]
-            rows = [(view.slot_mapping, *dspark[i], self.windows[i], self.invariant_of[i], self.sas_of[i])
-                    for i, view in enumerate(views)]
+            outputs = self._make_outputs(num_input_tokens)
             if len(self.by_tokens) >= _MAX_CACHED_SHAPES:
                 self.by_tokens.clear()
-            outputs = ([v.slot_mapping for v in views], per_call, rows)
             self.by_tokens[num_input_tokens] = outputs
         return outputs
 
-
-def _group_views(builders: Sequence[DraftMetadataBuilder], buffers: Sequence[_DraftBuffers],
-                 num_input_tokens: int) -> list[_GroupViews]:
-    """Each builder's output views for num_input_tokens (checked against its maximum), in one
-    row_views call."""
-    tensors, bounds = [], []
-    for builder, group_buffers in zip(builders, buffers):
-        if not 0 <= num_input_tokens <= builder.max_num_tokens:
-            raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {builder.max_num_tokens}], "
+    def _make_outputs(self, num_input_tokens: int) -> tuple:
+        if not 0 <= num_input_tokens <= self.max_num_tokens:
+            raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {self.max_num_tokens}], "
                              f"got {num_input_tokens}")
-        tensors.append(group_buffers.slot_mapping)
-        bounds += [0, num_input_tokens]
-        if group_buffers.dspark_indices is not None:
-            model = builder.model
-            rows = cp_token_split(num_input_tokens, model.cp_size, model.cp_rank).tokens_per_rank
-            tensors += [group_buffers.dspark_indices, group_buffers.dspark_lens]
-            bounds += [0, rows, 0, rows]
-    views = iter(_row_views(tensors, bounds))
-    return [_GroupViews(next(views), *((next(views), next(views)) if b.dspark_indices is not None else (None, None)))
-            for b in buffers]
+        num_groups = len(self.builders)
+        # The slot mappings of every group, then the indices and lens of each DSpark call's groups
+        # (its rows are this rank's slice of the padded stream).
+        tensors, bounds = list(self.slot_buffers), [0, num_input_tokens] * num_groups
+        for call in self.dspark_calls:
+            rows = -(-num_input_tokens // call.cp_size)
+            for index in call.members:
+                tensors += (self.buffers[index].dspark_indices, self.buffers[index].dspark_lens)
+                bounds += (0, rows, 0, rows)
+        views = _row_views(tensors, bounds)
+        slot_views = views[:num_groups]
+        dspark: list[tuple] = [(None, None)] * num_groups
+        per_call = []
+        position = num_groups
+        for call in self.dspark_calls:
+            indices, lens = [], []
+            for index in call.members:
+                dspark[index] = (views[position], views[position + 1])
+                indices.append(views[position])
+                lens.append(views[position + 1])
+                position += 2
+            # The call's arguments but the step's tensors (block tables, query_start_loc, seq_lens).
+            per_call.append([None, None, None, call.windows, call.num_speculative_tokens, call.block_sizes,
+                             num_input_tokens, call.widths, call.cp_size, call.cp_rank, indices, lens])
+        rows = [(slot, *dspark[index], *self.row_slots[index]) for index, slot in enumerate(slot_views)]
+        return slot_views, per_call, rows
+
+    def forget_shapes(self) -> None:
+        """Drops what was made per batch shape: the output views and the group-invariant views."""
+        self.by_tokens.clear()
+        for index in self.invariant_firsts:
+            self.buffers[index].invariant_views.clear()
 
 
 def _row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:

@@ -19,10 +19,11 @@ shared host does not resolve):
   layer's own work. What the layer adds for group K is layer(g0..gK) - layer(g0..gK-1).
   (Timing those ops apart and subtracting them from the step instead credits the layer with
   their slowdown inside the step, where the rest of the step has cooled the caches they use.)
-- `first build`: build_draft_attn_metadata over every group after the builders dropped every
-  view they made for a batch shape (`_forget_shapes`), so the step meets its shape as if for the
-  first time (the dropping, a few dict clears, is timed with it); `repeat build` is the same step
-  with the views kept. Same inputs, same work: only the per-shape setup differs.
+- `first build`: build_draft_attn_metadata over every group after the step dropped every view
+  it made for a batch shape (`_forget_shapes` of the first builder, whose step plan holds them),
+  so the step meets its shape as if for the first time (the dropping, a few dict clears, is
+  timed with it); `repeat build` is the same step with the views kept. Same inputs, same work:
+  only the per-shape setup differs.
 - `empty-op`: one aten op on an empty tensor (the cost floor of one dispatcher call).
 - `step no-cache`: every group building alone (build_for_drafting without a cache).
 
@@ -206,9 +207,10 @@ def _derive(num_groups: int, shares_everything: list[bool]) -> Callable[[dict[st
 
 
 def _first_build(builders: list[DraftMetadataBuilder], common: CommonDraftInputs) -> Callable[[], object]:
+    first = builders[0]  # its step plans hold everything a step makes per batch shape
+
     def run() -> object:
-        for builder in builders:
-            builder._forget_shapes()
+        first._forget_shapes()
         return build_draft_attn_metadata(builders, common, DRAFT_INDEX)
 
     return run
