@@ -637,7 +637,7 @@ class _StepPlan:
     per num_input_tokens, the output views. Only views are made per shape; a repeat finds them."""
 
     __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
-                 "invariant_of", "sas_firsts", "sas_later", "sas_of", "sas_calls", "windows", "dspark_calls",
+                 "invariant_of", "sas_firsts", "sas_later", "sas_of", "sas_calls", "sas_outputs", "windows", "dspark_calls",
                  "dspark_checks", "causal", "slot_buffers", "max_num_tokens", "row_slots", "by_tokens")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
@@ -656,6 +656,7 @@ class _StepPlan:
         self.sas_calls = [(self.invariant_of[index], self.buffers[index].sas_writes,
                            (*builders[index]._sas_args[causal], self.buffers[index].sas))
                           for index in self.sas_firsts]
+        self.sas_outputs = [self.buffers[index].sas for index in self.sas_firsts]
         dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
         calls: dict[tuple[int, int, int], list[int]] = {}
         for i in dspark:
@@ -791,13 +792,7 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
     # The groups' own inputs before anything is written: a missing one is a clear error.
     try:
         slot_mappings = [common.slot_mappings[name] for name in plan.names]
-        dspark_args = []
-        for call, template in zip(plan.dspark_calls, dspark_call_args):
-            args = template.copy()  # the step's tensors go in its first three places
-            tables = args[0] = []
-            for name in call.names:
-                tables.append(common.block_tables[name])
-            dspark_args.append(args)
+        dspark_tables = [[common.block_tables[name] for name in call.names] for call in plan.dspark_calls]
     except KeyError as missing:
         field = "slot_mappings" if missing.args[0] not in common.slot_mappings else "block_tables"
         _group_input(getattr(common, field), missing.args[0], field)
@@ -813,15 +808,11 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
         if counted and plan.invariant_later[slot]:
             _served(shared, plan.buffers[index].invariant_key, plan.invariant_later[slot])
         invariants.append(invariant)
-    sas = []
     if shared is None:  # each computed here, as _sas does without a cache
-        sas_op = _SAS_METADATA_OP.select()
-        for invariant_slot, writes, arguments in plan.sas_calls:
-            cp = invariants[invariant_slot].fields[_CP_FIELD]
-            writes.generation += 1
-            sas_op(cp.local_query_start_loc, cp.local_seq_lens, *arguments)
-            sas.append(arguments[-1])
+        _run_sas(plan.sas_calls, invariants)
+        sas = plan.sas_outputs
     else:
+        sas = []
         for index in plan.sas_firsts:
             builder = builders[index]
             sas.append(builder._sas(common, invariants[plan.invariant_of[index]], plan.buffers[index], shared,
@@ -831,18 +822,43 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
             if later:
                 _served(shared, plan.buffers[plan.sas_firsts[slot]].sas_keys[plan.causal], later)
 
-    # The ops themselves (their wrappers only add list conversions and absent outputs).
-    _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP.select()(slot_mappings, plan.storage_block_sizes, common.num_actual_tokens,
-                                                  slot_outputs)
-    if dspark_args:
-        dspark_op = _DSPARK_SWA_INDICES_MULTI_OP.select()
-        for call, args in zip(plan.dspark_calls, dspark_args):
-            invariant = invariants[call.invariant_slot]
-            args[1], args[2] = invariant.query_start_loc, invariant.seq_lens
-            dspark_op(*args)
+    _run_format(slot_mappings, plan.storage_block_sizes, common.num_actual_tokens, slot_outputs)
+    if dspark_tables:
+        _run_dspark(plan.dspark_calls, dspark_call_args, dspark_tables, invariants)
 
     return [DraftAttnMetadata(*invariants[invariant_slot].fields, sas[sas_slot], slot_mapping, indices, lens, window)
             for slot_mapping, indices, lens, window, invariant_slot, sas_slot in rows]
+
+
+# The groups' own launches, each with the assembly of its arguments from the step's data. The ops
+# are called through their dispatch objects: their wrappers only convert lists and allocate
+# absent outputs.
+
+def _run_format(slot_mappings: list[torch.Tensor], block_sizes: list[int], num_slots: int,
+                outputs: list[torch.Tensor]) -> None:
+    """Every group's slot mapping, formatted in one launch."""
+    _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP.select()(slot_mappings, block_sizes, num_slots, outputs)
+
+
+def _run_sas(sas_calls: list[tuple], invariants: list[_Invariant]) -> None:
+    """Each distinct sas_metadata of the step (_StepPlan.sas_calls), into its buffer."""
+    sas_op = _SAS_METADATA_OP.select()
+    for invariant_slot, writes, arguments in sas_calls:
+        cp = invariants[invariant_slot].fields[_CP_FIELD]
+        writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
+        sas_op(cp.local_query_start_loc, cp.local_seq_lens, *arguments)
+
+
+def _run_dspark(calls: list[_DSparkCall], templates: list[list], tables: list[list[torch.Tensor]],
+                invariants: list[_Invariant]) -> None:
+    """Every DSpark group's indices: one launch per call (one per CP split and draft length),
+    its arguments the plan's template with the step's block tables and batch filled in."""
+    dspark_op = _DSPARK_SWA_INDICES_MULTI_OP.select()
+    for call, template, call_tables in zip(calls, templates, tables):
+        invariant = invariants[call.invariant_slot]
+        arguments = template.copy()
+        arguments[0], arguments[1], arguments[2] = call_tables, invariant.query_start_loc, invariant.seq_lens
+        dspark_op(*arguments)
 
 
 def _inputs(common: CommonDraftInputs) -> tuple:

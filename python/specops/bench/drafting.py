@@ -14,9 +14,9 @@ not counted; the figures are differences of a few percent of a step, which wall 
 shared host does not resolve):
 - `step g0`, `step g0-g1`, ..., `step shared`: build_draft_attn_metadata over the first 1, 2, ...
   groups. Group K costs step(g0..gK) - step(g0..gK-1).
-- `layer g0`, ..., `layer g0-gK`: the same steps with the calls of the ops a group runs for
-  itself (the format, the DSpark indices, sas_metadata) replaced by no-ops: what remains is the
-  layer's own work. What the layer adds for group K is layer(g0..gK) - layer(g0..gK-1).
+- `layer g0`, ..., `layer g0-gK`: the same steps with the launches of the ops a group runs for
+  itself (the format, the DSpark indices, sas_metadata, each with the assembly of its arguments)
+  replaced by no-ops: what remains is the layer's own work. What the layer adds for group K is layer(g0..gK) - layer(g0..gK-1).
   (Timing those ops apart and subtracting them from the step instead credits the layer with
   their slowdown inside the step, where the rest of the step has cooled the caches they use.)
 - `first build`: build_draft_attn_metadata over every group after the step dropped every view
@@ -42,7 +42,6 @@ Figures (extras of `step shared`), goal in brackets, met or not:
 
 from __future__ import annotations
 
-import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -137,26 +136,21 @@ def _kind(group: GroupConfig, builder: DraftMetadataBuilder, causal: bool) -> tu
 
 
 class _OwnOpsSkipped:
-    """Within the block, the drafting layer's calls of the ops a group runs for itself
-    (format_slot_mapping_blocks_multi, dspark_swa_indices_multi, sas_metadata) do nothing.
+    """Within the block, the drafting layer's launches of the ops groups run for themselves (the
+    format, sas_metadata, the DSpark indices: `_run_format`, `_run_sas`, `_run_dspark`, each with
+    the assembly of its arguments) do nothing. They are swapped for itertools.chain, a C function
+    that only keeps its arguments, so a skipped launch adds no Python frame of its own."""
 
-    An op is entered as `OP.select()(*arguments)`; here both calls are C functions that do nothing
-    with their arguments (`select` returns itertools.chain, which only keeps them), so the
-    skipped op adds no Python frame of its own to what is measured as the layer's."""
-
-    class _NoOp:
-        select = staticmethod(functools.partial(next, itertools.repeat(itertools.chain)))
-
-    NAMES = ("_FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP", "_DSPARK_SWA_INDICES_MULTI_OP", "_SAS_METADATA_OP")
+    NAMES = ("_run_format", "_run_sas", "_run_dspark")
 
     def __enter__(self) -> None:
         self._saved = [getattr(drafting, name) for name in self.NAMES]
         for name in self.NAMES:
-            setattr(drafting, name, self._NoOp)
+            setattr(drafting, name, itertools.chain)
 
     def __exit__(self, *exc) -> None:
-        for name, op in zip(self.NAMES, self._saved):
-            setattr(drafting, name, op)
+        for name, run in zip(self.NAMES, self._saved):
+            setattr(drafting, name, run)
 
 
 def _layer_only(builders: list[DraftMetadataBuilder], common: CommonDraftInputs) -> Callable[[], object]:
