@@ -105,7 +105,7 @@ std::string describe(const sas::SASStatus& status, const sas::SASShape& shape) {
       break;
     case sas::SASError::kCostOverflow:
       message << source_name(shape.query, true) << " and " << source_name(shape.kv, false)
-              << " describe a schedule whose total cost passes 2^62";
+              << " describe a schedule whose total cost passes 2^56 (a real batch costs below 2^40)";
       break;
   }
   return message.str();
@@ -154,11 +154,11 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
       "ori_mask_mode should be 0, 3 or 4, but got ", ori_mask_mode);
   TORCH_CHECK_VALUE(ori_win_left >= 0, "ori_win_left should be non-negative, but got ", ori_win_left);
   TORCH_CHECK_VALUE(ori_win_left <= sas::kMaxWindow,
-                    "ori_win_left must be at most 2^62 (the kernel's window arithmetic overflows past it), got ",
+                    "ori_win_left must be at most 2^62 (a wider window sees every KV token; near 2^63 the kernel's int64 window sums overflow), got ",
                     ori_win_left);
   TORCH_CHECK_VALUE(ori_win_right >= 0, "ori_win_right should be non-negative, but got ", ori_win_right);
   TORCH_CHECK_VALUE(ori_win_right <= sas::kMaxWindow,
-                    "ori_win_right must be at most 2^62 (the kernel's window arithmetic overflows past it), got ",
+                    "ori_win_right must be at most 2^62 (a wider window sees every KV token; near 2^63 the kernel's int64 window sums overflow), got ",
                     ori_win_right);
   TORCH_CHECK_VALUE(layout_q == kLayoutQBsnd || layout_q == kLayoutQTnd, "layout_q must be TND or BSND, got code ",
                     layout_q);
@@ -211,8 +211,10 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
                           cmp_topk, num_cube_cores, ascend950, query, kv);
   int64_t* scratch = int64_scratch(2 * num_batches);
   const sas::BatchCosts table{scratch, scratch + num_batches};
+  sas::SASStatus status = sas::check_lengths(shape);
+  TORCH_CHECK_VALUE(status.error == sas::SASError::kNone, describe(status, shape));
   sas::CostSummary summary;
-  const sas::SASStatus status = sas::fill_costs(shape, table, &summary);
+  status = sas::fill_costs(shape, table, &summary);
   TORCH_CHECK_VALUE(status.error == sas::SASError::kNone, describe(status, shape));
   sas::write_schedule(shape, table, summary, out.data_ptr<int32_t>());
 }

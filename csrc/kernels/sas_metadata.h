@@ -2,11 +2,11 @@
 // The schedule of Ascend's shared-KV sparse-attention kernel: the 1024 words its AI-CPU metadata
 // kernel writes (SPEC 3.5, docs/sas_metadata.md), computed on the host.
 //
-// Two passes over the batches. The first checks the lengths and fills the cost table: each
-// batch's cost and last-block cost, the most costly M tile and the total. The second is the
-// kernel's greedy pass: core i gets the limit max(unassigned / (cores - i), most costly M tile)
-// and takes whole batches, then whole M tiles, while they fit the limit with half of their last
-// block to spare. Only the M tiles of the batch a core stops in are costed again.
+// After a check of every batch's lengths, two passes over the batches. The first fills the cost
+// table: each batch's cost and last-block cost, the most costly M tile and the total. The second
+// is the kernel's greedy pass: core i gets the limit max(unassigned / (cores - i), most costly M
+// tile) and takes whole batches, then whole M tiles, while they fit the limit with half of their
+// last block to spare. Only the M tiles of the batch a core stops in are costed again.
 //
 // Plain C++ over raw pointers: no torch, no allocation (the caller lends the per-batch table),
 // so the body compiles for an AI CPU as well as for the host.
@@ -23,7 +23,7 @@ constexpr int64_t kMaxVectorCores = 72;  // AIV_CORE_NUM: FD entries at words 28
 constexpr int64_t kInt32Min = -2147483647 - 1;
 constexpr int64_t kInt32Max = 2147483647;
 constexpr int64_t kMaxWindow = int64_t{1} << 62;  // past it the kernel's window sums can overflow
-constexpr int64_t kMaxTotalCost = int64_t{1} << 62;
+constexpr int64_t kMaxTotalCost = int64_t{1} << 56;  // MAX_TOTAL_COST of sas_layout.py
 
 // FA entry fields (the consumer header's FA_*_INDEX).
 constexpr int kFaCoreEnable = 0;
@@ -104,7 +104,7 @@ enum class SASError : int32_t {
   kNegativeLength,   // a query or KV length below 0
   kTooManyRows,      // a batch with more than 2^31 - 1 query rows
   kTooManyTiles,     // more than 2^31 - 1 M tiles in all
-  kCostOverflow,     // a total cost past 2^62
+  kCostOverflow,     // a total cost past 2^56
 };
 
 struct SASStatus {
@@ -232,9 +232,9 @@ struct CostSummary {
   int64_t max_tile = 0;
 };
 
-// Pass 1: checks every batch and fills the table. Stops at the first invalid value.
-inline SASStatus fill_costs(const SASShape& s, BatchCosts table, CostSummary* summary) {
-  *summary = CostSummary{};
+// Checks every batch's values before anything is costed, so that a batch far too large is
+// refused without costing the batches before it.
+inline SASStatus check_lengths(const SASShape& s) {
   int64_t tiles = 0;
   for (int64_t b = 0; b < s.num_batches; ++b) {
     Batch batch;
@@ -242,6 +242,16 @@ inline SASStatus fill_costs(const SASShape& s, BatchCosts table, CostSummary* su
     if (status.error != SASError::kNone) return status;
     tiles += batch.tiles;
     if (tiles > kInt32Max) return SASStatus{SASError::kTooManyTiles, true, b, tiles};
+  }
+  return SASStatus{};
+}
+
+// Pass 1, for lengths that passed check_lengths: fills the table and sums the costs. Stops when
+// the total passes kMaxTotalCost.
+inline SASStatus fill_costs(const SASShape& s, BatchCosts table, CostSummary* summary) {
+  *summary = CostSummary{};
+  for (int64_t b = 0; b < s.num_batches; ++b) {
+    const Batch batch = batch_of(s, b);
     table.cost[b] = 0;
     table.last_block_cost[b] = 0;
     if (batch.tiles == 0 || batch.s2 == 0) continue;
@@ -249,7 +259,7 @@ inline SASStatus fill_costs(const SASShape& s, BatchCosts table, CostSummary* su
     int64_t last_block_cost = 0;
     for (int64_t m = 0; m < batch.tiles; ++m) {
       const TileCost tile = tile_cost(s, batch, m);
-      // A tile costs below 2^53, so this sum cannot overflow before the check stops it.
+      // A tile costs below 2^52, so this sum cannot overflow before the check stops it.
       summary->total += tile.cost;
       if (summary->total > kMaxTotalCost) return SASStatus{SASError::kCostOverflow, true, b, summary->total};
       table.cost[b] += tile.cost;
@@ -324,7 +334,8 @@ inline void write_schedule(const SASShape& s, BatchCosts table, const CostSummar
 // The whole op for a caller that cannot raise (an AI-CPU kernel): invalid values get 1024 zeros.
 inline SASStatus sas_metadata(const SASShape& s, BatchCosts table, int32_t* out) {
   CostSummary summary;
-  const SASStatus status = fill_costs(s, table, &summary);
+  SASStatus status = check_lengths(s);
+  if (status.error == SASError::kNone) status = fill_costs(s, table, &summary);
   if (status.error != SASError::kNone) {
     for (int64_t w = 0; w < kNumWords; ++w) out[w] = 0;
     return status;

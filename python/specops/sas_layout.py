@@ -41,10 +41,13 @@ FD_M_NUM = 6
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
-# Windows wider than this are rejected: past it the kernel's int64 window arithmetic can overflow.
+# Windows wider than this are rejected: a wider window sees every KV token anyway, and near 2^63
+# the kernel's int64 window sums overflow.
 MAX_WINDOW = 2**62
-# Total cost of a schedule the op accepts; every intermediate sum then fits int64.
-MAX_TOTAL_COST = 2**62
+# The most work a schedule may cost, in the kernel's cost units (a real batch costs below 2^40).
+# An M tile costs below 2^52, so with this bound no partial sum of any implementation overflows
+# int64, however the sums are grouped.
+MAX_TOTAL_COST = 2**56
 
 # The string arguments as the schema passes them (the wrapper resolves the strings).
 LAYOUT_Q_CODES = {"BSND": 0, "TND": 1}

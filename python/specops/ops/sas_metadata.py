@@ -98,8 +98,8 @@ def _check(
         if window < 0:
             raise ValueError(f"{name} should be non-negative, but got {window}")
         if window > MAX_WINDOW:
-            raise ValueError(f"{name} must be at most 2^62 (the kernel's window arithmetic overflows past it), "
-                             f"got {window}")
+            raise ValueError(f"{name} must be at most 2^62 (a wider window sees every KV token; near 2^63 the "
+                             f"kernel's int64 window sums overflow), got {window}")
     if layout_q not in LAYOUT_Q_CODES.values():
         raise ValueError(f"layout_q must be TND or BSND, got code {layout_q}")
     if layout_kv not in LAYOUT_KV_CODES.values():

@@ -11,7 +11,7 @@ The schedule has two steps (docs/sas_metadata.md):
    after it.
 
 Values a device kernel cannot reject (negative lengths, more than 2^31 - 1 query rows, a total
-cost past 2^62) give 1024 zero words, as on the device paths.
+cost past 2^56) give 1024 zero words, as on the device paths.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def cost_table(s1: torch.Tensor, s2: torch.Tensor, group: int, m_tile: int, s2_t
     else:
         total_cost = sum(cost.tolist())
     if total_cost > MAX_TOTAL_COST:
-        raise InvalidValues("total cost past 2^62")
+        raise InvalidValues("total cost past 2^56")
     batch_cost = torch.zeros_like(s1).index_add_(0, batch, cost)
     # A batch's last-block cost is that of its last M tile that sees KV.
     last_seen = torch.full_like(s1, -1).scatter_reduce_(0, batch[~empty], torch.nonzero(~empty).flatten(), "amax")
