@@ -209,9 +209,8 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
   const sas::SASShape shape =
       sas::make_sas_shape(num_batches, num_heads_q, ori_mask_mode, ori_win_left, ori_win_right, has_cmp_kv, cmp_ratio,
                           cmp_topk, num_cube_cores, ascend950, query, kv);
-  int64_t* scratch = int64_scratch(2 * num_batches);
-  const sas::BatchCosts table{scratch, scratch + num_batches};
-  sas::SASStatus status = sas::check_lengths(shape);
+  const sas::BatchTable table = sas::make_batch_table(int64_scratch(4 * num_batches), num_batches);
+  sas::SASStatus status = sas::check_lengths(shape, table);
   TORCH_CHECK_VALUE(status.error == sas::SASError::kNone, describe(status, shape));
   sas::CostSummary summary;
   status = sas::fill_costs(shape, table, &summary);

@@ -54,21 +54,28 @@ struct LengthSource {
 // A call that passed the checks of csrc/cpu/sas_metadata.cpp, resolved.
 struct SASShape {
   int64_t num_batches = 0;
-  int64_t group = 1;       // query heads per KV head (num_heads_kv is 1)
-  int64_t m_tile = 1;      // query rows per M tile
-  int64_t s2_tile = 512;   // KV tokens per S2 tile: 512 or 128, a power of two
+  int64_t group = 1;         // query heads per KV head (num_heads_kv is 1)
+  bool one_token_tiles = true;  // M tile = one token's G rows (not Ascend950, or G = 64)
   int s2_tile_shift = 9;
   int64_t mask_mode = kMaskBand;
   int64_t win_left = 0;
   int64_t win_right = 0;
-  bool has_cmp_kv = false;
-  int cmp_ratio_shift = 0;  // cmp_ratio is 4 or 128 when has_cmp_kv
-  int64_t cmp_topk = 0;     // 0: every compressed token (CFA), else the cap (SCFA)
+  // Compressed KV of a tile seeing up to KV position hi: min((hi + 1) >> shift, cap). Without
+  // compressed KV the shift is 63, which gives 0 for every position.
+  int cmp_ratio_shift = 63;
+  int64_t cmp_cap = INT64_MAX;  // cmp_topk for SCFA
+  int64_t tile_rows_cost = 0;   // 6 ceil(rows / 16) of a full M tile
   int64_t num_cube_cores = 24;
   LengthSource query;
   LengthSource kv;
   FastDivmod group_divisor;  // rows -> tokens, when an M tile is not one token's heads
 };
+
+// M tiles are one token's G query rows and S2 tiles 512 KV tokens, or on Ascend950 64 rows and
+// 128 tokens.
+constexpr int kS2TileShift = 9;
+constexpr int kAscend950MTileShift = 6;
+constexpr int kAscend950S2TileShift = 7;
 
 inline int log2_of_power_of_two(int64_t value) {
   int shift = 0;
@@ -76,21 +83,26 @@ inline int log2_of_power_of_two(int64_t value) {
   return shift;
 }
 
+// 6 * ceil(rows / 16): what a block's query rows cost.
+inline int64_t rows_cost(int64_t rows) { return 6 * ((rows + 15) >> 4); }
+
 inline SASShape make_sas_shape(int64_t num_batches, int64_t num_heads_q, int64_t mask_mode, int64_t win_left,
                                int64_t win_right, bool has_cmp_kv, int64_t cmp_ratio, int64_t cmp_topk,
                                int64_t num_cube_cores, bool ascend950, LengthSource query, LengthSource kv) {
   SASShape s;
   s.num_batches = num_batches;
   s.group = num_heads_q;
-  s.m_tile = ascend950 ? 64 : num_heads_q;
-  s.s2_tile = ascend950 ? 128 : 512;
-  s.s2_tile_shift = log2_of_power_of_two(s.s2_tile);
+  const int64_t m_tile = ascend950 ? int64_t{1} << kAscend950MTileShift : num_heads_q;
+  s.one_token_tiles = m_tile == num_heads_q;
+  s.s2_tile_shift = ascend950 ? kAscend950S2TileShift : kS2TileShift;
   s.mask_mode = mask_mode;
   s.win_left = win_left;
   s.win_right = win_right;
-  s.has_cmp_kv = has_cmp_kv;
-  s.cmp_ratio_shift = has_cmp_kv ? log2_of_power_of_two(cmp_ratio) : 0;
-  s.cmp_topk = cmp_topk;
+  if (has_cmp_kv) {
+    s.cmp_ratio_shift = log2_of_power_of_two(cmp_ratio);
+    if (cmp_topk > 0) s.cmp_cap = cmp_topk;
+  }
+  s.tile_rows_cost = rows_cost(m_tile);
   s.num_cube_cores = num_cube_cores;
   s.query = query;
   s.kv = kv;
@@ -119,7 +131,7 @@ struct Batch {
   int64_t s1 = 0;
   int64_t s2 = 0;
   int64_t tiles = 0;
-  int64_t leftover_rows = 0;  // rows of the last M tile when m_tile does not divide them, else 0
+  int64_t leftover_rows = 0;  // rows of the last M tile when 64 does not divide them (Ascend950), else 0
 };
 
 inline int64_t length_of(const LengthSource& source, int64_t b) {
@@ -134,13 +146,32 @@ inline int64_t length_of(const LengthSource& source, int64_t b) {
   return 0;
 }
 
-inline Batch batch_of(const SASShape& s, int64_t b) {
+// The per-batch table, lent by the caller (4 * num_batches values): the lengths as check_lengths
+// read them, then each batch's cost and the cost of its last block (of its last M tile that sees
+// KV), which pass 1 fills and the greedy pass reads.
+struct BatchTable {
+  int64_t* s1;
+  int64_t* s2;
+  int64_t* cost;
+  int64_t* last_block_cost;
+};
+
+inline BatchTable make_batch_table(int64_t* scratch, int64_t num_batches) {
+  return BatchTable{scratch, scratch + num_batches, scratch + 2 * num_batches, scratch + 3 * num_batches};
+}
+
+// For lengths that passed check_lengths (s1 * G fits int32).
+inline Batch batch_of(const SASShape& s, int64_t s1, int64_t s2) {
   Batch batch;
-  batch.s1 = length_of(s.query, b);
-  batch.s2 = length_of(s.kv, b);
-  const int64_t rows = batch.s1 * s.group;
-  batch.tiles = (rows + s.m_tile - 1) / s.m_tile;
-  batch.leftover_rows = rows % s.m_tile;
+  batch.s1 = s1;
+  batch.s2 = s2;
+  if (s.one_token_tiles) {
+    batch.tiles = s1;
+  } else {
+    const int64_t rows = s1 * s.group;
+    batch.tiles = (rows + (int64_t{1} << kAscend950MTileShift) - 1) >> kAscend950MTileShift;
+    batch.leftover_rows = rows & ((int64_t{1} << kAscend950MTileShift) - 1);
+  }
   return batch;
 }
 
@@ -154,20 +185,18 @@ inline bool fits_int32(const LengthSource& source, int64_t b) {
   return first_fits && next >= kInt32Min && next <= kInt32Max;
 }
 
-inline SASStatus check_batch(const SASShape& s, int64_t b, Batch* batch) {
+inline SASStatus check_batch(const SASShape& s, int64_t b, int64_t* s1, int64_t* s2) {
   if (!fits_int32(s.query, b)) return SASStatus{SASError::kOutsideInt32, true, b, 0};
   if (!fits_int32(s.kv, b)) return SASStatus{SASError::kOutsideInt32, false, b, 0};
-  *batch = batch_of(s, b);
-  if (batch->s1 < 0) return SASStatus{SASError::kNegativeLength, true, b, batch->s1};
-  if (batch->s2 < 0) return SASStatus{SASError::kNegativeLength, false, b, batch->s2};
-  if (batch->s1 * s.group > kInt32Max) return SASStatus{SASError::kTooManyRows, true, b, batch->s1 * s.group};
+  *s1 = length_of(s.query, b);
+  *s2 = length_of(s.kv, b);
+  if (*s1 < 0) return SASStatus{SASError::kNegativeLength, true, b, *s1};
+  if (*s2 < 0) return SASStatus{SASError::kNegativeLength, false, b, *s2};
+  if (*s1 * s.group > kInt32Max) return SASStatus{SASError::kTooManyRows, true, b, *s1 * s.group};
   return SASStatus{};
 }
 
 inline int64_t ceil_shift(int64_t a, int shift) { return (a + (int64_t{1} << shift) - 1) >> shift; }
-
-// 6 * ceil(rows / 16): what a block's query rows cost.
-inline int64_t rows_cost(int64_t rows) { return 6 * ((rows + 15) >> 4); }
 
 struct TileCost {
   int64_t cost = 0;
@@ -175,56 +204,75 @@ struct TileCost {
   bool sees_kv = false;
 };
 
-// M tile m of a batch with s2 > 0. A block of r rows and t KV tokens costs 6 ceil(r / 16) +
-// 10 ceil(t / 64); the tile's blocks cover its window's KV range, then its compressed KV.
-inline TileCost tile_cost(const SASShape& s, const Batch& batch, int64_t m) {
-  int64_t first_token = m;
-  int64_t last_token = m;
-  if (s.m_tile != s.group) {
-    const int64_t first_row = m * s.m_tile;
-    const int64_t rows = batch.s1 * s.group;
-    const int64_t end_row = first_row + s.m_tile < rows ? first_row + s.m_tile : rows;
-    first_token = s.group_divisor.div(static_cast<uint32_t>(first_row));
-    last_token = s.group_divisor.div(static_cast<uint32_t>(end_row - 1));
+// The cost of the M tiles of one batch with s2 > 0, for one mask mode, M tile shape and S2 tile
+// (templates: this runs for every tile of every batch). A block of r rows and t KV tokens costs
+// 6 ceil(r / 16) + 10 ceil(t / 64); a tile's blocks cover its window's KV range, then its
+// compressed KV.
+template <int64_t kMaskMode, bool kOneTokenTiles, int kS2TileShift>
+struct TileCoster {
+  const SASShape& s;
+
+  TileCost operator()(const Batch& batch, int64_t m) const {
+    int64_t first_token = m;
+    int64_t last_token = m;
+    int64_t rows_cost_of_tile = s.tile_rows_cost;
+    if (!kOneTokenTiles) {
+      const int64_t first_row = m << kAscend950MTileShift;
+      const int64_t rows = batch.s1 * s.group;
+      const int64_t end_row = first_row + (int64_t{1} << kAscend950MTileShift) < rows
+                                  ? first_row + (int64_t{1} << kAscend950MTileShift)
+                                  : rows;
+      first_token = s.group_divisor.div(static_cast<uint32_t>(first_row));
+      last_token = s.group_divisor.div(static_cast<uint32_t>(end_row - 1));
+      if (m == batch.tiles - 1 && batch.leftover_rows != 0) rows_cost_of_tile = rows_cost(batch.leftover_rows);
+    }
+    // Token t sits at KV position s2 - s1 + t.
+    const int64_t offset = batch.s2 - batch.s1;
+    int64_t lo = 0;
+    int64_t hi = batch.s2 - 1;
+    TileCost result;
+    if (kMaskMode == kMaskCausal) {
+      hi = last_token + offset;
+      if (hi < 0) return result;
+    } else if (kMaskMode == kMaskBand) {
+      // The windows are >= 0, so hi >= lo.
+      lo = first_token + offset - s.win_left;
+      hi = last_token + offset + s.win_right;
+      if (lo >= batch.s2 || hi < 0) return result;
+      if (lo < 0) lo = 0;
+      if (hi > batch.s2 - 1) hi = batch.s2 - 1;
+    }
+    const int64_t window = hi - lo + 1;
+    int64_t compressed = (hi + 1) >> s.cmp_ratio_shift;
+    if (compressed > s.cmp_cap) compressed = s.cmp_cap;
+    // The S2 tile is a multiple of 64, so the 10 ceil(t / 64) of a range's blocks add up to
+    // 10 ceil(range / 64).
+    const int64_t blocks = ceil_shift(window, kS2TileShift) + ceil_shift(compressed, kS2TileShift);
+    result.cost = rows_cost_of_tile * blocks + 10 * (ceil_shift(window, 6) + ceil_shift(compressed, 6));
+    const int64_t last_range = compressed > 0 ? compressed : window;
+    const int64_t last_block = ((last_range - 1) & ((int64_t{1} << kS2TileShift) - 1)) + 1;
+    result.last_block_cost = rows_cost_of_tile + 10 * ceil_shift(last_block, 6);
+    result.sees_kv = true;
+    return result;
   }
-  // Token t sits at KV position s2 - s1 + t.
-  const int64_t offset = batch.s2 - batch.s1;
-  int64_t lo = 0;
-  int64_t hi = batch.s2 - 1;
-  if (s.mask_mode == kMaskCausal) {
-    hi = last_token + offset;
-  } else if (s.mask_mode == kMaskBand) {
-    lo = first_token + offset - s.win_left;
-    hi = last_token + offset + s.win_right;
-  }
-  TileCost result;
-  if (lo >= batch.s2 || hi < 0 || hi < lo) return result;
-  lo = lo > 0 ? lo : 0;
-  hi = hi < batch.s2 - 1 ? hi : batch.s2 - 1;
-  const int64_t window = hi - lo + 1;
-  int64_t compressed = 0;
-  if (s.has_cmp_kv) {
-    compressed = (hi + 1) >> s.cmp_ratio_shift;
-    if (s.cmp_topk > 0 && compressed > s.cmp_topk) compressed = s.cmp_topk;
-  }
-  const bool last_tile_short = m == batch.tiles - 1 && batch.leftover_rows != 0;
-  const int64_t per_block = rows_cost(last_tile_short ? batch.leftover_rows : s.m_tile);
-  // The S2 tile is a multiple of 64, so the 10 ceil(t / 64) of a range's blocks add up to
-  // 10 ceil(range / 64).
-  const int64_t blocks = ceil_shift(window, s.s2_tile_shift) + ceil_shift(compressed, s.s2_tile_shift);
-  result.cost = per_block * blocks + 10 * (ceil_shift(window, 6) + ceil_shift(compressed, 6));
-  const int64_t last_range = compressed > 0 ? compressed : window;
-  const int64_t last_block = ((last_range - 1) & (s.s2_tile - 1)) + 1;
-  result.last_block_cost = per_block + 10 * ceil_shift(last_block, 6);
-  result.sees_kv = true;
-  return result;
+};
+
+// Calls fn with the TileCoster of the call's mask mode and tile shapes.
+template <bool kOneTokenTiles, int kS2TileShift, typename Fn>
+inline auto with_mask_mode(const SASShape& s, Fn&& fn) {
+  if (s.mask_mode == kMaskNone) return fn(TileCoster<kMaskNone, kOneTokenTiles, kS2TileShift>{s});
+  if (s.mask_mode == kMaskCausal) return fn(TileCoster<kMaskCausal, kOneTokenTiles, kS2TileShift>{s});
+  return fn(TileCoster<kMaskBand, kOneTokenTiles, kS2TileShift>{s});
 }
 
-// The per-batch table the greedy pass reads, lent by the caller (2 * num_batches values).
-struct BatchCosts {
-  int64_t* cost;
-  int64_t* last_block_cost;  // of the batch's last M tile that sees KV
-};
+template <typename Fn>
+inline auto with_tile_coster(const SASShape& s, Fn&& fn) {
+  if (s.s2_tile_shift == kAscend950S2TileShift) {
+    return s.one_token_tiles ? with_mask_mode<true, kAscend950S2TileShift>(s, fn)
+                             : with_mask_mode<false, kAscend950S2TileShift>(s, fn);
+  }
+  return with_mask_mode<true, kS2TileShift>(s, fn);
+}
 
 struct CostSummary {
   bool any_work = false;  // some batch has query rows and KV
@@ -232,15 +280,14 @@ struct CostSummary {
   int64_t max_tile = 0;
 };
 
-// Checks every batch's values before anything is costed, so that a batch far too large is
-// refused without costing the batches before it.
-inline SASStatus check_lengths(const SASShape& s) {
+// Reads and checks every batch's lengths into the table before anything is costed, so that a
+// batch far too large is refused without costing the batches before it.
+inline SASStatus check_lengths(const SASShape& s, BatchTable table) {
   int64_t tiles = 0;
   for (int64_t b = 0; b < s.num_batches; ++b) {
-    Batch batch;
-    const SASStatus status = check_batch(s, b, &batch);
+    const SASStatus status = check_batch(s, b, &table.s1[b], &table.s2[b]);
     if (status.error != SASError::kNone) return status;
-    tiles += batch.tiles;
+    tiles += batch_of(s, table.s1[b], table.s2[b]).tiles;
     if (tiles > kInt32Max) return SASStatus{SASError::kTooManyTiles, true, b, tiles};
   }
   return SASStatus{};
@@ -248,32 +295,46 @@ inline SASStatus check_lengths(const SASShape& s) {
 
 // Pass 1, for lengths that passed check_lengths: fills the table and sums the costs. Stops when
 // the total passes kMaxTotalCost.
-inline SASStatus fill_costs(const SASShape& s, BatchCosts table, CostSummary* summary) {
+template <typename Coster>
+inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
+                                 CostSummary* summary) {
   *summary = CostSummary{};
+  int64_t total = 0;
+  int64_t max_tile = 0;
   for (int64_t b = 0; b < s.num_batches; ++b) {
-    const Batch batch = batch_of(s, b);
-    table.cost[b] = 0;
-    table.last_block_cost[b] = 0;
-    if (batch.tiles == 0 || batch.s2 == 0) continue;
-    summary->any_work = true;
+    const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
+    int64_t batch_cost = 0;
     int64_t last_block_cost = 0;
-    for (int64_t m = 0; m < batch.tiles; ++m) {
-      const TileCost tile = tile_cost(s, batch, m);
-      // A tile costs below 2^52, so this sum cannot overflow before the check stops it.
-      summary->total += tile.cost;
-      if (summary->total > kMaxTotalCost) return SASStatus{SASError::kCostOverflow, true, b, summary->total};
-      table.cost[b] += tile.cost;
-      if (tile.cost > summary->max_tile) summary->max_tile = tile.cost;
-      if (tile.sees_kv) last_block_cost = tile.last_block_cost;
+    if (batch.tiles > 0 && batch.s2 > 0) {
+      summary->any_work = true;
+      for (int64_t m = 0; m < batch.tiles; ++m) {
+        const TileCost tile = tile_cost(batch, m);
+        batch_cost += tile.cost;
+        if (tile.cost > max_tile) max_tile = tile.cost;
+        if (tile.sees_kv) last_block_cost = tile.last_block_cost;
+        // A tile costs below 2^52: checked after every tile, the sums cannot overflow.
+        if (batch_cost > kMaxTotalCost) return SASStatus{SASError::kCostOverflow, true, b, batch_cost};
+      }
+      total += batch_cost;
+      if (total > kMaxTotalCost) return SASStatus{SASError::kCostOverflow, true, b, total};
     }
+    table.cost[b] = batch_cost;
     table.last_block_cost[b] = last_block_cost;
   }
+  summary->total = total;
+  summary->max_tile = max_tile;
   return SASStatus{};
+}
+
+inline SASStatus fill_costs(const SASShape& s, BatchTable table, CostSummary* summary) {
+  return with_tile_coster(s, [&](const auto& tile_cost) { return fill_costs_with(s, tile_cost, table, summary); });
 }
 
 // Pass 2: the (batch, M tile) cursor after each core, written as FA entries. Returns the number
 // of cores used.
-inline int64_t assign_cores(const SASShape& s, BatchCosts table, const CostSummary& summary, int32_t* out) {
+template <typename Coster>
+inline int64_t assign_cores_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
+                                 const CostSummary& summary, int32_t* out) {
   const int64_t cores = s.num_cube_cores;
   int64_t unassigned = summary.total;
   int64_t b = 0;
@@ -299,13 +360,13 @@ inline int64_t assign_cores(const SASShape& s, BatchCosts table, const CostSumma
       // Whole M tiles. After a tile the cursor skips the tiles that see no KV. The batch's
       // last tile sees KV and fails the very test the whole batch failed, so the cursor stays
       // inside the batch.
-      const Batch batch = batch_of(s, b);
-      TileCost tile = tile_cost(s, batch, m);
+      const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
+      TileCost tile = tile_cost(batch, m);
       while (m < batch.tiles && load + tile.cost <= limit + tile.last_block_cost / 2) {
         load += tile.cost;
         remaining -= tile.cost;
         do {
-          tile = tile_cost(s, batch, ++m);
+          tile = tile_cost(batch, ++m);
         } while (!tile.sees_kv && m < batch.tiles - 1);
       }
     }
@@ -317,10 +378,16 @@ inline int64_t assign_cores(const SASShape& s, BatchCosts table, const CostSumma
   return used;
 }
 
+inline int64_t assign_cores(const SASShape& s, BatchTable table, const CostSummary& summary, int32_t* out) {
+  return with_tile_coster(s, [&](const auto& tile_cost) {
+    return assign_cores_with(s, tile_cost, table, summary, out);
+  });
+}
+
 // Writes all 1024 words for a call whose pass 1 succeeded: FA entries of the used cores, zeros
 // elsewhere (the S2 fields stay 0: this kernel version never splits a KV range, so no FD entry
 // is enabled either).
-inline void write_schedule(const SASShape& s, BatchCosts table, const CostSummary& summary, int32_t* out) {
+inline void write_schedule(const SASShape& s, BatchTable table, const CostSummary& summary, int32_t* out) {
   for (int64_t w = 0; w < kNumWords; ++w) out[w] = 0;
   if (!summary.any_work) {
     // Core 0 covers every batch at once.
@@ -332,9 +399,9 @@ inline void write_schedule(const SASShape& s, BatchCosts table, const CostSummar
 }
 
 // The whole op for a caller that cannot raise (an AI-CPU kernel): invalid values get 1024 zeros.
-inline SASStatus sas_metadata(const SASShape& s, BatchCosts table, int32_t* out) {
+inline SASStatus sas_metadata(const SASShape& s, BatchTable table, int32_t* out) {
   CostSummary summary;
-  SASStatus status = check_lengths(s);
+  SASStatus status = check_lengths(s, table);
   if (status.error == SASError::kNone) status = fill_costs(s, table, &summary);
   if (status.error != SASError::kNone) {
     for (int64_t w = 0; w < kNumWords; ++w) out[w] = 0;
