@@ -134,18 +134,6 @@ struct Batch {
   int64_t leftover_rows = 0;  // rows of the last M tile when 64 does not divide them (Ascend950), else 0
 };
 
-inline int64_t length_of(const LengthSource& source, int64_t b) {
-  switch (source.kind) {
-    case LengthSource::kConstant:
-      return source.constant;
-    case LengthSource::kPerBatch:
-      return source.value(b);
-    case LengthSource::kCumulative:
-      return source.value(b + 1) - source.value(b);
-  }
-  return 0;
-}
-
 // The per-batch table, lent by the caller (4 * num_batches values): the lengths as check_lengths
 // read them, then each batch's cost and the cost of its last block (of its last M tile that sees
 // KV), which pass 1 fills and the greedy pass reads.
@@ -175,33 +163,20 @@ inline Batch batch_of(const SASShape& s, int64_t s1, int64_t s2) {
   return batch;
 }
 
-// The values a tensor source reads for batch b must fit int32: the kernel reads int32 tensors.
-inline bool fits_int32(const LengthSource& source, int64_t b) {
-  if (source.kind == LengthSource::kConstant || source.values64 == nullptr) return true;
-  const int64_t first = source.values64[b];
-  const bool first_fits = first >= kInt32Min && first <= kInt32Max;
-  if (source.kind == LengthSource::kPerBatch) return first_fits;
-  const int64_t next = source.values64[b + 1];
-  return first_fits && next >= kInt32Min && next <= kInt32Max;
-}
-
-inline SASStatus check_batch(const SASShape& s, int64_t b, int64_t* s1, int64_t* s2) {
-  if (!fits_int32(s.query, b)) return SASStatus{SASError::kOutsideInt32, true, b, 0};
-  if (!fits_int32(s.kv, b)) return SASStatus{SASError::kOutsideInt32, false, b, 0};
-  *s1 = length_of(s.query, b);
-  *s2 = length_of(s.kv, b);
-  if (*s1 < 0) return SASStatus{SASError::kNegativeLength, true, b, *s1};
-  if (*s2 < 0) return SASStatus{SASError::kNegativeLength, false, b, *s2};
-  if (*s1 * s.group > kInt32Max) return SASStatus{SASError::kTooManyRows, true, b, *s1 * s.group};
-  return SASStatus{};
-}
-
 inline int64_t ceil_shift(int64_t a, int shift) { return (a + (int64_t{1} << shift) - 1) >> shift; }
 
 struct TileCost {
   int64_t cost = 0;
   int64_t last_block_cost = 0;
   bool sees_kv = false;
+};
+
+// A batch's tiles: the sum of their costs, the most costly one, and the last-block cost of the
+// last tile (which sees KV: its last token sees its own position in every mask mode).
+struct BatchCost {
+  int64_t cost = 0;
+  int64_t max_tile = 0;
+  int64_t last_block_cost = 0;
 };
 
 // The cost of the M tiles of one batch with s2 > 0, for one mask mode, M tile shape and S2 tile
@@ -211,6 +186,26 @@ struct TileCost {
 template <int64_t kMaskMode, bool kOneTokenTiles, int kS2TileShift>
 struct TileCoster {
   const SASShape& s;
+
+  // Compressed KV tokens of a tile that sees up to position hi.
+  int64_t compressed_of(int64_t hi) const {
+    const int64_t compressed = (hi + 1) >> s.cmp_ratio_shift;
+    return compressed < s.cmp_cap ? compressed : s.cmp_cap;
+  }
+
+  // A tile of `rows_cost_of_tile` that sees `window` KV tokens and `compressed` compressed ones.
+  // The S2 tile is a multiple of 64, so the 10 ceil(t / 64) of a range's blocks add up to
+  // 10 ceil(range / 64).
+  static TileCost cost_of(int64_t rows_cost_of_tile, int64_t window, int64_t compressed) {
+    TileCost result;
+    const int64_t blocks = ceil_shift(window, kS2TileShift) + ceil_shift(compressed, kS2TileShift);
+    result.cost = rows_cost_of_tile * blocks + 10 * (ceil_shift(window, 6) + ceil_shift(compressed, 6));
+    const int64_t last_range = compressed > 0 ? compressed : window;
+    const int64_t last_block = ((last_range - 1) & ((int64_t{1} << kS2TileShift) - 1)) + 1;
+    result.last_block_cost = rows_cost_of_tile + 10 * ceil_shift(last_block, 6);
+    result.sees_kv = true;
+    return result;
+  }
 
   TileCost operator()(const Batch& batch, int64_t m) const {
     int64_t first_token = m;
@@ -230,30 +225,69 @@ struct TileCoster {
     const int64_t offset = batch.s2 - batch.s1;
     int64_t lo = 0;
     int64_t hi = batch.s2 - 1;
-    TileCost result;
     if (kMaskMode == kMaskCausal) {
       hi = last_token + offset;
-      if (hi < 0) return result;
+      if (hi < 0) return TileCost{};
     } else if (kMaskMode == kMaskBand) {
       // The windows are >= 0, so hi >= lo.
       lo = first_token + offset - s.win_left;
       hi = last_token + offset + s.win_right;
-      if (lo >= batch.s2 || hi < 0) return result;
+      if (lo >= batch.s2 || hi < 0) return TileCost{};
       if (lo < 0) lo = 0;
       if (hi > batch.s2 - 1) hi = batch.s2 - 1;
     }
-    const int64_t window = hi - lo + 1;
-    int64_t compressed = (hi + 1) >> s.cmp_ratio_shift;
-    if (compressed > s.cmp_cap) compressed = s.cmp_cap;
-    // The S2 tile is a multiple of 64, so the 10 ceil(t / 64) of a range's blocks add up to
-    // 10 ceil(range / 64).
-    const int64_t blocks = ceil_shift(window, kS2TileShift) + ceil_shift(compressed, kS2TileShift);
-    result.cost = rows_cost_of_tile * blocks + 10 * (ceil_shift(window, 6) + ceil_shift(compressed, 6));
-    const int64_t last_range = compressed > 0 ? compressed : window;
-    const int64_t last_block = ((last_range - 1) & ((int64_t{1} << kS2TileShift) - 1)) + 1;
-    result.last_block_cost = rows_cost_of_tile + 10 * ceil_shift(last_block, 6);
-    result.sees_kv = true;
-    return result;
+    return cost_of(rows_cost_of_tile, hi - lo + 1, compressed_of(hi));
+  }
+
+  // Adds `count` tiles of one cost.
+  static void add(BatchCost* sum, const TileCost& tile, int64_t count) {
+    sum->cost += tile.cost * count;
+    if (tile.cost > sum->max_tile) sum->max_tile = tile.cost;
+  }
+
+  // Every tile of a batch with tiles > 0 and s2 > 0. Tile costs are below 2^52 and a batch's
+  // sum is checked against the bound after every tile (or run of equal tiles), so no sum can
+  // overflow; past the bound the result is only known to be above it.
+  BatchCost batch_cost(const Batch& batch) const {
+    BatchCost sum;
+    TileCost tile;
+    int64_t m = 0;
+    if (kMaskMode == kMaskBand && kOneTokenTiles) {
+      // Decode batches: the tokens in the middle see a full window, [p - win_left, p +
+      // win_right] inside [0, s2), and differ only in their compressed KV, which changes once
+      // every cmp_ratio positions (or never: no compressed KV, or capped at cmp_topk). Those
+      // cost one run at a time; the tokens near either end are costed one by one.
+      const int64_t offset = batch.s2 - batch.s1;
+      const int64_t first_full = s.win_left - offset > 0 ? s.win_left - offset : 0;
+      const int64_t end_full = batch.s2 - s.win_right - offset < batch.tiles ? batch.s2 - s.win_right - offset
+                                                                              : batch.tiles;
+      for (; m < first_full && m < batch.tiles; ++m) {
+        tile = (*this)(batch, m);
+        add(&sum, tile, 1);
+        if (sum.cost > kMaxTotalCost) return sum;
+      }
+      const int64_t window = s.win_left + s.win_right + 1;
+      while (m < end_full) {
+        // Position + win_right + 1 is below 2^31 here, so the shifts stay in range.
+        const int64_t compressed = compressed_of(m + offset + s.win_right);
+        int64_t run_end = end_full;
+        if (compressed < s.cmp_cap && s.cmp_ratio_shift < 63) {
+          const int64_t next = ((compressed + 1) << s.cmp_ratio_shift) - offset - s.win_right - 1;
+          if (next < run_end) run_end = next;
+        }
+        tile = cost_of(s.tile_rows_cost, window, compressed);
+        add(&sum, tile, run_end - m);
+        if (sum.cost > kMaxTotalCost) return sum;
+        m = run_end;
+      }
+    }
+    for (; m < batch.tiles; ++m) {
+      tile = (*this)(batch, m);
+      add(&sum, tile, 1);
+      if (sum.cost > kMaxTotalCost) return sum;
+    }
+    sum.last_block_cost = tile.last_block_cost;
+    return sum;
   }
 };
 
@@ -280,14 +314,47 @@ struct CostSummary {
   int64_t max_tile = 0;
 };
 
+// Reads one length per batch from `source` into `lengths`, as int64. A tensor source's values
+// must fit int32 (the kernel reads int32 tensors): returns the first batch that reads one that
+// does not, or -1. One loop per source kind and dtype, so the loop has no branch on them.
+template <typename T>
+inline int64_t read_tensor_lengths(const T* values, bool cumulative, int64_t num_batches, int64_t* lengths) {
+  for (int64_t b = 0; b < num_batches; ++b) {
+    const int64_t first = values[b];
+    const int64_t after = cumulative ? static_cast<int64_t>(values[b + 1]) : 0;
+    if (sizeof(T) > 4 && (first < kInt32Min || first > kInt32Max || after < kInt32Min || after > kInt32Max)) {
+      return b;
+    }
+    lengths[b] = cumulative ? after - first : first;
+  }
+  return -1;
+}
+
+inline int64_t read_lengths(const LengthSource& source, int64_t num_batches, int64_t* lengths) {
+  if (source.kind == LengthSource::kConstant) {
+    for (int64_t b = 0; b < num_batches; ++b) lengths[b] = source.constant;
+    return -1;
+  }
+  const bool cumulative = source.kind == LengthSource::kCumulative;
+  if (source.values32 != nullptr) return read_tensor_lengths(source.values32, cumulative, num_batches, lengths);
+  return read_tensor_lengths(source.values64, cumulative, num_batches, lengths);
+}
+
 // Reads and checks every batch's lengths into the table before anything is costed, so that a
 // batch far too large is refused without costing the batches before it.
 inline SASStatus check_lengths(const SASShape& s, BatchTable table) {
+  const int64_t query_outside = read_lengths(s.query, s.num_batches, table.s1);
+  if (query_outside >= 0) return SASStatus{SASError::kOutsideInt32, true, query_outside, 0};
+  const int64_t kv_outside = read_lengths(s.kv, s.num_batches, table.s2);
+  if (kv_outside >= 0) return SASStatus{SASError::kOutsideInt32, false, kv_outside, 0};
   int64_t tiles = 0;
   for (int64_t b = 0; b < s.num_batches; ++b) {
-    const SASStatus status = check_batch(s, b, &table.s1[b], &table.s2[b]);
-    if (status.error != SASError::kNone) return status;
-    tiles += batch_of(s, table.s1[b], table.s2[b]).tiles;
+    const int64_t s1 = table.s1[b];
+    const int64_t s2 = table.s2[b];
+    if (s1 < 0) return SASStatus{SASError::kNegativeLength, true, b, s1};
+    if (s2 < 0) return SASStatus{SASError::kNegativeLength, false, b, s2};
+    if (s1 * s.group > kInt32Max) return SASStatus{SASError::kTooManyRows, true, b, s1 * s.group};
+    tiles += batch_of(s, s1, s2).tiles;
     if (tiles > kInt32Max) return SASStatus{SASError::kTooManyTiles, true, b, tiles};
   }
   return SASStatus{};
@@ -303,23 +370,18 @@ inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, Bat
   int64_t max_tile = 0;
   for (int64_t b = 0; b < s.num_batches; ++b) {
     const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
-    int64_t batch_cost = 0;
-    int64_t last_block_cost = 0;
+    BatchCost sum;
     if (batch.tiles > 0 && batch.s2 > 0) {
       summary->any_work = true;
-      for (int64_t m = 0; m < batch.tiles; ++m) {
-        const TileCost tile = tile_cost(batch, m);
-        batch_cost += tile.cost;
-        if (tile.cost > max_tile) max_tile = tile.cost;
-        if (tile.sees_kv) last_block_cost = tile.last_block_cost;
-        // A tile costs below 2^52: checked after every tile, the sums cannot overflow.
-        if (batch_cost > kMaxTotalCost) return SASStatus{SASError::kCostOverflow, true, b, batch_cost};
+      sum = tile_cost.batch_cost(batch);
+      total += sum.cost;
+      if (sum.cost > kMaxTotalCost || total > kMaxTotalCost) {
+        return SASStatus{SASError::kCostOverflow, true, b, total};
       }
-      total += batch_cost;
-      if (total > kMaxTotalCost) return SASStatus{SASError::kCostOverflow, true, b, total};
+      if (sum.max_tile > max_tile) max_tile = sum.max_tile;
     }
-    table.cost[b] = batch_cost;
-    table.last_block_cost[b] = last_block_cost;
+    table.cost[b] = sum.cost;
+    table.last_block_cost[b] = sum.last_block_cost;
   }
   summary->total = total;
   summary->max_tile = max_tile;

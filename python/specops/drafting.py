@@ -58,8 +58,8 @@ class ModelConfig:
     """The draft model as the metadata sees it (shared by every group's builder).
 
     rope_cos_sin_cache: [max_position, rot_dim], cos in the first rot_dim / 2 columns and sin in
-    the others. num_cube_cores / num_vector_cores: the sparse-attention kernel's cores
-    (sas_metadata).
+    the others. num_cube_cores / num_vector_cores / soc_version: the device the sparse-attention
+    kernel runs on (sas_metadata).
     """
 
     num_heads_q: int
@@ -71,6 +71,7 @@ class ModelConfig:
     cp_rank: int = 0
     num_cube_cores: int = 24
     num_vector_cores: int = 48
+    soc_version: str = "Ascend910B1"
 
     def __post_init__(self) -> None:
         check_positive(self.num_heads_q, "num_heads_q")
@@ -88,11 +89,10 @@ class ModelConfig:
         check_cp_rank(self.cp_size, self.cp_rank, "cp_size")
         if not 1 <= self.num_cube_cores <= MAX_CUBE_CORES:
             raise ValueError(f"num_cube_cores must be in [1, {MAX_CUBE_CORES}], got {self.num_cube_cores}")
-        if not self.num_cube_cores <= self.num_vector_cores <= MAX_VECTOR_CORES:
-            raise ValueError(
-                f"num_vector_cores must be in [num_cube_cores = {self.num_cube_cores}, {MAX_VECTOR_CORES}], "
-                f"got {self.num_vector_cores}"
-            )
+        if not 1 <= self.num_vector_cores <= MAX_VECTOR_CORES:
+            raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {self.num_vector_cores}")
+        if not isinstance(self.soc_version, str):
+            raise ValueError(f"soc_version must be a str, got {type(self.soc_version).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,9 +116,17 @@ class GroupConfig:
 
     @property
     def window(self) -> tuple[int, int]:
-        """(left, right) as sas_metadata reads it: a token sees itself and the sliding_window - 1
-        tokens before it; full attention is (-1, 0), causal and unbounded."""
+        """(left, right) on causal steps, as sas_metadata reads it: a token sees itself and the
+        sliding_window - 1 tokens before it; full attention is (-1, 0), causal and unbounded."""
         return (-1, 0) if self.sliding_window is None else (self.sliding_window - 1, 0)
+
+    def step_window(self, causal: bool, num_speculative_tokens: int) -> tuple[int, int]:
+        """The window of a draft step: on a non-causal (DSpark parallel drafting) step a DSpark
+        group's queries see the trailing window and the whole draft block, (sliding_window +
+        num_speculative_tokens - 1, 0), as vllm-ascend's DSpark builders pass it."""
+        if self.dspark and not causal:
+            return (self.sliding_window + num_speculative_tokens - 1, 0)
+        return self.window
 
 
 @dataclasses.dataclass
@@ -161,11 +169,11 @@ class DraftAttnMetadata:
     local_sin: torch.Tensor
     start_pos: torch.Tensor  # int32 [R]: seq_lens - query_lens (cp.start_pos)
     seq_lens_cpu: torch.Tensor  # int32 [R] on the host
-    sas_metadata: torch.Tensor  # int32 [1024]
+    sas_metadata: torch.Tensor | None  # int32 [1024]; None for a group without a sliding window
     slot_mapping: torch.Tensor  # [num_input_tokens, 2] int64: (storage block, offset); padding is PAD's pair
     dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width] for DSpark groups
     dspark_swa_lens: torch.Tensor | None  # int32 [tokens_per_rank]
-    window: tuple[int, int]  # (left, right); (-1, 0) for full attention
+    window: tuple[int, int]  # (left, right) of this step; (-1, 0) for full attention
 
 
 class StepCache:
@@ -280,9 +288,11 @@ class _DraftBuffers:
     StepCache drop a value whose buffers were rewritten since it was stored."""
 
     def __init__(self, model: ModelConfig, max_num_reqs: int, max_num_tokens: int, device: torch.device,
-                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_name: str):
+                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str] | None):
         namespace = (DRAFT_NAMESPACE, draft_index)
-        self.invariant_key, self.sas_key = (namespace, invariant_name), (namespace, sas_name)
+        self.invariant_key = (namespace, invariant_name)
+        # Per step kind (causal or not): the key of this group's sas_metadata, None without one.
+        self.sas_keys = {causal: (namespace, name) for causal, name in sas_names.items()} if sas_names else None
         max_pad = cp_token_split(max_num_tokens, model.cp_size, model.cp_rank)
         int32 = dict(dtype=torch.int32, device=device)
         self.positions = torch.zeros(max_pad.num_tokens_pad, dtype=torch.int64, device=device)
@@ -295,7 +305,7 @@ class _DraftBuffers:
         if device.type != "cpu":
             # Device seq_lens without a host copy are read back once per step into this buffer.
             self.seq_lens_host = torch.zeros(max_num_reqs, dtype=torch.int32, pin_memory=device.type in ("cuda", "npu"))
-        self.sas = torch.zeros(NUM_WORDS, **int32)
+        self.sas = torch.zeros(NUM_WORDS, **int32) if sas_names else None
         self.slot_mapping = torch.zeros((max_num_tokens, 2), dtype=torch.int64, device=device)
         self.dspark_indices = self.dspark_lens = None
         if dspark_width is not None:
@@ -331,6 +341,9 @@ class DraftMetadataBuilder:
             raise ValueError(f"rope_cos_sin_cache must be on the builder's device {self.device}, "
                              f"got {model.rope_cos_sin_cache.device}")
         self.window = group.window
+        # The window of causal and of non-causal steps.
+        self._step_windows = {causal: group.step_window(causal, model.num_speculative_tokens)
+                              for causal in (True, False)}
         self._rope_cache = model.rope_cos_sin_cache
         # Wide enough for every request the split counts as a decode (1 + num_speculative_tokens).
         self.dspark_width = (default_width(group.sliding_window, model.num_speculative_tokens + 1)
@@ -346,16 +359,23 @@ class DraftMetadataBuilder:
         model_key = (f"rope={id(model.rope_cos_sin_cache):#x} k={model.num_speculative_tokens} "
                      f"cp={model.cp_rank}/{model.cp_size} device={self.device}")
         self._invariant_name = f"group_invariant[{model_key}]"
-        self._sas_name = (f"sas_metadata[{model_key} heads={model.num_heads_q}/{model.num_heads_kv} "
-                          f"head_dim={model.head_dim} window={self.window} "
-                          f"cores={model.num_cube_cores}/{model.num_vector_cores}]")
+        # Groups with the same sas_metadata arguments share one result: the name holds every
+        # argument that is not a group-invariant input.
+        self._sas_names = None
+        if group.sliding_window is not None:
+            self._sas_names = {
+                causal: (f"sas_metadata[{model_key} heads={model.num_heads_q} head_dim={model.head_dim} "
+                         f"window={window} cores={model.num_cube_cores}/{model.num_vector_cores} "
+                         f"soc={model.soc_version}]")
+                for causal, window in self._step_windows.items()
+            }
 
     def buffers(self, draft_index: int) -> _DraftBuffers:
         """The persistent buffers of draft_index, allocated on its first use."""
         buffers = self._buffers.get(draft_index)
         if buffers is None:
             buffers = _DraftBuffers(self.model, self.max_num_reqs, self.max_num_tokens, self.device, self.dspark_width,
-                                    draft_index, self._invariant_name, self._sas_name)
+                                    draft_index, self._invariant_name, self._sas_names)
             self._buffers[draft_index] = buffers
         return buffers
 
@@ -439,13 +459,22 @@ class DraftMetadataBuilder:
                                views.input_positions, views.cos, views.sin, cp, views.local_cos, views.local_sin,
                                cp.start_pos, seq_lens_cpu)
 
-    def _compute_sas(self, invariant: _GroupInvariant, buffers: _DraftBuffers) -> torch.Tensor:
-        model = self.model
+    def _compute_sas(self, invariant: _GroupInvariant, buffers: _DraftBuffers, causal: bool) -> torch.Tensor:
+        """The arguments vllm-ascend's DSA drafting builders pass: the CP-local query starts and
+        KV lengths, one KV head, no compressed KV, the band mask of this step's window."""
+        model, cp = self.model, invariant.cp
         buffers.sas_writes.generation += 1
-        sas_metadata(invariant.cp.local_query_start_loc, invariant.cp.local_seq_lens, num_heads_q=model.num_heads_q,
-                     num_heads_kv=model.num_heads_kv, head_dim=model.head_dim, window_left=self.window[0],
-                     window_right=self.window[1], num_cube_cores=model.num_cube_cores,
-                     num_vector_cores=model.num_vector_cores, out=buffers.sas)
+        left, right = self._step_windows[causal]
+        num_reqs = cp.local_seq_lens.numel()
+        # Without requests seqused_kv is empty, which the kernel reads as not provided and PA_ND
+        # refuses; under the TND KV layout the same empty batch gets its schedule (core 0 over none).
+        sas_metadata(model.num_heads_q, 1, model.head_dim, cu_seqlens_q=cp.local_query_start_loc,
+                     seqused_kv=cp.local_seq_lens, batch_size=num_reqs, max_seqlen_q=cp.max_local_query_len,
+                     max_seqlen_kv=cp.max_local_seq_len, cmp_ratio=1, ori_mask_mode=4, cmp_mask_mode=3,
+                     ori_win_left=left, ori_win_right=right, layout_q="TND",
+                     layout_kv="PA_ND" if num_reqs else "TND", has_ori_kv=True, has_cmp_kv=False,
+                     num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores,
+                     soc_version=model.soc_version, out=buffers.sas)
         return buffers.sas
 
     def build_for_drafting(self, common: CommonDraftInputs, draft_index: int,
@@ -464,24 +493,28 @@ class DraftMetadataBuilder:
         views = buffers.views.get((common.num_reqs, common.num_actual_tokens, common.num_input_tokens))
         if views is None:
             views = self._views(buffers, common)
+        causal = common.causal
         if shared is None:
             invariant = self._compute_invariant(common, buffers, views)
-            sas = self._compute_sas(invariant, buffers)
+            sas = self._compute_sas(invariant, buffers, causal) if buffers.sas_keys else None
         else:
             # The hit path of every later group: keep it to two lookups.
-            invariant_key, sas_key = buffers.invariant_key, buffers.sas_key
+            invariant_key = buffers.invariant_key
             invariant = shared.get(invariant_key, fingerprint)
             if invariant is None:
                 invariant = self._compute_invariant(common, buffers, views)
                 shared.put(invariant_key, fingerprint, invariant, keep_alive=_inputs(common),
                            owner=buffers.invariant_writes)
-            sas = shared.get(sas_key, fingerprint)
-            if sas is None:
-                sas = self._compute_sas(invariant, buffers)
-                shared.put(sas_key, fingerprint, sas, keep_alive=_inputs(common), owner=buffers.sas_writes)
+            sas = None
+            if buffers.sas_keys:
+                sas_key = buffers.sas_keys[causal]
+                sas = shared.get(sas_key, fingerprint)
+                if sas is None:
+                    sas = self._compute_sas(invariant, buffers, causal)
+                    shared.put(sas_key, fingerprint, sas, keep_alive=_inputs(common), owner=buffers.sas_writes)
         return self._finish(common, invariant, sas, views)
 
-    def _finish(self, common: CommonDraftInputs, invariant: _GroupInvariant, sas: torch.Tensor,
+    def _finish(self, common: CommonDraftInputs, invariant: _GroupInvariant, sas: torch.Tensor | None,
                 views: _Views) -> DraftAttnMetadata:
         """Adds the two per-group results."""
         group = self.group
@@ -499,7 +532,7 @@ class DraftMetadataBuilder:
                 common.num_input_tokens, self.dspark_width, *self._cp_args, views.dspark_indices, views.dspark_lens,
             )
         return DraftAttnMetadata(*invariant, sas, views.slot_mapping, views.dspark_indices, views.dspark_lens,
-                                 self.window)
+                                 self._step_windows[common.causal])
 
 
 def _inputs(common: CommonDraftInputs) -> tuple:

@@ -9,7 +9,7 @@ What a group costs inside a step is measured as the step grows: `step g0` runs
 build_draft_attn_metadata over the first group, `step g0-g1` over the first two, ..., `step
 shared` over all; group K's cost is step(g0..gK) - step(g0..gK-1), timed in the same
 interleaved rounds. `own ops gK` runs only the ops group K cannot share: its slot-mapping
-format, its sas_metadata when no earlier group has its (heads, head_dim, window), its DSpark
+format, its sas_metadata when it has a sliding window no earlier group has, its DSpark
 indices. `no-cache gK` is group K building alone (build_for_drafting without a cache), and
 `step no-cache` every group building alone. `write floor gK` fills the DSpark group's
 [tokens, 1, width] int32 indices with one `fill_` (one aten call, about 1 µs of it dispatch): what
@@ -102,17 +102,21 @@ def _own_ops(model: ModelConfig, groups, index: int, common: CommonDraftInputs,
     meta = builder.build_for_drafting(common, DRAFT_INDEX)
     group = groups[index]
     slot_mapping = common.slot_mappings[group.name]
-    own_sas = all(earlier.window != group.window for earlier in groups[:index])
-    local_qsl, local_seq_lens, sas = meta.cp.local_query_start_loc, meta.cp.local_seq_lens, meta.sas_metadata
-    window_left, window_right = group.window
+    # A group without a sliding window has no sas_metadata; a windowed one computes its own
+    # unless an earlier group has the same window.
+    own_sas = group.sliding_window is not None and all(earlier.window != group.window for earlier in groups[:index])
+    cp, sas = meta.cp, meta.sas_metadata
+    window_left, window_right = meta.window
 
     def run() -> None:
         specops.format_slot_mapping_blocks(slot_mapping, group.storage_block_size, out=meta.slot_mapping)
         if own_sas:
-            specops.sas_metadata(local_qsl, local_seq_lens, num_heads_q=model.num_heads_q,
-                                 num_heads_kv=model.num_heads_kv, head_dim=model.head_dim, window_left=window_left,
-                                 window_right=window_right, num_cube_cores=model.num_cube_cores,
-                                 num_vector_cores=model.num_vector_cores, out=sas)
+            specops.sas_metadata(model.num_heads_q, 1, model.head_dim, cu_seqlens_q=cp.local_query_start_loc,
+                                 seqused_kv=cp.local_seq_lens, batch_size=common.num_reqs,
+                                 max_seqlen_q=cp.max_local_query_len, max_seqlen_kv=cp.max_local_seq_len, cmp_ratio=1,
+                                 ori_win_left=window_left, ori_win_right=window_right, layout_q="TND",
+                                 has_cmp_kv=False, num_cube_cores=model.num_cube_cores,
+                                 num_vector_cores=model.num_vector_cores, soc_version=model.soc_version, out=sas)
         if group.dspark:
             specops.dspark_swa_indices(
                 common.block_tables[group.name], common.query_start_loc, common.seq_lens, window=group.sliding_window,
