@@ -31,6 +31,7 @@ from specops.sas_layout import (
 REQS = 32  # batches costed side by side
 TILES = 8  # M tiles per batch in the [REQS, TILES] block: a decode of up to 8 tokens
 LANES = REQS * TILES  # M tiles per step of a longer batch
+NUM_WARPS = 4  # sm_90 and sm_80 compile without a spill at 4 warps (at 8, ptxas caps at 128 registers)
 
 
 @triton.jit
@@ -100,11 +101,11 @@ def _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, gr
 def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
            QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr, TILES: tl.constexpr):
-    """Batches [b0, b0 + REQS) with valid values, one per lane: what _batches gives, then cost
-    and last-block cost (0 past the end and without work); the [REQS, TILES] costs, last-block
-    costs and KV flags of the tiles of the batches of at most TILES tiles; the most costly tile;
-    and whether some batch alone costs more than max_total (its cost is then only known to be
-    above it)."""
+    """Batches [b0, b0 + REQS) with valid values, one per lane: M tiles, cost and last-block cost
+    (int32: a block costs below 2^31), 0 past the end and without work; the [REQS, TILES] costs,
+    last-block costs and KV flags of the tiles of the batches of at most TILES tiles; the most
+    costly tile; and whether some batch alone costs more than max_total (its cost is then only
+    known to be above it)."""
     LANES: tl.constexpr = REQS * TILES
     req = tl.arange(0, REQS)
     s1, s2, tiles, leftover, _ = _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group,
@@ -153,7 +154,7 @@ def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, grou
         batch_last = tl.where(req == k, k_last, batch_last)
         too_costly = too_costly | (k_cost > max_total)
         k = tl.min(tl.where(long & (req > k), req, REQS))
-    return s1, s2, tiles, leftover, batch_cost, batch_last, tile_cost, tile_last, tile_sees, max_tile, too_costly
+    return tiles, batch_cost, batch_last.to(tl.int32), tile_cost, tile_last.to(tl.int32), tile_sees, max_tile, too_costly
 
 
 @triton.jit
@@ -182,33 +183,30 @@ def _sas_metadata_kernel(
 
     # Pass 1: the total cost and the most costly M tile. The first REQS batches stay in
     # registers for pass 2.
-    s1 = tl.zeros([REQS], tl.int64)
-    s2 = tl.zeros([REQS], tl.int64)
     tiles = tl.zeros([REQS], tl.int64)
-    leftover = tl.zeros([REQS], tl.int64)
     batch_cost = tl.zeros([REQS], tl.int64)
-    batch_last = tl.zeros([REQS], tl.int64)
+    batch_last = tl.zeros([REQS], tl.int32)
     tile_cost = tl.zeros([REQS, TILES], tl.int64)
-    tile_last = tl.zeros([REQS, TILES], tl.int64)
+    tile_last = tl.zeros([REQS, TILES], tl.int32)
     tile_sees = tl.zeros([REQS, TILES], tl.int32) != 0
     max_tile = tl.zeros([], tl.int64)
     too_costly = tl.zeros([], tl.int32) != 0
     if valid:
-        s1, s2, tiles, leftover, batch_cost, batch_last, tile_cost, tile_last, tile_sees, max_tile, too_costly = \
-            _chunk(query_ptr, kv_ptr, 0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
-                   win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS,
-                   TILES)
-    any_work = tl.max(((tiles > 0) & (s2 > 0)).to(tl.int32)) != 0
-    # Every batch costs at most max_total unless too_costly, so no sum can overflow.
+        tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, max_tile, too_costly = _chunk(
+            query_ptr, kv_ptr, 0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
+            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+    # Every batch costs at most max_total unless too_costly, so no sum can overflow. A batch has
+    # work (query rows and KV) exactly when it costs something.
     total = tl.sum(batch_cost)
+    any_work = total > 0
     valid = valid & ~too_costly & (total <= max_total)
     b0 = tl.zeros([], tl.int32) + REQS
     while valid & (b0 < num_batches):
-        _, more_s2, more_tiles, _, more_cost, _, _, _, _, more_max, too_costly = _chunk(
+        _, more_cost, _, _, _, _, more_max, too_costly = _chunk(
             query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
             win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES)
-        any_work = any_work | (tl.max(((more_tiles > 0) & (more_s2 > 0)).to(tl.int32)) != 0)
         total += tl.sum(more_cost)
+        any_work = total > 0
         max_tile = tl.maximum(max_tile, more_max)
         valid = ~too_costly & (total <= max_total)
         b0 += REQS
@@ -220,21 +218,31 @@ def _sas_metadata_kernel(
         entry = tl.where(field == 0, 1, tl.where(field == 4, num_batches, 0))
         tl.store(out_ptr + field, entry.to(tl.int32))
     if valid & any_work:
+        # The cached REQS batches from cached_b0, with prefix sums: batch_end[j] is the cost of
+        # the chunk's batches up to and including j; tile_start / tile_end the cost of its tiles
+        # before / up to and including each tile of the [REQS, TILES] block. `consumed` is the
+        # cost of the chunk's tiles before the cursor (b, m), so taking the chunk's work up to
+        # some point costs its prefix sum there minus consumed.
         cached_b0 = tl.zeros([], tl.int32)
         if num_batches > REQS:
-            s1, s2, tiles, leftover, batch_cost, batch_last, tile_cost, tile_last, tile_sees, _, _ = _chunk(
+            tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, _, _ = _chunk(
                 query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile,
                 mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE,
                 REQS, TILES)
+        batch_end = tl.cumsum(batch_cost, 0)
+        tile_end = (batch_end - batch_cost)[:, None] + tl.cumsum(tile_cost, 1)
+        tile_start = tile_end - tile_cost
+        chunk_total = tl.sum(batch_cost)
         all_short = tl.max(tiles) <= TILES
+        tile_index = tl.arange(0, TILES)[None, :]
         unassigned = total
         b = tl.zeros([], tl.int32)
         m = tl.zeros([], tl.int32)
-        taken_from_b = tl.zeros([], tl.int64)  # the cost of batch b's tiles before m
+        consumed = tl.zeros([], tl.int64)
         core = tl.zeros([], tl.int32)
         while (core < num_cube_cores) & (b < num_batches) & (unassigned > 0):
             limit = tl.maximum(unassigned // (num_cube_cores - core), max_tile)
-            load = tl.zeros([], tl.int64)
+            load = tl.zeros([], tl.int64)  # of the chunks this core has left behind
             start_b = b
             start_m = m
             # Whole batches, a batch without cost always, REQS at a time.
@@ -242,44 +250,60 @@ def _sas_metadata_kernel(
             while scanning:
                 if b >= cached_b0 + REQS:
                     cached_b0 = b
-                    s1, s2, tiles, leftover, batch_cost, batch_last, tile_cost, tile_last, tile_sees, _, _ = _chunk(
+                    tiles, batch_cost, batch_last, new_tile_cost, tile_last, tile_sees, _, _ = _chunk(
                         query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile,
                         s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
                         QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+                    batch_end = tl.cumsum(batch_cost, 0)
+                    tile_end = (batch_end - batch_cost)[:, None] + tl.cumsum(new_tile_cost, 1)
+                    tile_start = tile_end - new_tile_cost
+                    chunk_total = tl.sum(batch_cost)
                     all_short = tl.max(tiles) <= TILES
+                    consumed = consumed * 0
                 first = b - cached_b0
                 in_chunk = tl.minimum(num_batches - cached_b0, REQS)
                 ahead = (req >= first) & (req < in_chunk)
-                cost = tl.where(ahead, batch_cost - tl.where(req == first, taken_from_b, 0), 0)
-                fits = (cost == 0) | (load + tl.cumsum(cost, 0) <= limit + batch_last // 2)
+                fits = (batch_cost == 0) | (load + batch_end - consumed <= limit + batch_last // 2)
                 stop = tl.min(tl.where(ahead & ~fits, req, REQS))
-                load += tl.sum(tl.where(req < stop, cost, 0))
-                if stop > first:
-                    b = cached_b0 + tl.minimum(stop, in_chunk)
+                if stop == REQS:
+                    load += chunk_total - consumed
+                    b = cached_b0 + in_chunk
                     m = m * 0
-                    taken_from_b = taken_from_b * 0
-                scanning = (stop == REQS) & (b < num_batches)
+                    consumed = chunk_total
+                    scanning = b < num_batches
+                else:
+                    if stop > first:
+                        b = cached_b0 + stop
+                        m = m * 0
+                    scanning = stop < 0
             if b < num_batches:
                 # Whole M tiles of batch b. The tile the cursor stands on is always tested;
                 # after a tile is taken the ones that see no KV are passed over. The batch's last
                 # tile sees KV and fails the test the whole batch failed, so the cursor stays
                 # inside the batch.
-                first = b - cached_b0
-                load_before = load
+                row = b - cached_b0
                 if all_short:
-                    tile_index = tl.arange(0, TILES)[None, :]
-                    ahead = (req[:, None] == first) & (tile_index >= m)
-                    cost = tl.where(ahead, tile_cost, 0)
-                    tested = ahead & (tile_sees | (tile_index == m))
-                    fails = tested & (load + tl.cumsum(cost, 1) > limit + tile_last // 2)
-                    stop = tl.min(tl.where(fails, tile_index, TILES))
-                    load += tl.sum(tl.where(tile_index < stop, cost, 0))
-                    m = stop
+                    in_row = (req[:, None] == row) & (tile_index >= m)
+                    tested = in_row & (tile_sees | (tile_index == m))
+                    fails = tested & (load + tile_end - consumed > limit + tile_last // 2)
+                    m = tl.min(tl.where(fails, tile_index, TILES))
+                    after = tl.sum(tl.where((req[:, None] == row) & (tile_index == m), tile_start, 0))
+                    load += after - consumed
+                    consumed = after
                 else:
-                    b_s1 = tl.sum(tl.where(req == first, s1, 0))
-                    b_s2 = tl.sum(tl.where(req == first, s2, 0))
-                    b_tiles = tl.sum(tl.where(req == first, tiles, 0))
-                    b_leftover = tl.sum(tl.where(req == first, leftover, 0))
+                    # Batch b alone, read again (lane 0): a long batch is rare, registers are not.
+                    s1, s2, b_tiles, leftover, _ = _batches(query_ptr, kv_ptr, b, num_batches, query_constant,
+                                                            kv_constant, group, m_tile, QUERY_SOURCE, KV_SOURCE, REQS)
+                    b_s1 = tl.sum(tl.where(req == 0, s1, 0))
+                    b_s2 = tl.sum(tl.where(req == 0, s2, 0))
+                    b_tiles = tl.sum(tl.where(req == 0, b_tiles, 0))
+                    b_leftover = tl.sum(tl.where(req == 0, leftover, 0))
+                    # The whole batches the scan passed, up to the batch's start (nothing when
+                    # the cursor was already inside it).
+                    row_start = tl.sum(tl.where(req == row, batch_end - batch_cost, 0))
+                    passed = tl.maximum(row_start - consumed, 0)
+                    load += passed
+                    consumed += passed
                     first_step = b_tiles > 0
                     taking = first_step
                     while taking:
@@ -292,11 +316,12 @@ def _sas_metadata_kernel(
                         tested = inside & (sees | ((lane == 0) & first_step))
                         fails = tested & (load + tl.cumsum(cost, 0) > limit + last_cost // 2)
                         stop = tl.min(tl.where(fails, lane, LANES))
-                        load += tl.sum(tl.where(lane < stop, cost, 0))
+                        taken = tl.sum(tl.where(lane < stop, cost, 0))
+                        load += taken
+                        consumed += taken
                         m = tl.minimum(m + stop, b_tiles).to(tl.int32)
                         first_step = first_step & False
                         taking = (stop == LANES) & (m < b_tiles)
-                taken_from_b += load - load_before
             entry = tl.where(field == 0, 1, tl.where(field == 1, start_b, tl.where(field == 2, start_m, tl.where(
                 field == 4, b, tl.where(field == 5, m, 0)))))
             tl.store(out_ptr + core * ENTRY_WORDS + field, entry.to(tl.int32))
@@ -326,5 +351,5 @@ def sas_metadata(
         s2_tile, ori_mask_mode, ori_win_left, ori_win_right, int(has_cmp_kv), cmp_ratio if has_cmp_kv else 1,
         cmp_topk if has_cmp_kv else 0, num_cube_cores, MAX_TOTAL_COST,
         QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, NUM_WORDS=NUM_WORDS, ENTRY_WORDS=ENTRY_WORDS,
-        REQS=REQS, TILES=TILES,
+        REQS=REQS, TILES=TILES, num_warps=NUM_WARPS,
     )
