@@ -172,7 +172,7 @@ def test_random_calls_keep_the_layout_invariants_and_agree(call):
 
 
 @pytest.mark.parametrize("other", [b for b in BACKENDS if b != "native"])
-@settings(max_examples=12)
+@settings(max_examples=8)
 @given(call=sas_calls(max_reqs=40, max_prefill=20))
 def test_every_backend_writes_the_native_words(other, call):
     expected = specops.sas_metadata(**{**call, "out": None})
