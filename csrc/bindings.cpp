@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "build_facts.h"
 #include "fast_call.h"
 
 namespace py = pybind11;
@@ -11,23 +12,22 @@ namespace py = pybind11;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts and FastOp";
   specops::bind_fast_call(m);
-  m.attr("version") = SPECOPS_VERSION;
-  m.attr("cann_version") = std::string(SPECOPS_CANN_VERSION).empty() ? py::object(py::none()) : py::str(SPECOPS_CANN_VERSION);
-  m.attr("torch_version") = SPECOPS_TORCH_VERSION;
-  m.attr("compiler") = SPECOPS_COMPILER;
-  py::tuple backends = py::make_tuple();
-  {
-    py::list names;
-    std::string all = SPECOPS_BACKENDS;
-    size_t begin = 0;
-    while (begin <= all.size()) {
-      size_t end = all.find(';', begin);
-      if (end == std::string::npos) end = all.size();
-      if (end > begin) names.append(all.substr(begin, end - begin));
-      begin = end + 1;
-    }
-    backends = py::tuple(names);
+  namespace facts = specops::build_facts;
+  m.attr("version") = facts::kVersion;
+  const std::string cann_version = facts::kCannVersion;
+  m.attr("cann_version") = cann_version.empty() ? py::object(py::none()) : py::str(cann_version);
+  m.attr("torch_version") = facts::kTorchVersion;
+  m.attr("compiler") = facts::kCompiler;
+  py::list names;
+  const std::string all = facts::kBackends;
+  size_t begin = 0;
+  while (begin <= all.size()) {
+    size_t end = all.find(',', begin);
+    if (end == std::string::npos) end = all.size();
+    if (end > begin) names.append(all.substr(begin, end - begin));
+    begin = end + 1;
   }
+  py::tuple backends(names);
   m.attr("backends") = backends;
 #ifdef __SANITIZE_ADDRESS__
   m.attr("sanitize") = true;

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from specops.bench import BENCHMARKS
-from specops.bench.__main__ import main
+from specops.bench.__main__ import device_problem, main
 from specops.bench._report import CSV_COLUMNS
 
 
@@ -62,3 +62,48 @@ def test_compare_passes_an_unchanged_run(quick_run, capsys):
     csv_path, _ = quick_run
     assert main(["--compare", str(csv_path), str(csv_path)]) == 0
     assert "0 regression(s)" in capsys.readouterr().out
+
+
+def test_compare_judges_specops_rows_only(quick_run, tmp_path, capsys):
+    csv_path, _ = quick_run
+    slower_baselines = tmp_path / "slower-baselines.csv"
+    _rewrite_medians(csv_path, slower_baselines, 3.0, impl="numpy")
+    assert main(["--compare", str(csv_path), str(slower_baselines)]) == 0
+    output = capsys.readouterr().out
+    numpy_lines = [line for line in output.splitlines() if " numpy " in line]
+    assert numpy_lines and all("(baseline, not judged)" in line for line in numpy_lines)
+    assert "0 regression(s)" in output
+    # The drafting subject is not called "specops"; its rows are specops' code all the same.
+    slower_step = tmp_path / "slower-step.csv"
+    _rewrite_medians(csv_path, slower_step, 2.0, impl="step shared")
+    assert main(["--compare", str(csv_path), str(slower_step)]) == 1
+    assert "1 regression(s)" in capsys.readouterr().out
+
+
+def test_rows_carry_their_role_and_launch_counts(quick_run):
+    csv_path, _ = quick_run
+    with open(csv_path, newline="") as handle:
+        rows = {(row["op"], row["case"], row["impl"]): row for row in csv.DictReader(handle)}
+    fused = [row for (op, _, impl), row in rows.items() if op == "prepare_spec_decode_inputs" and impl == "specops"]
+    # The fused step: one specops op, and the copy that restores the counts between timed calls.
+    assert fused and all((row["specops_launches"], row["aten_launches"]) == ("1", "1") for row in fused)
+    for (op, case, impl), row in rows.items():
+        if op == "prepare_spec_decode_inputs" and impl == "native-unfused":
+            groups = int(case.split("G=")[1].split()[0])
+            assert int(row["specops_launches"]) == 2 + groups and row["role"] == "baseline"
+        if impl == "numpy":
+            assert (row["specops_launches"], row["aten_launches"], row["role"]) == ("0", "0", "baseline")
+        if impl in ("restore", "empty-op") or impl.startswith("write floor"):
+            assert row["role"] == "floor"
+
+
+@pytest.mark.parametrize("device", ["cuda", "npu", "cuda:7", "tpu"])
+def test_a_missing_device_is_one_line_and_a_failure(device, capsys):
+    problem = device_problem(device)
+    if problem is None:
+        pytest.skip(f"this machine has a {device} device")
+    assert main(["--device", device, "--quick", "--csv", "", "--plot", ""]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"specops-bench: --device {device}: {problem}\n"
+    assert "\n" not in problem and "Traceback" not in problem

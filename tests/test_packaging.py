@@ -98,7 +98,7 @@ def test_cmake_turns_the_ascend_build_on_with_a_fake_toolkit(tmp_path):
     assert "Ascend build for CANN 8.0.RC3" in result.stdout
     info = (tmp_path / "build" / "_build_info.py").read_text()
     assert 'CANN_VERSION = "8.0.RC3" or None' in info
-    assert '"cpu;ascend"' in info
+    assert '"cpu,ascend"' in info
 
 
 @pytest.mark.skipif(not _cmake_available(), reason="cmake is installed by `make test`")
@@ -110,6 +110,61 @@ def test_cmake_stays_cpu_without_a_toolkit_and_refuses_a_forced_ascend_build(tmp
     forced = _configure(tmp_path / "forced", None, option="ON")
     assert forced.returncode != 0
     assert "SPECOPS_ASCEND=ON but no CANN toolkit" in forced.stdout + forced.stderr
+
+
+def _tool(name: str) -> str:
+    """The build tool `make` installs into the environment, else the one on PATH."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else name
+
+
+PROBE = """
+#include <cstdio>
+#include "build_facts.h"
+int main() {
+  namespace facts = specops::build_facts;
+  std::printf("%s|%s|%s|%s\\n", facts::kVersion, facts::kBackends, facts::kCannVersion, facts::kTorchVersion);
+}
+"""
+
+
+@pytest.mark.skipif(not _cmake_available(), reason="cmake is installed by `make test`")
+def test_the_cann_build_compiles_and_links_its_build_facts(tmp_path):
+    """The +cann build for real, as far as its flags differ from the CPU build: configure with a
+    fake toolkit and Ninja (as scikit-build-core does), compile the file that receives the build
+    facts as compile definitions with the exact command the build uses, and link it into a
+    program that prints them. (A CMake list in a definition broke every file of this build.)"""
+    import pybind11
+
+    root = fake_toolkit(tmp_path / "toolkit", "compiler/version.info", "Version=8.0.RC3\n")
+    build = tmp_path / "build"
+    env = dict(os.environ, ASCEND_HOME_PATH=str(root))
+    version = build_tools.wheel_version(str(root))
+    configure = subprocess.run(
+        [_tool("cmake"), "-S", str(REPO), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}",
+         f"-DPython_EXECUTABLE={sys.executable}", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+         "-DCMAKE_BUILD_TYPE=Release", f"-DSKBUILD_PROJECT_VERSION_FULL={version}", "-DSKBUILD_PROJECT_VERSION=0.1.0"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert configure.returncode == 0, configure.stderr
+    assert "Ascend build for CANN 8.0.RC3" in configure.stdout
+    facts = "CMakeFiles/_C.dir/csrc/build_facts.cpp.o"
+    compiled = subprocess.run([_tool("ninja"), "-C", str(build), facts], capture_output=True, text=True, timeout=300)
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    # Only that file gets the facts: every other file compiles as in the CPU build.
+    commands = subprocess.run([_tool("ninja"), "-C", str(build), "-t", "commands", "_C"], capture_output=True,
+                              text=True, timeout=60).stdout.splitlines()
+    compiles = [c for c in commands if " -c " in c]
+    assert len(compiles) > 3
+    assert [c for c in compiles if "-DSPECOPS_BACKENDS" in c] == [c for c in compiles if "build_facts.cpp" in c]
+
+    probe = tmp_path / "probe.cpp"
+    probe.write_text(PROBE)
+    linked = subprocess.run(["c++", "-std=c++17", f"-I{REPO / 'csrc'}", str(probe), str(build / facts), "-o",
+                             str(tmp_path / "probe")], capture_output=True, text=True, timeout=300)
+    assert linked.returncode == 0, linked.stderr
+    printed = subprocess.run([str(tmp_path / "probe")], capture_output=True, text=True, timeout=60).stdout
+    assert printed.strip() == f"{version}|cpu,ascend|8.0.RC3|{torch.__version__}"
+    assert version == "0.1.0+cann8.0.rc3"
 
 
 RUN_EVERY_BACKEND = textwrap.dedent(
@@ -154,8 +209,9 @@ def test_wheel_ships_triton_kernels_inside_specops_and_records_torch(wheel):
     assert f'TORCH_VERSION = "{torch.__version__}"' in build_info
 
 
-def test_wheel_installs_into_a_fresh_venv_and_runs_every_backend(wheel, tmp_path):
-    venv = tmp_path / "venv"
+def install_into_a_fresh_venv(wheel: Path, folder: Path) -> Path:
+    """A throwaway venv holding the wheel; returns its python."""
+    venv = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
@@ -166,6 +222,11 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_every_backend(wheel, tmp_path
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
     outer = dict.fromkeys([sysconfig.get_paths()["purelib"], *site.getsitepackages()])
     (venv_site / "outer.pth").write_text("".join(f"{path}\n" for path in outer))
+    return python
+
+
+def test_wheel_installs_into_a_fresh_venv_and_runs_every_backend(wheel, tmp_path):
+    python = install_into_a_fresh_venv(wheel, tmp_path)
     result = subprocess.run([str(python), "-c", RUN_EVERY_BACKEND], capture_output=True, text=True, timeout=300,
                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -207,3 +268,93 @@ def test_torch_mismatch_falls_back_and_explains(tmp_path):
     assert "loaded           False" in report
     assert f"built for torch  {torch.__version__}" in report
     assert "native           the native extension was built against" in report
+
+
+@pytest.mark.parametrize("built,installed,accepted", [
+    ("2.13.0+cpu", "2.13.0+cu128", True),
+    ("2.13.0+cpu", "2.13.0", True),
+    ("2.13.0", "2.13.0+cpu", True),
+    ("2.13+cpu", "2.13.0+cu126", True),  # release segments compare zero-padded
+    ("2.13.0.dev20250101+cpu", "2.13.0.dev20250101+cu126", True),
+    ("2.13.0+cpu", "2.13.1+cpu", False),
+    ("2.13.0+cpu", "2.13.0.post1", False),
+    ("2.13.0.dev20250101", "2.13.0.dev20250102", False),
+    ("2.13.0a0+git1234", "2.13.0a0+gitabcd", True),  # a source build and another of the same release
+])
+def test_the_loaded_extension_accepts_what_the_wheels_torch_pin_accepts(built, installed, accepted):
+    from specops._extension import torch_pin_accepts
+
+    assert torch_pin_accepts(built, installed) == accepted
+    # The pin the wheel records, as pip reads it.
+    specifiers = pytest.importorskip("packaging.specifiers")
+    pin = specifiers.SpecifierSet(f"=={built.split('+')[0]}")
+    assert pin.contains(installed, prereleases=True) == accepted
+
+
+def test_a_torch_with_another_local_label_loads_the_extension(monkeypatch):
+    """The load decision itself, against this build's torch: another local label of the same
+    release loads, another release does not (and says how to rebuild)."""
+    from specops import _extension
+
+    built = _extension.EXTENSION.built_torch_version
+    assert built == torch.__version__
+    release = built.split("+")[0]
+    monkeypatch.setattr(torch, "__version__", f"{release}+cu128")
+    assert _extension._load().loaded
+    major, minor, patch = (int(part) for part in release.split(".")[:3])
+    monkeypatch.setattr(torch, "__version__", f"{major}.{minor}.{patch + 1}+cpu")
+    refused = _extension._load()
+    assert not refused.loaded and f"built against torch {built}" in refused.error
+    assert "pip install scikit-build-core pybind11 cmake ninja" in refused.error
+
+
+def test_the_rebuild_hint_names_every_build_tool():
+    from specops._extension import REBUILD_HINT
+
+    setup, _, install = REBUILD_HINT.partition(" then ")
+    assert "pip install scikit-build-core pybind11 cmake ninja" in setup
+    assert "pip install --no-build-isolation" in install
+    # Every tool the build backend and CMakeLists.txt need is in the hint.
+    pyproject = (REPO / "pyproject.toml").read_text()
+    for requirement in ("scikit-build-core", "pybind11"):
+        assert requirement in pyproject and requirement in setup
+    assert "ninja" in setup and "cmake" in setup
+
+
+CANN_WHEEL_IMPORTS = textwrap.dedent(
+    """
+    import sys
+    import torch, specops
+    from specops import _C
+    assert specops.__file__.startswith(sys.prefix), specops.__file__
+    assert specops.EXTENSION.loaded, specops.EXTENSION.error
+    assert _C.cann_version == "8.0.RC3" and specops.EXTENSION.cann_version == "8.0.RC3"
+    assert _C.backends == ("cpu", "ascend") == specops.EXTENSION.backends, _C.backends
+    out = specops.compute_slot_mapping(torch.tensor([0, 1], dtype=torch.int32), torch.tensor([3]),
+                                       torch.tensor([[2]], dtype=torch.int32), 16)
+    print("imported", _C.version, out.tolist())
+    """
+)
+
+
+@pytest.mark.skipif(os.environ.get("SPECOPS_TEST_CANN_WHEEL") != "1",
+                    reason="builds, installs and imports the +cann wheel (a few minutes): `make test-cann-wheel`")
+def test_make_wheel_with_a_fake_toolkit_gives_a_cann_wheel_that_installs_and_imports(tmp_path):
+    """What a user with a CANN toolkit runs: `make wheel` with ASCEND_HOME_PATH set. The toolkit
+    here is a folder with a version file; the wheel must be tagged +cann, install into a fresh
+    venv, import, load its extension and say which toolkit it was built for."""
+    root = fake_toolkit(tmp_path / "toolkit", "compiler/version.info", "Version=8.0.RC3\n")
+    dist = tmp_path / "dist"
+    env = dict(os.environ, ASCEND_HOME_PATH=str(root))
+    for variable in ("SPECOPS_ASCEND", "SPECOPS_SANITIZE", "MAKEFLAGS"):
+        env.pop(variable, None)
+    made = subprocess.run(["make", "-C", str(REPO), "wheel", f"WHEEL_DIR={dist}"], env=env, capture_output=True,
+                          text=True, timeout=1800)
+    assert made.returncode == 0, made.stdout[-4000:] + made.stderr[-4000:]
+    (wheel,) = dist.glob("specops-*.whl")
+    assert wheel.name.startswith("specops-0.1.0+cann8.0.rc3-"), wheel.name
+    python = install_into_a_fresh_venv(wheel, tmp_path)
+    result = subprocess.run([str(python), "-c", CANN_WHEEL_IMPORTS], capture_output=True, text=True, timeout=300,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "imported 0.1.0+cann8.0.rc3 [35]" in result.stdout

@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
+from collections.abc import Iterator
 
 import torch
 
 # The interpreter runs programs one after another; a few keep each task loop exercised.
 INTERPRETER_PROGRAMS = 4
+
+# Set by `assumed_cores`: the grid a device with that many cores would get, wherever the launch runs.
+_assumed_cores: contextvars.ContextVar[int | None] = contextvars.ContextVar("specops_assumed_cores", default=None)
+
+
+@contextlib.contextmanager
+def assumed_cores(cores: int) -> Iterator[None]:
+    """Inside the block, launchers size their grids for a device of `cores` cores (SMs, CUs or
+    vector cores). The kernel report uses it to show what each benchmark case launches on a
+    device this machine does not have."""
+    if cores < 1:
+        raise ValueError(f"cores must be >= 1, got {cores}")
+    token = _assumed_cores.set(cores)
+    try:
+        yield
+    finally:
+        _assumed_cores.reset(token)
 
 
 @functools.lru_cache(maxsize=None)
@@ -25,10 +45,12 @@ def _device_cores(device_type: str, index: int) -> int:
 
 def num_programs(device: torch.device, num_tasks: int) -> int:
     """Grid size for `num_tasks` independent tasks: min(tasks, cores), at least 1."""
-    if device.type == "cpu" or os.environ.get("TRITON_INTERPRET") == "1":
-        cores = INTERPRETER_PROGRAMS
-    else:
-        cores = _device_cores(device.type, device.index if device.index is not None else 0)
+    cores = _assumed_cores.get()
+    if cores is None:
+        if device.type == "cpu" or os.environ.get("TRITON_INTERPRET") == "1":
+            cores = INTERPRETER_PROGRAMS
+        else:
+            cores = _device_cores(device.type, device.index if device.index is not None else 0)
     return max(1, min(num_tasks, cores))
 
 

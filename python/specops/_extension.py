@@ -17,6 +17,7 @@ logger = logging.getLogger("specops")
 
 REBUILD_HINT = (
     "rebuild specops against the installed torch: `make install` in a checkout, or "
+    "`pip install scikit-build-core pybind11 cmake ninja` then "
     "`pip install --no-build-isolation --force-reinstall --no-deps <specops source>`"
 )
 
@@ -33,6 +34,25 @@ class ExtensionStatus:
     sanitize: bool = False
 
 
+def _version_class():
+    try:
+        from packaging.version import Version
+    except ImportError:  # torch carries its own copy
+        from torch._vendor.packaging.version import Version
+    return Version
+
+
+def torch_pin_accepts(built_torch: str, installed_torch: str) -> bool:
+    """Whether the wheel's own pin, `torch==<built_torch without its local label>`, accepts the
+    installed torch. PEP 440: a pin without a local label ignores the candidate's, so a build
+    against 2.13.0+cpu loads into 2.13.0+cu128 (pip would install it there), not into 2.13.1."""
+    Version = _version_class()
+    try:
+        return Version(Version(installed_torch).public) == Version(Version(built_torch).public)
+    except ValueError:  # not a PEP 440 version (a source build's own scheme): only an exact match
+        return installed_torch == built_torch
+
+
 def _load() -> ExtensionStatus:
     try:
         from specops import _build_info
@@ -46,7 +66,7 @@ def _load() -> ExtensionStatus:
         cann_version=_build_info.CANN_VERSION,
         sanitize=bool(_build_info.SANITIZE),
     )
-    if _build_info.TORCH_VERSION != torch.__version__:
+    if not torch_pin_accepts(_build_info.TORCH_VERSION, torch.__version__):
         error = (
             f"the native extension was built against torch {_build_info.TORCH_VERSION}, "
             f"but torch {torch.__version__} is installed; {REBUILD_HINT}"

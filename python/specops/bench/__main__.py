@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -25,7 +26,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=None, help="timed samples per implementation")
     parser.add_argument("--compare", nargs=2, metavar=("OLD_CSV", "NEW_CSV"), help="print the change per row and exit")
     parser.add_argument("--threshold", type=float, default=1.5, help="new/old ratio that --compare flags")
+    parser.add_argument("--kernels", action="store_true",
+                        help="compile every Triton kernel the cases launch for CUDA sm_80/sm_90 and AMD gfx942 (no "
+                             "device needed) and print registers, spills, shared memory and each case's grid")
+    parser.add_argument("--kernels-csv", default="bench-results/specops-kernels.csv",
+                        help="where --kernels writes one row per kernel build")
     return parser.parse_args(argv)
+
+
+def device_problem(name: str) -> str | None:
+    """Why the benchmark cannot run on `name` here (one line), or None when it can."""
+    if name.split(":")[0] == "npu":
+        try:
+            import torch_npu  # noqa: F401  (registers the npu device with torch)
+        except ImportError:
+            return "torch_npu is not installed, so there is no NPU device here"
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        return f"not a device torch knows ({str(exc).splitlines()[0]})"
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA support"
+            return f"no CUDA device is available (torch {torch.__version__}, built with {build})"
+    elif device.type == "npu":
+        if not torch.npu.is_available():
+            return "no NPU device is available (torch_npu is installed but sees no device)"
+    else:
+        return f"specops-bench runs on cpu, cuda or npu, not {device.type}"
+    index = device.index or 0
+    count = torch.cuda.device_count() if device.type == "cuda" else torch.npu.device_count()
+    if index >= count:
+        return f"there is no {device.type}:{index} ({count} device(s))"
+    if importlib.util.find_spec("triton") is None:
+        return "the device path runs the Triton kernels, and Triton is not installed (triton, or triton-ascend on NPU)"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +72,15 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines))
         print(f"{regressions} regression(s) at new/old >= {args.threshold}")
         return 1 if regressions else 0
+    if args.kernels:
+        from specops.bench.kernels import report_main
 
+        return report_main(args.op or list(BENCHMARKS), args.quick, args.kernels_csv)
+
+    problem = device_problem(args.device)
+    if problem is not None:
+        print(f"specops-bench: --device {args.device}: {problem}", file=sys.stderr)
+        return 2
     device = torch.device(args.device)
     if device.type == "cpu":
         # Metadata is built on the runner's host thread, and specops' C++ is single-threaded;

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from specops.bench.launch_count import count_launches
 
 @dataclasses.dataclass
 class Case:
@@ -28,9 +29,20 @@ class Case:
     floors: tuple[str, ...] = ()  # cost floors, reported as subject / floor
     extras: dict[str, float] = dataclasses.field(default_factory=dict)  # e.g. a balance figure
     family: str = ""  # cases of one family form one line of the plot (e.g. "W=4", "prefill")
+    # Implementations measured for reference but not specops' code: reported, never judged by --compare.
+    references: tuple[str, ...] = ()
     # Figures computed from this run's medians (impl -> µs), added to extras after timing.
     derive: Callable[[dict[str, float]], dict[str, float]] | None = None
     plotted: tuple[str, ...] | None = None  # implementations drawn in the plot (default: all)
+
+    def role(self, impl: str) -> str:
+        """"baseline" (what specops is compared with), "floor" (a cost floor or other reference
+        point) or "specops" (specops' own code: the rows --compare judges)."""
+        if impl in self.baselines:
+            return "baseline"
+        if impl in self.floors or impl in self.references:
+            return "floor"
+        return "specops"
 
 
 def empty_op_call(device: torch.device):
@@ -51,6 +63,10 @@ class Measurement:
     p20_us: float
     p80_us: float
     plotted: bool = True
+    role: str = "specops"  # Case.role(impl)
+    # Ops one call launches (specops.bench.launch_count): specops ops, and aten ops that are not views.
+    specops_launches: int = 0
+    aten_launches: int = 0
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -103,9 +119,14 @@ def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.d
         times = time_device(case.impls, samples)
     if case.derive is not None:
         case.extras.update(case.derive({name: statistics.median(values) for name, values in times.items()}))
+    # Counted after timing, on one more call: the counter's Python hook never runs inside a timed loop.
+    # On a device, ops on host tensors only (the runner's *_cpu copies) are host work, not launches.
+    counts = {name: count_launches(fn, None if device.type == "cpu" else device.type)
+              for name, fn in case.impls.items()}
     return [
         Measurement(case.op, case.label, case.family, name, case.batch_size, case.num_tokens,
                     statistics.median(values), _percentile(values, 0.2), _percentile(values, 0.8),
-                    plotted=case.plotted is None or name in case.plotted)
+                    plotted=case.plotted is None or name in case.plotted, role=case.role(name),
+                    specops_launches=counts[name].specops, aten_launches=counts[name].aten)
         for name, values in times.items()
     ]

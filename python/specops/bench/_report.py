@@ -16,7 +16,7 @@ from specops.bench._harness import Case, Measurement
 
 CSV_COLUMNS = [
     "op", "case", "family", "impl", "batch_size", "num_tokens", "median_us", "p20_us", "p80_us",
-    "machine", "python", "torch", "triton", "specops", "timestamp",
+    "role", "specops_launches", "aten_launches", "machine", "python", "torch", "triton", "specops", "timestamp",
 ]
 
 
@@ -53,14 +53,15 @@ def format_case(case: Case, measurements: list[Measurement]) -> list[str]:
                     notes.append(f"{subject.median_us / by_impl[name].median_us:.2f}x the time of {name}")
             notes += [f"{key} {value:.3f}" for key, value in case.extras.items()]
         lines.append(
-            f"  {m.op:<28} {m.label:<24} {m.impl:<18} {m.median_us:10.2f} {m.p20_us:10.2f} {m.p80_us:10.2f}  "
-            + "; ".join(notes)
+            f"  {m.op:<28} {m.label:<24} {m.impl:<18} {m.median_us:10.2f} {m.p20_us:10.2f} {m.p80_us:10.2f} "
+            f"{m.specops_launches:>4}+{m.aten_launches:<4} " + "; ".join(notes)
         )
     return lines
 
 
 def table_header() -> str:
-    return f"  {'op':<28} {'case':<24} {'impl':<18} {'median µs':>10} {'p20 µs':>10} {'p80 µs':>10}  ratios"
+    return (f"  {'op':<28} {'case':<24} {'impl':<18} {'median µs':>10} {'p20 µs':>10} {'p80 µs':>10} "
+            f"{'ops s+a':>9} ratios")
 
 
 def write_csv(path: str, measurements: Iterable[Measurement]) -> None:
@@ -80,8 +81,18 @@ def read_csv(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def _judged(row: dict[str, str]) -> bool:
+    """Whether a row measures specops' own code. CSVs written before the role column existed
+    say nothing about their rows; there only the default subject, "specops", is judged."""
+    role = row.get("role")
+    return role == "specops" if role else row["impl"] == "specops"
+
+
 def compare(old_path: str, new_path: str, threshold: float = 1.5) -> tuple[list[str], int]:
-    """Per-row change of the median from OLD to NEW; returns the lines and the regression count."""
+    """Per-row change of the median from OLD to NEW; returns the lines and the regression count.
+
+    Only specops rows are judged: a baseline (numpy, torch eager) or a floor that got slower or
+    faster says something about the machine, not about specops, so it is shown, never counted."""
     old = {(r["op"], r["case"], r["impl"]): float(r["median_us"]) for r in read_csv(old_path)}
     lines = [f"  {'op':<28} {'case':<24} {'impl':<18} {'old µs':>10} {'new µs':>10} {'new/old':>8}"]
     regressions = 0
@@ -92,7 +103,9 @@ def compare(old_path: str, new_path: str, threshold: float = 1.5) -> tuple[list[
         new_us = float(row["median_us"])
         ratio = new_us / old[key] if old[key] > 0 else float("inf")
         flag = ""
-        if ratio >= threshold:
+        if not _judged(row):
+            flag = f"  ({row.get('role') or 'reference'}, not judged)"
+        elif ratio >= threshold:
             flag = "  REGRESSION"
             regressions += 1
         elif ratio <= 1 / threshold:

@@ -178,7 +178,8 @@ def _case(groups, num_reqs: int, num_speculative_tokens: int, cp_size: int, devi
     label = f"G={len(groups)} R={num_reqs} k={num_speculative_tokens} C={cp_size}"
     return Case("drafting", label, num_reqs, common.num_actual_tokens, impls, subject="step shared",
                 baselines=("step no-cache",), family=f"G={len(groups)} C={cp_size}",
-                derive=_ratios(groups), plotted=("step shared", "step no-cache"))
+                derive=_ratios(groups), plotted=("step shared", "step no-cache"),
+                references=tuple(name for name in impls if name.startswith("write floor")))
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:

@@ -1,0 +1,257 @@
+"""Every Triton kernel compiled for real targets with no GPU present (docs/device_readiness.md).
+
+The kernels only ever run here under Triton's interpreter, which accepts code a real compiler
+rejects and says nothing about registers. This suite compiles each kernel for CUDA sm_80, sm_90
+and AMD gfx942 at the specializations its launcher really uses: the op table's valid calls
+(and a few of its random valid calls) go through the Triton backend with launches intercepted,
+and each launch's arguments pass through Triton's own JIT binder for each target
+(specops.bench.kernels). No signature is written by hand, so a changed launcher is compiled as
+it now launches, and a kernel no op-table call launches fails the coverage test.
+
+It fails on a compile error on any target and on register spills on sm_90. The compiles run
+once per session in a child process without TRITON_INTERPRET (with a fresh Triton cache, so
+every build is a real one); under xdist the workers share them through a lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from hypothesis import Phase, given, settings
+from op_table import OP_TABLE
+
+import specops
+from specops.bench import kernels
+from specops.bench.kernels import NPU_TARGET, TARGETS, KernelBuild, Launch, Specialization, kernel_name
+
+# What the installed Triton compiles for: CUDA and AMD with upstream Triton, the NPU with triton-ascend.
+INSTALLED = kernels.installed_targets()
+
+DRAWS_PER_OP = 3  # random valid calls per op on top of the fixed one: other dtypes, flags, sizes
+
+KERNELS = kernels.defined_kernels()
+SPILL_TARGET = "sm_90"
+# A kernel being rewritten on another branch; the lead drops the marker when it lands.
+KNOWN_SPILLS = {"_sas_metadata_kernel": "rewritten by issue 14"}
+
+
+def _draws(op) -> list[dict]:
+    found: list[dict] = []
+
+    @settings(max_examples=DRAWS_PER_OP, database=None, derandomize=True, phases=[Phase.generate])
+    @given(op.draw_call)
+    def collect(call):
+        found.append(call)
+
+    collect()
+    return found
+
+
+@pytest.fixture(scope="session")
+def launches() -> list[Launch]:
+    unsupported = kernels.binder_supported()
+    if unsupported is not None:
+        pytest.skip(f"the launches cannot be specialized here: {unsupported}")
+    captured: list[Launch] = []
+    for op in OP_TABLE:
+        for index, call in enumerate([op.valid_call(), *_draws(op)]):
+            label = f"{op.name} {'valid call' if index == 0 else f'draw {index}'}"
+            with specops.backend("triton"), kernels.capture_launches(INSTALLED, execute=False, label=label) as calls:
+                op.wrapper(**call)
+            captured += calls
+    return captured
+
+
+def _session_folder(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this session shares (the base temp's parent under xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def builds(launches, tmp_path_factory):
+    """builds(target) -> every distinct specialization of every kernel compiled for target; each
+    target compiled once per session, by whichever worker asks first."""
+    folder = _session_folder(tmp_path_factory) / "kernel-builds"
+    folder.mkdir(exist_ok=True)
+    results: dict[str, list[KernelBuild]] = {}
+
+    def get(target) -> list[KernelBuild]:
+        if target.name not in results:
+            jobs = kernels.distinct_jobs(launches, [target], per_variant=True)
+            digest = hashlib.sha256(repr([(k, t.name, s.key()) for k, t, s in jobs]).encode()).hexdigest()[:16]
+            path = folder / f"{target.name}-{digest}.pickle"
+            with open(folder / f"{target.name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not path.exists():
+                    built = kernels.compile_jobs(jobs, cache_dir=str(folder / "triton-cache"))
+                    path.write_bytes(pickle.dumps(built))
+            results[target.name] = pickle.loads(path.read_bytes())
+        return results[target.name]
+
+    return get
+
+
+def test_every_kernel_is_launched_by_an_op_table_call(launches):
+    launched = {launch.kernel for launch in launches}
+    never = sorted(set(KERNELS) - launched)
+    assert not never, (
+        f"no valid call in tests/op_table.py launches {never}: give the op an OpSpec whose valid call (or "
+        "draw_call) reaches the kernel, so it is compiled for the device targets")
+    assert launched <= set(KERNELS), sorted(launched - set(KERNELS))
+
+
+def _kernel_params(marks: dict[str, str] | None = None):
+    return [pytest.param(kernel, id=kernel_name(kernel),
+                         marks=[pytest.mark.xfail(strict=True, reason=marks[kernel_name(kernel)])]
+                         if marks and kernel_name(kernel) in marks else [])
+            for kernel in KERNELS]
+
+
+def _builds_of(builds, kernel: str, target) -> list[KernelBuild]:
+    found = [build for build in builds(target) if build.kernel == kernel]
+    if not found:
+        pytest.fail(f"{kernel_name(kernel)} was never launched, so never compiled for {target.name}")
+    return found
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=[t.name for t in TARGETS])
+@pytest.mark.parametrize("kernel", _kernel_params())
+def test_kernel_compiles(kernel, target, builds):
+    if not target.installed():
+        pytest.skip(f"{target.name}: the installed Triton has no '{target.plugin}' backend")
+    failures = [f"{build.specialization}\n  {build.error}"
+                for build in _builds_of(builds, kernel, target) if build.error]
+    assert not failures, f"{kernel_name(kernel)} does not compile for {target.name}:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("kernel", _kernel_params(KNOWN_SPILLS))
+def test_no_register_spills_on_sm90(kernel, builds):
+    target = next(t for t in TARGETS if t.name == SPILL_TARGET)
+    if not target.installed():
+        pytest.skip(f"{target.name}: the installed Triton has no '{target.plugin}' backend")
+    spilled = [f"{build.spill_bytes} B stores, {build.spill_loads} B loads, {build.registers} registers: "
+               f"{build.specialization}" for build in _builds_of(builds, kernel, target) if build.spill_bytes]
+    assert not spilled, f"{kernel_name(kernel)} spills registers on {SPILL_TARGET}:\n" + "\n".join(spilled)
+
+
+def test_npu_target_as_far_as_the_toolchain_allows(builds):
+    if not NPU_TARGET.installed():
+        pytest.skip("npu: triton-ascend is not installed (the installed Triton has no 'ascend' backend), "
+                    "so nothing was compiled for the NPU")
+    built = [build for kernel in KERNELS for build in _builds_of(builds, kernel, NPU_TARGET)]
+    errors = [f"{kernel_name(b.kernel)}: {b.specialization}\n  {b.error}" for b in built if b.error]
+    assert not errors, "\n".join(errors)
+    skipped = sorted({f"{kernel_name(b.kernel)}: {b.skipped}" for b in built if b.skipped})
+    if skipped:
+        pytest.skip(f"npu: {len(built) - len(skipped)} of {len(built)} builds complete; the others stopped "
+                    "at a stage whose tool is not installed:\n" + "\n".join(skipped))
+
+
+# ------------------------------------------------------------------ the machinery itself
+
+
+@triton.jit
+def _probe_kernel(values_ptr, out_ptr, count, scale, offset, FLAG: tl.constexpr):
+    index = tl.arange(0, 16)
+    value = tl.load(values_ptr + index, mask=index < count, other=0)
+    if FLAG:
+        value = value * scale + offset
+    tl.store(out_ptr + index, value.to(out_ptr.dtype.element_ty), mask=index < count)
+
+
+def test_launches_are_specialized_as_the_jit_does():
+    """Triton's rules, written out: pointer dtypes; pointers and ints divisible by 16 get the
+    divisibility hint; an int equal to 1 becomes a constexpr; an int past int32 is i64; AMD adds
+    the 32-bit offset hint to pointers."""
+    values = torch.zeros(64, dtype=torch.int32)
+    out = torch.zeros(64, dtype=torch.int64)
+    with kernels.capture_launches(TARGETS, execute=False, label="probe") as captured:
+        _probe_kernel[(3,)](values, out, 32, 1, 2**40 + 3, FLAG=True)
+        _probe_kernel[(1,)](values[1:], out, 7, 5, 3, FLAG=False)  # a pointer 4 bytes past 16-byte alignment
+    first, second = captured
+    assert first.kernel.endswith(":_probe_kernel") and first.grid == (3,) and first.label == "probe"
+    cuda = first.specializations["sm_90"]
+    assert cuda.signature == {"values_ptr": "*i32", "out_ptr": "*i64", "count": "i32", "scale": "constexpr",
+                              "offset": "i64", "FLAG": "constexpr"}
+    assert cuda.constexprs == {(3,): 1, (5,): True}
+    divisible = [["tt.divisibility", 16]]
+    assert cuda.attrs[(0,)] == divisible and cuda.attrs[(1,)] == divisible and cuda.attrs[(2,)] == divisible
+    assert cuda.attrs[(4,)] == [] and cuda.declared_constexprs == (5,)
+    amd = first.specializations["gfx942"]
+    assert amd.attrs[(0,)] == [["tt.divisibility", 16], ["tt.pointer_range", 32]]
+    later = second.specializations["sm_90"]
+    assert later.signature["count"] == "i32" and later.signature["scale"] == "i32" and later.attrs[(0,)] == []
+    assert later.constexprs == {(5,): False}
+    # One variant per pointer dtypes and declared constexprs: the two launches are two variants.
+    assert cuda.variant() != later.variant()
+    assert cuda.summary() == "FLAG=True; not *i32: out_ptr"
+
+
+def test_what_ptxas_and_the_amdgpu_descriptor_report_is_read():
+    log = """ptxas info    : Compiling entry function '_k' for 'sm_90a'
+ptxas info    : Function properties for _k
+    48 bytes stack frame, 40 bytes spill stores, 52 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 48 bytes cumulative stack size, 1024 bytes smem
+"""
+    assert kernels._ptxas_usage(log) == dict(registers=255, stack_bytes=48, spill_bytes=40, spill_loads=52)
+    assert kernels._ptxas_usage("ptxas info    : 0 bytes gmem") is None
+    descriptor = """    .private_segment_fixed_size: 16
+    .sgpr_count:     106
+    .sgpr_spill_count: 12
+    .vgpr_count:     49
+    .vgpr_spill_count: 3
+"""
+    assert kernels._amdgpu_usage(descriptor) == dict(registers=49, scalar_registers=106, spill_bytes=12,
+                                                     scalar_spills=12, stack_bytes=16)
+
+
+def test_kernels_are_the_jit_functions_no_jit_function_calls():
+    names = {kernel_name(kernel) for kernel in KERNELS}
+    assert "_compute_slot_mapping_kernel" in names and "_prepare_spec_decode_inputs_kernel" in names
+    # Device helpers are compiled inside the kernels that call them, across modules too.
+    assert not names & {"segment_of", "slots_of_tokens", "correct_counts", "positions_of_tokens"}
+    assert all(name.endswith("_kernel") for name in names), names
+
+
+def test_grids_are_sized_for_the_assumed_device():
+    """The launchers' persistent grids: min(tiles, cores), for a device this machine lacks."""
+    from specops.triton_kernels._launch import assumed_cores
+
+    slots = torch.zeros(300 * 1024 + 5, dtype=torch.int64)  # 301 tiles of 1024 slots
+    out = torch.empty(slots.numel(), 2, dtype=torch.int64)
+    grids = []
+    for cores in (132, 304, 1000):
+        with assumed_cores(cores), specops.backend("triton"), \
+                kernels.capture_launches(TARGETS[:1], execute=False) as captured:
+            specops.format_slot_mapping_blocks(slots, 16, out=out)
+        grids += [launch.grid for launch in captured]
+    assert grids == [(132,), (301,), (301,)]
+    with pytest.raises(ValueError, match="cores"):
+        with assumed_cores(0):
+            pass
+
+
+def test_the_report_lists_builds_and_each_cases_grids():
+    kernel = "specops.triton_kernels.x:_x_kernel"
+    spec = Specialization({"p": "*i32", "BLOCK": "constexpr"}, {(1,): 256}, {(0,): []}, {}, (1,))
+    launches = [Launch(kernel, (grid,), {t.name: spec}, "op R=4", t.name) for t, grid in zip(TARGETS, (5, 7, 9))]
+    launches.append(Launch(kernel, (5,), {TARGETS[0].name: spec}, "op R=4", TARGETS[0].name))
+    builds = [KernelBuild(kernel, "sm_90", spec.describe(), spec.summary(), registers=40, spill_bytes=0,
+                          spill_loads=0, stack_bytes=0, shared_bytes=512, num_warps=4),
+              KernelBuild(kernel, "gfx942", spec.describe(), spec.summary(), error="CompilationError: boom")]
+    lines = kernels.report_lines(launches, builds, TARGETS)
+    build_rows = [line.split() for line in lines if line.startswith("  _x_kernel")]
+    assert build_rows[0][:9] == ["_x_kernel", "sm_90", "40", "-", "0", "-", "0", "512", "4"]
+    assert build_rows[0][9:] == ["BLOCK=256"]
+    assert build_rows[1][:3] == ["_x_kernel", "gfx942", "FAILED:"]
+    (grid_row,) = [line.split() for line in lines if line.startswith("  op R=4")]
+    assert grid_row[-5:] == ["_x_kernel", "2", "5", "7", "9"]

@@ -1,0 +1,139 @@
+"""Launch counts (specops.bench.launch_count): the counter itself, a decode step fused and
+unfused, and a draft step whose groups share their arguments.
+
+On a GPU or NPU each op that reaches the dispatcher is at least one kernel launch, so these
+counts are a device cost this CPU-only machine can check. The draft step runs with a device
+stand-in: every tensor on `meta` except the runner's host copies, so ops on host data only are
+told apart from launches.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from op_table import FUSED, SLOT_MAPPING
+
+import specops
+from specops.bench import drafting as drafting_bench
+from specops.bench.launch_count import LaunchCounter, count_launches
+from specops.drafting import StepCache, build_draft_attn_metadata
+
+META = torch.device("meta")
+
+
+def test_the_counter_tells_specops_aten_views_and_host_apart():
+    call = SLOT_MAPPING.valid_call()
+
+    def block():
+        specops.compute_slot_mapping(**call)
+        specops.compute_slot_mapping(**call)
+        torch.add(call["positions"], 1)
+        call["positions"][:2].view(2, 1)  # two views, no launch
+
+    counts = count_launches(block)
+    assert (counts.specops, counts.aten, counts.views, counts.host) == (2, 1, 2, 0)
+    assert counts.by_op["specops.compute_slot_mapping.default"] == 2 and counts.launches == 3
+    # The same block where the device is meta: every one of these ops is on host tensors.
+    host = count_launches(block, device_type="meta")
+    assert (host.specops, host.aten, host.host) == (0, 0, 5)
+    with LaunchCounter("meta") as counter:
+        torch.zeros(4, device=META).add_(1)  # a factory on the device has no tensor argument
+        torch.zeros(4).add_(1)
+    assert (counter.counts.aten, counter.counts.host) == (2, 2)
+
+
+def _decode_step_call():
+    call = FUSED.valid_call()
+    call["block_tables"].append(torch.tensor([[2, 3], [4, 5]], dtype=torch.int32))
+    call["block_sizes"].append(32)
+    call["slot_mappings"].append(torch.empty(4, dtype=torch.int64))
+    call["blocks_per_kv_block"].append(1)
+    call["cp_sharded"].append(True)
+    return call
+
+
+def test_decode_step_is_one_launch_fused_and_two_plus_one_per_group_unfused():
+    call = _decode_step_call()
+    groups = len(call["block_tables"])
+    assert groups == 3
+    fused = count_launches(lambda: specops.prepare_spec_decode_inputs(**call))
+    assert (fused.specops, fused.aten) == (1, 0), fused.by_op
+    real_positions = call["positions"][:3]  # query_start_loc[R] = 3 tokens, one of padding
+
+    def unfused():
+        specops.correct_num_computed_tokens(call["num_computed_tokens"], call["num_accepted_tokens"],
+                                            call["prev_positions"], call["valid_sampled_token_count"],
+                                            call["prev_num_draft_tokens"], call["cpu_num_computed_tokens"])
+        specops.prepare_positions_and_seq_lens(call["num_computed_tokens"], call["query_start_loc"],
+                                               positions=call["positions"], seq_lens=call["seq_lens"],
+                                               num_tokens_padded=4, num_reqs_padded=3)
+        for table, block_size, out in zip(call["block_tables"], call["block_sizes"], call["slot_mappings"]):
+            specops.compute_slot_mapping(call["query_start_loc"], real_positions, table, block_size, out=out,
+                                         idx_mapping=call["idx_mapping"], num_tokens_padded=4)
+
+    counts = count_launches(unfused)
+    assert (counts.specops, counts.aten) == (2 + groups, 0), counts.by_op
+
+
+def _draft_setup(groups):
+    model = drafting_bench.make_model(num_speculative_tokens=3, cp_size=1, device=META)
+    common = drafting_bench.make_decode_inputs(groups, num_reqs=16, query_len=4, device=META)
+    builders = drafting_bench._builders(model, groups, META)
+    return builders, common
+
+
+def _step_counts(builders, common):
+    step = lambda: build_draft_attn_metadata(builders, common, 1, cache=StepCache())  # noqa: E731
+    step()  # the first call sizes the builders' buffers
+    return count_launches(step, device_type="meta")
+
+
+def _own_ops(groups, index: int) -> int:
+    """What group `index` cannot share: its slot-mapping format, its DSpark indices, and its
+    sas_metadata when no earlier group has its window (same heads and head_dim here)."""
+    group = groups[index]
+    own_sas = all(earlier.window != group.window for earlier in groups[:index])
+    return 1 + int(group.dspark) + int(own_sas)
+
+
+def test_a_later_group_that_shares_arguments_launches_only_its_own_ops():
+    groups = drafting_bench.GROUPS_4
+    builders, common = _draft_setup(groups)
+    previous = None
+    for count in range(1, len(groups) + 1):
+        counts = _step_counts(builders[:count], common)
+        if previous is not None:
+            added_specops = counts.specops - previous.specops
+            assert counts.aten == previous.aten, (count, counts.by_op, previous.by_op)
+            assert 0 <= added_specops <= _own_ops(groups, count - 1), (count, counts.by_op, previous.by_op)
+        previous = counts
+
+
+def test_a_draft_step_of_four_groups_launches_less_than_the_groups_alone():
+    groups = drafting_bench.GROUPS_4
+    builders, common = _draft_setup(groups)
+    shared = _step_counts(builders, common)
+    alone_builders, _ = _draft_setup(groups)
+
+    def alone():
+        for builder in alone_builders:
+            builder.build_for_drafting(common, 1)
+
+    alone()
+    separate = count_launches(alone, device_type="meta")
+    first = _step_counts(builders[:1], common)
+    assert shared.launches < separate.launches
+    # Everything but the per-group ops is launched once, as for one group.
+    assert shared.launches <= first.launches + sum(_own_ops(groups, i) for i in range(1, len(groups)))
+    assert shared.aten == first.aten
+
+
+@pytest.mark.parametrize("draft_index", [1, 2])
+def test_repeating_a_step_launches_the_same(draft_index):
+    builders, common = _draft_setup(drafting_bench.GROUPS_4)
+    cache = StepCache()
+    build_draft_attn_metadata(builders, common, draft_index, cache=cache)
+    again = count_launches(lambda: build_draft_attn_metadata(builders, common, draft_index, cache=cache),
+                           device_type="meta")
+    # A runner's repeated build with unchanged inputs hits the cache: only per-group ops launch.
+    assert again.aten == 0 and again.specops <= sum(1 + int(g.dspark) for g in drafting_bench.GROUPS_4)
