@@ -28,7 +28,9 @@ from specops.sas_layout import (
     tile_sizes,
 )
 
-REQS = 32  # batches costed side by side
+# Batches costed side by side. At 32, ptxas keeps some source combinations (a constant KV length)
+# to 128 registers with a 4-byte spill on sm_90; at 16 every combination compiles without one.
+REQS = 16
 TILES = 8  # M tiles per batch in the [REQS, TILES] block: a decode of up to 8 tokens
 LANES = REQS * TILES  # M tiles per step of a longer batch
 NUM_WARPS = 4  # sm_90 and sm_80 compile without a spill at 4 warps (at 8, ptxas caps at 128 registers)
@@ -158,6 +160,19 @@ def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, grou
 
 
 @triton.jit
+def _prefix_sums(tiles, batch_cost, tile_cost, tile_last, tile_sees, TILES: tl.constexpr):
+    """What the greedy pass keeps of a chunk: the cost of its batches before / up to and including
+    each batch, and of its tiles up to and including each tile of the [REQS, TILES] block; the
+    last-block cost of each tile, -1 for a tile that sees no KV; the chunk's total; and whether
+    every batch fits the block."""
+    batch_end = tl.cumsum(batch_cost, 0)
+    batch_start = batch_end - batch_cost
+    tile_end = batch_start[:, None] + tl.cumsum(tile_cost, 1)
+    return (batch_start, batch_end, tile_end, tl.where(tile_sees, tile_last, -1), tl.sum(batch_cost),
+            tl.max(tiles) <= TILES)
+
+
+@triton.jit
 def _sas_metadata_kernel(
     query_ptr, kv_ptr, out_ptr,
     num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
@@ -218,22 +233,17 @@ def _sas_metadata_kernel(
         entry = tl.where(field == 0, 1, tl.where(field == 4, num_batches, 0))
         tl.store(out_ptr + field, entry.to(tl.int32))
     if valid & any_work:
-        # The cached REQS batches from cached_b0, with prefix sums: batch_end[j] is the cost of
-        # the chunk's batches up to and including j; tile_start / tile_end the cost of its tiles
-        # before / up to and including each tile of the [REQS, TILES] block. `consumed` is the
-        # cost of the chunk's tiles before the cursor (b, m), so taking the chunk's work up to
-        # some point costs its prefix sum there minus consumed.
+        # The REQS batches from cached_b0, as prefix sums (_prefix_sums). `consumed` is the cost
+        # of the chunk's tiles before the cursor (b, m): taking the chunk's work up to some point
+        # costs its prefix sum there minus consumed.
         cached_b0 = tl.zeros([], tl.int32)
         if num_batches > REQS:
             tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, _, _ = _chunk(
                 query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile,
                 mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE,
                 REQS, TILES)
-        batch_end = tl.cumsum(batch_cost, 0)
-        tile_end = (batch_end - batch_cost)[:, None] + tl.cumsum(tile_cost, 1)
-        tile_start = tile_end - tile_cost
-        chunk_total = tl.sum(batch_cost)
-        all_short = tl.max(tiles) <= TILES
+        batch_start, batch_end, tile_end, tile_last, chunk_total, all_short = _prefix_sums(
+            tiles, batch_cost, tile_cost, tile_last, tile_sees, TILES)
         tile_index = tl.arange(0, TILES)[None, :]
         unassigned = total
         b = tl.zeros([], tl.int32)
@@ -250,20 +260,17 @@ def _sas_metadata_kernel(
             while scanning:
                 if b >= cached_b0 + REQS:
                     cached_b0 = b
-                    tiles, batch_cost, batch_last, new_tile_cost, tile_last, tile_sees, _, _ = _chunk(
+                    new_tiles, new_cost, batch_last, new_tile_cost, new_tile_last, new_sees, _, _ = _chunk(
                         query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile,
                         s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
                         QUERY_SOURCE, KV_SOURCE, REQS, TILES)
-                    batch_end = tl.cumsum(batch_cost, 0)
-                    tile_end = (batch_end - batch_cost)[:, None] + tl.cumsum(new_tile_cost, 1)
-                    tile_start = tile_end - new_tile_cost
-                    chunk_total = tl.sum(batch_cost)
-                    all_short = tl.max(tiles) <= TILES
+                    batch_start, batch_end, tile_end, tile_last, chunk_total, all_short = _prefix_sums(
+                        new_tiles, new_cost, new_tile_cost, new_tile_last, new_sees, TILES)
                     consumed = consumed * 0
                 first = b - cached_b0
                 in_chunk = tl.minimum(num_batches - cached_b0, REQS)
                 ahead = (req >= first) & (req < in_chunk)
-                fits = (batch_cost == 0) | (load + batch_end - consumed <= limit + batch_last // 2)
+                fits = (batch_end == batch_start) | (load + batch_end - consumed <= limit + batch_last // 2)
                 stop = tl.min(tl.where(ahead & ~fits, req, REQS))
                 if stop == REQS:
                     load += chunk_total - consumed
@@ -283,11 +290,13 @@ def _sas_metadata_kernel(
                 # inside the batch.
                 row = b - cached_b0
                 if all_short:
-                    in_row = (req[:, None] == row) & (tile_index >= m)
-                    tested = in_row & (tile_sees | (tile_index == m))
-                    fails = tested & (load + tile_end - consumed > limit + tile_last // 2)
+                    on_row = req[:, None] == row
+                    tested = on_row & (tile_index >= m) & ((tile_last >= 0) | (tile_index == m))
+                    fails = tested & (load + tile_end - consumed > limit + tl.maximum(tile_last, 0) // 2)
                     m = tl.min(tl.where(fails, tile_index, TILES))
-                    after = tl.sum(tl.where((req[:, None] == row) & (tile_index == m), tile_start, 0))
+                    # The cost up to the new cursor: the prefix sum of the tile before it, or the
+                    # batch's start for tile 0 (tile ends are never below it).
+                    after = tl.max(tl.where(on_row, tl.where(tile_index < m, tile_end, batch_start[:, None]), 0))
                     load += after - consumed
                     consumed = after
                 else:
@@ -300,7 +309,7 @@ def _sas_metadata_kernel(
                     b_leftover = tl.sum(tl.where(req == 0, leftover, 0))
                     # The whole batches the scan passed, up to the batch's start (nothing when
                     # the cursor was already inside it).
-                    row_start = tl.sum(tl.where(req == row, batch_end - batch_cost, 0))
+                    row_start = tl.sum(tl.where(req == row, batch_start, 0))
                     passed = tl.maximum(row_start - consumed, 0)
                     load += passed
                     consumed += passed
