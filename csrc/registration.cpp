@@ -16,9 +16,15 @@ TORCH_LIBRARY(specops, m) {
   m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
 
   // SPEC 3.5
+  // The arguments of vllm-ascend's npu_sparse_attn_sharedkv_metadata, with the string ones as
+  // the wrapper resolves them: layout_q 0 BSND / 1 TND, layout_kv 0 PA_ND / 1 TND / 2 BSND,
+  // ascend950 = soc_version contains "Ascend950".
   m.def(
-      "sas_metadata(Tensor cu_seqlens_q, Tensor seqused_kv, int num_heads_q, int num_heads_kv, int head_dim, "
-      "int window_left, int window_right, int num_cube_cores, int num_vector_cores, Tensor(a!) out) -> ()");
+      "sas_metadata(int num_heads_q, int num_heads_kv, int head_dim, Tensor? cu_seqlens_q, Tensor? cu_seqlens_ori_kv, "
+      "Tensor? cu_seqlens_cmp_kv, Tensor? seqused_q, Tensor? seqused_kv, int batch_size, int max_seqlen_q, "
+      "int max_seqlen_kv, int ori_topk, int cmp_topk, int cmp_ratio, int ori_mask_mode, int cmp_mask_mode, "
+      "int ori_win_left, int ori_win_right, int layout_q, int layout_kv, bool has_ori_kv, bool has_cmp_kv, "
+      "int num_cube_cores, int num_vector_cores, bool ascend950, Tensor(a!) out) -> ()");
 
   // SPEC 3.4
   m.def(

@@ -180,10 +180,17 @@ def expected_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraf
     reference_cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, common.causal,
                                 local_qsl, local_seq, start_pos)
     local_query_lens = (local_qsl[1:] - local_qsl[:-1]).tolist()
+    # The step's window; the arguments of vllm-ascend's DSA drafting builders; no sas_metadata
+    # without a sliding window.
     window = step_window(group, model.num_speculative_tokens, common.causal)
-    sas = specops.sas_metadata(local_qsl, local_seq, num_heads_q=model.num_heads_q, num_heads_kv=model.num_heads_kv,
-                               head_dim=model.head_dim, window_left=window[0], window_right=window[1],
-                               num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores)
+    sas = None
+    if group.sliding_window is not None:
+        sas = specops.sas_metadata(
+            model.num_heads_q, 1, model.head_dim, cu_seqlens_q=local_qsl, seqused_kv=local_seq, batch_size=num_reqs,
+            max_seqlen_q=max([1, *local_query_lens]), max_seqlen_kv=max([1, *local_seq.tolist()]), cmp_ratio=1,
+            ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=window[0], ori_win_right=window[1], layout_q="TND",
+            layout_kv="PA_ND" if num_reqs else "TND", has_cmp_kv=False, num_cube_cores=model.num_cube_cores,
+            num_vector_cores=model.num_vector_cores)
     slots = common.slot_mappings[group.name][:num_tokens].tolist() + [specops.PAD_SLOT_ID] * (num_input_tokens - num_tokens)
     block = group.storage_block_size
     indices = lens = None
@@ -257,14 +264,33 @@ def test_hand_computed_step():
     assert meta.slot_mapping.tolist() == [[10, 1], [10, 2], [20, 3], [21, 0], [-1, 3], [-1, 3]]
     assert meta.window == (7, 0)
     assert meta.dspark_swa_indices is None and meta.dspark_swa_lens is None
-    assert torch.equal(meta.sas_metadata, specops.sas_metadata(
-        meta.cp.local_query_start_loc, meta.cp.local_seq_lens, num_heads_q=4, num_heads_kv=1, head_dim=128,
-        window_left=7, window_right=0, num_cube_cores=2, num_vector_cores=4))
-    assert meta.sas_metadata.numel() == 1024 and meta.sas_metadata[0].item() == 0x5A5
+    # sas_metadata of the local batches [0, 0, 2] / [0, 23], window (7, 0), 4 heads, 2 cores:
+    # batch 0 has no query; batch 1's tokens sit at positions 21 and 22 and see 8 tokens each,
+    # a tile of 6 * ceil(4 / 16) + 10 * ceil(8 / 64) = 16. Limit max(32 // 2, 16) = 16: core 0
+    # passes batch 0, batch 1 (32 > 16 + 8) is cut after its tile 0; core 1 takes the rest.
+    assert meta.sas_metadata.tolist() == [1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 2, 0, 0, 0] + [0] * 1008
 
 
 def test_group_window():
     assert SWA.window == (23, 0) and FULL.window == (-1, 0) and DSPARK.window == (23, 0)
+    # A non-causal step is DSpark parallel drafting: a DSpark group sees the window and the draft block.
+    assert DSPARK.step_window(False, 3) == (26, 0) and DSPARK.step_window(True, 3) == (23, 0)
+    assert SWA.step_window(False, 3) == (23, 0) and FULL.step_window(False, 3) == (-1, 0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_window_and_sas_metadata_of_each_group(causal):
+    model = make_model(num_speculative_tokens=3)
+    groups = [SWA, FULL, DSPARK]
+    common = make_step(random.Random(21), groups, 3, num_reqs=5)
+    common.causal = causal
+    swa, full, dspark = build_draft_attn_metadata(make_builders(model, groups), common, 1)
+    assert full.sas_metadata is None and full.window == (-1, 0)
+    assert dspark.window == ((23, 0) if causal else (26, 0))
+    # The same arguments share one result; a different window computes its own.
+    assert (dspark.sas_metadata is swa.sas_metadata) == causal
+    for group, meta in ((SWA, swa), (DSPARK, dspark)):
+        assert_matches_definitions(meta, model, group, common)
 
 
 # ---------------------------------------------------------------- the fields against SPEC 4
@@ -319,9 +345,12 @@ def test_dspark_indices_only_on_non_causal_steps():
     # Non-causal: the window widens by the draft block, (3 + 2 - 1, 0), with its own sas_metadata.
     assert dspark.window == (4, 0)
     assert dspark.sas_metadata.data_ptr() != swa.sas_metadata.data_ptr()
+    # The draft builders' arguments: TND queries [0, 2, 3], paged KV lengths [9, 4], one KV head.
     assert torch.equal(dspark.sas_metadata, specops.sas_metadata(
-        dspark.cp.local_query_start_loc, dspark.cp.local_seq_lens, num_heads_q=8, num_heads_kv=2, head_dim=64,
-        window_left=4, window_right=0, num_cube_cores=4, num_vector_cores=8))
+        8, 1, 64, cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32),
+        seqused_kv=torch.tensor([9, 4], dtype=torch.int32), batch_size=2, max_seqlen_q=2, max_seqlen_kv=9,
+        cmp_ratio=1, ori_win_left=4, ori_win_right=0, layout_q="TND", has_cmp_kv=False, num_cube_cores=4,
+        num_vector_cores=8))
     # Request 0 sees positions max(9 - 2 - 3, 0) = 4 .. 8 (block 11 holds 4..7, block 12 holds 8);
     # request 1 sees positions 0 .. 3 (block 20). Rows are 3 + 2 rounded up to 128 wide.
     row_0 = [44, 45, 46, 47, 48] + [-1] * 123
@@ -494,10 +523,11 @@ def test_shared_cache_equals_building_alone():
         for group, with_cache, without, within in zip(groups, shared, alone, own):
             assert_same_metadata(with_cache, without, f"step {step} {group.name}")
             assert_same_metadata(within, without, f"step {step} {group.name}, the step's own cache")
-        # Every later group hits the group-invariant entry; sas hits where an earlier group has its window.
-        windows = [step_window(group, model.num_speculative_tokens, common.causal) for group in groups]
+        # Every later group hits the group-invariant entry; a group with a sliding window looks up
+        # its sas_metadata, a hit when an earlier one has its window.
+        windows = [step_window(g, model.num_speculative_tokens, common.causal) for g in groups if g.sliding_window]
         sas_hits = sum(window in windows[:index] for index, window in enumerate(windows))
-        assert (cache.hits, cache.misses) == (len(groups) - 1 + sas_hits, 1 + len(groups) - sas_hits)
+        assert (cache.hits, cache.misses) == (len(groups) - 1 + sas_hits, 1 + len(windows) - sas_hits)
         if step % 10 == 0:
             for group, meta in zip(groups, shared):
                 assert_matches_definitions(meta, model, group, common)
@@ -513,14 +543,13 @@ def test_a_hit_shares_the_tensors():
         for name in ("input_positions", "cos", "sin", "cp", "local_cos", "local_sin", "start_pos", "seq_lens_cpu"):
             assert getattr(later, name) is getattr(first, name), name
         assert later.slot_mapping.data_ptr() != first.slot_mapping.data_ptr()
-    assert compressed.sas_metadata is full.sas_metadata  # both (-1, 0)
+    assert compressed.sas_metadata is None and full.sas_metadata is None  # no sliding window
     assert dspark.sas_metadata is first.sas_metadata  # both (23, 0)
-    assert full.sas_metadata.data_ptr() != first.sas_metadata.data_ptr()
     # On a non-causal step DSpark sees its draft block past the window: (23 + 3, 0), its own.
     common.causal = False
     first, full, compressed, dspark = build_draft_attn_metadata(make_builders(model, groups), common, 1)
-    assert dspark.cos is first.cos and dspark.window == (26, 0)
-    assert dspark.sas_metadata.data_ptr() not in (first.sas_metadata.data_ptr(), full.sas_metadata.data_ptr())
+    assert dspark.cos is first.cos and dspark.window == (26, 0) and full.sas_metadata is None
+    assert dspark.sas_metadata.data_ptr() != first.sas_metadata.data_ptr()
 
 
 @pytest.mark.parametrize("changed", ["positions", "seq_lens", "query_start_loc", "query_start_loc_cpu",
@@ -548,8 +577,8 @@ def test_an_input_changed_between_groups_forces_recomputation(changed):
     hits, misses = cache.hits, cache.misses
     later = [builder.build_for_drafting(common, 1, cache) for builder in builders[1:]]
     # DSpark recomputes the invariant and its sas (the window of swa, stored for the old inputs);
-    # c4 shares DSpark's new invariant and computes the sas of its own window.
-    assert (cache.hits - hits, cache.misses - misses) == (1, 3)
+    # c4 shares DSpark's new invariant and has no sas_metadata.
+    assert (cache.hits - hits, cache.misses - misses) == (1, 2)
     for builder, meta in zip(builders[1:], later):
         assert_same_metadata(meta, make_builders(model, [builder.group])[0].build_for_drafting(common, 1), builder.group.name)
     # The first group's metadata keeps the values it was built from (seq_lens_cpu is the runner's own tensor).
@@ -606,7 +635,8 @@ def test_draft_indices_never_share_entries():
     assert cache.hits == hits + (len(groups) - 1) + 1  # its own group loop only: DSpark reuses swa's sas
     assert {key[0] for key in cache.keys()} == {(DRAFT_NAMESPACE, 1), (DRAFT_NAMESPACE, 2)}
     for one, two, values in zip(first_index, second_index, snapshot):
-        assert one.cos.data_ptr() != two.cos.data_ptr() and one.sas_metadata.data_ptr() != two.sas_metadata.data_ptr()
+        assert one.cos.data_ptr() != two.cos.data_ptr()
+        assert one.sas_metadata is None or one.sas_metadata.data_ptr() != two.sas_metadata.data_ptr()
         for name, tensor in _metadata_tensors(one).items():
             assert torch.equal(tensor, values[name]), f"draft index 2 rewrote draft index 1's {name}"
     for builder, meta in zip(builders, second_index):
@@ -621,10 +651,11 @@ def test_sas_metadata_is_reused_only_for_the_same_heads_head_dim_and_window(diff
     if differs == "head_dim":
         other_model = make_model(cache=cache_tensor, head_dim=192)
     elif differs == "heads":
-        other_model = dataclasses.replace(base, num_heads_kv=1)
+        other_model = dataclasses.replace(base, num_heads_q=16)
     else:
         other_group = SWA_OTHER_WINDOW
     common = make_step(random.Random(4), [SWA, other_group], 3, num_reqs=10)
+    common.causal = True
     first = DraftMetadataBuilder(base, SWA, MAX_NUM_REQS, MAX_NUM_TOKENS)
     second = DraftMetadataBuilder(other_model, other_group, MAX_NUM_REQS, MAX_NUM_TOKENS)
     same = DraftMetadataBuilder(base, SWA, MAX_NUM_REQS, MAX_NUM_TOKENS)
@@ -633,7 +664,7 @@ def test_sas_metadata_is_reused_only_for_the_same_heads_head_dim_and_window(diff
     b = second.build_for_drafting(common, 1, cache)
     c = same.build_for_drafting(common, 1, cache)
     assert b.cos is a.cos  # the group-invariant part is shared
-    assert b.sas_metadata is not a.sas_metadata and not torch.equal(b.sas_metadata, a.sas_metadata)
+    assert b.sas_metadata is not a.sas_metadata
     assert_same_metadata(b, DraftMetadataBuilder(other_model, other_group, MAX_NUM_REQS, MAX_NUM_TOKENS)
                          .build_for_drafting(common, 1))
     assert c.sas_metadata is a.sas_metadata
@@ -696,8 +727,9 @@ def test_buffer_addresses_are_stable_across_100_steps():
                 for name, tensor in _metadata_tensors(meta).items():
                     if name == "seq_lens_cpu":
                         continue  # host inputs: the runner's own tensor, shared rather than copied
-                    # The DSpark group's sas_metadata is swa's on causal steps, its own on others.
-                    key = (group.name, draft_index, name, common.causal)
+                    # A DSpark group's sas_metadata is its own on non-causal steps (another
+                    # window), swa's on causal ones: stable per kind of step.
+                    key = (group.name, draft_index, name) + ((common.causal,) if name == "sas_metadata" else ())
                     assert storages.setdefault(key, tensor.untyped_storage().data_ptr()) == \
                         tensor.untyped_storage().data_ptr(), f"step {step}: {key} moved"
                     # local_cos/sin start at this step's local_start; an empty view has no address.
@@ -740,7 +772,8 @@ def test_dummy_run_equals_building_alone_and_keeps_the_runner_cache_clean():
     # addresses a real step writes.
     for meta, real_meta in zip(dummy_metas, real_metas):
         assert meta.cos.data_ptr() == real_meta.cos.data_ptr()
-        assert meta.sas_metadata.data_ptr() == real_meta.sas_metadata.data_ptr()
+        assert (meta.sas_metadata is None) == (real_meta.sas_metadata is None)
+        assert meta.sas_metadata is None or meta.sas_metadata.data_ptr() == real_meta.sas_metadata.data_ptr()
 
 
 def test_per_group_inputs_build_each_group_alone():
@@ -764,7 +797,7 @@ def test_counters_and_a_debug_line_per_hit(caplog):
     with caplog.at_level(logging.DEBUG, logger="specops.drafting"):
         build_draft_attn_metadata(make_builders(make_model(), groups), common, 3, cache=cache)
     hits = [r for r in caplog.records if r.name == "specops.drafting" and "StepCache hit" in r.getMessage()]
-    assert (cache.hits, cache.misses) == (3, 3) and len(hits) == 3  # invariant x2, c4's sas from full
+    assert (cache.hits, cache.misses) == (2, 2) and len(hits) == 2  # invariant x2; only swa has a sas_metadata
     assert all(f"('{DRAFT_NAMESPACE}', 3)" in r.getMessage() for r in hits)
 
 

@@ -13,4 +13,11 @@ inline int32_t* int32_scratch(int64_t size) {
   return buffer.data();
 }
 
+// The same for int64 values (sas_metadata's per-batch cost table).
+inline int64_t* int64_scratch(int64_t size) {
+  thread_local std::vector<int64_t> buffer;
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
+  return buffer.data();
+}
+
 }  // namespace specops::cpu

@@ -28,7 +28,7 @@ from specops.ops import (
 )
 from specops.persistent import MappingGroup, PersistentMappings
 from specops import drafting  # SPEC 4: specops.drafting (imports the ops above)
-from specops.sas_layout import FAEntry, FDEntry, SASHeader, SASSchedule, decode_sas_metadata
+from specops.sas_layout import FAEntry, FDEntry, SASSchedule, decode_sas_metadata
 
 __version__ = EXTENSION.built_version or "0.1.0"
 
@@ -41,7 +41,6 @@ __all__ = [
     "NULL_BLOCK_ID",
     "PAD_SLOT_ID",
     "PersistentMappings",
-    "SASHeader",
     "SASSchedule",
     "SpecDecodeInputs",
     "apply_staged_writes",

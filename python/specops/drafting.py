@@ -34,7 +34,7 @@ from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
 from specops.ops.dspark_swa_indices_multi import _OP as _DSPARK_SWA_INDICES_MULTI_OP
 from specops.ops.format_slot_mapping_blocks_multi import _OP as _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP
 from specops.ops.sas_metadata import _OP as _SAS_METADATA_OP
-from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES, NUM_WORDS
+from specops.sas_layout import ASCEND950, LAYOUT_KV_CODES, LAYOUT_Q_CODES, MAX_CUBE_CORES, MAX_VECTOR_CORES, NUM_WORDS
 
 __all__ = [
     "DRAFT_NAMESPACE",
@@ -60,6 +60,10 @@ DRAFT_NAMESPACE = "draft_for_drafting"
 # Distinct (num_reqs, num_actual_tokens, num_input_tokens) shapes whose buffer views a builder
 # keeps per draft index; a runner with graph padding sees a handful.
 _MAX_CACHED_SHAPES = 256
+# sas_metadata's layout codes for the draft builders' call (_call_sas).
+_LAYOUT_Q_TND = LAYOUT_Q_CODES["TND"]
+_LAYOUT_KV_PAGED = LAYOUT_KV_CODES["PA_ND"]
+_LAYOUT_KV_TND = LAYOUT_KV_CODES["TND"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -67,8 +71,8 @@ class ModelConfig:
     """The draft model as the metadata sees it (shared by every group's builder).
 
     rope_cos_sin_cache: [max_position, rot_dim], cos in the first rot_dim / 2 columns and sin in
-    the others. num_cube_cores / num_vector_cores: the sparse-attention kernel's cores
-    (sas_metadata).
+    the others. num_cube_cores / num_vector_cores / soc_version: the device the sparse-attention
+    kernel runs on (sas_metadata).
     """
 
     num_heads_q: int
@@ -80,6 +84,7 @@ class ModelConfig:
     cp_rank: int = 0
     num_cube_cores: int = 24
     num_vector_cores: int = 48
+    soc_version: str = "Ascend910B1"
 
     def __post_init__(self) -> None:
         check_positive(self.num_heads_q, "num_heads_q")
@@ -97,11 +102,10 @@ class ModelConfig:
         check_cp_rank(self.cp_size, self.cp_rank, "cp_size")
         if not 1 <= self.num_cube_cores <= MAX_CUBE_CORES:
             raise ValueError(f"num_cube_cores must be in [1, {MAX_CUBE_CORES}], got {self.num_cube_cores}")
-        if not self.num_cube_cores <= self.num_vector_cores <= MAX_VECTOR_CORES:
-            raise ValueError(
-                f"num_vector_cores must be in [num_cube_cores = {self.num_cube_cores}, {MAX_VECTOR_CORES}], "
-                f"got {self.num_vector_cores}"
-            )
+        if not 1 <= self.num_vector_cores <= MAX_VECTOR_CORES:
+            raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {self.num_vector_cores}")
+        if not isinstance(self.soc_version, str):
+            raise ValueError(f"soc_version must be a str, got {type(self.soc_version).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +144,14 @@ class GroupConfig:
         """(left, right) as sas_metadata reads it on a causal step: a token sees itself and the
         sliding_window - 1 tokens before it; full attention is (-1, 0), causal and unbounded."""
         return (-1, 0) if self.sliding_window is None else (self.sliding_window - 1, 0)
+
+    def step_window(self, causal: bool, num_speculative_tokens: int) -> tuple[int, int]:
+        """The window of a draft step: on a non-causal (DSpark parallel drafting) step a DSpark
+        group's queries see the trailing window and the whole draft block, (sliding_window +
+        num_speculative_tokens - 1, 0), as vllm-ascend's DSpark builders pass it."""
+        if self.dspark and not causal:
+            return (self.sliding_window + num_speculative_tokens - 1, 0)
+        return self.window
 
 
 @dataclasses.dataclass
@@ -182,7 +194,7 @@ class DraftAttnMetadata:
     local_sin: torch.Tensor
     start_pos: torch.Tensor  # int32 [R]: seq_lens - query_lens (cp.start_pos)
     seq_lens_cpu: torch.Tensor  # int32 [R] on the host
-    sas_metadata: torch.Tensor  # int32 [1024]
+    sas_metadata: torch.Tensor | None  # int32 [1024]; None for a group without a sliding window
     slot_mapping: torch.Tensor  # [num_input_tokens, 2] int64: (storage block, offset); padding is PAD's pair
     dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width]: DSpark groups, non-causal steps
     dspark_swa_lens: torch.Tensor | None  # int32 [tokens_per_rank]
@@ -320,10 +332,11 @@ class _DraftBuffers:
     a value whose buffers were rewritten since it was stored."""
 
     def __init__(self, model: ModelConfig, max_num_reqs: int, max_num_tokens: int, device: torch.device,
-                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str]):
+                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str] | None):
         namespace = (DRAFT_NAMESPACE, draft_index)
         self.invariant_key = (namespace, invariant_name)
-        self.sas_keys = {causal: (namespace, name) for causal, name in sas_names.items()}
+        # Per step kind (causal or not): the key of this group's sas_metadata, None without one.
+        self.sas_keys = {causal: (namespace, name) for causal, name in sas_names.items()} if sas_names else None
         max_pad = cp_token_split(max_num_tokens, model.cp_size, model.cp_rank)
         int32 = dict(dtype=torch.int32, device=device)
         self.positions = torch.zeros(max_pad.num_tokens_pad, dtype=torch.int64, device=device)
@@ -340,7 +353,7 @@ class _DraftBuffers:
         if device.type != "cpu":
             # Device seq_lens without a host copy are read back once per step into this buffer.
             self.seq_lens_host = torch.zeros(max_num_reqs, dtype=torch.int32, pin_memory=device.type in ("cuda", "npu"))
-        self.sas = torch.zeros(NUM_WORDS, **int32)
+        self.sas = torch.zeros(NUM_WORDS, **int32) if sas_names else None
         self.slot_mapping = torch.zeros((max_num_tokens, 2), dtype=torch.int64, device=device)
         self.dspark_indices = self.dspark_lens = None
         if dspark_width is not None:
@@ -378,12 +391,11 @@ class DraftMetadataBuilder:
         self.window = group.window
         self._rope_cache = model.rope_cos_sin_cache
         num_speculative_tokens = model.num_speculative_tokens
-        # The window of each kind of step: a DSpark group's non-causal step sees its whole draft
-        # block past the sliding window.
-        self._windows = {True: group.window, False: group.window}
+        # The window of each kind of step (GroupConfig.step_window): a DSpark group's non-causal
+        # step sees its whole draft block past the sliding window.
+        self._windows = {causal: group.step_window(causal, num_speculative_tokens) for causal in (True, False)}
         self.dspark_width = None
         if group.dspark:
-            self._windows[False] = (group.sliding_window + num_speculative_tokens - 1, 0)
             least = group.sliding_window + num_speculative_tokens
             if group.dspark_index_width is None:
                 self.dspark_width = default_width(group.sliding_window, num_speculative_tokens)
@@ -401,18 +413,23 @@ class DraftMetadataBuilder:
         model_key = (f"rope={id(model.rope_cos_sin_cache):#x} k={num_speculative_tokens} "
                      f"cp={model.cp_rank}/{model.cp_size} device={self.device}")
         self._invariant_name = f"group_invariant[{model_key}]"
-        # sas_metadata's arguments after its two tensors, per kind of step (causal or not).
-        self._sas_args = {
-            causal: (model.num_heads_q, model.num_heads_kv, model.head_dim, *window, model.num_cube_cores,
-                     model.num_vector_cores)
-            for causal, window in self._windows.items()
-        }
-        self._sas_names = {
-            causal: (f"sas_metadata[{model_key} heads={model.num_heads_q}/{model.num_heads_kv} "
-                     f"head_dim={model.head_dim} window={window} "
-                     f"cores={model.num_cube_cores}/{model.num_vector_cores}]")
-            for causal, window in self._windows.items()
-        }
+        # A group with a sliding window gets the sas_metadata vllm-ascend's draft builders pass to
+        # the sparse attention kernel, per kind of step (causal or not); full attention gets None.
+        # Groups with the same arguments share one result: the name holds every argument that is
+        # not a group-invariant input.
+        self._sas_args = self._sas_names = None
+        if group.sliding_window is not None:
+            self._sas_args = {
+                causal: (model.num_heads_q, model.head_dim, *window, model.num_cube_cores, model.num_vector_cores,
+                         ASCEND950 in model.soc_version)
+                for causal, window in self._windows.items()
+            }
+            self._sas_names = {
+                causal: (f"sas_metadata[{model_key} heads={model.num_heads_q} head_dim={model.head_dim} "
+                         f"window={window} cores={model.num_cube_cores}/{model.num_vector_cores} "
+                         f"soc={model.soc_version}]")
+                for causal, window in self._windows.items()
+            }
 
     def buffers(self, draft_index: int) -> _DraftBuffers:
         """The persistent buffers of draft_index, allocated on its first use."""
@@ -569,10 +586,8 @@ class DraftMetadataBuilder:
             sas = shared.get(key, fingerprint)
             if sas is not None:
                 return sas
-        cp = invariant.fields[_CP_FIELD]
         buffers.sas_writes.generation += 1
-        # The op itself, as for the format and DSpark ops: the wrapper only allocates an absent out.
-        _SAS_METADATA_OP.select()(cp.local_query_start_loc, cp.local_seq_lens, *self._sas_args[causal], buffers.sas)
+        _call_sas(_SAS_METADATA_OP.select(), invariant.fields[_CP_FIELD], self._sas_args[causal], buffers.sas)
         if shared is not None:
             shared.put(key, fingerprint, buffers.sas, keep_alive=_inputs(common), owner=buffers.sas_writes)
         return buffers.sas
@@ -649,12 +664,17 @@ class _StepPlan:
         self.windows = [builder._windows[causal] for builder in builders]
         self.invariant_firsts, self.invariant_later, self.invariant_of = self._first_of_each(
             [buffers.invariant_key for buffers in self.buffers])
-        self.sas_firsts, self.sas_later, self.sas_of = self._first_of_each(
-            [buffers.sas_keys[causal] for buffers in self.buffers])
-        # Per distinct sas_metadata: its invariant slot, the write counter and the op's arguments
-        # after the two CP tensors (the output buffer last).
-        self.sas_calls = [(self.invariant_of[index], self.buffers[index].sas_writes,
-                           (*builders[index]._sas_args[causal], self.buffers[index].sas))
+        # Groups without a sliding window have no sas_metadata (slot None).
+        with_sas = [index for index, buffers in enumerate(self.buffers) if buffers.sas_keys]
+        firsts, self.sas_later, slots = self._first_of_each([self.buffers[index].sas_keys[causal] for index in with_sas])
+        self.sas_firsts = [with_sas[first] for first in firsts]
+        self.sas_of = [None] * len(builders)
+        for index, slot in zip(with_sas, slots):
+            self.sas_of[index] = slot
+        # Per distinct sas_metadata: its invariant slot, the write counter, the op's arguments that
+        # stay fixed (_call_sas) and the output buffer.
+        self.sas_calls = [(self.invariant_of[index], self.buffers[index].sas_writes, builders[index]._sas_args[causal],
+                           self.buffers[index].sas)
                           for index in self.sas_firsts]
         self.sas_outputs = [self.buffers[index].sas for index in self.sas_firsts]
         dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
@@ -826,7 +846,8 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
     if dspark_tables:
         _run_dspark(plan.dspark_calls, dspark_call_args, dspark_tables, invariants)
 
-    return [DraftAttnMetadata(*invariants[invariant_slot].fields, sas[sas_slot], slot_mapping, indices, lens, window)
+    return [DraftAttnMetadata(*invariants[invariant_slot].fields, None if sas_slot is None else sas[sas_slot],
+                              slot_mapping, indices, lens, window)
             for slot_mapping, indices, lens, window, invariant_slot, sas_slot in rows]
 
 
@@ -843,10 +864,25 @@ def _run_format(slot_mappings: list[torch.Tensor], block_sizes: list[int], num_s
 def _run_sas(sas_calls: list[tuple], invariants: list[_Invariant]) -> None:
     """Each distinct sas_metadata of the step (_StepPlan.sas_calls), into its buffer."""
     sas_op = _SAS_METADATA_OP.select()
-    for invariant_slot, writes, arguments in sas_calls:
-        cp = invariants[invariant_slot].fields[_CP_FIELD]
+    for invariant_slot, writes, arguments, out in sas_calls:
         writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
-        sas_op(cp.local_query_start_loc, cp.local_seq_lens, *arguments)
+        _call_sas(sas_op, invariants[invariant_slot].fields[_CP_FIELD], arguments, out)
+
+
+def _call_sas(sas_op, cp: CPLocalMetadata, arguments: tuple, out: torch.Tensor) -> None:
+    """sas_metadata with the arguments vllm-ascend's DSA draft builders pass: the CP-local query
+    starts and KV lengths (TND queries, paged KV), one KV head, no compressed KV, the band mask
+    of the step's window. arguments: the fixed part of _StepPlan.sas_calls."""
+    num_heads_q, head_dim, left, right, num_cube_cores, num_vector_cores, ascend950 = arguments
+    num_reqs = cp.local_seq_lens.numel()
+    # Without requests seqused_kv is empty, which the kernel reads as not provided and PA_ND
+    # refuses; under the TND KV layout the same empty batch gets its schedule (core 0 over none).
+    layout_kv = _LAYOUT_KV_PAGED if num_reqs else _LAYOUT_KV_TND
+    # The op itself, as for the format and DSpark ops: the wrapper only maps the strings and
+    # allocates an absent out.
+    sas_op(num_heads_q, 1, head_dim, cp.local_query_start_loc, None, None, None, cp.local_seq_lens, num_reqs,
+           cp.max_local_query_len, cp.max_local_seq_len, 0, 0, 1, 4, 3, left, right, _LAYOUT_Q_TND, layout_kv, True,
+           False, num_cube_cores, num_vector_cores, ascend950, out)
 
 
 def _run_dspark(calls: list[_DSparkCall], templates: list[list], tables: list[list[torch.Tensor]],

@@ -131,8 +131,9 @@ def _step_launches(builders: list[DraftMetadataBuilder], common: CommonDraftInpu
 
 def _kind(group: GroupConfig, builder: DraftMetadataBuilder, causal: bool) -> tuple:
     """What decides whether a group needs launches of its own: its sas_metadata arguments, and
-    DSpark indices on non-causal steps."""
-    return (builder._sas_names[causal], group.dspark and not causal)
+    DSpark indices on non-causal steps (a group without a sliding window has no sas_metadata)."""
+    sas_name = None if builder._sas_names is None else builder._sas_names[causal]
+    return (sas_name, group.dspark and not causal)
 
 
 class _OwnOpsSkipped:
