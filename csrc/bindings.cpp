@@ -6,12 +6,14 @@
 
 #include "build_facts.h"
 #include "fast_call.h"
+#include "row_views.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts and FastOp";
+  m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts, FastOp and row_views";
   specops::bind_fast_call(m);
+  specops::bind_row_views(m);
   namespace facts = specops::build_facts;
   m.attr("version") = facts::kVersion;
   const std::string cann_version = facts::kCannVersion;

@@ -24,9 +24,15 @@ TORCH_LIBRARY(specops, m) {
   m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
 
   // SPEC 3.5
+  // The arguments of vllm-ascend's npu_sparse_attn_sharedkv_metadata, with the string ones as
+  // the wrapper resolves them: layout_q 0 BSND / 1 TND, layout_kv 0 PA_ND / 1 TND / 2 BSND,
+  // ascend950 = soc_version contains "Ascend950".
   m.def(
-      "sas_metadata(Tensor cu_seqlens_q, Tensor seqused_kv, int num_heads_q, int num_heads_kv, int head_dim, "
-      "int window_left, int window_right, int num_cube_cores, int num_vector_cores, Tensor(a!) out) -> ()");
+      "sas_metadata(int num_heads_q, int num_heads_kv, int head_dim, Tensor? cu_seqlens_q, Tensor? cu_seqlens_ori_kv, "
+      "Tensor? cu_seqlens_cmp_kv, Tensor? seqused_q, Tensor? seqused_kv, int batch_size, int max_seqlen_q, "
+      "int max_seqlen_kv, int ori_topk, int cmp_topk, int cmp_ratio, int ori_mask_mode, int cmp_mask_mode, "
+      "int ori_win_left, int ori_win_right, int layout_q, int layout_kv, bool has_ori_kv, bool has_cmp_kv, "
+      "int num_cube_cores, int num_vector_cores, bool ascend950, Tensor(a!) out) -> ()");
 
   // SPEC 3.4
   m.def(
@@ -44,6 +50,17 @@ TORCH_LIBRARY(specops, m) {
       "dspark_swa_indices(Tensor block_table, Tensor query_start_loc, Tensor seq_lens, int window, "
       "int num_speculative_tokens, int block_size, int num_tokens, int width, int cp_size, int cp_rank, "
       "Tensor(a!) out, Tensor(b!) out_lens) -> ()");
+  // The two per-group ops of a draft step for every group at once (one launch each):
+  // slot_mappings[g][:num_slots] formatted with block_sizes[g] into out[g]; and the DSpark
+  // indices of group g (block_tables[g], windows[g], block_sizes[g], widths[g]) into out[g],
+  // out_lens[g], every group sharing the batch, the token count and the CP split.
+  m.def(
+      "format_slot_mapping_blocks_multi(Tensor[] slot_mappings, int[] block_sizes, int num_slots, "
+      "Tensor(a!)[] out) -> ()");
+  m.def(
+      "dspark_swa_indices_multi(Tensor[] block_tables, Tensor query_start_loc, Tensor seq_lens, int[] windows, "
+      "int num_speculative_tokens, int[] block_sizes, int num_tokens, int[] widths, int cp_size, int cp_rank, "
+      "Tensor(a!)[] out, Tensor(b!)[] out_lens) -> ()");
 
   // SPEC 3.2: async spec-decode token accounting. The corrections are in place: every read sees
   // the values from before the call.

@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 from strategies import (
-    attention_batches,
     batch_shapes,
     cp_batches,
     make_batch,
@@ -30,6 +29,7 @@ from strategies import (
     make_spec_decode_step,
     make_staged_writes,
     query_start_loc_of,
+    sas_calls,
 )
 
 import specops
@@ -171,7 +171,7 @@ def _pick(draw, n: int) -> int:
 
 
 def _any_entry(draw, call: Call, name: str) -> int | None:
-    tensor = call[name]
+    tensor = call.get(name)
     return None if tensor is None or tensor.numel() == 0 else _pick(draw, tensor.numel())
 
 
@@ -606,6 +606,64 @@ FORMAT = OpSpec(
 )
 
 
+# ------------------------------------------------------------ format_slot_mapping_blocks_multi
+
+def _format_multi_valid() -> Call:
+    return dict(slot_mappings=[t64(0, 17, -1, 40, 99), t32(5, 19, -1, -11)], block_sizes=[16, 10], num_slots=4,
+                out=[stale(5, 2, dtype=I64), stale(4, 2)])
+
+
+def _format_multi_metadata() -> list[Bad]:
+    shared = stale(8, 2, dtype=I64)
+    return [
+        bad("one block size for two slot mappings", ("block_sizes", "slot_mappings"), block_sizes=[16]),
+        bad("three outputs for two slot mappings", ("out", "slot_mappings"),
+            out=[stale(5, 2, dtype=I64), stale(4, 2), stale(4, 2)]),
+        bad("block_sizes[1] 0", "block_sizes[1]", block_sizes=[16, 0]),
+        bad("num_slots -1", "num_slots", num_slots=-1),
+        bad("num_slots past slot_mappings[1]", ("slot_mappings[1]", "num_slots"), num_slots=5),
+        bad("out[1] with fewer rows than num_slots", ("out[1]", "num_slots"), out=[stale(5, 2, dtype=I64), stale(3, 2)]),
+        bad("out[0] with 3 columns", "out[0]", out=[stale(5, 3, dtype=I64), stale(4, 2)]),
+        bad("outputs sharing memory", ("out[1]", "out[0]"), out=[shared[:5], shared[3:7]]),
+    ]
+
+
+@st.composite
+def _format_multi_draw(draw) -> Call:
+    generator = _seed(draw)
+    num_groups = draw(st.integers(1, 3))
+    num_slots = draw(st.integers(0, 20))
+    slot_mappings, out = [], []
+    for _ in range(num_groups):
+        slots = torch.randint(0, 1 << 20, (num_slots + draw(st.integers(0, 2)),), generator=generator)
+        slots[torch.rand(slots.numel(), generator=generator) < 0.2] = specops.PAD_SLOT_ID
+        slot_mappings.append(slots.to(draw(st.sampled_from([I64, I32]))))
+        out.append(stale(num_slots + draw(st.integers(0, 3)), 2, dtype=draw(st.sampled_from([I64, I32]))))
+    return dict(slot_mappings=slot_mappings, block_sizes=[draw(st.sampled_from([1, 3, 4, 16, 100])) for _ in out],
+                num_slots=num_slots, out=out)
+
+
+def _format_multi_extreme_slots(draw, call: Call) -> bool:
+    for slots in call["slot_mappings"]:
+        _format_extreme_slots(draw, dict(slot_mapping=slots))
+    return False
+
+
+FORMAT_MULTI = OpSpec(
+    name="format_slot_mapping_blocks_multi",
+    wrapper=specops.format_slot_mapping_blocks_multi,
+    tensors={"slot_mappings[0]": Arg((I64, I32), 1), "slot_mappings[1]": Arg((I64, I32), 1),
+             "out[0]": Arg((I64, I32), 2, row_stride=True), "out[1]": Arg((I64, I32), 2, row_stride=True)},
+    outputs=("out[0]", "out[1]"),
+    valid_call=_format_multi_valid,
+    metadata_errors=_format_multi_metadata,
+    value_errors=lambda: [],  # every int is a slot: negative ones floor-divide like PAD
+    draw_call=_format_multi_draw(),
+    corruptions=(Corruption("slots at the dtype's extremes", _format_multi_extreme_slots),),
+    scalars=("num_slots", "block_sizes"),
+)
+
+
 # -------------------------------------------------------------------- dspark_swa_indices (3.4)
 
 def _dspark_valid() -> Call:
@@ -722,6 +780,151 @@ DSPARK = OpSpec(
         Corruption("query_start_loc[R] past num_tokens", _query_start_loc_past(lambda call: call["num_tokens"]),
                    device="bounds"),
     ),
+)
+
+
+# -------------------------------------------------------------------- dspark_swa_indices_multi
+
+def _dspark_multi_valid() -> Call:
+    # _dspark_valid's batch for two groups: group 1 has block size 2 and window 1 (request 0 sees
+    # positions 3..5, request 1 positions 6, 7).
+    single = _dspark_valid()
+    return dict(block_tables=[single["block_table"], torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]], dtype=I32)],
+                query_start_loc=single["query_start_loc"], seq_lens=single["seq_lens"], windows=[2, 1],
+                num_speculative_tokens=1, block_sizes=[4, 2], num_tokens=4, widths=[4, 3], cp_size=1, cp_rank=0,
+                out=[stale(5, 1, 4), stale(4, 1, 3)], out_lens=[stale(5), stale(4)])
+
+
+def _dspark_multi_metadata() -> list[Bad]:
+    shared = stale(12)
+    return [
+        bad("one window for two tables", ("windows", "block_tables"), windows=[2]),
+        bad("three widths for two tables", ("widths", "block_tables"), widths=[4, 3, 3]),
+        bad("one block size for two tables", ("block_sizes", "block_tables"), block_sizes=[4]),
+        bad("one output for two tables", ("out", "block_tables"), out=[stale(5, 1, 4)]),
+        bad("one out_lens for two tables", ("out_lens", "block_tables"), out_lens=[stale(5)]),
+        bad("R+1 = 0 entries", "query_start_loc", query_start_loc=torch.zeros(0, dtype=I32)),
+        bad("seq_lens longer than R", ("seq_lens", "query_start_loc"), seq_lens=t32(6, 8, 1)),
+        bad("block_tables[1] with fewer rows than R", "block_tables[1]",
+            block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32), torch.tensor([[1, 2, 3, 4]], dtype=I32)]),
+        bad("windows[1] -1", "windows[1]", windows=[2, -1]),
+        bad("block_sizes[0] 0", "block_sizes[0]", block_sizes=[0, 2]),
+        bad("widths[1] below windows[1] + num_speculative_tokens", "widths[1]", widths=[4, 1],
+            out=[stale(5, 1, 4), stale(4, 1, 1)]),
+        bad("num_speculative_tokens -1", "num_speculative_tokens", num_speculative_tokens=-1),
+        bad("num_tokens -1", "num_tokens", num_tokens=-1),
+        bad("num_tokens past int32", "num_tokens", num_tokens=INT32_MAX),
+        bad("cp_size 0", "cp_size", cp_size=0),
+        bad("cp_rank = cp_size", ("cp_rank", "cp_size"), cp_rank=1),
+        bad("out[1] narrower than widths[1]", ("out[1]", "widths[1]"), out=[stale(5, 1, 4), stale(4, 1, 2)]),
+        bad("out[0] with fewer rows than tokens", "out[0]", out=[stale(3, 1, 4), stale(4, 1, 3)]),
+        bad("out_lens[1] with fewer entries than tokens", "out_lens[1]", out_lens=[stale(5), stale(3)]),
+        bad("out_lens sharing memory", ("out_lens[1]", "out_lens[0]"), out_lens=[shared[:5], shared[4:8]]),
+    ]
+
+
+def _dspark_multi_values() -> list[Bad]:
+    return [
+        bad("negative seq_len", "seq_lens", seq_lens=t32(-1, 8)),
+        bad("seq_len past block_tables[1]", "block_tables[1]",
+            block_tables=[torch.tensor([[1, 2], [3, 4], [5, 6]], dtype=I32), torch.tensor([[1, 2], [3, 4]], dtype=I32)]),
+        bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 4, 3)),
+        bad("num_tokens below query_start_loc[R]", ("num_tokens", "query_start_loc"), num_tokens=2),
+        bad("widths[1] below what a request sees", "widths[1]", windows=[2, 3], widths=[4, 4],
+            out=[stale(5, 1, 4), stale(4, 1, 4)]),
+    ]
+
+
+def _dspark_multi_as_groups(call: Call) -> list[Call]:
+    """The single-op view of each group (what _dspark_visible and the corruptions read)."""
+    return [dict(call, block_table=table, window=window, block_size=block_size, width=width)
+            for table, window, block_size, width in zip(call["block_tables"], call["windows"], call["block_sizes"],
+                                                        call["widths"])]
+
+
+@st.composite
+def _dspark_multi_draw(draw) -> Call:
+    batch = draw(cp_batches(max_reqs=5, max_query_len=6, max_context=40, block_size=4))
+    num_groups = draw(st.integers(1, 3))
+    call = dict(query_start_loc=batch.query_start_loc, seq_lens=batch.seq_lens,
+                num_speculative_tokens=draw(st.integers(0, 4)), num_tokens=batch.num_input_tokens,
+                cp_size=batch.cp_size, cp_rank=_pick(draw, batch.cp_size), block_tables=[], windows=[],
+                block_sizes=[], widths=[])
+    generator = _seed(draw)
+    for _ in range(num_groups):
+        block_size = draw(st.sampled_from([2, 4]))
+        cols = batch.block_table.size(1) * 4 // block_size
+        call["block_tables"].append(
+            torch.randint(0, 1 << 12, (batch.block_table.size(0), cols), dtype=I32, generator=generator))
+        call["block_sizes"].append(block_size)
+        call["windows"].append(draw(st.integers(0, 10)))
+    for group in _dspark_multi_as_groups(dict(call, widths=[0] * num_groups)):
+        least = max([1, group["window"] + call["num_speculative_tokens"], *_dspark_visible(group)])
+        call["widths"].append(least + draw(st.integers(0, 3)))
+    rows = _dspark_rows(call)
+    call["out"] = [stale(rows + draw(st.integers(0, 2)), 1, width) for width in call["widths"]]
+    call["out_lens"] = [stale(rows + draw(st.integers(0, 2))) for _ in call["widths"]]
+    return call
+
+
+def _dspark_multi_seq_len_past_a_table(draw, call: Call) -> bool:
+    request = _dspark_request_with_tokens(draw, call)
+    if request is None:
+        return False
+    covered = min(t.size(1) * b for t, b in zip(call["block_tables"], call["block_sizes"]))
+    call["seq_lens"][request] = covered + draw(st.integers(1, 20))
+    _dspark_multi_fit_widths(call)
+    return True
+
+
+def _dspark_multi_fit_widths(call: Call) -> None:
+    """Widths (and outputs) that hold what every request sees, so that only one thing is wrong."""
+    for g, group in enumerate(_dspark_multi_as_groups(call)):
+        width = max([group["width"], *_dspark_visible(group)])
+        if width != call["widths"][g]:
+            call["widths"] = [width if i == g else w for i, w in enumerate(call["widths"])]
+            call["out"] = [stale(call["out"][g].size(0), 1, width) if i == g else t for i, t in enumerate(call["out"])]
+
+
+def _dspark_multi_negative_block_ids(draw, call: Call) -> bool:
+    for g in range(len(call["block_tables"])):
+        _negative_block_ids(draw, call["block_tables"], g)
+    return False
+
+
+def _dspark_multi_width_below_visible(draw, call: Call) -> bool:
+    g = _pick(draw, len(call["widths"]))
+    width = max(1, call["windows"][g] + call["num_speculative_tokens"])
+    call["widths"] = [width if i == g else w for i, w in enumerate(call["widths"])]
+    call["out"] = [stale(call["out"][g].size(0), 1, width) if i == g else t for i, t in enumerate(call["out"])]
+    return any(v > width for v in _dspark_visible(_dspark_multi_as_groups(call)[g]))
+
+
+DSPARK_MULTI = OpSpec(
+    name="dspark_swa_indices_multi",
+    wrapper=specops.dspark_swa_indices_multi,
+    tensors={"block_tables[0]": Arg((I32,), 2, row_stride=True), "block_tables[1]": Arg((I32,), 2, row_stride=True),
+             "query_start_loc": Arg((I32,), 1), "seq_lens": Arg((I32,), 1),
+             "out[0]": Arg((I32,), 3, row_stride=True), "out[1]": Arg((I32,), 3, row_stride=True),
+             "out_lens[0]": Arg((I32,), 1), "out_lens[1]": Arg((I32,), 1)},
+    outputs=("out[0]", "out[1]", "out_lens[0]", "out_lens[1]"),
+    valid_call=_dspark_multi_valid,
+    metadata_errors=_dspark_multi_metadata,
+    value_errors=_dspark_multi_values,
+    offsets=("query_start_loc",),
+    draw_call=_dspark_multi_draw(),
+    corruptions=(
+        Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True,
+                                                  where=_dspark_request_with_tokens)),
+        Corruption("seq_len past a block table", _dspark_multi_seq_len_past_a_table),
+        Corruption("negative block ids", _dspark_multi_negative_block_ids),
+        Corruption("num_tokens below query_start_loc[R]", _tokens_below_real("num_tokens")),
+        Corruption("a width below what a request sees", _dspark_multi_width_below_visible),
+        Corruption("query_start_loc[R] past num_tokens", _query_start_loc_past(lambda call: call["num_tokens"]),
+                   device="bounds"),
+    ),
+    guard_examples=25,
+    scalars=("windows", "num_speculative_tokens", "block_sizes", "num_tokens", "widths", "cp_size", "cp_rank"),
 )
 
 
@@ -857,63 +1060,94 @@ DCP_LOCAL = OpSpec(
 # -------------------------------------------------------------------------- sas_metadata (3.5)
 
 def _sas_valid() -> Call:
-    return dict(cu_seqlens_q=t32(0, 2, 3), seqused_kv=t32(10, 300), num_heads_q=8, num_heads_kv=2, head_dim=128,
-                window_left=-1, window_right=0, num_cube_cores=4, num_vector_cores=8, out=stale(1024))
+    # Every tensor given: seqused_q sets B and the query lengths, seqused_kv the KV lengths (the
+    # cumulative ones are the kernel's fallbacks and go unread here).
+    return dict(num_heads_q=64, num_heads_kv=1, head_dim=512, cu_seqlens_q=t32(0, 2, 3), cu_seqlens_ori_kv=t32(0, 10, 310),
+                cu_seqlens_cmp_kv=t32(0, 2, 77), seqused_q=t32(2, 1), seqused_kv=t32(10, 300), batch_size=2,
+                max_seqlen_q=2, max_seqlen_kv=300, ori_topk=0, cmp_topk=512, cmp_ratio=4, ori_mask_mode=4,
+                cmp_mask_mode=3, ori_win_left=127, ori_win_right=0, layout_q="TND", layout_kv="PA_ND",
+                has_ori_kv=True, has_cmp_kv=True, num_cube_cores=4, num_vector_cores=8, soc_version="Ascend910B1",
+                out=stale(1024))
 
 
 def _sas_metadata() -> list[Bad]:
+    # The AI-CPU kernel's own refusals, the inputs it has no defined answer for, and the int32
+    # range of the attributes it reads as int32.
     return [
-        bad("R+1 = 0 entries", "cu_seqlens_q", cu_seqlens_q=torch.zeros(0, dtype=I32)),
-        bad("seqused_kv longer than R", ("seqused_kv", "cu_seqlens_q"), seqused_kv=t32(10, 300, 5)),
         bad("out of 1023 words", "out", out=stale(1023)),
         bad("num_heads_q 0", "num_heads_q", num_heads_q=0),
-        bad("num_heads_q past int32", "num_heads_q", num_heads_q=2**31, num_heads_kv=1),
-        bad("num_heads_q not a multiple of num_heads_kv", ("num_heads_q", "num_heads_kv"), num_heads_q=7),
-        bad("num_heads_kv 0", "num_heads_kv", num_heads_kv=0),
-        bad("head_dim 0", "head_dim", head_dim=0),
-        bad("window_left -2", "window_left", window_left=-2),
-        bad("window_right -2", "window_right", window_right=-2),
+        bad("num_heads_q past int32", "num_heads_q", num_heads_q=2**31),
+        bad("num_heads_q 16 with layout_kv BSND", "num_heads_q", num_heads_q=16, layout_q="BSND", layout_kv="BSND"),
+        bad("num_heads_kv 2", "num_heads_kv", num_heads_kv=2),
+        bad("head_dim past int32", "head_dim", head_dim=2**31),
+        bad("batch_size -1", "batch_size", batch_size=-1),
+        bad("max_seqlen_q -1", "max_seqlen_q", max_seqlen_q=-1),
+        bad("max_seqlen_kv -1", "max_seqlen_kv", max_seqlen_kv=-1),
+        bad("ori_topk past int32", "ori_topk", ori_topk=-(2**31) - 1),
+        bad("cmp_topk 256", "cmp_topk", cmp_topk=256),
+        bad("cmp_ratio 8", "cmp_ratio", cmp_ratio=8),
+        bad("ori_mask_mode 1", "ori_mask_mode", ori_mask_mode=1),
+        bad("cmp_mask_mode past int32", "cmp_mask_mode", cmp_mask_mode=2**32),
+        bad("ori_win_left -1", "ori_win_left", ori_win_left=-1),
+        bad("ori_win_left past 2^62", "ori_win_left", ori_win_left=2**62 + 1),
+        bad("ori_win_right -1", "ori_win_right", ori_win_right=-1),
         bad("num_cube_cores 0", "num_cube_cores", num_cube_cores=0),
-        bad("num_cube_cores 37", "num_cube_cores", num_cube_cores=37, num_vector_cores=40),
-        bad("num_vector_cores below num_cube_cores", ("num_vector_cores", "num_cube_cores"), num_vector_cores=3),
+        bad("num_cube_cores 37", "num_cube_cores", num_cube_cores=37),
+        bad("num_vector_cores 0", "num_vector_cores", num_vector_cores=0),
         bad("num_vector_cores 73", "num_vector_cores", num_vector_cores=73),
+        bad("layout_q BNSD", "layout_q", layout_q="BNSD"),
+        bad("layout_kv PA_BSND", "layout_kv", layout_kv="PA_BSND"),
+        bad("layout_kv BSND with layout_q TND", "layout_kv", layout_kv="BSND"),
+        bad("TND without cu_seqlens_q", "cu_seqlens_q", cu_seqlens_q=None),
+        bad("TND with an empty cu_seqlens_q", "cu_seqlens_q", cu_seqlens_q=torch.zeros(0, dtype=I32)),
+        bad("PA_ND without seqused_kv", "seqused_kv", seqused_kv=None),
+        bad("seqused_kv shorter than B", ("seqused_kv", "seqused_q"), seqused_kv=t32(10)),
+        bad("cu_seqlens_ori_kv shorter than B + 1", ("cu_seqlens_ori_kv", "seqused_q"), seqused_kv=None,
+            layout_kv="TND", cu_seqlens_ori_kv=t32(0, 10)),
     ]
 
 
 def _sas_values() -> list[Bad]:
     return [
-        bad("cu_seqlens_q decreasing", "cu_seqlens_q", cu_seqlens_q=t32(0, 3, 2)),
+        bad("cu_seqlens_q decreasing", "cu_seqlens_q", seqused_q=None, cu_seqlens_q=t32(0, 3, 2)),
+        bad("negative seqused_q", "seqused_q", seqused_q=t32(2, -1)),
         bad("negative seqused_kv", "seqused_kv", seqused_kv=t32(-1, 300)),
+        bad("cu_seqlens_ori_kv decreasing", "cu_seqlens_ori_kv", seqused_kv=None, layout_kv="TND",
+            cu_seqlens_ori_kv=t32(0, 10, 9)),
+        bad("seqused_kv past int32", "seqused_kv", seqused_kv=t64(10, 2**31)),
+        bad("more than 2^31 - 1 query rows", "seqused_q", seqused_q=t32(2, 2**25)),
     ]
 
 
-@st.composite
-def _sas_draw(draw) -> Call:
-    query_lens, kv_lens = draw(attention_batches(max_reqs=4, max_prefill=40, max_context=600))
-    num_heads_kv = draw(st.sampled_from([1, 2]))
-    cores = draw(st.integers(1, 8))
-    window_left, window_right = draw(st.sampled_from([(-1, 0), (-1, -1), (64, 0), (0, 0), (100, 3)]))
-    return dict(cu_seqlens_q=query_start_loc_of(query_lens), seqused_kv=torch.tensor(kv_lens, dtype=I32),
-                num_heads_q=num_heads_kv * draw(st.sampled_from([1, 4, 16])), num_heads_kv=num_heads_kv,
-                head_dim=draw(st.sampled_from([64, 128, 512])), window_left=window_left, window_right=window_right,
-                num_cube_cores=cores, num_vector_cores=draw(st.integers(cores, 2 * cores)), out=stale(1024))
+def _sas_negative_query_length(draw, call: Call) -> bool:
+    """A negative query length where the call reads it: seqused_q, else a decreasing cu_seqlens_q
+    (TND); BSND without seqused_q reads no tensor."""
+    if call.get("seqused_q") is not None and call["seqused_q"].numel():
+        return _one_entry("seqused_q", _negative, native_raises=True)(draw, call)
+    if call["layout_q"] == "TND":
+        return _decreasing("cu_seqlens_q", first=1)(draw, call)
+    return False
 
 
 SAS = OpSpec(
     name="sas_metadata",
     wrapper=specops.sas_metadata,
-    tensors=dict(cu_seqlens_q=Arg((I32,), 1), seqused_kv=Arg((I32,), 1), out=Arg((I32,), 1)),
+    tensors=dict(cu_seqlens_q=Arg((I32, I64), 1), cu_seqlens_ori_kv=Arg((I32, I64), 1),
+                 cu_seqlens_cmp_kv=Arg((I32, I64), 1), seqused_q=Arg((I32, I64), 1), seqused_kv=Arg((I32, I64), 1),
+                 out=Arg((I32,), 1)),
     outputs=("out",),
     valid_call=_sas_valid,
     metadata_errors=_sas_metadata,
     value_errors=_sas_values,
-    draw_call=_sas_draw(),
+    draw_call=sas_calls(max_reqs=5, max_prefill=20, max_context=800),
     corruptions=(
         Corruption("negative seqused_kv", _one_entry("seqused_kv", _negative, native_raises=True)),
-        # Only differences are read: cu_seqlens_q[0] < 0 is no error, a decrease after it is.
-        Corruption("cu_seqlens_q decreasing", _decreasing("cu_seqlens_q", first=1)),
+        Corruption("negative query length", _sas_negative_query_length),
     ),
-    guard_examples=15,  # about 0.05 s per interpreted call
+    guard_examples=10,  # about 0.3 s per interpreted call
+    scalars=("num_heads_q", "num_heads_kv", "head_dim", "batch_size", "max_seqlen_q", "max_seqlen_kv", "ori_topk",
+             "cmp_topk", "cmp_ratio", "ori_mask_mode", "cmp_mask_mode", "ori_win_left", "ori_win_right",
+             "num_cube_cores", "num_vector_cores"),
 )
 
 
@@ -1258,8 +1492,8 @@ FUSED = OpSpec(
 
 
 # Add an op here (docs/hardening.md, "Adding an op").
-OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, DSPARK, CP_LOCAL, DCP_LOCAL, SAS, CORRECT_COUNTS,
-                                CORRECT_SEQ_LENS, PREPARE_POSITIONS, FUSED)
+OP_TABLE: tuple[OpSpec, ...] = (SLOT_MAPPING, GATHER, APPLY, FORMAT, FORMAT_MULTI, DSPARK, DSPARK_MULTI, CP_LOCAL,
+                                DCP_LOCAL, SAS, CORRECT_COUNTS, CORRECT_SEQ_LENS, PREPARE_POSITIONS, FUSED)
 
 # Schemas that are not public ops: reached only through another op's wrapper, covered there.
 HOST_HELPERS = {

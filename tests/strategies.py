@@ -246,6 +246,46 @@ def query_start_loc_of(query_lens: list[int]) -> torch.Tensor:
     return query_start_loc
 
 
+@st.composite
+def sas_calls(draw, max_reqs: int = 6, max_prefill: int = 40, max_context: int = 3000) -> dict:
+    """Keyword arguments of a sas_metadata call the AI-CPU kernel accepts, `out` included: every
+    layout, where the lengths come from (seqused_*, cumulative, the max_seqlen_* of BSND), int32
+    or int64 tensors, mask modes, windows, compressed KV, core counts and both tile shapes."""
+    query_lens, kv_lens = draw(attention_batches(max_reqs=max_reqs, max_prefill=max_prefill, max_context=max_context))
+    layout_q = draw(st.sampled_from(["TND", "TND", "BSND"]))
+    layout_kv = draw(st.sampled_from(["PA_ND", "PA_ND", "TND"] + (["BSND"] if layout_q == "BSND" else [])))
+    if not query_lens:
+        layout_kv = "TND"  # an empty seqused_kv is "not provided", which PA_ND refuses
+    heads = draw(st.sampled_from([32, 64] if layout_kv == "BSND" else [1, 8, 16, 32, 64, 128]))
+    dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    batches = len(query_lens)
+    if layout_q == "BSND" and not draw(st.booleans()):
+        query_lens = [max(query_lens, default=0)] * batches  # every batch max_seqlen_q long
+    call = dict(num_heads_q=heads, num_heads_kv=1, head_dim=draw(st.sampled_from([512, 128])), batch_size=batches,
+                max_seqlen_q=max(query_lens, default=0), layout_q=layout_q, layout_kv=layout_kv,
+                num_cube_cores=draw(st.integers(1, 36)), num_vector_cores=draw(st.integers(1, 72)),
+                soc_version=draw(st.sampled_from(["Ascend910B1", "Ascend910B1", "Ascend950PR"])))
+    if layout_q == "TND" or (batches and query_lens[0] != max(query_lens)) or draw(st.booleans()):
+        if layout_q == "TND":
+            call["cu_seqlens_q"] = query_start_loc_of(query_lens).to(dtype)
+        if layout_q == "BSND" or draw(st.integers(0, 3)) == 0:
+            call["seqused_q"] = torch.tensor(query_lens, dtype=dtype)
+    if layout_kv == "PA_ND" or draw(st.booleans()):
+        call["seqused_kv"] = torch.tensor(kv_lens, dtype=dtype)
+    elif layout_kv == "TND":
+        call["cu_seqlens_ori_kv"] = query_start_loc_of(kv_lens).to(dtype)
+    else:
+        kv_lens = [max(kv_lens, default=0)] * batches
+    call["max_seqlen_kv"] = max(kv_lens, default=0)
+    mode = draw(st.sampled_from([0, 3, 4, 4]))
+    left, right = draw(st.sampled_from([(127, 0), (133, 0), (0, 0), (1, 0), (63, 3), (1000, 0), (5, 200)]))
+    call.update(ori_mask_mode=mode, ori_win_left=left, ori_win_right=right)
+    ratio, topk = draw(st.sampled_from([(None, 0), (4, 512), (4, 1024), (4, 0), (128, 0)]))
+    call.update(has_cmp_kv=ratio is not None, cmp_ratio=ratio or 1, cmp_topk=topk)
+    call["out"] = torch.full((1024,), 0x0BADF00D, dtype=torch.int32)
+    return call
+
+
 @dataclasses.dataclass
 class CPBatch(QueryStartLocSizes):
     """A batch under DSA-CP: requests (some empty, some with seq_len 0), a padded token stream

@@ -143,8 +143,25 @@ def _metadata_tensors(meta: DraftAttnMetadata) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def step_window(group: GroupConfig, num_speculative_tokens: int, causal: bool) -> tuple[int, int]:
+    """(left, right) of a step: the sliding window W is (W - 1, 0), full attention (-1, 0); a
+    DSpark group on a non-causal step sees its draft block past the window, (W + K - 1, 0)."""
+    if group.sliding_window is None:
+        return (-1, 0)
+    if group.dspark and not causal:
+        return (group.sliding_window + num_speculative_tokens - 1, 0)
+    return (group.sliding_window - 1, 0)
+
+
+def dspark_width(group: GroupConfig, num_speculative_tokens: int) -> int:
+    """GroupConfig.dspark_index_width, else W + K rounded up to a multiple of 128."""
+    if group.dspark_index_width is not None:
+        return group.dspark_index_width
+    return -(-(group.sliding_window + num_speculative_tokens) // 128) * 128
+
+
 def expected_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftInputs) -> dict:
-    """Every field from SPEC 4's definitions, with plain Python and direct op calls."""
+    """Every field from the drafting layer's definitions, with plain Python and direct op calls."""
     num_reqs, num_tokens, num_input_tokens = common.num_reqs, common.num_actual_tokens, common.num_input_tokens
     query_start_loc = common.query_start_loc[:num_reqs + 1]
     seq_lens = common.seq_lens[:num_reqs]
@@ -163,15 +180,22 @@ def expected_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraf
     reference_cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, common.causal,
                                 local_qsl, local_seq, start_pos)
     local_query_lens = (local_qsl[1:] - local_qsl[:-1]).tolist()
-    window = (-1, 0) if group.sliding_window is None else (group.sliding_window - 1, 0)
-    sas = specops.sas_metadata(local_qsl, local_seq, num_heads_q=model.num_heads_q, num_heads_kv=model.num_heads_kv,
-                               head_dim=model.head_dim, window_left=window[0], window_right=window[1],
-                               num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores)
+    # The step's window; the arguments of vllm-ascend's DSA drafting builders; no sas_metadata
+    # without a sliding window.
+    window = step_window(group, model.num_speculative_tokens, common.causal)
+    sas = None
+    if group.sliding_window is not None:
+        sas = specops.sas_metadata(
+            model.num_heads_q, 1, model.head_dim, cu_seqlens_q=local_qsl, seqused_kv=local_seq, batch_size=num_reqs,
+            max_seqlen_q=max([1, *local_query_lens]), max_seqlen_kv=max([1, *local_seq.tolist()]), cmp_ratio=1,
+            ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=window[0], ori_win_right=window[1], layout_q="TND",
+            layout_kv="PA_ND" if num_reqs else "TND", has_cmp_kv=False, num_cube_cores=model.num_cube_cores,
+            num_vector_cores=model.num_vector_cores)
     slots = common.slot_mappings[group.name][:num_tokens].tolist() + [specops.PAD_SLOT_ID] * (num_input_tokens - num_tokens)
     block = group.storage_block_size
     indices = lens = None
-    if group.dspark:
-        width = -(-(group.sliding_window + model.num_speculative_tokens + 1) // 128) * 128
+    if group.dspark and not common.causal:  # DSpark indices exist on non-causal steps only
+        width = dspark_width(group, model.num_speculative_tokens)
         indices, lens = specops.dspark_swa_indices(
             common.block_tables[group.name][:num_reqs], query_start_loc, seq_lens, window=group.sliding_window,
             num_speculative_tokens=model.num_speculative_tokens, block_size=group.block_size,
@@ -240,14 +264,33 @@ def test_hand_computed_step():
     assert meta.slot_mapping.tolist() == [[10, 1], [10, 2], [20, 3], [21, 0], [-1, 3], [-1, 3]]
     assert meta.window == (7, 0)
     assert meta.dspark_swa_indices is None and meta.dspark_swa_lens is None
-    assert torch.equal(meta.sas_metadata, specops.sas_metadata(
-        meta.cp.local_query_start_loc, meta.cp.local_seq_lens, num_heads_q=4, num_heads_kv=1, head_dim=128,
-        window_left=7, window_right=0, num_cube_cores=2, num_vector_cores=4))
-    assert meta.sas_metadata.numel() == 1024 and meta.sas_metadata[0].item() == 0x5A5
+    # sas_metadata of the local batches [0, 0, 2] / [0, 23], window (7, 0), 4 heads, 2 cores:
+    # batch 0 has no query; batch 1's tokens sit at positions 21 and 22 and see 8 tokens each,
+    # a tile of 6 * ceil(4 / 16) + 10 * ceil(8 / 64) = 16. Limit max(32 // 2, 16) = 16: core 0
+    # passes batch 0, batch 1 (32 > 16 + 8) is cut after its tile 0; core 1 takes the rest.
+    assert meta.sas_metadata.tolist() == [1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 2, 0, 0, 0] + [0] * 1008
 
 
 def test_group_window():
     assert SWA.window == (23, 0) and FULL.window == (-1, 0) and DSPARK.window == (23, 0)
+    # A non-causal step is DSpark parallel drafting: a DSpark group sees the window and the draft block.
+    assert DSPARK.step_window(False, 3) == (26, 0) and DSPARK.step_window(True, 3) == (23, 0)
+    assert SWA.step_window(False, 3) == (23, 0) and FULL.step_window(False, 3) == (-1, 0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_window_and_sas_metadata_of_each_group(causal):
+    model = make_model(num_speculative_tokens=3)
+    groups = [SWA, FULL, DSPARK]
+    common = make_step(random.Random(21), groups, 3, num_reqs=5)
+    common.causal = causal
+    swa, full, dspark = build_draft_attn_metadata(make_builders(model, groups), common, 1)
+    assert full.sas_metadata is None and full.window == (-1, 0)
+    assert dspark.window == ((23, 0) if causal else (26, 0))
+    # The same arguments share one result; a different window computes its own.
+    assert (dspark.sas_metadata is swa.sas_metadata) == causal
+    for group, meta in ((SWA, swa), (DSPARK, dspark)):
+        assert_matches_definitions(meta, model, group, common)
 
 
 # ---------------------------------------------------------------- the fields against SPEC 4
@@ -259,11 +302,205 @@ def test_every_field_matches_its_definition(backend, cp_size):
     steps = 2 if backend == "triton" else 6
     for step in range(steps):
         cp_rank = rng.randrange(cp_size)
-        model = make_model(rng.randint(0, 3), cp_size, cp_rank)
+        model = make_model(rng.randint(1, 3), cp_size, cp_rank)
         groups = rng.sample(ALL_GROUPS, 3)
         common = make_step(rng, groups, model.num_speculative_tokens, num_reqs=rng.randint(0, 6))
         for group, meta in zip(groups, build_draft_attn_metadata(make_builders(model, groups), common, draft_index=1)):
             assert_matches_definitions(meta, model, group, common)
+
+
+# ---------------------------------------------------------------- DSpark steps, widths, draft indices
+
+
+def _dspark_step(causal: bool) -> tuple[ModelConfig, CommonDraftInputs]:
+    """Two requests, num_speculative_tokens = 2: request 0 has 2 draft tokens and seq_len 9,
+    request 1 has 1 token and seq_len 4; one padding token."""
+    model = make_model(num_speculative_tokens=2)
+    query_start_loc = torch.tensor([0, 2, 3], dtype=torch.int32)
+    seq_lens = torch.tensor([9, 4], dtype=torch.int32)
+    block_table = torch.tensor([[10, 11, 12, 13], [20, 21, 22, 23]], dtype=torch.int32)
+    common = CommonDraftInputs(
+        query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc.clone(), seq_lens=seq_lens,
+        seq_lens_cpu=None, positions=torch.tensor([7, 8, 3]), num_reqs=2, num_actual_tokens=3, num_input_tokens=4,
+        causal=causal, block_tables={"swa3": block_table, "dspark3": block_table},
+        slot_mappings={"swa3": torch.tensor([0, 1, 2]), "dspark3": torch.tensor([0, 1, 2])})
+    return model, common
+
+
+SWA_3 = GroupConfig("swa3", block_size=4, storage_block_size=4, sliding_window=3)
+DSPARK_3 = GroupConfig("dspark3", block_size=4, storage_block_size=4, sliding_window=3, dspark=True)
+
+
+def test_dspark_indices_only_on_non_causal_steps():
+    model, common = _dspark_step(causal=True)
+    builders = make_builders(model, [SWA_3, DSPARK_3])
+    swa, dspark = build_draft_attn_metadata(builders, common, 1)
+    # Causal: no indices, the causal window (3 - 1, 0), and so swa's sas_metadata.
+    assert dspark.dspark_swa_indices is None and dspark.dspark_swa_lens is None
+    assert dspark.window == swa.window == (2, 0) and dspark.sas_metadata is swa.sas_metadata
+
+    common.causal = False
+    swa, dspark = build_draft_attn_metadata(builders, common, 1)
+    assert swa.dspark_swa_indices is None and swa.window == (2, 0)
+    # Non-causal: the window widens by the draft block, (3 + 2 - 1, 0), with its own sas_metadata.
+    assert dspark.window == (4, 0)
+    assert dspark.sas_metadata.data_ptr() != swa.sas_metadata.data_ptr()
+    # The draft builders' arguments: TND queries [0, 2, 3], paged KV lengths [9, 4], one KV head.
+    assert torch.equal(dspark.sas_metadata, specops.sas_metadata(
+        8, 1, 64, cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32),
+        seqused_kv=torch.tensor([9, 4], dtype=torch.int32), batch_size=2, max_seqlen_q=2, max_seqlen_kv=9,
+        cmp_ratio=1, ori_win_left=4, ori_win_right=0, layout_q="TND", has_cmp_kv=False, num_cube_cores=4,
+        num_vector_cores=8))
+    # Request 0 sees positions max(9 - 2 - 3, 0) = 4 .. 8 (block 11 holds 4..7, block 12 holds 8);
+    # request 1 sees positions 0 .. 3 (block 20). Rows are 3 + 2 rounded up to 128 wide.
+    row_0 = [44, 45, 46, 47, 48] + [-1] * 123
+    row_1 = [80, 81, 82, 83] + [-1] * 124
+    assert dspark.dspark_swa_indices.shape == (4, 1, 128)
+    assert dspark.dspark_swa_indices[:, 0].tolist() == [row_0, row_0, row_1, [-1] * 128]
+    assert dspark.dspark_swa_lens.tolist() == [5, 5, 4, 0]
+
+
+def test_dspark_index_width_default_and_override():
+    assert DraftMetadataBuilder(make_model(3), DSPARK, 4, 16).dspark_width == 128  # 24 + 3 -> 128
+    wide = GroupConfig("d", block_size=8, storage_block_size=8, sliding_window=126, dspark=True)
+    assert DraftMetadataBuilder(make_model(3), wide, 4, 16).dspark_width == 256  # 126 + 3 -> 256
+    assert DraftMetadataBuilder(make_model(2), wide, 4, 16).dspark_width == 128  # 126 + 2 -> 128
+    model, common = _dspark_step(causal=False)
+    narrow = dataclasses.replace(DSPARK_3, dspark_index_width=6)
+    (meta,) = build_draft_attn_metadata(make_builders(model, [narrow]), common, 1)
+    assert meta.dspark_swa_indices[:, 0].tolist() == [[44, 45, 46, 47, 48, -1]] * 2 + [[80, 81, 82, 83, -1, -1],
+                                                                                     [-1] * 6]
+    with pytest.raises(ValueError, match="dspark_index_width"):
+        DraftMetadataBuilder(model, dataclasses.replace(DSPARK_3, dspark_index_width=4), 4, 16)  # < 3 + 2
+    with pytest.raises(ValueError, match="dspark_index_width"):
+        GroupConfig("swa", block_size=4, storage_block_size=4, sliding_window=3, dspark_index_width=128)
+
+
+def test_a_request_wider_than_the_row_names_request_query_window_and_width():
+    """A draft pass with a long prefill chunk: request 1 has 20 query tokens after 40 computed,
+    so it sees 20 + 24 = 44 positions, more than the 40 set for the group; nothing is written."""
+    model = make_model(3)
+    group = dataclasses.replace(DSPARK, dspark_index_width=40)
+    builders = make_builders(model, [SWA, group])
+    good = make_step(random.Random(21), [SWA, group], 3, num_reqs=3, oversized=False)
+    good.causal = False
+    metas = build_draft_attn_metadata(builders, good, 1)
+    before = [{name: t.clone() for name, t in _metadata_tensors(meta).items()} for meta in metas]
+    query_start_loc = torch.tensor([0, 2, 22], dtype=torch.int32)
+    seq_lens = torch.tensor([50, 60], dtype=torch.int32)
+    bad = dataclasses.replace(
+        good, query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc.clone(), seq_lens=seq_lens,
+        seq_lens_cpu=None, positions=torch.arange(22), num_reqs=2, num_actual_tokens=22, num_input_tokens=24,
+        slot_mappings={"swa": torch.arange(22), "dspark": torch.arange(22)})
+    inputs = {name: getattr(bad, name).clone() for name in ("query_start_loc", "seq_lens", "positions")}
+    with pytest.raises(ValueError, match=r"request 1 .*query length 20, sliding window 24.* sees 44 tokens.*"
+                                         r"index width 40.*dspark_index_width >= 44"):
+        build_draft_attn_metadata(builders, bad, 1)
+    for meta, values in zip(metas, before):
+        for name, tensor in _metadata_tensors(meta).items():
+            assert torch.equal(tensor, values[name]), f"a rejected step wrote {name}"
+    for name, tensor in inputs.items():
+        assert torch.equal(getattr(bad, name), tensor)
+    # Seen on causal steps it is no error: they build no DSpark indices.
+    bad.causal = True
+    build_draft_attn_metadata(builders, bad, 1)
+
+
+@pytest.mark.parametrize("draft_index", [0, -1, 4])
+def test_draft_index_must_be_in_one_to_num_speculative_tokens(draft_index):
+    builders = make_builders(make_model(3), [SWA, DSPARK])
+    common = make_step(random.Random(22), [SWA, DSPARK], 3, num_reqs=2)
+    with pytest.raises(ValueError, match=r"draft_index must be in \[1, num_speculative_tokens = 3\]"):
+        build_draft_attn_metadata(builders, common, draft_index)
+    with pytest.raises(ValueError, match="draft_index"):
+        builders[1].build_for_drafting(common, draft_index)
+    build_draft_attn_metadata(builders, common, 3)
+
+
+def test_padding_is_rezeroed_when_the_token_count_shrinks(backend):
+    """Two steps at the same padded size: when the real tokens shrink from 20 to 9, the rows
+    between them become padding again (position 0, cache row 0, PAD pairs, empty DSpark rows)."""
+    model = make_model(3)
+    groups = [SWA, COMPRESSED, DSPARK]
+    builders = make_builders(model, groups)
+    rng = random.Random(23)
+    for num_reqs, num_tokens in ((6, 20), (3, 9)):
+        common = make_step(rng, groups, 3, num_reqs=num_reqs, oversized=False)
+        while common.num_actual_tokens != num_tokens:  # the batch of this size
+            common = make_step(rng, groups, 3, num_reqs=num_reqs, oversized=False)
+        common.num_input_tokens, common.causal = 24, False
+        metas = build_draft_attn_metadata(builders, common, 1)
+    pad = slice(num_tokens, 24)
+    for group, meta in zip(groups, metas):
+        assert meta.input_positions.numel() == 24 and (meta.input_positions[pad] == 0).all()
+        assert (meta.cos[pad] == model.rope_cos_sin_cache[0, :ROT_DIM // 2]).all()
+        assert (meta.sin[pad] == model.rope_cos_sin_cache[0, ROT_DIM // 2:]).all()
+        assert meta.slot_mapping[pad].tolist() == [[-1, group.storage_block_size - 1]] * (24 - num_tokens)
+        assert_matches_definitions(meta, model, group, common)
+    dspark = metas[2]
+    assert (dspark.dspark_swa_indices[pad] == -1).all() and (dspark.dspark_swa_lens[pad] == 0).all()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_one_launch_formats_every_group_and_one_builds_every_dspark_group(causal):
+    """A step's op launches do not grow with the groups that share arguments: a step over
+    swa, full, DSpark and their copies (another storage block size, another block table)
+    launches exactly what a step over one group of each kind does."""
+    model = make_model(3)
+    kinds = [SWA, FULL, DSPARK]
+    copies = [GroupConfig("swa_b", block_size=16, storage_block_size=8, sliding_window=24),
+              GroupConfig("full_b", block_size=16, storage_block_size=4, sliding_window=None),
+              GroupConfig("dspark_b", block_size=16, storage_block_size=16, sliding_window=24, dspark=True)]
+    common = make_step(random.Random(24), kinds + copies, 3, num_reqs=5, host_seq_lens=True)
+    common.causal = causal
+    launches = {}
+    for name, groups in (("kinds", kinds), ("all", kinds + copies)):
+        builders = make_builders(model, groups)
+        build_draft_attn_metadata(builders, common, 1)
+        with specops.backend("native"), OpLog() as log:
+            metas = build_draft_attn_metadata(builders, common, 1)
+        launches[name] = [op for op in log.op_names() if op not in ("slice", "cp_local_max_lens")]
+        for group, meta in zip(groups, metas):
+            assert_matches_definitions(meta, model, group, common)
+    assert launches["all"] == launches["kinds"]
+    assert launches["all"].count("format_slot_mapping_blocks_multi") == 1
+    assert launches["all"].count("dspark_swa_indices_multi") == (0 if causal else 1)
+    assert "format_slot_mapping_blocks" not in launches["all"] and "dspark_swa_indices" not in launches["all"]
+
+
+def test_a_new_batch_shape_allocates_nothing():
+    """Buffers are allocated at the builder's maximum on a draft index's first step; a step at
+    a shape never seen before only takes views of them."""
+    groups = [SWA, FULL, DSPARK]
+    builders = make_builders(make_model(3, 2, 1), groups)
+    rng = random.Random(25)
+    build_draft_attn_metadata(builders, make_step(rng, groups, 3, num_reqs=2), 1)
+    for num_reqs in (4, 7, 10):
+        common = make_step(rng, groups, 3, num_reqs=num_reqs, host_seq_lens=True)
+        common.causal = num_reqs != 7
+        with specops.backend("native"), OpLog() as log:
+            build_draft_attn_metadata(builders, common, 1)
+        assert log.ops and log.allocations() == [], log.allocations()
+
+
+@pytest.mark.skipif("native" not in specops.available_backends(), reason="native extension not built")
+def test_row_views_are_slices_that_share_storage_and_version():
+    """The layer's views come from one native call (specops._C.row_views): each equals the slice,
+    sits in the same storage, and shares the buffer's version counter, so an in-place write
+    through it is seen wherever versions are compared."""
+    buffer = torch.arange(40, dtype=torch.int64).view(10, 4)
+    columns = buffer[:, 2:]
+    views = specops._C.row_views([buffer, columns, buffer[0]], [2, 5, 7, 10, 1, 3])
+    for view, expected in zip(views, (buffer[2:5], columns[7:10], buffer[0][1:3])):
+        assert view.shape == expected.shape and view.stride() == expected.stride()
+        assert view.data_ptr() == expected.data_ptr() and torch.equal(view, expected)
+    version = buffer._version
+    views[1].fill_(-1)
+    assert buffer._version == version + 1 and (buffer[7:, 2:] == -1).all()
+    with pytest.raises(ValueError, match=r"tensors\[0\].*start <= end <= 10"):
+        specops._C.row_views([buffer], [3, 11])
+    with pytest.raises(ValueError, match="bounds"):
+        specops._C.row_views([buffer], [0])
 
 
 # ---------------------------------------------------------------- the shared cache
@@ -273,20 +510,24 @@ def test_shared_cache_equals_building_alone():
     rng = random.Random(3)
     for step in range(40):
         cp_size = rng.choice([1, 2, 4])
-        model = make_model(rng.randint(0, 4), cp_size, rng.randrange(cp_size))
+        model = make_model(rng.randint(1, 4), cp_size, rng.randrange(cp_size))
         groups = rng.sample(ALL_GROUPS, rng.randint(3, len(ALL_GROUPS)))
         common = make_step(rng, groups, model.num_speculative_tokens)
         shared_builders, alone_builders = make_builders(model, groups), make_builders(model, groups)
-        draft_index = rng.randint(0, 3)
+        draft_index = rng.randint(1, model.num_speculative_tokens)
         cache = StepCache()
         shared = build_draft_attn_metadata(shared_builders, common, draft_index, cache=cache)
         alone = [builder.build_for_drafting(common, draft_index) for builder in alone_builders]
-        for group, with_cache, without in zip(groups, shared, alone):
+        # Without a runner's cache the step shares within itself: the same results again.
+        own = build_draft_attn_metadata(make_builders(model, groups), common, draft_index)
+        for group, with_cache, without, within in zip(groups, shared, alone, own):
             assert_same_metadata(with_cache, without, f"step {step} {group.name}")
-        # Every later group hits the group-invariant entry; sas hits where an earlier group has its window.
-        windows = [group.window for group in groups]
+            assert_same_metadata(within, without, f"step {step} {group.name}, the step's own cache")
+        # Every later group hits the group-invariant entry; a group with a sliding window looks up
+        # its sas_metadata, a hit when an earlier one has its window.
+        windows = [step_window(g, model.num_speculative_tokens, common.causal) for g in groups if g.sliding_window]
         sas_hits = sum(window in windows[:index] for index, window in enumerate(windows))
-        assert (cache.hits, cache.misses) == (len(groups) - 1 + sas_hits, 1 + len(groups) - sas_hits)
+        assert (cache.hits, cache.misses) == (len(groups) - 1 + sas_hits, 1 + len(windows) - sas_hits)
         if step % 10 == 0:
             for group, meta in zip(groups, shared):
                 assert_matches_definitions(meta, model, group, common)
@@ -296,14 +537,19 @@ def test_a_hit_shares_the_tensors():
     model = make_model()
     groups = [SWA, FULL, COMPRESSED, DSPARK]
     common = make_step(random.Random(0), groups, 3, num_reqs=8)
+    common.causal = True
     first, full, compressed, dspark = build_draft_attn_metadata(make_builders(model, groups), common, 1)
     for later in (full, compressed, dspark):
         for name in ("input_positions", "cos", "sin", "cp", "local_cos", "local_sin", "start_pos", "seq_lens_cpu"):
             assert getattr(later, name) is getattr(first, name), name
         assert later.slot_mapping.data_ptr() != first.slot_mapping.data_ptr()
-    assert compressed.sas_metadata is full.sas_metadata  # both (-1, 0)
+    assert compressed.sas_metadata is None and full.sas_metadata is None  # no sliding window
     assert dspark.sas_metadata is first.sas_metadata  # both (23, 0)
-    assert full.sas_metadata.data_ptr() != first.sas_metadata.data_ptr()
+    # On a non-causal step DSpark sees its draft block past the window: (23 + 3, 0), its own.
+    common.causal = False
+    first, full, compressed, dspark = build_draft_attn_metadata(make_builders(model, groups), common, 1)
+    assert dspark.cos is first.cos and dspark.window == (26, 0) and full.sas_metadata is None
+    assert dspark.sas_metadata.data_ptr() != first.sas_metadata.data_ptr()
 
 
 @pytest.mark.parametrize("changed", ["positions", "seq_lens", "query_start_loc", "query_start_loc_cpu",
@@ -331,8 +577,8 @@ def test_an_input_changed_between_groups_forces_recomputation(changed):
     hits, misses = cache.hits, cache.misses
     later = [builder.build_for_drafting(common, 1, cache) for builder in builders[1:]]
     # DSpark recomputes the invariant and its sas (the window of swa, stored for the old inputs);
-    # c4 shares DSpark's new invariant and computes the sas of its own window.
-    assert (cache.hits - hits, cache.misses - misses) == (1, 3)
+    # c4 shares DSpark's new invariant and has no sas_metadata.
+    assert (cache.hits - hits, cache.misses - misses) == (1, 2)
     for builder, meta in zip(builders[1:], later):
         assert_same_metadata(meta, make_builders(model, [builder.group])[0].build_for_drafting(common, 1), builder.group.name)
     # The first group's metadata keeps the values it was built from (seq_lens_cpu is the runner's own tensor).
@@ -413,6 +659,7 @@ def test_draft_indices_never_share_entries():
     model = make_model()
     groups = [SWA, FULL, DSPARK]
     common = make_step(random.Random(2), groups, 3, num_reqs=8, host_seq_lens=True)
+    common.causal = True  # DSpark then shares swa's sas_metadata
     builders = make_builders(model, groups)
     cache = StepCache()  # one cache for the whole step, every draft index
     first_index = build_draft_attn_metadata(builders, common, 1, cache=cache)
@@ -424,7 +671,8 @@ def test_draft_indices_never_share_entries():
     assert cache.hits == hits + (len(groups) - 1) + 1  # its own group loop only: DSpark reuses swa's sas
     assert {key[0] for key in cache.keys()} == {(DRAFT_NAMESPACE, 1), (DRAFT_NAMESPACE, 2)}
     for one, two, values in zip(first_index, second_index, snapshot):
-        assert one.cos.data_ptr() != two.cos.data_ptr() and one.sas_metadata.data_ptr() != two.sas_metadata.data_ptr()
+        assert one.cos.data_ptr() != two.cos.data_ptr()
+        assert one.sas_metadata is None or one.sas_metadata.data_ptr() != two.sas_metadata.data_ptr()
         for name, tensor in _metadata_tensors(one).items():
             assert torch.equal(tensor, values[name]), f"draft index 2 rewrote draft index 1's {name}"
     for builder, meta in zip(builders, second_index):
@@ -439,10 +687,11 @@ def test_sas_metadata_is_reused_only_for_the_same_heads_head_dim_and_window(diff
     if differs == "head_dim":
         other_model = make_model(cache=cache_tensor, head_dim=192)
     elif differs == "heads":
-        other_model = dataclasses.replace(base, num_heads_kv=1)
+        other_model = dataclasses.replace(base, num_heads_q=16)
     else:
         other_group = SWA_OTHER_WINDOW
     common = make_step(random.Random(4), [SWA, other_group], 3, num_reqs=10)
+    common.causal = True
     first = DraftMetadataBuilder(base, SWA, MAX_NUM_REQS, MAX_NUM_TOKENS)
     second = DraftMetadataBuilder(other_model, other_group, MAX_NUM_REQS, MAX_NUM_TOKENS)
     same = DraftMetadataBuilder(base, SWA, MAX_NUM_REQS, MAX_NUM_TOKENS)
@@ -451,7 +700,7 @@ def test_sas_metadata_is_reused_only_for_the_same_heads_head_dim_and_window(diff
     b = second.build_for_drafting(common, 1, cache)
     c = same.build_for_drafting(common, 1, cache)
     assert b.cos is a.cos  # the group-invariant part is shared
-    assert b.sas_metadata is not a.sas_metadata and not torch.equal(b.sas_metadata, a.sas_metadata)
+    assert b.sas_metadata is not a.sas_metadata
     assert_same_metadata(b, DraftMetadataBuilder(other_model, other_group, MAX_NUM_REQS, MAX_NUM_TOKENS)
                          .build_for_drafting(common, 1))
     assert c.sas_metadata is a.sas_metadata
@@ -533,7 +782,9 @@ def test_buffer_addresses_are_stable_across_100_steps():
                 for name, tensor in _metadata_tensors(meta).items():
                     if name == "seq_lens_cpu":
                         continue  # host inputs: the runner's own tensor, shared rather than copied
-                    key = (group.name, draft_index, name)
+                    # A DSpark group's sas_metadata is its own on non-causal steps (another
+                    # window), swa's on causal ones: stable per kind of step.
+                    key = (group.name, draft_index, name) + ((common.causal,) if name == "sas_metadata" else ())
                     assert storages.setdefault(key, tensor.untyped_storage().data_ptr()) == \
                         tensor.untyped_storage().data_ptr(), f"step {step}: {key} moved"
                     # local_cos/sin start at this step's local_start; an empty view has no address.
@@ -563,6 +814,7 @@ def test_dummy_run_equals_building_alone_and_keeps_the_runner_cache_clean():
     model = make_model()
     rng = random.Random(13)
     real, dummy = make_step(rng, groups, 3, num_reqs=7), make_step(rng, groups, 3, num_reqs=3)
+    dummy.causal = real.causal  # a graph is captured for the kind of step it replays
     builders = make_builders(model, groups)
     runner_cache = StepCache()
     real_metas = build_draft_attn_metadata(builders, real, 1, cache=runner_cache)
@@ -575,7 +827,8 @@ def test_dummy_run_equals_building_alone_and_keeps_the_runner_cache_clean():
     # addresses a real step writes.
     for meta, real_meta in zip(dummy_metas, real_metas):
         assert meta.cos.data_ptr() == real_meta.cos.data_ptr()
-        assert meta.sas_metadata.data_ptr() == real_meta.sas_metadata.data_ptr()
+        assert (meta.sas_metadata is None) == (real_meta.sas_metadata is None)
+        assert meta.sas_metadata is None or meta.sas_metadata.data_ptr() == real_meta.sas_metadata.data_ptr()
 
 
 def test_per_group_inputs_build_each_group_alone():
@@ -599,7 +852,7 @@ def test_counters_and_a_debug_line_per_hit(caplog):
     with caplog.at_level(logging.DEBUG, logger="specops.drafting"):
         build_draft_attn_metadata(make_builders(make_model(), groups), common, 3, cache=cache)
     hits = [r for r in caplog.records if r.name == "specops.drafting" and "StepCache hit" in r.getMessage()]
-    assert (cache.hits, cache.misses) == (3, 3) and len(hits) == 3  # invariant x2, c4's sas from full
+    assert (cache.hits, cache.misses) == (2, 2) and len(hits) == 2  # invariant x2; only swa has a sas_metadata
     assert all(f"('{DRAFT_NAMESPACE}', 3)" in r.getMessage() for r in hits)
 
 

@@ -75,9 +75,9 @@ def test_decode_step_is_one_launch_fused_and_two_plus_one_per_group_unfused():
     assert (counts.specops, counts.aten) == (2 + groups, 0), counts.by_op
 
 
-def _draft_setup(groups):
+def _draft_setup(groups, causal: bool = True):
     model = drafting_bench.make_model(num_speculative_tokens=3, cp_size=1, device=META)
-    common = drafting_bench.make_decode_inputs(groups, num_reqs=16, query_len=4, device=META)
+    common = drafting_bench.make_decode_inputs(groups, num_reqs=16, query_len=4, device=META, causal=causal)
     builders = drafting_bench._builders(model, groups, META)
     return builders, common
 
@@ -88,32 +88,41 @@ def _step_counts(builders, common):
     return count_launches(step, device_type="meta")
 
 
-def _own_ops(groups, index: int) -> int:
-    """What group `index` cannot share: its slot-mapping format, its DSpark indices, and its
-    sas_metadata when no earlier group has its window (same heads and head_dim here)."""
-    group = groups[index]
-    own_sas = all(earlier.window != group.window for earlier in groups[:index])
-    return 1 + int(group.dspark) + int(own_sas)
+def _own_ops(builders, index: int, causal: bool) -> int:
+    """What group `index` launches that no earlier group does: its sas_metadata when it has a
+    sliding window and no earlier windowed group has its window this step (same heads and
+    head_dim here; full attention has no sas_metadata), and the DSpark indices when it is the
+    first DSpark group of a non-causal step. Its format is part of the one format launch."""
+    window = builders[index]._windows[causal]
+    own_sas = builders[index].group.sliding_window is not None and all(
+        earlier._windows[causal] != window for earlier in builders[:index] if earlier.group.sliding_window is not None)
+    first_dspark = not causal and builders[index].group.dspark and not any(
+        earlier.group.dspark for earlier in builders[:index])
+    return int(own_sas) + int(first_dspark)
 
 
-def test_a_later_group_that_shares_arguments_launches_only_its_own_ops():
-    groups = drafting_bench.GROUPS_4
-    builders, common = _draft_setup(groups)
+GROUPS_4 = drafting_bench.GROUPS[:4]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_later_group_that_shares_arguments_launches_only_its_own_ops(causal):
+    builders, common = _draft_setup(GROUPS_4, causal)
     previous = None
-    for count in range(1, len(groups) + 1):
+    for count in range(1, len(GROUPS_4) + 1):
         counts = _step_counts(builders[:count], common)
         if previous is not None:
             added_specops = counts.specops - previous.specops
             assert counts.aten == previous.aten, (count, counts.by_op, previous.by_op)
-            assert 0 <= added_specops <= _own_ops(groups, count - 1), (count, counts.by_op, previous.by_op)
+            assert added_specops == _own_ops(builders, count - 1, causal), (count, counts.by_op, previous.by_op)
         previous = counts
+    assert counts.by_op["specops.format_slot_mapping_blocks_multi.default"] == 1
+    assert counts.by_op["specops.dspark_swa_indices_multi.default"] == (0 if causal else 1)
 
 
 def test_a_draft_step_of_four_groups_launches_less_than_the_groups_alone():
-    groups = drafting_bench.GROUPS_4
-    builders, common = _draft_setup(groups)
+    builders, common = _draft_setup(GROUPS_4)
     shared = _step_counts(builders, common)
-    alone_builders, _ = _draft_setup(groups)
+    alone_builders, _ = _draft_setup(GROUPS_4)
 
     def alone():
         for builder in alone_builders:
@@ -123,17 +132,19 @@ def test_a_draft_step_of_four_groups_launches_less_than_the_groups_alone():
     separate = count_launches(alone, device_type="meta")
     first = _step_counts(builders[:1], common)
     assert shared.launches < separate.launches
-    # Everything but the per-group ops is launched once, as for one group.
-    assert shared.launches <= first.launches + sum(_own_ops(groups, i) for i in range(1, len(groups)))
+    # Everything but the groups' own ops is launched once, as for one group.
+    assert shared.launches == first.launches + sum(_own_ops(builders, i, True) for i in range(1, len(GROUPS_4)))
     assert shared.aten == first.aten
 
 
 @pytest.mark.parametrize("draft_index", [1, 2])
-def test_repeating_a_step_launches_the_same(draft_index):
-    builders, common = _draft_setup(drafting_bench.GROUPS_4)
+@pytest.mark.parametrize("causal", [True, False])
+def test_repeating_a_step_launches_the_same(draft_index, causal):
+    builders, common = _draft_setup(GROUPS_4, causal)
     cache = StepCache()
     build_draft_attn_metadata(builders, common, draft_index, cache=cache)
     again = count_launches(lambda: build_draft_attn_metadata(builders, common, draft_index, cache=cache),
                            device_type="meta")
-    # A runner's repeated build with unchanged inputs hits the cache: only per-group ops launch.
-    assert again.aten == 0 and again.specops <= sum(1 + int(g.dspark) for g in drafting_bench.GROUPS_4)
+    # A runner's repeated build with unchanged inputs hits the cache: only the groups' own ops
+    # launch, one format for all and on a non-causal step one DSpark launch.
+    assert again.aten == 0 and again.specops == (1 if causal else 2), again.by_op

@@ -1,337 +1,326 @@
-"""sas_metadata (SPEC 3.5): hand-computed schedules, every invariant on random batches under every
-backend and every core count, identical words across implementations, opcheck, compile, bad input."""
+"""sas_metadata (SPEC 3.5): the golden vectors of the AI-CPU kernel on every backend, schedules
+worked by hand, the layout's invariants on random calls, the Python restatement, invalid values,
+opcheck, compile, the decoder.
+
+The golden vectors are read from the shared folder beside the repository (sas_checker.golden_dir);
+the tests fail, naming where they looked, when it is missing."""
 
 from __future__ import annotations
 
-import itertools
+import json
+import re
 
 import pytest
 import torch
+from conftest import BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sas_checker import check_schedule, kv_tile, spec_items
-from strategies import assert_same, attention_batches, query_start_loc_of
+from sas_checker import check_call, golden_dir
+from strategies import assert_same, query_start_loc_of, sas_calls
 
 import specops
-from specops.reference.sas_metadata import sas_metadata as reference_op
+from specops.bench.sas_metadata import python_sas_metadata
 
-INT32_MAX = 2**31 - 1
-VERSION = 0x5A5
-
-
-def call(query_lens, kv_lens, out=None, **kwargs):
-    return specops.sas_metadata(query_start_loc_of(query_lens), torch.tensor(kv_lens, dtype=torch.int32),
-                                out=out, **kwargs)
+TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
+UNTOUCHED = 0x0BADF00D
 
 
-def reference_words(query_lens, kv_lens, *, num_heads_q, num_heads_kv, head_dim, window_left=-1, window_right=0,
-                    num_cube_cores=24, num_vector_cores=48):
-    out = torch.full((1024,), 77, dtype=torch.int32)
-    reference_op(query_start_loc_of(query_lens), torch.tensor(kv_lens, dtype=torch.int32), num_heads_q, num_heads_kv,
-                 head_dim, window_left, window_right, num_cube_cores, num_vector_cores, out)
-    return out
+def _golden_cases() -> list:
+    directory, looked = golden_dir()
+    path = directory / "sas_metadata.jsonl" if directory is not None else None
+    if path is None or not path.is_file():
+        where = ", ".join(looked)
+        return [pytest.param(None, f"sas_metadata.jsonl not found; looked in: {where}", id="golden-file-missing")]
+    cases = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [pytest.param(case, str(path), id=f"{i}-{case['label']}") for i, case in enumerate(cases)]
 
 
-def words_at(out, start, count=8):
-    return out[start: start + count].tolist()
+GOLDEN = _golden_cases()
 
 
-def test_one_decode_split_over_two_cores(backend):
-    # One token at position 299 sees KV [0, 300): 5 chunks of 64 (head_dim 512), cost 6. A cap
-    # of ceil(6 / 2) = 3 cannot fit (3 pieces of 2 chunks), so the cap is 4: core 0 takes 3
-    # chunks, core 1 the other 2 plus a second fixed cost; total 4 + 3 = 7.
-    out = call([1], [300], num_heads_q=1, num_heads_kv=1, head_dim=512, num_cube_cores=2, num_vector_cores=2)
-    assert words_at(out, 0) == [VERSION, 2, 2, 128, 64, 7, 1, 2]
-    assert words_at(out, 16) == [1, 0, 0, 0, 0, 0, 192, 0]
-    assert words_at(out, 24) == [1, 0, 0, 192, 0, 0, 300, 1]
-    # One split item over two slots; V / S = 2 entries wanted, but the item has 1 row.
-    assert words_at(out, 32) == [1, 0, 0, 0, 2, 0, 1, 0]
-    assert out[40:].tolist() == [0] * (1024 - 40)
+def _call_of(args: dict) -> dict:
+    call = dict(args)
+    for name in TENSORS:
+        if call[name] is not None:
+            call[name] = torch.tensor(call[name], dtype=torch.int32)
+    return call
 
 
-def test_sliding_window_tiles_and_kv_heads(backend):
-    # 4 tokens x 64 query heads per KV head = 256 rows: tile 0 holds tokens 0-1 (positions
-    # 996-997), tile 1 tokens 2-3. window_left 100: tile 0 sees [896, 998), tile 1 [898, 1000),
-    # one chunk of 256 each (head_dim 128). 2 KV heads: 4 items of cost 2 on 4 cores, none split.
-    out = call([4], [1000], num_heads_q=128, num_heads_kv=2, head_dim=128, window_left=100, window_right=0,
-               num_cube_cores=4, num_vector_cores=8)
-    assert words_at(out, 0) == [VERSION, 4, 8, 128, 256, 8, 0, 0]
-    assert words_at(out, 16) == [1, 0, 0, 896, 0, 0, 998, -1]
-    assert words_at(out, 24) == [1, 0, 1, 898, 0, 1, 1000, -1]
-    assert words_at(out, 32) == [1, 1, 0, 896, 1, 0, 998, -1]
-    assert words_at(out, 40) == [1, 1, 1, 898, 1, 1, 1000, -1]
-    assert out[48:].tolist() == [0] * (1024 - 48)
+# The argument each of the kernel's rejection messages is about.
+_KERNEL_MESSAGE_ARGUMENT = [
+    (r"^num_heads_kv should", "num_heads_kv"),
+    (r"^ori_mask_mode should", "ori_mask_mode"),
+    (r"^ori_win_left should", "ori_win_left"),
+    (r"^ori_win_right should", "ori_win_right"),
+    (r"^layout_q must", "layout_q"),
+    (r"^layout_kv must", "layout_kv"),
+    (r"cmpRatio_ should", "cmp_ratio"),
+    (r"^cmp_topk should", "cmp_topk"),
+    (r"cu_seqlens_q must be provided", "cu_seqlens_q"),
+    (r"^seqused_kv must be provided", "seqused_kv"),
+    (r"^AIC num or AIV num should not be 0, but got 0 and", "num_cube_cores"),
+    (r"^AIC num or AIV num should not be 0, but got \d+ and 0", "num_vector_cores"),
+]
 
 
-def test_item_over_three_cores_and_rows_of_a_partial_tile(backend):
-    # A tile of 3 tokens x 5 heads = 15 rows sees [0, 640) with unbounded windows: 10 chunks,
-    # cost 11 on 3 cores. A cap of 4 holds 3 + 3 + 3 chunks, too few, so the cap is 5: pieces of
-    # 4, 4 and 2 chunks.
-    # The middle core holds one split piece, first and last at once; slots 0, 1, 2.
-    out = call([3], [640], num_heads_q=5, num_heads_kv=1, head_dim=512, window_left=-1, window_right=-1,
-               num_cube_cores=3, num_vector_cores=7)
-    assert words_at(out, 0) == [VERSION, 3, 7, 128, 64, 13, 1, 3]
-    assert words_at(out, 16) == [1, 0, 0, 0, 0, 0, 256, 0]
-    assert words_at(out, 24) == [1, 0, 0, 256, 0, 0, 512, 1]
-    assert words_at(out, 32) == [1, 0, 0, 512, 0, 0, 640, 2]
-    # 7 vector cores for 15 rows: 3 + 2 + 2 + 2 + 2 + 2 + 2.
-    fd = [words_at(out, 40 + 8 * v) for v in range(7)]
-    assert [e[5:7] for e in fd] == [[0, 3], [3, 2], [5, 2], [7, 2], [9, 2], [11, 2], [13, 2]]
-    assert all(e[:5] == [1, 0, 0, 0, 3] and e[7] == 0 for e in fd)
+def _argument_of(kernel_message: str) -> str:
+    for pattern, argument in _KERNEL_MESSAGE_ARGUMENT:
+        if re.search(pattern, kernel_message):
+            return argument
+    raise AssertionError(f"no argument known for the kernel's message {kernel_message!r}")
 
 
-def test_empty_batch_and_batches_without_work(backend):
-    for query_lens, kv_lens in [([], []), ([0, 0], [5, 0]), ([3], [0])]:
-        out = torch.full((1024,), 9, dtype=torch.int32)
-        call(query_lens, kv_lens, out=out, num_heads_q=8, num_heads_kv=2, head_dim=64, num_cube_cores=5,
-             num_vector_cores=6)
-        assert words_at(out, 0) == [VERSION, 5, 6, 128, 512, 0, 0, 0]
-        assert out[8:].tolist() == [0] * (1024 - 8)
+@pytest.mark.parametrize("case,source", GOLDEN)
+def test_golden(backend, case, source):
+    """Each accepted call gives the kernel's words exactly; each rejected call a ValueError
+    naming the argument the kernel names, with out untouched."""
+    assert case is not None, source
+    call = _call_of(case["args"])
+    out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
+    if "error" in case:
+        argument = _argument_of(case["error"])
+        with pytest.raises(ValueError, match=rf"\b{argument}\b"):
+            specops.sas_metadata(**call, out=out)
+        assert out.eq(UNTOUCHED).all(), "a rejected call wrote out"
+        return
+    written = set(case["written"])
+    assert all(word == 0 for i, word in enumerate(case["words"]) if i not in written), "golden: unwritten word != 0"
+    assert specops.sas_metadata(**call, out=out).data_ptr() == out.data_ptr()
+    assert out.tolist() == case["words"]
 
 
-SHAPES = dict(
-    kv_heads=st.sampled_from([1, 2, 4]),
-    group=st.sampled_from([1, 3, 16, 64, 128]),
-    head_dim=st.sampled_from([1, 128, 192, 512, 576]),
-    window_left=st.sampled_from([-1, 0, 1, 127, 1000]),
-    window_right=st.sampled_from([-1, 0, 1, 7]),
-)
+@pytest.mark.parametrize("case,source", [p for p in GOLDEN if p.values[0] is None or "words" in p.values[0]])
+def test_golden_python_restatement(case, source):
+    """The bench's straightforward restatement, an implementation apart from the three."""
+    assert case is not None, source
+    assert python_sas_metadata(**_call_of(case["args"])) == case["words"]
 
 
-def _check_against_reference(batch, kv_heads, group, head_dim, window_left, window_right, cores, vectors):
-    query_lens, kv_lens = batch
-    kwargs = dict(num_heads_q=kv_heads * group, num_heads_kv=kv_heads, head_dim=head_dim, window_left=window_left,
-                  window_right=window_right, num_cube_cores=cores, num_vector_cores=vectors)
-    out = torch.full((1024,), -5, dtype=torch.int32)
-    call(query_lens, kv_lens, out=out, **kwargs)
-    check_schedule(out.tolist(), query_lens=query_lens, kv_lens=kv_lens, **kwargs)
-    assert_same(out, reference_words(query_lens, kv_lens, **kwargs), specops.current_backend())
+def _entries(out: torch.Tensor) -> list[list[int]]:
+    """The enabled FA entries."""
+    words = out.tolist()
+    return [words[8 * c: 8 * c + 8] for c in range(36) if words[8 * c] == 1]
 
 
-@settings(max_examples=12)
-@given(batch=attention_batches(max_reqs=5, max_prefill=40, max_context=1500), cores=st.integers(1, 36),
-       extra_vectors=st.integers(0, 72), **SHAPES)
-def test_every_backend_keeps_the_invariants_and_matches_the_reference(backend, batch, kv_heads, group, head_dim,
-                                                                      window_left, window_right, cores, extra_vectors):
-    vectors = min(72, cores + extra_vectors)
-    _check_against_reference(batch, kv_heads, group, head_dim, window_left, window_right, cores, vectors)
+def test_decode_split_by_tiles_worked_by_hand(backend):
+    # One request, 3 tokens at KV positions 9997..9999, 64 heads: 3 M tiles (one token's heads
+    # each). Window (127, 0): each tile sees 128 tokens, one S2 block: 6 * ceil(64 / 16) +
+    # 10 * ceil(128 / 64) = 44, last block 44; the batch costs 132, its last block 44.
+    # Core 0: limit max(132 // 24, 44) = 44. The batch: 132 > 44 + 44 // 2. Tile 0: 44 <= 66,
+    # taken; tile 1: 88 > 66: the core ends at (0, 1). Core 1: unassigned 88, limit 44: tile 1
+    # taken, ends at (0, 2). Core 2: unassigned 44, the rest of the batch, 44 <= 66: ends at (1, 0).
+    out = specops.sas_metadata(64, 1, 512, cu_seqlens_q=query_start_loc_of([3]), seqused_kv=torch.tensor(
+        [10000], dtype=torch.int32), batch_size=1, max_seqlen_q=3, max_seqlen_kv=10000, ori_win_left=127,
+        layout_q="TND", has_cmp_kv=False)
+    assert _entries(out) == [[1, 0, 0, 0, 0, 1, 0, 0], [1, 0, 1, 0, 0, 2, 0, 0], [1, 0, 2, 0, 1, 0, 0, 0]]
+    assert out[24:].tolist() == [0] * 1000
 
 
-@pytest.mark.parametrize("cores", range(1, 37))
-@settings(max_examples=6)
-@given(batch=attention_batches(max_reqs=10), vectors_choice=st.sampled_from(["equal", "max", "between"]), **SHAPES)
-def test_invariants_for_every_core_count(cores, batch, vectors_choice, kv_heads, group, head_dim, window_left,
-                                         window_right):
-    vectors = {"equal": cores, "max": 72, "between": (cores + 72) // 2}[vectors_choice]
-    _check_against_reference(batch, kv_heads, group, head_dim, window_left, window_right, cores, vectors)
+def test_whole_batches_within_half_a_block_over_the_limit(backend):
+    # Two cores; batches of 1, 2 and 1 tokens with 300 KV tokens (causal, 64 heads): every
+    # tile sees up to its own position, one S2 block of 298..300 tokens: 24 + 10 * 5 = 74,
+    # last block 74. Costs 74, 148, 74: total 296. Core 0: limit max(296 // 2, 74) = 148.
+    # Batch 0: 74 <= 148 + 37, taken; batch 1: 74 + 148 = 222 > 185; its tile 0: 148 <= 185,
+    # taken; its tile 1: 222 > 185: ends at (1, 1). Core 1: the rest, 148 <= 148 + 37: (3, 0).
+    out = specops.sas_metadata(64, 1, 512, cu_seqlens_q=query_start_loc_of([1, 2, 1]),
+                               seqused_kv=torch.tensor([300, 300, 300], dtype=torch.int32), ori_mask_mode=3,
+                               layout_q="TND", has_cmp_kv=False, num_cube_cores=2, num_vector_cores=2)
+    assert _entries(out) == [[1, 0, 0, 0, 1, 1, 0, 0], [1, 1, 1, 0, 3, 0, 0, 0]]
+    # Three cores, batches of 2, 1 and 2 tokens: 148, 74, 148, total 370. Core 0: limit
+    # max(370 // 3, 74) = 123; batch 0 fits only with the tolerance (148 <= 123 + 37); batch 1:
+    # 222 > 160, and so is its tile. Core 1: unassigned 222, limit 111: batch 1 (74 <= 148),
+    # then batch 2: 222 > 148; its tile 0: 148 <= 148, taken; tile 1: 222, not. Core 2: the rest.
+    out = specops.sas_metadata(64, 1, 512, cu_seqlens_q=query_start_loc_of([2, 1, 2]),
+                               seqused_kv=torch.tensor([300, 300, 300], dtype=torch.int32), ori_mask_mode=3,
+                               layout_q="TND", has_cmp_kv=False, num_cube_cores=3, num_vector_cores=3)
+    assert _entries(out) == [[1, 0, 0, 0, 1, 0, 0, 0], [1, 1, 0, 0, 2, 1, 0, 0], [1, 2, 1, 0, 3, 0, 0, 0]]
 
 
-@pytest.mark.parametrize("num_reqs,query_len", [(256, 1), (1024, 4)])
-def test_large_decode_batches(num_reqs, query_len):
-    generator = torch.Generator().manual_seed(num_reqs)
-    kv_lens = (torch.randint(0, 8192, (num_reqs,), generator=generator) + query_len).tolist()
-    _check_against_reference(([query_len] * num_reqs, kv_lens), 1, 64, 512, -1, 0, 24, 48)
+def test_ascend950_tiles_and_compressed_kv_worked_by_hand(backend):
+    # Ascend950: M tiles of 64 rows, S2 tiles of 128 tokens. 16 heads, 6 tokens (96 rows) at
+    # positions 294..299 of 300, causal, CFA with cmp_ratio 4. Tile 0 = tokens 0..3, sees
+    # [0, 297]: 298 tokens in 3 blocks and (297 + 1) // 4 = 74 compressed in 1; cost
+    # 24 * 4 + 10 * (5 + 2) = 166, last block (the compressed one) 24 + 10 * 2 = 44. Tile 1 =
+    # tokens 4..5, 32 rows: 12 * 4 + 10 * (5 + 2) = 118, last block 12 + 20 = 32. Two cores:
+    # limit max(284 // 2, 166) = 166; the batch 284 > 166 + 16; tile 0: 166 <= 188; tile 1:
+    # 284 > 182: core 0 ends at (0, 1), core 1 takes the rest (118 <= 166 + 16).
+    out = specops.sas_metadata(16, 1, 512, cu_seqlens_q=query_start_loc_of([6]),
+                               seqused_kv=torch.tensor([300], dtype=torch.int32), ori_mask_mode=3, cmp_ratio=4,
+                               cmp_topk=0, layout_q="TND", num_cube_cores=2, num_vector_cores=4,
+                               soc_version="Ascend950PR")
+    assert _entries(out) == [[1, 0, 0, 0, 0, 1, 0, 0], [1, 0, 1, 0, 1, 0, 0, 0]]
 
 
-def test_packed_and_long_requests(backend):
-    # 70 requests cross several of the Triton kernel's packed blocks; a 300-token prefill with 2
-    # KV heads and 64 query heads each has 300 items, more than one block of lanes holds.
-    generator = torch.Generator().manual_seed(5)
-    query_lens = torch.randint(0, 5, (70,), generator=generator).tolist() + [300] + [2] * 3
-    kv_lens = [q + int(c) for q, c in zip(query_lens, torch.randint(0, 3000, (74,), generator=generator))]
-    for cores, window_left in [(24, -1), (7, 128)]:
-        _check_against_reference((query_lens, kv_lens), 2, 64, 576, window_left, 0, cores, 48)
+def test_batches_without_work(backend):
+    # No batch has both query rows and KV: core 0 covers them all, (0, 0) .. (B, 0). (An empty
+    # seqused_kv is "not provided", which PA_ND refuses: no batches take the TND KV layout.)
+    for query_lens, kv_lens in [([], []), ([0, 0, 0], [5, 0, 9]), ([3, 2], [0, 0])]:
+        out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
+        specops.sas_metadata(8, 1, 128, cu_seqlens_q=query_start_loc_of(query_lens),
+                             seqused_kv=torch.tensor(kv_lens, dtype=torch.int32), layout_q="TND",
+                             layout_kv="TND" if not kv_lens else "PA_ND", out=out)
+        assert out.tolist() == [1, 0, 0, 0, len(query_lens)] + [0] * 1019
 
 
-def _optimal_max_cost(chunks: list[int], cores: int) -> int:
-    """The smallest maximum core cost of any contiguous schedule, by trying every cut."""
-    stream = [(i, k) for i, c in enumerate(chunks) for k in range(c)]  # chunk k of item i
-    best = None
-    for cuts in itertools.combinations_with_replacement(range(len(stream) + 1), cores - 1):
-        bounds = [0, *cuts, len(stream)]
-        costs = [len({i for i, _ in stream[a:z]}) + (z - a) for a, z in zip(bounds, bounds[1:])]
-        best = max(costs) if best is None else min(best, max(costs))
-    return best
+@settings(max_examples=40)
+@given(call=sas_calls())
+def test_random_calls_keep_the_layout_invariants_and_agree(call):
+    """Native: the invariants of sas_checker and the words of the Python restatement."""
+    out = specops.sas_metadata(**call)
+    check_call(out.tolist(), call)
+    assert out.tolist() == python_sas_metadata(**{k: v for k, v in call.items() if k != "out"})
 
 
-@settings(max_examples=25)
-@given(kv_lens=st.lists(st.integers(1, 6 * 64), min_size=1, max_size=4), cores=st.integers(1, 4))
-def test_max_core_cost_is_optimal_among_contiguous_schedules(kv_lens, cores):
-    query_lens = [1] * len(kv_lens)
-    kwargs = dict(num_heads_q=1, num_heads_kv=1, head_dim=512, num_cube_cores=cores, num_vector_cores=cores)
-    out = call(query_lens, kv_lens, **kwargs)
-    found = check_schedule(out.tolist(), query_lens=query_lens, kv_lens=kv_lens, window_left=-1, window_right=0,
-                           **kwargs)
-    chunks = [-(-kv // kv_tile(512)) for kv in kv_lens]
-    assert max(found.core_costs) == _optimal_max_cost(chunks, cores)
+@pytest.mark.parametrize("other", [b for b in BACKENDS if b != "native"])
+@settings(max_examples=8)
+@given(call=sas_calls(max_reqs=40, max_prefill=20))
+def test_every_backend_writes_the_native_words(other, call):
+    expected = specops.sas_metadata(**{**call, "out": None})
+    with specops.backend(other):
+        specops.sas_metadata(**call)
+    assert_same(call["out"], expected, other)
 
 
 def test_checker_catches_broken_schedules():
-    # The checker is the oracle of the random tests: a corrupted word must fail it.
-    query_lens, kv_lens = [1, 200, 1], [900, 1400, 4000]
-    kwargs = dict(num_heads_q=16, num_heads_kv=2, head_dim=512, window_left=-1, window_right=0,
-                  num_cube_cores=6, num_vector_cores=72)
-    words = call(query_lens, kv_lens, **kwargs).tolist()
-    check_schedule(words, query_lens=query_lens, kv_lens=kv_lens, **kwargs)
-    fd_start = 16 + 8 * 6
-    first_idle_fd = fd_start + 8 * sum(words[fd_start + 8 * v] for v in range(72))
-    assert first_idle_fd < fd_start + 8 * 72  # the last split item has 8 rows: not every vector core merges
+    # The checker is the oracle of the random tests: each corruption must fail it.
+    call = dict(num_heads_q=64, num_heads_kv=1, head_dim=512, cu_seqlens_q=query_start_loc_of([3, 1, 4, 0, 2]),
+                seqused_kv=torch.tensor([900, 50, 4000, 7, 300], dtype=torch.int32), layout_q="TND",
+                num_cube_cores=8)
+    words = specops.sas_metadata(**call).tolist()
+    check_call(words, call)
+    used = sum(words[0:64:8])
+    assert 2 <= used < 8
     corruptions = {
-        "total cost": (5, 1), "split count": (6, 1), "slot count": (7, -1), "kv_start": (16 + 8 + 3, 64),
-        "kv_end": (16 + 6, -1), "ws_start": (16 + 8 + 7, 1), "FD rows": (fd_start + 6, 1),
-        "FD slots": (fd_start + 4, 1), "FD item": (fd_start + 2, 1), "idle FD": (first_idle_fd + 3, 1),
-        "header padding": (9, 1), "word past the entries": (1000, 1),
+        "disabled core": (0, -1), "start": (8 + 2, 1), "end": (4, 1), "end past the batches": (8 * (used - 1) + 4, 1),
+        "s2 start": (3, 1), "s2 end": (6, 1), "workspace index": (7, 1), "entry of a disabled core": (8 * used + 2, 1),
+        "FD entry": (288, 1), "word past the FD entries": (900, 1), "enable word": (8 * used, 1),
     }
     for what, (word, delta) in corruptions.items():
         broken = list(words)
         broken[word] += delta
         with pytest.raises(AssertionError):
-            check_schedule(broken, query_lens=query_lens, kv_lens=kv_lens, **kwargs)
+            check_call(broken, call)
             pytest.fail(f"the checker missed a corrupted {what}")
 
 
-def test_tokens_before_position_zero_see_nothing(backend):
-    # 6 tokens, 4 KV tokens: positions -2 .. 3. With window_left 1 the tokens at -2 and -1 see
-    # nothing, the others [0, 1), [0, 2), [1, 3), [2, 4): the tile sees their union [0, 4).
-    out = call([6], [4], num_heads_q=1, num_heads_kv=1, head_dim=64, window_left=1, window_right=0,
-               num_cube_cores=1, num_vector_cores=1)
-    assert words_at(out, 16) == [1, 0, 0, 0, 0, 0, 4, -1]
-    assert [(i.m, i.lo, i.hi, i.rows) for i in spec_items([6], [4], 1, 1, 1, 0)] == [(0, 0, 4, 6)]
+def _invalid_values():
+    big = torch.full((64,), 2**31 - 1, dtype=torch.int32)
+    return [
+        ("cu_seqlens_q", dict(cu_seqlens_q=torch.tensor([0, 3, 2], dtype=torch.int32))),
+        ("seqused_kv", dict(seqused_kv=torch.tensor([10, -1], dtype=torch.int32))),
+        ("seqused_q", dict(seqused_q=torch.tensor([1, -2], dtype=torch.int32))),
+        ("seqused_kv", dict(seqused_kv=torch.tensor([10, 2**31], dtype=torch.int64))),
+        ("cu_seqlens_q", dict(cu_seqlens_q=torch.tensor([0, 1, 2**31], dtype=torch.int64))),
+        ("cu_seqlens_q", dict(cu_seqlens_q=torch.tensor([0, 1, (1 << 25) + 2], dtype=torch.int32))),  # past 2^31 rows
+        ("max_seqlen_q", dict(layout_q="BSND", cu_seqlens_q=None, batch_size=2049, max_seqlen_q=1 << 20, num_heads_q=1,
+                              seqused_kv=torch.full((2049,), 5, dtype=torch.int32))),  # 2^31 + 2^20 M tiles
+        ("seqused_kv", dict(num_heads_q=1 << 30, cu_seqlens_q=query_start_loc_of([1] * 64), seqused_kv=big,
+                            ori_mask_mode=0)),  # each tile about 2^50.6, in all past 2^56
+    ]
 
 
-def test_decode_sas_metadata_reads_every_field():
-    out = call([3], [640], num_heads_q=5, num_heads_kv=1, head_dim=512, window_left=-1, window_right=-1,
-               num_cube_cores=3, num_vector_cores=7)
-    schedule = specops.decode_sas_metadata(out)
-    assert schedule.header == specops.SASHeader(VERSION, 3, 7, 128, 64, 13, 1, 3)
-    assert len(schedule.fa) == 3 and len(schedule.fd) == 7
-    assert schedule.fa[1] == specops.FAEntry(1, True, 0, 0, 256, 0, 0, 512, 1)
-    assert schedule.fd[6] == specops.FDEntry(6, True, 0, 0, 0, 3, 13, 2)
-    text = str(schedule)
-    assert "total cost 13" in text and "FA  1: (bn2 0, m 0) kv 256 .. (bn2 0, m 0) kv 512  ws 1" in text
-    assert "FD  6: (bn2 0, m 0) slots [0, 3) rows [13, 15)" in text
-    assert "idle: 0 cube cores, 0 vector cores" in text
-
-    idle = specops.decode_sas_metadata(call([1], [10], num_heads_q=1, num_heads_kv=1, head_dim=64))
-    assert [entry.enabled for entry in idle.fa] == [True] + [False] * 23
-    assert "FA  0: (bn2 0, m 0) kv 0 .. (bn2 0, m 0) kv 10  ws -" in str(idle)
-    with pytest.raises(ValueError, match="layout version"):
-        specops.decode_sas_metadata(torch.zeros(1024, dtype=torch.int32))
-    with pytest.raises(ValueError, match="1024"):
-        specops.decode_sas_metadata(out[:512])
-
-
-def _overflowing_cost():
-    # 64 tiles that each see 2^31 - 1 tokens in 2^25 chunks: the total cost passes int32.
-    return dict(query_lens=[64], kv_lens=[INT32_MAX], num_heads_q=128, num_heads_kv=1, head_dim=1 << 20,
-                window_left=-1, window_right=-1)
-
-
-UNSCHEDULABLE = [
-    ("cu_seqlens_q", dict(query_lens=[3, -2, 4], kv_lens=[10, 10, 10], num_heads_q=4, num_heads_kv=1, head_dim=64)),
-    ("seqused_kv", dict(query_lens=[3, 2], kv_lens=[10, -1], num_heads_q=4, num_heads_kv=1, head_dim=64)),
-    ("query rows", dict(query_lens=[(1 << 24) + 1], kv_lens=[5], num_heads_q=128, num_heads_kv=1, head_dim=64)),
-    ("int32 total cost", _overflowing_cost()),
-]
-
-
-@pytest.mark.parametrize("what,batch", UNSCHEDULABLE, ids=[w for w, _ in UNSCHEDULABLE])
-def test_unschedulable_values(what, batch):
-    """The host op raises and writes nothing; device paths write the all-zero buffer."""
-    batch = dict(batch)
-    query_lens, kv_lens = batch.pop("query_lens"), batch.pop("kv_lens")
-    cu = torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32)
-    kv = torch.tensor(kv_lens, dtype=torch.int32)
-    out = torch.full((1024,), 3, dtype=torch.int32)
-    with pytest.raises(ValueError, match=what):
-        specops.sas_metadata(cu, kv, out=out, **batch)
-    assert out.tolist() == [3] * 1024
-    for name in ("triton", "reference"):
-        if name in specops.available_backends():
+@pytest.mark.parametrize("argument,change", _invalid_values(), ids=[f"{a}-{i}" for i, (a, _) in enumerate(_invalid_values())])
+def test_invalid_values(argument, change):
+    """The host op raises naming the argument and writes nothing; the device paths (Triton, and
+    the reference that stands for them) write 1024 zeros."""
+    call = dict(num_heads_q=64, num_heads_kv=1, head_dim=512, cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32),
+                seqused_kv=torch.tensor([10, 20], dtype=torch.int32), layout_q="TND")
+    call.update(change)
+    out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
+    with pytest.raises(ValueError, match=rf"\b{argument}\b"):
+        specops.sas_metadata(**call, out=out)
+    assert out.eq(UNTOUCHED).all()
+    for name in BACKENDS:
+        if name != "native":
             with specops.backend(name):
-                specops.sas_metadata(cu, kv, out=out, **batch)
+                specops.sas_metadata(**call, out=out)
             assert out.tolist() == [0] * 1024, name
-            out.fill_(3)
+            out.fill_(UNTOUCHED)
 
 
-def test_windows_wider_than_int32_are_unbounded(backend):
-    wide = call([5, 1], [700, 90], num_heads_q=2, num_heads_kv=1, head_dim=64, window_left=1 << 40,
-                window_right=1 << 40)
-    unbounded = call([5, 1], [700, 90], num_heads_q=2, num_heads_kv=1, head_dim=64, window_left=-1,
-                     window_right=-1)
-    assert_same(wide, unbounded)
+def test_none_and_empty_tensors_are_not_provided(backend):
+    empty = torch.zeros(0, dtype=torch.int32)
+    base = dict(cu_seqlens_q=query_start_loc_of([2, 1]), seqused_kv=torch.tensor([500, 9], dtype=torch.int32),
+                layout_q="TND", ori_win_left=127)
+    expected = specops.sas_metadata(64, 1, 512, **base)
+    for name in ("cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q"):
+        assert_same(specops.sas_metadata(64, 1, 512, **base, **{name: empty}), expected, name)
+    with pytest.raises(ValueError, match="seqused_kv"):
+        specops.sas_metadata(64, 1, 512, **{**base, "seqused_kv": empty})
 
 
-def _opcheck_args():
-    cu = query_start_loc_of([1, 0, 37, 4])
+def test_int64_lengths_read_as_int32(backend):
+    call = dict(cu_seqlens_q=query_start_loc_of([1, 4, 2]), seqused_kv=torch.tensor([70, 4000, 99999], dtype=torch.int32),
+                layout_q="TND", cmp_ratio=128)
+    expected = specops.sas_metadata(64, 1, 512, **call)
+    wide = {k: v.long() if isinstance(v, torch.Tensor) else v for k, v in call.items()}
+    assert_same(specops.sas_metadata(64, 1, 512, **wide), expected)
+
+
+def test_output_goes_to_the_first_tensors_device():
+    out = specops.sas_metadata(64, 1, 512, seqused_kv=torch.tensor([10], dtype=torch.int32), batch_size=1,
+                               max_seqlen_q=1)
+    assert out.device.type == "cpu" and out.dtype == torch.int32 and out.shape == (1024,)
+    with torch.device("meta"):
+        meta = specops.sas_metadata(64, 1, 512, seqused_kv=torch.tensor([10], dtype=torch.int32), batch_size=1)
+    assert meta.device.type == "meta"
+
+
+@pytest.mark.parametrize("argument,value", [("layout_q", "BNSD"), ("layout_q", 1), ("layout_kv", "PA_BSND"),
+                                            ("soc_version", 910)])
+def test_string_arguments_are_checked_by_the_wrapper(argument, value):
+    out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
+    with pytest.raises(ValueError, match=argument):
+        specops.sas_metadata(64, 1, 512, seqused_kv=torch.tensor([10], dtype=torch.int32), batch_size=1,
+                             **{argument: value}, out=out)
+    assert out.eq(UNTOUCHED).all()
+
+
+def _schema_args(out: torch.Tensor) -> tuple:
+    cu = query_start_loc_of([1, 0, 7, 3])
     kv = torch.tensor([500, 20, 2000, 0], dtype=torch.int32)
-    return (cu, kv, 32, 4, 128, 256, 0, 5, 9, torch.zeros(1024, dtype=torch.int32))
+    # num_heads_q .. head_dim, the five tensors, batch_size .. ori_win_right, layout codes (TND,
+    # PA_ND), has_ori_kv, has_cmp_kv, cores, ascend950, out
+    return (64, 1, 512, cu, None, None, None, kv, 4, 7, 2000, 0, 512, 4, 4, 3, 127, 0, 1, 0, True, True, 5, 9,
+            False, out)
 
 
 def test_opcheck():
-    torch.library.opcheck(torch.ops.specops.sas_metadata.default, _opcheck_args())
+    torch.library.opcheck(torch.ops.specops.sas_metadata.default, _schema_args(torch.zeros(1024, dtype=torch.int32)))
 
 
 def test_compiles_without_graph_break():
-    cu, kv, heads_q, heads_kv, head_dim, left, right, cores, vectors, out = _opcheck_args()
+    cu, kv = query_start_loc_of([1, 0, 7, 3]), torch.tensor([500, 20, 2000, 0], dtype=torch.int32)
 
     def step(cu, kv, out):
-        specops.sas_metadata(cu, kv + 0, num_heads_q=heads_q, num_heads_kv=heads_kv, head_dim=head_dim,
-                             window_left=left, window_right=right, num_cube_cores=cores, num_vector_cores=vectors,
-                             out=out)
+        specops.sas_metadata(64, 1, 512, cu_seqlens_q=cu, seqused_kv=kv + 0, batch_size=4, max_seqlen_q=7,
+                             max_seqlen_kv=2000, cmp_topk=512, layout_q="TND", num_cube_cores=5, num_vector_cores=9,
+                             soc_version="Ascend950PR", out=out)
         return out + 1
 
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    out = torch.zeros(1024, dtype=torch.int32)
     expected = step(cu, kv, out.clone())
-    actual = compiled(cu, kv, out)
-    assert_same(actual, expected)
+    assert_same(compiled(cu, kv, out), expected)
     assert_same(out + 1, expected)
 
 
-def _valid_call():
-    return dict(cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32),
-                seqused_kv=torch.tensor([100, 7], dtype=torch.int32),
-                num_heads_q=8, num_heads_kv=2, head_dim=128, window_left=-1, window_right=0,
-                num_cube_cores=4, num_vector_cores=8)
-
-
-BAD_INPUTS = [
-    ("num_heads_q", dict(num_heads_q=7)),
-    ("num_heads_q", dict(num_heads_q=0)),
-    ("num_heads_q", dict(num_heads_q=1 << 32)),
-    ("num_heads_kv", dict(num_heads_kv=0)),
-    ("head_dim", dict(head_dim=0)),
-    ("num_cube_cores", dict(num_cube_cores=37)),
-    ("num_cube_cores", dict(num_cube_cores=0)),
-    ("num_vector_cores", dict(num_vector_cores=73)),
-    ("num_vector_cores", dict(num_vector_cores=3)),
-    ("window_left", dict(window_left=-2)),
-    ("window_right", dict(window_right=-5)),
-    ("seqused_kv", dict(seqused_kv=torch.tensor([100], dtype=torch.int32))),
-    ("seqused_kv", dict(seqused_kv=torch.tensor([100, 7], dtype=torch.int64))),
-    ("seqused_kv", dict(seqused_kv=torch.tensor([[100, 7]], dtype=torch.int32))),
-    ("cu_seqlens_q", dict(cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int64))),
-    ("cu_seqlens_q", dict(cu_seqlens_q=torch.zeros(0, dtype=torch.int32))),
-    ("out", dict(out=torch.zeros(1023, dtype=torch.int32))),
-    ("out", dict(out=torch.zeros(1024, dtype=torch.int64))),
-]
-
-
-@pytest.mark.parametrize("argument,change", BAD_INPUTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_INPUTS)])
-def test_bad_input_names_the_argument_and_writes_nothing(backend, argument, change):
-    arguments = _valid_call()
-    arguments.update(change)
-    out = arguments.pop("out", torch.full((1024,), 55, dtype=torch.int32))
-    before = out.clone()
-    with pytest.raises(ValueError, match=argument):
-        specops.sas_metadata(**arguments, out=out)
-    assert torch.equal(out, before)
-
-
-def test_allocates_the_output_when_absent():
-    arguments = _valid_call()
-    out = specops.sas_metadata(**arguments)
-    assert out.dtype == torch.int32 and out.shape == (1024,)
-    into = torch.empty(1024, dtype=torch.int32)
-    assert specops.sas_metadata(**arguments, out=into).data_ptr() == into.data_ptr()
-    assert_same(into, out)
+def test_decode_sas_metadata_names_the_header_fields():
+    words = torch.zeros(1024, dtype=torch.int32)
+    words[0:8] = torch.tensor([1, 0, 0, 0, 2, 3, 0, 0])
+    words[8:16] = torch.tensor([1, 2, 3, 0, 5, 0, 0, 0])
+    words[288:296] = torch.tensor([1, 4, 6, 2, 3, 16, 8, 0])  # an FD entry, as a later kernel may write
+    schedule = specops.decode_sas_metadata(words, num_cube_cores=3, num_vector_cores=2)
+    assert schedule.fa[1] == specops.FAEntry(core=1, core_enable=1, bn2_start=2, m_start=3, s2_start=0, bn2_end=5,
+                                             m_end=0, s2_end=0, first_fd_data_workspace_idx=0)
+    assert not schedule.fa[2].core_enable and len(schedule.fa) == 3 and len(schedule.fd) == 2
+    assert schedule.fd[0] == specops.FDEntry(core=0, core_enable=1, bn2_idx=4, m_idx=6, workspace_idx=2,
+                                             workspace_num=3, m_start=16, m_num=8)
+    text = str(schedule)
+    assert "FA  1: (bn2 2, m 3, s2 0) .. (bn2 5, m 0, s2 0)" in text
+    assert "FD  0: (bn2 4, m 6) workspace [2, 5) rows [16, 24)" in text
+    assert "disabled: 1 of 3 cube cores, 1 of 2 vector cores" in text
+    with pytest.raises(ValueError, match="1024"):
+        specops.decode_sas_metadata(words[:512])
+    with pytest.raises(ValueError, match="num_cube_cores"):
+        specops.decode_sas_metadata(words, num_cube_cores=37)

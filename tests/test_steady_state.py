@@ -112,9 +112,10 @@ def _apply_staged(packed: bool) -> Callable[[], object]:
     return step
 
 
-def _draft_step() -> Callable[[], object]:
+def _draft_step(causal: bool = True) -> Callable[[], object]:
     """One draft step over a sliding-window, a full and a DSpark group, under CP (2 ranks), with
-    the host copy of seq_lens given (without it the layer makes its one sync per step)."""
+    the host copy of seq_lens given (without it the layer makes its one sync per step); the
+    DSpark group builds its indices on the non-causal step."""
     model = drafting.ModelConfig(num_heads_q=8, num_heads_kv=2, head_dim=64,
                                  rope_cos_sin_cache=torch.rand(256, 8, generator=torch.Generator().manual_seed(0)),
                                  num_speculative_tokens=3, cp_size=2, cp_rank=1, num_cube_cores=4, num_vector_cores=8)
@@ -128,7 +129,7 @@ def _draft_step() -> Callable[[], object]:
     common = drafting.CommonDraftInputs(
         query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc.clone(), seq_lens=seq_lens,
         seq_lens_cpu=seq_lens.clone(), positions=positions, num_reqs=3, num_actual_tokens=9, num_input_tokens=12,
-        causal=True,
+        causal=causal,
         block_tables={g.name: torch.randint(0, 1000, (3, 16), dtype=torch.int32, generator=generator) for g in groups},
         slot_mappings={g.name: torch.randint(0, 10000, (9,), generator=generator) for g in groups})
     return lambda: drafting.build_draft_attn_metadata(builders, common, draft_index=1)
@@ -140,6 +141,7 @@ STEP_PATHS = [
     StepPath("PersistentMappings.apply_staged", lambda: _apply_staged(packed=False)),
     StepPath("PersistentMappings.apply_staged packed", lambda: _apply_staged(packed=True)),
     StepPath("drafting.build_draft_attn_metadata", _draft_step),
+    StepPath("drafting.build_draft_attn_metadata non-causal", lambda: _draft_step(causal=False)),
 ]
 
 

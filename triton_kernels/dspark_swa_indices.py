@@ -21,6 +21,54 @@ BLOCK_W = 128
 
 
 @triton.jit
+def requests_of_rows(query_start_loc_ptr, num_reqs, rows_begin, num_rows, row_tile, num_search_steps,
+                     BLOCK_ROWS: tl.constexpr):
+    """For BLOCK_ROWS rows of this rank's slice: whether each is a row of the output, whether it is
+    a real token, its request, the request's query length and seq_len (0 where not real)."""
+    row = row_tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    is_row = (row >= 0) & (row < num_rows)
+    token = rows_begin + row
+    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
+    is_real = is_row & (token < num_tokens)
+    request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK_ROWS)
+    is_real = is_real & (request < num_reqs)
+    # int64: seq_len - query_len - window wraps in int32 for values near INT32_MIN (a large start,
+    # a negative column that passes `column < table_cols`, a load 2^31 entries early).
+    begin = tl.load(query_start_loc_ptr + request, mask=is_real, other=0).to(tl.int64)
+    end = tl.load(query_start_loc_ptr + request + 1, mask=is_real, other=0).to(tl.int64)
+    return row, is_row, is_real, request, end - begin
+
+
+@triton.jit
+def store_visible_slots(block_table_ptr, out_ptr, out_lens_ptr, row, is_row, is_real, request, query_len, seq_len,
+                        chunk, width, window, block_size, table_rows, table_cols, table_stride, out_stride,
+                        BLOCK_W: tl.constexpr):
+    """Entries [chunk * BLOCK_W, (chunk + 1) * BLOCK_W) of the rows `row` (and their lens, from
+    the first chunk): the slots of positions start + j of each row's request, -1 past visible.
+    query_len and seq_len are int64 (see requests_of_rows)."""
+    start = tl.maximum(seq_len - query_len - window, 0)
+    visible = tl.minimum(tl.maximum(seq_len - start, 0), width)
+    visible = tl.where(is_real, visible, 0)
+
+    entry = chunk * BLOCK_W + tl.arange(0, BLOCK_W)
+    position = start[:, None] + entry[None, :]
+    column = position // block_size
+    valid = ((entry[None, :] < visible[:, None]) & (column >= 0) & (column < table_cols)
+             & (request < table_rows)[:, None])
+    safe_request = tl.where(valid, request[:, None], 0).to(tl.int64)
+    safe_column = tl.where(valid, column, 0)
+    block_id = tl.load(block_table_ptr + safe_request * table_stride + safe_column, mask=valid, other=-1)
+    slot = block_id.to(tl.int64) * block_size + (position - column * block_size)
+    valid = valid & (block_id >= 0) & (slot <= 2147483647)
+    slot = tl.where(valid, slot, -1).to(tl.int32)
+
+    out_row = out_ptr + row.to(tl.int64)[:, None] * out_stride
+    tl.store(out_row + entry[None, :], slot, mask=is_row[:, None] & ((entry >= 0) & (entry < width))[None, :])
+    is_first_chunk = (tl.zeros_like(row) + chunk) == 0  # a tensor mask: the lens are written once
+    tl.store(out_lens_ptr + row, visible.to(tl.int32), mask=is_row & is_first_chunk)
+
+
+@triton.jit
 def _dspark_swa_indices_kernel(
     block_table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr, out_lens_ptr,
     num_reqs, rows_begin, num_rows, width, window, block_size,
@@ -30,44 +78,17 @@ def _dspark_swa_indices_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     num_chunks = tl.cdiv(width, BLOCK_W)
     num_tasks = tl.cdiv(num_rows, BLOCK_ROWS) * num_chunks
     for task in range(pid, num_tasks, num_progs):
         row_tile = task // num_chunks
         chunk = task - row_tile * num_chunks
-        row = row_tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        is_row = (row >= 0) & (row < num_rows)
-        token = rows_begin + row
-        is_real = is_row & (token < num_tokens)
-        request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK_ROWS)
-        is_real = is_real & (request < num_reqs)
-
-        # int64: seq_len - query_len - window wraps in int32 for seq_lens near INT32_MIN (a large
-        # start, a negative column that passes `column < table_cols`, a load 2^31 entries early).
-        begin = tl.load(query_start_loc_ptr + request, mask=is_real, other=0).to(tl.int64)
-        end = tl.load(query_start_loc_ptr + request + 1, mask=is_real, other=0).to(tl.int64)
+        row, is_row, is_real, request, query_len = requests_of_rows(
+            query_start_loc_ptr, num_reqs, rows_begin, num_rows, row_tile, num_search_steps, BLOCK_ROWS)
         seq_len = tl.load(seq_lens_ptr + request, mask=is_real, other=0).to(tl.int64)
-        start = tl.maximum(seq_len - (end - begin) - window, 0)
-        visible = tl.minimum(tl.maximum(seq_len - start, 0), width)
-        visible = tl.where(is_real, visible, 0)
-
-        entry = chunk * BLOCK_W + tl.arange(0, BLOCK_W)
-        position = start[:, None] + entry[None, :]
-        column = position // block_size
-        valid = ((entry[None, :] < visible[:, None]) & (column >= 0) & (column < table_cols)
-                 & (request < table_rows)[:, None])
-        safe_request = tl.where(valid, request[:, None], 0).to(tl.int64)
-        safe_column = tl.where(valid, column, 0)
-        block_id = tl.load(block_table_ptr + safe_request * table_stride + safe_column, mask=valid, other=-1)
-        slot = block_id.to(tl.int64) * block_size + (position - column * block_size)
-        valid = valid & (block_id >= 0) & (slot <= 2147483647)
-        slot = tl.where(valid, slot, -1).to(tl.int32)
-
-        out_row = out_ptr + row.to(tl.int64)[:, None] * out_stride
-        tl.store(out_row + entry[None, :], slot, mask=is_row[:, None] & ((entry >= 0) & (entry < width))[None, :])
-        is_first_chunk = (tl.zeros_like(row) + chunk) == 0  # a tensor mask: the lens are written once
-        tl.store(out_lens_ptr + row, visible.to(tl.int32), mask=is_row & is_first_chunk)
+        store_visible_slots(block_table_ptr, out_ptr, out_lens_ptr, row, is_row, is_real, request, query_len, seq_len,
+                            chunk, width, window, block_size, table_rows, table_cols, table_stride, out_stride,
+                            BLOCK_W)
 
 
 def dspark_swa_indices(

@@ -1,12 +1,11 @@
-"""Triton kernel for sas_metadata (SPEC 3.5): the greedy schedule of csrc/kernels/sas_metadata.h
-without a host sync.
+"""Triton kernel for sas_metadata (SPEC 3.5): the AI-CPU kernel's schedule without a host sync.
 
-One program. The schedule is a serial scan, but most of it is vector work: items are walked in
-blocks of LANES lanes (REQS requests of up to ITEMS_PER_REQ items each packed side by side, or a
-slice of one longer request), a block's whole items are taken by one prefix sum, and only the
-item that does not fit the current core is walked piece by piece. The schedule lives in
-registers ([CORE_SLOTS, 8] tables) until the end, then every word of `out` is stored exactly
-once, so the program never reads back what it wrote.
+One program runs the two passes of csrc/kernels/sas_metadata.h. Batches are costed REQS at a
+time: a batch of up to TILES M tiles takes one row of a [REQS, TILES] block, a longer one is
+costed alone, LANES tiles at a time. The greedy pass keeps the costs of the current REQS
+batches, takes whole batches with one prefix sum, then the M tiles of the batch a core stops in,
+LANES at a time. Every FA entry is stored once when its core is done, the other words once at
+the end, so the program never reads back what it wrote; invalid values leave all 1024 words 0.
 """
 
 from __future__ import annotations
@@ -17,286 +16,349 @@ import triton.language as tl
 
 from specops.sas_layout import (
     ENTRY_WORDS,
-    FIXED_COST,
-    HEADER_WORDS,
     INT32_MAX,
-    LAYOUT_VERSION,
-    M_TILE,
+    INT32_MIN,
+    MAX_TOTAL_COST,
     NUM_WORDS,
-    kv_tile_for,
+    SOURCE_CONSTANT,
+    SOURCE_CUMULATIVE,
+    kv_lengths,
+    num_batches,
+    query_lengths,
+    tile_sizes,
 )
 
-REQS = 32
-ITEMS_PER_REQ = 8
-CORE_SLOTS = 64  # >= MAX_CUBE_CORES: rows of the FA table and of the split-item table
-FD_SLOTS = 128  # >= MAX_VECTOR_CORES
+# Batches costed side by side. At 32, ptxas keeps some source combinations (a constant KV length)
+# to 128 registers with a 4-byte spill on sm_90; at 16 every combination compiles without one.
+REQS = 16
+TILES = 8  # M tiles per batch in the [REQS, TILES] block: a decode of up to 8 tokens
+LANES = REQS * TILES  # M tiles per step of a longer batch
+NUM_WARPS = 4  # sm_90 and sm_80 compile without a spill at 4 warps (at 8, ptxas caps at 128 registers)
 
 
 @triton.jit
-def _pick(values, lane, k):
-    """values[k] of a lane vector, as a scalar."""
-    return tl.sum(tl.where(lane == k, values, 0))
+def _lengths(ptr, b, live, constant, SOURCE: tl.constexpr):
+    """Each lane's length (int64) and whether the values read for it fit int32."""
+    if SOURCE == 0:  # SOURCE_CONSTANT
+        value = tl.zeros_like(b).to(tl.int64) + constant
+        fits = value == value
+    elif SOURCE == 1:  # SOURCE_PER_BATCH
+        value = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
+        fits = (value >= -2147483648) & (value <= 2147483647)
+    else:  # SOURCE_CUMULATIVE
+        first = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
+        after = tl.load(ptr + b + 1, mask=live, other=0).to(tl.int64)
+        value = after - first
+        fits = (first >= -2147483648) & (first <= 2147483647) & (after >= -2147483648) & (after <= 2147483647)
+    return value, fits
 
 
 @triton.jit
-def _fields(cols, f0, f1, f2, f3, f4, f5, f6, f7):
-    """The eight words of an entry laid along `cols`."""
-    return tl.where(cols == 0, f0, tl.where(cols == 1, f1, tl.where(cols == 2, f2, tl.where(cols == 3, f3,
-           tl.where(cols == 4, f4, tl.where(cols == 5, f5, tl.where(cols == 6, f6, f7)))))))
+def _tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
+               cmp_ratio, cmp_topk):
+    """Cost, last-block cost and whether M tile m sees KV (elementwise; s2 > 0 where used)."""
+    first_row = m.to(tl.int64) * m_tile  # int64: first_row + m_tile can pass 2^31
+    end_row = tl.minimum(first_row + m_tile, s1 * group)
+    first_token = first_row // group
+    last_token = (end_row - 1) // group
+    offset = s2 - s1  # token t sits at KV position s2 - s1 + t
+    lo = tl.where(mask_mode == 4, first_token + offset - win_left, 0)
+    hi = tl.where(mask_mode == 0, s2 - 1, last_token + offset + tl.where(mask_mode == 4, win_right, 0))
+    sees = (lo < s2) & (hi >= 0) & (hi >= lo)
+    lo = tl.maximum(lo, 0)
+    hi = tl.minimum(hi, s2 - 1)
+    window = tl.where(sees, hi - lo + 1, 0)
+    compressed = tl.where(sees & (has_cmp_kv != 0), (hi + 1) // cmp_ratio, 0)
+    compressed = tl.where(cmp_topk > 0, tl.minimum(compressed, cmp_topk), compressed)
+    rows = tl.where((m == tiles - 1) & (leftover != 0), leftover, m_tile)
+    per_block = 6 * ((rows + 15) // 16)
+    # The S2 tile is a multiple of 64: the 10 ceil(t / 64) of a range's blocks add up to
+    # 10 ceil(range / 64).
+    blocks = (window + s2_tile - 1) // s2_tile + (compressed + s2_tile - 1) // s2_tile
+    cost = tl.where(sees, per_block * blocks + 10 * ((window + 63) // 64 + (compressed + 63) // 64), 0)
+    last_range = tl.where(compressed > 0, compressed, window)
+    last_block = last_range - ((last_range + s2_tile - 1) // s2_tile - 1) * s2_tile
+    last_block_cost = tl.where(sees, per_block + 10 * ((last_block + 63) // 64), 0)
+    return cost, last_block_cost, sees
 
 
 @triton.jit
-def _put(table, rows, cols, row, first_col, last_col, f0, f1, f2, f3, f4, f5, f6, f7):
-    """table[row, first_col:last_col + 1] = (f0 .. f7)[first_col:last_col + 1]."""
-    target = (rows == row) & (cols >= first_col) & (cols <= last_col)
-    return tl.where(target, _fields(cols, f0, f1, f2, f3, f4, f5, f6, f7), table)
+def _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile,
+             QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr):
+    """Batches [b0, b0 + REQS), one per lane: S1, S2, M tiles and leftover rows of the last tile,
+    and whether the values are valid (int32, lengths >= 0, at most 2^31 - 1 query rows). Lanes
+    past the end, and invalid ones, get no tiles."""
+    b = b0 + tl.arange(0, REQS)
+    live = b < num_batches
+    s1, query_fits = _lengths(query_ptr, b, live, query_constant, QUERY_SOURCE)
+    s2, kv_fits = _lengths(kv_ptr, b, live, kv_constant, KV_SOURCE)
+    rows = s1 * group
+    valid = (query_fits & kv_fits & (s1 >= 0) & (s2 >= 0) & (rows <= 2147483647)) | ~live
+    tiles = tl.where(live & valid, (rows + m_tile - 1) // m_tile, 0)
+    leftover = tl.where(live & valid, rows % m_tile, 0)
+    return s1, s2, tiles, leftover, valid
 
 
 @triton.jit
-def _get(table, rows, cols, row, col):
-    return tl.sum(tl.sum(tl.where((rows == row) & (cols == col), table, 0), axis=1), axis=0)
+def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
+           win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
+           QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr, TILES: tl.constexpr):
+    """Batches [b0, b0 + REQS) with valid values, one per lane: M tiles, cost and last-block cost
+    (int32: a block costs below 2^31), 0 past the end and without work; the [REQS, TILES] costs,
+    last-block costs and KV flags of the tiles of the batches of at most TILES tiles; the most
+    costly tile; and whether some batch alone costs more than max_total (its cost is then only
+    known to be above it)."""
+    LANES: tl.constexpr = REQS * TILES
+    req = tl.arange(0, REQS)
+    s1, s2, tiles, leftover, _ = _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group,
+                                          m_tile, QUERY_SOURCE, KV_SOURCE, REQS)
+    work = (tiles > 0) & (s2 > 0)
+
+    # Batches of at most TILES tiles: one row each of the block.
+    m = tl.arange(0, TILES)[None, :]
+    in_block = (work & (tiles <= TILES))[:, None] & (m < tiles[:, None])
+    tile_cost, tile_last, tile_sees = _tile_cost(m, s1[:, None], s2[:, None], tiles[:, None], leftover[:, None],
+                                                 group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
+                                                 cmp_ratio, cmp_topk)
+    tile_cost = tl.where(in_block, tile_cost, 0)
+    tile_sees = in_block & tile_sees
+    batch_cost = tl.sum(tile_cost, axis=1)
+    max_tile = tl.max(tl.max(tile_cost, axis=1), axis=0)
+    last_seen = tl.max(tl.where(tile_sees, m, -1), axis=1)
+    batch_last = tl.sum(tl.where(m == last_seen[:, None], tile_last, 0), axis=1)
+    too_costly = tl.zeros([], tl.int32) != 0
+
+    # Longer batches, one at a time, LANES tiles per step.
+    lane = tl.arange(0, LANES)
+    long = work & (tiles > TILES)
+    k = tl.min(tl.where(long, req, REQS))
+    while k < REQS:
+        k_s1 = tl.sum(tl.where(req == k, s1, 0))
+        k_s2 = tl.sum(tl.where(req == k, s2, 0))
+        k_tiles = tl.sum(tl.where(req == k, tiles, 0))
+        k_leftover = tl.sum(tl.where(req == k, leftover, 0))
+        k_cost = tl.zeros([], tl.int64)
+        k_last = tl.zeros([], tl.int64)
+        m0 = tl.zeros([], tl.int64)
+        while (m0 < k_tiles) & (k_cost <= max_total):
+            t = m0 + lane
+            inside = t < k_tiles
+            cost, last_cost, sees = _tile_cost(t, k_s1, k_s2, k_tiles, k_leftover, group, m_tile, s2_tile, mask_mode,
+                                               win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk)
+            cost = tl.where(inside, cost, 0)
+            k_cost += tl.sum(cost)
+            max_tile = tl.maximum(max_tile, tl.max(cost))
+            last = tl.max(tl.where(inside & sees, lane, -1))
+            if last >= 0:
+                k_last = tl.sum(tl.where(lane == last, last_cost, 0))
+            m0 += LANES
+        batch_cost = tl.where(req == k, k_cost, batch_cost)
+        batch_last = tl.where(req == k, k_last, batch_last)
+        too_costly = too_costly | (k_cost > max_total)
+        k = tl.min(tl.where(long & (req > k), req, REQS))
+    return tiles, batch_cost, batch_last.to(tl.int32), tile_cost, tile_last.to(tl.int32), tile_sees, max_tile, too_costly
 
 
 @triton.jit
-def _column(table, cols, col):
-    return tl.sum(tl.where(cols == col, table, 0), axis=1)
-
-
-@triton.jit
-def _request_shape(cu_seqlens_q_ptr, seqused_kv_ptr, req, live, num_heads_kv, group, M_TILE: tl.constexpr):
-    """Query length, KV length, query rows and item count of each lane's request; `bad` flags
-    values a schedule cannot hold (their requests get no items)."""
-    safe = tl.where(live, req, 0)
-    q_len = (tl.load(cu_seqlens_q_ptr + safe + 1, mask=live, other=0).to(tl.int64)
-             - tl.load(cu_seqlens_q_ptr + safe, mask=live, other=0).to(tl.int64))
-    kv_len = tl.load(seqused_kv_ptr + safe, mask=live, other=0).to(tl.int64)
-    rows = q_len * group
-    bad = live & ((q_len < 0) | (kv_len < 0) | (rows > 2147483647))
-    tiles = tl.where(bad | (rows <= 0), 0, (rows + M_TILE - 1) // M_TILE)
-    return q_len, kv_len, rows, tiles, tiles * num_heads_kv, bad
+def _prefix_sums(tiles, batch_cost, tile_cost, tile_last, tile_sees, TILES: tl.constexpr):
+    """What the greedy pass keeps of a chunk: the cost of its batches before / up to and including
+    each batch, and of its tiles up to and including each tile of the [REQS, TILES] block; the
+    last-block cost of each tile, -1 for a tile that sees no KV; the chunk's total; and whether
+    every batch fits the block."""
+    batch_end = tl.cumsum(batch_cost, 0)
+    batch_start = batch_end - batch_cost
+    tile_end = batch_start[:, None] + tl.cumsum(tile_cost, 1)
+    return (batch_start, batch_end, tile_end, tl.where(tile_sees, tile_last, -1), tl.sum(batch_cost),
+            tl.max(tiles) <= TILES)
 
 
 @triton.jit
 def _sas_metadata_kernel(
-    cu_seqlens_q_ptr, seqused_kv_ptr, out_ptr,
-    num_reqs, num_heads_kv, group, kv_tile, window_left, window_right, num_cube_cores, num_vector_cores,
-    LAYOUT_VERSION: tl.constexpr, M_TILE: tl.constexpr, FIXED_COST: tl.constexpr, NUM_WORDS: tl.constexpr,
-    HEADER_WORDS: tl.constexpr, ENTRY_WORDS: tl.constexpr,
-    REQS: tl.constexpr, ITEMS_PER_REQ: tl.constexpr, CORE_SLOTS: tl.constexpr, FD_SLOTS: tl.constexpr,
+    query_ptr, kv_ptr, out_ptr,
+    num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
+    cmp_ratio, cmp_topk, num_cube_cores, max_total,
+    QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, NUM_WORDS: tl.constexpr, ENTRY_WORDS: tl.constexpr,
+    REQS: tl.constexpr, TILES: tl.constexpr,
 ):
-    LANES: tl.constexpr = REQS * ITEMS_PER_REQ
-    MIN_CAP: tl.constexpr = 1 + FIXED_COST
+    LANES: tl.constexpr = REQS * TILES
+    req = tl.arange(0, REQS)
     lane = tl.arange(0, LANES)
-    rows2d = tl.arange(0, CORE_SLOTS)[:, None]
-    cols2d = tl.arange(0, ENTRY_WORDS)[None, :]
+    field = tl.arange(0, ENTRY_WORDS)
 
-    valid = tl.full([], 1, tl.int32)
-    base = tl.zeros([], tl.int64)
-    cap = tl.zeros([], tl.int64)
-    fa = tl.zeros([CORE_SLOTS, ENTRY_WORDS], tl.int64)  # per cube core, the words of its FA entry
-    splits = tl.zeros([CORE_SLOTS, ENTRY_WORDS], tl.int64)  # per split item: bn2, m, ws_start, ws_num, rows
-    num_splits = tl.zeros([], tl.int64)
-    slots = tl.zeros([], tl.int64)
-    total = tl.zeros([], tl.int64)
-    overflow = tl.full([], 0, tl.int32)
+    # Pass 0: every batch's values, before anything is costed.
+    valid = tl.zeros([], tl.int32) == 0
+    all_tiles = tl.zeros([], tl.int64)
+    b0 = tl.zeros([], tl.int32)
+    while valid & (b0 < num_batches):
+        _, _, tiles, _, lane_valid = _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group,
+                                              m_tile, QUERY_SOURCE, KV_SOURCE, REQS)
+        all_tiles += tl.sum(tiles)
+        valid = (tl.min(lane_valid.to(tl.int32)) != 0) & (all_tiles <= 2147483647)
+        b0 += REQS
 
-    # Scan 0 checks the values and sums the unsplit cost; scan 1 runs the greedy fill at the
-    # lower bound of the cap; scan 2 reruns it one higher when scan 1 ran out of cores.
-    for scan in range(3):
-        run = scan == 0
-        if scan == 1:
-            lower_bound = (base + num_cube_cores - 1) // num_cube_cores
-            cap = tl.where(lower_bound < MIN_CAP, lower_bound + 1, lower_bound)
-            run = (valid != 0) & (base > 0)
-        if scan == 2:
-            run = (valid != 0) & (overflow != 0)
-            cap = cap + 1
-        if run & (scan > 0):
-            fa = tl.zeros([CORE_SLOTS, ENTRY_WORDS], tl.int64)
-            splits = tl.zeros([CORE_SLOTS, ENTRY_WORDS], tl.int64)
-            num_splits = tl.zeros([], tl.int64)
-            slots = tl.zeros([], tl.int64)
-            total = tl.zeros([], tl.int64)
-            overflow = tl.full([], 0, tl.int32)
-        core = tl.zeros([], tl.int64)
-        load = tl.zeros([], tl.int64)
+    # Pass 1: the total cost and the most costly M tile. The first REQS batches stay in
+    # registers for pass 2.
+    tiles = tl.zeros([REQS], tl.int64)
+    batch_cost = tl.zeros([REQS], tl.int64)
+    batch_last = tl.zeros([REQS], tl.int32)
+    tile_cost = tl.zeros([REQS, TILES], tl.int64)
+    tile_last = tl.zeros([REQS, TILES], tl.int32)
+    tile_sees = tl.zeros([REQS, TILES], tl.int32) != 0
+    max_tile = tl.zeros([], tl.int64)
+    too_costly = tl.zeros([], tl.int32) != 0
+    if valid:
+        tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, max_tile, too_costly = _chunk(
+            query_ptr, kv_ptr, 0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
+            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+    # Every batch costs at most max_total unless too_costly, so no sum can overflow. A batch has
+    # work (query rows and KV) exactly when it costs something.
+    total = tl.sum(batch_cost)
+    any_work = total > 0
+    valid = valid & ~too_costly & (total <= max_total)
+    b0 = tl.zeros([], tl.int32) + REQS
+    while valid & (b0 < num_batches):
+        _, more_cost, _, _, _, _, more_max, too_costly = _chunk(
+            query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
+            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+        total += tl.sum(more_cost)
+        any_work = total > 0
+        max_tile = tl.maximum(max_tile, more_max)
+        valid = ~too_costly & (total <= max_total)
+        b0 += REQS
 
+    # Pass 2: the greedy pass, an FA entry per core.
+    used = tl.where(valid, 1, 0)
+    if valid & ~any_work:
+        # No batch has work: core 0 covers every batch at once.
+        entry = tl.where(field == 0, 1, tl.where(field == 4, num_batches, 0))
+        tl.store(out_ptr + field, entry.to(tl.int32))
+    if valid & any_work:
+        # The REQS batches from cached_b0, as prefix sums (_prefix_sums). `consumed` is the cost
+        # of the chunk's tiles before the cursor (b, m): taking the chunk's work up to some point
+        # costs its prefix sum there minus consumed.
+        cached_b0 = tl.zeros([], tl.int32)
+        if num_batches > REQS:
+            tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, _, _ = _chunk(
+                query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile,
+                mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE,
+                REQS, TILES)
+        batch_start, batch_end, tile_end, tile_last, chunk_total, all_short = _prefix_sums(
+            tiles, batch_cost, tile_cost, tile_last, tile_sees, TILES)
+        tile_index = tl.arange(0, TILES)[None, :]
+        unassigned = total
         b = tl.zeros([], tl.int32)
-        j0 = tl.zeros([], tl.int64)
-        while run & (b < num_reqs):
-            # The REQS requests from b, one per ITEMS_PER_REQ lanes.
-            packed_req = b + lane // ITEMS_PER_REQ
-            packed_live = (packed_req >= 0) & (packed_req < num_reqs)
-            _, _, _, _, packed_items, bad = _request_shape(
-                cu_seqlens_q_ptr, seqused_kv_ptr, packed_req, packed_live, num_heads_kv, group, M_TILE)
-            if tl.max(bad.to(tl.int32)) > 0:
-                valid = tl.full([], 0, tl.int32)
-            first_long = tl.min(tl.where(packed_live & (packed_items > ITEMS_PER_REQ), packed_req, num_reqs))
-            items_of_b = _pick(packed_items, lane, 0)
-            # A request with more items than ITEMS_PER_REQ gets blocks of its own.
-            alone = (j0 > 0) | (first_long == b)
-            req = tl.where(alone, b, packed_req)
-            item = tl.where(alone, j0 + lane, lane % ITEMS_PER_REQ)
-            live = tl.where(alone, item < items_of_b, packed_live & (packed_req < first_long) & (item < packed_items))
-            if alone:
-                j0 = j0 + LANES
-                if j0 >= items_of_b:
-                    b = b + 1
-                    j0 = j0 * 0
-            else:
-                b = tl.minimum(first_long, b + REQS)
-
-            q_len, kv_len, rows, tiles, _, _ = _request_shape(
-                cu_seqlens_q_ptr, seqused_kv_ptr, req, live, num_heads_kv, group, M_TILE)
-            n2 = item // tl.maximum(tiles, 1)
-            m = item - n2 * tiles
-            row_begin = m * M_TILE
-            row_end = tl.minimum(row_begin + M_TILE, rows)
-            first_position = kv_len - q_len + row_begin // group
-            last_position = kv_len - q_len + (row_end - 1) // group
-            lo = tl.where(window_left < 0, 0, tl.maximum(first_position - window_left, 0))
-            hi = tl.where(window_right < 0, kv_len, tl.minimum(last_position + window_right + 1, kv_len))
-            scheduled = live & (hi > lo) & (tiles > 0)
-            chunks = tl.where(scheduled, (hi - lo + kv_tile - 1) // kv_tile, 0)
-            units = tl.where(scheduled, chunks + FIXED_COST, 0)
-            bn2 = req.to(tl.int64) * num_heads_kv + n2
-            tile_rows = row_end - row_begin
-
-            if scan == 0:
-                base += tl.sum(units)
-                if base > 2147483647:
-                    valid = tl.full([], 0, tl.int32)
-                run = valid != 0
-            else:
-                start = tl.zeros([], tl.int32)
-                while start < LANES:
-                    # Whole items while they fit the current core.
-                    pending = tl.where(lane >= start, units, 0)
-                    over = (pending > 0) & (load + tl.cumsum(pending, 0) > cap)
-                    k = tl.min(tl.where(over, lane, LANES))
-                    taken = (pending > 0) & (lane < k)
-                    taken_units = tl.sum(tl.where(taken, pending, 0))
-                    if taken_units > 0:
-                        first = tl.min(tl.where(taken, lane, LANES))
-                        last = tl.max(tl.where(taken, lane, -1))
-                        if load == 0:
-                            fa = _put(fa, rows2d, cols2d, core, 0, 3, 1, _pick(bn2, lane, first),
-                                      _pick(m, lane, first), _pick(lo, lane, first), 0, 0, 0, 0)
-                            fa = _put(fa, rows2d, cols2d, core, 7, 7, 0, 0, 0, 0, 0, 0, 0, -1)
-                        fa = _put(fa, rows2d, cols2d, core, 4, 6, 0, 0, 0, 0, _pick(bn2, lane, last),
-                                  _pick(m, lane, last), _pick(hi, lane, last), 0)
-                        load += taken_units
-                        total += taken_units
-                    start = tl.minimum(k, LANES - 1) + 1
-                    if k < LANES:
-                        # The item that does not fit: piece by piece, a core at a time.
-                        item_bn2 = _pick(bn2, lane, k)
-                        item_m = _pick(m, lane, k)
-                        item_lo = _pick(lo, lane, k)
-                        item_hi = _pick(hi, lane, k)
-                        item_chunks = _pick(chunks, lane, k)
-                        item_rows = _pick(tile_rows, lane, k)
-                        done = tl.zeros([], tl.int64)
-                        while done < item_chunks:
-                            if load + MIN_CAP > cap:
-                                core += 1
-                                load = load * 0
-                            if core >= num_cube_cores:
-                                overflow = tl.full([], 1, tl.int32)
-                                done = item_chunks
-                                start = start * 0 + LANES
-                                run = overflow == 0
-                            else:
-                                take = tl.minimum(item_chunks - done, cap - load - FIXED_COST)
-                                split = (done > 0) | (take < item_chunks)
-                                if (done == 0) & split:
-                                    splits = _put(splits, rows2d, cols2d, num_splits, 0, 4,
-                                                  item_bn2, item_m, slots, 0, item_rows, 0, 0, 0)
-                                    num_splits += 1
-                                if load == 0:
-                                    fa = _put(fa, rows2d, cols2d, core, 0, 3, 1, item_bn2, item_m,
-                                              item_lo + done * kv_tile, 0, 0, 0, 0)
-                                    fa = _put(fa, rows2d, cols2d, core, 7, 7, 0, 0, 0, 0, 0, 0, 0, -1)
-                                fa = _put(fa, rows2d, cols2d, core, 4, 6, 0, 0, 0, 0, item_bn2, item_m,
-                                          tl.minimum(item_lo + (done + take) * kv_tile, item_hi), 0)
-                                if split:
-                                    if _get(fa, rows2d, cols2d, core, 7) < 0:
-                                        fa = _put(fa, rows2d, cols2d, core, 7, 7, 0, 0, 0, 0, 0, 0, 0, slots)
-                                    slots += 1
-                                    pieces = _get(splits, rows2d, cols2d, num_splits - 1, 3) + 1
-                                    splits = _put(splits, rows2d, cols2d, num_splits - 1, 3, 3,
-                                                  0, 0, 0, pieces, 0, 0, 0, 0)
-                                load += take + FIXED_COST
-                                total += take + FIXED_COST
-                                done += take
-
-    ok = (valid != 0) & (total <= 2147483647)
-
-    header_index = tl.arange(0, ENTRY_WORDS)
-    header = tl.where(header_index == 0, LAYOUT_VERSION, tl.where(header_index == 1, num_cube_cores,
-             tl.where(header_index == 2, num_vector_cores, tl.where(header_index == 3, M_TILE,
-             tl.where(header_index == 4, kv_tile, tl.where(header_index == 5, total,
-             tl.where(header_index == 6, num_splits, slots))))))).to(tl.int64)
-    tl.store(out_ptr + header_index, tl.where(ok, header, 0).to(tl.int32))
-
-    tl.store(out_ptr + HEADER_WORDS + rows2d * ENTRY_WORDS + cols2d, tl.where(ok, fa, 0).to(tl.int32),
-             mask=(rows2d < num_cube_cores) & (cols2d < ENTRY_WORDS))
-
-    # Merge entries: split item k gets floor or ceil of V / S entries (the first V % S the ceil),
-    # at most its rows, numbered item after item; its rows are dealt out as evenly as possible.
-    split_index = tl.arange(0, CORE_SLOTS)
-    per_item = num_vector_cores // tl.maximum(num_splits, 1)
-    with_extra = num_vector_cores % tl.maximum(num_splits, 1)
-    split_rows = _column(splits, cols2d, 4)
-    wanted = per_item + tl.where(split_index < with_extra, 1, 0)
-    entries = tl.where(split_index < num_splits, tl.minimum(split_rows, wanted), 0)
-    entries_end = tl.cumsum(entries, 0)
-    entries_start = entries_end - entries
-    vector_core = tl.arange(0, FD_SLOTS)[:, None]
-    owner = (entries_start[None, :] <= vector_core) & (vector_core < entries_end[None, :])
-    owned = tl.sum(owner.to(tl.int32), axis=1) > 0
-    fd_bn2 = tl.sum(tl.where(owner, _column(splits, cols2d, 0)[None, :], 0), axis=1)
-    fd_m = tl.sum(tl.where(owner, _column(splits, cols2d, 1)[None, :], 0), axis=1)
-    fd_ws_start = tl.sum(tl.where(owner, _column(splits, cols2d, 2)[None, :], 0), axis=1)
-    fd_ws_num = tl.sum(tl.where(owner, _column(splits, cols2d, 3)[None, :], 0), axis=1)
-    fd_rows = tl.sum(tl.where(owner, split_rows[None, :], 0), axis=1)
-    fd_count = tl.maximum(tl.sum(tl.where(owner, entries[None, :], 0), axis=1), 1)
-    fd_first = tl.sum(tl.where(owner, entries_start[None, :], 0), axis=1)
-    e = tl.arange(0, FD_SLOTS) - fd_first
-    rows_each = fd_rows // fd_count
-    rows_extra = fd_rows % fd_count
-    row_start = e * rows_each + tl.minimum(e, rows_extra)
-    row_num = rows_each + tl.where(e < rows_extra, 1, 0)
-    fd = _fields(cols2d, 1, fd_bn2[:, None], fd_m[:, None], fd_ws_start[:, None], fd_ws_num[:, None],
-                 row_start[:, None], row_num[:, None], 0)
-    fd = tl.where(owned[:, None] & ok, fd, 0)
-    tl.store(out_ptr + HEADER_WORDS + (num_cube_cores + vector_core) * ENTRY_WORDS + cols2d, fd.to(tl.int32),
-             mask=(vector_core < num_vector_cores) & (cols2d < ENTRY_WORDS))
+        m = tl.zeros([], tl.int32)
+        consumed = tl.zeros([], tl.int64)
+        core = tl.zeros([], tl.int32)
+        while (core < num_cube_cores) & (b < num_batches) & (unassigned > 0):
+            limit = tl.maximum(unassigned // (num_cube_cores - core), max_tile)
+            load = tl.zeros([], tl.int64)  # of the chunks this core has left behind
+            start_b = b
+            start_m = m
+            # Whole batches, a batch without cost always, REQS at a time.
+            scanning = b < num_batches
+            while scanning:
+                if b >= cached_b0 + REQS:
+                    cached_b0 = b
+                    new_tiles, new_cost, batch_last, new_tile_cost, new_tile_last, new_sees, _, _ = _chunk(
+                        query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile,
+                        s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
+                        QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+                    batch_start, batch_end, tile_end, tile_last, chunk_total, all_short = _prefix_sums(
+                        new_tiles, new_cost, new_tile_cost, new_tile_last, new_sees, TILES)
+                    consumed = consumed * 0
+                first = b - cached_b0
+                in_chunk = tl.minimum(num_batches - cached_b0, REQS)
+                ahead = (req >= first) & (req < in_chunk)
+                fits = (batch_end == batch_start) | (load + batch_end - consumed <= limit + batch_last // 2)
+                stop = tl.min(tl.where(ahead & ~fits, req, REQS))
+                if stop == REQS:
+                    load += chunk_total - consumed
+                    b = cached_b0 + in_chunk
+                    m = m * 0
+                    consumed = chunk_total
+                    scanning = b < num_batches
+                else:
+                    if stop > first:
+                        b = cached_b0 + stop
+                        m = m * 0
+                    scanning = stop < 0
+            if b < num_batches:
+                # Whole M tiles of batch b. The tile the cursor stands on is always tested;
+                # after a tile is taken the ones that see no KV are passed over. The batch's last
+                # tile sees KV and fails the test the whole batch failed, so the cursor stays
+                # inside the batch.
+                row = b - cached_b0
+                if all_short:
+                    on_row = req[:, None] == row
+                    tested = on_row & (tile_index >= m) & ((tile_last >= 0) | (tile_index == m))
+                    fails = tested & (load + tile_end - consumed > limit + tl.maximum(tile_last, 0) // 2)
+                    m = tl.min(tl.where(fails, tile_index, TILES))
+                    # The cost up to the new cursor: the prefix sum of the tile before it, or the
+                    # batch's start for tile 0 (tile ends are never below it).
+                    after = tl.max(tl.where(on_row, tl.where(tile_index < m, tile_end, batch_start[:, None]), 0))
+                    load += after - consumed
+                    consumed = after
+                else:
+                    # Batch b alone, read again (lane 0): a long batch is rare, registers are not.
+                    s1, s2, b_tiles, leftover, _ = _batches(query_ptr, kv_ptr, b, num_batches, query_constant,
+                                                            kv_constant, group, m_tile, QUERY_SOURCE, KV_SOURCE, REQS)
+                    b_s1 = tl.sum(tl.where(req == 0, s1, 0))
+                    b_s2 = tl.sum(tl.where(req == 0, s2, 0))
+                    b_tiles = tl.sum(tl.where(req == 0, b_tiles, 0))
+                    b_leftover = tl.sum(tl.where(req == 0, leftover, 0))
+                    # The whole batches the scan passed, up to the batch's start (nothing when
+                    # the cursor was already inside it).
+                    row_start = tl.sum(tl.where(req == row, batch_start, 0))
+                    passed = tl.maximum(row_start - consumed, 0)
+                    load += passed
+                    consumed += passed
+                    first_step = b_tiles > 0
+                    taking = first_step
+                    while taking:
+                        t = m + lane
+                        inside = t < b_tiles
+                        cost, last_cost, sees = _tile_cost(t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile,
+                                                           mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio,
+                                                           cmp_topk)
+                        cost = tl.where(inside, cost, 0)
+                        tested = inside & (sees | ((lane == 0) & first_step))
+                        fails = tested & (load + tl.cumsum(cost, 0) > limit + last_cost // 2)
+                        stop = tl.min(tl.where(fails, lane, LANES))
+                        taken = tl.sum(tl.where(lane < stop, cost, 0))
+                        load += taken
+                        consumed += taken
+                        m = tl.minimum(m + stop, b_tiles).to(tl.int32)
+                        first_step = first_step & False
+                        taking = (stop == LANES) & (m < b_tiles)
+            entry = tl.where(field == 0, 1, tl.where(field == 1, start_b, tl.where(field == 2, start_m, tl.where(
+                field == 4, b, tl.where(field == 5, m, 0)))))
+            tl.store(out_ptr + core * ENTRY_WORDS + field, entry.to(tl.int32))
+            unassigned -= load
+            core += 1
+        used = core
 
     word = tl.arange(0, NUM_WORDS)
-    unused = ((word >= ENTRY_WORDS) & (word < HEADER_WORDS)) | (
-        word >= HEADER_WORDS + (num_cube_cores + num_vector_cores) * ENTRY_WORDS)
-    tl.store(out_ptr + word, tl.zeros([NUM_WORDS], tl.int32), mask=unused)
+    tl.store(out_ptr + word, tl.zeros([NUM_WORDS], tl.int32), mask=word >= used * ENTRY_WORDS)
 
 
 def sas_metadata(
-    cu_seqlens_q: torch.Tensor,
-    seqused_kv: torch.Tensor,
-    num_heads_q: int,
-    num_heads_kv: int,
-    head_dim: int,
-    window_left: int,
-    window_right: int,
-    num_cube_cores: int,
-    num_vector_cores: int,
-    out: torch.Tensor,
+    num_heads_q: int, num_heads_kv: int, head_dim: int, cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_ori_kv: torch.Tensor | None, cu_seqlens_cmp_kv: torch.Tensor | None, seqused_q: torch.Tensor | None,
+    seqused_kv: torch.Tensor | None, batch_size: int, max_seqlen_q: int, max_seqlen_kv: int, ori_topk: int,
+    cmp_topk: int, cmp_ratio: int, ori_mask_mode: int, cmp_mask_mode: int, ori_win_left: int, ori_win_right: int,
+    layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool, num_cube_cores: int, num_vector_cores: int,
+    ascend950: bool, out: torch.Tensor,
 ) -> None:
-    # Windows wider than any int32 sequence see what int32 max sees; clamped, they fit int32.
+    query = query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q)
+    kv = kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv)
+    m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
+    # A constant source reads no tensor: `out` stands in for the pointer.
     _sas_metadata_kernel[(1,)](
-        cu_seqlens_q, seqused_kv, out,
-        seqused_kv.numel(), num_heads_kv, num_heads_q // num_heads_kv, kv_tile_for(head_dim),
-        min(window_left, INT32_MAX), min(window_right, INT32_MAX), num_cube_cores, num_vector_cores,
-        LAYOUT_VERSION=LAYOUT_VERSION, M_TILE=M_TILE, FIXED_COST=FIXED_COST, NUM_WORDS=NUM_WORDS,
-        HEADER_WORDS=HEADER_WORDS, ENTRY_WORDS=ENTRY_WORDS,
-        REQS=REQS, ITEMS_PER_REQ=ITEMS_PER_REQ, CORE_SLOTS=CORE_SLOTS, FD_SLOTS=FD_SLOTS,
+        out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor, out,
+        num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), query.constant, kv.constant, num_heads_q, m_tile,
+        s2_tile, ori_mask_mode, ori_win_left, ori_win_right, int(has_cmp_kv), cmp_ratio if has_cmp_kv else 1,
+        cmp_topk if has_cmp_kv else 0, num_cube_cores, MAX_TOTAL_COST,
+        QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, NUM_WORDS=NUM_WORDS, ENTRY_WORDS=ENTRY_WORDS,
+        REQS=REQS, TILES=TILES, num_warps=NUM_WARPS,
     )

@@ -55,7 +55,8 @@ inline void check_tensor(const at::Tensor& t, const Name& name, std::initializer
 // The rows of an output buffer must not share memory (an expanded view, an as_strided one with
 // a row stride below the row's extent): a kernel writes its rows independently, in parallel on a
 // device, and one row's values would show up in another.
-inline void check_rows_disjoint(const at::Tensor& t, const char* name) {
+template <typename Name>
+inline void check_rows_disjoint(const at::Tensor& t, const Name& name) {
   if (t.dim() < 2 || t.size(0) <= 1 || t.numel() == 0) return;
   int64_t row_extent = 1;
   for (int64_t d = 1; d < t.dim(); ++d) row_extent += (t.size(d) - 1) * t.stride(d);
@@ -73,7 +74,8 @@ inline void check_positive(int64_t value, const Name& name) {
 }
 
 // A size that int32 index math (and int64 products of it) must hold: in [lowest, 2^31 - 1].
-inline void check_int32_range(int64_t value, const char* name, int64_t lowest) {
+template <typename Name>
+inline void check_int32_range(int64_t value, const Name& name, int64_t lowest) {
   TORCH_CHECK_VALUE(value >= lowest && value <= INT32_MAX, name, " must be in [", lowest, ", 2^31 - 1], got ", value);
 }
 

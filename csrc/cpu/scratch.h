@@ -13,7 +13,8 @@ inline int32_t* int32_scratch(int64_t size) {
   return buffer.data();
 }
 
-// The same for int64 values (slots computed wide before an int32 output takes them).
+// The same for int64 values (slots computed wide before an int32 output takes them;
+// sas_metadata's per-batch cost table).
 inline int64_t* int64_scratch(int64_t size) {
   thread_local std::vector<int64_t> buffer;
   if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));

@@ -1,346 +1,475 @@
 #pragma once
-// Work schedule of the shared-KV sparse-attention kernel. SPEC 3.5, docs/sas_metadata.md.
+// The schedule of Ascend's shared-KV sparse-attention kernel: the 1024 words its AI-CPU metadata
+// kernel writes (SPEC 3.5, docs/sas_metadata.md), computed on the host.
 //
-// Work items are (bn2, m) query tiles with their KV range cut into KV_TILE chunks; an item
-// costs chunks + FIXED_COST. Cube cores take consecutive runs of chunks in item order,
-// greedily filled up to a cost cap: the cap ceil(total_base / cores) when that fits the cores,
-// else one more, which always fits. No contiguous schedule has a smaller maximum (see
-// docs/sas_metadata.md), so the cap is the balance the kernel sees.
+// After a check of every batch's lengths, two passes over the batches. The first fills the cost
+// table: each batch's cost and last-block cost, the most costly M tile and the total. The second
+// is the kernel's greedy pass: core i gets the limit max(unassigned / (cores - i), most costly M
+// tile) and takes whole batches, then whole M tiles, while they fit the limit with half of their
+// last block to spare. Only the M tiles of the batch a core stops in are costed again.
 //
-// The body is plain C++ over raw pointers with fixed-size state and no allocation, so it can be
-// compiled for an AI CPU as well as for the host.
+// Plain C++ over raw pointers: no torch, no allocation (the caller lends the per-batch table),
+// so the body compiles for an AI CPU as well as for the host.
 #include <cstdint>
 
 #include "kernels/fast_divmod.h"
 
 namespace specops::kernels::sas {
 
-constexpr int32_t kLayoutVersion = 0x5A5;
 constexpr int64_t kNumWords = 1024;
-constexpr int64_t kHeaderWords = 16;
 constexpr int64_t kEntryWords = 8;
-constexpr int64_t kMTile = 128;
-constexpr int64_t kFixedCost = 1;
-constexpr int64_t kMaxCubeCores = 36;
-constexpr int64_t kMaxVectorCores = 72;
+constexpr int64_t kMaxCubeCores = 36;    // AIC_CORE_NUM: FA entries at words 8c
+constexpr int64_t kMaxVectorCores = 72;  // AIV_CORE_NUM: FD entries at words 288 + 8v
+constexpr int64_t kInt32Min = -2147483647 - 1;
 constexpr int64_t kInt32Max = 2147483647;
+constexpr int64_t kMaxWindow = int64_t{1} << 62;  // past it the kernel's window sums can overflow
+constexpr int64_t kMaxTotalCost = int64_t{1} << 56;  // MAX_TOTAL_COST of sas_layout.py
 
-// A piece needs one chunk plus the fixed cost, so no core can hold anything below this cap.
-constexpr int64_t kMinCap = 1 + kFixedCost;
+// FA entry fields (the consumer header's FA_*_INDEX).
+constexpr int kFaCoreEnable = 0;
+constexpr int kFaBn2Start = 1;
+constexpr int kFaMStart = 2;
+constexpr int kFaS2Start = 3;
+constexpr int kFaBn2End = 4;
+constexpr int kFaMEnd = 5;
+constexpr int kFaS2End = 6;
+constexpr int kFaFirstFdDataWorkspaceIdx = 7;
 
-inline int64_t kv_tile_for(int64_t head_dim) {
-  const int64_t tile = 32768 / head_dim;
-  return tile > 64 ? tile : 64;
-}
+// ori_mask_mode
+constexpr int64_t kMaskNone = 0;
+constexpr int64_t kMaskCausal = 3;
+constexpr int64_t kMaskBand = 4;
 
-struct SASShape {
-  int64_t num_reqs = 0;
-  int64_t num_heads_kv = 1;
-  int64_t group = 1;  // query heads per KV head
-  int64_t kv_tile = 64;
-  int64_t window_left = -1;  // -1: unbounded
-  int64_t window_right = 0;  // -1: unbounded
-  int64_t num_cube_cores = 24;
-  int64_t num_vector_cores = 48;
-  // Every tile of every scan divides by the group and the KV tile; both fit uint32 and every
-  // dividend is below 2^31 (rows and KV lengths are int32).
-  FastDivmod group_divisor;
-  FastDivmod kv_tile_divisor;
+// Where a batch's length comes from: an int argument, tensor[b], or tensor[b + 1] - tensor[b].
+struct LengthSource {
+  enum Kind { kConstant, kPerBatch, kCumulative };
+  Kind kind = kConstant;
+  int64_t constant = 0;
+  const int32_t* values32 = nullptr;  // one of the two, for the tensor kinds
+  const int64_t* values64 = nullptr;
+
+  int64_t value(int64_t i) const { return values32 != nullptr ? values32[i] : values64[i]; }
 };
 
-// The shape of a call whose arguments passed the checks of SPEC 3.5 (heads divide, num_heads_q
-// and head_dim in [1, 2^31), windows >= -1, core counts in range).
-inline SASShape make_sas_shape(int64_t num_reqs, int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
-                               int64_t window_left, int64_t window_right, int64_t num_cube_cores,
-                               int64_t num_vector_cores) {
+// A call that passed the checks of csrc/cpu/sas_metadata.cpp, resolved.
+struct SASShape {
+  int64_t num_batches = 0;
+  int64_t group = 1;         // query heads per KV head (num_heads_kv is 1)
+  bool one_token_tiles = true;  // M tile = one token's G rows (not Ascend950, or G = 64)
+  int s2_tile_shift = 9;
+  int64_t mask_mode = kMaskBand;
+  int64_t win_left = 0;
+  int64_t win_right = 0;
+  // Compressed KV of a tile seeing up to KV position hi: min((hi + 1) >> shift, cap). Without
+  // compressed KV the shift is 63, which gives 0 for every position.
+  int cmp_ratio_shift = 63;
+  int64_t cmp_cap = INT64_MAX;  // cmp_topk for SCFA
+  int64_t tile_rows_cost = 0;   // 6 ceil(rows / 16) of a full M tile
+  int64_t num_cube_cores = 24;
+  LengthSource query;
+  LengthSource kv;
+  FastDivmod group_divisor;  // rows -> tokens, when an M tile is not one token's heads
+};
+
+// M tiles are one token's G query rows and S2 tiles 512 KV tokens, or on Ascend950 64 rows and
+// 128 tokens.
+constexpr int kS2TileShift = 9;
+constexpr int kAscend950MTileShift = 6;
+constexpr int kAscend950S2TileShift = 7;
+
+inline int log2_of_power_of_two(int64_t value) {
+  int shift = 0;
+  while ((int64_t{1} << shift) < value) ++shift;
+  return shift;
+}
+
+// 6 * ceil(rows / 16): what a block's query rows cost.
+inline int64_t rows_cost(int64_t rows) { return 6 * ((rows + 15) >> 4); }
+
+inline SASShape make_sas_shape(int64_t num_batches, int64_t num_heads_q, int64_t mask_mode, int64_t win_left,
+                               int64_t win_right, bool has_cmp_kv, int64_t cmp_ratio, int64_t cmp_topk,
+                               int64_t num_cube_cores, bool ascend950, LengthSource query, LengthSource kv) {
   SASShape s;
-  s.num_reqs = num_reqs;
-  s.num_heads_kv = num_heads_kv;
-  s.group = num_heads_q / num_heads_kv;
-  s.kv_tile = kv_tile_for(head_dim);
-  // Windows wider than any int32 sequence see what int32 max sees; clamped, the position
-  // arithmetic stays inside int64.
-  s.window_left = window_left < kInt32Max ? window_left : kInt32Max;
-  s.window_right = window_right < kInt32Max ? window_right : kInt32Max;
+  s.num_batches = num_batches;
+  s.group = num_heads_q;
+  const int64_t m_tile = ascend950 ? int64_t{1} << kAscend950MTileShift : num_heads_q;
+  s.one_token_tiles = m_tile == num_heads_q;
+  s.s2_tile_shift = ascend950 ? kAscend950S2TileShift : kS2TileShift;
+  s.mask_mode = mask_mode;
+  s.win_left = win_left;
+  s.win_right = win_right;
+  if (has_cmp_kv) {
+    s.cmp_ratio_shift = log2_of_power_of_two(cmp_ratio);
+    if (cmp_topk > 0) s.cmp_cap = cmp_topk;
+  }
+  s.tile_rows_cost = rows_cost(m_tile);
   s.num_cube_cores = num_cube_cores;
-  s.num_vector_cores = num_vector_cores;
-  s.group_divisor = FastDivmod(static_cast<uint32_t>(s.group));
-  s.kv_tile_divisor = FastDivmod(static_cast<uint32_t>(s.kv_tile));
+  s.query = query;
+  s.kv = kv;
+  s.group_divisor = FastDivmod(static_cast<uint32_t>(num_heads_q));
   return s;
 }
 
-enum class SASError : int32_t { kNone = 0, kNegativeQueryLen, kNegativeKvLen, kTooManyRows, kCostOverflow };
+enum class SASError : int32_t {
+  kNone = 0,
+  kOutsideInt32,     // a tensor value the kernel could not have read as int32
+  kNegativeLength,   // a query or KV length below 0
+  kTooManyRows,      // a batch with more than 2^31 - 1 query rows
+  kTooManyTiles,     // more than 2^31 - 1 M tiles in all
+  kCostOverflow,     // a total cost past 2^56
+};
 
 struct SASStatus {
   SASError error = SASError::kNone;
-  int64_t request = -1;  // the offending request, where there is one
-  int64_t value = 0;     // the offending value
+  bool query_side = true;  // which length: the query's (S1) or the KV's (S2)
+  int64_t batch = -1;
+  int64_t value = 0;
 };
 
-// One request's query rows: token-major, rows = q_len * group, cut into m-tiles of kMTile rows.
-struct RequestRows {
-  int64_t q_len;
-  int64_t kv_len;
-  int64_t rows;
-  int64_t tiles;
+// One batch's lengths and M tiles.
+struct Batch {
+  int64_t s1 = 0;
+  int64_t s2 = 0;
+  int64_t tiles = 0;
+  int64_t leftover_rows = 0;  // rows of the last M tile when 64 does not divide them (Ascend950), else 0
 };
 
-inline RequestRows request_rows(const int32_t* cu_seqlens_q, const int32_t* seqused_kv, int64_t b,
-                                const SASShape& s) {
-  RequestRows r;
-  r.q_len = static_cast<int64_t>(cu_seqlens_q[b + 1]) - cu_seqlens_q[b];
-  r.kv_len = seqused_kv[b];
-  r.rows = r.q_len * s.group;
-  r.tiles = r.rows > 0 ? (r.rows + kMTile - 1) / kMTile : 0;
-  return r;
-}
-
-struct TileRange {
-  int64_t lo;
-  int64_t hi;  // lo >= hi: nothing visible, the tile is not scheduled
-  int64_t rows;
+// The per-batch table, lent by the caller (4 * num_batches values): the lengths as check_lengths
+// read them, then each batch's cost and the cost of its last block (of its last M tile that sees
+// KV), which pass 1 fills and the greedy pass reads.
+struct BatchTable {
+  int64_t* s1;
+  int64_t* s2;
+  int64_t* cost;
+  int64_t* last_block_cost;
 };
 
-// The union of the KV ranges of the tokens in m-tile m. Window edges move forward with the
-// position and a token at p >= 0 sees p, so the union runs from the first token's lower edge to
-// the last token's upper edge. A first token before position 0 that sees nothing has lower edge
-// 0, as does the first token that sees something: the union is still right.
-inline TileRange tile_range(const RequestRows& r, int64_t m, const SASShape& s) {
-  const int64_t row_begin = m * kMTile;
-  const int64_t row_end = row_begin + kMTile < r.rows ? row_begin + kMTile : r.rows;
-  const int64_t first_position = r.kv_len - r.q_len + s.group_divisor.div(static_cast<uint32_t>(row_begin));
-  const int64_t last_position = r.kv_len - r.q_len + s.group_divisor.div(static_cast<uint32_t>(row_end - 1));
-  TileRange t;
-  t.lo = 0;
-  if (s.window_left >= 0 && first_position - s.window_left > 0) t.lo = first_position - s.window_left;
-  t.hi = r.kv_len;
-  if (s.window_right >= 0 && last_position + s.window_right + 1 < r.kv_len) t.hi = last_position + s.window_right + 1;
-  t.rows = row_end - row_begin;
-  return t;
+inline BatchTable make_batch_table(int64_t* scratch, int64_t num_batches) {
+  return BatchTable{scratch, scratch + num_batches, scratch + 2 * num_batches, scratch + 3 * num_batches};
 }
 
-inline int64_t chunks_of(const TileRange& t, const SASShape& s) {
-  return t.hi > t.lo ? s.kv_tile_divisor.div(static_cast<uint32_t>(t.hi - t.lo - 1)) + 1 : 0;
+// For lengths that passed check_lengths (s1 * G fits int32).
+inline Batch batch_of(const SASShape& s, int64_t s1, int64_t s2) {
+  Batch batch;
+  batch.s1 = s1;
+  batch.s2 = s2;
+  if (s.one_token_tiles) {
+    batch.tiles = s1;
+  } else {
+    const int64_t rows = s1 * s.group;
+    batch.tiles = (rows + (int64_t{1} << kAscend950MTileShift) - 1) >> kAscend950MTileShift;
+    batch.leftover_rows = rows & ((int64_t{1} << kAscend950MTileShift) - 1);
+  }
+  return batch;
 }
 
-// Checks the values and sums the unsplit cost of every scheduled item (chunks + FIXED_COST).
-// Stops at the first problem, and as soon as the sum passes int32 (it is int64 so it cannot
-// wrap before that check).
-inline SASStatus base_cost(const int32_t* cu_seqlens_q, const int32_t* seqused_kv, const SASShape& s,
-                           int64_t* total) {
-  *total = 0;
-  for (int64_t b = 0; b < s.num_reqs; ++b) {
-    const RequestRows r = request_rows(cu_seqlens_q, seqused_kv, b, s);
-    if (r.q_len < 0) return SASStatus{SASError::kNegativeQueryLen, b, r.q_len};
-    if (r.kv_len < 0) return SASStatus{SASError::kNegativeKvLen, b, r.kv_len};
-    if (r.rows > kInt32Max) return SASStatus{SASError::kTooManyRows, b, r.rows};
-    int64_t request_cost = 0;
-    for (int64_t m = 0; m < r.tiles; ++m) {
-      const int64_t chunks = chunks_of(tile_range(r, m, s), s);
-      if (chunks > 0) request_cost += chunks + kFixedCost;
+inline int64_t ceil_shift(int64_t a, int shift) { return (a + (int64_t{1} << shift) - 1) >> shift; }
+
+struct TileCost {
+  int64_t cost = 0;
+  int64_t last_block_cost = 0;
+  bool sees_kv = false;
+};
+
+// A batch's tiles: the sum of their costs, the most costly one, and the last-block cost of the
+// last tile (which sees KV: its last token sees its own position in every mask mode).
+struct BatchCost {
+  int64_t cost = 0;
+  int64_t max_tile = 0;
+  int64_t last_block_cost = 0;
+};
+
+// The cost of the M tiles of one batch with s2 > 0, for one mask mode, M tile shape and S2 tile
+// (templates: this runs for every tile of every batch). A block of r rows and t KV tokens costs
+// 6 ceil(r / 16) + 10 ceil(t / 64); a tile's blocks cover its window's KV range, then its
+// compressed KV.
+template <int64_t kMaskMode, bool kOneTokenTiles, int kS2TileShift>
+struct TileCoster {
+  const SASShape& s;
+
+  // Compressed KV tokens of a tile that sees up to position hi.
+  int64_t compressed_of(int64_t hi) const {
+    const int64_t compressed = (hi + 1) >> s.cmp_ratio_shift;
+    return compressed < s.cmp_cap ? compressed : s.cmp_cap;
+  }
+
+  // A tile of `rows_cost_of_tile` that sees `window` KV tokens and `compressed` compressed ones.
+  // The S2 tile is a multiple of 64, so the 10 ceil(t / 64) of a range's blocks add up to
+  // 10 ceil(range / 64).
+  static TileCost cost_of(int64_t rows_cost_of_tile, int64_t window, int64_t compressed) {
+    TileCost result;
+    const int64_t blocks = ceil_shift(window, kS2TileShift) + ceil_shift(compressed, kS2TileShift);
+    result.cost = rows_cost_of_tile * blocks + 10 * (ceil_shift(window, 6) + ceil_shift(compressed, 6));
+    const int64_t last_range = compressed > 0 ? compressed : window;
+    const int64_t last_block = ((last_range - 1) & ((int64_t{1} << kS2TileShift) - 1)) + 1;
+    result.last_block_cost = rows_cost_of_tile + 10 * ceil_shift(last_block, 6);
+    result.sees_kv = true;
+    return result;
+  }
+
+  TileCost operator()(const Batch& batch, int64_t m) const {
+    int64_t first_token = m;
+    int64_t last_token = m;
+    int64_t rows_cost_of_tile = s.tile_rows_cost;
+    if (!kOneTokenTiles) {
+      const int64_t first_row = m << kAscend950MTileShift;
+      const int64_t rows = batch.s1 * s.group;
+      const int64_t end_row = first_row + (int64_t{1} << kAscend950MTileShift) < rows
+                                  ? first_row + (int64_t{1} << kAscend950MTileShift)
+                                  : rows;
+      first_token = s.group_divisor.div(static_cast<uint32_t>(first_row));
+      last_token = s.group_divisor.div(static_cast<uint32_t>(end_row - 1));
+      if (m == batch.tiles - 1 && batch.leftover_rows != 0) rows_cost_of_tile = rows_cost(batch.leftover_rows);
     }
-    *total += request_cost * s.num_heads_kv;
-    if (*total > kInt32Max) return SASStatus{SASError::kCostOverflow, -1, *total};
+    // Token t sits at KV position s2 - s1 + t.
+    const int64_t offset = batch.s2 - batch.s1;
+    int64_t lo = 0;
+    int64_t hi = batch.s2 - 1;
+    if (kMaskMode == kMaskCausal) {
+      hi = last_token + offset;
+      if (hi < 0) return TileCost{};
+    } else if (kMaskMode == kMaskBand) {
+      // The windows are >= 0, so hi >= lo.
+      lo = first_token + offset - s.win_left;
+      hi = last_token + offset + s.win_right;
+      if (lo >= batch.s2 || hi < 0) return TileCost{};
+      if (lo < 0) lo = 0;
+      if (hi > batch.s2 - 1) hi = batch.s2 - 1;
+    }
+    return cost_of(rows_cost_of_tile, hi - lo + 1, compressed_of(hi));
+  }
+
+  // Adds `count` tiles of one cost.
+  static void add(BatchCost* sum, const TileCost& tile, int64_t count) {
+    sum->cost += tile.cost * count;
+    if (tile.cost > sum->max_tile) sum->max_tile = tile.cost;
+  }
+
+  // Every tile of a batch with tiles > 0 and s2 > 0. Tile costs are below 2^52 and a batch's
+  // sum is checked against the bound after every tile (or run of equal tiles), so no sum can
+  // overflow; past the bound the result is only known to be above it.
+  BatchCost batch_cost(const Batch& batch) const {
+    BatchCost sum;
+    TileCost tile;
+    int64_t m = 0;
+    if (kMaskMode == kMaskBand && kOneTokenTiles) {
+      // Decode batches: the tokens in the middle see a full window, [p - win_left, p +
+      // win_right] inside [0, s2), and differ only in their compressed KV, which changes once
+      // every cmp_ratio positions (or never: no compressed KV, or capped at cmp_topk). Those
+      // cost one run at a time; the tokens near either end are costed one by one.
+      const int64_t offset = batch.s2 - batch.s1;
+      const int64_t first_full = s.win_left - offset > 0 ? s.win_left - offset : 0;
+      const int64_t end_full = batch.s2 - s.win_right - offset < batch.tiles ? batch.s2 - s.win_right - offset
+                                                                              : batch.tiles;
+      for (; m < first_full && m < batch.tiles; ++m) {
+        tile = (*this)(batch, m);
+        add(&sum, tile, 1);
+        if (sum.cost > kMaxTotalCost) return sum;
+      }
+      const int64_t window = s.win_left + s.win_right + 1;
+      while (m < end_full) {
+        // Position + win_right + 1 is below 2^31 here, so the shifts stay in range.
+        const int64_t compressed = compressed_of(m + offset + s.win_right);
+        int64_t run_end = end_full;
+        if (compressed < s.cmp_cap && s.cmp_ratio_shift < 63) {
+          const int64_t next = ((compressed + 1) << s.cmp_ratio_shift) - offset - s.win_right - 1;
+          if (next < run_end) run_end = next;
+        }
+        tile = cost_of(s.tile_rows_cost, window, compressed);
+        add(&sum, tile, run_end - m);
+        if (sum.cost > kMaxTotalCost) return sum;
+        m = run_end;
+      }
+    }
+    for (; m < batch.tiles; ++m) {
+      tile = (*this)(batch, m);
+      add(&sum, tile, 1);
+      if (sum.cost > kMaxTotalCost) return sum;
+    }
+    sum.last_block_cost = tile.last_block_cost;
+    return sum;
+  }
+};
+
+// Calls fn with the TileCoster of the call's mask mode and tile shapes.
+template <bool kOneTokenTiles, int kS2TileShift, typename Fn>
+inline auto with_mask_mode(const SASShape& s, Fn&& fn) {
+  if (s.mask_mode == kMaskNone) return fn(TileCoster<kMaskNone, kOneTokenTiles, kS2TileShift>{s});
+  if (s.mask_mode == kMaskCausal) return fn(TileCoster<kMaskCausal, kOneTokenTiles, kS2TileShift>{s});
+  return fn(TileCoster<kMaskBand, kOneTokenTiles, kS2TileShift>{s});
+}
+
+template <typename Fn>
+inline auto with_tile_coster(const SASShape& s, Fn&& fn) {
+  if (s.s2_tile_shift == kAscend950S2TileShift) {
+    return s.one_token_tiles ? with_mask_mode<true, kAscend950S2TileShift>(s, fn)
+                             : with_mask_mode<false, kAscend950S2TileShift>(s, fn);
+  }
+  return with_mask_mode<true, kS2TileShift>(s, fn);
+}
+
+struct CostSummary {
+  bool any_work = false;  // some batch has query rows and KV
+  int64_t total = 0;
+  int64_t max_tile = 0;
+};
+
+// Reads one length per batch from `source` into `lengths`, as int64. A tensor source's values
+// must fit int32 (the kernel reads int32 tensors): returns the first batch that reads one that
+// does not, or -1. One loop per source kind and dtype, so the loop has no branch on them.
+template <typename T>
+inline int64_t read_tensor_lengths(const T* values, bool cumulative, int64_t num_batches, int64_t* lengths) {
+  for (int64_t b = 0; b < num_batches; ++b) {
+    const int64_t first = values[b];
+    const int64_t after = cumulative ? static_cast<int64_t>(values[b + 1]) : 0;
+    if (sizeof(T) > 4 && (first < kInt32Min || first > kInt32Max || after < kInt32Min || after > kInt32Max)) {
+      return b;
+    }
+    lengths[b] = cumulative ? after - first : first;
+  }
+  return -1;
+}
+
+inline int64_t read_lengths(const LengthSource& source, int64_t num_batches, int64_t* lengths) {
+  if (source.kind == LengthSource::kConstant) {
+    for (int64_t b = 0; b < num_batches; ++b) lengths[b] = source.constant;
+    return -1;
+  }
+  const bool cumulative = source.kind == LengthSource::kCumulative;
+  if (source.values32 != nullptr) return read_tensor_lengths(source.values32, cumulative, num_batches, lengths);
+  return read_tensor_lengths(source.values64, cumulative, num_batches, lengths);
+}
+
+// Reads and checks every batch's lengths into the table before anything is costed, so that a
+// batch far too large is refused without costing the batches before it.
+inline SASStatus check_lengths(const SASShape& s, BatchTable table) {
+  const int64_t query_outside = read_lengths(s.query, s.num_batches, table.s1);
+  if (query_outside >= 0) return SASStatus{SASError::kOutsideInt32, true, query_outside, 0};
+  const int64_t kv_outside = read_lengths(s.kv, s.num_batches, table.s2);
+  if (kv_outside >= 0) return SASStatus{SASError::kOutsideInt32, false, kv_outside, 0};
+  int64_t tiles = 0;
+  for (int64_t b = 0; b < s.num_batches; ++b) {
+    const int64_t s1 = table.s1[b];
+    const int64_t s2 = table.s2[b];
+    if (s1 < 0) return SASStatus{SASError::kNegativeLength, true, b, s1};
+    if (s2 < 0) return SASStatus{SASError::kNegativeLength, false, b, s2};
+    if (s1 * s.group > kInt32Max) return SASStatus{SASError::kTooManyRows, true, b, s1 * s.group};
+    tiles += batch_of(s, s1, s2).tiles;
+    if (tiles > kInt32Max) return SASStatus{SASError::kTooManyTiles, true, b, tiles};
   }
   return SASStatus{};
 }
 
-struct SplitItem {
-  int64_t bn2;
-  int64_t m;
-  int64_t ws_start;
-  int64_t ws_num;
-  int64_t rows;
-};
-
-// The schedule before it is laid out in words. Split items sit on boundaries between cores, so
-// there are fewer of them than cores.
-struct SASPlan {
-  int32_t fa[kMaxCubeCores][kEntryWords];
-  SplitItem splits[kMaxCubeCores];
-  int64_t num_splits;
-  int64_t num_slots;
-  int64_t total_cost;
-};
-
-// Greedy fill of cores up to `cap`: each core takes whole items while they fit, then the part
-// of the next item that fits, and the next core continues it.
-class GreedyScheduler {
- public:
-  GreedyScheduler(const SASShape& s, int64_t cap, int64_t base, SASPlan* plan)
-      : s_(s), cap_(cap), unplaced_(base), plan_(plan) {
-    plan_->num_splits = 0;
-    plan_->num_slots = 0;
-    plan_->total_cost = 0;
-  }
-
-  // False once the cores ran out: this cap is too small.
-  bool fits() const { return !overflow_; }
-
-  void add(int64_t bn2, int64_t m, const TileRange& t) {
-    const int64_t chunks = chunks_of(t, s_);
-    if (chunks == 0) return;
-    // Pieces cost at least the unsplit cost of their items: once that exceeds the room left,
-    // this cap cannot fit, and the scan can stop long before the cores run out.
-    if (unplaced_ > (s_.num_cube_cores - 1 - core_) * cap_ + (cap_ - load_)) {
-      overflow_ = true;
-      return;
-    }
-    unplaced_ -= chunks + kFixedCost;
-    if (load_ + chunks + kFixedCost <= cap_) {  // the common case: the whole item fits this core
-      int32_t* entry = plan_->fa[core_];
-      if (load_ == 0) start_entry(entry, bn2, m, t.lo);
-      end_entry(entry, bn2, m, t.hi);
-      load_ += chunks + kFixedCost;
-      plan_->total_cost += chunks + kFixedCost;
-      return;
-    }
-    for (int64_t done = 0; done < chunks && !overflow_;) {
-      if (load_ + kMinCap > cap_) {
-        ++core_;
-        load_ = 0;
+// Pass 1, for lengths that passed check_lengths: fills the table and sums the costs. Stops when
+// the total passes kMaxTotalCost.
+template <typename Coster>
+inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
+                                 CostSummary* summary) {
+  *summary = CostSummary{};
+  int64_t total = 0;
+  int64_t max_tile = 0;
+  for (int64_t b = 0; b < s.num_batches; ++b) {
+    const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
+    BatchCost sum;
+    if (batch.tiles > 0 && batch.s2 > 0) {
+      summary->any_work = true;
+      sum = tile_cost.batch_cost(batch);
+      total += sum.cost;
+      if (sum.cost > kMaxTotalCost || total > kMaxTotalCost) {
+        return SASStatus{SASError::kCostOverflow, true, b, total};
       }
-      if (core_ >= s_.num_cube_cores) {
-        overflow_ = true;
-        return;
-      }
-      const int64_t room = cap_ - load_ - kFixedCost;
-      const int64_t take = chunks - done < room ? chunks - done : room;
-      const bool split = done > 0 || take < chunks;
-      if (done == 0 && split) {
-        plan_->splits[plan_->num_splits++] = SplitItem{bn2, m, plan_->num_slots, 0, t.rows};
-      }
-      int32_t* entry = plan_->fa[core_];
-      if (load_ == 0) start_entry(entry, bn2, m, t.lo + done * s_.kv_tile);
-      const int64_t piece_end = t.lo + (done + take) * s_.kv_tile;
-      end_entry(entry, bn2, m, piece_end < t.hi ? piece_end : t.hi);
-      if (split) {
-        if (entry[7] < 0) entry[7] = static_cast<int32_t>(plan_->num_slots);
-        ++plan_->num_slots;
-        ++plan_->splits[plan_->num_splits - 1].ws_num;
-      }
-      load_ += take + kFixedCost;
-      plan_->total_cost += take + kFixedCost;
-      done += take;
+      if (sum.max_tile > max_tile) max_tile = sum.max_tile;
     }
+    table.cost[b] = sum.cost;
+    table.last_block_cost[b] = sum.last_block_cost;
   }
-
- private:
-  static void start_entry(int32_t* entry, int64_t bn2, int64_t m, int64_t kv_start) {
-    entry[0] = 1;
-    entry[1] = static_cast<int32_t>(bn2);
-    entry[2] = static_cast<int32_t>(m);
-    entry[3] = static_cast<int32_t>(kv_start);
-    entry[7] = -1;
-  }
-
-  static void end_entry(int32_t* entry, int64_t bn2, int64_t m, int64_t kv_end) {
-    entry[4] = static_cast<int32_t>(bn2);
-    entry[5] = static_cast<int32_t>(m);
-    entry[6] = static_cast<int32_t>(kv_end);
-  }
-
-  const SASShape& s_;
-  int64_t cap_;
-  int64_t unplaced_;  // unsplit cost of the items not yet scheduled
-  SASPlan* plan_;
-  int64_t core_ = 0;
-  int64_t load_ = 0;
-  bool overflow_ = false;
-};
-
-// Runs the greedy scheduler over every item in (bn2, m) order; false if the cores ran out.
-inline bool schedule_with_cap(const int32_t* cu_seqlens_q, const int32_t* seqused_kv, const SASShape& s,
-                              int64_t cap, int64_t base, SASPlan* plan) {
-  GreedyScheduler scheduler(s, cap, base, plan);
-  for (int64_t b = 0; b < s.num_reqs && scheduler.fits(); ++b) {
-    const RequestRows r = request_rows(cu_seqlens_q, seqused_kv, b, s);
-    for (int64_t n2 = 0; n2 < s.num_heads_kv; ++n2) {
-      const int64_t bn2 = b * s.num_heads_kv + n2;
-      for (int64_t m = 0; m < r.tiles; ++m) scheduler.add(bn2, m, tile_range(r, m, s));
-    }
-  }
-  return scheduler.fits();
-}
-
-inline void clear_plan(SASPlan* plan) {
-  for (auto& entry : plan->fa) {
-    for (int32_t& word : entry) word = 0;
-  }
-  plan->num_splits = plan->num_slots = plan->total_cost = 0;
-}
-
-// Plans the schedule; writes nothing outside `plan`. The caller rejects the batch (host) or
-// writes the all-zero buffer (device) when the status carries an error.
-inline SASStatus plan_sas_schedule(const int32_t* cu_seqlens_q, const int32_t* seqused_kv, const SASShape& s,
-                                   SASPlan* plan) {
-  clear_plan(plan);
-  int64_t base = 0;
-  const SASStatus status = base_cost(cu_seqlens_q, seqused_kv, s, &base);
-  if (status.error != SASError::kNone || base == 0) return status;
-  // No core can cost less than lower_bound. A cap of lower_bound + 1 always fits: a core that
-  // ends on a split is full, one that ends before an item is at most one short, so the cores
-  // hold C * lower_bound >= base units of unsplit work.
-  const int64_t lower_bound = (base + s.num_cube_cores - 1) / s.num_cube_cores;
-  if (lower_bound < kMinCap || !schedule_with_cap(cu_seqlens_q, seqused_kv, s, lower_bound, base, plan)) {
-    clear_plan(plan);
-    schedule_with_cap(cu_seqlens_q, seqused_kv, s, lower_bound + 1, base, plan);
-  }
-  if (plan->total_cost > kInt32Max) return SASStatus{SASError::kCostOverflow, -1, plan->total_cost};
+  summary->total = total;
+  summary->max_tile = max_tile;
   return SASStatus{};
 }
 
-// Lays the plan out in the 1024 words of SPEC 3.5.
-inline void write_sas_schedule(const SASPlan& plan, const SASShape& s, int32_t* out) {
+inline SASStatus fill_costs(const SASShape& s, BatchTable table, CostSummary* summary) {
+  return with_tile_coster(s, [&](const auto& tile_cost) { return fill_costs_with(s, tile_cost, table, summary); });
+}
+
+// Pass 2: the (batch, M tile) cursor after each core, written as FA entries. Returns the number
+// of cores used.
+template <typename Coster>
+inline int64_t assign_cores_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
+                                 const CostSummary& summary, int32_t* out) {
+  const int64_t cores = s.num_cube_cores;
+  int64_t unassigned = summary.total;
+  int64_t b = 0;
+  int64_t m = 0;
+  int64_t remaining = table.cost[0];  // of batch b, from M tile m on
+  int64_t used = 0;
+  for (int64_t core = 0; core < cores && b < s.num_batches && unassigned > 0; ++core) {
+    const int64_t average = unassigned / (cores - core);
+    const int64_t limit = average > summary.max_tile ? average : summary.max_tile;
+    int64_t load = 0;
+    int32_t* entry = out + kEntryWords * core;
+    entry[kFaCoreEnable] = 1;
+    entry[kFaBn2Start] = static_cast<int32_t>(b);
+    entry[kFaMStart] = static_cast<int32_t>(m);
+    // Whole batches; a batch without cost always goes.
+    while (remaining == 0 || load + remaining <= limit + table.last_block_cost[b] / 2) {
+      load += remaining;
+      m = 0;
+      if (++b == s.num_batches) break;
+      remaining = table.cost[b];
+    }
+    if (b < s.num_batches) {
+      // Whole M tiles. After a tile the cursor skips the tiles that see no KV. The batch's
+      // last tile sees KV and fails the very test the whole batch failed, so the cursor stays
+      // inside the batch.
+      const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
+      TileCost tile = tile_cost(batch, m);
+      while (m < batch.tiles && load + tile.cost <= limit + tile.last_block_cost / 2) {
+        load += tile.cost;
+        remaining -= tile.cost;
+        do {
+          tile = tile_cost(batch, ++m);
+        } while (!tile.sees_kv && m < batch.tiles - 1);
+      }
+    }
+    entry[kFaBn2End] = static_cast<int32_t>(b);
+    entry[kFaMEnd] = static_cast<int32_t>(m);
+    unassigned -= load;
+    used = core + 1;
+  }
+  return used;
+}
+
+inline int64_t assign_cores(const SASShape& s, BatchTable table, const CostSummary& summary, int32_t* out) {
+  return with_tile_coster(s, [&](const auto& tile_cost) {
+    return assign_cores_with(s, tile_cost, table, summary, out);
+  });
+}
+
+// Writes all 1024 words for a call whose pass 1 succeeded: FA entries of the used cores, zeros
+// elsewhere (the S2 fields stay 0: this kernel version never splits a KV range, so no FD entry
+// is enabled either).
+inline void write_schedule(const SASShape& s, BatchTable table, const CostSummary& summary, int32_t* out) {
   for (int64_t w = 0; w < kNumWords; ++w) out[w] = 0;
-  out[0] = kLayoutVersion;
-  out[1] = static_cast<int32_t>(s.num_cube_cores);
-  out[2] = static_cast<int32_t>(s.num_vector_cores);
-  out[3] = static_cast<int32_t>(kMTile);
-  out[4] = static_cast<int32_t>(s.kv_tile);
-  out[5] = static_cast<int32_t>(plan.total_cost);
-  out[6] = static_cast<int32_t>(plan.num_splits);
-  out[7] = static_cast<int32_t>(plan.num_slots);
-  for (int64_t c = 0; c < s.num_cube_cores; ++c) {
-    for (int64_t f = 0; f < kEntryWords; ++f) out[kHeaderWords + kEntryWords * c + f] = plan.fa[c][f];
+  if (!summary.any_work) {
+    // Core 0 covers every batch at once.
+    out[kFaCoreEnable] = 1;
+    out[kFaBn2End] = static_cast<int32_t>(s.num_batches);
+    return;
   }
-  if (plan.num_splits == 0) return;
-  // Every split item gets floor or ceil of V / S merge entries (the first V % S get the ceil),
-  // never more than it has rows; its rows are dealt out as evenly as possible.
-  const int64_t per_item = s.num_vector_cores / plan.num_splits;
-  const int64_t with_extra = s.num_vector_cores % plan.num_splits;
-  int32_t* entry = out + kHeaderWords + kEntryWords * s.num_cube_cores;
-  for (int64_t k = 0; k < plan.num_splits; ++k) {
-    const SplitItem& item = plan.splits[k];
-    const int64_t wanted = per_item + (k < with_extra ? 1 : 0);
-    const int64_t entries = wanted < item.rows ? wanted : item.rows;
-    const int64_t rows_each = item.rows / entries;
-    const int64_t rows_extra = item.rows % entries;
-    int64_t row = 0;
-    for (int64_t e = 0; e < entries; ++e, entry += kEntryWords) {
-      const int64_t row_num = rows_each + (e < rows_extra ? 1 : 0);
-      entry[0] = 1;
-      entry[1] = static_cast<int32_t>(item.bn2);
-      entry[2] = static_cast<int32_t>(item.m);
-      entry[3] = static_cast<int32_t>(item.ws_start);
-      entry[4] = static_cast<int32_t>(item.ws_num);
-      entry[5] = static_cast<int32_t>(row);
-      entry[6] = static_cast<int32_t>(row_num);
-      row += row_num;
-    }
-  }
+  assign_cores(s, table, summary, out);
 }
 
-// The whole op for a caller that cannot raise (an AI-CPU kernel): an invalid batch gets the
-// all-zero buffer, whose version word 0 tells a reader there is no schedule.
-inline SASStatus sas_metadata(const int32_t* cu_seqlens_q, const int32_t* seqused_kv, const SASShape& s,
-                              SASPlan* plan, int32_t* out) {
-  const SASStatus status = plan_sas_schedule(cu_seqlens_q, seqused_kv, s, plan);
+// The whole op for a caller that cannot raise (an AI-CPU kernel): invalid values get 1024 zeros.
+inline SASStatus sas_metadata(const SASShape& s, BatchTable table, int32_t* out) {
+  CostSummary summary;
+  SASStatus status = check_lengths(s, table);
+  if (status.error == SASError::kNone) status = fill_costs(s, table, &summary);
   if (status.error != SASError::kNone) {
     for (int64_t w = 0; w < kNumWords; ++w) out[w] = 0;
-  } else {
-    write_sas_schedule(*plan, s, out);
+    return status;
   }
+  write_schedule(s, table, summary, out);
   return status;
 }
 

@@ -19,7 +19,9 @@ from specops.ops import (
     cp_local_metadata,
     dcp_local_seq_lens,
     dspark_swa_indices,
+    dspark_swa_indices_multi,
     format_slot_mapping_blocks,
+    format_slot_mapping_blocks_multi,
     gather_block_tables,
     prepare_positions_and_seq_lens,
     prepare_spec_decode_inputs,
@@ -27,7 +29,7 @@ from specops.ops import (
 )
 from specops.persistent import MappingGroup, PersistentMappings
 from specops import drafting  # SPEC 4: specops.drafting (imports the ops above)
-from specops.sas_layout import FAEntry, FDEntry, SASHeader, SASSchedule, decode_sas_metadata
+from specops.sas_layout import FAEntry, FDEntry, SASSchedule, decode_sas_metadata
 
 __version__ = EXTENSION.built_version or "0.1.0"
 
@@ -40,7 +42,6 @@ __all__ = [
     "NULL_BLOCK_ID",
     "PAD_SLOT_ID",
     "PersistentMappings",
-    "SASHeader",
     "SASSchedule",
     "SpecDecodeInputs",
     "apply_staged_writes",
@@ -56,7 +57,9 @@ __all__ = [
     "decode_sas_metadata",
     "drafting",
     "dspark_swa_indices",
+    "dspark_swa_indices_multi",
     "format_slot_mapping_blocks",
+    "format_slot_mapping_blocks_multi",
     "gather_block_tables",
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",

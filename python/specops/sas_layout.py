@@ -1,7 +1,11 @@
-"""The 1024-word layout of sas_metadata (SPEC 3.5) and its decoder, `decode_sas_metadata`.
+"""The 1024-word schedule that sas_metadata writes, as its consumer reads it, and its decoder.
 
-The constants here are shared by the wrapper, the reference, the Triton kernel and the tests;
-csrc/kernels/sas_metadata.h holds the same values for the C++ body.
+The consumer is Ascend's shared-KV sparse-attention kernel (vllm-ascend `npu_sparse_attn_sharedkv`);
+the words are those of its AI-CPU metadata kernel (`npu_sparse_attn_sharedkv_metadata`). The
+layout and the field names are those of the consumer's header `sparse_attn_sharedkv_metadata.h`:
+FA entry c (cube core c) at word 8c, FD entry v (vector core v) at word 288 + 8v, room for 36
+cube and 72 vector cores. The constants here serve the wrapper, the reference, the Triton kernel
+and the tests; csrc/kernels/sas_metadata.h holds the same values for the C++ body.
 """
 
 from __future__ import annotations
@@ -10,132 +14,187 @@ import dataclasses
 
 import torch
 
-LAYOUT_VERSION = 0x5A5
 NUM_WORDS = 1024
-HEADER_WORDS = 16
-ENTRY_WORDS = 8
-M_TILE = 128
-FIXED_COST = 1
-MAX_CUBE_CORES = 36
-MAX_VECTOR_CORES = 72
+ENTRY_WORDS = 8  # FA_METADATA_SIZE = FD_METADATA_SIZE
+MAX_CUBE_CORES = 36  # AIC_CORE_NUM: FA entries the layout has room for
+MAX_VECTOR_CORES = 72  # AIV_CORE_NUM
+FD_BASE = ENTRY_WORDS * MAX_CUBE_CORES  # 288: FD entries follow all 36 FA entries
+
+# FA entry fields (FA_*_INDEX)
+FA_CORE_ENABLE = 0
+FA_BN2_START = 1
+FA_M_START = 2
+FA_S2_START = 3
+FA_BN2_END = 4
+FA_M_END = 5
+FA_S2_END = 6
+FA_FIRST_FD_DATA_WORKSPACE_IDX = 7
+
+# FD entry fields (FD_*_INDEX); word 7 of an FD entry has no field.
+FD_CORE_ENABLE = 0
+FD_BN2_IDX = 1
+FD_M_IDX = 2
+FD_WORKSPACE_IDX = 3
+FD_WORKSPACE_NUM = 4
+FD_M_START = 5
+FD_M_NUM = 6
+
+INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
+# Windows wider than this are rejected: a wider window sees every KV token anyway, and near 2^63
+# the kernel's int64 window sums overflow.
+MAX_WINDOW = 2**62
+# The most work a schedule may cost, in the kernel's cost units (a real batch costs below 2^40).
+# An M tile costs below 2^52, so with this bound no partial sum of any implementation overflows
+# int64, however the sums are grouped.
+MAX_TOTAL_COST = 2**56
+
+# The string arguments as the schema passes them (the wrapper resolves the strings).
+LAYOUT_Q_CODES = {"BSND": 0, "TND": 1}
+LAYOUT_KV_CODES = {"PA_ND": 0, "TND": 1, "BSND": 2}
+LAYOUT_Q_BSND, LAYOUT_Q_TND = 0, 1
+LAYOUT_KV_PA_ND, LAYOUT_KV_TND, LAYOUT_KV_BSND = 0, 1, 2
+ASCEND950 = "Ascend950"
+
+# ori_mask_mode values the kernel accepts: no mask, causal (right-down), band (sliding window).
+MASK_NONE, MASK_CAUSAL, MASK_BAND = 0, 3, 4
+CMP_RATIOS = (4, 128)
+CMP_TOPKS = (0, 512, 1024)
 
 
-def kv_tile_for(head_dim: int) -> int:
-    """KV tokens per chunk: a chunk of K or V is about 32 K elements."""
-    return max(64, 32768 // head_dim)
+def tile_sizes(num_heads_q: int, ascend950: bool) -> tuple[int, int]:
+    """(M tile in query rows, S2 tile in KV tokens): 64 x 128 on Ascend950, else one token's
+    heads (G = num_heads_q, as num_heads_kv is 1) x 512."""
+    return (64, 128) if ascend950 else (num_heads_q, 512)
 
 
 def fa_offset(core: int) -> int:
-    return HEADER_WORDS + ENTRY_WORDS * core
+    return ENTRY_WORDS * core
 
 
-def fd_offset(num_cube_cores: int, vector_core: int) -> int:
-    return HEADER_WORDS + ENTRY_WORDS * (num_cube_cores + vector_core)
-
-
-@dataclasses.dataclass(frozen=True)
-class SASHeader:
-    version: int
-    num_cube_cores: int
-    num_vector_cores: int
-    m_tile: int
-    kv_tile: int
-    total_cost: int
-    num_split_items: int
-    workspace_slots: int
-
-    def __str__(self) -> str:
-        return (
-            f"sas schedule v{self.version:#x}: {self.num_cube_cores} cube cores, {self.num_vector_cores} vector cores, "
-            f"M_TILE {self.m_tile}, KV_TILE {self.kv_tile}, total cost {self.total_cost}, "
-            f"{self.num_split_items} split items in {self.workspace_slots} workspace slots"
-        )
+def fd_offset(vector_core: int) -> int:
+    return FD_BASE + ENTRY_WORDS * vector_core
 
 
 @dataclasses.dataclass(frozen=True)
 class FAEntry:
-    """Cube core `core`: item (bn2_start, m_start) from KV kv_start through item (bn2_end,
-    m_end) up to KV kv_end (exclusive), the items in between whole."""
+    """Cube core `core` runs the M tiles from (bn2_start, m_start) up to, not including,
+    (bn2_end, m_end), in (batch, M tile) order; s2 fields count S2 tiles of a split KV range."""
 
     core: int
-    enabled: bool
+    core_enable: int
     bn2_start: int
     m_start: int
-    kv_start: int
+    s2_start: int
     bn2_end: int
     m_end: int
-    kv_end: int
-    ws_start: int  # workspace slot of the first split piece; -1: none
+    s2_end: int
+    first_fd_data_workspace_idx: int
 
     def __str__(self) -> str:
-        if not self.enabled:
-            return f"FA {self.core:2d}: idle"
-        slots = "-" if self.ws_start < 0 else str(self.ws_start)
-        return (
-            f"FA {self.core:2d}: (bn2 {self.bn2_start}, m {self.m_start}) kv {self.kv_start} .. "
-            f"(bn2 {self.bn2_end}, m {self.m_end}) kv {self.kv_end}  ws {slots}"
-        )
+        if not self.core_enable:
+            return f"FA {self.core:2d}: disabled"
+        return (f"FA {self.core:2d}: (bn2 {self.bn2_start}, m {self.m_start}, s2 {self.s2_start}) .. "
+                f"(bn2 {self.bn2_end}, m {self.m_end}, s2 {self.s2_end})  fd workspace {self.first_fd_data_workspace_idx}")
 
 
 @dataclasses.dataclass(frozen=True)
 class FDEntry:
-    """Vector core `core`: merges workspace slots [ws_start, ws_start + ws_num) into rows
-    [row_start, row_start + row_num) of item (bn2, m)."""
+    """Vector core `core` merges workspace_num partial results, from workspace_idx on, into rows
+    [m_start, m_start + m_num) of M tile m_idx of batch bn2_idx."""
 
     core: int
-    enabled: bool
-    bn2: int
-    m: int
-    ws_start: int
-    ws_num: int
-    row_start: int
-    row_num: int
+    core_enable: int
+    bn2_idx: int
+    m_idx: int
+    workspace_idx: int
+    workspace_num: int
+    m_start: int
+    m_num: int
 
     def __str__(self) -> str:
-        if not self.enabled:
-            return f"FD {self.core:2d}: idle"
-        return (
-            f"FD {self.core:2d}: (bn2 {self.bn2}, m {self.m}) slots [{self.ws_start}, {self.ws_start + self.ws_num}) "
-            f"rows [{self.row_start}, {self.row_start + self.row_num})"
-        )
+        if not self.core_enable:
+            return f"FD {self.core:2d}: disabled"
+        return (f"FD {self.core:2d}: (bn2 {self.bn2_idx}, m {self.m_idx}) workspace [{self.workspace_idx}, "
+                f"{self.workspace_idx + self.workspace_num}) rows [{self.m_start}, {self.m_start + self.m_num})")
 
 
 @dataclasses.dataclass(frozen=True)
 class SASSchedule:
-    header: SASHeader
     fa: tuple[FAEntry, ...]  # one per cube core
     fd: tuple[FDEntry, ...]  # one per vector core
 
     def __str__(self) -> str:
-        lines = [str(self.header)]
-        lines += [str(entry) for entry in self.fa if entry.enabled]
-        lines += [str(entry) for entry in self.fd if entry.enabled]
-        idle_fa = sum(not entry.enabled for entry in self.fa)
-        idle_fd = sum(not entry.enabled for entry in self.fd)
-        lines.append(f"idle: {idle_fa} cube cores, {idle_fd} vector cores")
+        lines = [str(entry) for entry in self.fa if entry.core_enable]
+        lines += [str(entry) for entry in self.fd if entry.core_enable]
+        idle_fa = sum(not entry.core_enable for entry in self.fa)
+        idle_fd = sum(not entry.core_enable for entry in self.fd)
+        lines.append(f"disabled: {idle_fa} of {len(self.fa)} cube cores, {idle_fd} of {len(self.fd)} vector cores")
         return "\n".join(lines)
 
 
-def decode_sas_metadata(t: torch.Tensor) -> SASSchedule:
-    """The 1024 words of a sas_metadata buffer as Python objects (copies to the host)."""
+def decode_sas_metadata(t: torch.Tensor, num_cube_cores: int = 24, num_vector_cores: int = 48) -> SASSchedule:
+    """The FA entries of the first num_cube_cores cube cores and the FD entries of the first
+    num_vector_cores vector cores of a sas_metadata buffer (copied to the host)."""
     if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.numel() != NUM_WORDS:
         raise ValueError(f"t must be an int32 tensor of {NUM_WORDS} words, got {t!r:.80}")
+    if not 1 <= num_cube_cores <= MAX_CUBE_CORES:
+        raise ValueError(f"num_cube_cores must be in [1, {MAX_CUBE_CORES}], got {num_cube_cores}")
+    if not 1 <= num_vector_cores <= MAX_VECTOR_CORES:
+        raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {num_vector_cores}")
     words = t.reshape(-1).cpu().tolist()
-    if words[0] != LAYOUT_VERSION:
-        raise ValueError(
-            f"t[0] must be the layout version {LAYOUT_VERSION:#x}, got {words[0]:#x} "
-            "(the device path writes an all-zero buffer for an invalid batch)"
-        )
-    header = SASHeader(*words[:8])
-    if not 1 <= header.num_cube_cores <= MAX_CUBE_CORES or not 1 <= header.num_vector_cores <= MAX_VECTOR_CORES:
-        raise ValueError(f"t holds impossible core counts: {header.num_cube_cores} cube, {header.num_vector_cores} vector")
-    fa = []
-    for core in range(header.num_cube_cores):
-        w = words[fa_offset(core): fa_offset(core) + ENTRY_WORDS]
-        fa.append(FAEntry(core, w[0] == 1, *w[1:8]))
-    fd = []
-    for core in range(header.num_vector_cores):
-        w = words[fd_offset(header.num_cube_cores, core): fd_offset(header.num_cube_cores, core) + ENTRY_WORDS]
-        fd.append(FDEntry(core, w[0] == 1, *w[1:7]))
-    return SASSchedule(header, tuple(fa), tuple(fd))
+    fa = tuple(FAEntry(c, *words[fa_offset(c): fa_offset(c) + ENTRY_WORDS]) for c in range(num_cube_cores))
+    fd = tuple(FDEntry(v, *words[fd_offset(v): fd_offset(v) + ENTRY_WORDS - 1]) for v in range(num_vector_cores))
+    return SASSchedule(fa, fd)
+
+
+# Where each batch's query (S1) and KV (S2) length comes from, as the kernel picks it.
+SOURCE_CONSTANT = 0  # an int argument, the same for every batch
+SOURCE_PER_BATCH = 1  # tensor[b]
+SOURCE_CUMULATIVE = 2  # tensor[b + 1] - tensor[b]
+
+
+def is_given(t: torch.Tensor | None) -> bool:
+    """The kernel's "provided": None and an empty tensor both mean not provided."""
+    return t is not None and t.numel() > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthSource:
+    kind: int  # SOURCE_*
+    name: str  # the argument it comes from
+    tensor: torch.Tensor | None = None
+    constant: int = 0
+
+
+def query_lengths(layout_q: int, cu_seqlens_q: torch.Tensor | None, seqused_q: torch.Tensor | None,
+                  max_seqlen_q: int) -> LengthSource:
+    """S1 of a batch: seqused_q[b] when given; else, for TND, the difference of cu_seqlens_q;
+    else max_seqlen_q."""
+    if is_given(seqused_q):
+        return LengthSource(SOURCE_PER_BATCH, "seqused_q", seqused_q)
+    if layout_q == LAYOUT_Q_TND and is_given(cu_seqlens_q):
+        return LengthSource(SOURCE_CUMULATIVE, "cu_seqlens_q", cu_seqlens_q)
+    return LengthSource(SOURCE_CONSTANT, "max_seqlen_q", constant=max_seqlen_q)
+
+
+def kv_lengths(layout_kv: int, cu_seqlens_ori_kv: torch.Tensor | None, seqused_kv: torch.Tensor | None,
+               max_seqlen_kv: int) -> LengthSource:
+    """S2 of a batch: seqused_kv[b] when given; else, for a TND KV layout, the difference of
+    cu_seqlens_ori_kv; else max_seqlen_kv."""
+    if is_given(seqused_kv):
+        return LengthSource(SOURCE_PER_BATCH, "seqused_kv", seqused_kv)
+    if layout_kv == LAYOUT_KV_TND and is_given(cu_seqlens_ori_kv):
+        return LengthSource(SOURCE_CUMULATIVE, "cu_seqlens_ori_kv", cu_seqlens_ori_kv)
+    return LengthSource(SOURCE_CONSTANT, "max_seqlen_kv", constant=max_seqlen_kv)
+
+
+def num_batches(layout_q: int, cu_seqlens_q: torch.Tensor | None, seqused_q: torch.Tensor | None,
+                batch_size: int) -> int:
+    """B as the kernel counts it: seqused_q's length when given; else, for TND,
+    cu_seqlens_q's length - 1; else batch_size."""
+    if is_given(seqused_q):
+        return seqused_q.numel()
+    if layout_q == LAYOUT_Q_TND and is_given(cu_seqlens_q):
+        return cu_seqlens_q.numel() - 1
+    return batch_size

@@ -34,6 +34,9 @@ class Case:
     # Figures computed from this run's medians (impl -> µs), added to extras after timing.
     derive: Callable[[dict[str, float]], dict[str, float]] | None = None
     plotted: tuple[str, ...] | None = None  # implementations drawn in the plot (default: all)
+    # The host clock: wall time, or a thread's CPU time (time.thread_time) for host-only cases whose
+    # figures are small differences that other processes' preemption on a shared host would swamp.
+    clock: Callable[[], float] = time.perf_counter
 
     def role(self, impl: str) -> str:
         """"baseline" (what specops is compared with), "floor" (a cost floor or other reference
@@ -74,30 +77,31 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
-def _calls_per_sample(fn: Callable[[], object], sample_seconds: float) -> int:
+def _calls_per_sample(fn: Callable[[], object], sample_seconds: float, clock: Callable[[], float]) -> int:
     calls = 1
     while True:
-        start = time.perf_counter()
+        start = clock()
         for _ in range(calls):
             fn()
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
         if elapsed >= sample_seconds / 4 or calls >= 1 << 20:
             return max(1, int(calls * sample_seconds / max(elapsed, 1e-9)))
         calls *= 4
 
 
-def time_host(impls: dict[str, Callable[[], object]], samples: int, sample_seconds: float) -> dict[str, list[float]]:
+def time_host(impls: dict[str, Callable[[], object]], samples: int, sample_seconds: float,
+              clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Per-call microseconds of each implementation, one value per sample."""
     for fn in impls.values():
         fn()  # warm up: first-call compilation and caches
-    calls = {name: _calls_per_sample(fn, sample_seconds) for name, fn in impls.items()}
+    calls = {name: _calls_per_sample(fn, sample_seconds, clock) for name, fn in impls.items()}
     times: dict[str, list[float]] = {name: [] for name in impls}
     for _ in range(samples):
         for name, fn in impls.items():
-            start = time.perf_counter()
+            start = clock()
             for _ in range(calls[name]):
                 fn()
-            times[name].append((time.perf_counter() - start) / calls[name] * 1e6)
+            times[name].append((clock() - start) / calls[name] * 1e6)
     return times
 
 
@@ -114,7 +118,7 @@ def time_device(impls: dict[str, Callable[[], object]], samples: int) -> dict[st
 
 def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.device) -> list[Measurement]:
     if device.type == "cpu":
-        times = time_host(case.impls, samples, sample_seconds)
+        times = time_host(case.impls, samples, sample_seconds, case.clock)
     else:
         times = time_device(case.impls, samples)
     if case.derive is not None:

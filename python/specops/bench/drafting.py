@@ -1,34 +1,56 @@
-"""Benchmark of the drafting layer (SPEC 4): per-group build time of one draft step with and
-without the shared StepCache, and each later group's cost relative to the first.
+"""Benchmark of the drafting layer: one draft step over 2, 4 and 8 KV-cache groups, with the
+four figures of the layer's performance contract, each printed with its goal.
 
-Groups, in this order: a sliding-window group (window 128), a full-attention group, in the
-4-group mix a full-attention group with a 4x smaller storage block (compressed), and a DSpark
-group (window 128). Decode batches: every request has 1 + k query tokens (k speculative).
+Groups, in this order (the first 2, 4 or all 8): `swa` (sliding window 128), `dspark` (DSpark,
+window 128), `c4` (full attention, storage block 32), `full`, `swa64` (window 128, storage block
+64: shares everything with swa), `c128` (full attention, storage block 8), `dspark64` (a second
+DSpark group, block size 64), `c16` (full attention, storage block 16). Decode batches of R
+requests with 1 + k query tokens each; causal and non-causal steps (only non-causal steps build
+DSpark indices, and there a DSpark group's window widens by the draft block).
 
-What a group costs inside a step is measured as the step grows: `step g0` runs
-build_draft_attn_metadata over the first group, `step g0-g1` over the first two, ..., `step
-shared` over all; group K's cost is step(g0..gK) - step(g0..gK-1), timed in the same
-interleaved rounds. `own ops gK` runs only the ops group K cannot share: its slot-mapping
-format, its sas_metadata when no earlier group has its (heads, head_dim, window), its DSpark
-indices. `no-cache gK` is group K building alone (build_for_drafting without a cache), and
-`step no-cache` every group building alone. `write floor gK` fills the DSpark group's
-[tokens, 1, width] int32 indices with one `fill_` (one aten call, about 1 µs of it dispatch): what
-merely writing the layout SPEC 3.4 asks for costs on this machine, the part of the group's cost
-that no implementation avoids.
+Timed, in interleaved rounds (host tensors, native ops), as CPU time of the benchmark's thread
+(`time.thread_time`: every op runs in that thread, and time the host gives other processes is
+not counted; the figures are differences of a few percent of a step, which wall time on a
+shared host does not resolve):
+- `step g0`, `step g0-g1`, ..., `step shared`: build_draft_attn_metadata over the first 1, 2, ...
+  groups. Group K costs step(g0..gK) - step(g0..gK-1).
+- `layer g0`, ..., `layer g0-gK`: the same steps with the launches of the ops a group runs for
+  itself (the format, the DSpark indices, sas_metadata, each with the assembly of its arguments)
+  replaced by no-ops: what remains is the layer's own work. What the layer adds for group K is layer(g0..gK) - layer(g0..gK-1).
+  (Timing those ops apart and subtracting them from the step instead credits the layer with
+  their slowdown inside the step, where the rest of the step has cooled the caches they use.)
+- `first build`: build_draft_attn_metadata over every group after the step dropped every view
+  it made for a batch shape (`_forget_shapes` of the first builder, whose step plan holds them),
+  so the step meets its shape as if for the first time (the dropping, a few dict clears, is
+  timed with it); `repeat build` is the same step with the views kept. Same inputs, same work:
+  only the per-shape setup differs.
+- `empty-op`: one aten op on an empty tensor (the cost floor of one dispatcher call).
+- `step no-cache`: every group building alone (build_for_drafting without a cache).
 
-Extras: `gK/g0` = group K's cost in the step / step g0; `gK layer/g0` = the same minus own ops
-gK: what the layer itself (fingerprint, lookups, metadata object) costs a later group;
-`gK floor/g0` = write floor gK / step g0.
+Figures (extras of `step shared`), goal in brackets, met or not:
+- (a) `shared later/first`: the costliest later group that shares everything (no sas_metadata,
+  no DSpark indices of its own this step) over step g0 [<= 0.15];
+- (b) `layer/empty-op`: the largest, over later groups, of what the layer adds beyond the
+  group's own ops, layer(K) - layer(K-1), over one empty op [<= 1.0] (each group's follows);
+- (c) `launches`: op launches of the whole step (specops.bench.launch_count: specops ops and
+  aten ops that are not views; on these host tensors the host-only cp_local_max_lens counts
+  too), and `extra launches`: that count minus the count of a step over one group of each kind
+  (same sas_metadata arguments and DSpark or not) [0: the count does not grow with groups that
+  share arguments]. Every row's own launch counts are in the table's launch columns.
+- (d) `first/repeat`: first build over repeat build [<= 1.5].
 """
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Callable
 
 import torch
 
-import specops
-from specops.bench._harness import Case
+from specops import drafting
+from specops.bench._harness import Case, empty_op_call
+from specops.bench.launch_count import count_launches
 from specops.drafting import (
     CommonDraftInputs,
     DraftMetadataBuilder,
@@ -43,21 +65,26 @@ MAX_CONTEXT = 8192
 WINDOW = 128
 DRAFT_INDEX = 1
 
-GROUPS_3 = (
+GROUPS = (
     GroupConfig("swa", block_size=128, storage_block_size=128, sliding_window=WINDOW),
-    GroupConfig("full", block_size=128, storage_block_size=128, sliding_window=None),
     GroupConfig("dspark", block_size=128, storage_block_size=128, sliding_window=WINDOW, dspark=True),
+    GroupConfig("c4", block_size=128, storage_block_size=32, sliding_window=None),
+    GroupConfig("full", block_size=128, storage_block_size=128, sliding_window=None),
+    GroupConfig("swa64", block_size=128, storage_block_size=64, sliding_window=WINDOW),
+    GroupConfig("c128", block_size=128, storage_block_size=8, sliding_window=None),
+    GroupConfig("dspark64", block_size=64, storage_block_size=64, sliding_window=WINDOW, dspark=True),
+    GroupConfig("c16", block_size=128, storage_block_size=16, sliding_window=None),
 )
-COMPRESSED = GroupConfig("c4", block_size=128, storage_block_size=32, sliding_window=None)
-GROUPS_4 = (*GROUPS_3[:2], COMPRESSED, GROUPS_3[2])
 
-# (groups, requests, speculative tokens, CP size)
+GOALS = {"a": 0.15, "b": 1.0, "c": 0, "d": 1.5}
+
+# (groups, requests, speculative tokens, causal, CP size)
 SHAPES = (
-    [(GROUPS_4, num_reqs, k, 1) for num_reqs in (16, 64, 256) for k in (1, 7)]
-    + [(GROUPS_4, num_reqs, 7, 4) for num_reqs in (64, 256)]
-    + [(GROUPS_3, 64, 7, 1), (GROUPS_3, 64, 7, 4)]
+    [(num_groups, num_reqs, k, causal, 1) for num_groups in (2, 4, 8) for num_reqs in (64, 256) for k in (1, 7)
+     for causal in (True, False)]
+    + [(4, 256, 7, causal, 4) for causal in (True, False)]
 )
-QUICK_SHAPES = [(GROUPS_3, 8, 1, 1)]
+QUICK_SHAPES = [(2, 8, 1, False, 1)]
 
 
 def make_model(num_speculative_tokens: int, cp_size: int, device: torch.device) -> ModelConfig:
@@ -68,7 +95,8 @@ def make_model(num_speculative_tokens: int, cp_size: int, device: torch.device) 
                        num_speculative_tokens=num_speculative_tokens, cp_size=cp_size, cp_rank=cp_size - 1)
 
 
-def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.device, seed: int = 0) -> CommonDraftInputs:
+def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.device, seed: int = 0, *,
+                       causal: bool = True, padding: int = 0) -> CommonDraftInputs:
     """num_reqs decodes of query_len tokens after random contexts, a block table and slot
     mapping per group; host copies of query_start_loc and seq_lens as a runner keeps them."""
     generator = torch.Generator().manual_seed(seed)
@@ -77,16 +105,16 @@ def make_decode_inputs(groups, num_reqs: int, query_len: int, device: torch.devi
     query_start_loc = torch.arange(num_reqs + 1, dtype=torch.int32) * query_len
     positions = context.repeat_interleave(query_len) + torch.arange(query_len).repeat(num_reqs)
     num_tokens = num_reqs * query_len
-    cols = -(-MAX_CONTEXT // 128)
-    block_tables = {
-        g.name: torch.randint(1, 1 << 20, (num_reqs, cols), dtype=torch.int32, generator=generator).to(device)
-        for g in groups
-    }
+    block_tables = {}
+    for g in groups:
+        cols = -(-MAX_CONTEXT // g.block_size)
+        block_tables[g.name] = torch.randint(1, 1 << 20, (num_reqs, cols), dtype=torch.int32,
+                                             generator=generator).to(device)
     slot_mappings = {g.name: torch.randint(0, 1 << 27, (num_tokens,), generator=generator).to(device) for g in groups}
     return CommonDraftInputs(
         query_start_loc=query_start_loc.to(device), query_start_loc_cpu=query_start_loc,
         seq_lens=seq_lens.to(device), seq_lens_cpu=seq_lens, positions=positions.to(device),
-        num_reqs=num_reqs, num_actual_tokens=num_tokens, num_input_tokens=num_tokens, causal=True,
+        num_reqs=num_reqs, num_actual_tokens=num_tokens, num_input_tokens=num_tokens + padding, causal=causal,
         block_tables=block_tables, slot_mappings=slot_mappings,
     )
 
@@ -95,89 +123,130 @@ def _builders(model: ModelConfig, groups, device: torch.device) -> list[DraftMet
     return [DraftMetadataBuilder(model, g, MAX_NUM_REQS, MAX_NUM_TOKENS, device=device) for g in groups]
 
 
-def _own_ops(model: ModelConfig, groups, index: int, common: CommonDraftInputs,
-             device: torch.device) -> Callable[[], object]:
-    """The ops of group `index` that no cache can share, called directly on buffers of its own."""
-    builder = _builders(model, groups[index:index + 1], device)[0]
-    meta = builder.build_for_drafting(common, DRAFT_INDEX)
-    group = groups[index]
-    slot_mapping = common.slot_mappings[group.name]
-    own_sas = all(earlier.window != group.window for earlier in groups[:index])
-    local_qsl, local_seq_lens, sas = meta.cp.local_query_start_loc, meta.cp.local_seq_lens, meta.sas_metadata
-    window_left, window_right = group.window
+def _step_launches(builders: list[DraftMetadataBuilder], common: CommonDraftInputs) -> int:
+    """Launches of a repeated step (the first call allocates the builders' buffers)."""
+    build_draft_attn_metadata(builders, common, DRAFT_INDEX)
+    return count_launches(lambda: build_draft_attn_metadata(builders, common, DRAFT_INDEX)).launches
 
-    def run() -> None:
-        specops.format_slot_mapping_blocks(slot_mapping, group.storage_block_size, out=meta.slot_mapping)
-        if own_sas:
-            specops.sas_metadata(local_qsl, local_seq_lens, num_heads_q=model.num_heads_q,
-                                 num_heads_kv=model.num_heads_kv, head_dim=model.head_dim, window_left=window_left,
-                                 window_right=window_right, num_cube_cores=model.num_cube_cores,
-                                 num_vector_cores=model.num_vector_cores, out=sas)
-        if group.dspark:
-            specops.dspark_swa_indices(
-                common.block_tables[group.name], common.query_start_loc, common.seq_lens, window=group.sliding_window,
-                num_speculative_tokens=model.num_speculative_tokens, block_size=group.block_size,
-                num_tokens=common.num_input_tokens, width=builder.dspark_width, cp_size=model.cp_size,
-                cp_rank=model.cp_rank, out=meta.dspark_swa_indices, out_lens=meta.dspark_swa_lens)
+
+def _kind(group: GroupConfig, builder: DraftMetadataBuilder, causal: bool) -> tuple:
+    """What decides whether a group needs launches of its own: its sas_metadata arguments, and
+    DSpark indices on non-causal steps (a group without a sliding window has no sas_metadata)."""
+    sas_name = None if builder._sas_names is None else builder._sas_names[causal]
+    return (sas_name, group.dspark and not causal)
+
+
+class _OwnOpsSkipped:
+    """Within the block, the drafting layer's launches of the ops groups run for themselves (the
+    format, sas_metadata, the DSpark indices: `_run_format`, `_run_sas`, `_run_dspark`, each with
+    the assembly of its arguments) do nothing. They are swapped for itertools.chain, a C function
+    that only keeps its arguments, so a skipped launch adds no Python frame of its own."""
+
+    NAMES = ("_run_format", "_run_sas", "_run_dspark")
+
+    def __enter__(self) -> None:
+        self._saved = [getattr(drafting, name) for name in self.NAMES]
+        for name in self.NAMES:
+            setattr(drafting, name, itertools.chain)
+
+    def __exit__(self, *exc) -> None:
+        for name, run in zip(self.NAMES, self._saved):
+            setattr(drafting, name, run)
+
+
+def _layer_only(builders: list[DraftMetadataBuilder], common: CommonDraftInputs) -> Callable[[], object]:
+    skipped = _OwnOpsSkipped()
+
+    def run() -> object:
+        with skipped:
+            return build_draft_attn_metadata(builders, common, DRAFT_INDEX)
 
     return run
 
 
-def _write_floor(model: ModelConfig, group: GroupConfig, common: CommonDraftInputs,
-                 device: torch.device) -> Callable[[], object]:
-    """Fills the DSpark indices of `group` as a build sizes them, computing nothing."""
-    indices = _builders(model, (group,), device)[0].build_for_drafting(common, DRAFT_INDEX).dspark_swa_indices
-    return lambda: indices.fill_(-1)
+def _step_name(count: int, num_groups: int) -> str:
+    return "step shared" if count == num_groups else ("step g0" if count == 1 else f"step g0-g{count - 1}")
 
 
-def _impl_name(mode: str, index: int, group: GroupConfig) -> str:
-    return f"{mode} g{index} {group.name}"
+def _layer_name(count: int) -> str:
+    return "layer g0" if count == 1 else f"layer g0-g{count - 1}"
 
 
-def _step_name(groups, count: int) -> str:
-    return "step shared" if count == len(groups) else ("step g0" if count == 1 else f"step g0-g{count - 1}")
+def _verdict(name: str, value: float, goal: float) -> tuple[str, float]:
+    met = "met" if value <= goal else "NOT MET"
+    return f"{name} [goal <= {goal}: {met}]", value
 
 
-def _ratios(groups) -> Callable[[dict[str, float]], dict[str, float]]:
+def _derive(num_groups: int, shares_everything: list[bool]) -> Callable[[dict[str, float]], dict[str, float]]:
     def derive(medians: dict[str, float]) -> dict[str, float]:
-        first = medians[_step_name(groups, 1)]
-        ratios, layer = {}, {}
-        for index, group in enumerate(groups[1:], 1):
-            cost = medians[_step_name(groups, index + 1)] - medians[_step_name(groups, index)]
-            ratios[f"g{index}/g0"] = cost / first
-            layer[f"g{index} layer/g0"] = (cost - medians[_impl_name("own ops", index, group)]) / first
-            floor = medians.get(_impl_name("write floor", index, group))
-            if floor is not None:
-                layer[f"g{index} floor/g0"] = floor / first
-        return {**ratios, "max later/first": max(ratios.values()), **layer}
+        first = medians[_step_name(1, num_groups)]
+        empty = medians["empty-op"]
+        shared_ratios, layer = [], []
+        for k in range(1, num_groups):
+            cost = medians[_step_name(k + 1, num_groups)] - medians[_step_name(k, num_groups)]
+            layer.append((medians[_layer_name(k + 1)] - medians[_layer_name(k)]) / empty)
+            if shares_everything[k]:
+                shared_ratios.append(cost / first)
+        figures = {}
+        if shared_ratios:
+            figures.update([_verdict("(a) shared later/first", max(shared_ratios), GOALS["a"])])
+        else:
+            figures["(a) shared later/first [no later group shares everything]"] = float("nan")
+        figures.update([_verdict("(b) layer/empty-op", max(layer), GOALS["b"]),
+                        _verdict("(d) first/repeat", medians["first build"] / medians["repeat build"], GOALS["d"])])
+        for k, value in enumerate(layer, 1):
+            figures[f"(b) g{k}"] = value
+        return figures
 
     return derive
 
 
-def _case(groups, num_reqs: int, num_speculative_tokens: int, cp_size: int, device: torch.device) -> Case:
+def _first_build(builders: list[DraftMetadataBuilder], common: CommonDraftInputs) -> Callable[[], object]:
+    first = builders[0]  # its step plans hold everything a step makes per batch shape
+
+    def run() -> object:
+        first._forget_shapes()
+        return build_draft_attn_metadata(builders, common, DRAFT_INDEX)
+
+    return run
+
+
+def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: bool, cp_size: int,
+          device: torch.device) -> Case:
+    groups = GROUPS[:num_groups]
     model = make_model(num_speculative_tokens, cp_size, device)
-    common = make_decode_inputs(groups, num_reqs, 1 + num_speculative_tokens, device)
+    query_len = 1 + num_speculative_tokens
+    common = make_decode_inputs(groups, num_reqs, query_len, device, causal=causal)
     step_builders = _builders(model, groups, device)
-    impls: dict[str, Callable[[], object]] = {}
-    for count in range(1, len(groups) + 1):
-        impls[_step_name(groups, count)] = (
+    impls: dict[str, Callable[[], object]] = {"empty-op": empty_op_call(device)}
+    for count in range(1, num_groups + 1):
+        impls[_step_name(count, num_groups)] = (
             lambda prefix=step_builders[:count]: build_draft_attn_metadata(prefix, common, DRAFT_INDEX))
-    for index in range(1, len(groups)):
-        impls[_impl_name("own ops", index, groups[index])] = _own_ops(model, groups, index, common, device)
-        if groups[index].dspark:
-            impls[_impl_name("write floor", index, groups[index])] = _write_floor(model, groups[index], common, device)
+        impls[_layer_name(count)] = _layer_only(step_builders[:count], common)
+
+    impls["first build"] = _first_build(_builders(model, groups, device), common)
+    repeat_builders = _builders(model, groups, device)
+    impls["repeat build"] = lambda: build_draft_attn_metadata(repeat_builders, common, DRAFT_INDEX)
     alone = _builders(model, groups, device)
-    for index, builder in enumerate(alone):
-        impls[_impl_name("no-cache", index, groups[index])] = (
-            lambda b=builder: b.build_for_drafting(common, DRAFT_INDEX))
     impls["step no-cache"] = lambda: [b.build_for_drafting(common, DRAFT_INDEX) for b in alone]
-    label = f"G={len(groups)} R={num_reqs} k={num_speculative_tokens} C={cp_size}"
+
+    kinds = [_kind(g, b, causal) for g, b in zip(groups, step_builders)]
+    shares_everything = [index > 0 and kinds[index] in kinds[:index] for index in range(num_groups)]
+    one_per_kind = [b for index, b in enumerate(_builders(model, groups, device)) if kinds[index] not in kinds[:index]]
+    launches, kind_launches = (_step_launches(builders, common) for builders in (step_builders, one_per_kind))
+    extra = launches - kind_launches
+    extras = {"(c) launches": float(launches),
+              f"(c) extra launches [goal 0: {'met' if extra <= GOALS['c'] else 'NOT MET'}]": float(extra)}
+
+    cp = f" C={cp_size}" if cp_size > 1 else ""
+    label = f"G={num_groups} R={num_reqs} k={num_speculative_tokens} {'causal' if causal else 'non-causal'}{cp}"
     return Case("drafting", label, num_reqs, common.num_actual_tokens, impls, subject="step shared",
-                baselines=("step no-cache",), family=f"G={len(groups)} C={cp_size}",
-                derive=_ratios(groups), plotted=("step shared", "step no-cache"),
-                references=tuple(name for name in impls if name.startswith("write floor")))
+                baselines=("step no-cache",), extras=extras, family=f"G={num_groups}{cp}",
+                derive=_derive(num_groups, shares_everything), plotted=("step shared", "step no-cache"),
+                references=tuple(name for name in impls if name == "empty-op" or name.startswith("layer")),
+                clock=time.thread_time)
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
     shapes = QUICK_SHAPES if quick else SHAPES
-    return [_case(groups, num_reqs, k, cp_size, device) for groups, num_reqs, k, cp_size in shapes]
+    return [_case(*shape, device) for shape in shapes]

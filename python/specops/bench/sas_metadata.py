@@ -1,88 +1,197 @@
-"""Benchmark of sas_metadata: the schedule of a decode step (1 .. 1024 requests) and of prefill
-batches, against the plain Python scheduler a runner would otherwise run (the reference), with
-the balance the schedule achieves: max core cost / mean core cost (1.0 is perfect)."""
+"""Benchmark of sas_metadata: the C++ op against the torch reference and against a
+straightforward Python restatement of the AI-CPU kernel (what a runner would otherwise run on
+the host), at decode batches of 1, 8, 64 and 256 requests with 1..8 query tokens each, for the
+two compressed-KV layers of the model (SCFA: cmp_ratio 4, cmp_topk 512; CFA: cmp_ratio 128) and
+its sliding-window layer. The empty aten call is the floor a dispatcher call costs."""
 
 from __future__ import annotations
 
 import torch
 
 import specops
-from specops.bench._harness import Case
-from specops.bench.workload import make_bench_batch
-from specops.reference.sas_metadata import WorkItem, sas_metadata as reference_sas_metadata, work_items
-from specops.sas_layout import FIXED_COST, SASSchedule
+from specops.bench._harness import Case, empty_op_call
+from specops.reference.sas_metadata import sas_metadata as reference_sas_metadata
+from specops.sas_layout import ASCEND950, LAYOUT_KV_CODES, LAYOUT_Q_CODES, NUM_WORDS
 
-# A DeepSeek-style sparse-attention layer on one rank: 64 query heads sharing one KV head of
-# 576 dims (KV_TILE 64), on 24 cube and 48 vector cores.
-MODEL = dict(num_heads_q=64, num_heads_kv=1, head_dim=576)
-CORES = dict(num_cube_cores=24, num_vector_cores=48)
-DECODE_SHAPES = [(1, 1), (16, 1), (64, 1), (256, 1), (256, 4), (1024, 1)]
-PREFILL_SHAPES = [(1, 8192), (4, 2048)]
-QUICK_DECODE_SHAPES = [(8, 1), (256, 1)]
-QUICK_PREFILL_SHAPES = [(1, 1024)]
-
-
-def core_costs(schedule: SASSchedule, items: list[WorkItem]) -> list[int]:
-    """Each cube core's cost: chunks + FIXED_COST summed over the pieces it runs."""
-    index = {(item.bn2, item.m): i for i, item in enumerate(items)}
-    tile = schedule.header.kv_tile
-    costs = []
-    for entry in schedule.fa:
-        cost = 0
-        if entry.enabled:
-            first, last = index[(entry.bn2_start, entry.m_start)], index[(entry.bn2_end, entry.m_end)]
-            for i in range(first, last + 1):
-                item = items[i]
-                start = entry.kv_start if i == first else item.lo
-                end = entry.kv_end if i == last else item.hi
-                cost += -(-(end - item.lo) // tile) - (start - item.lo) // tile + FIXED_COST
-        costs.append(cost)
-    return costs
+# A DeepSeek-V4-style layer on one rank: 64 query heads on one shared KV head of 512 dims, a
+# 128-token window, 24 cube and 48 vector cores (Ascend 910B).
+HEADS = dict(num_heads_q=64, num_heads_kv=1, head_dim=512)
+LAYERS = {
+    "SCFA": dict(cmp_ratio=4, cmp_topk=512, has_cmp_kv=True),
+    "CFA": dict(cmp_ratio=128, cmp_topk=0, has_cmp_kv=True),
+    "SWA": dict(cmp_ratio=1, cmp_topk=0, has_cmp_kv=False),
+}
+BATCHES = [1, 8, 64, 256]
+QUICK_BATCHES = [8, 256]
+MAX_QUERY_LEN = 8
+MAX_CONTEXT = 128 * 1024
 
 
-def balance(cu_seqlens_q: torch.Tensor, seqused_kv: torch.Tensor, out: torch.Tensor, window_left: int,
-            window_right: int) -> float:
-    schedule = specops.decode_sas_metadata(out)
-    items = work_items(cu_seqlens_q.cpu(), seqused_kv.cpu(), MODEL["num_heads_q"], MODEL["num_heads_kv"],
-                       MODEL["head_dim"], window_left, window_right)
-    costs = core_costs(schedule, items)
-    mean = schedule.header.total_cost / len(costs)
-    return max(costs) / mean if mean else 1.0
+def python_sas_metadata(num_heads_q: int, num_heads_kv: int, head_dim: int, *, cu_seqlens_q=None,
+                        cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None, seqused_q=None, seqused_kv=None,
+                        batch_size: int = 0, max_seqlen_q: int = 0, max_seqlen_kv: int = 0, ori_topk: int = 0,
+                        cmp_topk: int = 0, cmp_ratio: int = 4, ori_mask_mode: int = 4, cmp_mask_mode: int = 3,
+                        ori_win_left: int = 128, ori_win_right: int = 0, layout_q: str = "BSND",
+                        layout_kv: str = "PA_ND", has_ori_kv: bool = True, has_cmp_kv: bool = True,
+                        num_cube_cores: int = 24, num_vector_cores: int = 48,
+                        soc_version: str = "Ascend910B1") -> list[int]:
+    """The AI-CPU kernel's schedule restated tile by tile in plain Python, for a call the kernel
+    accepts (no argument checks): the 1024 words, unwritten ones 0."""
+
+    def given(t):
+        return t is not None and len(t) > 0
+
+    def values(t):
+        return t.tolist() if isinstance(t, torch.Tensor) else t
+
+    cu_q, cu_kv, used_q, used_kv = values(cu_seqlens_q), values(cu_seqlens_ori_kv), values(seqused_q), values(seqused_kv)
+    group = num_heads_q // num_heads_kv
+    m_tile, s2_tile = (64, 128) if ASCEND950 in soc_version else (group, 512)
+    if given(used_q):
+        batches = len(used_q)
+    elif layout_q == "TND" and given(cu_q):
+        batches = len(cu_q) - 1
+    else:
+        batches = batch_size
+
+    def s1_of(b):
+        if given(used_q):
+            return used_q[b]
+        if layout_q == "TND" and given(cu_q):
+            return cu_q[b + 1] - cu_q[b]
+        return max_seqlen_q
+
+    def s2_of(b):
+        if given(used_kv):
+            return used_kv[b]
+        if layout_kv == "TND" and given(cu_kv):
+            return cu_kv[b + 1] - cu_kv[b]
+        return max_seqlen_kv
+
+    def tiles_of(b):
+        return -(-s1_of(b) * group // m_tile)
+
+    def block_cost(rows, tokens):
+        return 6 * -(-rows // 16) + 10 * -(-tokens // 64)
+
+    def range_cost(rows, length):
+        """Cost and last-block cost of `length` KV tokens cut into S2 tiles."""
+        full, tail = divmod(length, s2_tile)
+        cost = full * block_cost(rows, s2_tile) + (block_cost(rows, tail) if tail else 0)
+        return cost, block_cost(rows, tail if tail else s2_tile)
+
+    def tile(b, m):
+        """(cost, last-block cost, sees KV) of M tile m of batch b."""
+        s1, s2 = s1_of(b), s2_of(b)
+        first_row, last_row = m * m_tile, min((m + 1) * m_tile, s1 * group) - 1
+        first_position = s2 - s1 + first_row // group
+        last_position = s2 - s1 + last_row // group
+        if ori_mask_mode == 0:
+            lo, hi = 0, s2 - 1
+        elif ori_mask_mode == 3:
+            lo, hi = 0, last_position
+        else:
+            lo, hi = first_position - ori_win_left, last_position + ori_win_right
+        if s2 == 0 or lo >= s2 or hi < 0 or hi < lo:
+            return 0, 0, False
+        lo, hi = max(lo, 0), min(hi, s2 - 1)
+        leftover = (s1 * group) % m_tile
+        rows = leftover if m == tiles_of(b) - 1 and leftover else m_tile
+        cost, last_cost = range_cost(rows, hi - lo + 1)
+        compressed = (hi + 1) // cmp_ratio if has_cmp_kv else 0
+        if has_cmp_kv and cmp_topk:
+            compressed = min(compressed, cmp_topk)
+        if compressed:
+            compressed_cost, last_cost = range_cost(rows, compressed)
+            cost += compressed_cost
+        return cost, last_cost, True
+
+    words = [0] * NUM_WORDS
+    if not any(tiles_of(b) and s2_of(b) for b in range(batches)):
+        words[:8] = [1, 0, 0, 0, batches, 0, 0, 0]
+        return words
+    batch_cost, batch_last = [0] * batches, [0] * batches
+    max_tile = 0
+    for b in range(batches):
+        if s2_of(b) == 0:
+            continue
+        for m in range(tiles_of(b)):
+            cost, last_cost, sees = tile(b, m)
+            batch_cost[b] += cost
+            max_tile = max(max_tile, cost)
+            if sees:
+                batch_last[b] = last_cost
+    unassigned = sum(batch_cost)
+    b, m, remaining = 0, 0, batch_cost[0]
+    start = (0, 0)
+    for core in range(num_cube_cores):
+        if b == batches or unassigned <= 0:
+            break
+        limit = max(unassigned // (num_cube_cores - core), max_tile)
+        load = 0
+        while remaining == 0 or load + remaining <= limit + batch_last[b] // 2:
+            load += remaining
+            b, m = b + 1, 0
+            if b == batches:
+                break
+            remaining = batch_cost[b]
+        if b < batches:
+            cost, last_cost, _ = tile(b, m)
+            while load + cost <= limit + last_cost // 2:
+                load += cost
+                remaining -= cost
+                m += 1
+                cost, last_cost, sees = tile(b, m)
+                while not sees and m < tiles_of(b) - 1:
+                    m += 1
+                    cost, last_cost, sees = tile(b, m)
+        words[8 * core: 8 * core + 8] = [1, start[0], start[1], 0, b, m, 0, 0]
+        start = (b, m)
+        unassigned -= load
+    return words
 
 
-def _case(label: str, cu_seqlens_q: torch.Tensor, seqused_kv: torch.Tensor, window_left: int) -> Case:
-    window_right = 0
-    args = (cu_seqlens_q, seqused_kv, MODEL["num_heads_q"], MODEL["num_heads_kv"], MODEL["head_dim"],
-            window_left, window_right, CORES["num_cube_cores"], CORES["num_vector_cores"])
-    out = torch.empty(1024, dtype=torch.int32, device=cu_seqlens_q.device)
+def decode_batch(num_reqs: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cu_seqlens_q of num_reqs requests of 1..8 query tokens, and their KV lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    query_lens = torch.randint(1, MAX_QUERY_LEN + 1, (num_reqs,), generator=generator)
+    cu_seqlens_q = torch.zeros(num_reqs + 1, dtype=torch.int32)
+    cu_seqlens_q[1:] = torch.cumsum(query_lens, 0)
+    seqused_kv = (query_lens + torch.randint(0, MAX_CONTEXT, (num_reqs,), generator=generator)).to(torch.int32)
+    return cu_seqlens_q, seqused_kv
+
+
+def _case(layer: str, num_reqs: int) -> Case:
+    cu_seqlens_q, seqused_kv = decode_batch(num_reqs, seed=num_reqs)
+    kwargs = dict(**HEADS, cu_seqlens_q=cu_seqlens_q, seqused_kv=seqused_kv, batch_size=num_reqs,
+                  max_seqlen_q=int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()), max_seqlen_kv=int(seqused_kv.max()),
+                  ori_win_left=127, ori_win_right=0, layout_q="TND", layout_kv="PA_ND", **LAYERS[layer])
+    out = torch.empty(NUM_WORDS, dtype=torch.int32)
     reference_out = torch.empty_like(out)
+    schema_args = (HEADS["num_heads_q"], HEADS["num_heads_kv"], HEADS["head_dim"], cu_seqlens_q, None, None, None,
+                   seqused_kv, kwargs["batch_size"], kwargs["max_seqlen_q"], kwargs["max_seqlen_kv"], 0,
+                   kwargs["cmp_topk"], kwargs["cmp_ratio"], 4, 3, 127, 0, LAYOUT_Q_CODES["TND"],
+                   LAYOUT_KV_CODES["PA_ND"], True, kwargs["has_cmp_kv"], 24, 48, False, reference_out)
 
     def run_specops():
-        specops.sas_metadata(cu_seqlens_q, seqused_kv, **MODEL, window_left=window_left, window_right=window_right,
-                             **CORES, out=out)
+        specops.sas_metadata(**kwargs, out=out)
 
     run_specops()
-    reference_sas_metadata(*args, reference_out)
-    if not torch.equal(out, reference_out):
-        raise RuntimeError(f"sas_metadata {label}: specops and the reference disagree")
+    reference_sas_metadata(*schema_args)
+    if out.tolist() != reference_out.tolist() or out.tolist() != python_sas_metadata(**kwargs):
+        raise RuntimeError(f"sas_metadata {layer} R={num_reqs}: specops, the reference and the Python restatement "
+                           "disagree")
+    used = sum(out[0:8 * 24:8].tolist())
     return Case(
-        "sas_metadata", label, cu_seqlens_q.numel() - 1, int(cu_seqlens_q[-1]),
-        {"specops": run_specops, "reference": lambda: reference_sas_metadata(*args, reference_out)},
-        baselines=("reference",),
-        extras={"balance": balance(cu_seqlens_q, seqused_kv, out, window_left, window_right)},
-        family=label.split()[0] if window_left < 0 else "windowed",
+        "sas_metadata", f"{layer} R={num_reqs} q=1-{MAX_QUERY_LEN}", num_reqs, int(cu_seqlens_q[-1]),
+        {"specops": run_specops, "reference": lambda: reference_sas_metadata(*schema_args),
+         "python": lambda: python_sas_metadata(**kwargs), "empty-op": empty_op_call(torch.device("cpu"))},
+        baselines=("reference", "python"), floors=("empty-op",), extras={"cores": used}, family=layer,
+        plotted=("specops", "reference", "python"),
     )
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
-    result = []
-    for num_reqs, query_len in QUICK_DECODE_SHAPES if quick else DECODE_SHAPES:
-        batch = make_bench_batch(num_reqs, query_len, block_size=128, max_context=8192, device=device)
-        result.append(_case(f"decode R={num_reqs} q={query_len}", batch.query_start_loc, batch.seq_lens, -1))
-    for num_reqs, query_len in QUICK_PREFILL_SHAPES if quick else PREFILL_SHAPES:
-        batch = make_bench_batch(num_reqs, query_len, block_size=128, max_context=4096, seed=1, device=device)
-        result.append(_case(f"prefill {num_reqs}x{query_len}", batch.query_start_loc, batch.seq_lens, -1))
-    if not quick:
-        batch = make_bench_batch(256, 1, block_size=128, max_context=8192, device=device)
-        result.append(_case("decode R=256 win=2048", batch.query_start_loc, batch.seq_lens, 2048))
-    return result
+    """Host tensors whatever `device` is: the schedule is computed on the host (the runner has
+    host copies of the lengths) and copied to the device."""
+    return [_case(layer, num_reqs) for layer in LAYERS for num_reqs in (QUICK_BATCHES if quick else BATCHES)]

@@ -7,7 +7,9 @@ from specops.ops.correct_optimistic_seq_lens import correct_optimistic_seq_lens
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dcp_local_seq_lens import dcp_local_seq_lens
 from specops.ops.dspark_swa_indices import dspark_swa_indices
+from specops.ops.dspark_swa_indices_multi import dspark_swa_indices_multi
 from specops.ops.format_slot_mapping_blocks import format_slot_mapping_blocks
+from specops.ops.format_slot_mapping_blocks_multi import format_slot_mapping_blocks_multi
 from specops.ops.gather_block_tables import gather_block_tables
 from specops.ops.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens
 from specops.ops.prepare_spec_decode_inputs import SpecDecodeInputs, prepare_spec_decode_inputs
@@ -23,7 +25,9 @@ __all__ = [
     "cp_local_metadata",
     "dcp_local_seq_lens",
     "dspark_swa_indices",
+    "dspark_swa_indices_multi",
     "format_slot_mapping_blocks",
+    "format_slot_mapping_blocks_multi",
     "gather_block_tables",
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",

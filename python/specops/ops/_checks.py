@@ -38,6 +38,14 @@ def checked_int(value: Any, name: str) -> int:
     raise ValueError(f"{name} must be an int, got {_described(value)}")
 
 
+def ints_per_group(value: Any, num_groups: int, name: str) -> list[int]:
+    """An int[] argument with one entry per group, or one int for every group: checked as torch's
+    schema takes ints (checked_int), naming the entry (block_sizes[1]) or the argument."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [checked_int(entry, f"{name}[{g}]") for g, entry in enumerate(value)]
+    return [checked_int(value, name)] * num_groups
+
+
 def checked_size(value: Any, name: str, lowest: int, what: str = "") -> int:
     """An int argument that sizes an output the wrapper allocates: checked before the allocation
     (never `negative dimension`, never gigabytes from an unchecked value). `what` names lowest."""

@@ -1,4 +1,18 @@
-"""Reference for sas_metadata (SPEC 3.5): the schedule, item by item, in plain Python."""
+"""Reference for sas_metadata (SPEC 3.5): the AI-CPU kernel's schedule, its cost table in torch.
+
+The schedule has two steps (docs/sas_metadata.md):
+1. Cost table. Each batch's query rows (token-major: row = token * G + head) are cut into M tiles;
+   an M tile sees a KV range (the union of its tokens' masks), cut into S2 tiles. A block of m
+   rows and s KV tokens costs 6 * ceil(m / 16) + 10 * ceil(s / 64); an M tile costs its window
+   blocks plus its compressed-KV blocks.
+2. Greedy pass. Core i gets the limit max(unassigned cost / (cores - i), most costly M tile). It
+   takes whole batches while they fit, then whole M tiles; "fit" allows half of the last block of
+   the batch or tile over the limit. The core's FA entry is the (batch, M tile) cursor before and
+   after it.
+
+Values a device kernel cannot reject (negative lengths, more than 2^31 - 1 query rows, a total
+cost past 2^56) give 1024 zero words, as on the device paths.
+"""
 
 from __future__ import annotations
 
@@ -8,157 +22,206 @@ import torch
 
 from specops.sas_layout import (
     ENTRY_WORDS,
-    FIXED_COST,
     INT32_MAX,
-    LAYOUT_VERSION,
-    M_TILE,
+    INT32_MIN,
+    MASK_BAND,
+    MASK_CAUSAL,
+    MASK_NONE,
+    MAX_TOTAL_COST,
     NUM_WORDS,
+    SOURCE_CONSTANT,
+    SOURCE_CUMULATIVE,
+    LengthSource,
     fa_offset,
-    fd_offset,
-    kv_tile_for,
+    kv_lengths,
+    num_batches,
+    query_lengths,
+    tile_sizes,
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkItem:
-    """Query tile m of (request, KV head) bn2 and the KV range [lo, hi) its rows see."""
-
-    bn2: int
-    m: int
-    lo: int
-    hi: int
-    rows: int
-    chunks: int
-
-    @property
-    def cost(self) -> int:
-        return self.chunks + FIXED_COST
+class InvalidValues(ValueError):
+    """Lengths the schedule cannot be computed for; the device paths write 1024 zeros."""
 
 
-class InvalidBatch(ValueError):
-    """Values that a device kernel cannot schedule: it writes the all-zero buffer instead."""
+def batch_lengths(source: LengthSource, batches: int) -> torch.Tensor:
+    """int64 [B] lengths, read as the kernel reads them; InvalidValues for a value outside int32."""
+    if source.kind == SOURCE_CONSTANT:
+        return torch.full((batches,), source.constant, dtype=torch.int64)
+    count = batches + 1 if source.kind == SOURCE_CUMULATIVE else batches
+    values = source.tensor[:count].cpu().long()
+    if values.numel() and (values.min() < INT32_MIN or values.max() > INT32_MAX):
+        raise InvalidValues(f"{source.name} holds a value outside int32")
+    return values[1:] - values[:-1] if source.kind == SOURCE_CUMULATIVE else values
 
 
-def work_items(cu_seqlens_q: torch.Tensor, seqused_kv: torch.Tensor, num_heads_q: int, num_heads_kv: int,
-               head_dim: int, window_left: int, window_right: int) -> list[WorkItem]:
-    """Every item with a non-empty KV range, in (bn2, m) order; InvalidBatch for bad values."""
-    group = num_heads_q // num_heads_kv
-    kv_tile = kv_tile_for(head_dim)
-    cu = cu_seqlens_q.tolist()
-    kv_lens = seqused_kv.tolist()
-    items = []
-    for b, kv_len in enumerate(kv_lens):
-        q_len = cu[b + 1] - cu[b]
-        rows = q_len * group
-        if q_len < 0 or kv_len < 0 or rows > INT32_MAX:
-            raise InvalidBatch(f"request {b}: query length {q_len}, KV length {kv_len}, {rows} rows")
-        for n2 in range(num_heads_kv):
-            for m in range(-(-rows // M_TILE)):
-                row_begin, row_end = m * M_TILE, min(rows, (m + 1) * M_TILE)
-                # Rows are token-major (row = token * group + head); token i sits at position
-                # kv_len - q_len + i. Window edges only move forward with the position, so the
-                # tile sees from its first token's lower edge to its last token's upper edge.
-                first_position = kv_len - q_len + row_begin // group
-                last_position = kv_len - q_len + (row_end - 1) // group
-                lo = 0 if window_left == -1 else max(0, first_position - window_left)
-                hi = kv_len if window_right == -1 else min(kv_len, last_position + window_right + 1)
-                if hi > lo:
-                    chunks = -(-(hi - lo) // kv_tile)
-                    items.append(WorkItem(b * num_heads_kv + n2, m, lo, hi, row_end - row_begin, chunks))
-    return items
+def ceil_div(a: torch.Tensor | int, b: int) -> torch.Tensor:
+    return (a + b - 1) // b
+
+
+def block_cost(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The cost of a block of `rows` query rows and `tokens` KV tokens."""
+    return 6 * ceil_div(rows, 16) + 10 * ceil_div(tokens, 64)
 
 
 @dataclasses.dataclass
-class _Plan:
-    fa: list[list[int]]  # per cube core: enable, bn2_start, m_start, kv_start, bn2_end, m_end, kv_end, ws_start
-    splits: list[list[int]]  # per split item: bn2, m, ws_start, ws_num, rows
-    slots: int = 0
-    total_cost: int = 0
+class CostTable:
+    """Per batch: cost and last-block cost; per M tile (row of the table, batch by batch): cost,
+    last-block cost and whether it sees any KV."""
+
+    batch_cost: list[int]
+    batch_last_block_cost: list[int]
+    first_tile: list[int]  # index of the batch's first M tile in the per-tile lists
+    tile_cost: list[int]
+    tile_last_block_cost: list[int]
+    tile_empty: list[bool]
+    max_tile_cost: int
+    total_cost: int
 
 
-def _schedule(items: list[WorkItem], cap: int, num_cores: int, kv_tile: int) -> _Plan | None:
-    """Greedy fill of the cores up to `cap`; None if they run out."""
-    plan = _Plan(fa=[[0] * ENTRY_WORDS for _ in range(num_cores)], splits=[])
-    core, load = 0, 0
-    for item in items:
-        done = 0
-        while done < item.chunks:
-            if load + 1 + FIXED_COST > cap:  # not even one chunk fits: next core
-                core, load = core + 1, 0
-            if core == num_cores:
-                return None
-            take = min(item.chunks - done, cap - load - FIXED_COST)
-            split = done > 0 or take < item.chunks
-            if done == 0 and split:
-                plan.splits.append([item.bn2, item.m, plan.slots, 0, item.rows])
-            entry = plan.fa[core]
-            if load == 0:
-                entry[:4] = [1, item.bn2, item.m, item.lo + done * kv_tile]
-                entry[7] = -1
-            entry[4:7] = [item.bn2, item.m, min(item.hi, item.lo + (done + take) * kv_tile)]
-            if split:
-                if entry[7] == -1:
-                    entry[7] = plan.slots
-                plan.slots += 1
-                plan.splits[-1][3] += 1
-            load += take + FIXED_COST
-            plan.total_cost += take + FIXED_COST
-            done += take
-    return plan
+def cost_table(s1: torch.Tensor, s2: torch.Tensor, group: int, m_tile: int, s2_tile: int, mask_mode: int,
+               win_left: int, win_right: int, has_cmp_kv: bool, cmp_ratio: int, cmp_topk: int) -> CostTable:
+    query_rows = s1 * group
+    tiles = ceil_div(query_rows, m_tile)
+    batch = torch.repeat_interleave(torch.arange(s1.numel()), tiles)
+    first_tile = torch.cumsum(tiles, 0) - tiles
+    m = torch.arange(batch.numel()) - first_tile[batch]
+    tile_s1, tile_s2, tile_rows = s1[batch], s2[batch], query_rows[batch]
+
+    # The tokens of M tile m, and the window of KV positions they see (token t sits at position
+    # s2 - s1 + t): [t_first - win_left, t_last + win_right] in band mode, up to t_last when causal.
+    first_row = m * m_tile
+    last_row = torch.minimum(first_row + m_tile, tile_rows) - 1
+    position_offset = tile_s2 - tile_s1
+    if mask_mode == MASK_NONE:
+        lo, hi = torch.zeros_like(m), tile_s2 - 1
+    elif mask_mode == MASK_CAUSAL:
+        lo, hi = torch.zeros_like(m), last_row // group + position_offset
+    else:
+        assert mask_mode == MASK_BAND
+        lo = first_row // group + position_offset - win_left
+        hi = last_row // group + position_offset + win_right
+    empty = (tile_s2 == 0) | (lo >= tile_s2) | (hi < 0) | (hi < lo)
+    lo, hi = lo.clamp(min=0), torch.minimum(hi, tile_s2 - 1)
+    window = torch.where(empty, 0, hi - lo + 1)
+    compressed = torch.zeros_like(window)
+    if has_cmp_kv:
+        compressed = torch.where(empty, 0, (hi + 1) // cmp_ratio)
+        if cmp_topk > 0:
+            compressed = compressed.clamp(max=cmp_topk)
+
+    # The last tile of a batch holds the rows left over, if m_tile does not divide them.
+    leftover = query_rows % m_tile
+    tile_m = torch.where((m == tiles[batch] - 1) & (leftover[batch] > 0), leftover[batch], m_tile)
+    # Every block costs 6 * ceil(m / 16) for its rows; as the S2 tile is a multiple of 64, the
+    # 10 * ceil(tokens / 64) of the blocks of a range add up to 10 * ceil(range / 64).
+    blocks = ceil_div(window, s2_tile) + ceil_div(compressed, s2_tile)
+    cost = 6 * ceil_div(tile_m, 16) * blocks + 10 * (ceil_div(window, 64) + ceil_div(compressed, 64))
+    # The last block: of the compressed KV when there is any, else of the window; full or the tail.
+    last_part = torch.where(compressed > 0, compressed, window)
+    last_block = last_part - (ceil_div(last_part, s2_tile) - 1) * s2_tile
+    last_block_cost = torch.where(empty, 0, block_cost(tile_m, last_block))
+
+    num_tiles = cost.numel()
+    max_tile_cost = int(cost.max()) if num_tiles else 0
+    # int64 sums cannot overflow when every tile could cost the most; otherwise sum exactly.
+    if max_tile_cost * num_tiles <= MAX_TOTAL_COST:
+        total_cost = int(cost.sum()) if num_tiles else 0
+    else:
+        total_cost = sum(cost.tolist())
+    if total_cost > MAX_TOTAL_COST:
+        raise InvalidValues("total cost past 2^56")
+    batch_cost = torch.zeros_like(s1).index_add_(0, batch, cost)
+    # A batch's last-block cost is that of its last M tile that sees KV.
+    last_seen = torch.full_like(s1, -1).scatter_reduce_(0, batch[~empty], torch.nonzero(~empty).flatten(), "amax")
+    batch_last_block_cost = torch.where(last_seen >= 0, last_block_cost[last_seen.clamp(min=0)], 0)
+    return CostTable(batch_cost.tolist(), batch_last_block_cost.tolist(), first_tile.tolist(), cost.tolist(),
+                     last_block_cost.tolist(), empty.tolist(), max_tile_cost, total_cost)
 
 
-def _merge_entries(splits: list[list[int]], num_vector_cores: int) -> list[list[int]]:
-    """FD entries: split item k gets floor or ceil of V / S (the first V % S the ceil), at most
-    its row count, and its rows dealt out as evenly as possible."""
-    entries = []
-    for k, (bn2, m, ws_start, ws_num, rows) in enumerate(splits):
-        wanted = num_vector_cores // len(splits) + (1 if k < num_vector_cores % len(splits) else 0)
-        count = min(rows, wanted)
-        row = 0
-        for e in range(count):
-            row_num = rows // count + (1 if e < rows % count else 0)
-            entries.append([1, bn2, m, ws_start, ws_num, row, row_num, 0])
-            row += row_num
-    return entries
+def greedy_core_ends(table: CostTable, tiles: list[int], num_cube_cores: int) -> list[tuple[int, int]]:
+    """The (batch, M tile) cursor after each used core."""
+    batches = len(table.batch_cost)
+    unassigned = table.total_cost
+    b, m = 0, 0
+    remaining = table.batch_cost[0]  # of batch b, from tile m on
+    ends: list[tuple[int, int]] = []
+    for core in range(num_cube_cores):
+        if b == batches or unassigned <= 0:
+            break
+        limit = max(unassigned // (num_cube_cores - core), table.max_tile_cost)
+        load = 0
+        # Whole batches (a batch without cost always).
+        while remaining == 0 or load + remaining <= limit + table.batch_last_block_cost[b] // 2:
+            load += remaining
+            b, m = b + 1, 0
+            if b == batches:
+                break
+            remaining = table.batch_cost[b]
+        if b < batches:
+            # Whole M tiles. After a tile is taken the cursor skips those that see no KV; the
+            # batch's last tile sees KV and fails the test the whole batch failed, so the
+            # cursor never leaves the batch here.
+            tile = table.first_tile[b] + m
+            while load + table.tile_cost[tile] <= limit + table.tile_last_block_cost[tile] // 2:
+                load += table.tile_cost[tile]
+                remaining -= table.tile_cost[tile]
+                m, tile = m + 1, tile + 1
+                while m < tiles[b] and table.tile_empty[tile]:
+                    m, tile = m + 1, tile + 1
+                assert m < tiles[b], "the cursor left the batch"
+        ends.append((b, m))
+        unassigned -= load
+    return ends
+
+
+def schedule_words(
+    num_heads_q: int, cu_seqlens_q: torch.Tensor | None, cu_seqlens_ori_kv: torch.Tensor | None,
+    seqused_q: torch.Tensor | None, seqused_kv: torch.Tensor | None, batch_size: int, max_seqlen_q: int,
+    max_seqlen_kv: int, cmp_topk: int, cmp_ratio: int, ori_mask_mode: int, ori_win_left: int, ori_win_right: int,
+    layout_q: int, layout_kv: int, has_cmp_kv: bool, num_cube_cores: int, ascend950: bool,
+) -> list[int]:
+    """The 1024 words of a call that passed the op's checks; InvalidValues for invalid values."""
+    batches = num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size)
+    s1 = batch_lengths(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q), batches)
+    s2 = batch_lengths(kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), batches)
+    group = num_heads_q  # num_heads_kv is 1
+    if (s1 < 0).any() or (s2 < 0).any() or (s1 * group > INT32_MAX).any():
+        raise InvalidValues("a negative length, or more than 2^31 - 1 query rows in a batch")
+    m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
+    tiles = ceil_div(s1 * group, m_tile)
+    if int(tiles.sum()) > INT32_MAX:
+        raise InvalidValues("more than 2^31 - 1 M tiles in all")
+
+    words = [0] * NUM_WORDS
+    if not ((tiles > 0) & (s2 > 0)).any():
+        # No batch has work: core 0 covers every batch at once.
+        words[:ENTRY_WORDS] = [1, 0, 0, 0, batches, 0, 0, 0]
+        return words
+    table = cost_table(s1, s2, group, m_tile, s2_tile, ori_mask_mode, ori_win_left, ori_win_right, has_cmp_kv,
+                       cmp_ratio, cmp_topk)
+    start = (0, 0)
+    for core, end in enumerate(greedy_core_ends(table, tiles.tolist(), num_cube_cores)):
+        # enable, bn2/m/s2 start, bn2/m/s2 end, first FD workspace index (no KV range is split)
+        words[fa_offset(core): fa_offset(core) + ENTRY_WORDS] = [1, start[0], start[1], 0, end[0], end[1], 0, 0]
+        start = end
+    return words
 
 
 def sas_metadata(
-    cu_seqlens_q: torch.Tensor,
-    seqused_kv: torch.Tensor,
-    num_heads_q: int,
-    num_heads_kv: int,
-    head_dim: int,
-    window_left: int,
-    window_right: int,
-    num_cube_cores: int,
-    num_vector_cores: int,
-    out: torch.Tensor,
+    num_heads_q: int, num_heads_kv: int, head_dim: int, cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_ori_kv: torch.Tensor | None, cu_seqlens_cmp_kv: torch.Tensor | None, seqused_q: torch.Tensor | None,
+    seqused_kv: torch.Tensor | None, batch_size: int, max_seqlen_q: int, max_seqlen_kv: int, ori_topk: int,
+    cmp_topk: int, cmp_ratio: int, ori_mask_mode: int, cmp_mask_mode: int, ori_win_left: int, ori_win_right: int,
+    layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool, num_cube_cores: int, num_vector_cores: int,
+    ascend950: bool, out: torch.Tensor,
 ) -> None:
-    kv_tile = kv_tile_for(head_dim)
-    words = [0] * NUM_WORDS
+    # head_dim, ori_topk, cmp_mask_mode, has_ori_kv and cu_seqlens_cmp_kv do not change the
+    # schedule; the vector cores get no FD work (no KV range is split).
     try:
-        items = work_items(cu_seqlens_q, seqused_kv, num_heads_q, num_heads_kv, head_dim, window_left, window_right)
-        base = sum(item.cost for item in items)
-        if base > INT32_MAX:
-            raise InvalidBatch(f"total cost {base}")
-    except InvalidBatch:
-        out.copy_(torch.tensor(words, dtype=torch.int32))
-        return
-
-    plan = _Plan(fa=[[0] * ENTRY_WORDS for _ in range(num_cube_cores)], splits=[])
-    if items:
-        # No core can cost less than the mean; the greedy fill at mean + 1 always fits.
-        lower_bound = -(-base // num_cube_cores)
-        tight = _schedule(items, lower_bound, num_cube_cores, kv_tile) if lower_bound >= 1 + FIXED_COST else None
-        plan = tight if tight is not None else _schedule(items, lower_bound + 1, num_cube_cores, kv_tile)
-    if plan.total_cost > INT32_MAX:
-        out.copy_(torch.tensor(words, dtype=torch.int32))
-        return
-
-    words[:8] = [LAYOUT_VERSION, num_cube_cores, num_vector_cores, M_TILE, kv_tile,
-                 plan.total_cost, len(plan.splits), plan.slots]
-    for core, entry in enumerate(plan.fa):
-        words[fa_offset(core): fa_offset(core) + ENTRY_WORDS] = entry
-    for v, entry in enumerate(_merge_entries(plan.splits, num_vector_cores)):
-        words[fd_offset(num_cube_cores, v): fd_offset(num_cube_cores, v) + ENTRY_WORDS] = entry
+        words = schedule_words(num_heads_q, cu_seqlens_q, cu_seqlens_ori_kv, seqused_q, seqused_kv, batch_size,
+                               max_seqlen_q, max_seqlen_kv, cmp_topk, cmp_ratio, ori_mask_mode, ori_win_left,
+                               ori_win_right, layout_q, layout_kv, has_cmp_kv, num_cube_cores, ascend950)
+    except InvalidValues:
+        words = [0] * NUM_WORDS
     out.copy_(torch.tensor(words, dtype=torch.int32))

@@ -1,0 +1,125 @@
+// CPU op for dspark_swa_indices_multi: validates the shared batch once and every group, then
+// builds every group's indices.
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "cpu/checks.h"
+#include "kernels/cp_token_split.h"
+#include "kernels/dspark_swa_indices_multi.h"
+
+namespace specops::cpu {
+namespace {
+
+void dspark_swa_indices_multi(at::TensorList block_tables, const at::Tensor& query_start_loc,
+                              const at::Tensor& seq_lens, c10::IntArrayRef windows, int64_t num_speculative_tokens,
+                              c10::IntArrayRef block_sizes, int64_t num_tokens, c10::IntArrayRef widths,
+                              int64_t cp_size, int64_t cp_rank, at::TensorList out, at::TensorList out_lens) {
+  const size_t num_groups = block_tables.size();
+  for (const auto& [values, name] : {std::pair{windows.size(), "windows"}, std::pair{block_sizes.size(), "block_sizes"},
+                                     std::pair{widths.size(), "widths"}, std::pair{out.size(), "out"},
+                                     std::pair{out_lens.size(), "out_lens"}}) {
+    TORCH_CHECK_VALUE(values == num_groups, name, " must have one entry per block table (len(block_tables) = ",
+                      num_groups, "), got ", values);
+  }
+  const int64_t num_real_tokens = check_query_start_loc_values(query_start_loc);
+  const int64_t num_reqs = query_start_loc.numel() - 1;
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(seq_lens.numel() == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ", num_reqs,
+                    " entries, got ", seq_lens.numel());
+  check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0);
+  check_cp_rank(cp_size, cp_rank, "cp_size");  // first: the bound below subtracts cp_size
+  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens && num_tokens <= INT32_MAX - cp_size,
+                    "num_tokens must be in [query_start_loc[R] = ", num_real_tokens, ", 2^31 - 1 - cp_size], got ",
+                    num_tokens);
+  const kernels::CPTokenSplit split = kernels::cp_token_split(num_tokens, cp_size, cp_rank);
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    TORCH_CHECK_VALUE(lens[r] >= 0, "seq_lens must be >= 0, but seq_lens[", r, "] = ", lens[r]);
+  }
+
+  c10::SmallVector<kernels::DSparkGroup, 4> groups(num_groups);
+  for (size_t g = 0; g < num_groups; ++g) {
+    const int64_t index = static_cast<int64_t>(g);
+    const at::Tensor& table = block_tables[g];
+    check_tensor(table, ArgName{"block_tables", index}, {c10::kInt}, 2);
+    TORCH_CHECK_VALUE(table.size(0) >= num_reqs, "block_tables[", g,
+                      "] must have at least R = query_start_loc.numel() - 1 = ", num_reqs, " rows, got ",
+                      table.size(0));
+    // Positions are int32: so are the window, the draft block and the block size, and their sums
+    // below fit int64.
+    check_int32_range(windows[g], ArgName{"windows", index}, 0);
+    check_int32_range(block_sizes[g], ArgName{"block_sizes", index}, 1);
+    const int64_t least = std::max<int64_t>(1, windows[g] + num_speculative_tokens);
+    TORCH_CHECK_VALUE(widths[g] >= least, "widths[", g, "] must be >= max(1, windows[", g,
+                      "] + num_speculative_tokens = ", windows[g] + num_speculative_tokens, "), got ", widths[g]);
+    const at::Tensor& target = out[g];
+    check_tensor(target, ArgName{"out", index}, {c10::kInt}, 3);
+    check_rows_disjoint(target, ArgName{"out", index});
+    TORCH_CHECK_VALUE(target.size(0) >= split.tokens_per_rank && target.size(1) == 1 && target.size(2) == widths[g],
+                      "out[", g, "] must have shape [>= ", split.tokens_per_rank, ", 1, widths[", g, "] = ", widths[g],
+                      "], got ", target.sizes());
+    const at::Tensor& target_lens = out_lens[g];
+    check_tensor(target_lens, ArgName{"out_lens", index}, {c10::kInt}, 1);
+    TORCH_CHECK_VALUE(target_lens.numel() >= split.tokens_per_rank, "out_lens[", g, "] must have at least ",
+                      split.tokens_per_rank, " entries, got ", target_lens.numel());
+
+    const int64_t covered = table.size(1) * block_sizes[g];
+    for (int64_t r = 0; r < num_reqs; ++r) {
+      const int64_t query_len = qsl[r + 1] - qsl[r];
+      if (query_len == 0) continue;  // a request without tokens has no row to fill
+      TORCH_CHECK_VALUE(lens[r] <= covered, "seq_lens[", r, "] = ", lens[r], " is beyond block_tables[", g, "] (",
+                        table.size(1), " blocks of ", block_sizes[g], " tokens per row)");
+      const int64_t visible = lens[r] - std::max<int64_t>(lens[r] - query_len - windows[g], 0);
+      TORCH_CHECK_VALUE(visible <= widths[g], "widths[", g, "] = ", widths[g], " is too small for request ", r,
+                        ", which sees ", visible, " tokens (its query of ", query_len, " plus windows[", g, "] = ",
+                        windows[g], ")");
+    }
+
+    kernels::DSparkGroup& group = groups[g];
+    group.block_table = table.data_ptr<int32_t>();
+    group.out = target.data_ptr<int32_t>();
+    group.out_lens = target_lens.data_ptr<int32_t>();
+    kernels::DSparkShape& shape = group.shape;
+    shape.num_reqs = num_reqs;
+    shape.rows_begin = split.local_start;
+    shape.num_rows = split.tokens_per_rank;
+    shape.width = widths[g];
+    shape.window = windows[g];
+    shape.block_size = block_sizes[g];
+    shape.table_rows = table.size(0);
+    shape.table_cols = table.size(1);
+    shape.table_stride = table.stride(0);
+    shape.out_stride = target.stride(0);
+  }
+  // Every output is written once, and every input is read while outputs are written: an output
+  // may share memory with nothing else.
+  for (size_t g = 0; g < num_groups; ++g) {
+    const int64_t index = static_cast<int64_t>(g);
+    check_no_overlap(out_lens[g], ArgName{"out_lens", index}, out[g], ArgName{"out", index});
+    for (size_t earlier = 0; earlier < g; ++earlier) {
+      const int64_t other = static_cast<int64_t>(earlier);
+      check_no_overlap(out[g], ArgName{"out", index}, out[earlier], ArgName{"out", other});
+      check_no_overlap(out[g], ArgName{"out", index}, out_lens[earlier], ArgName{"out_lens", other});
+      check_no_overlap(out_lens[g], ArgName{"out_lens", index}, out[earlier], ArgName{"out", other});
+      check_no_overlap(out_lens[g], ArgName{"out_lens", index}, out_lens[earlier], ArgName{"out_lens", other});
+    }
+    for (const at::Tensor* output : {&out[g], &out_lens[g]}) {
+      const ArgName name{output == &out[g] ? "out" : "out_lens", index};
+      check_no_overlap(*output, name, query_start_loc, "query_start_loc");
+      check_no_overlap(*output, name, seq_lens, "seq_lens");
+      for (size_t table = 0; table < num_groups; ++table) {
+        check_no_overlap(*output, name, block_tables[table], ArgName{"block_tables", static_cast<int64_t>(table)});
+      }
+    }
+  }
+  kernels::dspark_swa_indices_multi(qsl, lens, groups.data(), static_cast<int64_t>(num_groups));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("dspark_swa_indices_multi", &dspark_swa_indices_multi); }
+
+}  // namespace specops::cpu

@@ -1,0 +1,68 @@
+// CPU op for format_slot_mapping_blocks_multi: validates every group, then formats them all.
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include "cpu/checks.h"
+#include "kernels/format_slot_mapping_blocks_multi.h"
+
+namespace specops::cpu {
+namespace {
+
+void format_slot_mapping_blocks_multi(at::TensorList slot_mappings, c10::IntArrayRef block_sizes, int64_t num_slots,
+                                      at::TensorList out) {
+  const size_t num_groups = slot_mappings.size();
+  TORCH_CHECK_VALUE(block_sizes.size() == num_groups,
+                    "block_sizes must have one entry per slot mapping (len(slot_mappings) = ", num_groups, "), got ",
+                    block_sizes.size());
+  TORCH_CHECK_VALUE(out.size() == num_groups, "out must have one tensor per slot mapping (len(slot_mappings) = ",
+                    num_groups, "), got ", out.size());
+  check_non_negative(num_slots, "num_slots");
+
+  // Up to 8 groups without a heap allocation.
+  c10::SmallVector<kernels::FormatSlotGroup, 8> groups(num_groups);
+  for (size_t g = 0; g < num_groups; ++g) {
+    const int64_t index = static_cast<int64_t>(g);
+    const at::Tensor& slots = slot_mappings[g];
+    const at::Tensor& target = out[g];
+    check_tensor(slots, ArgName{"slot_mappings", index}, {c10::kLong, c10::kInt}, 1);
+    TORCH_CHECK_VALUE(slots.numel() >= num_slots, "slot_mappings[", g, "] must have at least num_slots = ", num_slots,
+                      " entries, got ", slots.numel());
+    check_int32_range(block_sizes[g], ArgName{"block_sizes", index}, 1);
+    check_tensor(target, ArgName{"out", index}, {c10::kLong, c10::kInt}, 2);
+    check_rows_disjoint(target, ArgName{"out", index});
+    TORCH_CHECK_VALUE(target.size(1) == 2 && target.size(0) >= num_slots, "out[", g, "] must have shape [>= num_slots = ",
+                      num_slots, ", 2], got ", target.sizes());
+    // Each output is written once, by its own programs on a device, and every slot mapping is
+    // read while outputs are written: an output may share memory with nothing else.
+    for (size_t earlier = 0; earlier < g; ++earlier) {
+      check_no_overlap(target, ArgName{"out", index}, out[earlier], ArgName{"out", static_cast<int64_t>(earlier)});
+    }
+    for (size_t input = 0; input < num_groups; ++input) {
+      check_no_overlap(target, ArgName{"out", index}, slot_mappings[input],
+                       ArgName{"slot_mappings", static_cast<int64_t>(input)});
+    }
+
+    kernels::FormatSlotGroup& group = groups[g];
+    if (slots.scalar_type() == c10::kLong) {
+      group.slots64 = slots.data_ptr<int64_t>();
+    } else {
+      group.slots32 = slots.data_ptr<int32_t>();
+    }
+    if (target.scalar_type() == c10::kLong) {
+      group.out64 = target.data_ptr<int64_t>();
+    } else {
+      group.out32 = target.data_ptr<int32_t>();
+    }
+    group.shape.num_slots = num_slots;
+    group.shape.num_rows = target.size(0);
+    group.shape.row_stride = target.stride(0);
+    group.shape.block_size = block_sizes[g];
+  }
+  kernels::format_slot_mapping_blocks_multi(groups.data(), static_cast<int64_t>(num_groups));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("format_slot_mapping_blocks_multi", &format_slot_mapping_blocks_multi); }
+
+}  // namespace specops::cpu

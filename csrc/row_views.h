@@ -1,0 +1,18 @@
+// Row ranges of the drafting layer's persistent buffers, made in one call.
+//
+// A draft step hands out its results as views of buffers allocated at the builder's maximum
+// sizes: t[start:end] along the first dimension. Made from Python, each view costs about as much
+// as a small op (the indexing machinery, then the dispatcher's view kernels), and a batch shape
+// not seen before needs a dozen. row_views makes them all in one call, each as
+// `detach()` makes an alias: the same storage, sizes and strides, the buffer's version counter
+// (so an in-place write through any of them is seen by the version-based checks), and no
+// autograd view record (these buffers never require grad).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace specops {
+
+void bind_row_views(pybind11::module_& module);
+
+}  // namespace specops

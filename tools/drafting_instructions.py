@@ -1,0 +1,111 @@
+"""The drafting benchmark's figures in instructions executed, which no other process changes.
+
+On a shared host the timed figures of `specops-bench --op drafting` (small differences between
+steps) move with the load. This tool runs the same implementations of one case under
+valgrind's callgrind, counting only the instructions of N calls of each (instrumentation is
+switched on around each loop through callgrind's client requests), and prints the contract's
+figures from those counts: (a) a later group that shares everything over the first group, (b)
+each later group's layer work over one empty op, (d) a first build over a repeat. Instructions
+are not time (memory-bound work, such as the DSpark rows, costs more time per instruction), so
+this is a check of the layer's own work, which is Python and dispatcher code like the empty op.
+
+    python tools/drafting_instructions.py --groups 8 --reqs 64 --k 7 --non-causal
+
+Needs valgrind, its callgrind.h and a C compiler; takes a few minutes (most of it importing
+torch under valgrind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TOGGLE_SOURCE = """
+#include <valgrind/callgrind.h>
+void measure_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
+void measure_stop(const char* label) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT(label); }
+"""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=4, choices=(2, 4, 8))
+    parser.add_argument("--reqs", type=int, default=64)
+    parser.add_argument("--k", type=int, default=7, help="speculative tokens")
+    parser.add_argument("--non-causal", action="store_true")
+    parser.add_argument("--calls", type=int, default=200, help="calls counted per implementation")
+    parser.add_argument("--measure", metavar="TOGGLE_LIBRARY", help=argparse.SUPPRESS)  # the run under valgrind
+    return parser.parse_args(argv)
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Under valgrind: every implementation of the case, its calls counted apart."""
+    import torch
+
+    from specops.bench import drafting
+
+    toggle = ctypes.CDLL(args.measure)
+    torch.set_num_threads(1)
+    case = drafting._case(args.groups, args.reqs, args.k, not args.non_causal, 1, torch.device("cpu"))
+    for name, fn in case.impls.items():
+        if name == "step no-cache":
+            continue
+        for _ in range(10):
+            fn()
+        toggle.measure_start()
+        for _ in range(args.calls):
+            fn()
+        toggle.measure_stop(name.encode())
+
+
+def report(dumps: list[str], args: argparse.Namespace) -> None:
+    counts = {}
+    for path in dumps:
+        text = open(path).read()
+        label = re.search(r"^desc: Trigger: Client Request: (.*)$", text, re.M)
+        total = re.search(r"^totals: (\d+)", text, re.M)
+        if label and total:
+            counts[label.group(1)] = int(total.group(1)) / args.calls
+    from specops.bench.drafting import _layer_name, _step_name
+
+    empty = counts["empty-op"]
+    steps = [_step_name(count, args.groups) for count in range(1, args.groups + 1)]
+    layers = [_layer_name(count) for count in range(1, args.groups + 1)]
+    first = counts["step g0"]
+    kind = "non-causal" if args.non_causal else "causal"
+    print(f"G={args.groups} R={args.reqs} k={args.k} {kind}: empty op {empty:.0f} instructions, "
+          f"step g0 {first / empty:.2f} empty ops, first/repeat {counts['first build'] / counts['repeat build']:.3f}")
+    for k in range(1, len(steps)):
+        step = (counts[steps[k]] - counts[steps[k - 1]]) / first
+        layer = (counts[layers[k]] - counts[layers[k - 1]]) / empty
+        print(f"  g{k}: later/first {step:.3f}, layer/empty-op {layer:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.measure:
+        measure(args)
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        source = os.path.join(scratch, "toggle.c")
+        library = os.path.join(scratch, "toggle.so")
+        with open(source, "w") as handle:
+            handle.write(TOGGLE_SOURCE)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, source], check=True)
+        out = os.path.join(scratch, "callgrind.out")
+        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                   sys.executable, os.path.abspath(__file__), "--measure", library, *(argv or sys.argv[1:])]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+        report(sorted(glob.glob(out + ".*")), args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
