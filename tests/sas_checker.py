@@ -1,4 +1,4 @@
-"""Invariant checker for sas_metadata words (SPEC 3.5), and the golden vectors' location.
+"""Invariant checker for sas_metadata words, and the golden vectors' location.
 
 Written from the consumer's layout alone: it reads the raw 1024 words itself (not through
 specops.decode_sas_metadata) and counts each batch's M tiles from the lengths, without any

@@ -1,4 +1,4 @@
-"""The drafting layer (SPEC 4): a hand-computed step, every field against the ops and formulas,
+"""The drafting layer: a hand-computed step, every field against the ops and formulas,
 the shared cache against building alone, what invalidates an entry, draft-index isolation,
 sas_metadata reuse, device-to-host syncs, stable addresses, the fresh-cache paths, bad input,
 and the public names (the README runs the draft-step example)."""
@@ -293,7 +293,7 @@ def test_window_and_sas_metadata_of_each_group(causal):
         assert_matches_definitions(meta, model, group, common)
 
 
-# ---------------------------------------------------------------- the fields against SPEC 4
+# ------------------------------------------------------ the fields against their definitions
 
 
 @pytest.mark.parametrize("cp_size", [1, 3])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import examples
 from host_syncs import OpLog
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,7 +94,7 @@ def test_hand_computed_rank_slice_and_default_widths(backend):
     assert [t.tolist() for t in out_lens] == [[4, 4, 0], [4, 4, 0]]
 
 
-@settings(max_examples=40)  # the Triton interpreter runs each example's programs one by one
+@settings(max_examples=examples(40))  # the Triton interpreter runs each example's programs one by one
 @given(batch=cp_batches(max_reqs=5, max_query_len=6, max_context=40, block_size=4), rank_choice=st.integers(0, 7),
        windows=st.lists(st.integers(0, 12), min_size=1, max_size=3), block_size_choices=st.data(),
        num_speculative_tokens=st.integers(0, 4), extra_rows=st.integers(0, 2))

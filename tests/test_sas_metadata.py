@@ -1,4 +1,4 @@
-"""sas_metadata (SPEC 3.5): the golden vectors of the AI-CPU kernel on every backend, schedules
+"""sas_metadata: the golden vectors of the AI-CPU kernel on every backend, schedules
 worked by hand, the layout's invariants on random calls, the Python restatement, invalid values,
 opcheck, compile, the decoder.
 
@@ -12,7 +12,7 @@ import re
 
 import pytest
 import torch
-from conftest import BACKENDS
+from conftest import BACKENDS, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sas_checker import check_call, golden_dir
@@ -162,7 +162,7 @@ def test_batches_without_work(backend):
         assert out.tolist() == [1, 0, 0, 0, len(query_lens)] + [0] * 1019
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(call=sas_calls())
 def test_random_calls_keep_the_layout_invariants_and_agree(call):
     """Native: the invariants of sas_checker and the words of the Python restatement."""
@@ -172,7 +172,7 @@ def test_random_calls_keep_the_layout_invariants_and_agree(call):
 
 
 @pytest.mark.parametrize("other", [b for b in BACKENDS if b != "native"])
-@settings(max_examples=8)
+@settings(max_examples=examples(8))
 @given(call=sas_calls(max_reqs=40, max_prefill=20))
 def test_every_backend_writes_the_native_words(other, call):
     expected = specops.sas_metadata(**{**call, "out": None})
