@@ -978,8 +978,9 @@ def _cp_query_start_loc_out_of_order(draw, call: Call) -> bool:
     qsl = call["query_start_loc"]
     k = _pick(draw, qsl.numel())
     qsl[k] = qsl[k] + draw(st.sampled_from([-3, -1, 1, 5]))
-    # Not decreasing anywhere and still starting at 0: the values are valid after all.
-    return bool(qsl[0] != 0 or (qsl[1:] < qsl[:-1]).any())
+    # Not decreasing anywhere, still starting at 0 and within num_input_tokens: the values are
+    # valid after all.
+    return bool(qsl[0] != 0 or (qsl[1:] < qsl[:-1]).any() or qsl[-1] > call["num_input_tokens"])
 
 
 CP_LOCAL = OpSpec(
