@@ -1,4 +1,4 @@
-"""Triton kernel for compute_slot_mapping (SPEC 3.1).
+"""Triton kernel for compute_slot_mapping (docs/slot_mapping.md).
 
 Token-tiled: each program walks tiles of BLOCK tokens and finds each token's request by a
 binary search over query_start_loc, so one long prefill and many short decodes balance the
@@ -49,6 +49,19 @@ def slots_of_tokens(
 
 
 @triton.jit
+def usable_columns(num_blocks_ptr, row, is_real, table_rows, table_cols, HAS_NUM_BLOCKS: tl.constexpr):
+    """The columns of each token's row it may use: the row's allocated blocks (num_blocks[row],
+    a negative count none), never past the table; the whole row without num_blocks."""
+    if HAS_NUM_BLOCKS:
+        has_row = is_real & (row >= 0) & (row < table_rows)
+        allocated = tl.load(num_blocks_ptr + tl.where(has_row, row, 0), mask=has_row, other=0)
+        columns = tl.minimum(tl.maximum(allocated, 0), table_cols)
+    else:
+        columns = tl.zeros_like(row).to(tl.int32) + table_cols
+    return columns
+
+
+@triton.jit
 def narrowed_slot(slot, out_ptr):
     """The int64 slot as out's element type: PAD where an int32 out cannot hold it (a cast would
     wrap 2^32 to 0, another request's slot)."""
@@ -63,8 +76,8 @@ def _compute_slot_mapping_kernel(
     num_reqs, num_tokens, num_tokens_padded,
     table_rows, table_cols, table_stride,
     block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
-    num_search_steps,
-    HAS_IDX_MAPPING: tl.constexpr, BLOCK: tl.constexpr,
+    num_search_steps, num_blocks_ptr,
+    HAS_IDX_MAPPING: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
@@ -81,7 +94,8 @@ def _compute_slot_mapping_kernel(
         else:
             row = request.to(tl.int64)
         position = tl.load(positions_ptr + token, mask=is_real, other=-1).to(tl.int64)
-        slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, table_cols, table_stride,
+        columns = usable_columns(num_blocks_ptr, row, is_real, table_rows, table_cols, HAS_NUM_BLOCKS)
+        slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, columns, table_stride,
                                block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
         tl.store(out_ptr + token, narrowed_slot(slot, out_ptr), mask=in_buffer)
 
@@ -98,6 +112,7 @@ def compute_slot_mapping(
     cp_interleave: int,
     idx_mapping: torch.Tensor | None,
     num_tokens_padded: int,
+    num_blocks: torch.Tensor | None = None,
 ) -> None:
     if num_tokens_padded == 0:
         return
@@ -110,6 +125,6 @@ def compute_slot_mapping(
         num_reqs, positions.numel(), num_tokens_padded,
         block_table.size(0), block_table.size(1), block_table.stride(0),
         block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
-        search_steps(num_reqs),
-        HAS_IDX_MAPPING=idx_mapping is not None, BLOCK=BLOCK,
+        search_steps(num_reqs), num_blocks if num_blocks is not None else query_start_loc,
+        HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=num_blocks is not None, BLOCK=BLOCK,
     )

@@ -1,5 +1,5 @@
 #pragma once
-// KV-cache slot of every token, with context-parallel (CP) interleave. SPEC 3.1.
+// KV-cache slot of every token, with context-parallel (CP) interleave (docs/slot_mapping.md).
 //
 // A CP "virtual block" spans cp_world_size ranks: ranks take turns storing runs of
 // cp_interleave tokens, so one allocation block of kv_block tokens on a rank holds
@@ -24,7 +24,20 @@ struct SlotMappingShape {
   int64_t cp_world_size = 1;
   int64_t cp_rank = 0;
   int64_t cp_interleave = 1;
+  // Blocks allocated to each table row (num_blocks[row]), when the caller knows them: a position
+  // whose column is at or past its row's count is past the request's allocated blocks (PAD; the
+  // host ops reject it). nullptr: every column of the row is allocated.
+  const int32_t* num_blocks = nullptr;
 };
+
+// The columns of `row` a position may use: its allocated blocks (a negative count: none), never
+// past the table's width.
+inline int64_t usable_columns(const SlotMappingShape& s, int64_t row) {
+  if (s.num_blocks == nullptr) return s.block_table_cols;
+  const int64_t allocated = s.num_blocks[row];
+  if (allocated < 0) return 0;
+  return allocated < s.block_table_cols ? allocated : s.block_table_cols;
+}
 
 // Divisors of the per-token math, prepared once per call.
 struct SlotMappingDivisors {
@@ -85,8 +98,8 @@ inline TokenPlacement place_token(uint32_t position, const SlotMappingShape& s,
   };
 }
 
-// First token (in batch order) whose lookup would leave the block table, or -1 if none.
-// The host wrapper rejects such a batch before anything is written.
+// First token (in batch order) whose lookup would leave the block table or its row's allocated
+// blocks, or -1 if none. The host wrapper rejects such a batch before anything is written.
 template <typename PosT, typename IdxT>
 int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const PosT* positions,
                                          const IdxT* idx_mapping, const SlotMappingShape& s,
@@ -94,8 +107,8 @@ int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const P
   // Fast accept: every position inside the virtual blocks that the table covers in full.
   const int64_t virtual_block_size = s.block_size * s.blocks_per_kv_block * s.cp_world_size;
   const int64_t covered = (s.block_table_cols / s.blocks_per_kv_block) * virtual_block_size;
-  bool all_covered = true;
-  for (int64_t t = 0; t < s.num_tokens; ++t) {
+  bool all_covered = s.num_blocks == nullptr;
+  for (int64_t t = 0; all_covered && t < s.num_tokens; ++t) {
     const int64_t position = positions[t];
     all_covered &= position >= 0 && position < covered;
   }
@@ -104,11 +117,12 @@ int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const P
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     if (row < 0) continue;
+    const int64_t columns = usable_columns(s, row);
     for (int64_t t = query_start_loc[r]; t < query_start_loc[r + 1]; ++t) {
       const int64_t position = positions[t];
       if (position < 0 || position > INT32_MAX) return t;
       const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, d);
-      if (p.local && p.column >= s.block_table_cols) return t;
+      if (p.local && p.column >= columns) return t;
     }
   }
   return -1;
@@ -116,8 +130,9 @@ int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const P
 
 // Writes out[0, num_tokens_padded). Tokens not stored on this rank, tokens of rows < 0 and
 // tokens whose block id is negative get PAD; so does the tail [num_tokens, num_tokens_padded).
-// Positions outside the table also get PAD, so the body never reads out of bounds even if
-// called without the host-side check.
+// Positions outside the table or past their row's allocated blocks also get PAD, so the body
+// never reads out of bounds (nor the null block a row holds past its count) even if called
+// without the host-side check.
 template <CpLayout kLayout, typename PosT, typename IdxT, typename OutT>
 void compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* positions,
                                const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
@@ -131,12 +146,13 @@ void compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* posit
       continue;
     }
     const int32_t* block_row = block_table + row * s.block_table_stride;
+    const int64_t columns = usable_columns(s, row);
     for (int64_t t = token_begin; t < token_end; ++t) {
       const int64_t position = positions[t];
       int64_t slot = kPadSlotId;
       if (position >= 0 && position <= INT32_MAX) {
         const TokenPlacement p = place_token<kLayout>(static_cast<uint32_t>(position), s, d);
-        if (p.local && p.column < s.block_table_cols) {
+        if (p.local && p.column < columns) {
           const int64_t block_id = block_row[p.column];
           if (block_id >= 0) slot = block_id * s.block_size + p.offset;
         }

@@ -1,4 +1,4 @@
-"""Reference for compute_slot_mapping (SPEC 3.1)."""
+"""Reference for compute_slot_mapping (docs/slot_mapping.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def compute_slot_mapping(
     cp_interleave: int,
     idx_mapping: torch.Tensor | None,
     num_tokens_padded: int,
+    num_blocks: torch.Tensor | None = None,
 ) -> None:
     num_tokens = positions.numel()
     num_rows, num_cols = block_table.shape
@@ -45,6 +46,10 @@ def compute_slot_mapping(
         & (position >= 0) & (position <= INT32_MAX)
         & (column < num_cols)
     )
+    if num_blocks is not None and num_rows > 0:
+        # Past the row's allocated blocks the row holds the null block: PAD, never a slot there.
+        allocated = num_blocks[:num_rows].long()[row.clamp(0, num_rows - 1)]
+        valid &= column < allocated
     # Gather with clamped indices, then discard what was invalid.
     if num_rows > 0 and num_cols > 0:
         block_id = block_table[row.clamp(0, num_rows - 1), column.clamp(0, num_cols - 1)].long()
