@@ -219,7 +219,7 @@ class PersistentMappings:
         # The runner step's other captured outputs (see prepare_step).
         self.positions = torch.zeros(max_num_tokens, dtype=torch.int64, device=self.device)
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=self.device)
-        self._step_sizes: dict[tuple[int, int], list[int]] = {}
+        self._step_shapes: dict[tuple[int, int], tuple[list[int], RunnerStepInputs]] = {}
         self._masks_windows = any(reach > 0 for reach in self._window_reach)
         # First scheduled position of each request row, scattered from the batch, for the
         # sliding-window gathers: row r at entry r + 1, so that batch rows of no request (-1)
@@ -596,14 +596,18 @@ class PersistentMappings:
         if not 0 <= num_tokens_padded <= self.max_num_tokens:
             raise ValueError(
                 f"num_tokens_padded must be in [0, max_num_tokens = {self.max_num_tokens}], got {num_tokens_padded}")
-        sizes = self._step_sizes.get((num_tokens_padded, num_reqs_padded))
-        if sizes is None:
+        # The op's packed sizes and the returned views, made once per padded shape.
+        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded))
+        if shape is None:
             enabled = [args is not None for args in self._slot_args]
             sizes = pack_sizes(num_tokens_padded, num_reqs_padded, self.cp_world_size, self.cp_rank,
                                self.cp_interleave, [group.block_size for group in self.groups],
                                [group.blocks_per_kv_block for group in self.groups],
                                [group.cp_sharded for group in self.groups], enabled)
-            self._step_sizes[(num_tokens_padded, num_reqs_padded)] = sizes
+            views = RunnerStepInputs(self.positions[:num_tokens_padded], self.seq_lens[:num_reqs_padded],
+                                     self.block_tables_by_name, self.slot_mappings_by_name)
+            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded)] = (sizes, views)
+        sizes, views = shape
         try:
             _SPEC_DECODE_INPUTS.select()(
                 num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
@@ -623,8 +627,7 @@ class PersistentMappings:
                                                        self.block_tables, self._window_reach):
             _GATHER(source, counts, idx_mapping, table, num_reqs_padded, row_first if reach else None, reach,
                     group.block_size)
-        return RunnerStepInputs(self.positions[:num_tokens_padded], self.seq_lens[:num_reqs_padded],
-                                self.block_tables_by_name, self.slot_mappings_by_name)
+        return views
 
     def draft_inputs(
         self,
