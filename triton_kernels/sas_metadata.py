@@ -1,4 +1,4 @@
-"""Triton kernel for sas_metadata (SPEC 3.5): the greedy schedule of csrc/kernels/sas_metadata.h
+"""Triton kernel for sas_metadata (docs/sas_metadata.md): the greedy schedule of csrc/kernels/sas_metadata.h
 without a host sync.
 
 One program. The schedule is a serial scan, but most of it is vector work: items are walked in

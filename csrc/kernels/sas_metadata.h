@@ -1,5 +1,5 @@
 #pragma once
-// Work schedule of the shared-KV sparse-attention kernel. SPEC 3.5, docs/sas_metadata.md.
+// Work schedule of the shared-KV sparse-attention kernel. docs/sas_metadata.md.
 //
 // Work items are (bn2, m) query tiles with their KV range cut into KV_TILE chunks; an item
 // costs chunks + FIXED_COST. Cube cores take consecutive runs of chunks in item order,
@@ -48,7 +48,7 @@ struct SASShape {
   FastDivmod kv_tile_divisor;
 };
 
-// The shape of a call whose arguments passed the checks of SPEC 3.5 (heads divide, num_heads_q
+// The shape of a call whose arguments passed the checks of docs/sas_metadata.md (heads divide, num_heads_q
 // and head_dim in [1, 2^31), windows >= -1, core counts in range).
 inline SASShape make_sas_shape(int64_t num_reqs, int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
                                int64_t window_left, int64_t window_right, int64_t num_cube_cores,
@@ -290,7 +290,7 @@ inline SASStatus plan_sas_schedule(const int32_t* cu_seqlens_q, const int32_t* s
   return SASStatus{};
 }
 
-// Lays the plan out in the 1024 words of SPEC 3.5.
+// Lays the plan out in the 1024 words of docs/sas_metadata.md.
 inline void write_sas_schedule(const SASPlan& plan, const SASShape& s, int32_t* out) {
   for (int64_t w = 0; w < kNumWords; ++w) out[w] = 0;
   out[0] = kLayoutVersion;

@@ -1,4 +1,4 @@
-"""The 1024-word layout of sas_metadata (SPEC 3.5) and its decoder, `decode_sas_metadata`.
+"""The 1024-word layout of sas_metadata (docs/sas_metadata.md) and its decoder, `decode_sas_metadata`.
 
 The constants here are shared by the wrapper, the reference, the Triton kernel and the tests;
 csrc/kernels/sas_metadata.h holds the same values for the C++ body.

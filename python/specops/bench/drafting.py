@@ -1,4 +1,4 @@
-"""Benchmark of the drafting layer (SPEC 4): per-group build time of one draft step with and
+"""Benchmark of the drafting layer (docs/drafting.md): per-group build time of one draft step with and
 without the shared StepCache, and each later group's cost relative to the first.
 
 Groups, in this order: a sliding-window group (window 128), a full-attention group, in the
@@ -13,7 +13,7 @@ format, its sas_metadata when no earlier group has its (heads, head_dim, window)
 indices. `no-cache gK` is group K building alone (build_for_drafting without a cache), and
 `step no-cache` every group building alone. `write floor gK` fills the DSpark group's
 [tokens, 1, width] int32 indices with one `fill_` (one aten call, about 1 µs of it dispatch): what
-merely writing the layout SPEC 3.4 asks for costs on this machine, the part of the group's cost
+merely writing the layout docs/context_parallel.md asks for costs on this machine, the part of the group's cost
 that no implementation avoids.
 
 Extras: `gK/g0` = group K's cost in the step / step g0; `gK layer/g0` = the same minus own ops

@@ -1,4 +1,4 @@
-"""sas_metadata: the work schedule of the shared-KV sparse-attention kernel (SPEC 3.5)."""
+"""sas_metadata: the work schedule of the shared-KV sparse-attention kernel (docs/sas_metadata.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reference for sas_metadata (SPEC 3.5): the schedule, item by item, in plain Python."""
+"""Reference for sas_metadata (docs/sas_metadata.md): the schedule, item by item, in plain Python."""
 
 from __future__ import annotations
 
