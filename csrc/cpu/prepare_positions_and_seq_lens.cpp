@@ -28,6 +28,8 @@ void prepare_positions_and_seq_lens(const at::Tensor& num_computed_tokens, const
     check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
     TORCH_CHECK_VALUE(idx_mapping->numel() == shape.num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
                       shape.num_reqs, " entries, got ", idx_mapping->numel());
+    check_outputs_alias_nothing({{&positions, {"positions"}}, {&seq_lens, {"seq_lens"}}},
+                                {{&*idx_mapping, {"idx_mapping"}}});
   }
   with_idx_mapping(idx_mapping, [&](auto* idx) {
     using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;

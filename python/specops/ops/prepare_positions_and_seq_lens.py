@@ -7,6 +7,7 @@ import torch
 from specops.ops._checks import (
     check_entries,
     check_no_overlap,
+    check_outputs_alias_nothing,
     check_query_start_loc,
     check_tensor,
     checked_size,
@@ -68,6 +69,7 @@ def _check(
         if idx_mapping.numel() != num_reqs:
             raise ValueError(f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, "
                              f"got {idx_mapping.numel()}")
+        check_outputs_alias_nothing([(positions, "positions"), (seq_lens, "seq_lens")], [(idx_mapping, "idx_mapping")])
 
 
 _OP = SpecOp("prepare_positions_and_seq_lens", _check, _reference)
