@@ -17,7 +17,7 @@ import triton.language as tl
 
 from specops._spec_decode_sizes import SpecDecodeSizes
 from specops.triton_kernels._launch import search_steps
-from specops.triton_kernels.compute_slot_mapping import narrowed_slot, slots_of_tokens, usable_columns
+from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, correct_counts, correction_scratch
 from specops.triton_kernels.prepare_positions_and_seq_lens import positions_of_tokens, seq_lens_of_requests
 

@@ -6,6 +6,7 @@ import torch
 
 from specops._constants import PAD_SLOT_ID
 from specops.reference._batch import request_of_each_token
+from specops.reference._slot_math import kv_placement
 
 INT32_MAX = 2**31 - 1
 
@@ -32,12 +33,8 @@ def compute_slot_mapping(
         row = torch.where(request >= 0, idx_mapping.long()[request.clamp(min=0)], -1)
 
     position = positions.long()
-    kv_block = block_size * blocks_per_kv_block
-    virtual_block_size = kv_block * cp_world_size  # a virtual block spans every CP rank
-    virtual_block = position // virtual_block_size
-    offset = position % virtual_block_size
-    is_local = (offset // cp_interleave) % cp_world_size == cp_rank
-    local_offset = (offset // (cp_world_size * cp_interleave)) * cp_interleave + offset % cp_interleave
+    is_local, virtual_block, local_offset = kv_placement(position, block_size * blocks_per_kv_block, cp_world_size,
+                                                         cp_rank, cp_interleave)
     column = virtual_block * blocks_per_kv_block + local_offset // block_size
 
     valid = (
