@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cpu/checks.h"
-#include "kernels/compute_slot_mapping.h"
+#include "kernels/slot_math.h"
 
 namespace specops::cpu {
 

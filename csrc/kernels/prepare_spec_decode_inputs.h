@@ -2,7 +2,7 @@
 // The metadata of one async spec-decode step in one call: the count correction, positions and
 // seq_lens, and the slot mapping of every KV-cache group. Equal to correct_num_computed_tokens,
 // then prepare_positions_and_seq_lens, then compute_slot_mapping per group, and built from
-// their bodies and compute_slot_mapping's placement math. Fusing saves the dispatch and checks
+// their bodies and the placement math of kernels/slot_math.h. Fusing saves the dispatch and checks
 // of 2 + G calls and, since the op knows each request's positions are consecutive, the
 // per-token divisions and block-table loads of the slot mappings (see
 // slots_of_consecutive_positions). A rejected call writes nothing: positions are validated
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/compute_slot_mapping.h"
+#include "kernels/slot_math.h"
 #include "kernels/correct_num_computed_tokens.h"
 #include "kernels/prepare_positions_and_seq_lens.h"
 
@@ -77,17 +77,6 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
   return -1;
 }
 
-// The slot of one position, or PAD, exactly as compute_slot_mapping computes it: the fallback
-// for a run of positions outside [0, 2^31) (never reached after the host checks).
-inline int64_t slot_of_position(int64_t position, const int32_t* block_row, int64_t columns,
-                                const SlotMappingShape& s, const SlotMappingDivisors& d) {
-  if (position < 0 || position > INT32_MAX) return kPadSlotId;
-  const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, d);
-  if (!p.local || p.column >= columns) return kPadSlotId;
-  const int64_t block_id = block_row[p.column];
-  return block_id >= 0 ? block_id * s.block_size + p.offset : kPadSlotId;
-}
-
 // Slots of the consecutive positions first .. first + count - 1 of one request, equal to
 // compute_slot_mapping's. The fused op made the positions itself, so it knows they are
 // consecutive: only the first one is placed with divisions; then each step moves one offset
@@ -99,8 +88,9 @@ void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t*
                                     OutT* out, const SlotMappingShape& s, const SlotMappingDivisors& d) {
   if (count <= 0) return;
   if (first < 0 || first + count - 1 > INT32_MAX) {
+    // Positions outside [0, 2^31) (never reached after the host checks): one at a time.
     for (int64_t t = 0; t < count; ++t) {
-      out[t] = static_cast<OutT>(slot_of_position(first + t, block_row, columns, s, d));
+      out[t] = static_cast<OutT>(slot_of_position<CpLayout::kInterleaved>(first + t, block_row, columns, s, d));
     }
     return;
   }
