@@ -43,7 +43,7 @@ from specops.ops._op import fast_native_entry
 from specops.ops.apply_staged_writes import apply_staged_writes
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
-from specops.ops.prepare_spec_decode_inputs import _OP as _SPEC_DECODE_INPUTS
+from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
 
 if TYPE_CHECKING:
     from specops.drafting import CommonDraftInputs
@@ -609,7 +609,7 @@ class PersistentMappings:
             shape = self._step_shapes[(num_tokens_padded, num_reqs_padded)] = (sizes, views)
         sizes, views = shape
         try:
-            _SPEC_DECODE_INPUTS.select()(
+            _FUSED_STEP.select()(
                 num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                 prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, self.positions, self.seq_lens,
                 self.source_block_tables, self.slot_mappings, idx_mapping, sizes, self.num_blocks)
