@@ -53,6 +53,13 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
                                   ", which the fast path does not box");
     }
   }
+  // An argument added to a schema with a default (compute_slot_mapping's num_blocks) keeps the
+  // calls written before it on the fast path.
+  num_required_ = schema.arguments().size();
+  while (num_required_ > 0 && schema.arguments()[num_required_ - 1].default_value().has_value()) --num_required_;
+  for (size_t i = num_required_; i < schema.arguments().size(); ++i) {
+    defaults_.push_back(*schema.arguments()[i].default_value());
+  }
   for (const c10::Argument& value : schema.returns()) {
     const c10::TypePtr& type = value.type();
     if (type->kind() == c10::TypeKind::IntType) {
@@ -177,17 +184,18 @@ py::object FastOp::returned(const std::vector<c10::IValue>& stack) const {
 }
 
 py::object FastOp::operator()(const py::args& args) const {
-  if (args.size() != kinds_.size() || at::impl::torch_function_mode_enabled()) {
+  if (args.size() < num_required_ || args.size() > kinds_.size() || at::impl::torch_function_mode_enabled()) {
     return generic_entry_(*args);
   }
   std::vector<c10::IValue> stack;
   stack.reserve(kinds_.size());
-  for (size_t i = 0; i < kinds_.size(); ++i) {
+  for (size_t i = 0; i < args.size(); ++i) {
     if (!push_argument(args[i].ptr(), kinds_[i], stack)) {
       reject_unusable(args[i].ptr(), i);
       return generic_entry_(*args);
     }
   }
+  for (size_t i = args.size(); i < kinds_.size(); ++i) stack.push_back(defaults_[i - num_required_]);
   HANDLE_TH_ERRORS
   {
     // As torch's own entry does: other Python threads run while the op does.

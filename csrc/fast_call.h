@@ -42,6 +42,8 @@ class FastOp {
   c10::OperatorHandle op_;
   std::vector<ArgKind> kinds_;
   std::vector<std::string> names_;
+  size_t num_required_ = 0;  // arguments before the trailing ones with a schema default
+  std::vector<c10::IValue> defaults_;  // the schema defaults of those trailing arguments
   std::vector<ArgKind> return_kinds_;  // kInt or kIntList
   pybind11::object generic_entry_;
 };

@@ -5,25 +5,26 @@
 #include "written_versions.h"
 
 TORCH_LIBRARY(specops, m) {
-  // SPEC 3.1
+  // docs/slot_mapping.md
   m.def(
       "compute_slot_mapping(Tensor query_start_loc, Tensor positions, Tensor block_table, int block_size, "
       "Tensor(a!) out, int blocks_per_kv_block, int cp_world_size, int cp_rank, int cp_interleave, "
-      "Tensor? idx_mapping, int num_tokens_padded) -> ()");
+      "Tensor? idx_mapping, int num_tokens_padded, Tensor? num_blocks=None) -> ()");
   // Host-only: compute_slot_mapping's value checks for several tables, writing nothing (so that
   // PersistentMappings.refresh rejects a batch before it rewrites any group). sizes: (block_size,
-  // blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave) per table.
+  // blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave) per table; num_blocks: empty, or
+  // the blocks allocated to each row, one tensor per table.
   m.def(
       "check_slot_mapping_positions(Tensor query_start_loc, Tensor positions, Tensor[] block_tables, "
-      "Tensor? idx_mapping, int[] sizes) -> ()");
+      "Tensor? idx_mapping, int[] sizes, Tensor[] num_blocks) -> ()");
 
-  // SPEC 3.3
+  // docs/persistent_buffers.md
   m.def(
       "gather_block_tables(Tensor src_block_table, Tensor num_blocks, Tensor idx_mapping, Tensor(a!) out, "
       "int num_reqs_padded, Tensor? num_computed_tokens, int sliding_window_reach, int block_size) -> ()");
   m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
 
-  // SPEC 3.5
+  // docs/sas_metadata.md
   // The arguments of vllm-ascend's npu_sparse_attn_sharedkv_metadata, with the string ones as
   // the wrapper resolves them: layout_q 0 BSND / 1 TND, layout_kv 0 PA_ND / 1 TND / 2 BSND,
   // ascend950 = soc_version contains "Ascend950".
@@ -34,7 +35,7 @@ TORCH_LIBRARY(specops, m) {
       "int ori_win_left, int ori_win_right, int layout_q, int layout_kv, bool has_ori_kv, bool has_cmp_kv, "
       "int num_cube_cores, int num_vector_cores, bool ascend950, Tensor(a!) out) -> ()");
 
-  // SPEC 3.4
+  // docs/context_parallel.md
   m.def(
       "cp_local_metadata(Tensor query_start_loc, Tensor seq_lens, int num_input_tokens, int cp_size, int cp_rank, "
       "bool causal, Tensor(a!) local_query_start_loc, Tensor(b!) local_seq_lens, Tensor(c!) start_pos) -> ()");
@@ -62,7 +63,7 @@ TORCH_LIBRARY(specops, m) {
       "int num_speculative_tokens, int[] block_sizes, int num_tokens, int[] widths, int cp_size, int cp_rank, "
       "Tensor(a!)[] out, Tensor(b!)[] out_lens) -> ()");
 
-  // SPEC 3.2: async spec-decode token accounting. The corrections are in place: every read sees
+  // docs/async_accounting.md: async spec-decode token accounting. The corrections are in place: every read sees
   // the values from before the call.
   m.def(
       "correct_num_computed_tokens(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
@@ -79,11 +80,13 @@ TORCH_LIBRARY(specops, m) {
   // (block_size, blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group: one list, because torch's generic
   // Python binding (which torch.ops callers still go through; the wrappers use FastOp) costs
   // more per int and per list argument than the op's body (python/specops/_spec_decode_sizes.py).
+  // num_blocks: empty, or the blocks allocated to each table row, one tensor per group.
   m.def(
       "prepare_spec_decode_inputs(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
       "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
       "Tensor cpu_num_computed_tokens, Tensor query_start_loc, Tensor(c!) positions, Tensor(d!) seq_lens, "
-      "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int[] sizes) -> ()");
+      "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int[] sizes, "
+      "Tensor[] num_blocks) -> ()");
 }
 
 // Every op that writes a caller's tensor bumps its version (csrc/written_versions.h). Defined

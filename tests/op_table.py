@@ -209,7 +209,7 @@ def _slot_valid() -> Call:
     return dict(query_start_loc=t32(0, 2, 3), positions=t64(0, 17, 5),
                 block_table=torch.tensor([[1, 2], [3, 4], [5, 6]], dtype=I32), block_size=16,
                 out=stale(5, dtype=I64), blocks_per_kv_block=1, cp_world_size=1, cp_rank=0, cp_interleave=1,
-                idx_mapping=t32(2, 0), num_tokens_padded=4)
+                idx_mapping=t32(2, 0), num_tokens_padded=4, num_blocks=t32(2, 1, 2))
 
 
 def _slot_metadata() -> list[Bad]:
@@ -228,12 +228,15 @@ def _slot_metadata() -> list[Bad]:
         bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
         bad("cp_interleave not dividing the block", "cp_interleave", cp_interleave=3),
         bad("virtual block past int32", ("block_size", "cp_world_size"), block_size=2**30, cp_world_size=2),
+        bad("num_blocks shorter than the table", ("num_blocks", "block_table"), num_blocks=t32(2, 1)),
     ]
 
 
 def _slot_values() -> list[Bad]:
     return [
         bad("position past the block table", "positions", positions=t64(0, 32, 5)),
+        # Request 0 reads row 2, which holds one block: position 17 needs a second.
+        bad("position past the row's allocated blocks", ("positions", "num_blocks"), num_blocks=t32(2, 1, 1)),
         bad("negative position", "positions", positions=t64(0, -1, 5)),
         bad("position past int32", "positions", positions=t64(0, 2**31, 5)),
         bad("idx_mapping past the block table", "idx_mapping", idx_mapping=t32(3, 0)),
@@ -265,8 +268,11 @@ def _slot_draw(draw) -> Call:
         idx_mapping = idx_mapping.to(draw(st.sampled_from([I32, I64])))
     padded = batch.num_tokens + draw(st.integers(0, 4))
     untouched = draw(st.integers(0, 2))  # entries past num_tokens_padded: never written
+    # Every column counted as allocated, or no counts: the positions stay valid.
+    num_blocks = (torch.full((batch.block_table.size(0),), batch.block_table.size(1), dtype=I32)
+                  if draw(st.booleans()) else None)
     return dict(query_start_loc=batch.query_start_loc, positions=batch.positions.to(draw(st.sampled_from([I64, I32]))),
-                block_table=batch.block_table, block_size=block_size,
+                block_table=batch.block_table, block_size=block_size, num_blocks=num_blocks,
                 out=stale(padded + untouched, dtype=draw(st.sampled_from([I64, I32]))),
                 blocks_per_kv_block=blocks_per_kv_block, cp_world_size=world, cp_rank=_pick(draw, world),
                 cp_interleave=interleave, idx_mapping=idx_mapping, num_tokens_padded=padded)
@@ -348,7 +354,8 @@ SLOT_MAPPING = OpSpec(
     name="compute_slot_mapping",
     wrapper=specops.compute_slot_mapping,
     tensors=dict(query_start_loc=Arg((I32,), 1), positions=Arg((I64, I32), 1),
-                 block_table=Arg((I32,), 2, row_stride=True), idx_mapping=Arg((I32, I64), 1), out=Arg((I64, I32), 1)),
+                 block_table=Arg((I32,), 2, row_stride=True), idx_mapping=Arg((I32, I64), 1), out=Arg((I64, I32), 1),
+                 num_blocks=Arg((I32,), 1)),
     outputs=("out",),
     valid_call=_slot_valid,
     metadata_errors=_slot_metadata,
@@ -1354,7 +1361,7 @@ def _fused_valid() -> Call:
                 block_sizes=[16, 8], positions=stale(4, dtype=I64), seq_lens=stale(3),
                 slot_mappings=[stale(4, dtype=I64), stale(4, dtype=I32)], blocks_per_kv_block=[1, 1],
                 cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, idx_mapping=t32(1, 0),
-                num_tokens_padded=4, num_reqs_padded=3)
+                num_tokens_padded=4, num_reqs_padded=3, num_blocks=[t32(2, 2), t32(4, 4)])
 
 
 def _fused_metadata() -> list[Bad]:
@@ -1374,6 +1381,9 @@ def _fused_metadata() -> list[Bad]:
         bad("a slot mapping shorter than num_tokens_padded", ("num_tokens_padded", "slot_mappings[1]"),
             slot_mappings=[stale(4, dtype=I64), stale(3, dtype=I64)]),
         bad("one slot mapping for two tables", ("slot_mappings", "block_tables"), slot_mappings=[stale(4, dtype=I64)]),
+        bad("num_blocks for one table of two", ("num_blocks", "block_tables"), num_blocks=[t32(2, 2)]),
+        bad("num_blocks[1] shorter than its table", ("num_blocks[1]", "block_tables[1]"),
+            num_blocks=[t32(2, 2), t32(4)]),
         bad("block_sizes[1] 0", "block_sizes[1]", block_sizes=[16, 0]),
         bad("three block sizes for two tables", ("block_sizes", "block_tables"), block_sizes=[16, 8, 4]),
         bad("blocks_per_kv_block[0] 0", "blocks_per_kv_block[0]", blocks_per_kv_block=[0, 1]),
@@ -1400,6 +1410,9 @@ def _fused_values() -> list[Bad]:
         bad("positions past block_tables[1]", "block_tables[1]",
             block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32), torch.tensor([[5], [9]], dtype=I32)]),
         bad("idx_mapping past the tables", ("idx_mapping", "block_tables[0]"), idx_mapping=t32(2, 0)),
+        # Request 0 reads row 1, which holds one block of 16: position 22 needs a second.
+        bad("positions past a row's allocated blocks", ("positions", "num_blocks[0]"),
+            num_blocks=[t32(2, 1), t32(4, 4)]),
         bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 3, 2)),
         bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
         bad("query_start_loc[R] past num_tokens_padded", ("num_tokens_padded", "query_start_loc"),
@@ -1472,7 +1485,8 @@ FUSED = OpSpec(
     tensors={**CORRECTION_TENSORS, "query_start_loc": Arg((I32,), 1), "positions": Arg((I64, I32), 1),
              "seq_lens": Arg((I32,), 1), "block_tables[0]": Arg((I32,), 2, row_stride=True),
              "block_tables[1]": Arg((I32,), 2, row_stride=True), "slot_mappings[0]": Arg((I64, I32), 1),
-             "slot_mappings[1]": Arg((I64, I32), 1), "idx_mapping": Arg((I32, I64), 1)},
+             "slot_mappings[1]": Arg((I64, I32), 1), "idx_mapping": Arg((I32, I64), 1),
+             "num_blocks[0]": Arg((I32,), 1), "num_blocks[1]": Arg((I32,), 1)},
     outputs=("num_computed_tokens", "num_accepted_tokens", "positions", "seq_lens", "slot_mappings[0]",
              "slot_mappings[1]"),
     valid_call=_fused_valid,

@@ -49,6 +49,7 @@ def _decode_step_call():
     call["slot_mappings"].append(torch.empty(4, dtype=torch.int64))
     call["blocks_per_kv_block"].append(1)
     call["cp_sharded"].append(True)
+    call["num_blocks"].append(torch.tensor([2, 2], dtype=torch.int32))
     return call
 
 

@@ -286,7 +286,7 @@ def _opcheck_args(prev_dtype=torch.int32):
     sizes = pack_sizes(step.num_tokens + 3, 7, 2, 1, 2, step.block_sizes, step.blocks_per_kv_block, step.cp_sharded,
                        [True, False])
     return (*step.correction.args(), step.query_start_loc, outputs["positions"], outputs["seq_lens"],
-            step.block_tables, outputs["slot_mappings"], step.idx_mapping, sizes)
+            step.block_tables, outputs["slot_mappings"], step.idx_mapping, sizes, [])
 
 
 @pytest.mark.parametrize("prev_dtype", [torch.int32, torch.int64])
@@ -296,7 +296,7 @@ def test_opcheck(prev_dtype):
 
 def test_compiles_without_graph_break():
     args = _opcheck_args()
-    nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, tables, slots, idx, sizes = args
+    nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, tables, slots, idx, sizes, _ = args
     layout = SpecDecodeSizes.unpack(sizes, len(tables))
 
     def step(nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, table0, table1, slot0, slot1, idx):
@@ -320,7 +320,7 @@ def test_compiles_without_graph_break():
 
 def test_the_op_rejects_a_sizes_list_of_the_wrong_length(backend):
     args = list(_opcheck_args())
-    args[-1] = args[-1][:-1]
+    args[-2] = args[-2][:-1]
     with pytest.raises(ValueError, match=r"sizes must have 5 \+ 4 \* len\(block_tables\) = 13 entries"):
         fused_op(*args)  # the selected backend's op, below the keyword wrapper
 

@@ -101,6 +101,24 @@ def _refresh() -> Callable[[], object]:
     return lambda: mappings.refresh(idx_mapping, query_start_loc, positions, num_reqs_padded=4, num_tokens_padded=8)
 
 
+def _prepare_step() -> Callable[[], object]:
+    """The runner step: the fused correction, positions, seq_lens and slot mappings, then every
+    group's gather, with a sliding-window group (its first positions scattered to request rows)."""
+    groups = [specops.MappingGroup(16, name="full"), specops.MappingGroup(4, sliding_window_reach=6, name="swa")]
+    mappings = specops.PersistentMappings(groups, max_num_reqs=4, max_num_blocks_per_req=8, max_num_tokens=32)
+    for row in range(3):
+        mappings.append_blocks(row, [[row + 1, row + 5], [10, 11, 12, 13, 14, 15, 16, 17]])
+    mappings.apply_staged()
+    counts, initial = t32(5, 9, 0, 0), t32(5, 9, 0, 0)
+    inputs = (counts, t32(0, 0, 0, 0), t32(1, 0, -1), t32(2, 1), t32(2, 0), t32(0, 0, 3, 0), t32(0, 3, 4, 6),
+              t32(2, 0, -1))
+
+    def step():
+        counts.copy_(initial)  # the same step each time: the correction moves the counts
+        return mappings.prepare_step(*inputs, num_reqs_padded=4, num_tokens_padded=8)
+    return step
+
+
 def _apply_staged(packed: bool) -> Callable[[], object]:
     mappings = _mappings()
     if packed:
@@ -138,6 +156,7 @@ def _draft_step(causal: bool = True) -> Callable[[], object]:
 # A runner's per-step paths. Add one as StepPath(name, build); docs/hardening.md.
 STEP_PATHS = [
     StepPath("PersistentMappings.refresh", _refresh),
+    StepPath("PersistentMappings.prepare_step", _prepare_step),
     StepPath("PersistentMappings.apply_staged", lambda: _apply_staged(packed=False)),
     StepPath("PersistentMappings.apply_staged packed", lambda: _apply_staged(packed=True)),
     StepPath("drafting.build_draft_attn_metadata", _draft_step),

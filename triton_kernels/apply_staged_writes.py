@@ -1,4 +1,4 @@
-"""Triton kernel for apply_staged_writes (SPEC 3.3).
+"""Triton kernel for apply_staged_writes (docs/persistent_buffers.md).
 
 Value-tiled: each program walks tiles of BLOCK staged values and finds each value's write by
 a binary search over cu_lens, so many one-value writes and a few long ones balance alike.

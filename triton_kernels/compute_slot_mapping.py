@@ -1,10 +1,10 @@
-"""Triton kernel for compute_slot_mapping (SPEC 3.1).
+"""Triton kernel for compute_slot_mapping (docs/slot_mapping.md).
 
 Token-tiled: each program walks tiles of BLOCK tokens and finds each token's request by a
 binary search over query_start_loc, so one long prefill and many short decodes balance the
 same way. Index math is int32 (positions are checked to fit first); slots are int64, and PAD where an
 int32 output cannot hold them.
-`slots_of_tokens` is the per-token math, shared with the fused prepare_spec_decode_inputs.
+The per-token slot math lives in `_slot_math.py`, shared with the fused prepare_spec_decode_inputs.
 """
 
 from __future__ import annotations
@@ -15,46 +15,9 @@ import triton.language as tl
 
 from specops.triton_kernels._launch import num_programs, search_steps
 from specops.triton_kernels._search import segment_of
+from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
 BLOCK = 1024
-
-
-@triton.jit
-def slots_of_tokens(
-    block_table_ptr, row, position, is_real,
-    table_rows, table_cols, table_stride,
-    block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
-):
-    """int64 slot of each token (row: int64 block-table row; position: int64); PAD where invalid."""
-    virtual_block_size = block_size * blocks_per_kv_block * cp_world_size
-    rank_stride = cp_world_size * cp_interleave
-    in_range = is_real & (position >= 0) & (position <= 2147483647) & (row >= 0) & (row < table_rows)
-    position32 = tl.where(in_range, position, 0).to(tl.int32)
-
-    virtual_block = position32 // virtual_block_size
-    offset = position32 - virtual_block * virtual_block_size
-    run = offset // cp_interleave
-    is_local = (run % cp_world_size) == cp_rank
-    local_offset = (offset // rank_stride) * cp_interleave + (offset - run * cp_interleave)
-    kernel_block = local_offset // block_size
-    column = virtual_block * blocks_per_kv_block + kernel_block
-    valid = in_range & is_local & (column >= 0) & (column < table_cols)
-
-    safe_row = tl.where(valid, row, 0)
-    safe_column = tl.where(valid, column, 0)
-    block_id = tl.load(block_table_ptr + safe_row * table_stride + safe_column, mask=valid, other=-1)
-    valid = valid & (block_id >= 0)
-    slot = block_id.to(tl.int64) * block_size + (local_offset - kernel_block * block_size)
-    return tl.where(valid, slot, -1)
-
-
-@triton.jit
-def narrowed_slot(slot, out_ptr):
-    """The int64 slot as out's element type: PAD where an int32 out cannot hold it (a cast would
-    wrap 2^32 to 0, another request's slot)."""
-    if out_ptr.dtype.element_ty == tl.int32:
-        slot = tl.where(slot <= 2147483647, slot, -1)
-    return slot.to(out_ptr.dtype.element_ty)
 
 
 @triton.jit
@@ -63,8 +26,8 @@ def _compute_slot_mapping_kernel(
     num_reqs, num_tokens, num_tokens_padded,
     table_rows, table_cols, table_stride,
     block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
-    num_search_steps,
-    HAS_IDX_MAPPING: tl.constexpr, BLOCK: tl.constexpr,
+    num_search_steps, num_blocks_ptr,
+    HAS_IDX_MAPPING: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
@@ -81,7 +44,8 @@ def _compute_slot_mapping_kernel(
         else:
             row = request.to(tl.int64)
         position = tl.load(positions_ptr + token, mask=is_real, other=-1).to(tl.int64)
-        slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, table_cols, table_stride,
+        columns = usable_columns(num_blocks_ptr, row, is_real, table_rows, table_cols, HAS_NUM_BLOCKS)
+        slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, columns, table_stride,
                                block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
         tl.store(out_ptr + token, narrowed_slot(slot, out_ptr), mask=in_buffer)
 
@@ -98,6 +62,7 @@ def compute_slot_mapping(
     cp_interleave: int,
     idx_mapping: torch.Tensor | None,
     num_tokens_padded: int,
+    num_blocks: torch.Tensor | None = None,
 ) -> None:
     if num_tokens_padded == 0:
         return
@@ -110,6 +75,6 @@ def compute_slot_mapping(
         num_reqs, positions.numel(), num_tokens_padded,
         block_table.size(0), block_table.size(1), block_table.stride(0),
         block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
-        search_steps(num_reqs),
-        HAS_IDX_MAPPING=idx_mapping is not None, BLOCK=BLOCK,
+        search_steps(num_reqs), num_blocks if num_blocks is not None else query_start_loc,
+        HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=num_blocks is not None, BLOCK=BLOCK,
     )

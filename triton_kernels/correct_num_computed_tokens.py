@@ -1,4 +1,4 @@
-"""Triton kernel for correct_num_computed_tokens (SPEC 3.2).
+"""Triton kernel for correct_num_computed_tokens (docs/async_accounting.md).
 
 The correction is in place and rows move between layouts: row i reads row p of the previous
 batch, which some other row overwrites. A multi-program kernel could not order one program's

@@ -1,4 +1,4 @@
-"""Triton kernel for correct_optimistic_seq_lens (SPEC 3.2).
+"""Triton kernel for correct_optimistic_seq_lens (docs/async_accounting.md).
 
 A host op in a runner; on a device it runs like correct_num_computed_tokens: one program, all
 loads before any store (a barrier between), so every read sees the values from before the

@@ -1,4 +1,4 @@
-"""Triton kernel for cp_local_metadata (SPEC 3.4).
+"""Triton kernel for cp_local_metadata (docs/context_parallel.md).
 
 Entry-tiled: each program walks tiles of BLOCK request indices and writes the three outputs at
 those indices. The cumulative local query lengths need no scan: they telescope to

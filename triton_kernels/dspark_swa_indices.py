@@ -1,4 +1,4 @@
-"""Triton kernel for dspark_swa_indices (SPEC 3.4).
+"""Triton kernel for dspark_swa_indices (docs/context_parallel.md).
 
 Tiled over (rows of this rank's slice) x (chunks of the row width): each program walks tasks of
 BLOCK_ROWS token rows by BLOCK_W entries, finds each token's request by a binary search over

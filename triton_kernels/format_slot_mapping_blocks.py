@@ -1,4 +1,4 @@
-"""Triton kernel for format_slot_mapping_blocks (SPEC 3.4).
+"""Triton kernel for format_slot_mapping_blocks (docs/context_parallel.md).
 
 Slot-tiled. Triton's integer // and % truncate toward zero like C, so the kernel moves a
 negative remainder one block down to get floor semantics.

@@ -1,4 +1,4 @@
-"""Triton kernel for gather_block_tables (SPEC 3.3).
+"""Triton kernel for gather_block_tables (docs/persistent_buffers.md).
 
 Row-tiled: each program walks tiles of BLOCK_ROWS batch rows and sweeps their columns in
 chunks of BLOCK_COLS, so a tile of short decode rows is one wide vector access. Source rows

@@ -1,4 +1,4 @@
-"""Triton kernel for prepare_positions_and_seq_lens (SPEC 3.2).
+"""Triton kernel for prepare_positions_and_seq_lens (docs/async_accounting.md).
 
 Nothing is written in place, so this one is a plain persistent grid: tasks are the token tiles
 of [0, num_tokens_padded) and then the request tiles of [0, num_reqs_padded). The number of

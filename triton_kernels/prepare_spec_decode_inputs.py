@@ -17,7 +17,7 @@ import triton.language as tl
 
 from specops._spec_decode_sizes import SpecDecodeSizes
 from specops.triton_kernels._launch import search_steps
-from specops.triton_kernels.compute_slot_mapping import narrowed_slot, slots_of_tokens
+from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, correct_counts, correction_scratch
 from specops.triton_kernels.prepare_positions_and_seq_lens import positions_of_tokens, seq_lens_of_requests
 
@@ -29,8 +29,9 @@ def _prepare_spec_decode_inputs_kernel(
     query_start_loc_ptr, positions_ptr, seq_lens_ptr, idx_mapping_ptr,
     num_reqs, num_tokens_padded, num_reqs_padded, num_search_steps,
     block_tables, slot_mappings, table_rows, table_cols, table_strides,
-    block_sizes, blocks_per_kv_block, cp_world_sizes, cp_ranks, cp_interleaves, slot_mapping_enabled,
-    NUM_GROUPS: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr, BLOCK: tl.constexpr, ONE_TILE: tl.constexpr,
+    block_sizes, blocks_per_kv_block, cp_world_sizes, cp_ranks, cp_interleaves, slot_mapping_enabled, num_blocks,
+    NUM_GROUPS: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr, BLOCK: tl.constexpr,
+    ONE_TILE: tl.constexpr,
 ):
     correct_counts(num_computed_tokens_ptr, num_accepted_tokens_ptr, prev_positions_ptr,
                    valid_sampled_token_count_ptr, prev_num_draft_tokens_ptr, cpu_num_computed_tokens_ptr, scratch_ptr,
@@ -57,7 +58,8 @@ def _prepare_spec_decode_inputs_kernel(
             row = request.to(tl.int64)
         for g in tl.static_range(NUM_GROUPS):
             mapped = tl.where(slot_mapping_enabled[g] != 0, is_real, False)
-            slot = slots_of_tokens(block_tables[g], row, position, mapped, table_rows[g], table_cols[g],
+            columns = usable_columns(num_blocks[g], row, mapped, table_rows[g], table_cols[g], HAS_NUM_BLOCKS)
+            slot = slots_of_tokens(block_tables[g], row, position, mapped, table_rows[g], columns,
                                    table_strides[g], block_sizes[g], blocks_per_kv_block[g], cp_world_sizes[g],
                                    cp_ranks[g], cp_interleaves[g])
             tl.store(slot_mappings[g] + token, narrowed_slot(slot, slot_mappings[g]), mask=in_buffer)
@@ -77,6 +79,7 @@ def prepare_spec_decode_inputs(
     slot_mappings: list[torch.Tensor],
     idx_mapping: torch.Tensor | None,
     sizes: list[int],
+    num_blocks: list[torch.Tensor] = (),
 ) -> None:
     layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
     num_rows = prev_positions.numel()
@@ -97,5 +100,7 @@ def prepare_spec_decode_inputs(
         tuple(layout.block_sizes), tuple(layout.blocks_per_kv_block),
         tuple(c[0] for c in cp), tuple(c[1] for c in cp), tuple(c[2] for c in cp),
         tuple(int(enabled) for enabled in layout.slot_mapping_enabled),
-        NUM_GROUPS=len(block_tables), HAS_IDX_MAPPING=idx_mapping is not None, BLOCK=BLOCK, ONE_TILE=one_tile,
+        tuple(num_blocks) if num_blocks else tuple(query_start_loc for _ in block_tables),
+        NUM_GROUPS=len(block_tables), HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=bool(num_blocks),
+        BLOCK=BLOCK, ONE_TILE=one_tile,
     )

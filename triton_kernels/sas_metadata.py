@@ -1,4 +1,4 @@
-"""Triton kernel for sas_metadata (SPEC 3.5): the AI-CPU kernel's schedule without a host sync.
+"""Triton kernel for sas_metadata: the AI-CPU kernel's schedule without a host sync.
 
 One program runs the two passes of csrc/kernels/sas_metadata.h. Batches are costed REQS at a
 time: a batch of up to TILES M tiles takes one row of a [REQS, TILES] block, a longer one is

@@ -12,13 +12,15 @@ namespace {
 void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& positions,
                           const at::Tensor& block_table, int64_t block_size, const at::Tensor& out,
                           int64_t blocks_per_kv_block, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
-                          const std::optional<at::Tensor>& idx_mapping, int64_t num_tokens_padded) {
+                          const std::optional<at::Tensor>& idx_mapping, int64_t num_tokens_padded,
+                          const std::optional<at::Tensor>& num_blocks) {
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_query_start_loc(query_start_loc, positions.numel(), "positions");
   const int64_t num_reqs = query_start_loc.numel() - 1;
-  const kernels::SlotMappingShape shape =
+  kernels::SlotMappingShape shape =
       check_slot_mapping_args(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
                               num_reqs, positions.numel(), num_tokens_padded);
+  use_num_blocks(num_blocks, "num_blocks", block_table, "block_table", shape);
   if (idx_mapping.has_value()) {
     check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
     TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
@@ -28,7 +30,8 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
   check_outputs_alias_nothing({{&out, {"out"}}}, {{&query_start_loc, {"query_start_loc"}},
                                                   {&positions, {"positions"}},
                                                   {&block_table, {"block_table"}},
-                                                  {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}}});
+                                                  {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}},
+                                                  {num_blocks.has_value() ? &*num_blocks : nullptr, {"num_blocks"}}});
 
   const kernels::SlotMappingDivisors divisors(shape);
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
@@ -40,9 +43,12 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
       using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
       check_rows_inside_table(idx, num_reqs, shape.block_table_rows, "block_table");
       const int64_t bad = kernels::find_position_beyond_block_table<PosT, IdxT>(qsl, pos, idx, shape, divisors);
-      TORCH_CHECK_VALUE(bad < 0, "positions[", bad, "] = ", static_cast<int64_t>(pos[bad < 0 ? 0 : bad]),
-                        " is beyond block_table (", shape.block_table_cols, " blocks of ", block_size,
-                        " tokens per row) or negative");
+      if (bad >= 0) {
+        const int64_t request = request_of_token(qsl, num_reqs, bad);
+        const int64_t row = idx ? static_cast<int64_t>(idx[request]) : request;
+        TORCH_CHECK_VALUE(false, "positions[", bad, "]: ",
+                          position_outside_message(pos[bad], request, row, shape, divisors, "block_table", "num_blocks"));
+      }
       if (out.scalar_type() == c10::kLong) {
         kernels::compute_slot_mapping<PosT, IdxT, int64_t>(qsl, pos, table, idx, out.data_ptr<int64_t>(), shape, divisors);
         return;
@@ -67,7 +73,7 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
 // cp_interleave) per table.
 void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::Tensor& positions,
                                   at::TensorList block_tables, const std::optional<at::Tensor>& idx_mapping,
-                                  c10::IntArrayRef sizes) {
+                                  c10::IntArrayRef sizes, at::TensorList num_blocks) {
   constexpr size_t kPerTable = 5;
   TORCH_CHECK_VALUE(sizes.size() == kPerTable * block_tables.size(), "sizes must have ", kPerTable,
                     " entries per block table (", block_tables.size(), "), got ", sizes.size());
@@ -79,6 +85,9 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
     TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
                       num_reqs, " entries, got ", idx_mapping->numel());
   }
+  TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == block_tables.size(),
+                    "num_blocks must be empty or hold one tensor per block table (", block_tables.size(), "), got ",
+                    num_blocks.size());
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   for (size_t g = 0; g < block_tables.size(); ++g) {
     const ArgName table_name{"block_tables", static_cast<int64_t>(g)};
@@ -103,6 +112,10 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
     shape.cp_world_size = s[2];
     shape.cp_rank = s[3];
     shape.cp_interleave = s[4];
+    if (!num_blocks.empty()) {
+      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
+                     block_tables[g], table_name, shape);
+    }
     const kernels::SlotMappingDivisors divisors(shape);
     AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "check_slot_mapping_positions", [&] {
       using PosT = index_t;
@@ -111,9 +124,15 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
         using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
         check_rows_inside_table(idx, num_reqs, shape.block_table_rows, table_name);
         const int64_t bad = kernels::find_position_beyond_block_table<PosT, IdxT>(qsl, pos, idx, shape, divisors);
-        TORCH_CHECK_VALUE(bad < 0, "positions[", bad, "] = ", static_cast<int64_t>(pos[bad < 0 ? 0 : bad]),
-                          " is beyond ", table_name, " (", shape.block_table_cols, " blocks of ", s[0],
-                          " tokens per row) or negative");
+        if (bad >= 0) {
+          const int64_t request = request_of_token(qsl, num_reqs, bad);
+          const int64_t row = idx ? static_cast<int64_t>(idx[request]) : request;
+          std::ostringstream counts_name;
+          counts_name << ArgName{"num_blocks", static_cast<int64_t>(g)};
+          TORCH_CHECK_VALUE(false, "positions[", bad, "]: ",
+                            position_outside_message(pos[bad], request, row, shape, divisors, table_name,
+                                                     counts_name.str()));
+        }
       });
     });
   }

@@ -1,4 +1,4 @@
-// CPU ops for cp_local_metadata (SPEC 3.4): validates, then runs the kernel body. The second op,
+// CPU ops for cp_local_metadata (docs/context_parallel.md): validates, then runs the kernel body. The second op,
 // cp_local_max_lens, gives the host ints of CPLocalMetadata from host copies of the inputs, so
 // the Python wrapper never reads a device tensor. The wrapper runs it before the main op (its
 // inputs are then read before any output can have changed them). It checks shapes but not

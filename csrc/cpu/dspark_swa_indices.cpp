@@ -1,4 +1,4 @@
-// CPU op for dspark_swa_indices (SPEC 3.4): validates, then runs the kernel body.
+// CPU op for dspark_swa_indices (docs/context_parallel.md): validates, then runs the kernel body.
 #include <torch/library.h>
 
 #include "cpu/checks.h"

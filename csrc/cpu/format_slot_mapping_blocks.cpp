@@ -1,4 +1,4 @@
-// CPU op for format_slot_mapping_blocks (SPEC 3.4): validates, then runs the kernel body.
+// CPU op for format_slot_mapping_blocks (docs/context_parallel.md): validates, then runs the kernel body.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 

@@ -22,7 +22,8 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                                 const at::Tensor& prev_num_draft_tokens, const at::Tensor& cpu_num_computed_tokens,
                                 const at::Tensor& query_start_loc, const at::Tensor& positions,
                                 const at::Tensor& seq_lens, at::TensorList block_tables, at::TensorList slot_mappings,
-                                const std::optional<at::Tensor>& idx_mapping, c10::IntArrayRef sizes) {
+                                const std::optional<at::Tensor>& idx_mapping, c10::IntArrayRef sizes,
+                                at::TensorList num_blocks) {
   const size_t num_groups = block_tables.size();
   TORCH_CHECK_VALUE(sizes.size() == kNumScalars + kPerGroup * num_groups, "sizes must have ", kNumScalars, " + ",
                     kPerGroup, " * len(block_tables) = ", kNumScalars + kPerGroup * num_groups,
@@ -41,6 +42,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                     "slot_mappings must have one tensor per block table (len(block_tables) = ", num_groups, "), got ",
                     slot_mappings.size());
 
+  TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == num_groups,
+                    "num_blocks must be empty or hold one tensor per block table (len(block_tables) = ", num_groups,
+                    "), got ", num_blocks.size());
   std::vector<kernels::SlotMappingGroup> groups;
   groups.reserve(num_groups);
   for (size_t g = 0; g < num_groups; ++g) {
@@ -49,9 +53,15 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
     const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
     const bool enabled = sizes[kNumScalars + kPerGroup * g + 3] != 0;
-    const kernels::SlotMappingShape shape = check_slot_mapping_args(
+    kernels::SlotMappingShape shape = check_slot_mapping_args(
         block_tables[g], block_size, slot_mappings[g], blocks_per_kv_block, sharded ? cp_world_size : 1,
         sharded ? cp_rank : 0, sharded ? cp_interleave : 1, num_reqs, num_tokens, num_tokens_padded, names);
+    if (!num_blocks.empty()) {
+      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
+                     block_tables[g], names.block_table, shape);
+      TORCH_CHECK_VALUE(num_blocks[g].device() == num_computed_tokens.device(), "num_blocks[", g, "] must be on ",
+                        num_computed_tokens.device(), " like num_computed_tokens, got ", num_blocks[g].device());
+    }
     const at::Tensor& out = slot_mappings[g];
     const bool wide = out.scalar_type() == c10::kLong;
     groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
@@ -75,6 +85,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   for (size_t g = 0; g < num_groups; ++g) {
     outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
     read_while_storing.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
+    if (!num_blocks.empty()) read_while_storing.push_back({&num_blocks[g], {"num_blocks", static_cast<int64_t>(g)}});
   }
   check_outputs_alias_nothing(outputs, read_while_storing);
 
@@ -103,10 +114,26 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
       check_rows_inside_table(idx, num_reqs, group.shape.block_table_rows,
                               ArgName{"block_tables", static_cast<int64_t>(g)});
       const int64_t bad = kernels::find_request_beyond_block_table<IdxT>(qsl, corrected, idx, group);
-      TORCH_CHECK_VALUE(bad < 0, "positions of request ", bad, " (from num_computed_tokens = ",
-                        bad < 0 ? 0 : corrected(bad), " after the correction, query_len = ",
-                        bad < 0 ? 0 : qsl[bad + 1] - qsl[bad], ") are negative or beyond block_tables[", g, "] (",
-                        group.shape.block_table_cols, " blocks of ", group.shape.block_size, " tokens per row)");
+      if (bad >= 0) {
+        const int64_t first = corrected(bad), query_len = qsl[bad + 1] - qsl[bad];
+        const int64_t row = idx ? static_cast<int64_t>(idx[bad]) : bad;
+        // The first of the request's positions that the group cannot map.
+        int64_t position = first;
+        const int64_t columns = kernels::usable_columns(group.shape, row);
+        while (position >= 0 && position <= INT32_MAX && position < first + query_len - 1) {
+          const kernels::TokenPlacement p = kernels::place_token<kernels::CpLayout::kInterleaved>(
+              static_cast<uint32_t>(position), group.shape, group.divisors);
+          if (p.local && p.column >= columns) break;
+          ++position;
+        }
+        std::ostringstream counts_name;
+        counts_name << ArgName{"num_blocks", static_cast<int64_t>(g)};
+        TORCH_CHECK_VALUE(false, "positions of request ", bad, " (from num_computed_tokens = ", first,
+                          " after the correction, query_len = ", query_len, "): ",
+                          position_outside_message(position, bad, row, group.shape, group.divisors,
+                                                   ArgName{"block_tables", static_cast<int64_t>(g)},
+                                                   counts_name.str()));
+      }
       if (group.out32 == nullptr) continue;
       // An int32 slot mapping: its slots are computed wide and checked before the first store.
       int64_t* wide = int64_scratch(num_tokens_padded);

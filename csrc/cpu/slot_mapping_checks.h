@@ -2,9 +2,11 @@
 // Checks of one slot mapping's block table, output and sizes, shared by compute_slot_mapping and
 // every op that computes slot mappings of KV-cache groups (named block_tables[g] etc. there).
 #include <optional>
+#include <sstream>
+#include <string>
 
 #include "cpu/checks.h"
-#include "kernels/compute_slot_mapping.h"
+#include "kernels/slot_math.h"
 
 namespace specops::cpu {
 
@@ -77,6 +79,49 @@ void check_rows_inside_table(const IdxT* idx_mapping, int64_t num_reqs, int64_t 
     TORCH_CHECK_VALUE(idx_mapping[r] < table_rows, "idx_mapping[", r, "] = ", static_cast<int64_t>(idx_mapping[r]),
                       " is past ", table_name, ", which has ", table_rows, " rows");
   }
+}
+
+// Checks an optional num_blocks (the blocks allocated to each row of `table`) and points the
+// shape at it: int32, one entry per table row at least.
+template <typename Name, typename TableName>
+void use_num_blocks(const std::optional<at::Tensor>& num_blocks, const Name& name, const at::Tensor& table,
+                    const TableName& table_name, kernels::SlotMappingShape& shape) {
+  if (!num_blocks.has_value()) return;
+  check_tensor(*num_blocks, name, {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(num_blocks->numel() >= table.size(0), name, " must have one entry per row of ", table_name,
+                    " (", table.size(0), "), got ", num_blocks->numel());
+  shape.num_blocks = num_blocks->data_ptr<int32_t>();
+}
+
+// Why `position` of `request` (reading `row` of the table) cannot be mapped: past its row's
+// allocated blocks, or past the table, or not a position. Only called on a rejected position.
+template <typename TableName>
+std::string position_outside_message(int64_t position, int64_t request, int64_t row, const kernels::SlotMappingShape& s,
+                                     const kernels::SlotMappingDivisors& d, const TableName& table_name,
+                                     const std::string& num_blocks_name) {
+  std::ostringstream message;
+  if (position >= 0 && position <= INT32_MAX && s.num_blocks != nullptr) {
+    const kernels::TokenPlacement p =
+        kernels::place_token<kernels::CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, d);
+    if (p.column < s.block_table_cols) {
+      message << "position " << position << " of request " << request << " is past its allocated blocks: it needs "
+              << "block " << p.column << " of row " << row << " of " << table_name << ", which holds "
+              << num_blocks_name << "[" << row << "] = " << s.num_blocks[row]
+              << " blocks (a runner allocates the blocks of a step's lookahead positions, its draft tokens "
+                 "included, before the step)";
+      return message.str();
+    }
+  }
+  message << "position " << position << " of request " << request << " is beyond " << table_name << " ("
+          << s.block_table_cols << " blocks of " << s.block_size << " tokens per row) or negative";
+  return message.str();
+}
+
+// The request of token t (query_start_loc is checked, non-decreasing).
+inline int64_t request_of_token(const int32_t* query_start_loc, int64_t num_reqs, int64_t t) {
+  int64_t r = 0;
+  while (r + 1 < num_reqs && query_start_loc[r + 1] <= t) ++r;
+  return r;
 }
 
 }  // namespace specops::cpu

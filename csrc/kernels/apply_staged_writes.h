@@ -1,5 +1,5 @@
 #pragma once
-// Sparse row writes into a block table: the new block ids of many requests in one call. SPEC 3.3.
+// Sparse row writes into a block table: the new block ids of many requests in one call (docs/persistent_buffers.md).
 //
 // Write k copies values[cu_lens[k], cu_lens[k+1]) to table[rows[k], starts[k] : starts[k] + len_k].
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// Correction of the device's token counts under async spec-decode scheduling. SPEC 3.2.
+// Correction of the device's token counts under async spec-decode scheduling (docs/async_accounting.md).
 //
 // With async scheduling, step N+1 is scheduled before step N's acceptance is known, so the
 // scheduler's counts assume every draft was accepted. The device count is authoritative: row i

@@ -1,5 +1,5 @@
 #pragma once
-// Host mirror of correct_num_computed_tokens. SPEC 3.2.
+// Host mirror of correct_num_computed_tokens (docs/async_accounting.md).
 //
 // The scheduler's seq_lens assume the previous step accepted every draft; a row that continues
 // a drafting row of the previous step gives back the drafts that were rejected:

@@ -1,5 +1,5 @@
 #pragma once
-// Per-rank view of a batch under DSA-CP (SPEC 3.4): which part of each request's query lives
+// Per-rank view of a batch under DSA-CP (docs/context_parallel.md): which part of each request's query lives
 // in this rank's token slice [local_start, local_end), and how much KV those tokens see.
 //
 // The cumulative local query lengths telescope: the sum over k <= r of

@@ -1,5 +1,5 @@
 #pragma once
-// The DSA-CP split of a flattened token stream across cp_size ranks (SPEC 3.4): the stream is
+// The DSA-CP split of a flattened token stream across cp_size ranks (docs/context_parallel.md): the stream is
 // padded to a multiple of cp_size and each rank owns one contiguous, equal slice of it.
 #include <cstdint>
 

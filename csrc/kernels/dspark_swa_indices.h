@@ -1,5 +1,5 @@
 #pragma once
-// KV slots each DSpark draft-block token may attend to (SPEC 3.4): the last `window` tokens
+// KV slots each DSpark draft-block token may attend to (docs/context_parallel.md): the last `window` tokens
 // before the block plus the whole block, no causal mask. Every token of a request gets the same
 // row, so the body computes a request's row once and copies it to the request's other tokens.
 // Under DSA-CP only this rank's slice [rows_begin, rows_begin + num_rows) of the padded token

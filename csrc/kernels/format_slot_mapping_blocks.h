@@ -1,5 +1,5 @@
 #pragma once
-// Slot ids as (block, offset) pairs for a KV-cache group's storage block size (SPEC 3.4), with
+// Slot ids as (block, offset) pairs for a KV-cache group's storage block size (docs/context_parallel.md), with
 // floor semantics: PAD_SLOT_ID = -1 becomes (-1, block_size - 1), so a consumer that skips
 // negative blocks skips padding, and block * block_size + offset gives the slot back.
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// Batch-indexed block table gathered from the request-indexed one. SPEC 3.3.
+// Batch-indexed block table gathered from the request-indexed one (docs/persistent_buffers.md).
 //
 // A captured graph reads the batch-indexed table at a fixed address; every step rewrites the
 // whole padded extent, so a row never shows ids of the request that held it last step.

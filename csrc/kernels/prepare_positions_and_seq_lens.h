@@ -1,5 +1,5 @@
 #pragma once
-// Positions and seq_lens of a batch from its (corrected) device counts. SPEC 3.2.
+// Positions and seq_lens of a batch from its (corrected) device counts (docs/async_accounting.md).
 //
 // positions[t] = num_computed_tokens[r] + (t - query_start_loc[r]) for the tokens of request r,
 // seq_lens[r] = num_computed_tokens[r] + query_len[r]; the padded tails are 0. With idx_mapping

@@ -2,7 +2,7 @@
 // The metadata of one async spec-decode step in one call: the count correction, positions and
 // seq_lens, and the slot mapping of every KV-cache group. Equal to correct_num_computed_tokens,
 // then prepare_positions_and_seq_lens, then compute_slot_mapping per group, and built from
-// their bodies and compute_slot_mapping's placement math. Fusing saves the dispatch and checks
+// their bodies and the placement math of kernels/slot_math.h. Fusing saves the dispatch and checks
 // of 2 + G calls and, since the op knows each request's positions are consecutive, the
 // per-token divisions and block-table loads of the slot mappings (see
 // slots_of_consecutive_positions). A rejected call writes nothing: positions are validated
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/compute_slot_mapping.h"
+#include "kernels/slot_math.h"
 #include "kernels/correct_num_computed_tokens.h"
 #include "kernels/prepare_positions_and_seq_lens.h"
 
@@ -51,7 +51,8 @@ struct StoredCounts {
 };
 
 // First request (batch order) one of whose positions count .. count + query_len - 1 is negative,
-// past int32, or stored on this rank beyond the group's table; -1 if none. Positions grow
+// past int32, or stored on this rank beyond the group's table or its row's allocated blocks; -1
+// if none. Positions grow
 // inside a request and so do their columns, so a request whose last position lies inside the
 // virtual blocks that the table covers in full is accepted without looking at its tokens.
 template <typename IdxT>
@@ -59,7 +60,6 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
                                         const IdxT* idx_mapping, const SlotMappingGroup& g) {
   const SlotMappingShape& s = g.shape;
   const int64_t virtual_block_size = s.block_size * s.blocks_per_kv_block * s.cp_world_size;
-  const int64_t covered = (s.block_table_cols / s.blocks_per_kv_block) * virtual_block_size;
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     const int64_t query_len = query_start_loc[r + 1] - query_start_loc[r];
@@ -67,24 +67,14 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
     const int64_t first = counts(r);
     const int64_t last = first + query_len - 1;
     if (first < 0 || last > INT32_MAX) return r;
-    if (last < covered) continue;
+    const int64_t columns = usable_columns(s, row);
+    if (last < (columns / s.blocks_per_kv_block) * virtual_block_size) continue;
     for (int64_t position = first; position <= last; ++position) {
       const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, g.divisors);
-      if (p.local && p.column >= s.block_table_cols) return r;
+      if (p.local && p.column >= columns) return r;
     }
   }
   return -1;
-}
-
-// The slot of one position, or PAD, exactly as compute_slot_mapping computes it: the fallback
-// for a run of positions outside [0, 2^31) (never reached after the host checks).
-inline int64_t slot_of_position(int64_t position, const int32_t* block_row, const SlotMappingShape& s,
-                                const SlotMappingDivisors& d) {
-  if (position < 0 || position > INT32_MAX) return kPadSlotId;
-  const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, d);
-  if (!p.local || p.column >= s.block_table_cols) return kPadSlotId;
-  const int64_t block_id = block_row[p.column];
-  return block_id >= 0 ? block_id * s.block_size + p.offset : kPadSlotId;
 }
 
 // Slots of the consecutive positions first .. first + count - 1 of one request, equal to
@@ -94,11 +84,14 @@ inline int64_t slot_of_position(int64_t position, const int32_t* block_row, cons
 // block ends: the next one starts), and the tokens this rank stores fill its kernel blocks in
 // order, so a block id is loaded once per kernel block, not once per token.
 template <CpLayout kLayout, typename OutT>
-void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t* block_row, OutT* out,
-                                    const SlotMappingShape& s, const SlotMappingDivisors& d) {
+void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t* block_row, int64_t columns,
+                                    OutT* out, const SlotMappingShape& s, const SlotMappingDivisors& d) {
   if (count <= 0) return;
   if (first < 0 || first + count - 1 > INT32_MAX) {
-    for (int64_t t = 0; t < count; ++t) out[t] = static_cast<OutT>(slot_of_position(first + t, block_row, s, d));
+    // Positions outside [0, 2^31) (never reached after the host checks): one at a time.
+    for (int64_t t = 0; t < count; ++t) {
+      out[t] = static_cast<OutT>(slot_of_position<CpLayout::kInterleaved>(first + t, block_row, columns, s, d));
+    }
     return;
   }
   const uint32_t block_size = d.block.divisor();
@@ -138,7 +131,7 @@ void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t*
     if (!kContextParallel || owner == rank) {
       if (column != loaded_column) {
         loaded_column = column;
-        block_id = column < s.block_table_cols ? static_cast<int64_t>(block_row[column]) : -1;
+        block_id = column < columns ? static_cast<int64_t>(block_row[column]) : -1;
       }
       if (block_id >= 0) slot = block_id * s.block_size + in_block;
       if (++in_block == block_size) {
@@ -163,7 +156,8 @@ void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t*
 }
 
 // One group's slot mapping of the whole batch: request by request, PAD for requests whose
-// row is unmapped (< 0) or past the table, PAD in [num_tokens, num_tokens_padded).
+// row is unmapped (< 0) or past the table, PAD for positions past the row's allocated blocks,
+// PAD in [num_tokens, num_tokens_padded).
 // Counts: CorrectedCounts or StoredCounts.
 template <CpLayout kLayout, typename Counts, typename IdxT, typename OutT>
 void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const Counts& counts,
@@ -177,8 +171,8 @@ void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const
       for (int64_t t = 0; t < count; ++t) out[begin + t] = static_cast<OutT>(kPadSlotId);
       continue;
     }
-    slots_of_consecutive_positions<kLayout>(counts(r), count, block_table + row * s.block_table_stride, out + begin,
-                                            s, d);
+    slots_of_consecutive_positions<kLayout>(counts(r), count, block_table + row * s.block_table_stride,
+                                            usable_columns(s, row), out + begin, s, d);
   }
   for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
 }

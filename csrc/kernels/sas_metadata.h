@@ -1,6 +1,6 @@
 #pragma once
 // The schedule of Ascend's shared-KV sparse-attention kernel: the 1024 words its AI-CPU metadata
-// kernel writes (SPEC 3.5, docs/sas_metadata.md), computed on the host.
+// kernel writes (docs/sas_metadata.md), computed on the host.
 //
 // After a check of every batch's lengths, two passes over the batches. The first fills the cost
 // table: each batch's cost and last-block cost, the most costly M tile and the total. The second

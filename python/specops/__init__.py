@@ -28,7 +28,7 @@ from specops.ops import (
     sas_metadata,
 )
 from specops.persistent import MappingGroup, PersistentMappings
-from specops import drafting  # SPEC 4: specops.drafting (imports the ops above)
+from specops import drafting  # docs/drafting.md: specops.drafting (imports the ops above)
 from specops.sas_layout import FAEntry, FDEntry, SASSchedule, decode_sas_metadata
 
 __version__ = EXTENSION.built_version or "0.1.0"

@@ -1,4 +1,4 @@
-"""Which implementation the Python wrappers run: SPEC 1, `specops.backend(name)`."""
+"""Which implementation the Python wrappers run (docs/conventions.md): `specops.backend(name)`."""
 
 from __future__ import annotations
 

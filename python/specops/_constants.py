@@ -1,4 +1,4 @@
-"""Conventions shared by every op (SPEC 2)."""
+"""Conventions shared by every op (docs/conventions.md)."""
 
 PAD_SLOT_ID = -1
 """A slot id that must not be written: tokens not stored on this rank, padding tokens."""

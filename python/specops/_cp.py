@@ -1,4 +1,4 @@
-"""The DSA-CP split of the flattened token stream across ranks (SPEC 3.4)."""
+"""The DSA-CP split of the flattened token stream across ranks (docs/context_parallel.md)."""
 
 from __future__ import annotations
 

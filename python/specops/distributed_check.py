@@ -1,4 +1,5 @@
-"""Multi-rank check of the context-parallel math over torch.distributed (SPEC 3.1, 3.4).
+"""Multi-rank check of the context-parallel math over torch.distributed (docs/slot_mapping.md and
+docs/context_parallel.md).
 
 Every rank builds the same batches, computes its own share with specops (its CP local metadata,
 its DCP-sharded slot mapping, its slice of the DSpark index table), and all ranks gather the

@@ -1,4 +1,4 @@
-"""The drafting layer (SPEC 4): every KV-cache group's attention metadata for one draft step.
+"""The drafting layer (docs/drafting.md): every KV-cache group's attention metadata for one draft step.
 
 Only two results depend on the group: its formatted slot mapping and, for DSpark groups on
 non-causal steps, its DSpark indices. Everything else (decode/prefill split, positions, RoPE

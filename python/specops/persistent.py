@@ -1,4 +1,4 @@
-"""Graph-stable block tables and slot mappings of every KV-cache group (SPEC 3.3).
+"""Graph-stable block tables and slot mappings of every KV-cache group (docs/persistent_buffers.md).
 
 A captured graph (CUDA graph, Ascend ACL graph) reads its metadata at the addresses it saw
 during capture. `PersistentMappings` owns those buffers for every KV-cache group and rewrites
@@ -21,7 +21,8 @@ PersistentMappings shared by two threads corrupts its staged writes).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -37,10 +38,15 @@ from specops.ops._checks import (
     check_tensor,
     checked_int,
 )
+from specops._spec_decode_sizes import named_after_the_wrapper, pack_sizes
 from specops.ops._op import fast_native_entry
 from specops.ops.apply_staged_writes import apply_staged_writes
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
+from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
+
+if TYPE_CHECKING:
+    from specops.drafting import CommonDraftInputs
 
 # compute_slot_mapping's value checks for every group's table at once, writing nothing.
 _CHECK_POSITIONS = fast_native_entry("check_slot_mapping_positions")
@@ -74,14 +80,17 @@ class MappingGroup:
     """One KV-cache group: its kernel block size, kernel blocks per allocation block, whether
     its KV is sharded across the CP ranks (False: every rank stores every token, W = 1),
     whether it has a slot mapping at all (False: PAD for every token, its table never read),
-    and for a sliding-window group the tokens below a request's first scheduled position that
-    its attention still reads (0: not a sliding-window group; see `refresh`)."""
+    for a sliding-window group the tokens below a request's first scheduled position that
+    its attention still reads (0: not a sliding-window group; see `refresh`), and its name:
+    the key of its tensors in the by-name mappings the drafting layer reads (default
+    "group{index}")."""
 
     block_size: int
     blocks_per_kv_block: int = 1
     cp_sharded: bool = True
     slot_mapping_enabled: bool = True
     sliding_window_reach: int = 0
+    name: str | None = None
 
     def __post_init__(self) -> None:
         check_positive(self.block_size, "block_size")
@@ -110,6 +119,15 @@ class _SlotMappingArgs:
     cp_world_size: int
     cp_rank: int
     cp_interleave: int
+
+
+class RunnerStepInputs(NamedTuple):
+    """What `PersistentMappings.prepare_step` wrote, as views of the mappings' captured buffers."""
+
+    positions: torch.Tensor  # int64 [num_tokens_padded]
+    seq_lens: torch.Tensor  # int32 [num_reqs_padded]
+    block_tables: Mapping[str, torch.Tensor]  # by group name: int32 [max_num_reqs, B_g], rows past R NULL
+    slot_mappings: Mapping[str, torch.Tensor]  # by group name: int64 [max_num_tokens]
 
 
 class PersistentMappings:
@@ -160,6 +178,7 @@ class PersistentMappings:
         self._window_reach = [group.sliding_window_reach if cp_world_size == 1 else 0 for group in groups]
 
         self.groups = groups
+        self.cp_world_size, self.cp_rank, self.cp_interleave = cp_world_size, cp_rank, cp_interleave
         self.max_num_reqs = max_num_reqs
         self.max_num_blocks_per_req = max_num_blocks_per_req
         self.max_num_blocks_per_group = widths
@@ -188,11 +207,32 @@ class PersistentMappings:
         self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=torch.int64, device=self.device)
         self.slot_mappings = list(self._captured_slots.unbind(0))
         self._init_staging(num_groups, max_num_reqs, widths)
+
+        names = [group.name if group.name is not None else f"group{g}" for g, group in enumerate(groups)]
+        for g, name in enumerate(names):
+            if not isinstance(name, str) or names.index(name) != g:
+                raise ValueError(f"groups[{g}].name must be a string no other group has, got {name!r}")
+        self.group_names = tuple(names)
+        # The drafting layer's view of the captured buffers: the same tensors, keyed by group name.
+        self.block_tables_by_name: Mapping[str, torch.Tensor] = dict(zip(names, self.block_tables))
+        self.slot_mappings_by_name: Mapping[str, torch.Tensor] = dict(zip(names, self.slot_mappings))
+        # The runner step's other captured outputs (see prepare_step).
+        self.positions = torch.zeros(max_num_tokens, dtype=torch.int64, device=self.device)
+        self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=self.device)
+        self._step_shapes: dict[tuple[int, int], tuple[list[int], RunnerStepInputs]] = {}
+        self._masks_windows = any(reach > 0 for reach in self._window_reach)
+        # First scheduled position of each request row, scattered from the batch, for the
+        # sliding-window gathers: row r at entry r + 1, so that batch rows of no request (-1)
+        # land on entry 0. Shifted with a tensor of ones: a Python scalar would allocate.
+        self._row_first_position = torch.zeros(max_num_reqs + 1, dtype=torch.int32, device=self.device)
+        self._scatter_rows = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
+        self._ones = torch.ones(max_num_reqs, dtype=torch.int64, device=self.device)
         # What refresh checks up front on the host path, when more than one group could reject.
         mapped = [g for g, args in enumerate(self._slot_args) if args is not None]
         self._check_positions_sizes = None
         if self.device.type == "cpu" and len(mapped) > 1 and _CHECK_POSITIONS is not None:
             self._checked_tables = [self.source_block_tables[g] for g in mapped]
+            self._checked_counts = [self.num_blocks[g] for g in mapped]
             self._check_positions_sizes = [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])]
 
     # ---------------------------------------------------------------- staging (host side)
@@ -446,6 +486,12 @@ class PersistentMappings:
         on the host one more that checks every group first: a rejected refresh changes no
         buffer. Defaults: the full extents.
 
+        A position past its row's allocated blocks (num_blocks[g][row]) is a ValueError on the
+        host naming the request, the position and the count, and PAD on device paths: never a
+        slot in the null block the row holds there. A runner allocates the blocks of every
+        position it schedules, draft (lookahead) positions included, and applies them
+        (`append_blocks` + `apply_staged`) before the step.
+
         num_computed_tokens: int32 [>= max_num_reqs], request-indexed like the source tables:
         the first position each request schedules this step. Given it, a sliding-window group
         (reach > 0) gets NULL for the entries of a row wholly below the window of that
@@ -482,7 +528,7 @@ class PersistentMappings:
             # group is checked before the first one is rewritten (device kernels write PAD instead
             # and never reject a value).
             _CHECK_POSITIONS(query_start_loc, positions, self._checked_tables, idx_mapping,
-                             self._check_positions_sizes)
+                             self._check_positions_sizes, self._checked_counts)
         for group, source, counts, table, slots, args, reach in zip(
             self.groups, self.source_block_tables, self.num_blocks, self.block_tables, self.slot_mappings,
             self._slot_args, self._window_reach,
@@ -494,13 +540,116 @@ class PersistentMappings:
             if args is not None:
                 _SLOT_MAPPING(
                     query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
-                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded,
+                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded, counts,
                 )
             _GATHER(source, counts, idx_mapping, table, num_reqs_padded, num_computed_tokens, reach, group.block_size)
         # Groups without a slot mapping last, after every op has accepted the inputs.
         for slots, args in zip(self.slot_mappings, self._slot_args):
             if args is None:
                 slots[:num_tokens_padded].fill_(PAD_SLOT_ID)
+
+    def prepare_step(
+        self,
+        num_computed_tokens: torch.Tensor,
+        num_accepted_tokens: torch.Tensor,
+        prev_positions: torch.Tensor,
+        valid_sampled_token_count: torch.Tensor,
+        prev_num_draft_tokens: torch.Tensor,
+        cpu_num_computed_tokens: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        idx_mapping: torch.Tensor,
+        *,
+        num_reqs_padded: int | None = None,
+        num_tokens_padded: int | None = None,
+    ) -> RunnerStepInputs:
+        """The decode step's metadata, in place in this object's captured buffers: the async
+        count correction, positions, seq_lens, every group's slot mapping and every group's
+        gathered block table, from what the mappings already know (each group's block size,
+        blocks_per_kv_block, CP sharding, slot_mapping_enabled and sliding window, the CP
+        layout, the source tables and their block counts).
+
+        The first seven arguments are prepare_spec_decode_inputs' (batch-indexed, in this
+        step's layout); batch row r reads request row idx_mapping[r] (-1: none, PAD and a NULL
+        table row). One fused op call writes num_computed_tokens, num_accepted_tokens,
+        `positions`, `seq_lens` and every `slot_mappings[g]`; then one gather per group writes
+        `block_tables[g]` (rows past each row's count NULL; a sliding-window group, off CP,
+        NULL below the window of the row's first scheduled position, as `refresh` does).
+
+        Validated before any write on the host: a rejected step changes no buffer. A position
+        past its row's allocated blocks is a ValueError there (naming the request, the
+        position and the count) and PAD on device paths: allocate (append_blocks +
+        apply_staged) the blocks of every scheduled position, draft positions included,
+        before the step. No allocation and no device-to-host copy. Defaults: the full extents.
+        """
+        if num_reqs_padded is None:
+            num_reqs_padded = self.max_num_reqs
+        if num_tokens_padded is None:
+            num_tokens_padded = self.max_num_tokens
+        if not isinstance(idx_mapping, torch.Tensor):
+            raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got "
+                             f"{type(idx_mapping).__name__}")
+        num_reqs = idx_mapping.numel()
+        if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
+            raise ValueError(
+                f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
+            )
+        if not 0 <= num_tokens_padded <= self.max_num_tokens:
+            raise ValueError(
+                f"num_tokens_padded must be in [0, max_num_tokens = {self.max_num_tokens}], got {num_tokens_padded}")
+        # The op's packed sizes and the returned views, made once per padded shape.
+        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded))
+        if shape is None:
+            enabled = [args is not None for args in self._slot_args]
+            sizes = pack_sizes(num_tokens_padded, num_reqs_padded, self.cp_world_size, self.cp_rank,
+                               self.cp_interleave, [group.block_size for group in self.groups],
+                               [group.blocks_per_kv_block for group in self.groups],
+                               [group.cp_sharded for group in self.groups], enabled)
+            views = RunnerStepInputs(self.positions[:num_tokens_padded], self.seq_lens[:num_reqs_padded],
+                                     self.block_tables_by_name, self.slot_mappings_by_name)
+            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded)] = (sizes, views)
+        sizes, views = shape
+        try:
+            _FUSED_STEP.select()(
+                num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+                prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, self.positions, self.seq_lens,
+                self.source_block_tables, self.slot_mappings, idx_mapping, sizes, self.num_blocks)
+        except ValueError as error:
+            raise named_after_the_wrapper(error, self.num_groups) from None
+        row_first = None
+        if self._masks_windows:
+            # Request-indexed first positions for the gathers (the fused op's are batch-indexed).
+            rows = self._scatter_rows[:num_reqs]
+            rows.copy_(idx_mapping)
+            rows.add_(self._ones[:num_reqs])
+            self._row_first_position.index_copy_(0, rows, num_computed_tokens[:num_reqs])
+            row_first = self._row_first_position[1:]
+        for group, source, counts, table, reach in zip(self.groups, self.source_block_tables, self.num_blocks,
+                                                       self.block_tables, self._window_reach):
+            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, row_first if reach else None, reach,
+                    group.block_size)
+        return views
+
+    def draft_inputs(
+        self,
+        query_start_loc: torch.Tensor,
+        query_start_loc_cpu: torch.Tensor,
+        seq_lens_cpu: torch.Tensor | None,
+        *,
+        num_reqs: int,
+        num_actual_tokens: int,
+        num_input_tokens: int,
+        causal: bool = True,
+    ) -> CommonDraftInputs:
+        """The drafting layer's inputs for the step `prepare_step` (or `refresh` with
+        `positions` filled by the caller) wrote: this object's positions, seq_lens, block tables
+        and slot mappings, keyed by group name as `CommonDraftInputs` keys them (no copy)."""
+        from specops.drafting import CommonDraftInputs
+
+        return CommonDraftInputs(
+            query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc_cpu, seq_lens=self.seq_lens,
+            seq_lens_cpu=seq_lens_cpu, positions=self.positions, num_reqs=num_reqs,
+            num_actual_tokens=num_actual_tokens, num_input_tokens=num_input_tokens, causal=causal,
+            block_tables=self.block_tables_by_name, slot_mappings=self.slot_mappings_by_name)
 
     def fill_dummy(self) -> None:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""

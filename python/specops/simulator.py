@@ -42,6 +42,7 @@ from specops.ops import (
     prepare_spec_decode_inputs,
 )
 from specops.persistent import MappingGroup
+from specops.reference._slot_math import kv_placement
 
 CorrectFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
@@ -118,21 +119,6 @@ class _Row:
     drafts: int
     prefill: bool
     partial: bool
-
-
-@functools.lru_cache(maxsize=None)
-def local_index_of_offset(kv_block: int, world: int, rank: int, interleave: int) -> np.ndarray:
-    """For each offset of a virtual block (kv_block * world positions), where `rank` stores it
-    inside its allocation block, or -1 if another rank does: ranks take runs of `interleave`
-    positions in turn, and each fills its own allocation block in order."""
-    local = np.full(kv_block * world, -1, dtype=np.int64)
-    filled = 0
-    for offset in range(kv_block * world):
-        if (offset // interleave) % world == rank:
-            local[offset] = filled
-            filled += 1
-    assert filled == kv_block
-    return local
 
 
 class Simulator:
@@ -403,9 +389,8 @@ class Simulator:
         for g, group in enumerate(config.groups):
             world, rank, interleave = self.group_cp[g]
             kv_block = group.block_size * group.blocks_per_kv_block
-            local = local_index_of_offset(kv_block, world, rank, interleave)
-            virtual_block = real_positions // (kv_block * world)
-            local_index = local[real_positions % (kv_block * world)]
+            is_local, virtual_block, local_offset = kv_placement(real_positions, kv_block, world, rank, interleave)
+            local_index = np.where(is_local, local_offset, -1)
             # Each request's allocation blocks, flattened, so a token finds its block by offset.
             block_lists = [row.req.blocks[g] for row in rows]
             starts = np.zeros(num_reqs + 1, dtype=np.int64)

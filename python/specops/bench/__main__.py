@@ -1,4 +1,4 @@
-"""`specops-bench` / `python -m specops.bench`: the main job (SPEC 5)."""
+"""`specops-bench` / `python -m specops.bench`: the main job (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

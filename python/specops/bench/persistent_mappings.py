@@ -1,10 +1,12 @@
-"""Benchmark of PersistentMappings.refresh: every group's captured table and slot mapping."""
+"""Benchmark of PersistentMappings.refresh (every group's captured table and slot mapping) and of
+PersistentMappings.prepare_step (the runner step) against the op calls it replaces."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+import specops
 from specops import MappingGroup, PersistentMappings
 from specops.bench._harness import Case, empty_op_call
 from specops.bench.compute_slot_mapping import numpy_slot_mapping, torch_slot_mapping
@@ -68,5 +70,41 @@ def make_case(num_reqs: int, query_len: int, device: torch.device) -> Case:
                 batch.num_tokens, impls, floors=("empty-op",))
 
 
+def make_step_case(num_reqs: int, query_len: int, device: torch.device) -> Case:
+    """prepare_step against what a runner writes without it: the fused op on the source tables
+    with every group's sizes and counts repeated, then one gather per group."""
+    mappings, batch, idx_mapping = make_mappings(num_reqs, query_len, device)
+    qsl = batch.query_start_loc.to(device)
+    reqs_padded, tokens_padded = num_reqs + PADDING, batch.num_tokens + PADDING
+    # Every request is a decode that did not draft last step: the correction takes the host
+    # counts, so each call sees the same step.
+    counts = (batch.seq_lens - query_len).to(torch.int32).to(device)
+    step_inputs = (counts.clone(), torch.zeros_like(counts), torch.arange(num_reqs, dtype=torch.int32, device=device),
+                   torch.ones_like(counts), torch.zeros_like(counts), counts)
+    positions = torch.empty(tokens_padded, dtype=torch.int64, device=device)
+    seq_lens = torch.empty(reqs_padded, dtype=torch.int32, device=device)
+    slots = [torch.empty(tokens_padded, dtype=torch.int64, device=device) for _ in BLOCK_SIZES]
+    tables = [torch.empty_like(t) for t in mappings.block_tables]
+
+    def pieces():
+        specops.prepare_spec_decode_inputs(
+            *step_inputs, qsl, mappings.source_block_tables, list(BLOCK_SIZES), positions=positions,
+            seq_lens=seq_lens, slot_mappings=slots, idx_mapping=idx_mapping, num_tokens_padded=tokens_padded,
+            num_reqs_padded=reqs_padded, num_blocks=mappings.num_blocks)
+        for source, count, table in zip(mappings.source_block_tables, mappings.num_blocks, tables):
+            specops.gather_block_tables(source, count, idx_mapping, out=table, num_reqs_padded=reqs_padded)
+
+    impls = {
+        "specops": lambda: mappings.prepare_step(*step_inputs, qsl, idx_mapping, num_reqs_padded=reqs_padded,
+                                                 num_tokens_padded=tokens_padded),
+        "specops-pieces": pieces,
+        "empty-op": empty_op_call(device),
+    }
+    return Case("persistent_mappings", f"prepare_step R={num_reqs} q={query_len} G={len(BLOCK_SIZES)}", num_reqs,
+                batch.num_tokens, impls, floors=("empty-op",))
+
+
 def cases(device: torch.device, quick: bool) -> list[Case]:
-    return [make_case(num_reqs, query_len, device) for num_reqs, query_len in (QUICK_SHAPES if quick else SHAPES)]
+    shapes = QUICK_SHAPES if quick else SHAPES
+    return ([make_case(num_reqs, query_len, device) for num_reqs, query_len in shapes]
+            + [make_step_case(num_reqs, query_len, device) for num_reqs, query_len in shapes])

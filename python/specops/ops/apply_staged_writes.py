@@ -1,4 +1,4 @@
-"""apply_staged_writes: sparse row writes into a block table in one launch (SPEC 3.3)."""
+"""apply_staged_writes: sparse row writes into a block table in one launch (docs/persistent_buffers.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""compute_slot_mapping: the KV-cache slot of every token, with CP interleave (SPEC 3.1)."""
+"""compute_slot_mapping: the KV-cache slot of every token, with CP interleave (docs/slot_mapping.md)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,7 @@ def _check(
     cp_interleave: int,
     idx_mapping: torch.Tensor | None,
     num_tokens_padded: int,
+    num_blocks: torch.Tensor | None = None,
 ) -> None:
     check_tensor(out, "out", [torch.int64, torch.int32], 1)
     device = out.device
@@ -90,9 +91,23 @@ def _check(
     check_slot_mapping_args(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank,
                             cp_interleave, positions.numel(), num_tokens_padded, device)
     check_idx_mapping(idx_mapping, num_reqs, device)
+    check_num_blocks(num_blocks, "num_blocks", block_table, "block_table", device)
     # Every kernel reads its inputs while it stores.
     check_outputs_alias_nothing([(out, "out")], [(query_start_loc, "query_start_loc"), (positions, "positions"),
-                                                 (block_table, "block_table"), (idx_mapping, "idx_mapping")])
+                                                 (block_table, "block_table"), (idx_mapping, "idx_mapping"),
+                                                 (num_blocks, "num_blocks")])
+
+
+def check_num_blocks(num_blocks: torch.Tensor | None, name: str, block_table: torch.Tensor, table_name: str,
+                     device: torch.device, device_of: str = "out") -> None:
+    """An optional count of the blocks allocated to each row of the table (mirrors
+    use_num_blocks in csrc/cpu/slot_mapping_checks.h)."""
+    if num_blocks is None:
+        return
+    check_tensor(num_blocks, name, [torch.int32], 1, device, device_of)
+    if num_blocks.numel() < block_table.size(0):
+        raise ValueError(f"{name} must have one entry per row of {table_name} ({block_table.size(0)}), "
+                         f"got {num_blocks.numel()}")
 
 
 def check_idx_mapping(
@@ -122,6 +137,7 @@ def compute_slot_mapping(
     cp_interleave: int = 1,
     idx_mapping: torch.Tensor | None = None,
     num_tokens_padded: int | None = None,
+    num_blocks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """KV-cache slot id of every token; PAD_SLOT_ID for tokens this CP rank does not store.
 
@@ -131,6 +147,12 @@ def compute_slot_mapping(
     paths and a ValueError on the host). Row r of the batch reads block_table[idx_mapping[r]]
     (or row r); a row of -1 gives PAD. out[T:num_tokens_padded] is set to PAD. out must not
     share memory with any input.
+
+    num_blocks: int32 [>= rows], the blocks allocated to each table row (a table wider than
+    what is allocated, as PersistentMappings' source tables are). A position this rank stores
+    at or past column num_blocks[row] is past the request's allocated blocks: a ValueError
+    naming the request, the position and the count on the host, PAD on device paths, never the
+    null block the row holds there. Without it every column of the table counts as allocated.
     """
     if out is None:
         check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
@@ -143,6 +165,6 @@ def compute_slot_mapping(
         num_tokens_padded = out.numel()
     _OP.select()(
         query_start_loc, positions, block_table, block_size, out,
-        blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave, idx_mapping, num_tokens_padded,
+        blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave, idx_mapping, num_tokens_padded, num_blocks,
     )
     return out

@@ -1,4 +1,4 @@
-"""correct_num_computed_tokens: the device's token counts after async spec-decode (SPEC 3.2)."""
+"""correct_num_computed_tokens: the device's token counts after async spec-decode (docs/async_accounting.md)."""
 
 from __future__ import annotations
 

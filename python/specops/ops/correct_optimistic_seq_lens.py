@@ -1,4 +1,4 @@
-"""correct_optimistic_seq_lens: the host mirror of the count correction (SPEC 3.2)."""
+"""correct_optimistic_seq_lens: the host mirror of the count correction (docs/async_accounting.md)."""
 
 from __future__ import annotations
 

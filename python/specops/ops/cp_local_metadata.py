@@ -1,4 +1,4 @@
-"""cp_local_metadata: this rank's view of a batch under DSA-CP (SPEC 3.4)."""
+"""cp_local_metadata: this rank's view of a batch under DSA-CP (docs/context_parallel.md)."""
 
 from __future__ import annotations
 

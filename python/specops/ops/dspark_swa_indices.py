@@ -1,4 +1,4 @@
-"""dspark_swa_indices: the KV slots each DSpark draft-block token may attend to (SPEC 3.4)."""
+"""dspark_swa_indices: the KV slots each DSpark draft-block token may attend to (docs/context_parallel.md)."""
 
 from __future__ import annotations
 

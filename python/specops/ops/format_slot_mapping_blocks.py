@@ -1,4 +1,4 @@
-"""format_slot_mapping_blocks: slot ids as (block, offset) pairs (SPEC 3.4)."""
+"""format_slot_mapping_blocks: slot ids as (block, offset) pairs (docs/context_parallel.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gather_block_tables: the batch-indexed block table of this step, in place (SPEC 3.3)."""
+"""gather_block_tables: the batch-indexed block table of this step, in place (docs/persistent_buffers.md)."""
 
 from __future__ import annotations
 

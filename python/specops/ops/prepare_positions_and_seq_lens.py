@@ -1,4 +1,4 @@
-"""prepare_positions_and_seq_lens: positions and seq_lens from the device counts (SPEC 3.2)."""
+"""prepare_positions_and_seq_lens: positions and seq_lens from the device counts (docs/async_accounting.md)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,12 @@ import torch
 from specops._spec_decode_sizes import SpecDecodeSizes, named_after_the_wrapper, pack_sizes
 from specops.ops._checks import check_outputs_alias_nothing, check_positive, checked_size
 from specops.ops._op import SpecOp
-from specops.ops.compute_slot_mapping import SlotMappingArgNames, check_idx_mapping, check_slot_mapping_args
+from specops.ops.compute_slot_mapping import (
+    SlotMappingArgNames,
+    check_idx_mapping,
+    check_num_blocks,
+    check_slot_mapping_args,
+)
 from specops.ops.correct_num_computed_tokens import check_count_correction
 from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens, check_positions_and_seq_lens
 from specops.reference.prepare_spec_decode_inputs import prepare_spec_decode_inputs as _reference
@@ -40,6 +45,7 @@ def _check(
     slot_mappings: Sequence[torch.Tensor],
     idx_mapping: torch.Tensor | None,
     sizes: Sequence[int],
+    num_blocks: Sequence[torch.Tensor] = (),
 ) -> None:
     """Mirrors csrc/cpu/prepare_spec_decode_inputs.cpp (metadata only)."""
     layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
@@ -62,6 +68,12 @@ def _check(
         check_slot_mapping_args(block_tables[g], layout.block_sizes[g], slot_mappings[g],
                                 layout.blocks_per_kv_block[g], *layout.group_cp(g), 0, layout.num_tokens_padded,
                                 device, SlotMappingArgNames.of_group(g), device_of="num_computed_tokens")
+    if len(num_blocks) not in (0, num_groups):
+        raise ValueError(f"num_blocks must be empty or hold one tensor per block table (len(block_tables) = "
+                         f"{num_groups}), got {len(num_blocks)}")
+    for g, counts in enumerate(num_blocks):
+        check_num_blocks(counts, f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
+                         device_of="num_computed_tokens")
     check_idx_mapping(idx_mapping, query_start_loc.numel() - 1, device, device_of="num_computed_tokens")
     # The correction's four inputs are read in full before the first store (every backend
     # gathers first), so they may alias any output; the rest is read while storing.
@@ -70,6 +82,7 @@ def _check(
     outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
     read_while_storing = [(query_start_loc, "query_start_loc"), (idx_mapping, "idx_mapping")]
     read_while_storing += [(table, f"block_tables[{g}]") for g, table in enumerate(block_tables)]
+    read_while_storing += [(counts, f"num_blocks[{g}]") for g, counts in enumerate(num_blocks)]
     check_outputs_alias_nothing(outputs, read_while_storing)
 
 
@@ -107,6 +120,7 @@ def prepare_spec_decode_inputs(
     idx_mapping: torch.Tensor | None = None,
     num_tokens_padded: int | None = None,
     num_reqs_padded: int | None = None,
+    num_blocks: Sequence[torch.Tensor] | None = None,
 ) -> SpecDecodeInputs:
     """Correction, positions and seq_lens, and every group's slot mapping, in one op call.
 
@@ -122,6 +136,10 @@ def prepare_spec_decode_inputs(
     Outputs absent are allocated: positions int64 and slot mappings int64 of num_tokens_padded
     (default: positions.numel(), else query_start_loc[R], a host read), seq_lens int32 of
     num_reqs_padded (default R). On the CPU a rejected call writes nothing.
+
+    num_blocks: one int32 tensor per group (or None), the blocks allocated to each row of its
+    table, as compute_slot_mapping takes it: a position past its row's allocated blocks is a
+    ValueError naming the request, the position and the count on the host, PAD on device paths.
     """
     num_groups = len(block_tables)
     if not isinstance(block_sizes, list):
@@ -160,7 +178,7 @@ def prepare_spec_decode_inputs(
     try:
         _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
             prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables,
-            slot_mappings, idx_mapping, sizes)
+            slot_mappings, idx_mapping, sizes, [] if num_blocks is None else list(num_blocks))
     except ValueError as error:
         # A non-int packed into sizes is named by its place there: say which argument it was.
         raise named_after_the_wrapper(error, num_groups) from None

@@ -1,5 +1,5 @@
 """sas_metadata: the schedule of Ascend's shared-KV sparse-attention kernel, word for word what
-its AI-CPU metadata kernel writes (SPEC 3.5, docs/sas_metadata.md)."""
+its AI-CPU metadata kernel writes (docs/sas_metadata.md)."""
 
 from __future__ import annotations
 

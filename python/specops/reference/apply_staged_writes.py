@@ -1,4 +1,4 @@
-"""Reference for apply_staged_writes (SPEC 3.3)."""
+"""Reference for apply_staged_writes (docs/persistent_buffers.md)."""
 
 from __future__ import annotations
 

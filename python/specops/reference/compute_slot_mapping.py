@@ -1,4 +1,4 @@
-"""Reference for compute_slot_mapping (SPEC 3.1)."""
+"""Reference for compute_slot_mapping (docs/slot_mapping.md)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import torch
 
 from specops._constants import PAD_SLOT_ID
 from specops.reference._batch import request_of_each_token
+from specops.reference._slot_math import kv_placement
 
 INT32_MAX = 2**31 - 1
 
@@ -22,6 +23,7 @@ def compute_slot_mapping(
     cp_interleave: int,
     idx_mapping: torch.Tensor | None,
     num_tokens_padded: int,
+    num_blocks: torch.Tensor | None = None,
 ) -> None:
     num_tokens = positions.numel()
     num_rows, num_cols = block_table.shape
@@ -31,12 +33,8 @@ def compute_slot_mapping(
         row = torch.where(request >= 0, idx_mapping.long()[request.clamp(min=0)], -1)
 
     position = positions.long()
-    kv_block = block_size * blocks_per_kv_block
-    virtual_block_size = kv_block * cp_world_size  # a virtual block spans every CP rank
-    virtual_block = position // virtual_block_size
-    offset = position % virtual_block_size
-    is_local = (offset // cp_interleave) % cp_world_size == cp_rank
-    local_offset = (offset // (cp_world_size * cp_interleave)) * cp_interleave + offset % cp_interleave
+    is_local, virtual_block, local_offset = kv_placement(position, block_size * blocks_per_kv_block, cp_world_size,
+                                                         cp_rank, cp_interleave)
     column = virtual_block * blocks_per_kv_block + local_offset // block_size
 
     valid = (
@@ -45,6 +43,10 @@ def compute_slot_mapping(
         & (position >= 0) & (position <= INT32_MAX)
         & (column < num_cols)
     )
+    if num_blocks is not None and num_rows > 0:
+        # Past the row's allocated blocks the row holds the null block: PAD, never a slot there.
+        allocated = num_blocks[:num_rows].long()[row.clamp(0, num_rows - 1)]
+        valid &= column < allocated
     # Gather with clamped indices, then discard what was invalid.
     if num_rows > 0 and num_cols > 0:
         block_id = block_table[row.clamp(0, num_rows - 1), column.clamp(0, num_cols - 1)].long()

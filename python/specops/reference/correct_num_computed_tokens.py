@@ -1,4 +1,4 @@
-"""Reference for correct_num_computed_tokens (SPEC 3.2)."""
+"""Reference for correct_num_computed_tokens (docs/async_accounting.md)."""
 
 from __future__ import annotations
 

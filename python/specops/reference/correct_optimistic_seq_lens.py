@@ -1,4 +1,4 @@
-"""Reference for correct_optimistic_seq_lens (SPEC 3.2)."""
+"""Reference for correct_optimistic_seq_lens (docs/async_accounting.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reference for cp_local_metadata (SPEC 3.4), and for the host ints of CPLocalMetadata."""
+"""Reference for cp_local_metadata (docs/context_parallel.md), and for the host ints of CPLocalMetadata."""
 
 from __future__ import annotations
 

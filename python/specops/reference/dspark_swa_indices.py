@@ -1,4 +1,4 @@
-"""Reference for dspark_swa_indices (SPEC 3.4)."""
+"""Reference for dspark_swa_indices (docs/context_parallel.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reference for gather_block_tables (SPEC 3.3)."""
+"""Reference for gather_block_tables (docs/persistent_buffers.md)."""
 
 from __future__ import annotations
 

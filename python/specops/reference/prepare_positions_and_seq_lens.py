@@ -1,4 +1,4 @@
-"""Reference for prepare_positions_and_seq_lens (SPEC 3.2)."""
+"""Reference for prepare_positions_and_seq_lens (docs/async_accounting.md)."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ def prepare_spec_decode_inputs(
     slot_mappings: list[torch.Tensor],
     idx_mapping: torch.Tensor | None,
     sizes: list[int],
+    num_blocks: list[torch.Tensor] = (),
 ) -> None:
     layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
     correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
@@ -37,4 +38,5 @@ def prepare_spec_decode_inputs(
             out[: layout.num_tokens_padded] = PAD_SLOT_ID
             continue
         compute_slot_mapping(query_start_loc, positions[:num_tokens], table, layout.block_sizes[g], out,
-                             layout.blocks_per_kv_block[g], *layout.group_cp(g), idx_mapping, layout.num_tokens_padded)
+                             layout.blocks_per_kv_block[g], *layout.group_cp(g), idx_mapping, layout.num_tokens_padded,
+                             num_blocks[g] if num_blocks else None)

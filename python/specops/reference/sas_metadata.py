@@ -1,4 +1,4 @@
-"""Reference for sas_metadata (SPEC 3.5): the AI-CPU kernel's schedule, its cost table in torch.
+"""Reference for sas_metadata: the AI-CPU kernel's schedule, its cost table in torch.
 
 The schedule has two steps (docs/sas_metadata.md):
 1. Cost table. Each batch's query rows (token-major: row = token * G + head) are cut into M tiles;
