@@ -16,6 +16,23 @@ BLOCK = 1024
 
 
 @triton.jit
+def format_tile(slot_mapping_ptr, out_ptr, tile, num_slots, num_rows, row_stride, block_size, BLOCK: tl.constexpr):
+    """Rows [tile * BLOCK, (tile + 1) * BLOCK) of out: the (block, offset) pair of each slot,
+    PAD's pair past num_slots."""
+    index = tile * BLOCK + tl.arange(0, BLOCK)
+    is_row = (index >= 0) & (index < num_rows)
+    slot = tl.load(slot_mapping_ptr + index, mask=is_row & (index < num_slots), other=-1).to(tl.int64)
+    block = slot // block_size
+    offset = slot - block * block_size
+    negative = offset < 0
+    block = tl.where(negative, block - 1, block)
+    offset = tl.where(negative, offset + block_size, offset)
+    row = out_ptr + index.to(tl.int64) * row_stride
+    tl.store(row, block.to(out_ptr.dtype.element_ty), mask=is_row)
+    tl.store(row + 1, offset.to(out_ptr.dtype.element_ty), mask=is_row)
+
+
+@triton.jit
 def _format_slot_mapping_blocks_kernel(
     slot_mapping_ptr, out_ptr, num_slots, num_rows, row_stride, block_size,
     BLOCK: tl.constexpr,
@@ -24,17 +41,7 @@ def _format_slot_mapping_blocks_kernel(
     num_progs = tl.num_programs(0)
     num_tiles = tl.cdiv(num_rows, BLOCK)
     for tile in range(pid, num_tiles, num_progs):
-        index = tile * BLOCK + tl.arange(0, BLOCK)
-        is_row = (index >= 0) & (index < num_rows)
-        slot = tl.load(slot_mapping_ptr + index, mask=is_row & (index < num_slots), other=-1).to(tl.int64)
-        block = slot // block_size
-        offset = slot - block * block_size
-        negative = offset < 0
-        block = tl.where(negative, block - 1, block)
-        offset = tl.where(negative, offset + block_size, offset)
-        row = out_ptr + index.to(tl.int64) * row_stride
-        tl.store(row, block.to(out_ptr.dtype.element_ty), mask=is_row)
-        tl.store(row + 1, offset.to(out_ptr.dtype.element_ty), mask=is_row)
+        format_tile(slot_mapping_ptr, out_ptr, tile, num_slots, num_rows, row_stride, block_size, BLOCK)
 
 
 def format_slot_mapping_blocks(slot_mapping: torch.Tensor, block_size: int, out: torch.Tensor) -> None:

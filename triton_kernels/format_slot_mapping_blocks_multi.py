@@ -14,23 +14,7 @@ import triton
 import triton.language as tl
 
 from specops.triton_kernels._launch import num_programs
-
-BLOCK = 1024
-
-
-@triton.jit
-def _format_tile(slot_mapping_ptr, out_ptr, tile, num_slots, num_rows, row_stride, block_size, BLOCK: tl.constexpr):
-    index = tile * BLOCK + tl.arange(0, BLOCK)
-    is_row = (index >= 0) & (index < num_rows)
-    slot = tl.load(slot_mapping_ptr + index, mask=is_row & (index < num_slots), other=-1).to(tl.int64)
-    block = slot // block_size
-    offset = slot - block * block_size
-    negative = offset < 0
-    block = tl.where(negative, block - 1, block)
-    offset = tl.where(negative, offset + block_size, offset)
-    row = out_ptr + index.to(tl.int64) * row_stride
-    tl.store(row, block.to(out_ptr.dtype.element_ty), mask=is_row)
-    tl.store(row + 1, offset.to(out_ptr.dtype.element_ty), mask=is_row)
+from specops.triton_kernels.format_slot_mapping_blocks import BLOCK, format_tile
 
 
 @triton.jit
@@ -46,8 +30,8 @@ def _format_slot_mapping_blocks_multi_kernel(
         # The first tile of this group whose global index is pid modulo num_progs.
         first_tile = (pid - first_task % num_progs + num_progs) % num_progs
         for tile in range(first_tile, num_tiles, num_progs):
-            _format_tile(slot_mappings[g], outs[g], tile, num_slots, num_rows[g], row_strides[g], block_sizes[g],
-                         BLOCK)
+            format_tile(slot_mappings[g], outs[g], tile, num_slots, num_rows[g], row_strides[g], block_sizes[g],
+                        BLOCK)
         first_task += num_tiles
 
 
