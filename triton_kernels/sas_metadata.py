@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from specops.sas_family_layout import Variant
 from specops.sas_layout import (
     ENTRY_WORDS,
     INT32_MAX,
@@ -22,11 +23,13 @@ from specops.sas_layout import (
     NUM_WORDS,
     SOURCE_CONSTANT,
     SOURCE_CUMULATIVE,
+    LengthSource,
     kv_lengths,
     num_batches,
     query_lengths,
     tile_sizes,
 )
+from specops.triton_kernels._sas_family import COST_SAS, indexer_tile_cost
 
 # Batches costed side by side. At 32, ptxas keeps some source combinations (a constant KV length)
 # to 128 registers with a 4-byte spill on sm_90; at 16 every combination compiles without one.
@@ -45,9 +48,14 @@ def _lengths(ptr, b, live, constant, SOURCE: tl.constexpr):
     elif SOURCE == 1:  # SOURCE_PER_BATCH
         value = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
         fits = (value >= -2147483648) & (value <= 2147483647)
-    else:  # SOURCE_CUMULATIVE
+    elif SOURCE == 2:  # SOURCE_CUMULATIVE
         first = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
         after = tl.load(ptr + b + 1, mask=live, other=0).to(tl.int64)
+        value = after - first
+        fits = (first >= -2147483648) & (first <= 2147483647) & (after >= -2147483648) & (after <= 2147483647)
+    else:  # SOURCE_PREFIX_SUMS: tensor[b] - tensor[b - 1], tensor[-1] = 0 (clamped offset for b = 0)
+        after = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
+        first = tl.load(ptr + tl.maximum(b - 1, 0), mask=live & (b > 0), other=0).to(tl.int64)
         value = after - first
         fits = (first >= -2147483648) & (first <= 2147483647) & (after >= -2147483648) & (after <= 2147483647)
     return value, fits
@@ -55,8 +63,22 @@ def _lengths(ptr, b, live, constant, SOURCE: tl.constexpr):
 
 @triton.jit
 def _tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
-               cmp_ratio, cmp_topk):
-    """Cost, last-block cost and whether M tile m sees KV (elementwise; s2 > 0 where used)."""
+               cmp_ratio, cmp_topk, COST: tl.constexpr):
+    """Cost, last-block cost, whether M tile m sees KV and its S2 blocks (elementwise; s2 > 0
+    where used), by the variant's tile rule (COST: _sas_family.COST_*)."""
+    if COST == 0:
+        cost, last_block_cost, sees, blocks = _sas_tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile,
+                                                             mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio,
+                                                             cmp_topk)
+    else:
+        cost, last_block_cost, sees, blocks = indexer_tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile,
+                                                                mask_mode, cmp_ratio, COST)
+    return cost, last_block_cost, sees, blocks
+
+
+@triton.jit
+def _sas_tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
+                   cmp_ratio, cmp_topk):
     first_row = m.to(tl.int64) * m_tile  # int64: first_row + m_tile can pass 2^31
     end_row = tl.minimum(first_row + m_tile, s1 * group)
     first_token = first_row // group
@@ -79,7 +101,7 @@ def _tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile, mask_mode, wi
     last_range = tl.where(compressed > 0, compressed, window)
     last_block = last_range - ((last_range + s2_tile - 1) // s2_tile - 1) * s2_tile
     last_block_cost = tl.where(sees, per_block + 10 * ((last_block + 63) // 64), 0)
-    return cost, last_block_cost, sees
+    return cost, last_block_cost, sees, tl.where(sees, blocks, 0)
 
 
 @triton.jit
@@ -102,7 +124,8 @@ def _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, gr
 @triton.jit
 def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
-           QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr, TILES: tl.constexpr):
+           QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr, TILES: tl.constexpr,
+           COST: tl.constexpr):
     """Batches [b0, b0 + REQS) with valid values, one per lane: M tiles, cost and last-block cost
     (int32: a block costs below 2^31), 0 past the end and without work; the [REQS, TILES] costs,
     last-block costs and KV flags of the tiles of the batches of at most TILES tiles; the most
@@ -117,9 +140,9 @@ def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, grou
     # Batches of at most TILES tiles: one row each of the block.
     m = tl.arange(0, TILES)[None, :]
     in_block = (work & (tiles <= TILES))[:, None] & (m < tiles[:, None])
-    tile_cost, tile_last, tile_sees = _tile_cost(m, s1[:, None], s2[:, None], tiles[:, None], leftover[:, None],
+    tile_cost, tile_last, tile_sees, _ = _tile_cost(m, s1[:, None], s2[:, None], tiles[:, None], leftover[:, None],
                                                  group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
-                                                 cmp_ratio, cmp_topk)
+                                                 cmp_ratio, cmp_topk, COST)
     tile_cost = tl.where(in_block, tile_cost, 0)
     tile_sees = in_block & tile_sees
     batch_cost = tl.sum(tile_cost, axis=1)
@@ -143,8 +166,8 @@ def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, grou
         while (m0 < k_tiles) & (k_cost <= max_total):
             t = m0 + lane
             inside = t < k_tiles
-            cost, last_cost, sees = _tile_cost(t, k_s1, k_s2, k_tiles, k_leftover, group, m_tile, s2_tile, mask_mode,
-                                               win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk)
+            cost, last_cost, sees, _ = _tile_cost(t, k_s1, k_s2, k_tiles, k_leftover, group, m_tile, s2_tile, mask_mode,
+                                               win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, COST)
             cost = tl.where(inside, cost, 0)
             k_cost += tl.sum(cost)
             max_tile = tl.maximum(max_tile, tl.max(cost))
@@ -173,13 +196,55 @@ def _prefix_sums(tiles, batch_cost, tile_cost, tile_last, tile_sees, TILES: tl.c
 
 
 @triton.jit
+def _store_entry(out_ptr, core, entry, field, ENTRY_STRIDE: tl.constexpr, ENTRY_WIDTH: tl.constexpr,
+                 PAIRED: tl.constexpr):
+    """A planned core's FA entry (its 8 fields), twice for a core pair."""
+    tl.store(out_ptr + core * ENTRY_STRIDE + field, entry.to(tl.int32))
+    if PAIRED:
+        tl.store(out_ptr + core * ENTRY_STRIDE + ENTRY_WIDTH + field, entry.to(tl.int32))
+
+
+@triton.jit
+def _blocks_between(query_ptr, kv_ptr, start_b, start_m, end_b, end_m, num_batches, query_constant, kv_constant,
+                    group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk,
+                    QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr, LANES: tl.constexpr,
+                    COST: tl.constexpr):
+    """The S2 blocks of the M tiles from cursor (start_b, start_m) up to (end_b, end_m)."""
+    req = tl.arange(0, REQS)
+    lane = tl.arange(0, LANES)
+    blocks = tl.zeros([], tl.int64)
+    bb = start_b
+    while (bb <= end_b) & (bb < num_batches):
+        s1, s2, tiles, leftover, _ = _batches(query_ptr, kv_ptr, bb, num_batches, query_constant, kv_constant, group,
+                                              m_tile, QUERY_SOURCE, KV_SOURCE, REQS)
+        b_s1 = tl.sum(tl.where(req == 0, s1, 0))
+        b_s2 = tl.sum(tl.where(req == 0, s2, 0))
+        b_tiles = tl.sum(tl.where(req == 0, tiles, 0))
+        b_leftover = tl.sum(tl.where(req == 0, leftover, 0))
+        t0 = tl.where(bb == start_b, start_m, 0).to(tl.int64)
+        hi = tl.where(bb == end_b, end_m, b_tiles).to(tl.int64)
+        while t0 < hi:
+            t = t0 + lane
+            _, _, _, tile_blocks = _tile_cost(t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile, mask_mode,
+                                              win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, COST)
+            blocks += tl.sum(tl.where((t < hi) & (b_s2 > 0), tile_blocks, 0))
+            t0 += LANES
+        bb += 1
+    return blocks
+
+
+@triton.jit
 def _sas_metadata_kernel(
     query_ptr, kv_ptr, out_ptr,
     num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
     cmp_ratio, cmp_topk, num_cube_cores, max_total,
     QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, NUM_WORDS: tl.constexpr, ENTRY_WORDS: tl.constexpr,
-    REQS: tl.constexpr, TILES: tl.constexpr,
+    REQS: tl.constexpr, TILES: tl.constexpr, COST: tl.constexpr, ENTRY_STRIDE: tl.constexpr,
+    ENTRY_WIDTH: tl.constexpr, PAIRED: tl.constexpr,
 ):
+    """ENTRY_WORDS fields per FA entry; ENTRY_WIDTH words per entry (9: s2_max_num at word 8);
+    ENTRY_STRIDE words from a planned core's entry to the next (twice the width for PAIRED
+    core pairs, whose word 8 is the most S2 blocks a core got)."""
     LANES: tl.constexpr = REQS * TILES
     req = tl.arange(0, REQS)
     lane = tl.arange(0, LANES)
@@ -209,7 +274,7 @@ def _sas_metadata_kernel(
     if valid:
         tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, max_tile, too_costly = _chunk(
             query_ptr, kv_ptr, 0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
-            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES, COST)
     # Every batch costs at most max_total unless too_costly, so no sum can overflow. A batch has
     # work (query rows and KV) exactly when it costs something.
     total = tl.sum(batch_cost)
@@ -219,7 +284,7 @@ def _sas_metadata_kernel(
     while valid & (b0 < num_batches):
         _, more_cost, _, _, _, _, more_max, too_costly = _chunk(
             query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
-            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES, COST)
         total += tl.sum(more_cost)
         any_work = total > 0
         max_tile = tl.maximum(max_tile, more_max)
@@ -231,7 +296,8 @@ def _sas_metadata_kernel(
     if valid & ~any_work:
         # No batch has work: core 0 covers every batch at once.
         entry = tl.where(field == 0, 1, tl.where(field == 4, num_batches, 0))
-        tl.store(out_ptr + field, entry.to(tl.int32))
+        _store_entry(out_ptr, 0, entry, field, ENTRY_STRIDE, ENTRY_WIDTH, PAIRED)
+    max_blocks = tl.zeros([], tl.int64)
     if valid & any_work:
         # The REQS batches from cached_b0, as prefix sums (_prefix_sums). `consumed` is the cost
         # of the chunk's tiles before the cursor (b, m): taking the chunk's work up to some point
@@ -241,7 +307,7 @@ def _sas_metadata_kernel(
             tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, _, _ = _chunk(
                 query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile,
                 mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE,
-                REQS, TILES)
+                REQS, TILES, COST)
         batch_start, batch_end, tile_end, tile_last, chunk_total, all_short = _prefix_sums(
             tiles, batch_cost, tile_cost, tile_last, tile_sees, TILES)
         tile_index = tl.arange(0, TILES)[None, :]
@@ -263,7 +329,7 @@ def _sas_metadata_kernel(
                     new_tiles, new_cost, batch_last, new_tile_cost, new_tile_last, new_sees, _, _ = _chunk(
                         query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile,
                         s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
-                        QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+                        QUERY_SOURCE, KV_SOURCE, REQS, TILES, COST)
                     batch_start, batch_end, tile_end, tile_last, chunk_total, all_short = _prefix_sums(
                         new_tiles, new_cost, new_tile_cost, new_tile_last, new_sees, TILES)
                     consumed = consumed * 0
@@ -318,9 +384,9 @@ def _sas_metadata_kernel(
                     while taking:
                         t = m + lane
                         inside = t < b_tiles
-                        cost, last_cost, sees = _tile_cost(t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile,
+                        cost, last_cost, sees, _ = _tile_cost(t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile,
                                                            mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio,
-                                                           cmp_topk)
+                                                           cmp_topk, COST)
                         cost = tl.where(inside, cost, 0)
                         tested = inside & (sees | ((lane == 0) & first_step))
                         fails = tested & (load + tl.cumsum(cost, 0) > limit + last_cost // 2)
@@ -333,13 +399,39 @@ def _sas_metadata_kernel(
                         taking = (stop == LANES) & (m < b_tiles)
             entry = tl.where(field == 0, 1, tl.where(field == 1, start_b, tl.where(field == 2, start_m, tl.where(
                 field == 4, b, tl.where(field == 5, m, 0)))))
-            tl.store(out_ptr + core * ENTRY_WORDS + field, entry.to(tl.int32))
+            _store_entry(out_ptr, core, entry, field, ENTRY_STRIDE, ENTRY_WIDTH, PAIRED)
+            if PAIRED:
+                max_blocks = tl.maximum(max_blocks, _blocks_between(
+                    query_ptr, kv_ptr, start_b, start_m, b, m, num_batches, query_constant, kv_constant, group,
+                    m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, QUERY_SOURCE,
+                    KV_SOURCE, REQS, LANES, COST))
             unassigned -= load
             core += 1
         used = core
 
     word = tl.arange(0, NUM_WORDS)
-    tl.store(out_ptr + word, tl.zeros([NUM_WORDS], tl.int32), mask=word >= used * ENTRY_WORDS)
+    # Every word no entry store wrote: zeros, and a pair's word 8 the most blocks of a core.
+    in_entry = word < used * ENTRY_STRIDE
+    entry_field = word % ENTRY_WIDTH
+    pair_word = (word < num_cube_cores * ENTRY_STRIDE * PAIRED) & (entry_field == ENTRY_WORDS)
+    tl.store(out_ptr + word, tl.where(pair_word, max_blocks, 0).to(tl.int32),
+             mask=(in_entry == 0) | (entry_field >= ENTRY_WORDS))
+
+
+def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, batches: int, group: int,
+                    variant: Variant, mask_mode: int, win_left: int, win_right: int, has_cmp_kv: bool, cmp_ratio: int,
+                    cmp_topk: int, cost: int = COST_SAS) -> None:
+    """The family's one kernel for a member's lengths, tile rule and layout (`variant`)."""
+    # A constant source reads no tensor: `out` stands in for the pointer.
+    _sas_metadata_kernel[(1,)](
+        out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor, out,
+        batches, query.constant, kv.constant, group, variant.m_tile_rows, variant.s2_tile, mask_mode, win_left,
+        win_right, int(has_cmp_kv), cmp_ratio if has_cmp_kv else 1, cmp_topk if has_cmp_kv else 0,
+        variant.planned_cores, MAX_TOTAL_COST,
+        QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, NUM_WORDS=NUM_WORDS, ENTRY_WORDS=ENTRY_WORDS,
+        REQS=REQS, TILES=TILES, COST=cost, ENTRY_STRIDE=variant.entry_words * (2 if variant.paired else 1),
+        ENTRY_WIDTH=variant.entry_words, PAIRED=int(variant.paired), num_warps=NUM_WARPS,
+    )
 
 
 def sas_metadata(
@@ -350,15 +442,9 @@ def sas_metadata(
     layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool, num_cube_cores: int, num_vector_cores: int,
     ascend950: bool, out: torch.Tensor,
 ) -> None:
-    query = query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q)
-    kv = kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv)
     m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
-    # A constant source reads no tensor: `out` stands in for the pointer.
-    _sas_metadata_kernel[(1,)](
-        out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor, out,
-        num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), query.constant, kv.constant, num_heads_q, m_tile,
-        s2_tile, ori_mask_mode, ori_win_left, ori_win_right, int(has_cmp_kv), cmp_ratio if has_cmp_kv else 1,
-        cmp_topk if has_cmp_kv else 0, num_cube_cores, MAX_TOTAL_COST,
-        QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, NUM_WORDS=NUM_WORDS, ENTRY_WORDS=ENTRY_WORDS,
-        REQS=REQS, TILES=TILES, num_warps=NUM_WARPS,
-    )
+    launch_schedule(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q),
+                    kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), out,
+                    num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), num_heads_q,
+                    Variant(m_tile, s2_tile, planned_cores=num_cube_cores), ori_mask_mode, ori_win_left, ori_win_right,
+                    has_cmp_kv, cmp_ratio, cmp_topk)
