@@ -29,7 +29,7 @@ from specops.sas_layout import (
     query_lengths,
     tile_sizes,
 )
-from specops.triton_kernels._sas_family import COST_SAS, indexer_tile_cost
+from specops.triton_kernels._sas_family import COST_SAS, _batches, _finish_pairs_kernel, _tile_cost
 
 # Batches costed side by side. At 32, ptxas keeps some source combinations (a constant KV length)
 # to 128 registers with a 4-byte spill on sm_90; at 16 every combination compiles without one.
@@ -37,88 +37,6 @@ REQS = 16
 TILES = 8  # M tiles per batch in the [REQS, TILES] block: a decode of up to 8 tokens
 LANES = REQS * TILES  # M tiles per step of a longer batch
 NUM_WARPS = 4  # sm_90 and sm_80 compile without a spill at 4 warps (at 8, ptxas caps at 128 registers)
-
-
-@triton.jit
-def _lengths(ptr, b, live, constant, SOURCE: tl.constexpr):
-    """Each lane's length (int64) and whether the values read for it fit int32."""
-    if SOURCE == 0:  # SOURCE_CONSTANT
-        value = tl.zeros_like(b).to(tl.int64) + constant
-        fits = value == value
-    elif SOURCE == 1:  # SOURCE_PER_BATCH
-        value = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
-        fits = (value >= -2147483648) & (value <= 2147483647)
-    elif SOURCE == 2:  # SOURCE_CUMULATIVE
-        first = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
-        after = tl.load(ptr + b + 1, mask=live, other=0).to(tl.int64)
-        value = after - first
-        fits = (first >= -2147483648) & (first <= 2147483647) & (after >= -2147483648) & (after <= 2147483647)
-    else:  # SOURCE_PREFIX_SUMS: tensor[b] - tensor[b - 1], tensor[-1] = 0 (clamped offset for b = 0)
-        after = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
-        first = tl.load(ptr + tl.maximum(b - 1, 0), mask=live & (b > 0), other=0).to(tl.int64)
-        value = after - first
-        fits = (first >= -2147483648) & (first <= 2147483647) & (after >= -2147483648) & (after <= 2147483647)
-    return value, fits
-
-
-@triton.jit
-def _tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
-               cmp_ratio, cmp_topk, COST: tl.constexpr):
-    """Cost, last-block cost, whether M tile m sees KV and its S2 blocks (elementwise; s2 > 0
-    where used), by the variant's tile rule (COST: _sas_family.COST_*)."""
-    if COST == 0:
-        cost, last_block_cost, sees, blocks = _sas_tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile,
-                                                             mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio,
-                                                             cmp_topk)
-    else:
-        cost, last_block_cost, sees, blocks = indexer_tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile,
-                                                                mask_mode, cmp_ratio, COST)
-    return cost, last_block_cost, sees, blocks
-
-
-@triton.jit
-def _sas_tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
-                   cmp_ratio, cmp_topk):
-    first_row = m.to(tl.int64) * m_tile  # int64: first_row + m_tile can pass 2^31
-    end_row = tl.minimum(first_row + m_tile, s1 * group)
-    first_token = first_row // group
-    last_token = (end_row - 1) // group
-    offset = s2 - s1  # token t sits at KV position s2 - s1 + t
-    lo = tl.where(mask_mode == 4, first_token + offset - win_left, 0)
-    hi = tl.where(mask_mode == 0, s2 - 1, last_token + offset + tl.where(mask_mode == 4, win_right, 0))
-    sees = (lo < s2) & (hi >= 0) & (hi >= lo)
-    lo = tl.maximum(lo, 0)
-    hi = tl.minimum(hi, s2 - 1)
-    window = tl.where(sees, hi - lo + 1, 0)
-    compressed = tl.where(sees & (has_cmp_kv != 0), (hi + 1) // cmp_ratio, 0)
-    compressed = tl.where(cmp_topk > 0, tl.minimum(compressed, cmp_topk), compressed)
-    rows = tl.where((m == tiles - 1) & (leftover != 0), leftover, m_tile)
-    per_block = 6 * ((rows + 15) // 16)
-    # The S2 tile is a multiple of 64: the 10 ceil(t / 64) of a range's blocks add up to
-    # 10 ceil(range / 64).
-    blocks = (window + s2_tile - 1) // s2_tile + (compressed + s2_tile - 1) // s2_tile
-    cost = tl.where(sees, per_block * blocks + 10 * ((window + 63) // 64 + (compressed + 63) // 64), 0)
-    last_range = tl.where(compressed > 0, compressed, window)
-    last_block = last_range - ((last_range + s2_tile - 1) // s2_tile - 1) * s2_tile
-    last_block_cost = tl.where(sees, per_block + 10 * ((last_block + 63) // 64), 0)
-    return cost, last_block_cost, sees, tl.where(sees, blocks, 0)
-
-
-@triton.jit
-def _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile,
-             QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr):
-    """Batches [b0, b0 + REQS), one per lane: S1, S2, M tiles and leftover rows of the last tile,
-    and whether the values are valid (int32, lengths >= 0, at most 2^31 - 1 query rows). Lanes
-    past the end, and invalid ones, get no tiles."""
-    b = b0 + tl.arange(0, REQS)
-    live = b < num_batches
-    s1, query_fits = _lengths(query_ptr, b, live, query_constant, QUERY_SOURCE)
-    s2, kv_fits = _lengths(kv_ptr, b, live, kv_constant, KV_SOURCE)
-    rows = s1 * group
-    valid = (query_fits & kv_fits & (s1 >= 0) & (s2 >= 0) & (rows <= 2147483647)) | ~live
-    tiles = tl.where(live & valid, (rows + m_tile - 1) // m_tile, 0)
-    leftover = tl.where(live & valid, rows % m_tile, 0)
-    return s1, s2, tiles, leftover, valid
 
 
 @triton.jit
@@ -140,9 +58,9 @@ def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, grou
     # Batches of at most TILES tiles: one row each of the block.
     m = tl.arange(0, TILES)[None, :]
     in_block = (work & (tiles <= TILES))[:, None] & (m < tiles[:, None])
-    tile_cost, tile_last, tile_sees, _ = _tile_cost(m, s1[:, None], s2[:, None], tiles[:, None], leftover[:, None],
-                                                 group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
-                                                 cmp_ratio, cmp_topk, COST)
+    tile_cost, tile_last, tile_sees, _tile_blocks = _tile_cost(
+        m, s1[:, None], s2[:, None], tiles[:, None], leftover[:, None], group, m_tile, s2_tile, mask_mode, win_left,
+        win_right, has_cmp_kv, cmp_ratio, cmp_topk, COST)
     tile_cost = tl.where(in_block, tile_cost, 0)
     tile_sees = in_block & tile_sees
     batch_cost = tl.sum(tile_cost, axis=1)
@@ -166,8 +84,9 @@ def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, grou
         while (m0 < k_tiles) & (k_cost <= max_total):
             t = m0 + lane
             inside = t < k_tiles
-            cost, last_cost, sees, _ = _tile_cost(t, k_s1, k_s2, k_tiles, k_leftover, group, m_tile, s2_tile, mask_mode,
-                                               win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, COST)
+            cost, last_cost, sees, _blocks = _tile_cost(t, k_s1, k_s2, k_tiles, k_leftover, group, m_tile, s2_tile,
+                                                        mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio,
+                                                        cmp_topk, COST)
             cost = tl.where(inside, cost, 0)
             k_cost += tl.sum(cost)
             max_tile = tl.maximum(max_tile, tl.max(cost))
@@ -196,55 +115,17 @@ def _prefix_sums(tiles, batch_cost, tile_cost, tile_last, tile_sees, TILES: tl.c
 
 
 @triton.jit
-def _store_entry(out_ptr, core, entry, field, ENTRY_STRIDE: tl.constexpr, ENTRY_WIDTH: tl.constexpr,
-                 PAIRED: tl.constexpr):
-    """A planned core's FA entry (its 8 fields), twice for a core pair."""
-    tl.store(out_ptr + core * ENTRY_STRIDE + field, entry.to(tl.int32))
-    if PAIRED:
-        tl.store(out_ptr + core * ENTRY_STRIDE + ENTRY_WIDTH + field, entry.to(tl.int32))
-
-
-@triton.jit
-def _blocks_between(query_ptr, kv_ptr, start_b, start_m, end_b, end_m, num_batches, query_constant, kv_constant,
-                    group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk,
-                    QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr, LANES: tl.constexpr,
-                    COST: tl.constexpr):
-    """The S2 blocks of the M tiles from cursor (start_b, start_m) up to (end_b, end_m)."""
-    req = tl.arange(0, REQS)
-    lane = tl.arange(0, LANES)
-    blocks = tl.zeros([], tl.int64)
-    bb = start_b
-    while (bb <= end_b) & (bb < num_batches):
-        s1, s2, tiles, leftover, _ = _batches(query_ptr, kv_ptr, bb, num_batches, query_constant, kv_constant, group,
-                                              m_tile, QUERY_SOURCE, KV_SOURCE, REQS)
-        b_s1 = tl.sum(tl.where(req == 0, s1, 0))
-        b_s2 = tl.sum(tl.where(req == 0, s2, 0))
-        b_tiles = tl.sum(tl.where(req == 0, tiles, 0))
-        b_leftover = tl.sum(tl.where(req == 0, leftover, 0))
-        t0 = tl.where(bb == start_b, start_m, 0).to(tl.int64)
-        hi = tl.where(bb == end_b, end_m, b_tiles).to(tl.int64)
-        while t0 < hi:
-            t = t0 + lane
-            _, _, _, tile_blocks = _tile_cost(t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile, mask_mode,
-                                              win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, COST)
-            blocks += tl.sum(tl.where((t < hi) & (b_s2 > 0), tile_blocks, 0))
-            t0 += LANES
-        bb += 1
-    return blocks
-
-
-@triton.jit
 def _sas_metadata_kernel(
     query_ptr, kv_ptr, out_ptr,
     num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
     cmp_ratio, cmp_topk, num_cube_cores, max_total,
     QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, NUM_WORDS: tl.constexpr, ENTRY_WORDS: tl.constexpr,
     REQS: tl.constexpr, TILES: tl.constexpr, COST: tl.constexpr, ENTRY_STRIDE: tl.constexpr,
-    ENTRY_WIDTH: tl.constexpr, PAIRED: tl.constexpr,
+    ENTRY_WIDTH: tl.constexpr,
 ):
     """ENTRY_WORDS fields per FA entry; ENTRY_WIDTH words per entry (9: s2_max_num at word 8);
-    ENTRY_STRIDE words from a planned core's entry to the next (twice the width for PAIRED
-    core pairs, whose word 8 is the most S2 blocks a core got)."""
+    ENTRY_STRIDE words from a planned core's entry to the next (twice the width for core pairs,
+    finished by _finish_pairs_kernel)."""
     LANES: tl.constexpr = REQS * TILES
     req = tl.arange(0, REQS)
     lane = tl.arange(0, LANES)
@@ -296,8 +177,7 @@ def _sas_metadata_kernel(
     if valid & ~any_work:
         # No batch has work: core 0 covers every batch at once.
         entry = tl.where(field == 0, 1, tl.where(field == 4, num_batches, 0))
-        _store_entry(out_ptr, 0, entry, field, ENTRY_STRIDE, ENTRY_WIDTH, PAIRED)
-    max_blocks = tl.zeros([], tl.int64)
+        tl.store(out_ptr + field, entry.to(tl.int32))
     if valid & any_work:
         # The REQS batches from cached_b0, as prefix sums (_prefix_sums). `consumed` is the cost
         # of the chunk's tiles before the cursor (b, m): taking the chunk's work up to some point
@@ -384,9 +264,9 @@ def _sas_metadata_kernel(
                     while taking:
                         t = m + lane
                         inside = t < b_tiles
-                        cost, last_cost, sees, _ = _tile_cost(t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile,
-                                                           mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio,
-                                                           cmp_topk, COST)
+                        cost, last_cost, sees, _blocks = _tile_cost(
+                            t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile, mask_mode, win_left,
+                            win_right, has_cmp_kv, cmp_ratio, cmp_topk, COST)
                         cost = tl.where(inside, cost, 0)
                         tested = inside & (sees | ((lane == 0) & first_step))
                         fails = tested & (load + tl.cumsum(cost, 0) > limit + last_cost // 2)
@@ -399,23 +279,17 @@ def _sas_metadata_kernel(
                         taking = (stop == LANES) & (m < b_tiles)
             entry = tl.where(field == 0, 1, tl.where(field == 1, start_b, tl.where(field == 2, start_m, tl.where(
                 field == 4, b, tl.where(field == 5, m, 0)))))
-            _store_entry(out_ptr, core, entry, field, ENTRY_STRIDE, ENTRY_WIDTH, PAIRED)
-            if PAIRED:
-                max_blocks = tl.maximum(max_blocks, _blocks_between(
-                    query_ptr, kv_ptr, start_b, start_m, b, m, num_batches, query_constant, kv_constant, group,
-                    m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, QUERY_SOURCE,
-                    KV_SOURCE, REQS, LANES, COST))
+            tl.store(out_ptr + core * ENTRY_STRIDE + field, entry.to(tl.int32))
             unassigned -= load
             core += 1
         used = core
 
     word = tl.arange(0, NUM_WORDS)
-    # Every word no entry store wrote: zeros, and a pair's word 8 the most blocks of a core.
+    # Zeros in every word the entry stores did not write. A pair's second entry (words 9..17 of
+    # its 18) is left to _finish_pairs_kernel, as is its word 8.
     in_entry = word < used * ENTRY_STRIDE
     entry_field = word % ENTRY_WIDTH
-    pair_word = (word < num_cube_cores * ENTRY_STRIDE * PAIRED) & (entry_field == ENTRY_WORDS)
-    tl.store(out_ptr + word, tl.where(pair_word, max_blocks, 0).to(tl.int32),
-             mask=(in_entry == 0) | (entry_field >= ENTRY_WORDS))
+    tl.store(out_ptr + word, tl.zeros([NUM_WORDS], tl.int32), mask=(in_entry == 0) | (entry_field >= ENTRY_WORDS))
 
 
 def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, batches: int, group: int,
@@ -430,8 +304,16 @@ def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, ba
         variant.planned_cores, MAX_TOTAL_COST,
         QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, NUM_WORDS=NUM_WORDS, ENTRY_WORDS=ENTRY_WORDS,
         REQS=REQS, TILES=TILES, COST=cost, ENTRY_STRIDE=variant.entry_words * (2 if variant.paired else 1),
-        ENTRY_WIDTH=variant.entry_words, PAIRED=int(variant.paired), num_warps=NUM_WARPS,
+        ENTRY_WIDTH=variant.entry_words, num_warps=NUM_WARPS,
     )
+    if variant.paired:
+        _finish_pairs_kernel[(1,)](
+            out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor,
+            out, batches, query.constant, kv.constant, group, variant.m_tile_rows, variant.s2_tile, mask_mode,
+            win_left, win_right, int(has_cmp_kv), cmp_ratio if has_cmp_kv else 1, cmp_topk if has_cmp_kv else 0,
+            variant.planned_cores, QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, REQS=REQS, LANES=REQS * TILES,
+            COST=cost, ENTRY_WORDS=ENTRY_WORDS, ENTRY_WIDTH=variant.entry_words, num_warps=NUM_WARPS,
+        )
 
 
 def sas_metadata(

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "cpu/checks.h"
@@ -20,6 +21,11 @@ void compressor_metadata(const at::Tensor& rope_cos, const at::Tensor& rope_sin,
                          const at::Tensor& compress_cos, const at::Tensor& compress_sin,
                          const at::Tensor& slot_mapping) {
   check_tensor(rope_cos, "rope_cos", {c10::kFloat, c10::kBFloat16, c10::kHalf}, 2);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"rope_sin", &rope_sin},
+                                {"compress_cos", &compress_cos}, {"compress_sin", &compress_sin}}) {
+    TORCH_CHECK_VALUE(!t->defined() || t->scalar_type() == rope_cos.scalar_type(), name, " must have rope_cos's dtype ",
+                      rope_cos.scalar_type(), ", got ", t->scalar_type());
+  }
   check_tensor(rope_sin, "rope_sin", {rope_cos.scalar_type()}, 2);
   TORCH_CHECK_VALUE(rope_sin.stride(0) == rope_cos.stride(0), "rope_sin must have rope_cos's row stride ",
                     rope_cos.stride(0), ", got ", rope_sin.stride(0));

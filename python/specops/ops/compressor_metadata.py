@@ -29,16 +29,19 @@ def _check(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqlens: torch.Ten
     """Mirrors csrc/cpu/compressor_metadata.cpp."""
     check_tensor(rope_cos, "rope_cos", _FLOATS, 2)
     device = rope_cos.device
-    check_tensor(rope_sin, "rope_sin", [rope_cos.dtype], 2, device)
+    for name, t in (("rope_sin", rope_sin), ("compress_cos", compress_cos), ("compress_sin", compress_sin)):
+        if isinstance(t, torch.Tensor) and t.dtype != rope_cos.dtype:
+            raise ValueError(f"{name} must have rope_cos's dtype {rope_cos.dtype}, got {t.dtype}")
+    check_tensor(rope_sin, "rope_sin", [rope_cos.dtype], 2, device, "rope_cos")
     if rope_sin.shape != rope_cos.shape:
         raise ValueError(f"rope_sin must have rope_cos's shape {tuple(rope_cos.shape)}, got {tuple(rope_sin.shape)}")
     if rope_sin.stride(0) != rope_cos.stride(0):
         raise ValueError(f"rope_sin must have rope_cos's row stride {rope_cos.stride(0)}, got {rope_sin.stride(0)}")
-    check_tensor(cu_seqlens, "cu_seqlens", [torch.int32], 1, device)
-    check_tensor(start_pos, "start_pos", [torch.int32], 1, device)
-    check_tensor(kv_block_table, "kv_block_table", [torch.int32], 2, device)
-    check_tensor(compress_cos, "compress_cos", [rope_cos.dtype], 4, device)
-    check_tensor(compress_sin, "compress_sin", [rope_cos.dtype], 4, device)
+    check_tensor(cu_seqlens, "cu_seqlens", [torch.int32], 1, device, "rope_cos")
+    check_tensor(start_pos, "start_pos", [torch.int32], 1, device, "rope_cos")
+    check_tensor(kv_block_table, "kv_block_table", [torch.int32], 2, device, "rope_cos")
+    check_tensor(compress_cos, "compress_cos", [rope_cos.dtype], 4, device, "rope_cos")
+    check_tensor(compress_sin, "compress_sin", [rope_cos.dtype], 4, device, "rope_cos")
     if not (compress_cos.is_contiguous() and compress_sin.is_contiguous()):
         raise ValueError("compress_cos and compress_sin must be contiguous")
     num_rows, rope_dim = compress_cos.shape[0], rope_cos.shape[1]
@@ -50,11 +53,11 @@ def _check(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqlens: torch.Ten
     if slot_mapping_format not in (FORMAT_FLAT, FORMAT_BLOCK_OFFSET):
         raise ValueError(f"slot_mapping_format must be 1 (flat) or 2 (block, offset), got {slot_mapping_format}")
     if slot_mapping_format == FORMAT_FLAT:
-        check_tensor(slot_mapping, "slot_mapping", [torch.int32], 1, device)
+        check_tensor(slot_mapping, "slot_mapping", [torch.int32], 1, device, "rope_cos")
         if slot_mapping.shape[0] != num_rows:
             raise ValueError(f"slot_mapping must have N = {num_rows} rows, got {tuple(slot_mapping.shape)}")
     else:
-        check_tensor(slot_mapping, "slot_mapping", [torch.int32], 2, device)
+        check_tensor(slot_mapping, "slot_mapping", [torch.int32], 2, device, "rope_cos")
         if tuple(slot_mapping.shape) != (num_rows, 2) or not slot_mapping.is_contiguous():
             raise ValueError(f"slot_mapping must be a contiguous [N = {num_rows}, 2] tensor, got "
                              f"{tuple(slot_mapping.shape)}")
@@ -92,25 +95,36 @@ def compressor_metadata(
     num_compressed_tokens: int,
     num_reqs_actual: int,
     *,
-    out: CompressorMetadata | None = None,
+    compress_cos: torch.Tensor | None = None,
+    compress_sin: torch.Tensor | None = None,
+    slot_mapping: torch.Tensor | None = None,
 ) -> CompressorMetadata:
-    """vllm-ascend's `compressor_metadata` (its `_out` form with `out`): for every compression
-    group of `compress_ratio` positions that request r < num_reqs_actual completes in this step
-    (cu_seqlens: its query_start_loc, start_pos: seq_lens - query_lens), in request order, the
-    group's compressed-cache slot from the logical block table and the RoPE cos/sin rows of its
-    first position; rows that cannot be placed, and rows past the valid ones up to
-    `num_compressed_tokens`, get cos 1, sin 0 and slot -1 (flat, format 1) or (-1, block size - 1)
-    (format 2). rope_cos / rope_sin: [max_pos, rope_dim] (the ratio's full tables)."""
-    if out is None:
+    """vllm-ascend's `compressor_metadata` (its `_out` form when the three outputs are given):
+    for every compression group of `compress_ratio` positions that request r < num_reqs_actual
+    completes in this step (cu_seqlens: its query_start_loc, start_pos: seq_lens - query_lens),
+    in request order, the group's compressed-cache slot from the logical block table and the
+    RoPE cos/sin rows of its first position; rows that cannot be placed, and rows past the valid
+    ones up to `num_compressed_tokens`, get cos 1, sin 0 and slot -1 (flat, format 1) or
+    (-1, block size - 1) (format 2). rope_cos / rope_sin: [max_pos, rope_dim] (the ratio's full
+    tables). Outputs: [N, 1, 1, rope_dim] in the tables' dtype and int32 [N] or [N, 2]; absent
+    ones are allocated with N = num_compressed_tokens."""
+    if compress_cos is None or compress_sin is None or slot_mapping is None:
         if not isinstance(rope_cos, torch.Tensor) or rope_cos.dim() != 2:
             raise ValueError("rope_cos must be a 2-D tensor")
         if not isinstance(num_compressed_tokens, int) or num_compressed_tokens < 0:
             raise ValueError(f"num_compressed_tokens must be an int >= 0, got {num_compressed_tokens!r}")
         rows = (num_compressed_tokens, 1, 1, rope_cos.shape[1])
-        slot_shape = (num_compressed_tokens,) if slot_mapping_format == FORMAT_FLAT else (num_compressed_tokens, 2)
-        out = CompressorMetadata(torch.empty(rows, dtype=rope_cos.dtype, device=rope_cos.device),
-                                 torch.empty(rows, dtype=rope_cos.dtype, device=rope_cos.device),
-                                 torch.empty(slot_shape, dtype=torch.int32, device=rope_cos.device))
+        if compress_cos is None:
+            compress_cos = torch.empty(rows, dtype=rope_cos.dtype, device=rope_cos.device)
+        if compress_sin is None:
+            compress_sin = torch.empty(rows, dtype=rope_cos.dtype, device=rope_cos.device)
+        if slot_mapping is None:
+            shape = (num_compressed_tokens,) if slot_mapping_format == FORMAT_FLAT else (num_compressed_tokens, 2)
+            slot_mapping = torch.empty(shape, dtype=torch.int32, device=rope_cos.device)
+    elif isinstance(compress_cos, torch.Tensor) and compress_cos.dim() >= 1 and \
+            num_compressed_tokens != compress_cos.shape[0]:
+        raise ValueError(f"num_compressed_tokens ({num_compressed_tokens}) must be compress_cos's row count "
+                         f"{compress_cos.shape[0]}")
     _OP.select()(rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_table, kv_block_size, slot_mapping_format,
-                 compress_ratio, num_reqs_actual, *out)
-    return CompressorMetadata(*out)
+                 compress_ratio, num_reqs_actual, compress_cos, compress_sin, slot_mapping)
+    return CompressorMetadata(compress_cos, compress_sin, slot_mapping)

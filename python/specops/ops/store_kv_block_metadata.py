@@ -31,7 +31,7 @@ def _check(slot_mapping: torch.Tensor, group_len: torch.Tensor, group_key_idx: t
     the slot values (INT32_MAX, more runs than the capacity) are checked on the host only."""
     check_tensor(slot_mapping, "slot_mapping", [torch.int32, torch.int64], 1)
     for name, t in zip(_OUTPUTS, (group_len, group_key_idx, group_key_cache_idx)):
-        check_tensor(t, name, [torch.int32], 1, slot_mapping.device)
+        check_tensor(t, name, [torch.int32], 1, slot_mapping.device, "slot_mapping")
     if not 0 < block_size <= INT32_MAX:
         raise ValueError(f"block_size must be positive (and fit int32), got {block_size}")
     if slot_mapping.numel() == 0:
