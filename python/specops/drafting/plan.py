@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from specops.drafting.buffers import MAX_CACHED_SHAPES, Generation, row_views
+from specops.drafting.calls import DSPARK, FORMAT, dspark_arguments, format_arguments, sas_arguments
 from specops.drafting.invariant import DSparkWidths
 
 if TYPE_CHECKING:
-    from specops.drafting.builder import DraftMetadataBuilder, SasArguments
+    from specops.drafting.builder import DraftMetadataBuilder
 
 
 class SasCall(NamedTuple):
@@ -22,16 +23,8 @@ class SasCall(NamedTuple):
     invariant_slot: int  # the group-invariant entry whose CP metadata it reads
     rope_id: int  # the id of the RoPE cache its fingerprint is taken with
     writes: Generation  # the writes of its buffer
-    arguments: SasArguments  # the fixed arguments (step.py's _run_sas adds the batch)
+    arguments: list  # the op's arguments but the batch's (calls.sas_arguments)
     out: torch.Tensor  # its buffer
-
-
-class DSparkShape(NamedTuple):
-    """One dspark_swa_indices_multi call's outputs at one num_input_tokens (its groups in order)."""
-
-    num_tokens: int
-    out: list[torch.Tensor]
-    out_lens: list[torch.Tensor]
 
 
 class MetadataRow(NamedTuple):
@@ -48,9 +41,17 @@ class MetadataRow(NamedTuple):
 class ShapeOutputs(NamedTuple):
     """Everything a step at one num_input_tokens writes into or hands out."""
 
-    slot_mappings: list[torch.Tensor]  # the format's outputs, one per group
-    dspark: list[DSparkShape]  # one per DSpark call
+    format_arguments: list  # the format's arguments, its outputs one view per group (calls.format_arguments)
+    dspark_arguments: list[list]  # per DSpark call, its arguments with its outputs (calls.dspark_arguments)
     rows: list[MetadataRow]  # one per group
+
+
+class Sharing(NamedTuple):
+    """How the builders of a step share one kind of entry, for their keys in order."""
+
+    firsts: list[int]  # the first builder of each distinct key
+    later: list[int]  # per distinct key, how many later builders share it
+    slot_of: list[int]  # each builder's slot among the distinct keys
 
 
 class DSparkCall:
@@ -58,7 +59,7 @@ class DSparkCall:
     a draft length (all of them when the builders share one model)."""
 
     __slots__ = ("members", "names", "windows", "num_speculative_tokens", "block_sizes", "widths", "cp_size",
-                 "cp_rank", "invariant_slot")
+                 "cp_rank", "invariant_slot", "arguments")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int], invariant_slot: int):
         self.members = members
@@ -71,6 +72,7 @@ class DSparkCall:
         self.widths = [builders[i].dspark_width for i in members]
         self.num_speculative_tokens = model.num_speculative_tokens
         self.cp_size, self.cp_rank = model.cp_size, model.cp_rank
+        self.arguments = dspark_arguments(self)
 
 
 class StepPlan:
@@ -82,7 +84,7 @@ class StepPlan:
     __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
                  "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of", "sas_calls",
                  "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
-                 "max_num_tokens", "row_slots", "by_tokens")
+                 "max_num_tokens", "row_slots", "format_arguments", "by_tokens")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
@@ -91,21 +93,24 @@ class StepPlan:
         self.names = [builder.group.name for builder in builders]
         self.storage_block_sizes = [builder.group.storage_block_size for builder in builders]
         self.windows = [builder.step_windows[causal] for builder in builders]
-        self.invariant_firsts, self.invariant_later, self.invariant_of = self._first_of_each(
-            [buffers.invariant_key for buffers in self.buffers])
+        invariants = _sharing([buffers.invariant_key for buffers in self.buffers])
+        self.invariant_firsts, self.invariant_later = invariants.firsts, invariants.later
+        self.invariant_of = invariants.slot_of
         self.invariant_keys = [self.buffers[index].invariant_key for index in self.invariant_firsts]
         self.invariant_rope_ids = [id(builders[index].model.rope_cos_sin_cache) for index in self.invariant_firsts]
         # Groups without a sliding window have no sas_metadata (slot None).
         with_sas = [index for index, buffers in enumerate(self.buffers) if buffers.sas_keys]
-        firsts, self.sas_later, slots = self._first_of_each([self.buffers[index].sas_keys[causal] for index in with_sas])
+        sas = _sharing([self.buffers[index].sas_keys[causal] for index in with_sas])
+        self.sas_later = sas.later
         self.sas_of = [None] * len(builders)
-        for index, slot in zip(with_sas, slots):
+        for index, slot in zip(with_sas, sas.slot_of):
             self.sas_of[index] = slot
         self.sas_calls = [
             SasCall(key=self.buffers[index].sas_keys[causal], invariant_slot=self.invariant_of[index],
                     rope_id=id(builders[index].model.rope_cos_sin_cache), writes=self.buffers[index].sas_writes,
-                    arguments=builders[index].sas_arguments[causal], out=self.buffers[index].sas)
-            for index in (with_sas[first] for first in firsts)]
+                    arguments=sas_arguments(builders[index].sas_arguments[causal], self.buffers[index].sas),
+                    out=self.buffers[index].sas)
+            for index in (with_sas[first] for first in sas.firsts)]
         self.sas_outputs = [call.out for call in self.sas_calls]
         dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
         calls: dict[tuple[int, int, int], list[int]] = {}
@@ -122,24 +127,8 @@ class StepPlan:
         self.max_num_tokens = min(builder.max_num_tokens for builder in builders)
         # What a metadata row takes from the plan at every size: window, invariant slot, sas slot.
         self.row_slots = list(zip(self.windows, self.invariant_of, self.sas_of))
+        self.format_arguments = format_arguments(self.storage_block_sizes)
         self.by_tokens: dict[int, ShapeOutputs] = {}
-
-    @staticmethod
-    def _first_of_each(keys: list) -> tuple[list[int], list[int], list[int]]:
-        """For keys of the builders in order: the first builder of each distinct key, how many
-        later builders share it, and each builder's slot among the distinct keys."""
-        slots: dict = {}
-        firsts, later, slot_of = [], [], []
-        for index, key in enumerate(keys):
-            slot = slots.get(key)
-            if slot is None:
-                slot = slots[key] = len(firsts)
-                firsts.append(index)
-                later.append(0)
-            else:
-                later[slot] += 1
-            slot_of.append(slot)
-        return firsts, later, slot_of
 
     def outputs(self, num_input_tokens: int) -> ShapeOutputs:
         """For num_input_tokens: the slot mapping views (the format's outputs), each DSpark call's
@@ -178,15 +167,38 @@ class StepPlan:
                 indices.append(views[position])
                 lens.append(views[position + 1])
                 position += 2
-            per_call.append(DSparkShape(num_tokens=num_input_tokens, out=indices, out_lens=lens))
-        rows = [MetadataRow(slot, *dspark[index], *self.row_slots[index]) for index, slot in enumerate(slot_views)]
-        return ShapeOutputs(slot_mappings=slot_views, dspark=per_call, rows=rows)
+            arguments = call.arguments.copy()
+            arguments[DSPARK.num_tokens], arguments[DSPARK.out], arguments[DSPARK.out_lens] = (
+                num_input_tokens, indices, lens)
+            per_call.append(arguments)
+        # Positional, in MetadataRow's order: keywords would cost a first build at a new shape
+        # about a microsecond per group.
+        rows = [MetadataRow(slot_mapping, *dspark[index], *self.row_slots[index])
+                for index, slot_mapping in enumerate(slot_views)]
+        format_call = self.format_arguments.copy()
+        format_call[FORMAT.out] = slot_views
+        return ShapeOutputs(format_call, per_call, rows)
 
     def forget_shapes(self) -> None:
         """Drops what was made per batch shape: the output views and the group-invariant views."""
         self.by_tokens.clear()
         for index in self.invariant_firsts:
             self.buffers[index].invariant_views.clear()
+
+
+def _sharing(keys: list) -> Sharing:
+    slots: dict = {}
+    sharing = Sharing(firsts=[], later=[], slot_of=[])
+    for index, key in enumerate(keys):
+        slot = slots.get(key)
+        if slot is None:
+            slot = slots[key] = len(sharing.firsts)
+            sharing.firsts.append(index)
+            sharing.later.append(0)
+        else:
+            sharing.later[slot] += 1
+        sharing.slot_of.append(slot)
+    return sharing
 
 
 def step_plan(builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool) -> StepPlan:

@@ -3,8 +3,6 @@ once, then one launch for every group's slot mapping and one for every DSpark gr
 
 from __future__ import annotations
 
-import collections
-import inspect
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -12,33 +10,22 @@ from typing import TYPE_CHECKING
 import torch
 
 from specops.drafting.cache import StepCache, logger
+from specops.drafting.calls import (
+    DSPARK,
+    DSPARK_SWA_INDICES_MULTI,
+    FORMAT,
+    FORMAT_SLOT_MAPPING_BLOCKS_MULTI,
+    LAYOUT_KV_EMPTY_BATCH,
+    LAYOUT_KV_PAGED,
+    SAS,
+    SAS_METADATA,
+)
 from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata
 from specops.drafting.invariant import GroupInvariant, fingerprint, resolve_invariant, step_inputs
-from specops.drafting.plan import DSparkCall, DSparkShape, SasCall, StepPlan, step_plan
-from specops.ops._op import SpecOp
-from specops.ops.dspark_swa_indices_multi import _OP as _DSPARK_SWA_INDICES_MULTI_OP
-from specops.ops.format_slot_mapping_blocks_multi import _OP as _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP
-from specops.ops.sas_metadata import _OP as _SAS_METADATA_OP
-from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES
+from specops.drafting.plan import DSparkCall, SasCall, StepPlan, step_plan
 
 if TYPE_CHECKING:
     from specops.drafting.builder import DraftMetadataBuilder
-
-
-def _schema_arguments(op: SpecOp) -> type:
-    """A namedtuple of the op's schema arguments in the schema's order (its check takes them so).
-    The layer calls an op's dispatch object, which takes positions only, as
-    `op.select()(*Arguments(name=value, ...))`: every argument written by name."""
-    return collections.namedtuple(f"{op.name}_arguments", inspect.signature(op.check).parameters)
-
-
-_FormatArguments = _schema_arguments(_FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP)
-_SasArguments = _schema_arguments(_SAS_METADATA_OP)
-_DSparkArguments = _schema_arguments(_DSPARK_SWA_INDICES_MULTI_OP)
-# sas_metadata's layout codes for the draft builders' call (_run_sas).
-_LAYOUT_Q_TND = LAYOUT_Q_CODES["TND"]
-_LAYOUT_KV_PAGED = LAYOUT_KV_CODES["PA_ND"]
-_LAYOUT_KV_TND = LAYOUT_KV_CODES["TND"]
 
 
 def _served(shared: StepCache | None, key: tuple[Hashable, Hashable], times: int) -> None:
@@ -92,12 +79,12 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
             if later:
                 _served(shared, call.key, later)
 
-    _run_format(slot_mappings, plan.storage_block_sizes, common.num_actual_tokens, outputs.slot_mappings)
+    _run_format(outputs.format_arguments, slot_mappings, common.num_actual_tokens)
     if dspark_tables:
-        _run_dspark(plan.dspark_calls, outputs.dspark, dspark_tables, invariants)
+        _run_dspark(plan.dspark_calls, outputs.dspark_arguments, dspark_tables, invariants)
 
     # DraftAttnMetadata's group-invariant fields first, in its order (configs.SharedFields).
-    return [DraftAttnMetadata(*invariants[invariant_slot].shared, None if sas_slot is None else sas[sas_slot],
+    return [DraftAttnMetadata(*invariants[invariant_slot].metadata_head, None if sas_slot is None else sas[sas_slot],
                               slot_mapping, indices, lens, window)
             for slot_mapping, indices, lens, window, invariant_slot, sas_slot in outputs.rows]
 
@@ -122,53 +109,50 @@ def _resolve_sas(plan: StepPlan, invariants: list[GroupInvariant], shared: StepC
     return sas
 
 
-# The groups' own launches, each with the assembly of its arguments from the step's data. The ops
-# are called through their dispatch objects: their wrappers only convert lists and allocate
-# absent outputs.
+# The groups' own launches, each with the assembly of its arguments from the step's data: the
+# plan's argument lists (calls.py) with the step's entries set by name, in place (a copy per
+# launch would cost a third of an empty op; a list keeps the last step's inputs referenced
+# until the next step sets them).
 
-def _run_format(slot_mappings: list[torch.Tensor], block_sizes: list[int], num_slots: int,
-                outputs: list[torch.Tensor]) -> None:
-    """Every group's slot mapping, formatted in one launch."""
-    _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP.select()(*_FormatArguments(
-        slot_mappings=slot_mappings, block_sizes=block_sizes, num_slots=num_slots, out=outputs))
+def _run_format(arguments: list, slot_mappings: list[torch.Tensor], num_slots: int) -> None:
+    """Every group's slot mapping, formatted in one launch (arguments: the size's list from
+    calls.format_arguments)."""
+    arguments[FORMAT.slot_mappings] = slot_mappings
+    arguments[FORMAT.num_slots] = num_slots
+    FORMAT_SLOT_MAPPING_BLOCKS_MULTI.select()(*arguments)
 
 
 def _run_sas(calls: Sequence[SasCall], invariants: list[GroupInvariant]) -> None:
-    """sas_metadata for each call, into its buffer, with the arguments vllm-ascend's DSA draft
-    builders pass: the CP-local query starts and KV lengths (TND queries, paged KV), one KV
-    head, no compressed KV, the band mask of the step's window."""
-    sas_op = _SAS_METADATA_OP.select()
+    """Each call's sas_metadata, into its buffer, for the batch of its group-invariant entry (its
+    CP-local query starts and KV lengths; the rest: calls.sas_arguments)."""
+    sas_op = SAS_METADATA.select()
+    query_starts, kv_lens, batch_size = SAS.cu_seqlens_q, SAS.seqused_kv, SAS.batch_size
+    max_query_len, max_kv_len, layout_kv = SAS.max_seqlen_q, SAS.max_seqlen_kv, SAS.layout_kv
     for call in calls:
         call.writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
         cp = invariants[call.invariant_slot].shared.cp
-        fixed = call.arguments
         num_reqs = cp.local_seq_lens.numel()
-        sas_op(*_SasArguments(
-            num_heads_q=fixed.num_heads_q, num_heads_kv=1, head_dim=fixed.head_dim,
-            cu_seqlens_q=cp.local_query_start_loc, cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None, seqused_q=None,
-            seqused_kv=cp.local_seq_lens, batch_size=num_reqs, max_seqlen_q=cp.max_local_query_len,
-            max_seqlen_kv=cp.max_local_seq_len, ori_topk=0, cmp_topk=0, cmp_ratio=1, ori_mask_mode=4,
-            cmp_mask_mode=3, ori_win_left=fixed.ori_win_left, ori_win_right=fixed.ori_win_right,
-            layout_q=_LAYOUT_Q_TND,
-            # Without requests seqused_kv is empty, which the kernel reads as not provided and PA_ND
-            # refuses; under the TND KV layout the same empty batch gets its schedule (core 0 over none).
-            layout_kv=_LAYOUT_KV_PAGED if num_reqs else _LAYOUT_KV_TND, has_ori_kv=True, has_cmp_kv=False,
-            num_cube_cores=fixed.num_cube_cores, num_vector_cores=fixed.num_vector_cores,
-            ascend950=fixed.ascend950, out=call.out))
+        arguments = call.arguments
+        arguments[query_starts] = cp.local_query_start_loc
+        arguments[kv_lens] = cp.local_seq_lens
+        arguments[batch_size] = num_reqs
+        arguments[max_query_len] = cp.max_local_query_len
+        arguments[max_kv_len] = cp.max_local_seq_len
+        arguments[layout_kv] = LAYOUT_KV_PAGED if num_reqs else LAYOUT_KV_EMPTY_BATCH
+        sas_op(*arguments)
 
 
-def _run_dspark(calls: list[DSparkCall], shapes: list[DSparkShape], tables: list[list[torch.Tensor]],
+def _run_dspark(calls: list[DSparkCall], arguments: list[list], tables: list[list[torch.Tensor]],
                 invariants: list[GroupInvariant]) -> None:
     """Every DSpark group's indices: one launch per call (one per CP split and draft length),
-    with the step's block tables and batch."""
-    dspark_op = _DSPARK_SWA_INDICES_MULTI_OP.select()
-    for call, shape, call_tables in zip(calls, shapes, tables):
+    with the step's block tables and batch (the rest: the size's lists from calls.dspark_arguments)."""
+    dspark_op = DSPARK_SWA_INDICES_MULTI.select()
+    for call, call_arguments, call_tables in zip(calls, arguments, tables):
         invariant = invariants[call.invariant_slot]
-        dspark_op(*_DSparkArguments(
-            block_tables=call_tables, query_start_loc=invariant.query_start_loc, seq_lens=invariant.seq_lens,
-            windows=call.windows, num_speculative_tokens=call.num_speculative_tokens, block_sizes=call.block_sizes,
-            num_tokens=shape.num_tokens, widths=call.widths, cp_size=call.cp_size, cp_rank=call.cp_rank,
-            out=shape.out, out_lens=shape.out_lens))
+        call_arguments[DSPARK.block_tables] = call_tables
+        call_arguments[DSPARK.query_start_loc] = invariant.query_start_loc
+        call_arguments[DSPARK.seq_lens] = invariant.seq_lens
+        dspark_op(*call_arguments)
 
 
 def step_fingerprints(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs) -> dict[int, tuple]:
