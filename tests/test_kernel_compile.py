@@ -25,6 +25,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from docs_figures import assert_docs_say, docs_table_rows
 from hypothesis import Phase, given, settings
 from op_table import OP_TABLE
 
@@ -57,11 +58,9 @@ def _draws(op) -> list[dict]:
     return found
 
 
-@pytest.fixture(scope="session")
-def launches() -> list[Launch]:
-    unsupported = kernel_capture.binder_supported()
-    if unsupported is not None:
-        pytest.skip(f"the launches cannot be specialized here: {unsupported}")
+def capture_op_table_launches() -> list[Launch]:
+    """Every launch of the op table's valid calls and DRAWS_PER_OP random ones, specialized for
+    the installed targets, kernels not run."""
     captured: list[Launch] = []
     for op in OP_TABLE:
         for index, call in enumerate([op.valid_call(), *_draws(op)]):
@@ -71,6 +70,14 @@ def launches() -> list[Launch]:
                 op.wrapper(**call)
             captured += calls
     return captured
+
+
+@pytest.fixture(scope="session")
+def launches() -> list[Launch]:
+    unsupported = kernel_capture.binder_supported()
+    if unsupported is not None:
+        pytest.skip(f"the launches cannot be specialized here: {unsupported}")
+    return capture_op_table_launches()
 
 
 def _session_folder(tmp_path_factory) -> Path:
@@ -258,3 +265,38 @@ def test_the_report_lists_builds_and_each_cases_grids():
     assert build_rows[1][:3] == ["_x_kernel", "gfx942", "FAILED:"]
     (grid_row,) = [line.split() for line in lines if line.startswith("  op R=4")]
     assert grid_row[-5:] == ["_x_kernel", "2", "5", "7", "9"]
+
+
+# ------------------------------------------------------------------ the figures docs/device_readiness.md states
+
+
+def test_the_docs_give_the_build_count_of_the_capture(launches):
+    counts = {len(kernel_compile.distinct_jobs(launches, [target], per_variant=True)) for target in INSTALLED}
+    assert len(counts) == 1, f"the targets build different counts of variants: {counts}"
+    assert_docs_say("device_readiness.md", f"{counts.pop()} builds per target")
+
+
+def resource_rows(builds) -> dict[str, list[str]]:
+    """The resource table's row of each kernel from the builds: variants (sm_90 builds), the most
+    registers and spill bytes over the variants per CUDA/AMD target, the most shared memory on
+    sm_90 / gfx942."""
+    by_target = {target.name: builds(target) for target in TARGETS}
+    rows = {}
+    for kernel in KERNELS:
+        per_target = {name: [b for b in built if b.kernel == kernel] for name, built in by_target.items()}
+
+        def most(field: str, target: str) -> str:
+            return str(max(getattr(build, field) or 0 for build in per_target[target]))
+
+        names = [target.name for target in TARGETS]
+        rows[f"`{kernel_name(kernel)}`"] = [
+            str(len(per_target["sm_90"])), " / ".join(most("registers", name) for name in names),
+            " / ".join(most("spill_bytes", name) for name in names),
+            f"{most('shared_bytes', 'sm_90')} / {most('shared_bytes', 'gfx942')}"]
+    return rows
+
+
+def test_the_docs_resource_table_is_the_builds(builds):
+    if not all(target.installed() for target in TARGETS):
+        pytest.skip("the table's figures come from the CUDA and AMD builds; this Triton lacks one of them")
+    assert docs_table_rows("device_readiness.md", "`_") == resource_rows(builds)
