@@ -24,13 +24,13 @@ void compressor_metadata(const at::Tensor& rope_cos, const at::Tensor& rope_sin,
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"rope_sin", &rope_sin},
                                 {"compress_cos", &compress_cos}, {"compress_sin", &compress_sin}}) {
     TORCH_CHECK_VALUE(!t->defined() || t->scalar_type() == rope_cos.scalar_type(), name, " must have rope_cos's dtype ",
-                      rope_cos.scalar_type(), ", got ", t->scalar_type());
+                      dtype_name(rope_cos.scalar_type()), ", got ", dtype_name(t->scalar_type()));
   }
   check_tensor(rope_sin, "rope_sin", {rope_cos.scalar_type()}, 2);
-  TORCH_CHECK_VALUE(rope_sin.stride(0) == rope_cos.stride(0), "rope_sin must have rope_cos's row stride ",
-                    rope_cos.stride(0), ", got ", rope_sin.stride(0));
   TORCH_CHECK_VALUE(rope_sin.sizes() == rope_cos.sizes(), "rope_sin must have rope_cos's shape ", rope_cos.sizes(),
                     ", got ", rope_sin.sizes());
+  TORCH_CHECK_VALUE(rope_sin.stride(0) == rope_cos.stride(0), "rope_sin must have rope_cos's row stride ",
+                    rope_cos.stride(0), ", got ", rope_sin.stride(0));
   check_tensor(cu_seqlens, "cu_seqlens", {c10::kInt}, 1);
   check_tensor(start_pos, "start_pos", {c10::kInt}, 1);
   check_tensor(kv_block_table, "kv_block_table", {c10::kInt}, 2);

@@ -31,10 +31,11 @@ def _check(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqlens: torch.Ten
     device = rope_cos.device
     for name, t in (("rope_sin", rope_sin), ("compress_cos", compress_cos), ("compress_sin", compress_sin)):
         if isinstance(t, torch.Tensor) and t.dtype != rope_cos.dtype:
-            raise ValueError(f"{name} must have rope_cos's dtype {rope_cos.dtype}, got {t.dtype}")
+            raise ValueError(f"{name} must have rope_cos's dtype {str(rope_cos.dtype).removeprefix('torch.')}, got "
+                             f"{str(t.dtype).removeprefix('torch.')}")
     check_tensor(rope_sin, "rope_sin", [rope_cos.dtype], 2, device, "rope_cos")
     if rope_sin.shape != rope_cos.shape:
-        raise ValueError(f"rope_sin must have rope_cos's shape {tuple(rope_cos.shape)}, got {tuple(rope_sin.shape)}")
+        raise ValueError(f"rope_sin must have rope_cos's shape {list(rope_cos.shape)}, got {list(rope_sin.shape)}")
     if rope_sin.stride(0) != rope_cos.stride(0):
         raise ValueError(f"rope_sin must have rope_cos's row stride {rope_cos.stride(0)}, got {rope_sin.stride(0)}")
     check_tensor(cu_seqlens, "cu_seqlens", [torch.int32], 1, device, "rope_cos")
@@ -46,21 +47,21 @@ def _check(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqlens: torch.Ten
         raise ValueError("compress_cos and compress_sin must be contiguous")
     num_rows, rope_dim = compress_cos.shape[0], rope_cos.shape[1]
     if tuple(compress_cos.shape) != (num_rows, 1, 1, rope_dim):
-        raise ValueError(f"compress_cos must have shape [N, 1, 1, {rope_dim}], got {tuple(compress_cos.shape)}")
+        raise ValueError(f"compress_cos must have shape [N, 1, 1, {rope_dim}], got {list(compress_cos.shape)}")
     if compress_sin.shape != compress_cos.shape:
-        raise ValueError(f"compress_sin must have compress_cos's shape {tuple(compress_cos.shape)}, got "
-                         f"{tuple(compress_sin.shape)}")
+        raise ValueError(f"compress_sin must have compress_cos's shape {list(compress_cos.shape)}, got "
+                         f"{list(compress_sin.shape)}")
     if slot_mapping_format not in (FORMAT_FLAT, FORMAT_BLOCK_OFFSET):
         raise ValueError(f"slot_mapping_format must be 1 (flat) or 2 (block, offset), got {slot_mapping_format}")
     if slot_mapping_format == FORMAT_FLAT:
         check_tensor(slot_mapping, "slot_mapping", [torch.int32], 1, device, "rope_cos")
         if slot_mapping.shape[0] != num_rows:
-            raise ValueError(f"slot_mapping must have N = {num_rows} rows, got {tuple(slot_mapping.shape)}")
+            raise ValueError(f"slot_mapping must have N = {num_rows} rows, got {list(slot_mapping.shape)}")
     else:
         check_tensor(slot_mapping, "slot_mapping", [torch.int32], 2, device, "rope_cos")
         if tuple(slot_mapping.shape) != (num_rows, 2) or not slot_mapping.is_contiguous():
             raise ValueError(f"slot_mapping must be a contiguous [N = {num_rows}, 2] tensor, got "
-                             f"{tuple(slot_mapping.shape)}")
+                             f"{list(slot_mapping.shape)}")
     for name, value in (("kv_block_size", kv_block_size), ("compress_ratio", compress_ratio)):
         check_positive(value, name)
         if value > INT32_MAX:
