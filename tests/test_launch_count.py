@@ -96,9 +96,9 @@ def _own_ops(builders, index: int, causal: bool) -> int:
     sliding window and no earlier windowed group has its window this step (same heads and
     head_dim here; full attention has no sas_metadata), and the DSpark indices when it is the
     first DSpark group of a non-causal step. Its format is part of the one format launch."""
-    window = builders[index]._windows[causal]
+    window = builders[index].step_windows[causal]
     own_sas = builders[index].group.sliding_window is not None and all(
-        earlier._windows[causal] != window for earlier in builders[:index] if earlier.group.sliding_window is not None)
+        earlier.step_windows[causal] != window for earlier in builders[:index] if earlier.group.sliding_window is not None)
     first_dspark = not causal and builders[index].group.dspark and not any(
         earlier.group.dspark for earlier in builders[:index])
     return int(own_sas) + int(first_dspark)
