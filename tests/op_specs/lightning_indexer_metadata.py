@@ -1,4 +1,4 @@
-"""The op table's spec of lightning_indexer_metadata (torch.ops.specops.lightning_indexer_metadata); see op_table.py."""
+"""The OpSpec of torch.ops.specops.lightning_indexer_metadata (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

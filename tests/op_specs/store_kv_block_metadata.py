@@ -1,4 +1,4 @@
-"""The op table's spec of store_kv_block_metadata (torch.ops.specops.store_kv_block_metadata); see op_table.py."""
+"""The OpSpec of torch.ops.specops.store_kv_block_metadata (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 
