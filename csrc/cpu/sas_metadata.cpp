@@ -2,6 +2,8 @@
 // undefined), then the schedule; nothing is written before every check passed.
 #include <torch/library.h>
 
+#include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -22,13 +24,21 @@ constexpr int64_t kLayoutKvPaNd = 0;
 constexpr int64_t kLayoutKvTnd = 1;
 constexpr int64_t kLayoutKvBsnd = 2;
 
+// Batches whose cost table the per-thread scratch keeps between calls (2 MiB).
+constexpr int64_t kKeptTableRows = int64_t{1} << 16;
+
 // The kernel's "provided": None and an empty tensor both mean not provided.
 bool is_given(const std::optional<at::Tensor>& t) { return t.has_value() && t->numel() > 0; }
 
+// An empty tensor is not provided whatever its dtype and shape (vllm-ascend's DSA builders pass
+// empty float32 placeholders), so the dtype and rank are checked only when it holds values. Its
+// device is checked always: a tensor on another device selects another kernel.
 void check_length_tensor(const std::optional<at::Tensor>& t, const char* name, const at::Tensor& out) {
   if (!t.has_value()) return;
-  check_tensor(*t, name, {c10::kInt, c10::kLong}, 1);
+  TORCH_CHECK_VALUE(t->defined(), name, " must be a tensor, got None");
   TORCH_CHECK_VALUE(t->device() == out.device(), name, " must be on ", out.device(), " like out, got ", t->device());
+  if (t->numel() == 0) return;
+  check_tensor(*t, name, {c10::kInt, c10::kLong}, 1);
 }
 
 void check_int32_attribute(int64_t value, const char* name) {
@@ -206,7 +216,7 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
     kv = tensor_source(*cu_seqlens_ori_kv, sas::LengthSource::kCumulative);
   }
   // The lengths are read while the schedule is written: out shares memory with none of them.
-  const auto given = [](const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; };
+  const auto given = [](const std::optional<at::Tensor>& t) { return is_given(t) ? &*t : nullptr; };
   check_outputs_alias_nothing({{&out, {"out"}}}, {{given(cu_seqlens_q), {"cu_seqlens_q"}},
                                                   {given(cu_seqlens_ori_kv), {"cu_seqlens_ori_kv"}},
                                                   {given(cu_seqlens_cmp_kv), {"cu_seqlens_cmp_kv"}},
@@ -216,7 +226,21 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
   const sas::SASShape shape =
       sas::make_sas_shape(num_batches, num_heads_q, ori_mask_mode, ori_win_left, ori_win_right, has_cmp_kv, cmp_ratio,
                           cmp_topk, num_cube_cores, ascend950, query, kv);
-  const sas::BatchTable table = sas::make_batch_table(int64_scratch(4 * num_batches), num_batches);
+  // The table (32 bytes a batch) comes from the per-thread scratch up to kKeptTableRows batches;
+  // a larger one is this call's alone, so that one large call does not keep its memory, and an
+  // allocation that fails names where B came from.
+  const int64_t rows = sas::batch_table_rows(shape);
+  std::unique_ptr<int64_t[]> large;
+  int64_t* scratch = nullptr;
+  if (rows <= kKeptTableRows) {
+    scratch = int64_scratch(4 * rows);
+  } else {
+    large.reset(new (std::nothrow) int64_t[static_cast<size_t>(4 * rows)]);
+    TORCH_CHECK_VALUE(large != nullptr, batch_source, " describes ", num_batches, " batches: their cost table (",
+                      32 * rows, " bytes) could not be allocated");
+    scratch = large.get();
+  }
+  const sas::BatchTable table = sas::make_batch_table(scratch, shape);
   sas::SASStatus status = sas::check_lengths(shape, table);
   TORCH_CHECK_VALUE(status.error == sas::SASError::kNone, describe(status, shape));
   sas::CostSummary summary;

@@ -183,8 +183,18 @@ def schedule_words(
 ) -> list[int]:
     """The 1024 words of a call that passed the op's checks; InvalidValues for invalid values."""
     batches = num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size)
-    s1 = batch_lengths(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q), batches)
-    s2 = batch_lengths(kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), batches)
+    query = query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q)
+    kv = kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv)
+    if query.kind == SOURCE_CONSTANT and kv.kind == SOURCE_CONSTANT and batches > 1:
+        # Equal batches: one decides whether any has work, so a large batch_size without work
+        # costs nothing (with work, the tiles are counted one by one anyway).
+        s1, s2 = batch_lengths(query, 1), batch_lengths(kv, 1)
+        tiles = ceil_div(s1 * num_heads_q, tile_sizes(num_heads_q, ascend950)[0])
+        valid = int(s1) >= 0 and int(s2) >= 0 and int(s1) * num_heads_q <= INT32_MAX
+        if valid and int(tiles) * batches <= INT32_MAX and not (int(tiles) > 0 and int(s2) > 0):
+            return [1, 0, 0, 0, batches, 0, 0, 0] + [0] * (NUM_WORDS - ENTRY_WORDS)
+    s1 = batch_lengths(query, batches)
+    s2 = batch_lengths(kv, batches)
     group = num_heads_q  # num_heads_kv is 1
     if (s1 < 0).any() or (s2 < 0).any() or (s1 * group > INT32_MAX).any():
         raise InvalidValues("a negative length, or more than 2^31 - 1 query rows in a batch")
