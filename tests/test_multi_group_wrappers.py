@@ -16,7 +16,9 @@ import re
 
 import pytest
 import torch
-from op_table import DSPARK, Bad, _dspark_multi_valid, _dspark_valid, get_arg, tensor_keys
+from op_specs._spec import Bad, get_arg, tensor_keys
+from op_specs.dspark_swa_indices import DSPARK, _dspark_valid
+from op_specs.dspark_swa_indices_multi import _dspark_multi_valid
 
 import specops
 

@@ -28,8 +28,11 @@ from specops.ops._checks import (
     check_context_parallel,
     check_int32_range,
     check_interleave_divides,
+    check_no_overlap,
     check_positive,
+    check_query_start_loc,
     check_tensor,
+    checked_int,
 )
 from specops.ops._op import fast_native_entry
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
@@ -194,13 +197,17 @@ class PersistentMappings:
         # First scheduled position of each request row, scattered from the batch, for the
         # sliding-window gathers: row r at entry r + 1, so that batch rows of no request (-1)
         # land on entry 0. Shifted with a tensor of ones: a Python scalar would allocate.
-        self._row_first_position = torch.zeros(max_num_reqs + 1, dtype=torch.int32, device=self.device)
+        # Batch rows past the table (rejected on the host, NULL rows on a device) land on the
+        # last entry, so that no index is ever out of range whatever idx_mapping holds.
+        self._row_first_position = torch.zeros(max_num_reqs + 2, dtype=torch.int32, device=self.device)
         self._scatter_rows = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
         self._ones = torch.ones(max_num_reqs, dtype=torch.int64, device=self.device)
-        # What refresh checks up front on the host path, when more than one group could reject.
+        # What refresh checks up front on the host path, when an op could reject after another
+        # one wrote: more than one mapped group, or a sliding-window gather before the first.
         mapped = [g for g, args in enumerate(self._slot_args) if args is not None]
+        self._mapped_groups = len(mapped)
         self._check_positions_sizes = None
-        if self.device.type == "cpu" and len(mapped) > 1 and _CHECK_POSITIONS is not None:
+        if self.device.type == "cpu" and mapped and _CHECK_POSITIONS is not None:
             self._checked_tables = [self.source_block_tables[g] for g in mapped]
             self._checked_counts = [self.num_blocks[g] for g in mapped]
             self._check_positions_sizes = [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])]
@@ -283,42 +290,75 @@ class PersistentMappings:
         manager may already have freed and reused those blocks. Never under CP
         (cp_world_size > 1), where a column is not a contiguous run of positions.
         """
-        # Checked here, not only by the ops, so that a bad size rejects the call before the
-        # first group is rewritten.
+        # Everything an op could reject after another op wrote is checked first, whatever the
+        # order of the groups: the sizes, every caller tensor's metadata, caller tensors sharing
+        # memory with any captured buffer, and on the host the values of every group.
+        device = self._source_storage.device
+        check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device, "the mappings")
         num_reqs_padded, num_tokens_padded = self._padded_extents(
-            idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0, num_reqs_padded,
+            idx_mapping.numel(), num_reqs_padded,
             positions.numel() if isinstance(positions, torch.Tensor) else 0, num_tokens_padded)
+        windowed = num_computed_tokens is not None and self._masks_windows
         if num_computed_tokens is not None:
-            check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, self._source_storage.device,
-                         "the mappings")
+            check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device, "the mappings")
             if num_computed_tokens.numel() < self.max_num_reqs:
                 raise ValueError(f"num_computed_tokens must have max_num_reqs = {self.max_num_reqs} entries (one per "
                                  f"request row), got {num_computed_tokens.numel()}")
-        if (self._check_positions_sizes is not None and not torch.compiler.is_compiling()
-                and current_backend() == "native"):
+        # Checked even when no group maps slots (and nothing reads them): the call is the same.
+        check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device, "the mappings")
+        num_reqs = check_query_start_loc(query_start_loc, device, "the mappings")
+        if self._mapped_groups:
+            if idx_mapping.numel() != num_reqs:
+                raise ValueError(f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got "
+                                 f"{idx_mapping.numel()}")
+        self._check_shares_no_captured_buffer(
+            (idx_mapping, "idx_mapping"), (query_start_loc, "query_start_loc"), (positions, "positions"),
+            (num_computed_tokens, "num_computed_tokens"))
+        if (self._check_positions_sizes is not None and (self._mapped_groups > 1 or windowed)
+                and not torch.compiler.is_compiling() and current_backend() == "native"):
             # The host ops reject a position past a group's table; groups differ there, so every
             # group is checked before the first one is rewritten (device kernels write PAD instead
             # and never reject a value).
             _CHECK_POSITIONS(query_start_loc, positions, self._checked_tables, idx_mapping,
                              self._check_positions_sizes, self._checked_counts)
-        for group, source, counts, table, slots, args, reach in zip(
-            self.groups, self.source_block_tables, self.num_blocks, self.block_tables, self.slot_mappings,
-            self._slot_args, self._window_reach,
-        ):
-            # The slot mapping reads the source row through idx_mapping, not the gathered table,
-            # so that a row of -1 gives PAD; the two are independent. It goes first because it
-            # checks every tensor the caller passed: a bad one is rejected before any write.
-            # The ops' own dispatchers, without the keyword wrappers: a third of a small op's cost.
+        groups = list(zip(self.groups, self.source_block_tables, self.num_blocks, self.block_tables,
+                          self.slot_mappings, self._slot_args, self._window_reach))
+        # A sliding-window gather first: it alone reads num_computed_tokens' values, and rejects
+        # a negative one on the host, before any buffer is written. The slot mappings next (they
+        # read the source rows through idx_mapping, not the gathered tables, so that a row of -1
+        # gives PAD); their values were checked above for every group. Then the other gathers.
+        # The ops' own dispatchers, without the keyword wrappers: a third of a small op's cost.
+        first = next((g for g, (*_, reach) in enumerate(groups) if reach and windowed), None)
+        if first is not None:
+            self._gather(groups[first], idx_mapping, num_reqs_padded, num_computed_tokens)
+        for group, source, counts, table, slots, args, reach in groups:
             if args is not None:
                 _SLOT_MAPPING(
                     query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
                     args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded, counts,
                 )
-            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, num_computed_tokens, reach, group.block_size)
+        for g, group in enumerate(groups):
+            if g != first:
+                self._gather(group, idx_mapping, num_reqs_padded, num_computed_tokens)
         # Groups without a slot mapping last, after every op has accepted the inputs.
         for slots, args in zip(self.slot_mappings, self._slot_args):
             if args is None:
                 slots[:num_tokens_padded].fill_(PAD_SLOT_ID)
+
+    @staticmethod
+    def _gather(group_views: tuple, idx_mapping: torch.Tensor, num_reqs_padded: int,
+                num_computed_tokens: torch.Tensor | None) -> None:
+        group, source, counts, table, _, _, reach = group_views
+        _GATHER(source, counts, idx_mapping, table, num_reqs_padded, num_computed_tokens, reach, group.block_size)
+
+    def _check_shares_no_captured_buffer(self, *tensors: tuple[torch.Tensor | None, str]) -> None:
+        """A caller tensor sharing memory with a captured buffer would be rewritten by one group's
+        op while another group's reads it: rejected before any write, whichever group owns it."""
+        captured = ((self._captured_tables, "block_tables"), (self._captured_slots, "slot_mappings"))
+        for tensor, name in tensors:
+            if isinstance(tensor, torch.Tensor):
+                for buffer, buffer_name in captured:
+                    check_no_overlap(tensor, name, buffer, buffer_name)
 
     def prepare_step(
         self,
@@ -359,6 +399,22 @@ class PersistentMappings:
         num_reqs = idx_mapping.numel()
         # The token count is the fused op's output (on the device): only 0 bounds it here.
         num_reqs_padded, num_tokens_padded = self._padded_extents(num_reqs, num_reqs_padded, None, num_tokens_padded)
+        # The fused op checks its inputs against what it writes; the gathers after it write the
+        # captured tables, so no input may share memory with those either (nor with the buffers
+        # the fused op writes, which it checks itself).
+        self._check_shares_no_captured_buffer(
+            (num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
+            (prev_positions, "prev_positions"), (valid_sampled_token_count, "valid_sampled_token_count"),
+            (prev_num_draft_tokens, "prev_num_draft_tokens"), (cpu_num_computed_tokens, "cpu_num_computed_tokens"),
+            (query_start_loc, "query_start_loc"), (idx_mapping, "idx_mapping"))
+        if (not self._mapped_groups and num_reqs and idx_mapping.device.type == "cpu"
+                and not torch.compiler.is_compiling() and current_backend() == "native"):
+            # With no slot mapping the fused op reads no table through idx_mapping: a row past
+            # the tables would first be seen by the gathers, after the fused op wrote.
+            past = int(idx_mapping.max())
+            if past >= self.max_num_reqs:
+                raise ValueError(f"idx_mapping holds row {past}, past the source tables, which have max_num_reqs = "
+                                 f"{self.max_num_reqs} rows")
         # The op's packed sizes and the returned views, made once per padded shape.
         shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded))
         if shape is None:
@@ -381,11 +437,17 @@ class PersistentMappings:
         row_first = None
         if self._masks_windows:
             # Request-indexed first positions for the gathers (the fused op's are batch-indexed).
+            # Every negative idx_mapping is "no row" (entry 0), a row past the tables lands on the
+            # last entry (the gathers reject it on the host, give a NULL row on a device): no
+            # index is out of range whatever the values. A negative count masks nothing, as 0
+            # does, so the gathers cannot reject it after the fused op wrote.
             rows = self._scatter_rows[:num_reqs]
             rows.copy_(idx_mapping)
+            rows.clamp_(-1, self.max_num_reqs)
             rows.add_(self._ones[:num_reqs])
             self._row_first_position.index_copy_(0, rows, num_computed_tokens[:num_reqs])
-            row_first = self._row_first_position[1:]
+            self._row_first_position.clamp_(min=0)
+            row_first = self._row_first_position[1 : self.max_num_reqs + 1]
         for group, source, counts, table, reach in zip(self.groups, self.source_block_tables, self.num_blocks,
                                                        self.block_tables, self._window_reach):
             _GATHER(source, counts, idx_mapping, table, num_reqs_padded, row_first if reach else None, reach,
@@ -417,10 +479,11 @@ class PersistentMappings:
         """The padded extents of refresh and prepare_step (None: the full extent), checked
         against the batch (R requests, T tokens; T None: not known on the host) and the
         buffers before anything is written."""
-        if num_reqs_padded is None:
-            num_reqs_padded = self.max_num_reqs
-        if num_tokens_padded is None:
-            num_tokens_padded = self.max_num_tokens
+        # Ints as torch's schema takes them (a float is rejected here, not half-way by an op).
+        num_reqs_padded = self.max_num_reqs if num_reqs_padded is None else checked_int(num_reqs_padded,
+                                                                                       "num_reqs_padded")
+        num_tokens_padded = self.max_num_tokens if num_tokens_padded is None else checked_int(num_tokens_padded,
+                                                                                             "num_tokens_padded")
         if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
             raise ValueError(
                 f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
