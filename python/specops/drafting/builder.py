@@ -10,9 +10,18 @@ import torch
 
 from specops.drafting.buffers import _MAX_CACHED_SHAPES, _DraftBuffers, _InvariantViews
 from specops.drafting.cache import StepCache
-from specops.drafting.configs import _CP_FIELD, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig
+from specops.drafting.configs import (
+    _CP_FIELD,
+    CommonDraftInputs,
+    DraftAttnMetadata,
+    GroupConfig,
+    ModelConfig,
+    check_step_inputs,
+    check_step_sizes,
+    checked_draft_index,
+)
 from specops.drafting.step import _build_step, _call_sas
-from specops.ops._checks import check_positive
+from specops.ops._checks import check_positive, checked_int
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
 from specops.ops.sas_metadata import _OP as _SAS_METADATA_OP
@@ -66,6 +75,8 @@ class DraftMetadataBuilder:
             raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
         if not isinstance(group, GroupConfig):
             raise ValueError(f"group must be a GroupConfig, got {type(group).__name__}")
+        max_num_reqs, max_num_tokens = checked_int(max_num_reqs, "max_num_reqs"), checked_int(max_num_tokens,
+                                                                                              "max_num_tokens")
         check_positive(max_num_reqs, "max_num_reqs")
         check_positive(max_num_tokens, "max_num_tokens")
         self.model = model
@@ -121,12 +132,10 @@ class DraftMetadataBuilder:
 
     def buffers(self, draft_index: int) -> _DraftBuffers:
         """The persistent buffers of draft_index, allocated on its first use."""
+        # Checked on every call, not only when the buffers are first made (a 1.0 equals 1 as a key).
+        draft_index = checked_draft_index(draft_index, self.model.num_speculative_tokens)
         buffers = self._buffers.get(draft_index)
         if buffers is None:
-            num_speculative_tokens = self.model.num_speculative_tokens
-            if not (isinstance(draft_index, int) and 1 <= draft_index <= num_speculative_tokens):
-                raise ValueError(
-                    f"draft_index must be in [1, num_speculative_tokens = {num_speculative_tokens}], got {draft_index}")
             buffers = _DraftBuffers(self.model, self.max_num_reqs, self.max_num_tokens, self.device, self.dspark_width,
                                     draft_index, self._invariant_name, self._sas_names)
             self._buffers[draft_index] = buffers
@@ -161,18 +170,26 @@ class DraftMetadataBuilder:
             buffers.invariant_views[key] = views
         return views
 
-    def _fingerprint(self, common: CommonDraftInputs) -> tuple:
-        """Identity, _version and shape of every input tensor of the group-invariant results,
-        and the sizes. The RoPE cache's identity is part of the entry names."""
+    def _fingerprint(self, common: CommonDraftInputs) -> tuple | None:
+        """Identity, _version, data pointer and shape of every input tensor of the
+        group-invariant results, and the sizes; for inputs already checked (check_step_sizes).
+        The RoPE cache's identity is part of the entry names. None when an input is an inference
+        tensor: it has no version counter, so no fingerprint could see a write to it (the step
+        is then built without the cache)."""
         q, qc, s, sc, p = (common.query_start_loc, common.query_start_loc_cpu, common.seq_lens,
                            common.seq_lens_cpu, common.positions)
+        rope = self._rope_cache
+        if (q.is_inference() or qc.is_inference() or s.is_inference() or p.is_inference() or rope.is_inference()
+                or sc is not None and sc.is_inference()):
+            return None
         fingerprint = (
-            id(q), q._version, q.shape, id(qc), qc._version, qc.shape, id(s), s._version, s.shape,
-            id(p), p._version, p.shape, self._rope_cache._version,
+            id(q), q._version, q.data_ptr(), q.shape, id(qc), qc._version, qc.data_ptr(), qc.shape,
+            id(s), s._version, s.data_ptr(), s.shape, id(p), p._version, p.data_ptr(), p.shape,
+            rope._version, rope.data_ptr(),
             common.num_reqs, common.num_actual_tokens, common.num_input_tokens, common.causal,
         )
         if sc is not None:
-            fingerprint += (id(sc), sc._version, sc.shape)
+            fingerprint += (id(sc), sc._version, sc.data_ptr(), sc.shape)
         return fingerprint
 
     def _invariant(self, common: CommonDraftInputs, buffers: _DraftBuffers, shared: StepCache | None,
@@ -197,7 +214,7 @@ class DraftMetadataBuilder:
                            dspark_widths: _DSparkWidths | None) -> _Invariant:
         num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
         model = self.model
-        _check_step_sizes(common)
+        check_step_sizes(common)
         query_start_loc_cpu = _first(common.query_start_loc_cpu, num_reqs + 1)
 
         # The split comes from the host copy: no device read.
@@ -296,33 +313,21 @@ class DraftMetadataBuilder:
         With `shared`, group-invariant results stored there for the same inputs are reused (the
         same tensors, not copies) and the ones computed here are stored; without it everything
         is computed here."""
-        fingerprints = {} if shared is None else {id(self._rope_cache): self._fingerprint(common)}
-        return _build_step((self,), common, draft_index, shared, fingerprints)[0]
+        draft_index = checked_draft_index(draft_index, self.model.num_speculative_tokens)
+        fingerprint = None
+        if shared is not None:
+            # The inputs first: a fingerprint reads attributes only tensors have.
+            check_step_inputs(common)
+            fingerprint = self._fingerprint(common)
+        if fingerprint is None:
+            return _build_step((self,), common, draft_index, None, {})[0]
+        return _build_step((self,), common, draft_index, shared, {id(self._rope_cache): fingerprint})[0]
 
 
 def _inputs(common: CommonDraftInputs) -> tuple:
     """The tensors a fingerprint names, kept alive with the entry so that their ids stay unique."""
     return (common.query_start_loc, common.query_start_loc_cpu, common.seq_lens, common.seq_lens_cpu,
             common.positions)
-
-
-def _check_step_sizes(common: CommonDraftInputs) -> None:
-    """The sizes a step claims against its tensors (shorter tensors once gave a phantom request,
-    or zeroed the position of a real token)."""
-    num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
-    for name, tensor, count, what in (
-            ("query_start_loc", common.query_start_loc, num_reqs + 1, "num_reqs + 1"),
-            ("query_start_loc_cpu", common.query_start_loc_cpu, num_reqs + 1, "num_reqs + 1"),
-            ("seq_lens", common.seq_lens, num_reqs, "num_reqs"),
-            ("seq_lens_cpu", common.seq_lens_cpu, num_reqs, "num_reqs"),
-            ("positions", common.positions, num_tokens, "num_actual_tokens")):
-        if tensor is None and name == "seq_lens_cpu":
-            continue
-        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1:
-            described = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-            raise ValueError(f"{name} must be a 1-D tensor, got {described}")
-        if tensor.size(0) < count:
-            raise ValueError(f"{name} must have at least {what} = {count} entries, got {tensor.size(0)}")
 
 
 def _first(t: torch.Tensor, count: int) -> torch.Tensor:

@@ -9,7 +9,14 @@ from collections.abc import Mapping
 
 import torch
 
-from specops.ops._checks import check_cp_rank, check_int32_range, check_non_negative, check_positive
+from specops.ops._checks import (
+    check_cp_rank,
+    check_int32_range,
+    check_non_negative,
+    check_positive,
+    checked_int,
+    normalize_config_fields,
+)
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES
 
@@ -40,6 +47,8 @@ class ModelConfig:
     soc_version: str = "Ascend910B1"
 
     def __post_init__(self) -> None:
+        normalize_config_fields(self, ints=("num_heads_q", "num_heads_kv", "head_dim", "num_speculative_tokens",
+                                            "cp_size", "cp_rank", "num_cube_cores", "num_vector_cores"))
         check_positive(self.num_heads_q, "num_heads_q")
         check_positive(self.num_heads_kv, "num_heads_kv")
         if self.num_heads_q % self.num_heads_kv:
@@ -80,6 +89,10 @@ class GroupConfig:
     dspark_index_width: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError(f"name must be a str, got {type(self.name).__name__}")
+        normalize_config_fields(self, ints=("block_size", "storage_block_size"),
+                                optional_ints=("sliding_window", "dspark_index_width"), bools=("dspark",))
         check_positive(self.block_size, "block_size")
         check_positive(self.storage_block_size, "storage_block_size")
         if self.sliding_window is not None:
@@ -152,3 +165,43 @@ class DraftAttnMetadata:
     dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width]: DSpark groups, non-causal steps
     dspark_swa_lens: torch.Tensor | None  # int32 [tokens_per_rank]
     window: tuple[int, int]  # (left, right) of this step; (-1, 0) for full attention
+
+
+def checked_draft_index(draft_index: object, num_speculative_tokens: int) -> int:
+    """draft_index as the ops take an int (a NumPy int too, never a float), in [1, k]."""
+    if type(draft_index) is not int:
+        draft_index = checked_int(draft_index, "draft_index")
+    if not 1 <= draft_index <= num_speculative_tokens:
+        raise ValueError(f"draft_index must be in [1, num_speculative_tokens = {num_speculative_tokens}], got "
+                         f"{draft_index}")
+    return draft_index
+
+
+def check_step_inputs(common: object) -> None:
+    """What a fingerprint reads, checked first: a CommonDraftInputs whose tensors are tensors of
+    the sizes it claims (a NumPy array is a ValueError naming it, as without a cache)."""
+    if not isinstance(common, CommonDraftInputs):
+        raise ValueError(f"common must be a CommonDraftInputs, got {type(common).__name__}")
+    for name in ("num_reqs", "num_actual_tokens", "num_input_tokens"):
+        if type(getattr(common, name)) is not int:
+            checked_int(getattr(common, name), name)
+    check_step_sizes(common)
+
+
+def check_step_sizes(common: CommonDraftInputs) -> None:
+    """The sizes a step claims against its tensors (shorter tensors once gave a phantom request,
+    or zeroed the position of a real token)."""
+    num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
+    for name, tensor, count, what in (
+            ("query_start_loc", common.query_start_loc, num_reqs + 1, "num_reqs + 1"),
+            ("query_start_loc_cpu", common.query_start_loc_cpu, num_reqs + 1, "num_reqs + 1"),
+            ("seq_lens", common.seq_lens, num_reqs, "num_reqs"),
+            ("seq_lens_cpu", common.seq_lens_cpu, num_reqs, "num_reqs"),
+            ("positions", common.positions, num_tokens, "num_actual_tokens")):
+        if tensor is None and name == "seq_lens_cpu":
+            continue
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1:
+            described = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"{name} must be a 1-D tensor, got {described}")
+        if tensor.size(0) < count:
+            raise ValueError(f"{name} must have at least {what} = {count} entries, got {tensor.size(0)}")

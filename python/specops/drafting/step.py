@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from specops.drafting.cache import StepCache, logger
-from specops.drafting.configs import _CP_FIELD, CommonDraftInputs, DraftAttnMetadata
+from specops.drafting.configs import (
+    _CP_FIELD,
+    CommonDraftInputs,
+    DraftAttnMetadata,
+    check_step_inputs,
+    checked_draft_index,
+)
 from specops.drafting.plan import _DSparkCall, _plan
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.ops.dspark_swa_indices_multi import _OP as _DSPARK_SWA_INDICES_MULTI_OP
@@ -168,18 +174,26 @@ def build_draft_attn_metadata(
     as a sequence (one CommonDraftInputs per builder) is the path for per-group-updated inputs:
     every group then computes everything itself, exactly as without a cache.
     """
+    if builders:
+        draft_index = checked_draft_index(draft_index, builders[0].model.num_speculative_tokens)
     if isinstance(common, CommonDraftInputs):
         if dummy_run or cache is None:
             # A cache of this step alone: it starts empty and nobody reads it afterwards, so the
             # groups share through the step itself, with no lookup, entry or fingerprint.
             return _build_step(builders, common, draft_index, None, {})
         # No runner code runs between the groups of this step, so the inputs cannot change in
-        # it: their fingerprint is taken once (once per RoPE cache tensor, which it includes).
+        # it: their fingerprint is taken once (once per RoPE cache tensor, which it includes),
+        # after the inputs are checked (a fingerprint reads attributes only tensors have).
+        check_step_inputs(common)
         fingerprints: dict[int, tuple | None] = {}
         for builder in builders:
             rope = id(builder._rope_cache)
             if rope not in fingerprints:
                 fingerprints[rope] = builder._fingerprint(common)
+        if None in fingerprints.values():
+            # An inference tensor among the inputs: no version counter to fingerprint, so the
+            # groups share through this step alone, as without a runner's cache.
+            return _build_step(builders, common, draft_index, None, {})
         return _build_step(builders, common, draft_index, cache, fingerprints)
     if len(common) != len(builders):
         raise ValueError(

@@ -46,6 +46,24 @@ def ints_per_group(value: Any, num_groups: int, name: str) -> list[int]:
     return [checked_int(value, name)] * num_groups
 
 
+def normalize_config_fields(config: Any, ints: Sequence[str] = (), optional_ints: Sequence[str] = (),
+                            bools: Sequence[str] = ()) -> None:
+    """A frozen dataclass's number and flag fields, taken as the ops take their int and bool
+    arguments (checked_int, checked_bool: NumPy ints accepted and stored as Python ints, floats
+    such as 16.0 rejected, truthy non-bools such as "no" rejected), before any range check reads
+    them. optional_ints may also be None."""
+    for name in (*ints, *optional_ints):
+        value = getattr(config, name)
+        if value is None and name in optional_ints:
+            continue
+        if type(value) is not int:
+            object.__setattr__(config, name, checked_int(value, name))
+    for name in bools:
+        value = getattr(config, name)
+        if type(value) is not bool:
+            object.__setattr__(config, name, checked_bool(value, name))
+
+
 def bools_per_group(value: Any, num_groups: int, name: str) -> list[bool]:
     """A per-group bool argument, one entry per group or one value for every group, each taken as
     checked_bool takes it, naming the entry (cp_sharded[1]) or the argument."""

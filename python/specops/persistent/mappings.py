@@ -33,6 +33,7 @@ from specops.ops._checks import (
     check_query_start_loc,
     check_tensor,
     checked_int,
+    normalize_config_fields,
 )
 from specops.ops._op import fast_native_entry
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
@@ -62,17 +63,22 @@ class MappingGroup:
     name: str | None = None
 
     def __post_init__(self) -> None:
+        normalize_config_fields(self, ints=("block_size", "blocks_per_kv_block", "sliding_window_reach"),
+                                bools=("cp_sharded", "slot_mapping_enabled"))
         check_positive(self.block_size, "block_size")
         check_positive(self.blocks_per_kv_block, "blocks_per_kv_block")
         check_int32_range(self.sliding_window_reach, "sliding_window_reach", 0)
+        if self.name is not None and not isinstance(self.name, str):
+            raise ValueError(f"name must be a str or None, got {type(self.name).__name__}")
 
 
 def _widths_per_group(max_num_blocks_per_req: int | Sequence[int], num_groups: int) -> tuple[int, ...]:
-    """One table width per group, from one width for all or one per group."""
-    if isinstance(max_num_blocks_per_req, int):
-        check_positive(max_num_blocks_per_req, "max_num_blocks_per_req")
-        return (max_num_blocks_per_req,) * num_groups
-    widths = tuple(max_num_blocks_per_req)
+    """One table width per group, from one width for all or one per group (ints as the ops take them)."""
+    if not isinstance(max_num_blocks_per_req, Sequence) or isinstance(max_num_blocks_per_req, str):
+        width = checked_int(max_num_blocks_per_req, "max_num_blocks_per_req")
+        check_positive(width, "max_num_blocks_per_req")
+        return (width,) * num_groups
+    widths = tuple(checked_int(width, f"max_num_blocks_per_req[{g}]") for g, width in enumerate(max_num_blocks_per_req))
     if len(widths) != num_groups:
         raise ValueError(f"max_num_blocks_per_req must be an int or one width per group ({num_groups}), "
                          f"got {len(widths)} widths")
@@ -127,6 +133,10 @@ class PersistentMappings:
         for index, group in enumerate(groups):
             if not isinstance(group, MappingGroup):
                 raise ValueError(f"groups[{index}] must be a MappingGroup, got {type(group).__name__}")
+        max_num_reqs, max_num_tokens = checked_int(max_num_reqs, "max_num_reqs"), checked_int(max_num_tokens,
+                                                                                              "max_num_tokens")
+        cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
+        cp_interleave = checked_int(cp_interleave, "cp_interleave")
         check_positive(max_num_reqs, "max_num_reqs")
         widths = _widths_per_group(max_num_blocks_per_req, len(groups))
         check_positive(max_num_tokens, "max_num_tokens")
@@ -354,6 +364,8 @@ class PersistentMappings:
     def _check_shares_no_captured_buffer(self, *tensors: tuple[torch.Tensor | None, str]) -> None:
         """A caller tensor sharing memory with a captured buffer would be rewritten by one group's
         op while another group's reads it: rejected before any write, whichever group owns it."""
+        if torch.compiler.is_compiling():
+            return  # a graph's inputs are checked by the ops it calls (docs/hardening.md, Limits)
         captured = ((self._captured_tables, "block_tables"), (self._captured_slots, "slot_mappings"))
         for tensor, name in tensors:
             if isinstance(tensor, torch.Tensor):
