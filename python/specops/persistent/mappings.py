@@ -28,21 +28,16 @@ from specops.ops._checks import (
     check_context_parallel,
     check_int32_range,
     check_interleave_divides,
-    check_no_overlap,
     check_positive,
-    check_query_start_loc,
-    check_tensor,
     checked_int,
     normalize_config_fields,
 )
-from specops.ops._op import fast_native_entry
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
 from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
+from specops.persistent.checks import CHECK_POSITIONS, check_refresh, check_shares_no_captured_buffer, padded_extents
 from specops.persistent.staging import StagedBlockWrites
 
-# compute_slot_mapping's value checks for every group's table at once, writing nothing.
-_CHECK_POSITIONS = fast_native_entry("check_slot_mapping_positions")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +212,7 @@ class PersistentMappings:
         mapped = [g for g, args in enumerate(self._slot_args) if args is not None]
         self._mapped_groups = len(mapped)
         self._check_positions_sizes = None
-        if self.device.type == "cpu" and mapped and _CHECK_POSITIONS is not None:
+        if self.device.type == "cpu" and mapped and CHECK_POSITIONS is not None:
             self._checked_tables = [self.source_block_tables[g] for g in mapped]
             self._checked_counts = [self.num_blocks[g] for g in mapped]
             self._check_positions_sizes = [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])]
@@ -301,36 +296,9 @@ class PersistentMappings:
         (cp_world_size > 1), where a column is not a contiguous run of positions.
         """
         # Everything an op could reject after another op wrote is checked first, whatever the
-        # order of the groups: the sizes, every caller tensor's metadata, caller tensors sharing
-        # memory with any captured buffer, and on the host the values of every group.
-        device = self._source_storage.device
-        check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device, "the mappings")
-        num_reqs_padded, num_tokens_padded = self._padded_extents(
-            idx_mapping.numel(), num_reqs_padded,
-            positions.numel() if isinstance(positions, torch.Tensor) else 0, num_tokens_padded)
-        windowed = num_computed_tokens is not None and self._masks_windows
-        if num_computed_tokens is not None:
-            check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device, "the mappings")
-            if num_computed_tokens.numel() < self.max_num_reqs:
-                raise ValueError(f"num_computed_tokens must have max_num_reqs = {self.max_num_reqs} entries (one per "
-                                 f"request row), got {num_computed_tokens.numel()}")
-        # Checked even when no group maps slots (and nothing reads them): the call is the same.
-        check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device, "the mappings")
-        num_reqs = check_query_start_loc(query_start_loc, device, "the mappings")
-        if self._mapped_groups:
-            if idx_mapping.numel() != num_reqs:
-                raise ValueError(f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got "
-                                 f"{idx_mapping.numel()}")
-        self._check_shares_no_captured_buffer(
-            (idx_mapping, "idx_mapping"), (query_start_loc, "query_start_loc"), (positions, "positions"),
-            (num_computed_tokens, "num_computed_tokens"))
-        if (self._check_positions_sizes is not None and (self._mapped_groups > 1 or windowed)
-                and not torch.compiler.is_compiling() and current_backend() == "native"):
-            # The host ops reject a position past a group's table; groups differ there, so every
-            # group is checked before the first one is rewritten (device kernels write PAD instead
-            # and never reject a value).
-            _CHECK_POSITIONS(query_start_loc, positions, self._checked_tables, idx_mapping,
-                             self._check_positions_sizes, self._checked_counts)
+        # order of the groups (persistent/checks.py).
+        num_reqs_padded, num_tokens_padded, windowed = check_refresh(
+            self, idx_mapping, query_start_loc, positions, num_reqs_padded, num_tokens_padded, num_computed_tokens)
         groups = list(zip(self.groups, self.source_block_tables, self.num_blocks, self.block_tables,
                           self.slot_mappings, self._slot_args, self._window_reach))
         # A sliding-window gather first: it alone reads num_computed_tokens' values, and rejects
@@ -360,17 +328,6 @@ class PersistentMappings:
                 num_computed_tokens: torch.Tensor | None) -> None:
         group, source, counts, table, _, _, reach = group_views
         _GATHER(source, counts, idx_mapping, table, num_reqs_padded, num_computed_tokens, reach, group.block_size)
-
-    def _check_shares_no_captured_buffer(self, *tensors: tuple[torch.Tensor | None, str]) -> None:
-        """A caller tensor sharing memory with a captured buffer would be rewritten by one group's
-        op while another group's reads it: rejected before any write, whichever group owns it."""
-        if torch.compiler.is_compiling():
-            return  # a graph's inputs are checked by the ops it calls (docs/hardening.md, Limits)
-        captured = ((self._captured_tables, "block_tables"), (self._captured_slots, "slot_mappings"))
-        for tensor, name in tensors:
-            if isinstance(tensor, torch.Tensor):
-                for buffer, buffer_name in captured:
-                    check_no_overlap(tensor, name, buffer, buffer_name)
 
     def prepare_step(
         self,
@@ -410,12 +367,12 @@ class PersistentMappings:
                              f"{type(idx_mapping).__name__}")
         num_reqs = idx_mapping.numel()
         # The token count is the fused op's output (on the device): only 0 bounds it here.
-        num_reqs_padded, num_tokens_padded = self._padded_extents(num_reqs, num_reqs_padded, None, num_tokens_padded)
+        num_reqs_padded, num_tokens_padded = padded_extents(self, num_reqs, num_reqs_padded, None, num_tokens_padded)
         # The fused op checks its inputs against what it writes; the gathers after it write the
         # captured tables, so no input may share memory with those either (nor with the buffers
         # the fused op writes, which it checks itself).
-        self._check_shares_no_captured_buffer(
-            (num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
+        check_shares_no_captured_buffer(
+            self, (num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
             (prev_positions, "prev_positions"), (valid_sampled_token_count, "valid_sampled_token_count"),
             (prev_num_draft_tokens, "prev_num_draft_tokens"), (cpu_num_computed_tokens, "cpu_num_computed_tokens"),
             (query_start_loc, "query_start_loc"), (idx_mapping, "idx_mapping"))
@@ -485,26 +442,6 @@ class PersistentMappings:
             seq_lens_cpu=seq_lens_cpu, positions=self.positions, num_reqs=num_reqs,
             num_actual_tokens=num_actual_tokens, num_input_tokens=num_input_tokens, causal=causal,
             block_tables=self.block_tables_by_name, slot_mappings=self.slot_mappings_by_name)
-
-    def _padded_extents(self, num_reqs: int, num_reqs_padded: int | None, num_tokens: int | None,
-                        num_tokens_padded: int | None) -> tuple[int, int]:
-        """The padded extents of refresh and prepare_step (None: the full extent), checked
-        against the batch (R requests, T tokens; T None: not known on the host) and the
-        buffers before anything is written."""
-        # Ints as torch's schema takes them (a float is rejected here, not half-way by an op).
-        num_reqs_padded = self.max_num_reqs if num_reqs_padded is None else checked_int(num_reqs_padded,
-                                                                                       "num_reqs_padded")
-        num_tokens_padded = self.max_num_tokens if num_tokens_padded is None else checked_int(num_tokens_padded,
-                                                                                             "num_tokens_padded")
-        if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
-            raise ValueError(
-                f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
-            )
-        least = "0" if num_tokens is None else f"T = {num_tokens}"
-        if not (num_tokens or 0) <= num_tokens_padded <= self.max_num_tokens:
-            raise ValueError(
-                f"num_tokens_padded must be in [{least}, max_num_tokens = {self.max_num_tokens}], got {num_tokens_padded}")
-        return num_reqs_padded, num_tokens_padded
 
     def fill_dummy(self) -> None:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""
