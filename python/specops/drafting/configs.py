@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import torch
 
@@ -22,8 +23,6 @@ from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES
 
 # The StepCache namespace of the drafting entries: (DRAFT_NAMESPACE, draft_index).
 DRAFT_NAMESPACE = "draft_for_drafting"
-# Where CPLocalMetadata sits among DraftAttnMetadata's fields (and _Invariant.fields).
-_CP_FIELD = 7
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -47,6 +46,7 @@ class ModelConfig:
     soc_version: str = "Ascend910B1"
 
     def __post_init__(self) -> None:
+        # Numbers as the ops take ints (docs/hardening.md, "Bool arguments"): 16.0 is rejected.
         normalize_config_fields(self, ints=("num_heads_q", "num_heads_kv", "head_dim", "num_speculative_tokens",
                                             "cp_size", "cp_rank", "num_cube_cores", "num_vector_cores"))
         check_positive(self.num_heads_q, "num_heads_q")
@@ -167,41 +167,31 @@ class DraftAttnMetadata:
     window: tuple[int, int]  # (left, right) of this step; (-1, 0) for full attention
 
 
+class SharedFields(NamedTuple):
+    """DraftAttnMetadata's group-invariant fields, named as there and in its order (a step
+    builds each group's metadata as DraftAttnMetadata(*shared, <the group's own fields>);
+    tests/test_drafting.py checks the two orders agree)."""
+
+    num_decodes: int
+    num_prefills: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+    input_positions: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    cp: CPLocalMetadata
+    local_cos: torch.Tensor
+    local_sin: torch.Tensor
+    start_pos: torch.Tensor
+    seq_lens_cpu: torch.Tensor
+
+
 def checked_draft_index(draft_index: object, num_speculative_tokens: int) -> int:
-    """draft_index as the ops take an int (a NumPy int too, never a float), in [1, k]."""
+    """draft_index as the ops take an int (a NumPy int too, never a float), in [1, k]: checked
+    on every build, not only when its buffers are first made (a 1.0 equals 1 as a key)."""
     if type(draft_index) is not int:
         draft_index = checked_int(draft_index, "draft_index")
     if not 1 <= draft_index <= num_speculative_tokens:
         raise ValueError(f"draft_index must be in [1, num_speculative_tokens = {num_speculative_tokens}], got "
                          f"{draft_index}")
     return draft_index
-
-
-def check_step_inputs(common: object) -> None:
-    """What a fingerprint reads, checked first: a CommonDraftInputs whose tensors are tensors of
-    the sizes it claims (a NumPy array is a ValueError naming it, as without a cache)."""
-    if not isinstance(common, CommonDraftInputs):
-        raise ValueError(f"common must be a CommonDraftInputs, got {type(common).__name__}")
-    for name in ("num_reqs", "num_actual_tokens", "num_input_tokens"):
-        if type(getattr(common, name)) is not int:
-            checked_int(getattr(common, name), name)
-    check_step_sizes(common)
-
-
-def check_step_sizes(common: CommonDraftInputs) -> None:
-    """The sizes a step claims against its tensors (shorter tensors once gave a phantom request,
-    or zeroed the position of a real token)."""
-    num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
-    for name, tensor, count, what in (
-            ("query_start_loc", common.query_start_loc, num_reqs + 1, "num_reqs + 1"),
-            ("query_start_loc_cpu", common.query_start_loc_cpu, num_reqs + 1, "num_reqs + 1"),
-            ("seq_lens", common.seq_lens, num_reqs, "num_reqs"),
-            ("seq_lens_cpu", common.seq_lens_cpu, num_reqs, "num_reqs"),
-            ("positions", common.positions, num_tokens, "num_actual_tokens")):
-        if tensor is None and name == "seq_lens_cpu":
-            continue
-        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1:
-            described = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-            raise ValueError(f"{name} must be a 1-D tensor, got {described}")
-        if tensor.size(0) < count:
-            raise ValueError(f"{name} must have at least {what} = {count} entries, got {tensor.size(0)}")
