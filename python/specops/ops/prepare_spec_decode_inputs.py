@@ -13,7 +13,14 @@ import torch
 
 from specops._spec_decode_sizes import SpecDecodeSizes, named_after_the_wrapper, pack_sizes
 from specops.ops._accounting_checks import check_count_correction, check_positions_and_seq_lens
-from specops.ops._checks import check_idx_mapping, check_outputs_alias_nothing, check_positive, checked_size
+from specops.ops._checks import (
+    bools_per_group,
+    check_idx_mapping,
+    check_outputs_alias_nothing,
+    check_positive,
+    checked_size,
+    checked_tensor_list,
+)
 from specops.ops._op import SpecOp
 from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
 from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens
@@ -136,15 +143,15 @@ def prepare_spec_decode_inputs(
     table, as compute_slot_mapping takes it: a position past its row's allocated blocks is a
     ValueError naming the request, the position and the count on the host, PAD on device paths.
     """
+    block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
     if not isinstance(block_sizes, list):
         block_sizes = _per_group(block_sizes, num_groups)
     if not isinstance(blocks_per_kv_block, list):
         blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
-    if not isinstance(cp_sharded, list):
-        cp_sharded = _per_group(cp_sharded, num_groups)
-    if not isinstance(slot_mapping_enabled, list):
-        slot_mapping_enabled = _per_group(slot_mapping_enabled, num_groups)
+    # Packed into the op's int[] as 0 and 1: checked here as every bool argument is.
+    cp_sharded = bools_per_group(cp_sharded, num_groups, "cp_sharded")
+    slot_mapping_enabled = bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
     if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == len(slot_mapping_enabled) == num_groups:
         for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
                              ("cp_sharded", cp_sharded), ("slot_mapping_enabled", slot_mapping_enabled)):
@@ -164,10 +171,7 @@ def prepare_spec_decode_inputs(
         num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
                          for _ in range(num_groups)]
-    if not isinstance(block_tables, list):
-        block_tables = list(block_tables)
-    if not isinstance(slot_mappings, list):
-        slot_mappings = list(slot_mappings)
+    slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
     sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
                        blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
     try:
