@@ -121,8 +121,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
         int64_t position = first;
         const int64_t columns = kernels::usable_columns(group.shape, row);
         while (position >= 0 && position <= INT32_MAX && position < first + query_len - 1) {
-          const kernels::TokenPlacement p = kernels::place_token<kernels::CpLayout::kInterleaved>(
-              static_cast<uint32_t>(position), group.shape, group.divisors);
+          const kernels::TokenPlacement p = kernels::place_token<kernels::CpLayout::kInterleaved>(static_cast<uint32_t>(position), group.divisors);
           if (p.local && p.column >= columns) break;
           ++position;
         }

@@ -70,7 +70,7 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
     const int64_t columns = usable_columns(s, row);
     if (last < (columns / s.blocks_per_kv_block) * virtual_block_size) continue;
     for (int64_t position = first; position <= last; ++position) {
-      const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, g.divisors);
+      const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), g.divisors);
       if (p.local && p.column >= columns) return r;
     }
   }
