@@ -38,6 +38,8 @@ struct SlotMappingCheck {
   bool all_consecutive = true;  // and every mapped request's positions consecutive: runs
 };
 
+constexpr int64_t kMinTokensPerRequestForRuns = 3;
+
 // The check pass, reads only: the first token whose lookup would leave the block table or its
 // row's allocated blocks (the host wrapper rejects the batch before anything is written), and
 // how the write pass may run. A request whose positions are consecutive is inside its row when
@@ -48,6 +50,14 @@ SlotMappingCheck check_slot_mapping_batch(const int32_t* query_start_loc, const 
                                           const IdxT* idx_mapping, const SlotMappingShape& s, const D& d) {
   SlotMappingCheck found;
   const uint64_t table_covered = covered_positions(s, s.block_table_cols);
+  // Runs pay from a few tokens per request; below that (a decode without drafts) the tokens
+  // are placed one by one, and without per-row counts one branch-free sweep over the positions
+  // accepts the usual batch.
+  found.all_consecutive = s.num_tokens >= kMinTokensPerRequestForRuns * s.num_reqs;
+  if (!found.all_consecutive && s.num_blocks == nullptr &&
+      all_positions_below(positions, s.num_tokens, table_covered)) {
+    return found;
+  }
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     const int64_t begin = query_start_loc[r], end = query_start_loc[r + 1];
@@ -55,7 +65,7 @@ SlotMappingCheck check_slot_mapping_batch(const int32_t* query_start_loc, const 
     const int64_t columns = usable_columns(s, row);
     const uint64_t covered = s.num_blocks == nullptr ? table_covered : covered_positions(s, columns);
     const PosT* request = positions + begin;
-    if (positions_are_consecutive(request, end - begin)) {
+    if (found.all_consecutive && positions_are_consecutive(request, end - begin)) {
       // first < covered and first + count <= covered, without the sum wrapping (a negative first is huge).
       const uint64_t first = unsigned_position(request[0]);
       if (first < covered && covered - first >= static_cast<uint64_t>(end - begin)) continue;
