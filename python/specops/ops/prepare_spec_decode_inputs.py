@@ -92,9 +92,14 @@ _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
 def _per_group(value: object, num_groups: int) -> list:
     """One value per group: a sequence as given, anything else for every group (the op's checks
     then judge it, naming block_sizes[0] etc.)."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return list(value)
-    return [value] * num_groups
+    kind = type(value)
+    if kind is list:
+        return value
+    # An int or a bool (the usual one value for all groups) without the Sequence ABC check,
+    # which costs more than the rest of this function on every call.
+    if kind is int or kind is bool or not (isinstance(value, Sequence) and not isinstance(value, str)):
+        return [value] * num_groups
+    return list(value)
 
 
 def prepare_spec_decode_inputs(
@@ -142,14 +147,10 @@ def prepare_spec_decode_inputs(
     ValueError naming the request, the position and the count on the host, PAD on device paths.
     """
     num_groups = len(block_tables)
-    if not isinstance(block_sizes, list):
-        block_sizes = _per_group(block_sizes, num_groups)
-    if not isinstance(blocks_per_kv_block, list):
-        blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
-    if not isinstance(cp_sharded, list):
-        cp_sharded = _per_group(cp_sharded, num_groups)
-    if not isinstance(slot_mapping_enabled, list):
-        slot_mapping_enabled = _per_group(slot_mapping_enabled, num_groups)
+    block_sizes = _per_group(block_sizes, num_groups)
+    blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
+    cp_sharded = _per_group(cp_sharded, num_groups)
+    slot_mapping_enabled = _per_group(slot_mapping_enabled, num_groups)
     if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == len(slot_mapping_enabled) == num_groups:
         for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
                              ("cp_sharded", cp_sharded), ("slot_mapping_enabled", slot_mapping_enabled)):
