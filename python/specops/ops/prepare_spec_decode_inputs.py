@@ -94,9 +94,14 @@ _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
 def _per_group(value: object, num_groups: int) -> list:
     """One value per group: a sequence as given, anything else for every group (the op's checks
     then judge it, naming block_sizes[0] etc.)."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return list(value)
-    return [value] * num_groups
+    kind = type(value)
+    if kind is list:
+        return value
+    # An int or a bool (the usual one value for all groups) without the Sequence ABC check,
+    # which costs more than the rest of this function on every call.
+    if kind is int or kind is bool or not (isinstance(value, Sequence) and not isinstance(value, str)):
+        return [value] * num_groups
+    return list(value)
 
 
 def prepare_spec_decode_inputs(
