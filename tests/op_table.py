@@ -26,6 +26,13 @@ from op_specs.prepare_positions_and_seq_lens import PREPARE_POSITIONS
 from op_specs.prepare_spec_decode_inputs import FUSED
 from op_specs.sas_metadata import SAS
 
+# The step-bookkeeping ops.
+from op_specs.advance_draft_step import ADVANCE_DRAFT_STEP
+from op_specs.count_sampled_and_rejected import COUNT_SAMPLED
+from op_specs.post_update_after_sampling import POST_UPDATE
+from op_specs.prepare_input_ids import PREPARE_INPUT_IDS
+from op_specs.prepare_next_token_ids import NEXT_TOKENS
+
 __all__ = ["Arg", "Bad", "Call", "Corruption", "OpSpec", "bad", "bad_with", "extreme_values", "get_arg", "set_arg",
            "stale", "t32", "t64", "tensor_keys", "OP_TABLE", "HOST_HELPERS", "DSPARK", "FUSED", "SLOT_MAPPING"]
 
@@ -44,6 +51,12 @@ OP_TABLE: tuple[OpSpec, ...] = (
     CORRECT_SEQ_LENS,
     PREPARE_POSITIONS,
     FUSED,
+    # step bookkeeping
+    PREPARE_INPUT_IDS,
+    COUNT_SAMPLED,
+    POST_UPDATE,
+    NEXT_TOKENS,
+    ADVANCE_DRAFT_STEP,
     # Add an op here: one line per op (docs/hardening.md, "Adding an op").
 )
 

@@ -34,6 +34,8 @@ import specops
 GUARD = 4
 OUTPUT_CANARY = {torch.int32: -0x21524111, torch.int64: -0x2152411021524111}  # 0xDEADBEEF, 0xDEADBEEFDEADBEEF
 INPUT_CANARY = {torch.int32: 0x3EADBEEF, torch.int64: 0x3EADBEEF3EADBEEF}
+# A bool input (prepare_next_token_ids' discard mask) is only read: True around it is its canary.
+INPUT_CANARY[torch.bool] = True
 DEVICE_BACKENDS = [name for name in BACKENDS if name != "reference"]  # the reference is the oracle
 
 

@@ -49,7 +49,7 @@ def _prepare_input_ids_kernel(
         for start in range(first, stop, BLOCK):
             j = start + lanes
             o = c0 + j
-            live = j < stop
+            live = (j < stop) & (o >= 0)
             at_logit = live & (o < logits_end)
             tl.store(logits_indices_ptr + tl.where(at_logit, o, 0), q1 - n_log + j, mask=at_logit)
             at_idx = live & (o < expanded_end)
@@ -68,7 +68,7 @@ def _prepare_input_ids_kernel(
         token_stop = tl.minimum(q1, input_numel)
         for start in range(tl.maximum(q0, 0), token_stop, BLOCK):
             i = start + lanes
-            live = tl.where(has_row, i < token_stop, False)
+            live = tl.where(has_row, (i < token_stop) & (i >= 0), False)
             draft = i - (q1 - n_draft)
             is_draft = tl.where(generated, live & (draft >= 0) & (draft < draft_cols), False)
             draft_token = tl.load(draft_ptr + safe_row * draft_stride + tl.where(is_draft, draft, 0), mask=is_draft,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from specops.ops._checks import checked_size
+
 
 def padded_end(out: torch.Tensor, out_name: str, padded: int, padded_name: str, real: int, real_name: str) -> int:
     """Where the padding of out ends: `padded` (-1: the buffer's end), in [real, out.numel()]."""
@@ -15,6 +17,6 @@ def padded_end(out: torch.Tensor, out_name: str, padded: int, padded_name: str, 
     return padded
 
 
-def padded_argument(value: int | None) -> int:
+def padded_argument(value: int | None, name: str) -> int:
     """A wrapper's optional *_padded argument as the schema takes it (-1: each buffer's end)."""
-    return -1 if value is None else value
+    return -1 if value is None else checked_size(value, name, 0)

@@ -14,10 +14,13 @@ from specops.ops._checks import (
     check_outputs_alias_nothing,
     check_positive,
     check_tensor,
+    checked_bool,
+    checked_int,
     checked_size,
+    ints_per_group,
 )
 from specops.ops._op import SpecOp
-from specops.ops._step_checks import padded_end
+from specops.ops._step_checks import padded_argument, padded_end
 from specops.ops.compute_slot_mapping import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
 from specops.reference.advance_draft_step import advance_draft_step as _reference
 
@@ -181,8 +184,15 @@ def advance_draft_step(
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
     num_groups = len(block_tables)
-    per_group = [_per_group(value, num_groups) for value in (block_sizes, blocks_per_kv_block, cp_sharded,
-                                                              slot_mapping_enabled)]
+    # Every int is checked here, before it is packed into sizes (an error then names the keyword).
+    max_model_len = checked_int(max_model_len, "max_model_len")
+    cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
+    cp_interleave = checked_int(cp_interleave, "cp_interleave")
+    per_group = [ints_per_group(block_sizes, num_groups, "block_sizes"),
+                 ints_per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block"),
+                 [checked_bool(v, f"cp_sharded[{g}]") for g, v in enumerate(_per_group(cp_sharded, num_groups))],
+                 [checked_bool(v, f"slot_mapping_enabled[{g}]")
+                  for g, v in enumerate(_per_group(slot_mapping_enabled, num_groups))]]
     for name, values in zip(("block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled"), per_group):
         if len(values) != num_groups:
             raise ValueError(f"{name} must have one entry per block table (len(block_tables) = {num_groups}), "
@@ -196,8 +206,8 @@ def advance_draft_step(
         size = checked_size(num_tokens_padded, "num_tokens_padded", 0) if num_tokens_padded is not None else num_reqs
         slot_mappings = [torch.empty(size, dtype=torch.int64, device=positions.device) for _ in range(num_groups)]
     sizes = pack_draft_step_sizes(max_model_len, RULES[past_max_model_len],
-                                  -1 if num_tokens_padded is None else num_tokens_padded,
-                                  -1 if num_reqs_padded is None else num_reqs_padded, cp_world_size, cp_rank,
+                                  padded_argument(num_tokens_padded, "num_tokens_padded"),
+                                  padded_argument(num_reqs_padded, "num_reqs_padded"), cp_world_size, cp_rank,
                                   cp_interleave, *per_group)
     block_tables = list(block_tables)
     slot_mappings = list(slot_mappings)

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_tensor
+from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_tensor, checked_size
 from specops.ops._op import SpecOp
 from specops.ops._step_checks import padded_argument, padded_end
 from specops.reference.count_sampled_and_rejected import count_sampled_and_rejected as _reference
@@ -63,8 +63,9 @@ def count_sampled_and_rejected(
     rejects a kept count outside [0, logits of the request] and a row past prefill_len.
     """
     if num_rejected is None:
-        size = num_reqs_padded if num_reqs_padded is not None else idx_mapping.numel()
-        num_rejected = torch.empty(max(size, 0), dtype=torch.int32, device=num_sampled.device)
+        size = (checked_size(num_reqs_padded, "num_reqs_padded", 0) if num_reqs_padded is not None
+                else idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0)
+        num_rejected = torch.empty(size, dtype=torch.int32, device=num_sampled.device)
     _OP.select()(num_sampled, seq_lens, cu_num_logits, idx_mapping, prefill_len, num_rejected,
-                 padded_argument(num_reqs_padded))
+                 padded_argument(num_reqs_padded, "num_reqs_padded"))
     return SampledCounts(num_sampled, num_rejected)

@@ -7,7 +7,13 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_rows_disjoint, check_tensor, checked_size
+from specops.ops._checks import (
+    check_entries,
+    check_outputs_alias_nothing,
+    check_rows_disjoint,
+    check_tensor,
+    checked_size,
+)
 from specops.ops._op import SpecOp
 from specops.ops._step_checks import padded_argument
 from specops.reference.prepare_input_ids import prepare_input_ids as _reference
@@ -126,6 +132,7 @@ def prepare_input_ids(
             expanded_local_pos = torch.empty(size, dtype=torch.int32, device=device)
     _OP.select()(input_ids, idx_mapping, query_start_loc, num_computed_tokens, prefill_len, last_sampled_tokens,
                  draft_tokens, cu_num_logits, num_new_sampled_tokens, all_token_ids, next_prefill_tokens,
-                 logits_indices, expanded_idx_mapping, expanded_local_pos, padded_argument(num_logits_padded),
-                 padded_argument(num_tokens_padded))
+                 logits_indices, expanded_idx_mapping, expanded_local_pos,
+                 padded_argument(num_logits_padded, "num_logits_padded"),
+                 padded_argument(num_tokens_padded, "num_tokens_padded"))
     return StepInputIds(logits_indices, expanded_idx_mapping, expanded_local_pos)

@@ -127,5 +127,5 @@ def prepare_next_token_ids(
             token_indices_to_sample = allocated()
     _OP.select()(sampled_token_ids, vocab_size, discard_request_mask, backup_next_token_ids, token_ids,
                  num_tokens_no_spec, cu_num_draft_tokens, query_start_loc, next_token_ids, valid_sampled_token_count,
-                 num_rejected_tokens, token_indices_to_sample, padded_argument(num_reqs_padded))
+                 num_rejected_tokens, token_indices_to_sample, padded_argument(num_reqs_padded, "num_reqs_padded"))
     return NextTokens(next_token_ids, valid_sampled_token_count, num_rejected_tokens, token_indices_to_sample)
