@@ -21,6 +21,7 @@ from specops.bench import (
     prepare_positions_and_seq_lens,
     prepare_spec_decode_inputs,
     sas_metadata,
+    step_bookkeeping,
 )
 
 BENCHMARKS = {
@@ -40,4 +41,6 @@ BENCHMARKS = {
     "dspark_swa_indices_multi": dspark_swa_indices_multi,
     "sas_metadata": sas_metadata,
     "drafting": drafting,
+    # the step-bookkeeping ops
+    "step_bookkeeping": step_bookkeeping,
 }
