@@ -21,7 +21,11 @@ from specops.bench import (
     prepare_positions_and_seq_lens,
     prepare_spec_decode_inputs,
     sas_metadata,
-    step_bookkeeping,
+)
+from specops.bench import (  # the step-bookkeeping ops
+    advance_draft_step,
+    count_sampled_and_rejected,
+    prepare_next_token_ids,
 )
 
 BENCHMARKS = {
@@ -42,5 +46,7 @@ BENCHMARKS = {
     "sas_metadata": sas_metadata,
     "drafting": drafting,
     # the step-bookkeeping ops
-    "step_bookkeeping": step_bookkeeping,
+    "count_sampled_and_rejected": count_sampled_and_rejected,
+    "prepare_next_token_ids": prepare_next_token_ids,
+    "advance_draft_step": advance_draft_step,
 }

@@ -46,7 +46,12 @@ def _next_tokens_eager(sampled, vocab, backup):
     return torch.where(count > 0, chosen, backup.long()), count
 
 
-def cases(device: torch.device, quick: bool) -> list[Case]:
+def cases_of(op: str, device: torch.device, quick: bool) -> list[Case]:
+    """The cases of one op (each op's bench module asks for its own)."""
+    return [case for case in _cases(device, quick) if case.op == op]
+
+
+def _cases(device: torch.device, quick: bool) -> list[Case]:
     result = []
     for num_reqs in QUICK_SHAPES if quick else SHAPES:
         generator = torch.Generator().manual_seed(num_reqs)

@@ -21,7 +21,7 @@ from specops.ops._checks import (
 )
 from specops.ops._op import SpecOp
 from specops.ops._step_checks import padded_argument, padded_end
-from specops.ops.compute_slot_mapping import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
+from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
 from specops.reference.advance_draft_step import advance_draft_step as _reference
 
 NUM_SCALARS = 7

@@ -41,7 +41,7 @@ def _check(input_ids: torch.Tensor, idx_mapping: torch.Tensor, query_start_loc: 
     check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device, "input_ids")
     check_tensor(prefill_len, "prefill_len", [torch.int32], 1, device, "input_ids")
     if not isinstance(last_sampled_tokens, torch.Tensor) or last_sampled_tokens.dim() not in (1, 2):
-        raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got "
+        raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got shape "
                          f"{list(last_sampled_tokens.shape) if isinstance(last_sampled_tokens, torch.Tensor) else None}")
     check_tensor(last_sampled_tokens, "last_sampled_tokens", [torch.int32, torch.int64], last_sampled_tokens.dim(),
                  device, "input_ids")
