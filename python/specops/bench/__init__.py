@@ -28,6 +28,9 @@ from specops.bench import (  # the step-bookkeeping ops
     prepare_next_token_ids,
 )
 
+# The rest of the DSA metadata family.
+from specops.bench import kv_quant_sas_metadata, lightning_indexer_metadata, store_kv_block_metadata
+
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
     "correct_num_computed_tokens": correct_num_computed_tokens,
@@ -49,4 +52,8 @@ BENCHMARKS = {
     "count_sampled_and_rejected": count_sampled_and_rejected,
     "prepare_next_token_ids": prepare_next_token_ids,
     "advance_draft_step": advance_draft_step,
+    # the rest of the DSA metadata family
+    "kv_quant_sas_metadata": kv_quant_sas_metadata,
+    "lightning_indexer_metadata": lightning_indexer_metadata,
+    "store_kv_block_metadata": store_kv_block_metadata,
 }

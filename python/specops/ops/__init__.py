@@ -21,6 +21,11 @@ from specops.ops.prepare_input_ids import StepInputIds, prepare_input_ids
 from specops.ops.post_update_after_sampling import post_update_after_sampling
 from specops.ops.prepare_next_token_ids import NextTokens, prepare_next_token_ids
 from specops.ops.advance_draft_step import DraftStep, advance_draft_step
+# The rest of the DSA metadata family (docs/kv_quant_sas_metadata.md and beside it).
+from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
+from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
+from specops.ops.store_kv_block_metadata import StoreKvBlockGroups, store_kv_block_metadata
+from specops.ops.compressor_metadata import CompressorMetadata, compressor_metadata
 
 __all__ = [
     "CPLocalMetadata",
@@ -49,4 +54,11 @@ __all__ = [
     "prepare_next_token_ids",
     "DraftStep",
     "advance_draft_step",
+    # the rest of the DSA metadata family
+    "CompressorMetadata",
+    "StoreKvBlockGroups",
+    "compressor_metadata",
+    "kv_quant_sas_metadata",
+    "lightning_indexer_metadata",
+    "store_kv_block_metadata",
 ]
