@@ -31,6 +31,13 @@ from op_specs.kv_quant_sas_metadata import KV_QUANT_SAS
 from op_specs.lightning_indexer_metadata import LIGHTNING_INDEXER
 from op_specs.store_kv_block_metadata import STORE_KV_BLOCK
 
+# The step-bookkeeping ops.
+from op_specs.advance_draft_step import ADVANCE_DRAFT_STEP
+from op_specs.count_sampled_and_rejected import COUNT_SAMPLED
+from op_specs.post_update_after_sampling import POST_UPDATE
+from op_specs.prepare_input_ids import PREPARE_INPUT_IDS
+from op_specs.prepare_next_token_ids import NEXT_TOKENS
+
 __all__ = ["Arg", "Bad", "Call", "Corruption", "OpSpec", "bad", "bad_with", "extreme_values", "get_arg", "set_arg",
            "stale", "t32", "t64", "tensor_keys", "OP_TABLE", "HOST_HELPERS", "DSPARK", "FUSED", "SLOT_MAPPING"]
 
@@ -49,6 +56,12 @@ OP_TABLE: tuple[OpSpec, ...] = (
     CORRECT_SEQ_LENS,
     PREPARE_POSITIONS,
     FUSED,
+    # step bookkeeping
+    PREPARE_INPUT_IDS,
+    COUNT_SAMPLED,
+    POST_UPDATE,
+    NEXT_TOKENS,
+    ADVANCE_DRAFT_STEP,
     KV_QUANT_SAS,
     LIGHTNING_INDEXER,
     STORE_KV_BLOCK,

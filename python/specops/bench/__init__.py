@@ -22,6 +22,11 @@ from specops.bench import (
     prepare_spec_decode_inputs,
     sas_metadata,
 )
+from specops.bench import (  # the step-bookkeeping ops
+    advance_draft_step,
+    count_sampled_and_rejected,
+    prepare_next_token_ids,
+)
 
 # The rest of the DSA metadata family.
 from specops.bench import kv_quant_sas_metadata, lightning_indexer_metadata, store_kv_block_metadata
@@ -43,6 +48,10 @@ BENCHMARKS = {
     "dspark_swa_indices_multi": dspark_swa_indices_multi,
     "sas_metadata": sas_metadata,
     "drafting": drafting,
+    # the step-bookkeeping ops
+    "count_sampled_and_rejected": count_sampled_and_rejected,
+    "prepare_next_token_ids": prepare_next_token_ids,
+    "advance_draft_step": advance_draft_step,
     # the rest of the DSA metadata family
     "kv_quant_sas_metadata": kv_quant_sas_metadata,
     "lightning_indexer_metadata": lightning_indexer_metadata,

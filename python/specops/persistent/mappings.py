@@ -30,6 +30,8 @@ from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
 from specops.persistent.checks import CHECK_POSITIONS, check_refresh, check_shares_no_captured_buffer, padded_extents
 from specops.persistent.groups import MappingGroup, slot_mapping_args, widths_per_group
 from specops.persistent.staging import StagedBlockWrites
+from specops.ops.advance_draft_step import DraftStep
+from specops.persistent.draft_step import advance_draft_step as _advance_draft_step
 
 
 
@@ -131,6 +133,9 @@ class PersistentMappings:
         self.positions = torch.zeros(max_num_tokens, dtype=torch.int64, device=self.device)
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=self.device)
         self._step_shapes: dict[tuple[int, int], tuple[list[int], RunnerStepInputs]] = {}
+        # The draft steps' positions (advance_draft_step), one per request, and their packed sizes.
+        self.draft_positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
+        self._draft_step_sizes: dict[tuple, list[int]] = {}
         self._masks_windows = any(reach > 0 for reach in self._window_reach)
         # First scheduled position of each request row, scattered from the batch, for the
         # sliding-window gathers: row r at entry r + 1, so that batch rows of no request (-1)
@@ -355,6 +360,14 @@ class PersistentMappings:
             _GATHER(source, counts, idx_mapping, table, num_reqs_padded, row_first if reach else None, reach,
                     group.block_size)
         return views
+
+    def advance_draft_step(self, idx_mapping: torch.Tensor, **kwargs) -> DraftStep:
+        """One later draft step on these buffers (specops.advance_draft_step with this object's
+        groups, CP layout, source tables and block counts): `draft_positions`, `seq_lens` and
+        every `slot_mappings[g]` in place. Keywords: max_model_len, past_max_model_len,
+        token_indices and num_rejected_tokens (the first step: it gathers from `positions`),
+        query_start_loc, num_reqs_padded, num_tokens_padded (see persistent/draft_step.py)."""
+        return _advance_draft_step(self, idx_mapping, **kwargs)
 
     def draft_inputs(
         self,
