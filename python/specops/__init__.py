@@ -27,6 +27,15 @@ from specops.ops import (
     prepare_spec_decode_inputs,
     sas_metadata,
 )
+from specops.ops import (  # docs/pcp.md
+    PCPDeviceLayout,
+    PCPLayout,
+    PCPLocalInputs,
+    PCPRankLayout,
+    pcp_gathered_slot_mappings,
+    pcp_local_inputs,
+    pcp_partition,
+)
 from specops.persistent import MappingGroup, PersistentMappings
 from specops import drafting  # docs/drafting.md: specops.drafting (imports the ops above)
 from specops.sas_layout import FAEntry, FDEntry, SASSchedule, decode_sas_metadata
@@ -64,4 +73,12 @@ __all__ = [
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",
     "sas_metadata",
+    # docs/pcp.md
+    "PCPDeviceLayout",
+    "PCPLayout",
+    "PCPLocalInputs",
+    "PCPRankLayout",
+    "pcp_gathered_slot_mappings",
+    "pcp_local_inputs",
+    "pcp_partition",
 ]

@@ -261,7 +261,7 @@ def _loopback_interface() -> str | None:
 
 
 def _local_worker(rank: int, world_size: int, backend: str, port: int, timeout_s: float,
-                  cases: list[CheckCase] | None, results: multiprocessing.Queue) -> None:
+                  cases: list | None, results: multiprocessing.Queue, check=None) -> None:
     try:
         torch.set_num_threads(1)  # the ranks share this machine's cores
         loopback = _loopback_interface()
@@ -273,7 +273,7 @@ def _local_worker(rank: int, world_size: int, backend: str, port: int, timeout_s
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         try:
-            results.put((rank, check_rank(rank, world_size, device, cases)))
+            results.put((rank, (check or check_rank)(rank, world_size, device, cases)))
         finally:
             dist.destroy_process_group()
     except BaseException:
@@ -286,11 +286,12 @@ def _local_worker(rank: int, world_size: int, backend: str, port: int, timeout_s
 
 
 def run_local(world_size: int, backend: str = "gloo", timeout_s: float = DEFAULT_TIMEOUT_S,
-              cases: list[CheckCase] | None = None) -> list[str]:
+              cases: list | None = None, check=None) -> list[str]:
     """Starts world_size processes on this machine (rank i on device i for nccl / hccl), meeting
     at a store on 127.0.0.1, and runs `cases` (default_cases() when None); returns every rank's
     findings, empty when all checks hold. Ranks still running after timeout_s are terminated and
-    reported."""
+    reported. `check(rank, world_size, device, cases)`: what each rank runs, a module-level
+    function (default check_rank; specops.pcp_distributed_check passes its own)."""
     # The parent hosts the rendezvous store on a port the OS picks, so no port can collide.
     store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
                           timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
@@ -300,7 +301,7 @@ def run_local(world_size: int, backend: str = "gloo", timeout_s: float = DEFAULT
     context.set_forkserver_preload(["specops.distributed_check"])
     results = context.Queue()
     processes = [context.Process(target=_local_worker, args=(rank, world_size, backend, store.port, timeout_s, cases,
-                                                                  results))
+                                                                  results, check))
                  for rank in range(world_size)]
     for process in processes:
         process.start()

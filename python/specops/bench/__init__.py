@@ -22,6 +22,7 @@ from specops.bench import (
     prepare_spec_decode_inputs,
     sas_metadata,
 )
+from specops.bench import pcp_gathered_slot_mappings, pcp_partition  # docs/pcp.md
 
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
@@ -40,4 +41,7 @@ BENCHMARKS = {
     "dspark_swa_indices_multi": dspark_swa_indices_multi,
     "sas_metadata": sas_metadata,
     "drafting": drafting,
+    # docs/pcp.md
+    "pcp_partition": pcp_partition,
+    "pcp_gathered_slot_mappings": pcp_gathered_slot_mappings,
 }

@@ -15,6 +15,11 @@ from specops.ops.prepare_positions_and_seq_lens import prepare_positions_and_seq
 from specops.ops.prepare_spec_decode_inputs import SpecDecodeInputs, prepare_spec_decode_inputs
 from specops.ops.sas_metadata import sas_metadata
 
+# docs/pcp.md: prefill context parallelism
+from specops.ops.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings
+from specops.ops.pcp_local_inputs import PCPLocalInputs, pcp_local_inputs
+from specops.ops.pcp_partition import PCPDeviceLayout, PCPLayout, PCPRankLayout, pcp_partition
+
 __all__ = [
     "CPLocalMetadata",
     "SpecDecodeInputs",
@@ -32,4 +37,12 @@ __all__ = [
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",
     "sas_metadata",
+    # docs/pcp.md
+    "PCPDeviceLayout",
+    "PCPLayout",
+    "PCPLocalInputs",
+    "PCPRankLayout",
+    "pcp_gathered_slot_mappings",
+    "pcp_local_inputs",
+    "pcp_partition",
 ]
