@@ -25,6 +25,8 @@ from op_specs.gather_block_tables import GATHER
 from op_specs.prepare_positions_and_seq_lens import PREPARE_POSITIONS
 from op_specs.prepare_spec_decode_inputs import FUSED
 from op_specs.sas_metadata import SAS
+from op_specs.pcp_gathered_slot_mappings import PCP_SLOTS  # docs/pcp.md
+from op_specs.pcp_local_inputs import PCP_LOCAL  # docs/pcp.md
 
 __all__ = ["Arg", "Bad", "Call", "Corruption", "OpSpec", "bad", "bad_with", "extreme_values", "get_arg", "set_arg",
            "stale", "t32", "t64", "tensor_keys", "OP_TABLE", "HOST_HELPERS", "DSPARK", "FUSED", "SLOT_MAPPING"]
@@ -44,6 +46,8 @@ OP_TABLE: tuple[OpSpec, ...] = (
     CORRECT_SEQ_LENS,
     PREPARE_POSITIONS,
     FUSED,
+    PCP_LOCAL,
+    PCP_SLOTS,
     # Add an op here: one line per op (docs/hardening.md, "Adding an op").
 )
 
@@ -51,4 +55,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
 HOST_HELPERS = {
     "cp_local_max_lens": "the host ints of cp_local_metadata, from its query_start_loc(_cpu)/seq_lens(_cpu)",
     "check_slot_mapping_positions": "compute_slot_mapping's value checks for every group of PersistentMappings.refresh",
+    # A public op, but host-only (no device kernel, no buffers to write: it returns the layout),
+    # so none of the matrix's families applies; tests/test_pcp_partition.py covers its bad input.
+    "pcp_partition": "every PCP rank's layout from host counts (specops.pcp_partition)",
 }

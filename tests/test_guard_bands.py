@@ -33,7 +33,8 @@ import specops
 
 GUARD = 4
 OUTPUT_CANARY = {torch.int32: -0x21524111, torch.int64: -0x2152411021524111}  # 0xDEADBEEF, 0xDEADBEEFDEADBEEF
-INPUT_CANARY = {torch.int32: 0x3EADBEEF, torch.int64: 0x3EADBEEF3EADBEEF}
+INPUT_CANARY = {torch.int32: 0x3EADBEEF, torch.int64: 0x3EADBEEF3EADBEEF,
+                torch.bool: True}  # a write mask (pcp_gathered_slot_mappings): a band read as set would write
 DEVICE_BACKENDS = [name for name in BACKENDS if name != "reference"]  # the reference is the oracle
 
 

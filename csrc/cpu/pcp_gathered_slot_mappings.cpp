@@ -26,7 +26,7 @@ void pcp_gathered_slot_mappings(at::TensorList slot_mappings, const at::Tensor& 
   TORCH_CHECK_VALUE(gathered_kv_write_mask.numel() == J, "gathered_kv_write_mask must have as many entries as ",
                     "padded_gather_idx (", J, "), got ", gathered_kv_write_mask.numel());
   const int64_t G = static_cast<int64_t>(slot_mappings.size());
-  TORCH_CHECK_VALUE(static_cast<int64_t>(out.size()) == G, "out must have one buffer per slot mapping (", G,
+  TORCH_CHECK_VALUE(static_cast<int64_t>(out.size()) == G, "out must have one buffer per tensor of slot_mappings (", G,
                     "), got ", out.size());
   TORCH_CHECK_VALUE(num_tokens_padded >= -1, "num_tokens_padded must be >= 0 (or None), got ", num_tokens_padded);
   std::vector<NamedTensor> outputs;

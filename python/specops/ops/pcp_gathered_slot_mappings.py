@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specops.ops._checks import check_no_overlap, check_tensor
+from specops.ops._checks import check_no_overlap, check_tensor, checked_int
 from specops.ops._op import SpecOp
 from specops.reference.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings as _reference
 
@@ -23,7 +23,7 @@ def _check(slot_mappings: Sequence[torch.Tensor], padded_gather_idx: torch.Tenso
         raise ValueError(f"gathered_kv_write_mask must have as many entries as padded_gather_idx ({num_gathered}), "
                          f"got {gathered_kv_write_mask.numel()}")
     if len(out) != len(slot_mappings):
-        raise ValueError(f"out must have one buffer per slot mapping ({len(slot_mappings)}), got {len(out)}")
+        raise ValueError(f"out must have one buffer per tensor of slot_mappings ({len(slot_mappings)}), got {len(out)}")
     if num_tokens_padded < -1:
         raise ValueError(f"num_tokens_padded must be >= 0 (or None), got {num_tokens_padded}")
     for g, (slots, target) in enumerate(zip(slot_mappings, out)):
@@ -69,6 +69,10 @@ def pcp_gathered_slot_mappings(
     The native CPU op rejects a masked-in index outside a slot mapping; device kernels write PAD
     there. Returns out as a list.
     """
+    if num_tokens_padded is not None:
+        num_tokens_padded = checked_int(num_tokens_padded, "num_tokens_padded")
+        if num_tokens_padded < 0:  # checked before it sizes an output (-1 is the schema's "None")
+            raise ValueError(f"num_tokens_padded must be >= 0 (or None), got {num_tokens_padded}")
     if isinstance(slot_mappings, torch.Tensor):
         slot_mappings = list(slot_mappings.unbind(0)) if slot_mappings.dim() == 2 else [slot_mappings]
     elif not isinstance(slot_mappings, list):
