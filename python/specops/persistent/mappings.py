@@ -35,6 +35,7 @@ from specops.ops._op import fast_native_entry
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
 from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
+from specops.persistent.extents import EndPadding, padded_extents, peer_batch
 from specops.persistent.staging import StagedBlockWrites
 
 # compute_slot_mapping's value checks for every group's table at once, writing nothing.
@@ -100,10 +101,15 @@ class PersistentMappings:
     """Per group g, with B_g = max_num_blocks_per_group[g]: `source_block_tables[g]` int32
     [max_num_reqs, B_g] and `num_blocks[g]` int32 [max_num_reqs] (request-indexed, changed
     through `append_blocks`, `move_row`, `swap_rows` + `apply_staged`), and the captured,
-    batch-indexed `block_tables[g]` int32 [max_num_reqs, B_g] and `slot_mappings[g]` int64
-    [max_num_tokens] (rewritten by `refresh`). No buffer is ever reallocated: every
-    `data_ptr()` is fixed. `max_num_blocks_per_req` is one width for every group or one per
-    group.
+    batch-indexed `block_tables[g]` int32 [max_num_reqs, B_g] and `slot_mappings[g]`
+    [max_num_tokens] of `slot_dtype` (int64, or int32 as Ascend's cache writes read it; a slot
+    past int32 is then a host ValueError / device PAD), rewritten by `refresh` and
+    `prepare_step`. No buffer is ever reallocated: every `data_ptr()` is fixed.
+    `max_num_blocks_per_req` is one width for every group or one per group. `pad_to_end`:
+    after every refresh, prepare_step and fill_dummy, slots past the batch's T are PAD and
+    table rows past its R are NULL to the buffers' ends (vLLM's extent), at a cost bounded by
+    the last two steps' padded sizes (`specops.persistent.extents`); the padded extents then
+    only choose the views handed out.
     """
 
     def __init__(
@@ -117,6 +123,8 @@ class PersistentMappings:
         cp_rank: int = 0,
         cp_interleave: int = 1,
         device: torch.device | str | None = None,
+        slot_dtype: torch.dtype = torch.int64,
+        pad_to_end: bool = False,
     ):
         groups = tuple(groups)
         if not groups:
@@ -128,6 +136,8 @@ class PersistentMappings:
         widths = _widths_per_group(max_num_blocks_per_req, len(groups))
         check_positive(max_num_tokens, "max_num_tokens")
         check_context_parallel(cp_world_size, cp_rank, cp_interleave)
+        if slot_dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"slot_dtype must be torch.int64 or torch.int32, got {slot_dtype}")
         self._slot_args: list[_SlotMappingArgs | None] = []
         for index, group in enumerate(groups):
             if not group.slot_mapping_enabled:
@@ -169,8 +179,11 @@ class PersistentMappings:
         self._captured_tables = torch.full((first_count,), NULL_BLOCK_ID, dtype=torch.int32, device=self.device)
         self.block_tables = [self._captured_tables[offsets[g] : offsets[g + 1]].view(max_num_reqs, widths[g])
                              for g in range(num_groups)]
-        self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=torch.int64, device=self.device)
+        self.slot_dtype, self.pad_to_end = slot_dtype, bool(pad_to_end)
+        self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=slot_dtype, device=self.device)
         self.slot_mappings = list(self._captured_slots.unbind(0))
+        self._end_padding = EndPadding(self._captured_slots, self._captured_tables, max_num_reqs=max_num_reqs,
+                                       max_num_tokens=max_num_tokens, enabled=self.pad_to_end)
         per_group = not isinstance(max_num_blocks_per_req, int)
         self._staging = StagedBlockWrites(
             self._source_storage, max_num_reqs=max_num_reqs, widths=widths, table_offsets=offsets,
@@ -282,12 +295,21 @@ class PersistentMappings:
         position, j < max(num_computed_tokens[row] - reach, 0) // block_size: the window's
         manager may already have freed and reused those blocks. Never under CP
         (cp_world_size > 1), where a column is not a contiguous run of positions.
+
+        R = idx_mapping.numel(); query_start_loc may have more than R + 1 entries and positions
+        more than T = query_start_loc[R] (the peer's num_reqs_padded + 1 offsets and persistent
+        positions buffer): neither tail is read. The host path checks T <= num_tokens_padded
+        and positions.numel() >= T.
         """
         # Checked here, not only by the ops, so that a bad size rejects the call before the
         # first group is rewritten.
-        num_reqs_padded, num_tokens_padded = self._padded_extents(
-            idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0, num_reqs_padded,
-            positions.numel() if isinstance(positions, torch.Tensor) else 0, num_tokens_padded)
+        num_reqs = idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0
+        query_start_loc, positions, num_tokens = peer_batch(num_reqs, query_start_loc, positions)
+        num_reqs_padded, num_tokens_padded = self._padded_extents(num_reqs, num_reqs_padded, num_tokens,
+                                                                  num_tokens_padded)
+        if num_tokens is None and positions.numel() > num_tokens_padded:
+            positions = positions[:num_tokens_padded]  # on a device: no token past num_tokens_padded
+        rows_written, tokens_written = self._end_padding.extents(num_reqs_padded, num_tokens_padded)
         if num_computed_tokens is not None:
             check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, self._source_storage.device,
                          "the mappings")
@@ -312,13 +334,14 @@ class PersistentMappings:
             if args is not None:
                 _SLOT_MAPPING(
                     query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
-                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded, counts,
+                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, tokens_written, counts,
                 )
-            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, num_computed_tokens, reach, group.block_size)
+            _GATHER(source, counts, idx_mapping, table, rows_written, num_computed_tokens, reach, group.block_size)
         # Groups without a slot mapping last, after every op has accepted the inputs.
         for slots, args in zip(self.slot_mappings, self._slot_args):
             if args is None:
-                slots[:num_tokens_padded].fill_(PAD_SLOT_ID)
+                slots[:tokens_written].fill_(PAD_SLOT_ID)
+        self._end_padding.written(num_reqs, num_tokens_padded)
 
     def prepare_step(
         self,
@@ -357,19 +380,23 @@ class PersistentMappings:
             raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got "
                              f"{type(idx_mapping).__name__}")
         num_reqs = idx_mapping.numel()
+        if isinstance(query_start_loc, torch.Tensor) and query_start_loc.dim() == 1 \
+                and query_start_loc.numel() > num_reqs + 1:
+            query_start_loc = query_start_loc[: num_reqs + 1]  # the peer's num_reqs_padded + 1 entries
         # The token count is the fused op's output (on the device): only 0 bounds it here.
         num_reqs_padded, num_tokens_padded = self._padded_extents(num_reqs, num_reqs_padded, None, num_tokens_padded)
+        rows_written, tokens_written = self._end_padding.extents(num_reqs_padded, num_tokens_padded)
         # The op's packed sizes and the returned views, made once per padded shape.
-        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded))
+        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded, tokens_written))
         if shape is None:
             enabled = [args is not None for args in self._slot_args]
-            sizes = pack_sizes(num_tokens_padded, num_reqs_padded, self.cp_world_size, self.cp_rank,
+            sizes = pack_sizes(tokens_written, num_reqs_padded, self.cp_world_size, self.cp_rank,
                                self.cp_interleave, [group.block_size for group in self.groups],
                                [group.blocks_per_kv_block for group in self.groups],
                                [group.cp_sharded for group in self.groups], enabled)
             views = RunnerStepInputs(self.positions[:num_tokens_padded], self.seq_lens[:num_reqs_padded],
                                      self.block_tables_by_name, self.slot_mappings_by_name)
-            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded)] = (sizes, views)
+            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded, tokens_written)] = (sizes, views)
         sizes, views = shape
         try:
             _FUSED_STEP.select()(
@@ -388,8 +415,9 @@ class PersistentMappings:
             row_first = self._row_first_position[1:]
         for group, source, counts, table, reach in zip(self.groups, self.source_block_tables, self.num_blocks,
                                                        self.block_tables, self._window_reach):
-            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, row_first if reach else None, reach,
+            _GATHER(source, counts, idx_mapping, table, rows_written, row_first if reach else None, reach,
                     group.block_size)
+        self._end_padding.written(num_reqs, num_tokens_padded)
         return views
 
     def draft_inputs(
@@ -414,24 +442,11 @@ class PersistentMappings:
 
     def _padded_extents(self, num_reqs: int, num_reqs_padded: int | None, num_tokens: int | None,
                         num_tokens_padded: int | None) -> tuple[int, int]:
-        """The padded extents of refresh and prepare_step (None: the full extent), checked
-        against the batch (R requests, T tokens; T None: not known on the host) and the
-        buffers before anything is written."""
-        if num_reqs_padded is None:
-            num_reqs_padded = self.max_num_reqs
-        if num_tokens_padded is None:
-            num_tokens_padded = self.max_num_tokens
-        if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
-            raise ValueError(
-                f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
-            )
-        least = "0" if num_tokens is None else f"T = {num_tokens}"
-        if not (num_tokens or 0) <= num_tokens_padded <= self.max_num_tokens:
-            raise ValueError(
-                f"num_tokens_padded must be in [{least}, max_num_tokens = {self.max_num_tokens}], got {num_tokens_padded}")
-        return num_reqs_padded, num_tokens_padded
+        return padded_extents(self.max_num_reqs, self.max_num_tokens, num_reqs, num_reqs_padded, num_tokens,
+                              num_tokens_padded)
 
     def fill_dummy(self) -> None:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""
         self._captured_tables.fill_(NULL_BLOCK_ID)
         self._captured_slots.fill_(PAD_SLOT_ID)
+        self._end_padding.written(0, 0)
