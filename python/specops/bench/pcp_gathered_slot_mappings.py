@@ -3,6 +3,8 @@ per group and vLLM's torch composition (index_select over the stacked groups, th
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -34,18 +36,21 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
         pad = torch.tensor(specops.PAD_SLOT_ID, dtype=torch.int64, device=device)
         gather, mask = moved.padded_gather_idx, moved.gathered_kv_write_mask
 
-        def per_group():
+        def per_group(slots=slots, gather=gather, mask=mask, out=out):
             for s, o in zip(slots, out):
                 specops.pcp_gathered_slot_mappings([s], gather, mask, out=[o])
 
         np_slots, np_gather, np_mask = stacked.cpu().numpy(), gather.cpu().numpy(), mask.cpu().numpy()
         impls = {
-            "specops": lambda: specops.pcp_gathered_slot_mappings(slots, gather, mask, out=out),
+            "specops": lambda slots=slots, gather=gather, mask=mask, out=out: specops.pcp_gathered_slot_mappings(
+                slots, gather, mask, out=out),
             "one call per group": per_group,
-            "torch-eager": lambda: torch_gathered(stacked, gather, mask, pad),
-            "numpy": lambda: np.where(np_mask[None, :], np_slots[:, np_gather], -1),
+            "torch-eager": lambda stacked=stacked, gather=gather, mask=mask, pad=pad: torch_gathered(
+                stacked, gather, mask, pad),
+            "numpy": lambda s=np_slots, g=np_gather, m=np_mask: np.where(m[None, :], s[:, g], -1),
         }
         result.append(Case("pcp_gathered_slot_mappings", f"R={num_reqs} P={world} G={NUM_GROUPS}", num_reqs,
                            moved.padded_gather_idx.numel(), impls,
-                           baselines=("one call per group", "numpy", "torch-eager"), family=f"G={NUM_GROUPS}"))
+                           baselines=("one call per group", "numpy", "torch-eager"), family=f"G={NUM_GROUPS}",
+                           clock=time.thread_time if device.type == "cpu" else time.perf_counter))
     return result
