@@ -254,3 +254,15 @@ def test_copy_to_rejects_a_wrong_buffer(name, buffer):
 def test_rank_out_of_range_is_rejected():
     with pytest.raises(ValueError, match="k must be"):
         layout([3], [0], [T], 2).rank(2)
+
+
+def test_the_fast_entry_returns_the_schemas_tensors():
+    """FastOp converts a Tensor[] return (pcp_partition's) as torch.ops does."""
+    from specops.ops.pcp_partition import _NATIVE
+
+    args = (torch.tensor([1, 7], dtype=torch.int32), torch.tensor([10, 0], dtype=torch.int32),
+            torch.tensor([F, T]), 2, False, 2, -1)
+    fast, generic = _NATIVE(*args), torch.ops.specops.pcp_partition.default(*args)
+    assert isinstance(fast, list) and len(fast) == len(generic) == 7
+    for a, b in zip(fast, generic):
+        assert a.dtype == b.dtype and torch.equal(a, b)

@@ -238,14 +238,15 @@ def device_for(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def run_in_process_group(backend: str, device: torch.device | None = None) -> tuple[int, list[str], int]:
+def run_in_process_group(backend: str, device: torch.device | None = None, check=None) -> tuple[int, list[str], int]:
     """Entry point under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT in the
-    environment): returns this rank, its findings and the number of findings over all ranks."""
+    environment): returns this rank, its findings and the number of findings over all ranks.
+    `check`: what the rank runs, as in run_local (default check_rank)."""
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = device or device_for(backend, int(os.environ.get("LOCAL_RANK", rank)))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=DEFAULT_TIMEOUT_S))
     try:
-        failures = check_rank(rank, world_size, device)
+        failures = (check or check_rank)(rank, world_size, device)
         count = torch.tensor([len(failures)], device=device)
         dist.all_reduce(count)
     finally:

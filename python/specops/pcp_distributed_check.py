@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import logging
 import os
 import sys
@@ -208,21 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.world_size is None:
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        device = distributed_check.device_for(args.backend, int(os.environ.get("LOCAL_RANK", rank)))
-        dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
-        try:
-            failures = check_rank(rank, world_size, device)
-            count = torch.tensor([len(failures)], device=device)
-            dist.all_reduce(count)
-        finally:
-            dist.destroy_process_group()
+        rank, failures, total = distributed_check.run_in_process_group(args.backend, check=check_rank)
         for failure in failures:
             logger.error("rank %d: %s", rank, failure)
         if rank == 0:
-            logger.info("specops.pcp_distributed_check: %s, %d ranks: %s", args.backend, world_size,
-                        "OK" if int(count) == 0 else f"{int(count)} failures")
-        return 0 if int(count) == 0 else 1
+            logger.info("specops.pcp_distributed_check: %s, %s ranks: %s", args.backend, os.environ["WORLD_SIZE"],
+                        "OK" if total == 0 else f"{total} failures")
+        return 0 if total == 0 else 1
     failures = run_local(args.world_size, args.backend, args.timeout)
     for failure in failures:
         logger.error("%s", failure)
