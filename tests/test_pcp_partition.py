@@ -146,7 +146,7 @@ def pcp_batches(draw, max_reqs=7):
 
 
 def check_layout_properties(lay, q, c, f, P, shard):
-    """SPEC 3.8.4's properties 1-5 on one layout."""
+    """The cross-rank properties 1-5 of docs/pcp.md on one layout."""
     T_ = sum(q)
     L = lay.padded_num_tokens
     gather, mask, restore = lay.padded_gather_idx.tolist(), lay.gathered_kv_write_mask.tolist(), \
