@@ -39,6 +39,15 @@ def test_example_3_on_each_rank(backend):
         assert out.seq_lens.tolist() == want_seq
 
 
+def test_positions_are_int64_unless_the_buffer_says_otherwise(backend):
+    lay, ids, positions = example_3()
+    rank = lay.rank(1)
+    out = specops.pcp_local_inputs(ids.int(), positions.int(), rank.local_gather_idx, rank.local_query_start_loc,
+                                   num_local_tokens=rank.num_tokens)
+    assert out.input_ids.dtype == torch.int32 and out.positions.dtype == torch.int64
+    assert out.positions.tolist() == [20, 7, 8, 9, 10, 11, 12] and out.seq_lens.tolist() == [21, 10, 13]
+
+
 def test_buffers_are_padded_to_their_end_and_seq_lens_to_num_reqs_padded(backend):
     lay, ids, positions = example_3()
     rank = lay.rank(0)
@@ -57,8 +66,9 @@ def test_buffers_are_padded_to_their_end_and_seq_lens_to_num_reqs_padded(backend
 @settings(max_examples=examples(25))
 @given(batch=pcp_batches(), P=st.integers(1, 4), shard=st.booleans(), extra=st.integers(0, 3),
        ids_dtype=st.sampled_from([torch.int32, torch.int64]), pos_dtype=st.sampled_from([torch.int64, torch.int32]),
-       seed=st.integers(0, 2**16))
-def test_every_rank_matches_the_expectation(backend, batch, P, shard, extra, ids_dtype, pos_dtype, seed):
+       out_pos_dtype=st.sampled_from([torch.int64, torch.int32]), seed=st.integers(0, 2**16))
+def test_every_rank_matches_the_expectation(backend, batch, P, shard, extra, ids_dtype, pos_dtype, out_pos_dtype,
+                                            seed):
     q, c, f = batch
     lay = layout(q, c, f, P, shard_decode_requests=shard)
     gen = torch.Generator().manual_seed(seed)
@@ -70,7 +80,7 @@ def test_every_rank_matches_the_expectation(backend, batch, P, shard, extra, ids
         L = rank.local_gather_idx.numel()
         n = rank.local_query_start_loc.numel() - 1
         buffers = dict(input_ids=torch.full((L + extra,), STALE, dtype=ids_dtype),
-                       positions=torch.full((L + extra,), STALE, dtype=pos_dtype),
+                       positions=torch.full((L + extra,), STALE, dtype=out_pos_dtype),
                        seq_lens=torch.full((n + extra,), STALE, dtype=torch.int32))
         specops.pcp_local_inputs(global_ids, global_positions, rank.local_gather_idx, rank.local_query_start_loc,
                                  num_local_tokens=rank.num_tokens, num_reqs_padded=n + extra // 2, **buffers)
@@ -79,7 +89,7 @@ def test_every_rank_matches_the_expectation(backend, batch, P, shard, extra, ids
                                               rank.num_tokens, L + extra, L + extra, n + extra, n + extra // 2)
         seq = [STALE if v is None else v for v in seq]
         assert_same(buffers["input_ids"], torch.tensor(ids, dtype=ids_dtype), f"input_ids rank {k}")
-        assert_same(buffers["positions"], torch.tensor(pos, dtype=pos_dtype), f"positions rank {k}")
+        assert_same(buffers["positions"], torch.tensor(pos, dtype=out_pos_dtype), f"positions rank {k}")
         assert_same(buffers["seq_lens"], torch.tensor(seq, dtype=torch.int32), f"seq_lens rank {k}")
 
 
@@ -142,7 +152,7 @@ def _call():
 BAD = [
     ("input_ids", lambda call: call.update(input_ids=torch.full((6,), STALE, dtype=torch.int64))),
     ("input_ids", lambda call: call.update(input_ids=torch.full((7,), STALE, dtype=torch.int32))),
-    ("positions", lambda call: call.update(positions=torch.full((7,), STALE, dtype=torch.int32))),
+    ("positions", lambda call: call.update(positions=torch.full((7,), STALE, dtype=torch.int16))),
     ("seq_lens", lambda call: call.update(seq_lens=torch.full((2,), STALE, dtype=torch.int32))),
     ("num_local_tokens", lambda call: call.update(num_local_tokens=8)),
     ("num_reqs_padded", lambda call: call.update(num_reqs_padded=4)),

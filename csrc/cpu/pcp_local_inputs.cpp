@@ -1,20 +1,22 @@
 // CPU op for pcp_local_inputs: validates (values included), then runs the kernel body.
 #include <torch/library.h>
 
+#include <tuple>
+
 #include "cpu/checks.h"
 #include "kernels/pcp_local_inputs.h"
 
 namespace specops::cpu {
 namespace {
 
-template <typename IdT, typename PosT>
+template <typename IdT, typename PosT, typename OutPosT>
 void run(const at::Tensor& global_input_ids, const at::Tensor& global_positions, const at::Tensor& local_gather_idx,
          const at::Tensor& local_query_start_loc, const at::Tensor& input_ids, const at::Tensor& positions,
          const at::Tensor& seq_lens, const kernels::PcpLocalInputsShape& shape) {
-  kernels::pcp_local_inputs<IdT, PosT>(global_input_ids.data_ptr<IdT>(), global_positions.data_ptr<PosT>(),
-                                       local_gather_idx.data_ptr<int64_t>(), local_query_start_loc.data_ptr<int32_t>(),
-                                       input_ids.data_ptr<IdT>(), positions.data_ptr<PosT>(),
-                                       seq_lens.data_ptr<int32_t>(), shape);
+  kernels::pcp_local_inputs<IdT, PosT, OutPosT>(
+      global_input_ids.data_ptr<IdT>(), global_positions.data_ptr<PosT>(), local_gather_idx.data_ptr<int64_t>(),
+      local_query_start_loc.data_ptr<int32_t>(), input_ids.data_ptr<IdT>(), positions.data_ptr<OutPosT>(),
+      seq_lens.data_ptr<int32_t>(), shape);
 }
 
 void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& global_positions,
@@ -31,9 +33,6 @@ void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& glob
   TORCH_CHECK_VALUE(input_ids.scalar_type() == global_input_ids.scalar_type(),
                     "input_ids must have the dtype of global_input_ids (", global_input_ids.scalar_type(), "), got ",
                     input_ids.scalar_type());
-  TORCH_CHECK_VALUE(positions.scalar_type() == global_positions.scalar_type(),
-                    "positions must have the dtype of global_positions (", global_positions.scalar_type(), "), got ",
-                    positions.scalar_type());
   const int64_t L = local_gather_idx.numel();
   TORCH_CHECK_VALUE(local_query_start_loc.numel() >= 1,
                     "local_query_start_loc must have n + 1 >= 1 entries, got 0");
@@ -78,19 +77,29 @@ void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& glob
   shape.num_positions_out = positions.numel();
   shape.num_reqs_padded = num_reqs_padded;
   const bool ids32 = input_ids.scalar_type() == c10::kInt;
-  const bool pos32 = positions.scalar_type() == c10::kInt;
-  const auto& g = global_input_ids;
-  const auto& p = global_positions;
-  const auto& x = local_gather_idx;
-  const auto& q = local_query_start_loc;
-  if (ids32 && pos32) {
-    run<int32_t, int32_t>(g, p, x, q, input_ids, positions, seq_lens, shape);
-  } else if (ids32) {
-    run<int32_t, int64_t>(g, p, x, q, input_ids, positions, seq_lens, shape);
-  } else if (pos32) {
-    run<int64_t, int32_t>(g, p, x, q, input_ids, positions, seq_lens, shape);
+  const bool in32 = global_positions.scalar_type() == c10::kInt;
+  const bool out32 = positions.scalar_type() == c10::kInt;
+  auto with_ids = [&](auto id) {
+    using IdT = decltype(id);
+    const auto args = std::tie(global_input_ids, global_positions, local_gather_idx, local_query_start_loc, input_ids,
+                               positions, seq_lens);
+    auto call = [&](auto in, auto out) {
+      std::apply(run<IdT, decltype(in), decltype(out)>, std::tuple_cat(args, std::tie(shape)));
+    };
+    if (in32 && out32) {
+      call(int32_t{}, int32_t{});
+    } else if (in32) {
+      call(int32_t{}, int64_t{});
+    } else if (out32) {
+      call(int64_t{}, int32_t{});
+    } else {
+      call(int64_t{}, int64_t{});
+    }
+  };
+  if (ids32) {
+    with_ids(int32_t{});
   } else {
-    run<int64_t, int64_t>(g, p, x, q, input_ids, positions, seq_lens, shape);
+    with_ids(int64_t{});
   }
 }
 

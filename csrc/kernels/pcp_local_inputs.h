@@ -31,14 +31,15 @@ inline T gathered(const T* values, int64_t num_values, const int64_t* gather, in
   return index >= 0 && index < num_values ? values[index] : T{0};
 }
 
-template <typename IdT, typename PosT>
+// PosT: the global positions' type; OutPosT: the output's (int64, or int32 taking the low bits).
+template <typename IdT, typename PosT, typename OutPosT>
 void pcp_local_inputs(const IdT* global_ids, const PosT* global_positions, const int64_t* gather,
-                      const int32_t* local_query_start_loc, IdT* ids, PosT* positions, int32_t* seq_lens,
+                      const int32_t* local_query_start_loc, IdT* ids, OutPosT* positions, int32_t* seq_lens,
                       const PcpLocalInputsShape& s) {
   const int64_t N = s.num_local_tokens;
   for (int64_t o = 0; o < s.num_ids_out; ++o) ids[o] = gathered(global_ids, s.num_global_ids, gather, o, N);
   for (int64_t o = 0; o < s.num_positions_out; ++o) {
-    positions[o] = gathered(global_positions, s.num_global_positions, gather, o, N);
+    positions[o] = static_cast<OutPosT>(gathered(global_positions, s.num_global_positions, gather, o, N));
   }
   for (int64_t i = 0; i < s.num_reqs; ++i) {
     const int64_t start = local_query_start_loc[i];

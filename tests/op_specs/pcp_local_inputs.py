@@ -23,7 +23,6 @@ def _pcp_local_metadata() -> list[Bad]:
         bad("input_ids shorter than L", "input_ids", input_ids=stale(6, dtype=I64)),
         bad("positions shorter than L", "positions", positions=stale(6, dtype=I64)),
         bad("input_ids of another dtype than the global ids", ("input_ids", "global_input_ids"), input_ids=stale(8)),
-        bad("positions of another dtype than the global ones", ("positions", "global_positions"), positions=stale(7)),
         bad("seq_lens shorter than n", "seq_lens", seq_lens=stale(2), num_reqs_padded=2),
         bad("num_local_tokens past L", "num_local_tokens", num_local_tokens=8),
         bad("num_local_tokens -1", "num_local_tokens", num_local_tokens=-1),

@@ -38,10 +38,10 @@ def _check(
     check_tensor(local_query_start_loc, "local_query_start_loc", [torch.int32], 1, device, "input_ids")
     check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device, "input_ids")
     check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "input_ids")
-    for out, of, source in ((input_ids, "input_ids", global_input_ids), (positions, "positions", global_positions)):
-        if out.dtype != source.dtype:
-            raise ValueError(f"{of} must have the dtype of global_{of} ({str(source.dtype).removeprefix('torch.')}), "
-                             f"got {str(out.dtype).removeprefix('torch.')}")
+    if input_ids.dtype != global_input_ids.dtype:
+        raise ValueError(f"input_ids must have the dtype of global_input_ids "
+                         f"({str(global_input_ids.dtype).removeprefix('torch.')}), got "
+                         f"{str(input_ids.dtype).removeprefix('torch.')}")
     num_gather = local_gather_idx.numel()
     if local_query_start_loc.numel() < 1:
         raise ValueError("local_query_start_loc must have n + 1 >= 1 entries, got 0")
@@ -85,8 +85,8 @@ def pcp_local_inputs(
 
     local_gather_idx: int64 [L] (PCPLayout.rank(k).local_gather_idx on the device);
     local_query_start_loc: int32 [n + 1]; num_local_tokens: the host int N_k (no device read).
-    input_ids (the global ids' dtype) and positions (the global positions' dtype) are [>= L],
-    allocated [L] when absent; seq_lens int32 [>= n], allocated [num_reqs_padded or n]. The
+    input_ids (the global ids' dtype) and positions (int64, or int32) are [>= L], allocated [L]
+    (positions int64) when absent; seq_lens int32 [>= n], allocated [num_reqs_padded or n]. The
     native CPU op rejects a real token's gather index outside a global tensor and a
     local_query_start_loc that does not run from 0 to N; device kernels read 0 there.
     """
@@ -99,7 +99,7 @@ def pcp_local_inputs(
     if input_ids is None:
         input_ids = torch.empty(num_gather, dtype=global_input_ids.dtype, device=device)
     if positions is None:
-        positions = torch.empty(num_gather, dtype=global_positions.dtype, device=device)
+        positions = torch.empty(num_gather, dtype=torch.int64, device=device)
     num_reqs = max(local_query_start_loc.numel() - 1, 0)
     if seq_lens is None:
         seq_lens = torch.empty(num_reqs if num_reqs_padded is None else num_reqs_padded, dtype=torch.int32,

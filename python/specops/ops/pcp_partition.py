@@ -209,21 +209,27 @@ def pcp_partition(
     lengths that differ, a negative count, padded_num_tokens below the largest rank's count, and
     shard_decode_requests with dcp_world_size > 1 (a layout that writes no KV for some tokens).
     """
-    q = _host_counts(num_scheduled_tokens, "num_scheduled_tokens", (torch.int32, torch.int64))
-    c = _host_counts(num_computed_tokens, "num_computed_tokens", (torch.int32, torch.int64))
-    f = _host_counts(is_prefilling, "is_prefilling", (torch.bool,))
     world = checked_int(pcp_world_size, "pcp_world_size")
     shard = checked_bool(shard_decode_requests, "shard_decode_requests")
     dcp = checked_int(dcp_world_size, "dcp_world_size")
     padded = -1 if padded_num_tokens is None else checked_int(padded_num_tokens, "padded_num_tokens")
     if padded_num_tokens is not None and padded < 0:
         raise ValueError(f"padded_num_tokens must be >= 0 (or None), got {padded}")
-    args = (q, c, f, world, shard, dcp, padded)
-    if _NATIVE is not None and current_backend() != "reference":
-        parts = _NATIVE(*args)
+    native = _NATIVE is not None and current_backend() != "reference"
+    counts = (num_scheduled_tokens, num_computed_tokens, is_prefilling)
+    if native and all(type(t) is torch.Tensor and t.device.type == "cpu" for t in counts):
+        # The C++ op checks the tensors itself (device, dtype, rank, layout: the same messages).
+        parts = _NATIVE(*counts, world, shard, dcp, padded)
     else:
-        _check_sizes(*args)
-        parts = _reference(*args)
+        q = _host_counts(num_scheduled_tokens, "num_scheduled_tokens", (torch.int32, torch.int64))
+        c = _host_counts(num_computed_tokens, "num_computed_tokens", (torch.int32, torch.int64))
+        f = _host_counts(is_prefilling, "is_prefilling", (torch.bool,))
+        args = (q, c, f, world, shard, dcp, padded)
+        if native:
+            parts = _NATIVE(*args)
+        else:
+            _check_sizes(*args)
+            parts = _reference(*args)
     gather, mask, restore, replicated, rank_info, segments, query_start_locs = parts
     info = rank_info.tolist()
     return PCPLayout(

@@ -39,6 +39,6 @@ def pcp_local_inputs(
     last = _gathered(global_positions.cpu(), gather, ends - 1, num_local_tokens).long()
     lens = torch.where(ends > starts, last + 1, 0).to(torch.int32)
     input_ids.copy_(ids.to(device))
-    positions.copy_(pos.to(device))
+    positions.copy_(pos.to(positions.dtype).to(device))
     seq_lens[: lens.numel()] = lens.to(device)
     seq_lens[lens.numel():num_reqs_padded] = 0
