@@ -38,7 +38,8 @@ void pcp_gathered_slot_mappings(at::TensorList slot_mappings, const at::Tensor& 
     check_tensor(slot_mappings[g], slots_name, {c10::kLong, c10::kInt}, 1);
     check_tensor(out[g], out_name, {c10::kLong, c10::kInt}, 1);
     TORCH_CHECK_VALUE(out[g].scalar_type() == slot_mappings[g].scalar_type(), out_name, " must have the dtype of ",
-                      slots_name, " (", slot_mappings[g].scalar_type(), "), got ", out[g].scalar_type());
+                      slots_name, " (", dtype_name(slot_mappings[g].scalar_type()), "), got ",
+                      dtype_name(out[g].scalar_type()));
     TORCH_CHECK_VALUE(out[g].numel() >= J, out_name, " must have at least P L = padded_gather_idx.numel() = ", J,
                       " entries, got ", out[g].numel());
     if (num_tokens_padded >= 0) {

@@ -31,8 +31,8 @@ void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& glob
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
   TORCH_CHECK_VALUE(input_ids.scalar_type() == global_input_ids.scalar_type(),
-                    "input_ids must have the dtype of global_input_ids (", global_input_ids.scalar_type(), "), got ",
-                    input_ids.scalar_type());
+                    "input_ids must have the dtype of global_input_ids (", dtype_name(global_input_ids.scalar_type()), "), got ",
+                    dtype_name(input_ids.scalar_type()));
   const int64_t L = local_gather_idx.numel();
   TORCH_CHECK_VALUE(local_query_start_loc.numel() >= 1,
                     "local_query_start_loc must have n + 1 >= 1 entries, got 0");
