@@ -66,6 +66,8 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
       return_kinds_.push_back(ArgKind::kInt);
     } else if (is_list_of(type, c10::TypeKind::IntType)) {
       return_kinds_.push_back(ArgKind::kIntList);
+    } else if (is_list_of(type, c10::TypeKind::TensorType)) {
+      return_kinds_.push_back(ArgKind::kTensorList);  // pcp_partition's host layout
     } else {
       throw std::invalid_argument("FastOp: " + qualified_name + " returns a " + type->str() +
                                   ", which the fast path does not convert");
@@ -192,6 +194,13 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
 py::object FastOp::returned(const std::vector<c10::IValue>& stack) const {
   auto convert = [](const c10::IValue& value, ArgKind kind) -> py::object {
     if (kind == ArgKind::kInt) return py::int_(value.toInt());
+    if (kind == ArgKind::kTensorList) {
+      py::list tensors;
+      for (const at::Tensor& tensor : value.toTensorList()) {
+        tensors.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor)));
+      }
+      return std::move(tensors);
+    }
     py::list numbers;
     for (const int64_t number : value.toIntList()) numbers.append(number);
     return std::move(numbers);

@@ -143,6 +143,23 @@ TORCH_LIBRARY(specops, m) {
       "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
       "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int[] sizes) -> ()");
   // end of the step-bookkeeping block
+  // docs/pcp.md: prefill context parallelism (DualChunkSwap).
+  // Host-only: every rank's layout from host counts (padded_num_tokens -1: the largest rank's
+  // count). Returns [padded_gather_idx, gathered_kv_write_mask, hidden_restore_idx, replicated,
+  // rank_info (L, then the tokens and the segment count of every rank), segments (int32 [4, S]:
+  // request, length, start position, seq_len bound of every rank's segments, rank after rank),
+  // local_query_start_loc (int32 [S + P], every rank's n_k + 1 entries, rank after rank)].
+  m.def(
+      "pcp_partition(Tensor num_scheduled_tokens, Tensor num_computed_tokens, Tensor is_prefilling, "
+      "int pcp_world_size, bool shard_decode_requests, int dcp_world_size, int padded_num_tokens) -> Tensor[]");
+  m.def(
+      "pcp_local_inputs(Tensor global_input_ids, Tensor global_positions, Tensor local_gather_idx, "
+      "Tensor local_query_start_loc, int num_local_tokens, Tensor(a!) input_ids, Tensor(b!) positions, "
+      "Tensor(c!) seq_lens, int num_reqs_padded) -> ()");
+  // num_tokens_padded -1: every buffer padded to its own end.
+  m.def(
+      "pcp_gathered_slot_mappings(Tensor[] slot_mappings, Tensor padded_gather_idx, Tensor gathered_kv_write_mask, "
+      "Tensor(a!)[] out, int num_tokens_padded) -> ()");
 }
 
 // Every op that writes a caller's tensor bumps its version (csrc/written_versions.h). Defined

@@ -30,6 +30,8 @@ from op_specs.compressor_metadata import COMPRESSOR
 from op_specs.kv_quant_sas_metadata import KV_QUANT_SAS
 from op_specs.lightning_indexer_metadata import LIGHTNING_INDEXER
 from op_specs.store_kv_block_metadata import STORE_KV_BLOCK
+from op_specs.pcp_gathered_slot_mappings import PCP_SLOTS  # docs/pcp.md
+from op_specs.pcp_local_inputs import PCP_LOCAL  # docs/pcp.md
 
 # The step-bookkeeping ops.
 from op_specs.advance_draft_step import ADVANCE_DRAFT_STEP
@@ -66,6 +68,8 @@ OP_TABLE: tuple[OpSpec, ...] = (
     LIGHTNING_INDEXER,
     STORE_KV_BLOCK,
     COMPRESSOR,
+    PCP_LOCAL,
+    PCP_SLOTS,
     # Add an op here: one line per op (docs/hardening.md, "Adding an op").
 )
 
@@ -73,4 +77,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
 HOST_HELPERS = {
     "cp_local_max_lens": "the host ints of cp_local_metadata, from its query_start_loc(_cpu)/seq_lens(_cpu)",
     "check_slot_mapping_positions": "compute_slot_mapping's value checks for every group of PersistentMappings.refresh",
+    # A public op, but host-only (no device kernel, no buffers to write: it returns the layout),
+    # so none of the matrix's families applies; tests/test_pcp_partition.py covers its bad input.
+    "pcp_partition": "every PCP rank's layout from host counts (specops.pcp_partition)",
 }

@@ -359,7 +359,7 @@ BAD_INPUTS = [
     ("cp_world_size", dict(cp_world_size=0)),
     ("cp_rank", dict(cp_world_size=2, cp_rank=2)),
     ("cp_interleave", dict(cp_world_size=2, cp_interleave=3)),
-    ("idx_mapping", dict(idx_mapping=i32([0]))),
+    ("idx_mapping", dict(idx_mapping=i32([0, 1, 0]))),  # more rows than query_start_loc has requests
     ("idx_mapping", dict(idx_mapping=torch.tensor([0.0, 1.0]))),
 ]
 

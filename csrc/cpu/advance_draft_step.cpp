@@ -56,7 +56,7 @@ void check_values(const at::Tensor& positions, const TokT* token_indices, const 
       int64_t column = -1;
       if (!past) {
         const kernels::TokenPlacement p = kernels::place_token<kernels::CpLayout::kInterleaved>(
-            static_cast<uint32_t>(d.position), group.shape, group.divisors);
+            static_cast<uint32_t>(d.position), group.divisors);
         past = p.local && p.column >= columns;
         column = p.column;
       }

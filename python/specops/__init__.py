@@ -38,6 +38,15 @@ from specops.ops import (  # the step-bookkeeping ops
     DraftStep,
     advance_draft_step,
 )
+from specops.ops import (  # docs/pcp.md
+    PCPDeviceLayout,
+    PCPLayout,
+    PCPLocalInputs,
+    PCPRankLayout,
+    pcp_gathered_slot_mappings,
+    pcp_local_inputs,
+    pcp_partition,
+)
 from specops.persistent import MappingGroup, PersistentMappings
 from specops import drafting  # docs/drafting.md: specops.drafting (imports the ops above)
 from specops.sas_layout import FAEntry, FDEntry, SASSchedule, decode_sas_metadata
@@ -118,4 +127,12 @@ __all__ = [
     "kv_quant_sas_metadata",
     "lightning_indexer_metadata",
     "store_kv_block_metadata",
+    # docs/pcp.md
+    "PCPDeviceLayout",
+    "PCPLayout",
+    "PCPLocalInputs",
+    "PCPRankLayout",
+    "pcp_gathered_slot_mappings",
+    "pcp_local_inputs",
+    "pcp_partition",
 ]

@@ -27,6 +27,7 @@ from specops.bench import (  # the step-bookkeeping ops
     count_sampled_and_rejected,
     prepare_next_token_ids,
 )
+from specops.bench import pcp_gathered_slot_mappings, pcp_partition  # docs/pcp.md
 
 # The rest of the DSA metadata family.
 from specops.bench import kv_quant_sas_metadata, lightning_indexer_metadata, store_kv_block_metadata
@@ -56,4 +57,7 @@ BENCHMARKS = {
     "kv_quant_sas_metadata": kv_quant_sas_metadata,
     "lightning_indexer_metadata": lightning_indexer_metadata,
     "store_kv_block_metadata": store_kv_block_metadata,
+    # docs/pcp.md
+    "pcp_partition": pcp_partition,
+    "pcp_gathered_slot_mappings": pcp_gathered_slot_mappings,
 }

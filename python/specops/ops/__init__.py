@@ -26,6 +26,10 @@ from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
 from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
 from specops.ops.store_kv_block_metadata import StoreKvBlockGroups, store_kv_block_metadata
 from specops.ops.compressor_metadata import CompressorMetadata, compressor_metadata
+# docs/pcp.md: prefill context parallelism
+from specops.ops.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings
+from specops.ops.pcp_local_inputs import PCPLocalInputs, pcp_local_inputs
+from specops.ops.pcp_partition import PCPDeviceLayout, PCPLayout, PCPRankLayout, pcp_partition
 
 __all__ = [
     "CPLocalMetadata",
@@ -61,4 +65,12 @@ __all__ = [
     "kv_quant_sas_metadata",
     "lightning_indexer_metadata",
     "store_kv_block_metadata",
+    # docs/pcp.md
+    "PCPDeviceLayout",
+    "PCPLayout",
+    "PCPLocalInputs",
+    "PCPRankLayout",
+    "pcp_gathered_slot_mappings",
+    "pcp_local_inputs",
+    "pcp_partition",
 ]

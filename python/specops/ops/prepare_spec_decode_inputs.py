@@ -142,7 +142,9 @@ def prepare_spec_decode_inputs(
     [0, num_tokens_padded) and its block table is never read (nor checked against the positions).
     Outputs absent are allocated: positions int64 and slot mappings int64 of num_tokens_padded
     (default: positions.numel(), else query_start_loc[R], a host read), seq_lens int32 of
-    num_reqs_padded (default R). On the CPU a rejected call writes nothing.
+    num_reqs_padded (default R). On the CPU a rejected call writes nothing. Given idx_mapping,
+    R = idx_mapping.numel() and query_start_loc may have more than R + 1 entries (the peer's
+    num_reqs_padded + 1, padded with T): those past R are never read.
 
     num_blocks: one int32 tensor per group (or None), the blocks allocated to each row of its
     table, as compute_slot_mapping takes it: a position past its row's allocated blocks is a
@@ -150,6 +152,11 @@ def prepare_spec_decode_inputs(
     """
     block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
+    if (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
+            and query_start_loc.dim() == 1 and query_start_loc.numel() > idx_mapping.numel() + 1):
+        # The peer passes num_reqs_padded + 1 entries padded with T; R = idx_mapping.numel(), and
+        # the entries past R are never read (a view, no copy).
+        query_start_loc = query_start_loc[: idx_mapping.numel() + 1]
     if not isinstance(block_sizes, list):
         block_sizes = _per_group(block_sizes, num_groups)
     if not isinstance(blocks_per_kv_block, list):

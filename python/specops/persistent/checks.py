@@ -56,16 +56,15 @@ def check_shares_no_captured_buffer(mappings: PersistentMappings, *tensors: tupl
 
 
 def check_refresh(mappings: PersistentMappings, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor,
-                  positions: torch.Tensor, num_reqs_padded: int | None, num_tokens_padded: int | None,
-                  num_computed_tokens: torch.Tensor | None) -> tuple[int, int, bool]:
+                  positions: torch.Tensor, num_tokens: int | None, num_reqs_padded: int | None,
+                  num_tokens_padded: int | None, num_computed_tokens: torch.Tensor | None) -> tuple[int, int, bool]:
     """refresh's checks: (num_reqs_padded, num_tokens_padded, whether a sliding-window gather
-    masks this step). Metadata is checked even where no group reads it (no group maps slots):
+    masks this step). num_tokens: T, None where it is not known on the host. Metadata is checked even where no group reads it (no group maps slots):
     the call is the same whatever the groups."""
     device = mappings._source_storage.device
     check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device, "the mappings")
     num_reqs_padded, num_tokens_padded = padded_extents(
-        mappings, idx_mapping.numel(), num_reqs_padded, positions.numel() if isinstance(positions, torch.Tensor) else 0,
-        num_tokens_padded)
+        mappings, idx_mapping.numel(), num_reqs_padded, num_tokens, num_tokens_padded)
     windowed = num_computed_tokens is not None and mappings._masks_windows
     if num_computed_tokens is not None:
         check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device, "the mappings")

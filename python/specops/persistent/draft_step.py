@@ -18,6 +18,7 @@ import torch
 
 from specops.ops.advance_draft_step import _OP as _DRAFT_STEP
 from specops.ops.advance_draft_step import RULES, DraftStep, pack_draft_step_sizes
+from specops.persistent.checks import padded_extents
 
 if TYPE_CHECKING:
     from specops.persistent.mappings import PersistentMappings
@@ -40,8 +41,8 @@ def advance_draft_step(
     if not isinstance(idx_mapping, torch.Tensor):
         raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got {type(idx_mapping).__name__}")
     num_reqs = idx_mapping.numel()
-    num_reqs_padded, num_tokens_padded = mappings._padded_extents(num_reqs, num_reqs_padded, num_reqs,
-                                                                  num_tokens_padded)
+    num_reqs_padded, num_tokens_padded = padded_extents(mappings, num_reqs, num_reqs_padded, num_reqs,
+                                                        num_tokens_padded)
     key = (max_model_len, past_max_model_len, num_tokens_padded, num_reqs_padded)
     sizes = mappings._draft_step_sizes.get(key)
     if sizes is None:

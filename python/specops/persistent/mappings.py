@@ -28,6 +28,7 @@ from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
 from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
 from specops.persistent.checks import CHECK_POSITIONS, check_refresh, check_shares_no_captured_buffer, padded_extents
+from specops.persistent.extents import EndPadding, peer_batch
 from specops.persistent.groups import MappingGroup, slot_mapping_args, widths_per_group
 from specops.persistent.staging import StagedBlockWrites
 from specops.ops.advance_draft_step import DraftStep
@@ -48,10 +49,15 @@ class PersistentMappings:
     """Per group g, with B_g = max_num_blocks_per_group[g]: `source_block_tables[g]` int32
     [max_num_reqs, B_g] and `num_blocks[g]` int32 [max_num_reqs] (request-indexed, changed
     through `append_blocks`, `move_row`, `swap_rows` + `apply_staged`), and the captured,
-    batch-indexed `block_tables[g]` int32 [max_num_reqs, B_g] and `slot_mappings[g]` int64
-    [max_num_tokens] (rewritten by `refresh`). No buffer is ever reallocated: every
-    `data_ptr()` is fixed. `max_num_blocks_per_req` is one width for every group or one per
-    group.
+    batch-indexed `block_tables[g]` int32 [max_num_reqs, B_g] and `slot_mappings[g]`
+    [max_num_tokens] of `slot_dtype` (int64, or int32 as Ascend's cache writes read it; a slot
+    past int32 is then a host ValueError / device PAD), rewritten by `refresh` and
+    `prepare_step`. No buffer is ever reallocated: every `data_ptr()` is fixed.
+    `max_num_blocks_per_req` is one width for every group or one per group. `pad_to_end`:
+    after every refresh, prepare_step and fill_dummy, slots past the batch's T are PAD and
+    table rows past its R are NULL to the buffers' ends (vLLM's extent), at a cost bounded by
+    the last two steps' padded sizes (`specops.persistent.extents`); the padded extents then
+    only choose the views handed out.
     """
 
     def __init__(
@@ -65,6 +71,8 @@ class PersistentMappings:
         cp_rank: int = 0,
         cp_interleave: int = 1,
         device: torch.device | str | None = None,
+        slot_dtype: torch.dtype = torch.int64,
+        pad_to_end: bool = False,
     ):
         groups = tuple(groups)
         if not groups:
@@ -80,6 +88,8 @@ class PersistentMappings:
         widths = widths_per_group(max_num_blocks_per_req, len(groups))
         check_positive(max_num_tokens, "max_num_tokens")
         check_context_parallel(cp_world_size, cp_rank, cp_interleave)
+        if slot_dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"slot_dtype must be torch.int64 or torch.int32, got {slot_dtype}")
         self._slot_args = slot_mapping_args(groups, cp_world_size, cp_rank, cp_interleave)
 
         # Under CP a block-table column is not a contiguous run of positions, so no group masks
@@ -112,8 +122,11 @@ class PersistentMappings:
         self._captured_tables = torch.full((first_count,), NULL_BLOCK_ID, dtype=torch.int32, device=self.device)
         self.block_tables = [self._captured_tables[offsets[g] : offsets[g + 1]].view(max_num_reqs, widths[g])
                              for g in range(num_groups)]
-        self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=torch.int64, device=self.device)
+        self.slot_dtype, self.pad_to_end = slot_dtype, bool(pad_to_end)
+        self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=slot_dtype, device=self.device)
         self.slot_mappings = list(self._captured_slots.unbind(0))
+        self._end_padding = EndPadding(self._captured_slots, self._captured_tables, max_num_reqs=max_num_reqs,
+                                       max_num_tokens=max_num_tokens, enabled=self.pad_to_end)
         per_group = not isinstance(max_num_blocks_per_req, int)
         self._staging = StagedBlockWrites(
             self._source_storage, max_num_reqs=max_num_reqs, widths=widths, table_offsets=offsets,
@@ -232,11 +245,23 @@ class PersistentMappings:
         position, j < max(num_computed_tokens[row] - reach, 0) // block_size: the window's
         manager may already have freed and reused those blocks. Never under CP
         (cp_world_size > 1), where a column is not a contiguous run of positions.
+
+        R = idx_mapping.numel(); query_start_loc may have more than R + 1 entries and positions
+        more than T = query_start_loc[R] (the peer's num_reqs_padded + 1 offsets and persistent
+        positions buffer): neither tail is read. The host path checks T <= num_tokens_padded
+        and positions.numel() >= T.
         """
+        # The peer's call shape (longer query_start_loc and positions) as views of this batch.
+        num_reqs = idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0
+        query_start_loc, positions, num_tokens = peer_batch(num_reqs, query_start_loc, positions)
         # Everything an op could reject after another op wrote is checked first, whatever the
         # order of the groups (persistent/checks.py).
         num_reqs_padded, num_tokens_padded, windowed = check_refresh(
-            self, idx_mapping, query_start_loc, positions, num_reqs_padded, num_tokens_padded, num_computed_tokens)
+            self, idx_mapping, query_start_loc, positions, num_tokens, num_reqs_padded, num_tokens_padded,
+            num_computed_tokens)
+        if num_tokens is None and positions.numel() > num_tokens_padded:
+            positions = positions[:num_tokens_padded]  # on a device: no token past num_tokens_padded
+        rows_written, tokens_written = self._end_padding.extents(num_reqs_padded, num_tokens_padded)
         groups = list(zip(self.groups, self.source_block_tables, self.num_blocks, self.block_tables,
                           self.slot_mappings, self._slot_args, self._window_reach))
         # A sliding-window gather first: it alone reads num_computed_tokens' values, and rejects
@@ -246,26 +271,27 @@ class PersistentMappings:
         # The ops' own dispatchers, without the keyword wrappers: a third of a small op's cost.
         first = next((g for g, (*_, reach) in enumerate(groups) if reach and windowed), None)
         if first is not None:
-            self._gather(groups[first], idx_mapping, num_reqs_padded, num_computed_tokens)
+            self._gather(groups[first], idx_mapping, rows_written, num_computed_tokens)
         for group, source, counts, table, slots, args, reach in groups:
             if args is not None:
                 _SLOT_MAPPING(
                     query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
-                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded, counts,
+                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, tokens_written, counts,
                 )
         for g, group in enumerate(groups):
             if g != first:
-                self._gather(group, idx_mapping, num_reqs_padded, num_computed_tokens)
+                self._gather(group, idx_mapping, rows_written, num_computed_tokens)
         # Groups without a slot mapping last, after every op has accepted the inputs.
         for slots, args in zip(self.slot_mappings, self._slot_args):
             if args is None:
-                slots[:num_tokens_padded].fill_(PAD_SLOT_ID)
+                slots[:tokens_written].fill_(PAD_SLOT_ID)
+        self._end_padding.written(num_reqs, num_tokens_padded)
 
     @staticmethod
-    def _gather(group_views: tuple, idx_mapping: torch.Tensor, num_reqs_padded: int,
+    def _gather(group_views: tuple, idx_mapping: torch.Tensor, rows: int,
                 num_computed_tokens: torch.Tensor | None) -> None:
         group, source, counts, table, _, _, reach = group_views
-        _GATHER(source, counts, idx_mapping, table, num_reqs_padded, num_computed_tokens, reach, group.block_size)
+        _GATHER(source, counts, idx_mapping, table, rows, num_computed_tokens, reach, group.block_size)
 
     def prepare_step(
         self,
@@ -304,6 +330,9 @@ class PersistentMappings:
             raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got "
                              f"{type(idx_mapping).__name__}")
         num_reqs = idx_mapping.numel()
+        if isinstance(query_start_loc, torch.Tensor) and query_start_loc.dim() == 1 \
+                and query_start_loc.numel() > num_reqs + 1:
+            query_start_loc = query_start_loc[: num_reqs + 1]  # the peer's num_reqs_padded + 1 entries
         # The token count is the fused op's output (on the device): only 0 bounds it here.
         num_reqs_padded, num_tokens_padded = padded_extents(self, num_reqs, num_reqs_padded, None, num_tokens_padded)
         # The fused op checks its inputs against what it writes; the gathers after it write the
@@ -322,17 +351,18 @@ class PersistentMappings:
             if past >= self.max_num_reqs:
                 raise ValueError(f"idx_mapping holds row {past}, past the source tables, which have max_num_reqs = "
                                  f"{self.max_num_reqs} rows")
+        rows_written, tokens_written = self._end_padding.extents(num_reqs_padded, num_tokens_padded)
         # The op's packed sizes and the returned views, made once per padded shape.
-        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded))
+        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded, tokens_written))
         if shape is None:
             enabled = [args is not None for args in self._slot_args]
-            sizes = pack_sizes(num_tokens_padded, num_reqs_padded, self.cp_world_size, self.cp_rank,
+            sizes = pack_sizes(tokens_written, num_reqs_padded, self.cp_world_size, self.cp_rank,
                                self.cp_interleave, [group.block_size for group in self.groups],
                                [group.blocks_per_kv_block for group in self.groups],
                                [group.cp_sharded for group in self.groups], enabled)
             views = RunnerStepInputs(self.positions[:num_tokens_padded], self.seq_lens[:num_reqs_padded],
                                      self.block_tables_by_name, self.slot_mappings_by_name)
-            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded)] = (sizes, views)
+            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded, tokens_written)] = (sizes, views)
         sizes, views = shape
         try:
             _FUSED_STEP.select()(
@@ -357,8 +387,9 @@ class PersistentMappings:
             row_first = self._row_first_position[1 : self.max_num_reqs + 1]
         for group, source, counts, table, reach in zip(self.groups, self.source_block_tables, self.num_blocks,
                                                        self.block_tables, self._window_reach):
-            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, row_first if reach else None, reach,
+            _GATHER(source, counts, idx_mapping, table, rows_written, row_first if reach else None, reach,
                     group.block_size)
+        self._end_padding.written(num_reqs, num_tokens_padded)
         return views
 
     def advance_draft_step(self, idx_mapping: torch.Tensor, **kwargs) -> DraftStep:
@@ -393,3 +424,4 @@ class PersistentMappings:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""
         self._captured_tables.fill_(NULL_BLOCK_ID)
         self._captured_slots.fill_(PAD_SLOT_ID)
+        self._end_padding.written(0, 0)
