@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels._search import segment_of
 
 BLOCK = 1024
@@ -69,8 +69,8 @@ def _prepare_positions_and_seq_lens_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_token_tiles = tl.cdiv(num_tokens_padded, BLOCK)
-    num_tasks = num_token_tiles + tl.cdiv(num_reqs_padded, BLOCK)
+    num_token_tiles = (num_tokens_padded + BLOCK - 1) // BLOCK
+    num_tasks = num_token_tiles + (num_reqs_padded + BLOCK - 1) // BLOCK
     for task in range(pid, num_tasks, num_progs):
         if task < num_token_tiles:
             token = task * BLOCK + tl.arange(0, BLOCK)
@@ -101,8 +101,8 @@ def prepare_positions_and_seq_lens(
     num_reqs = query_start_loc.numel() - 1
     grid = (num_programs(positions.device, num_tasks),)
     _prepare_positions_and_seq_lens_kernel[grid](
-        num_computed_tokens, query_start_loc, positions, seq_lens,
-        idx_mapping if idx_mapping is not None else query_start_loc,
+        nonempty(num_computed_tokens), query_start_loc, positions, seq_lens,
+        nonempty(idx_mapping) if idx_mapping is not None else query_start_loc,
         num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs), num_computed_tokens.numel(),
         BLOCK=BLOCK, HAS_IDX_MAPPING=idx_mapping is not None,
     )
