@@ -26,7 +26,7 @@ from specops.drafting import (
     StepCache,
     build_draft_attn_metadata,
 )
-from specops.reference.cp_local_metadata import cp_local_metadata as reference_cp_local_metadata
+from specops.drafting import naive
 
 MAX_POSITION = 512
 ROT_DIM = 8
@@ -143,88 +143,19 @@ def _metadata_tensors(meta: DraftAttnMetadata) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def step_window(group: GroupConfig, num_speculative_tokens: int, causal: bool) -> tuple[int, int]:
-    """(left, right) of a step: the sliding window W is (W - 1, 0), full attention (-1, 0); a
-    DSpark group on a non-causal step sees its draft block past the window, (W + K - 1, 0)."""
-    if group.sliding_window is None:
-        return (-1, 0)
-    if group.dspark and not causal:
-        return (group.sliding_window + num_speculative_tokens - 1, 0)
-    return (group.sliding_window - 1, 0)
-
-
-def dspark_width(group: GroupConfig, num_speculative_tokens: int) -> int:
-    """GroupConfig.dspark_index_width, else W + K rounded up to a multiple of 128."""
-    if group.dspark_index_width is not None:
-        return group.dspark_index_width
-    return -(-(group.sliding_window + num_speculative_tokens) // 128) * 128
-
-
-def expected_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftInputs) -> dict:
-    """Every field from the drafting layer's definitions, with plain Python and direct op calls."""
-    num_reqs, num_tokens, num_input_tokens = common.num_reqs, common.num_actual_tokens, common.num_input_tokens
-    query_start_loc = common.query_start_loc[:num_reqs + 1]
-    seq_lens = common.seq_lens[:num_reqs]
-    starts = query_start_loc.tolist()
-    query_lens = [b - a for a, b in zip(starts[:-1], starts[1:])]
-    decodes = [q for q in query_lens if q <= 1 + model.num_speculative_tokens]
-    pad = -(-num_input_tokens // model.cp_size) * model.cp_size
-    per_rank = pad // model.cp_size
-    local_start = model.cp_rank * per_rank
-    positions = torch.zeros(pad, dtype=torch.int64)
-    positions[:num_tokens] = common.positions[:num_tokens]
-    half = ROT_DIM // 2
-    rows = model.rope_cos_sin_cache[positions]
-    local_qsl = torch.empty(num_reqs + 1, dtype=torch.int32)
-    local_seq, start_pos = torch.empty(num_reqs, dtype=torch.int32), torch.empty(num_reqs, dtype=torch.int32)
-    reference_cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, common.causal,
-                                local_qsl, local_seq, start_pos)
-    local_query_lens = (local_qsl[1:] - local_qsl[:-1]).tolist()
-    # The step's window; the arguments of vllm-ascend's DSA drafting builders; no sas_metadata
-    # without a sliding window.
-    window = step_window(group, model.num_speculative_tokens, common.causal)
-    sas = None
-    if group.sliding_window is not None:
-        sas = specops.sas_metadata(
-            model.num_heads_q, 1, model.head_dim, cu_seqlens_q=local_qsl, seqused_kv=local_seq, batch_size=num_reqs,
-            max_seqlen_q=max([1, *local_query_lens]), max_seqlen_kv=max([1, *local_seq.tolist()]), cmp_ratio=1,
-            ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=window[0], ori_win_right=window[1], layout_q="TND",
-            layout_kv="PA_ND" if num_reqs else "TND", has_cmp_kv=False, num_cube_cores=model.num_cube_cores,
-            num_vector_cores=model.num_vector_cores)
-    slots = common.slot_mappings[group.name][:num_tokens].tolist() + [specops.PAD_SLOT_ID] * (num_input_tokens - num_tokens)
-    block = group.storage_block_size
-    indices = lens = None
-    if group.dspark and not common.causal:  # DSpark indices exist on non-causal steps only
-        width = dspark_width(group, model.num_speculative_tokens)
-        indices, lens = specops.dspark_swa_indices(
-            common.block_tables[group.name][:num_reqs], query_start_loc, seq_lens, window=group.sliding_window,
-            num_speculative_tokens=model.num_speculative_tokens, block_size=group.block_size,
-            num_tokens=num_input_tokens, width=width, cp_size=model.cp_size, cp_rank=model.cp_rank)
-    return dict(
-        num_decodes=len(decodes), num_prefills=num_reqs - len(decodes), num_decode_tokens=sum(decodes),
-        num_prefill_tokens=num_tokens - sum(decodes), input_positions=positions[:num_input_tokens],
-        cos=rows[:num_input_tokens, :half], sin=rows[:num_input_tokens, half:],
-        local_cos=rows[local_start:local_start + per_rank, :half], local_sin=rows[local_start:local_start + per_rank, half:],
-        start_pos=seq_lens - torch.tensor(query_lens, dtype=torch.int32), seq_lens_cpu=seq_lens,
-        cp=dict(local_query_start_loc=local_qsl, local_seq_lens=local_seq, start_pos=start_pos, num_tokens_pad=pad,
-                tokens_per_rank=per_rank, local_start=local_start, local_end=local_start + per_rank,
-                max_local_query_len=max([1, *local_query_lens]), max_local_seq_len=max([1, *local_seq.tolist()])),
-        sas_metadata=sas, slot_mapping=torch.tensor([[s // block, s % block] for s in slots], dtype=torch.int64).view(-1, 2),
-        dspark_swa_indices=indices, dspark_swa_lens=lens, window=window,
-    )
-
-
 def assert_matches_definitions(meta: DraftAttnMetadata, model: ModelConfig, group: GroupConfig,
                                common: CommonDraftInputs) -> None:
-    expected = expected_metadata(model, group, common)
+    """Every field against the layer's naive form (specops.drafting.naive: plain Python and
+    direct op calls, one group at a time)."""
+    expected = naive.draft_metadata(model, group, common)
     for name in FIELDS:
         if name == "cp":
             for cp_name in CP_FIELDS:
-                _assert_value(getattr(meta.cp, cp_name), expected["cp"][cp_name], f"{group.name} cp.{cp_name}")
-        elif expected[name] is None:
+                _assert_value(getattr(meta.cp, cp_name), getattr(expected.cp, cp_name), f"{group.name} cp.{cp_name}")
+        elif getattr(expected, name) is None:
             assert getattr(meta, name) is None, name
         else:
-            _assert_value(getattr(meta, name), expected[name], f"{group.name} {name}")
+            _assert_value(getattr(meta, name), getattr(expected, name), f"{group.name} {name}")
 
 
 # ---------------------------------------------------------------- a step worked by hand
@@ -525,7 +456,7 @@ def test_shared_cache_equals_building_alone():
             assert_same_metadata(within, without, f"step {step} {group.name}, the step's own cache")
         # Every later group hits the group-invariant entry; a group with a sliding window looks up
         # its sas_metadata, a hit when an earlier one has its window.
-        windows = [step_window(g, model.num_speculative_tokens, common.causal) for g in groups if g.sliding_window]
+        windows = [naive.step_window(g, model.num_speculative_tokens, common.causal) for g in groups if g.sliding_window]
         sas_hits = sum(window in windows[:index] for index, window in enumerate(windows))
         assert (cache.hits, cache.misses) == (len(groups) - 1 + sas_hits, 1 + len(windows) - sas_hits)
         if step % 10 == 0:

@@ -19,7 +19,7 @@ from host_syncs import OpLog
 from strategies import assert_same
 
 import specops
-import specops.persistent as persistent_module
+import specops.persistent.staging as staging_module
 from specops import MappingGroup, PersistentMappings
 
 NULL = specops.NULL_BLOCK_ID
@@ -408,7 +408,7 @@ def record_staged_launches(monkeypatch) -> list[list[tuple[int, int]]]:
     """The cells written by each apply_staged_writes call PersistentMappings makes, on whichever
     backend runs it (the Triton backend launches its kernel directly, past the dispatcher)."""
     launches: list[list[tuple[int, int]]] = []
-    launch = persistent_module.apply_staged_writes
+    launch = staging_module.apply_staged_writes
 
     def recording(table, rows, starts, cu_lens, values):
         bounds = cu_lens.tolist()
@@ -416,7 +416,7 @@ def record_staged_launches(monkeypatch) -> list[list[tuple[int, int]]]:
                          for i in range(bounds[k + 1] - bounds[k])])
         return launch(table, rows, starts, cu_lens, values)
 
-    monkeypatch.setattr(persistent_module, "apply_staged_writes", recording)
+    monkeypatch.setattr(staging_module, "apply_staged_writes", recording)
     return launches
 
 
@@ -442,7 +442,7 @@ def test_writes_of_one_launch_are_disjoint(backend, monkeypatch):
 def test_packed_copy_path_applies_the_same_writes():
     """The staging path of device tensors (one packed host-to-device copy), run on CPU."""
     direct, packed = make_mappings(CP_CONFIGS[1], max_num_reqs=6), make_mappings(CP_CONFIGS[1], max_num_reqs=6)
-    packed._stage_through_copy(pin_memory=False)
+    packed._staging.stage_through_copy(pin_memory=False)
     schedulers = [Scheduler(m, CP_CONFIGS[1], seed=4, max_seq_len=MAX_SEQ_LEN) for m in (direct, packed)]
     for _ in range(30):
         for scheduler in schedulers:

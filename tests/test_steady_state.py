@@ -122,7 +122,7 @@ def _prepare_step() -> Callable[[], object]:
 def _apply_staged(packed: bool) -> Callable[[], object]:
     mappings = _mappings()
     if packed:
-        mappings._stage_through_copy(pin_memory=False)  # the device path's single staging copy, on CPU
+        mappings._staging.stage_through_copy(pin_memory=False)  # the device path's single staging copy, on CPU
 
     def step():
         mappings.append_blocks(1, [[7], [8, 9]], overwrite=True)

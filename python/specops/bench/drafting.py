@@ -48,7 +48,7 @@ from collections.abc import Callable
 
 import torch
 
-from specops import drafting
+from specops.drafting import step as drafting_step
 from specops.bench._harness import Case, empty_op_call
 from specops.bench.launch_count import count_launches
 from specops.drafting import (
@@ -145,13 +145,13 @@ class _OwnOpsSkipped:
     NAMES = ("_run_format", "_run_sas", "_run_dspark")
 
     def __enter__(self) -> None:
-        self._saved = [getattr(drafting, name) for name in self.NAMES]
+        self._saved = [getattr(drafting_step, name) for name in self.NAMES]
         for name in self.NAMES:
-            setattr(drafting, name, itertools.chain)
+            setattr(drafting_step, name, itertools.chain)
 
     def __exit__(self, *exc) -> None:
         for name, run in zip(self.NAMES, self._saved):
-            setattr(drafting, name, run)
+            setattr(drafting_step, name, run)
 
 
 def _layer_only(builders: list[DraftMetadataBuilder], common: CommonDraftInputs) -> Callable[[], object]:

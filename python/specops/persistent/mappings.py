@@ -1,34 +1,28 @@
-"""Graph-stable block tables and slot mappings of every KV-cache group (docs/persistent_buffers.md).
-
-A captured graph (CUDA graph, Ascend ACL graph) reads its metadata at the addresses it saw
-during capture. `PersistentMappings` owns those buffers for every KV-cache group and rewrites
-them in place each step, so a replay reads this step's block ids and slots and nothing stale.
+"""The mapping buffers: every KV-cache group's request-indexed source tables and the captured,
+batch-indexed block tables and slot mappings a graph replays against (docs/persistent_buffers.md).
 
 Layout. All groups' request-indexed source tables and their block counts live in one flat
 int32 storage: group g's table is a contiguous [M, B_g] view at its own offset (each group has
 its own width B_g), and after the last table come the counts of every (group, row). One
-`apply_staged_writes` launch on that storage (seen as one row) therefore writes the new block
-ids and the new counts of every group at once. The captured tables and slot mappings are one
-flat storage each, with a contiguous view per group, so `fill_dummy()` is two fills.
-
-Invariant: a source row never holds a block id past its count (an overwrite also writes NULL
-over the old tail), so slot mappings read through it can never reach a stale block.
-
-Not thread-safe: the staging state and the captured buffers belong to one runner thread (a
-PersistentMappings shared by two threads corrupts its staged writes).
+`apply_staged_writes` launch on that storage (seen as one row, by the staging engine in
+`specops.persistent.staging`) therefore writes the new block ids and the new counts of every
+group at once. The captured tables and slot mappings are one flat storage each, with a
+contiguous view per group, so `fill_dummy()` is two fills.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
+from specops._spec_decode_sizes import named_after_the_wrapper, pack_sizes
+from specops.drafting.configs import CommonDraftInputs
 from specops.ops._checks import (
     INT32_MAX,
     check_context_parallel,
@@ -36,43 +30,15 @@ from specops.ops._checks import (
     check_interleave_divides,
     check_positive,
     check_tensor,
-    checked_int,
 )
-from specops._spec_decode_sizes import named_after_the_wrapper, pack_sizes
 from specops.ops._op import fast_native_entry
-from specops.ops.apply_staged_writes import apply_staged_writes
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
 from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
-
-if TYPE_CHECKING:
-    from specops.drafting import CommonDraftInputs
+from specops.persistent.staging import StagedBlockWrites
 
 # compute_slot_mapping's value checks for every group's table at once, writing nothing.
 _CHECK_POSITIONS = fast_native_entry("check_slot_mapping_positions")
-
-
-def _checked_block_ids(ids: object, group: int) -> Sequence[int] | np.ndarray:
-    """block_ids[group] as ints in [0, 2^31 - 1]: a list of Python or NumPy ints, or a 1-D
-    integer array or tensor. Anything else (7.9 once became block 7) is a ValueError."""
-    name = f"block_ids[{group}]"
-    if isinstance(ids, torch.Tensor):
-        if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise ValueError(f"{name} must be a 1-D integer tensor or a list of ints, got {ids.dtype} {list(ids.shape)}")
-        ids = ids.cpu().numpy()
-    if isinstance(ids, np.ndarray):
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise ValueError(f"{name} must be a 1-D integer array or a list of ints, got {ids.dtype} {list(ids.shape)}")
-    elif isinstance(ids, Sequence) and not isinstance(ids, str):
-        for i, block_id in enumerate(ids):
-            if type(block_id) is not int and (isinstance(block_id, bool) or not isinstance(block_id, (int, np.integer))):
-                raise ValueError(f"{name}[{i}] must be an int, got {type(block_id).__name__} {block_id!r}")
-    else:
-        raise ValueError(f"{name} must be a list of ints or an integer tensor, got {type(ids).__name__}")
-    if len(ids) and not (0 <= min(ids) and max(ids) <= INT32_MAX):
-        i = next(i for i, block_id in enumerate(ids) if not 0 <= block_id <= INT32_MAX)
-        raise ValueError(f"{name}[{i}] = {ids[i]} must be a block id in [0, 2^31 - 1]")
-    return ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,26 +153,30 @@ class PersistentMappings:
         num_groups = len(groups)
         num_cells = num_groups * max_num_reqs
         # Flat offsets of each group's source table, then of the counts.
-        self._table_offsets = [sum(max_num_reqs * width for width in widths[:g]) for g in range(num_groups + 1)]
-        self._first_count = self._table_offsets[-1]
-        if self._first_count + num_cells > INT32_MAX:
+        offsets = [sum(max_num_reqs * width for width in widths[:g]) for g in range(num_groups + 1)]
+        first_count = offsets[-1]
+        if first_count + num_cells > INT32_MAX:
             raise ValueError(
                 f"max_num_reqs * sum(max_num_blocks_per_req) + groups * max_num_reqs must be <= 2^31 - 1 (the staged "
-                f"writes address the source tables with int32 offsets), got {self._first_count + num_cells}")
+                f"writes address the source tables with int32 offsets), got {first_count + num_cells}")
 
         # NULL_BLOCK_ID is 0, so zeros are both NULL rows and zero counts.
-        self._source_storage = torch.zeros(self._first_count + num_cells, dtype=torch.int32, device=self.device)
-        self._source_as_table = self._source_storage.view(1, -1)  # what apply_staged_writes writes
-        self.source_block_tables = [self._source_storage[self._table_offsets[g] : self._table_offsets[g + 1]]
-                                    .view(max_num_reqs, widths[g]) for g in range(num_groups)]
-        counts = self._source_storage[self._first_count :]
+        self._source_storage = torch.zeros(first_count + num_cells, dtype=torch.int32, device=self.device)
+        self.source_block_tables = [self._source_storage[offsets[g] : offsets[g + 1]].view(max_num_reqs, widths[g])
+                                    for g in range(num_groups)]
+        counts = self._source_storage[first_count :]
         self.num_blocks = [counts[g * max_num_reqs : (g + 1) * max_num_reqs] for g in range(num_groups)]
-        self._captured_tables = torch.full((self._first_count,), NULL_BLOCK_ID, dtype=torch.int32, device=self.device)
-        self.block_tables = [self._captured_tables[self._table_offsets[g] : self._table_offsets[g + 1]]
-                             .view(max_num_reqs, widths[g]) for g in range(num_groups)]
+        self._captured_tables = torch.full((first_count,), NULL_BLOCK_ID, dtype=torch.int32, device=self.device)
+        self.block_tables = [self._captured_tables[offsets[g] : offsets[g + 1]].view(max_num_reqs, widths[g])
+                             for g in range(num_groups)]
         self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=torch.int64, device=self.device)
         self.slot_mappings = list(self._captured_slots.unbind(0))
-        self._init_staging(num_groups, max_num_reqs, widths)
+        per_group = not isinstance(max_num_blocks_per_req, int)
+        self._staging = StagedBlockWrites(
+            self._source_storage, max_num_reqs=max_num_reqs, widths=widths, table_offsets=offsets,
+            counts_offset=first_count,
+            width_names=[f"max_num_blocks_per_req[{g}]" if per_group else "max_num_blocks_per_req"
+                         for g in range(num_groups)])
 
         names = [group.name if group.name is not None else f"group{g}" for g, group in enumerate(groups)]
         for g, name in enumerate(names):
@@ -235,83 +205,20 @@ class PersistentMappings:
             self._checked_counts = [self.num_blocks[g] for g in mapped]
             self._check_positions_sizes = [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])]
 
-    # ---------------------------------------------------------------- staging (host side)
-
-    def _init_staging(self, num_groups: int, max_num_reqs: int, widths: tuple[int, ...]) -> None:
-        # Host state, allocated once. Counts and ids include staged writes; the device catches
-        # up at apply_staged(). The ids are kept so that a row can be moved or swapped by
-        # staging its ids again.
-        self._staged_counts = np.zeros((num_groups, max_num_reqs), dtype=np.int64)
-        self._staged_ids = [np.zeros((max_num_reqs, width), dtype=np.int32) for width in widths]
-        # Index of the pending block write of (group, row), -1 if none: a (group, row) has at most
-        # one, since a write that overlaps or adjoins it is merged into it on the host.
-        self._pending_write = np.full((num_groups, max_num_reqs), -1, dtype=np.int64)
-        # Index in `values` of the pending count write of (group, row), -1 if none.
-        self._pending_count_at = np.full((num_groups, max_num_reqs), -1, dtype=np.int64)
-
-        # A step that appends a block to every row of every group fits as allocated; the host
-        # staging grows past that rather than applying anything before apply_staged().
-        num_cells = num_groups * max_num_reqs
-        self._num_writes = 0
-        self._num_values = 0
-        self._allocate_staging(2 * num_cells + 2, 2 * num_cells + 4 * max(widths))
-
-        self._packed_host: torch.Tensor | None = None
-        self._packed_device: torch.Tensor | None = None
-        self._copy_done: torch.Event | None = None
-        if self.device.type != "cpu":
-            self._stage_through_copy(pin_memory=True)
-
-    def _allocate_staging(self, write_capacity: int, value_capacity: int) -> None:
-        """Host staging arrays of the given capacities, keeping what is staged."""
-        host = dict(dtype=torch.int32, device="cpu")
-        staged = (self._num_writes, self._num_values)
-        old = (self._rows, self._starts, self._cu_lens, self._values) if hasattr(self, "_rows") else None
-        self._write_capacity, self._value_capacity = write_capacity, value_capacity
-        self._rows = torch.zeros(write_capacity, **host)
-        self._starts = torch.zeros(write_capacity, **host)
-        self._cu_lens = torch.zeros(write_capacity + 1, **host)
-        self._values = torch.zeros(value_capacity, **host)
-        if old is not None:
-            for new, kept, size in zip((self._rows, self._starts, self._cu_lens, self._values), old,
-                                       (staged[0], staged[0], staged[0] + 1, staged[1])):
-                new[:size] = kept[:size]
-        self._rows_np, self._starts_np = self._rows.numpy(), self._starts.numpy()
-        self._cu_lens_np, self._values_np = self._cu_lens.numpy(), self._values.numpy()
-
-    def _reserve(self, writes: int, values: int) -> None:
-        """Room for `writes` more writes and `values` more values (rare: doubles the arrays)."""
-        if self._num_writes + writes <= self._write_capacity and self._num_values + values <= self._value_capacity:
-            return
-        self._allocate_staging(max(2 * self._write_capacity, self._num_writes + writes),
-                               max(2 * self._value_capacity, self._num_values + values))
-        if self._packed_host is not None:
-            if self._copy_done is not None:
-                self._copy_done.synchronize()  # the last copy read the old buffer
-            self._stage_through_copy(pin_memory=self._packed_host.is_pinned())
-
-    def _stage_through_copy(self, pin_memory: bool) -> None:
-        """Off the host, the staged arrays travel packed, in one copy, through a pinned buffer
-        that the next apply may refill only after that copy has run (tests use this on CPU)."""
-        packed_size = 3 * self._write_capacity + 1 + self._value_capacity
-        self._packed_host = torch.zeros(packed_size, dtype=torch.int32, pin_memory=pin_memory)
-        self._packed_device = torch.zeros(packed_size, dtype=torch.int32, device=self.device)
-        self._copy_done = torch.Event(device=self.device) if self.device.type != "cpu" else None
-
     @property
     def num_groups(self) -> int:
         return len(self.groups)
 
+    # ---------------------------------------------------------------- the source tables (staged)
+
     @property
     def staged_num_blocks(self) -> np.ndarray:
         """Read-only host view [G, max_num_reqs] of the block counts, staged writes included."""
-        view = self._staged_counts.view()
-        view.setflags(write=False)
-        return view
+        return self._staging.staged_counts
 
     @property
     def num_staged_writes(self) -> int:
-        return self._num_writes
+        return self._staging.num_writes
 
     def append_blocks(self, row: int, block_ids: Sequence[Sequence[int]], overwrite: bool = False) -> None:
         """Stages new block ids for request row `row`: `block_ids[g]` for group g (a list of ints
@@ -322,147 +229,24 @@ class PersistentMappings:
         that overlaps a staged one of the same row is merged into it on the host. A call that is
         rejected (a bad id in any group, a row that would pass its group's width) raises before staging anything.
         """
-        if not isinstance(block_ids, Sequence) or len(block_ids) != self.num_groups:
-            got = len(block_ids) if isinstance(block_ids, Sequence) else type(block_ids).__name__
-            raise ValueError(f"block_ids must hold one list of block ids per group ({self.num_groups}), got {got}")
-        row = self._checked_row(row, "row")
-        block_ids = [_checked_block_ids(ids, group) for group, ids in enumerate(block_ids)]
-        for group, ids in enumerate(block_ids):
-            count = len(ids) + (0 if overwrite else int(self._staged_counts[group, row]))
-            width = self.max_num_blocks_per_group[group]
-            if count > width:
-                raise ValueError(
-                    f"block_ids[{group}] would give row {row} {count} blocks, more than the width of group {group} "
-                    f"(max_num_blocks_per_req{'' if isinstance(self.max_num_blocks_per_req, int) else f'[{group}]'} "
-                    f"= {width})"
-                )
-        for group, ids in enumerate(block_ids):
-            self._stage(group, row, ids, overwrite)
+        self._staging.append(row, block_ids, overwrite)
 
     def move_row(self, src: int, dst: int) -> None:
         """Stages the move of request row `src` (ids and counts of every group, staged writes
         included) to row `dst`, replacing what `dst` held; `src` is left empty (NULL, count 0),
         as vLLM clears a vacated row, so nothing can reach its blocks once they are freed. For a
         runner that condenses its persistent batch. Applied by the next `apply_staged()`."""
-        src, dst = self._checked_row(src, "src"), self._checked_row(dst, "dst")
-        if src == dst:
-            return
-        for group in range(self.num_groups):
-            self._stage(group, dst, self._staged_row(group, src), overwrite=True)
-            self._stage(group, src, (), overwrite=True)
+        self._staging.move(src, dst)
 
     def swap_rows(self, a: int, b: int) -> None:
         """Stages the exchange of request rows `a` and `b` (ids and counts of every group, staged
         writes included). For a runner that reorders its persistent batch. Applied by the next
         `apply_staged()`."""
-        a, b = self._checked_row(a, "a"), self._checked_row(b, "b")
-        if a == b:
-            return
-        for group in range(self.num_groups):
-            ids_a, ids_b = self._staged_row(group, a), self._staged_row(group, b)
-            self._stage(group, a, ids_b, overwrite=True)
-            self._stage(group, b, ids_a, overwrite=True)
-
-    def _checked_row(self, row: int, name: str) -> int:
-        row = checked_int(row, name)
-        if not 0 <= row < self.max_num_reqs:
-            raise ValueError(f"{name} must be in [0, max_num_reqs = {self.max_num_reqs}), got {row}")
-        return row
-
-    def _staged_row(self, group: int, row: int) -> np.ndarray:
-        """A copy of the ids row `row` of `group` will hold once the staged writes land."""
-        return self._staged_ids[group][row, : self._staged_counts[group, row]].copy()
-
-    def _stage(self, group: int, row: int, ids: Sequence[int] | np.ndarray, overwrite: bool) -> None:
-        old_count = int(self._staged_counts[group, row])
-        start = 0 if overwrite else old_count
-        count = start + len(ids)
-        length = max(len(ids), old_count) if overwrite else len(ids)
-
-        if length:
-            # The host copy of the row first: it is what the row holds once everything staged lands.
-            staged = self._staged_ids[group][row]
-            staged[start : start + len(ids)] = ids
-            staged[start + len(ids) : start + length] = NULL_BLOCK_ID
-            # Device kernels apply the writes of one launch in parallel, in no order: a write that
-            # overlaps (or adjoins) the pending one of this row replaces it by their union, read
-            # back from the host copy, so one launch never writes a cell twice.
-            row_start = self._table_offsets[group] + row * self.max_num_blocks_per_group[group]
-            pending = int(self._pending_write[group, row])
-            if pending >= 0:
-                pending_start = int(self._starts_np[pending]) - row_start
-                pending_end = pending_start + int(self._cu_lens_np[pending + 1] - self._cu_lens_np[pending])
-                if start <= pending_end and pending_start <= start + length:
-                    self._remove_write(pending)
-                    union_start = min(start, pending_start)
-                    start, length = union_start, max(pending_end, start + length) - union_start
-            self._reserve(2, length + 1)
-            at = self._num_values
-            self._values_np[at : at + length] = staged[start : start + length]
-            self._pending_write[group, row] = self._num_writes
-            self._add_write(row_start + start, length)
-        else:
-            self._reserve(1, 1)
-        count_at = int(self._pending_count_at[group, row])
-        if count_at >= 0:
-            self._values_np[count_at] = count
-        elif count != old_count:
-            self._pending_count_at[group, row] = self._num_values
-            self._values_np[self._num_values] = count
-            self._add_write(self._first_count + group * self.max_num_reqs + row, 1)
-        self._staged_counts[group, row] = count
-
-    def _remove_write(self, k: int) -> None:
-        """Takes staged write k out of the arrays, shifting the later ones down (host only)."""
-        n, begin, end = self._num_writes, int(self._cu_lens_np[k]), int(self._cu_lens_np[k + 1])
-        length = end - begin
-        self._values_np[begin : self._num_values - length] = self._values_np[end : self._num_values].copy()
-        self._rows_np[k : n - 1] = self._rows_np[k + 1 : n].copy()
-        self._starts_np[k : n - 1] = self._starts_np[k + 1 : n].copy()
-        self._cu_lens_np[k + 1 : n] = self._cu_lens_np[k + 2 : n + 1] - length
-        self._num_writes -= 1
-        self._num_values -= length
-        self._pending_write[self._pending_write > k] -= 1
-        self._pending_count_at[self._pending_count_at >= end] -= length
-
-    def _add_write(self, start: int, length: int) -> None:
-        """A write of `length` values at flat offset `start` of the source storage."""
-        k = self._num_writes
-        self._starts_np[k] = start
-        self._cu_lens_np[k + 1] = self._cu_lens_np[k] + length
-        self._num_writes = k + 1
-        self._num_values += length
+        self._staging.swap(a, b)
 
     def apply_staged(self) -> None:
         """Applies every staged write of every group (ids and counts) in one launch."""
-        num_writes, num_values = self._num_writes, self._num_values
-        if num_writes == 0:
-            return
-        if self._packed_device is None:
-            rows, starts = self._rows[:num_writes], self._starts[:num_writes]
-            cu_lens, values = self._cu_lens[: num_writes + 1], self._values[:num_values]
-        else:
-            rows, starts, cu_lens, values = self._copy_staged_to_device(num_writes, num_values)
-        apply_staged_writes(self._source_as_table, rows, starts, cu_lens, values)
-        self._num_writes = 0
-        self._num_values = 0
-        self._pending_write.fill(-1)
-        self._pending_count_at.fill(-1)
-
-    def _copy_staged_to_device(self, num_writes: int, num_values: int) -> tuple[torch.Tensor, ...]:
-        if self._copy_done is not None:
-            self._copy_done.synchronize()
-        packed = self._packed_host.numpy()
-        bounds = np.cumsum([0, num_writes, num_writes, num_writes + 1, num_values])
-        packed[bounds[0] : bounds[1]] = self._rows_np[:num_writes]
-        packed[bounds[1] : bounds[2]] = self._starts_np[:num_writes]
-        packed[bounds[2] : bounds[3]] = self._cu_lens_np[: num_writes + 1]
-        packed[bounds[3] : bounds[4]] = self._values_np[:num_values]
-        size = int(bounds[4])
-        self._packed_device[:size].copy_(self._packed_host[:size], non_blocking=True)
-        if self._copy_done is not None:
-            self._copy_done.record()
-        return tuple(self._packed_device[int(lo) : int(hi)] for lo, hi in zip(bounds[:-1], bounds[1:]))
+        self._staging.apply()
 
     # ---------------------------------------------------------------- captured buffers
 
@@ -499,23 +283,11 @@ class PersistentMappings:
         manager may already have freed and reused those blocks. Never under CP
         (cp_world_size > 1), where a column is not a contiguous run of positions.
         """
-        if num_reqs_padded is None:
-            num_reqs_padded = self.max_num_reqs
-        if num_tokens_padded is None:
-            num_tokens_padded = self.max_num_tokens
         # Checked here, not only by the ops, so that a bad size rejects the call before the
         # first group is rewritten.
-        num_reqs = idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0
-        num_tokens = positions.numel() if isinstance(positions, torch.Tensor) else 0
-        if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
-            raise ValueError(
-                f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
-            )
-        if not num_tokens <= num_tokens_padded <= self.max_num_tokens:
-            raise ValueError(
-                f"num_tokens_padded must be in [T = {num_tokens}, max_num_tokens = {self.max_num_tokens}], "
-                f"got {num_tokens_padded}"
-            )
+        num_reqs_padded, num_tokens_padded = self._padded_extents(
+            idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0, num_reqs_padded,
+            positions.numel() if isinstance(positions, torch.Tensor) else 0, num_tokens_padded)
         if num_computed_tokens is not None:
             check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, self._source_storage.device,
                          "the mappings")
@@ -581,21 +353,12 @@ class PersistentMappings:
         apply_staged) the blocks of every scheduled position, draft positions included,
         before the step. No allocation and no device-to-host copy. Defaults: the full extents.
         """
-        if num_reqs_padded is None:
-            num_reqs_padded = self.max_num_reqs
-        if num_tokens_padded is None:
-            num_tokens_padded = self.max_num_tokens
         if not isinstance(idx_mapping, torch.Tensor):
             raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got "
                              f"{type(idx_mapping).__name__}")
         num_reqs = idx_mapping.numel()
-        if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
-            raise ValueError(
-                f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
-            )
-        if not 0 <= num_tokens_padded <= self.max_num_tokens:
-            raise ValueError(
-                f"num_tokens_padded must be in [0, max_num_tokens = {self.max_num_tokens}], got {num_tokens_padded}")
+        # The token count is the fused op's output (on the device): only 0 bounds it here.
+        num_reqs_padded, num_tokens_padded = self._padded_extents(num_reqs, num_reqs_padded, None, num_tokens_padded)
         # The op's packed sizes and the returned views, made once per padded shape.
         shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded))
         if shape is None:
@@ -643,13 +406,30 @@ class PersistentMappings:
         """The drafting layer's inputs for the step `prepare_step` (or `refresh` with
         `positions` filled by the caller) wrote: this object's positions, seq_lens, block tables
         and slot mappings, keyed by group name as `CommonDraftInputs` keys them (no copy)."""
-        from specops.drafting import CommonDraftInputs
-
         return CommonDraftInputs(
             query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc_cpu, seq_lens=self.seq_lens,
             seq_lens_cpu=seq_lens_cpu, positions=self.positions, num_reqs=num_reqs,
             num_actual_tokens=num_actual_tokens, num_input_tokens=num_input_tokens, causal=causal,
             block_tables=self.block_tables_by_name, slot_mappings=self.slot_mappings_by_name)
+
+    def _padded_extents(self, num_reqs: int, num_reqs_padded: int | None, num_tokens: int | None,
+                        num_tokens_padded: int | None) -> tuple[int, int]:
+        """The padded extents of refresh and prepare_step (None: the full extent), checked
+        against the batch (R requests, T tokens; T None: not known on the host) and the
+        buffers before anything is written."""
+        if num_reqs_padded is None:
+            num_reqs_padded = self.max_num_reqs
+        if num_tokens_padded is None:
+            num_tokens_padded = self.max_num_tokens
+        if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
+            raise ValueError(
+                f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
+            )
+        least = "0" if num_tokens is None else f"T = {num_tokens}"
+        if not (num_tokens or 0) <= num_tokens_padded <= self.max_num_tokens:
+            raise ValueError(
+                f"num_tokens_padded must be in [{least}, max_num_tokens = {self.max_num_tokens}], got {num_tokens_padded}")
+        return num_reqs_padded, num_tokens_padded
 
     def fill_dummy(self) -> None:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""

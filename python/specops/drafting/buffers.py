@@ -1,0 +1,121 @@
+"""The persistent buffers of one builder for one draft index, and the views a batch shape gets."""
+
+from __future__ import annotations
+
+import torch
+
+from specops._cp import cp_token_split
+from specops._extension import EXTENSION
+from specops.drafting.configs import DRAFT_NAMESPACE, ModelConfig
+from specops.sas_layout import NUM_WORDS
+
+if EXTENSION.loaded:
+    from specops import _C
+
+    _NATIVE_ROW_VIEWS = _C.row_views
+else:
+    _NATIVE_ROW_VIEWS = None
+
+# Distinct (num_reqs, num_actual_tokens, num_input_tokens) shapes whose buffer views a builder
+# keeps per draft index; a runner with graph padding sees a handful.
+_MAX_CACHED_SHAPES = 256
+
+
+class _InvariantViews:
+    """The views of one draft index's group-invariant buffers for one (R, T, num_input_tokens)."""
+
+    __slots__ = (
+        "split", "positions_real", "positions_tail", "positions_padded", "input_positions", "cos_sin_padded", "cos",
+        "sin", "local_cos", "local_sin", "local_query_start_loc", "local_seq_lens", "start_pos", "seq_lens_host",
+    )
+
+    def __init__(self, buffers: _DraftBuffers, num_reqs: int, num_tokens: int, num_input_tokens: int,
+                 cp_size: int, cp_rank: int):
+        split = cp_token_split(num_input_tokens, cp_size, cp_rank)
+        self.split = split
+        pad = split.num_tokens_pad
+        positions, cos, sin = buffers.positions, buffers.cos_columns, buffers.sin_columns
+        # Every view in one call; the optional ones (padding rows, a wider padded stream, CP
+        # slices, the host seq_lens) last.
+        tensors = [positions, positions, buffers.cos_sin, cos, sin, buffers.local_query_start_loc,
+                   buffers.local_seq_lens, buffers.start_pos]
+        bounds = [0, num_tokens, 0, num_input_tokens, 0, pad, 0, num_input_tokens, 0, num_input_tokens,
+                  0, num_reqs + 1, 0, num_reqs, 0, num_reqs]
+        if pad > num_tokens:
+            tensors.append(positions)
+            bounds += [num_tokens, pad]
+        if pad != num_input_tokens:
+            tensors.append(positions)
+            bounds += [0, pad]
+        if cp_size > 1:
+            tensors += [cos, sin]
+            bounds += [split.local_start, split.local_end, split.local_start, split.local_end]
+        if buffers.seq_lens_host is not None:
+            tensors.append(buffers.seq_lens_host)
+            bounds += [0, num_reqs]
+        views = _row_views(tensors, bounds)
+        (self.positions_real, self.input_positions, self.cos_sin_padded, self.cos, self.sin,
+         self.local_query_start_loc, self.local_seq_lens, self.start_pos) = views[:8]
+        optional = iter(views[8:])
+        self.positions_tail = next(optional) if pad > num_tokens else None
+        self.positions_padded = next(optional) if pad != num_input_tokens else self.input_positions
+        if cp_size > 1:
+            self.local_cos, self.local_sin = next(optional), next(optional)
+        else:  # the one rank's slice is the whole stream
+            self.local_cos, self.local_sin = self.cos, self.sin
+        self.seq_lens_host = next(optional) if buffers.seq_lens_host is not None else None
+
+
+class _Generation:
+    """Counts the rewrites of some buffers: the `owner` of the StepCache entries they hold."""
+
+    __slots__ = ("generation",)
+
+    def __init__(self) -> None:
+        self.generation = 0
+
+
+class _DraftBuffers:
+    """The persistent buffers of one builder for one draft index, allocated at the builder's
+    maximum sizes; every step hands out views of them. The write counters let a StepCache drop
+    a value whose buffers were rewritten since it was stored."""
+
+    def __init__(self, model: ModelConfig, max_num_reqs: int, max_num_tokens: int, device: torch.device,
+                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str] | None):
+        namespace = (DRAFT_NAMESPACE, draft_index)
+        self.invariant_key = (namespace, invariant_name)
+        # Per step kind (causal or not): the key of this group's sas_metadata, None without one.
+        self.sas_keys = {causal: (namespace, name) for causal, name in sas_names.items()} if sas_names else None
+        max_pad = cp_token_split(max_num_tokens, model.cp_size, model.cp_rank)
+        int32 = dict(dtype=torch.int32, device=device)
+        self.positions = torch.zeros(max_pad.num_tokens_pad, dtype=torch.int64, device=device)
+        cache = model.rope_cos_sin_cache
+        self.cos_sin = torch.zeros((max_pad.num_tokens_pad, cache.size(1)), dtype=cache.dtype, device=device)
+        half = cache.size(1) // 2
+        # Column views made once: a step's cos / sin are then one row slice each.
+        self.cos_columns = self.cos_sin[:, :half]
+        self.sin_columns = self.cos_sin[:, half:]
+        self.local_query_start_loc = torch.zeros(max_num_reqs + 1, **int32)
+        self.local_seq_lens = torch.zeros(max_num_reqs, **int32)
+        self.start_pos = torch.zeros(max_num_reqs, **int32)
+        self.seq_lens_host = None
+        if device.type != "cpu":
+            # Device seq_lens without a host copy are read back once per step into this buffer.
+            self.seq_lens_host = torch.zeros(max_num_reqs, dtype=torch.int32, pin_memory=device.type in ("cuda", "npu"))
+        self.sas = torch.zeros(NUM_WORDS, **int32) if sas_names else None
+        self.slot_mapping = torch.zeros((max_num_tokens, 2), dtype=torch.int64, device=device)
+        self.dspark_indices = self.dspark_lens = None
+        if dspark_width is not None:
+            self.dspark_indices = torch.zeros((max_pad.tokens_per_rank, 1, dspark_width), **int32)
+            self.dspark_lens = torch.zeros(max_pad.tokens_per_rank, **int32)
+        self.invariant_views: dict[tuple[int, int, int], _InvariantViews] = {}
+        self.invariant_writes = _Generation()
+        self.sas_writes = _Generation()
+
+
+def _row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:
+    """tensors[i][bounds[2i]:bounds[2i + 1]] for every i: one native call (views that cost a
+    fraction of Python's slicing, csrc/row_views.h) when the extension is loaded."""
+    if _NATIVE_ROW_VIEWS is not None:
+        return _NATIVE_ROW_VIEWS(tensors, bounds)
+    return [t[bounds[2 * i]:bounds[2 * i + 1]] for i, t in enumerate(tensors)]

@@ -1,0 +1,65 @@
+"""The cross-group cache of one draft step."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable
+
+# One logger for the whole layer, under the package's name (the hit lines are filtered by it).
+logger = logging.getLogger("specops.drafting")
+
+
+class StepCache:
+    """The cross-group cache of one step.
+
+    Keys are (namespace, name); drafting entries sit under namespace
+    (DRAFT_NAMESPACE, draft_index). An entry is served only while the fingerprint of its inputs
+    (identity, shape and _version of each input tensor, plus the sizes) is unchanged, and while
+    the buffers holding its value were not rewritten since (by a build with another cache).
+    It keeps its input tensors alive, so a tensor id in a fingerprint cannot be reused.
+
+    The fingerprint sees every write that goes through torch: in-place torch ops and every
+    specops op bump the version of what they write. It cannot see writes that bypass torch's
+    version counter (through a NumPy view of a tensor, `.data`, DLPack, or a kernel of another
+    library writing raw memory): after such a write to an input, call `invalidate()` (or start
+    a new StepCache). Not thread-safe: one cache per step, used by one thread.
+    """
+
+    __slots__ = ("_entries", "hits", "misses")
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Hashable, Hashable], tuple] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Hashable, Hashable], fingerprint: tuple) -> object | None:
+        """The value stored under key = (namespace, name) for this fingerprint, or None (a miss)."""
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] == fingerprint and (entry[3] is None or entry[3].generation == entry[4]):
+            self.hits += 1
+            logger.debug("StepCache hit: %s", key)
+            return entry[1]
+        self.misses += 1
+        return None
+
+    def put(self, key: tuple[Hashable, Hashable], fingerprint: tuple, value: object, *, keep_alive: tuple = (),
+            owner: object = None) -> None:
+        """Stores value under key = (namespace, name). keep_alive: the input tensors named in the
+        fingerprint; owner: an object whose `generation` attribute changes whenever the buffers
+        behind value are rewritten (None: the value owns no buffer)."""
+        generation = None if owner is None else owner.generation
+        self._entries[key] = (fingerprint, value, keep_alive, owner, generation)
+
+    def keys(self) -> list[tuple[Hashable, Hashable]]:
+        return list(self._entries)
+
+    def invalidate(self) -> None:
+        """Forgets every entry: the next build of each group recomputes. For inputs changed in a
+        way no fingerprint sees (a NumPy view, `.data`, DLPack: see the class docstring)."""
+        self._entries.clear()
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

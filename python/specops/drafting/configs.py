@@ -1,0 +1,154 @@
+"""The drafting layer's configuration and its step's inputs and results: the model and each
+KV-cache group as the metadata sees them, what the runner hands every group, and what each group
+gets back."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import torch
+
+from specops.ops._checks import check_cp_rank, check_int32_range, check_non_negative, check_positive
+from specops.ops.cp_local_metadata import CPLocalMetadata
+from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES
+
+# The StepCache namespace of the drafting entries: (DRAFT_NAMESPACE, draft_index).
+DRAFT_NAMESPACE = "draft_for_drafting"
+# Where CPLocalMetadata sits among DraftAttnMetadata's fields (and _Invariant.fields).
+_CP_FIELD = 7
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelConfig:
+    """The draft model as the metadata sees it (shared by every group's builder).
+
+    rope_cos_sin_cache: [max_position, rot_dim], cos in the first rot_dim / 2 columns and sin in
+    the others. num_cube_cores / num_vector_cores / soc_version: the device the sparse-attention
+    kernel runs on (sas_metadata).
+    """
+
+    num_heads_q: int
+    num_heads_kv: int
+    head_dim: int
+    rope_cos_sin_cache: torch.Tensor
+    num_speculative_tokens: int
+    cp_size: int = 1
+    cp_rank: int = 0
+    num_cube_cores: int = 24
+    num_vector_cores: int = 48
+    soc_version: str = "Ascend910B1"
+
+    def __post_init__(self) -> None:
+        check_positive(self.num_heads_q, "num_heads_q")
+        check_positive(self.num_heads_kv, "num_heads_kv")
+        if self.num_heads_q % self.num_heads_kv:
+            raise ValueError(
+                f"num_heads_q must be a multiple of num_heads_kv = {self.num_heads_kv}, got {self.num_heads_q}")
+        check_positive(self.head_dim, "head_dim")
+        cache = self.rope_cos_sin_cache
+        if not isinstance(cache, torch.Tensor) or cache.dim() != 2 or cache.size(1) < 2 or cache.size(1) % 2:
+            shape = list(cache.shape) if isinstance(cache, torch.Tensor) else type(cache).__name__
+            raise ValueError(
+                f"rope_cos_sin_cache must be a [max_position, rot_dim] tensor with an even rot_dim >= 2, got {shape}")
+        check_non_negative(self.num_speculative_tokens, "num_speculative_tokens")
+        check_cp_rank(self.cp_size, self.cp_rank, "cp_size")
+        if not 1 <= self.num_cube_cores <= MAX_CUBE_CORES:
+            raise ValueError(f"num_cube_cores must be in [1, {MAX_CUBE_CORES}], got {self.num_cube_cores}")
+        if not 1 <= self.num_vector_cores <= MAX_VECTOR_CORES:
+            raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {self.num_vector_cores}")
+        if not isinstance(self.soc_version, str):
+            raise ValueError(f"soc_version must be a str, got {type(self.soc_version).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupConfig:
+    """One KV-cache group: the kernel block size of its block table, the block size its slot
+    mapping is formatted with, and its sliding window (None: full attention).
+
+    dspark: the group's draft tokens attend, on non-causal steps, to the sliding window before
+    their draft block plus the whole block (dspark_swa_indices). dspark_index_width: the row
+    width of its indices (default: sliding_window + num_speculative_tokens rounded up to a
+    multiple of 128); a draft pass whose requests see more (a long prefill chunk) needs more.
+    """
+
+    name: str
+    block_size: int
+    storage_block_size: int
+    sliding_window: int | None
+    dspark: bool = False
+    dspark_index_width: int | None = None
+
+    def __post_init__(self) -> None:
+        check_positive(self.block_size, "block_size")
+        check_positive(self.storage_block_size, "storage_block_size")
+        if self.sliding_window is not None:
+            check_positive(self.sliding_window, "sliding_window")
+        elif self.dspark:
+            raise ValueError(f"sliding_window must be set for the DSpark group {self.name!r}, got None")
+        if self.dspark_index_width is not None:
+            if not self.dspark:
+                raise ValueError(f"dspark_index_width is only for DSpark groups (dspark=True), got "
+                                 f"{self.dspark_index_width} for group {self.name!r}")
+            check_int32_range(self.dspark_index_width, "dspark_index_width", 1)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """(left, right) as sas_metadata reads it on a causal step: a token sees itself and the
+        sliding_window - 1 tokens before it; full attention is (-1, 0), causal and unbounded."""
+        return (-1, 0) if self.sliding_window is None else (self.sliding_window - 1, 0)
+
+    def step_window(self, causal: bool, num_speculative_tokens: int) -> tuple[int, int]:
+        """The window of a draft step: on a non-causal (DSpark parallel drafting) step a DSpark
+        group's queries see the trailing window and the whole draft block, (sliding_window +
+        num_speculative_tokens - 1, 0), as vllm-ascend's DSpark builders pass it."""
+        if self.dspark and not causal:
+            return (self.sliding_window + num_speculative_tokens - 1, 0)
+        return self.window
+
+
+@dataclasses.dataclass
+class CommonDraftInputs:
+    """What the runner hands every group of one draft step.
+
+    query_start_loc int32 [>= R + 1] and seq_lens int32 [>= R] on the device;
+    query_start_loc_cpu int32 [>= R + 1] and seq_lens_cpu (or None; int32 or int64) their host copies;
+    positions int64/int32 [>= T]; block_tables[name] int32 [>= R, cols] and
+    slot_mappings[name] int64/int32 [>= T] of each group. Longer tensors (persistent buffers)
+    are read up to R / T. T = num_actual_tokens real tokens, num_input_tokens the padded count.
+    """
+
+    query_start_loc: torch.Tensor
+    query_start_loc_cpu: torch.Tensor
+    seq_lens: torch.Tensor
+    seq_lens_cpu: torch.Tensor | None
+    positions: torch.Tensor
+    num_reqs: int
+    num_actual_tokens: int
+    num_input_tokens: int
+    causal: bool = True
+    block_tables: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    slot_mappings: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class DraftAttnMetadata:
+    """One group's metadata for one draft step. Tensors are views of persistent buffers."""
+
+    num_decodes: int  # requests with query length <= 1 + num_speculative_tokens
+    num_prefills: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+    input_positions: torch.Tensor  # int64 [num_input_tokens]; padding tokens have position 0
+    cos: torch.Tensor  # [num_input_tokens, rot_dim / 2]: rope_cos_sin_cache[positions, :rot_dim / 2]
+    sin: torch.Tensor  # [num_input_tokens, rot_dim / 2]: the other half
+    cp: CPLocalMetadata  # tensors [R + 1], [R], [R]
+    local_cos: torch.Tensor  # [tokens_per_rank, rot_dim / 2]: cos rows [local_start, local_end) of the padded stream
+    local_sin: torch.Tensor
+    start_pos: torch.Tensor  # int32 [R]: seq_lens - query_lens (cp.start_pos)
+    seq_lens_cpu: torch.Tensor  # [R] on the host: the runner's copy (int32 or int64), else int32
+    sas_metadata: torch.Tensor | None  # int32 [1024]; None for a group without a sliding window
+    slot_mapping: torch.Tensor  # [num_input_tokens, 2] int64: (storage block, offset); padding is PAD's pair
+    dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width]: DSpark groups, non-causal steps
+    dspark_swa_lens: torch.Tensor | None  # int32 [tokens_per_rank]
+    window: tuple[int, int]  # (left, right) of this step; (-1, 0) for full attention

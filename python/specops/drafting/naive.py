@@ -1,0 +1,115 @@
+"""The naive form of the drafting layer: one group's DraftAttnMetadata for one draft step, written
+as plainly as its definition reads, with public ops and plain Python, one group at a time,
+nothing shared between groups, nothing kept between steps.
+
+`draft_metadata(model, group, common)` is what `DraftMetadataBuilder.build_for_drafting` must
+return field for field (values, dtypes and shapes; the builder's tensors are views of persistent
+buffers, these are new tensors), and what the tests compare every builder against. It reads the
+host values of its inputs (`.tolist()`), so it syncs on a device: read it, do not run it in a
+step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specops._constants import PAD_SLOT_ID
+from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig
+from specops.ops.cp_local_metadata import CPLocalMetadata
+from specops.ops.dspark_swa_indices import dspark_swa_indices
+from specops.ops.sas_metadata import sas_metadata
+from specops.reference.cp_local_metadata import cp_local_metadata
+
+
+def step_window(group: GroupConfig, num_speculative_tokens: int, causal: bool) -> tuple[int, int]:
+    """(left, right) of a step: a sliding window W is (W - 1, 0), full attention (-1, 0); a
+    DSpark group on a non-causal step sees its draft block past the window, (W + K - 1, 0)."""
+    if group.sliding_window is None:
+        return (-1, 0)
+    if group.dspark and not causal:
+        return (group.sliding_window + num_speculative_tokens - 1, 0)
+    return (group.sliding_window - 1, 0)
+
+
+def dspark_width(group: GroupConfig, num_speculative_tokens: int) -> int:
+    """GroupConfig.dspark_index_width, else W + K rounded up to a multiple of 128."""
+    if group.dspark_index_width is not None:
+        return group.dspark_index_width
+    return -(-(group.sliding_window + num_speculative_tokens) // 128) * 128
+
+
+def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftInputs) -> DraftAttnMetadata:
+    """Every field of the group's metadata for the step `common` describes."""
+    num_reqs, num_tokens, num_input_tokens = common.num_reqs, common.num_actual_tokens, common.num_input_tokens
+    device = common.query_start_loc.device
+    query_start_loc = common.query_start_loc[:num_reqs + 1]
+    seq_lens = common.seq_lens[:num_reqs]
+    starts = query_start_loc.tolist()
+    query_lens = [end - start for start, end in zip(starts[:-1], starts[1:])]
+
+    # A decode has at most one token past the K draft tokens; the rest are prefills.
+    decodes = [length for length in query_lens if length <= 1 + model.num_speculative_tokens]
+
+    # The padded stream: num_input_tokens rounded up to a multiple of cp_size, split evenly
+    # over the ranks; padding tokens sit at position 0.
+    pad = -(-num_input_tokens // model.cp_size) * model.cp_size
+    per_rank = pad // model.cp_size
+    local_start = model.cp_rank * per_rank
+    positions = torch.zeros(pad, dtype=torch.int64, device=device)
+    positions[:num_tokens] = common.positions[:num_tokens]
+
+    # cos and sin: the two halves of the cache's row at each position.
+    half = model.rope_cos_sin_cache.size(1) // 2
+    rows = model.rope_cos_sin_cache[positions]
+
+    # This rank's slice of every request (a request with nothing here is empty).
+    local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
+    local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, common.causal,
+                      local_query_start_loc, local_seq_lens, start_pos)
+    local_query_lens = (local_query_start_loc[1:] - local_query_start_loc[:-1]).tolist()
+    max_local_query_len = max([1, *local_query_lens])
+    max_local_seq_len = max([1, *local_seq_lens.tolist()])
+    cp = CPLocalMetadata(
+        local_query_start_loc=local_query_start_loc, local_seq_lens=local_seq_lens, start_pos=start_pos,
+        num_tokens_pad=pad, tokens_per_rank=per_rank, local_start=local_start, local_end=local_start + per_rank,
+        max_local_query_len=max_local_query_len, max_local_seq_len=max_local_seq_len)
+
+    # sas_metadata as vllm-ascend's DSA draft builders call it: this rank's query starts and KV
+    # lengths, one KV head, no compressed KV, the band mask of the step's window. A group
+    # without a sliding window has none. Without requests the KV layout is TND (PA_ND needs
+    # seqused_kv, which is then empty).
+    window = step_window(group, model.num_speculative_tokens, common.causal)
+    sas = None
+    if group.sliding_window is not None:
+        sas = sas_metadata(
+            model.num_heads_q, 1, model.head_dim, cu_seqlens_q=local_query_start_loc, seqused_kv=local_seq_lens,
+            batch_size=num_reqs, max_seqlen_q=max_local_query_len, max_seqlen_kv=max_local_seq_len, cmp_ratio=1,
+            ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=window[0], ori_win_right=window[1], layout_q="TND",
+            layout_kv="PA_ND" if num_reqs else "TND", has_cmp_kv=False, num_cube_cores=model.num_cube_cores,
+            num_vector_cores=model.num_vector_cores, soc_version=model.soc_version)
+
+    # Each token's slot as (storage block, offset), PAD for the padding tokens.
+    slots = common.slot_mappings[group.name][:num_tokens].tolist() + [PAD_SLOT_ID] * (num_input_tokens - num_tokens)
+    block = group.storage_block_size
+    slot_mapping = torch.tensor([[slot // block, slot % block] for slot in slots], dtype=torch.int64,
+                                device=device).view(-1, 2)
+
+    # DSpark indices exist on non-causal steps only.
+    indices = lens = None
+    if group.dspark and not common.causal:
+        indices, lens = dspark_swa_indices(
+            common.block_tables[group.name][:num_reqs], query_start_loc, seq_lens, window=group.sliding_window,
+            num_speculative_tokens=model.num_speculative_tokens, block_size=group.block_size,
+            num_tokens=num_input_tokens, width=dspark_width(group, model.num_speculative_tokens),
+            cp_size=model.cp_size, cp_rank=model.cp_rank)
+
+    return DraftAttnMetadata(
+        num_decodes=len(decodes), num_prefills=num_reqs - len(decodes), num_decode_tokens=sum(decodes),
+        num_prefill_tokens=num_tokens - sum(decodes), input_positions=positions[:num_input_tokens],
+        cos=rows[:num_input_tokens, :half], sin=rows[:num_input_tokens, half:], cp=cp,
+        local_cos=rows[local_start:local_start + per_rank, :half],
+        local_sin=rows[local_start:local_start + per_rank, half:],
+        start_pos=seq_lens - torch.tensor(query_lens, dtype=torch.int32, device=device), seq_lens_cpu=seq_lens,
+        sas_metadata=sas, slot_mapping=slot_mapping, dspark_swa_indices=indices, dspark_swa_lens=lens, window=window)

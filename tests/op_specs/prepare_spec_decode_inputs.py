@@ -1,0 +1,169 @@
+"""The op table's spec of prepare_spec_decode_inputs (torch.ops.specops.prepare_spec_decode_inputs); see op_table.py."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+from strategies import make_spec_decode_step
+
+import specops
+
+from ._corruptions import _seed, _pick, _with_idx_mapping, _negative_block_ids
+from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, bad_with, t32, stale
+from .correct_num_computed_tokens import CORRECTION_TENSORS, CORRECTION_INPUTS
+from .prepare_positions_and_seq_lens import _positions_tokens_past_padding
+
+
+def _fused_valid() -> Call:
+    # Row 0 continues row 1 (20 + 2 = 22), row 1 is new (host 6): positions 22, 23, 6.
+    return dict(num_computed_tokens=t32(10, 20, 30), num_accepted_tokens=t32(0, 0, 0), prev_positions=t32(1, 0),
+                valid_sampled_token_count=t32(1, 2), prev_num_draft_tokens=t32(1, 1),
+                cpu_num_computed_tokens=t32(5, 6), query_start_loc=t32(0, 2, 3),
+                block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32),
+                              torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]], dtype=I32)],
+                block_sizes=[16, 8], positions=stale(4, dtype=I64), seq_lens=stale(3),
+                slot_mappings=[stale(4, dtype=I64), stale(4, dtype=I32)], blocks_per_kv_block=[1, 1],
+                cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, idx_mapping=t32(1, 0),
+                num_tokens_padded=4, num_reqs_padded=3, num_blocks=[t32(2, 2), t32(4, 4)])
+
+
+def _fused_metadata() -> list[Bad]:
+    shared = torch.zeros(8, dtype=I64)
+    return [
+        bad("num_accepted_tokens shorter than n", ("num_accepted_tokens", "prev_positions"),
+            num_accepted_tokens=t32(0)),
+        bad("cpu_num_computed_tokens shorter than n", ("cpu_num_computed_tokens", "prev_positions"),
+            cpu_num_computed_tokens=t32(5)),
+        bad("num_computed_tokens shorter than R", ("num_computed_tokens", "query_start_loc"),
+            num_computed_tokens=t32(10), prev_positions=t32(0), cpu_num_computed_tokens=t32(5),
+            num_accepted_tokens=t32(0)),
+        bad("num_tokens_padded past positions", ("num_tokens_padded", "positions"), num_tokens_padded=5),
+        bad("num_tokens_padded -1", "num_tokens_padded", num_tokens_padded=-1),
+        bad("num_reqs_padded past seq_lens", ("num_reqs_padded", "seq_lens"), num_reqs_padded=4),
+        bad("num_reqs_padded < R", "num_reqs_padded", num_reqs_padded=1),
+        bad("a slot mapping shorter than num_tokens_padded", ("num_tokens_padded", "slot_mappings[1]"),
+            slot_mappings=[stale(4, dtype=I64), stale(3, dtype=I64)]),
+        bad("one slot mapping for two tables", ("slot_mappings", "block_tables"), slot_mappings=[stale(4, dtype=I64)]),
+        bad("num_blocks for one table of two", ("num_blocks", "block_tables"), num_blocks=[t32(2, 2)]),
+        bad("num_blocks[1] shorter than its table", ("num_blocks[1]", "block_tables[1]"),
+            num_blocks=[t32(2, 2), t32(4)]),
+        bad("block_sizes[1] 0", "block_sizes[1]", block_sizes=[16, 0]),
+        bad("three block sizes for two tables", ("block_sizes", "block_tables"), block_sizes=[16, 8, 4]),
+        bad("blocks_per_kv_block[0] 0", "blocks_per_kv_block[0]", blocks_per_kv_block=[0, 1]),
+        bad("one cp_sharded for two tables", ("cp_sharded", "block_tables"), cp_sharded=[True]),
+        bad("one slot_mapping_enabled for two tables", ("slot_mapping_enabled", "block_tables"),
+            slot_mapping_enabled=[True]),
+        bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
+        bad("cp_rank = cp_world_size", ("cp_rank", "cp_world_size"), cp_world_size=2, cp_rank=2),
+        bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
+        bad("cp_interleave not dividing block_sizes[0]", ("cp_interleave", "block_sizes[0]"), cp_world_size=2,
+            cp_interleave=3),
+        bad("a virtual block past int32", ("block_sizes[0]", "cp_world_size"), block_sizes=[2**30, 8],
+            cp_world_size=2),
+        bad("idx_mapping of another length than R", ("idx_mapping", "query_start_loc"), idx_mapping=t32(0)),
+        bad("slot mappings sharing memory", ("slot_mappings[1]", "slot_mappings[0]"),
+            slot_mappings=[shared[:4], shared[2:6]]),
+        bad_with("a slot mapping sharing positions", ("slot_mappings[0]", "positions"),
+                 lambda call: call.update(slot_mappings=[call["positions"], stale(4, dtype=I64)])),
+    ]
+
+
+def _fused_values() -> list[Bad]:
+    return [
+        bad("positions past block_tables[1]", "block_tables[1]",
+            block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32), torch.tensor([[5], [9]], dtype=I32)]),
+        bad("idx_mapping past the tables", ("idx_mapping", "block_tables[0]"), idx_mapping=t32(2, 0)),
+        # Request 0 reads row 1, which holds one block of 16: position 22 needs a second.
+        bad("positions past a row's allocated blocks", ("positions", "num_blocks[0]"),
+            num_blocks=[t32(2, 1), t32(4, 4)]),
+        bad("query_start_loc decreasing", "query_start_loc", query_start_loc=t32(0, 3, 2)),
+        bad("query_start_loc[0] != 0", "query_start_loc", query_start_loc=t32(1, 2, 3)),
+        bad("query_start_loc[R] past num_tokens_padded", ("num_tokens_padded", "query_start_loc"),
+            query_start_loc=t32(0, 2, 5)),
+        # Request 0 reads row 1; positions 22, 23 in blocks of 8: column 2, id 2^29, slot 2^32 + 6.
+        bad("a slot past an int32 slot mapping", "slot_mappings[1]",
+            block_tables=[torch.tensor([[1, 2], [3, 4]], dtype=I32),
+                          torch.tensor([[5, 6, 7, 8], [9, 10, 2**29, 12]], dtype=I32)]),
+    ]
+
+
+FUSED_GROUPS = [(16, 1, True), (4, 2, False), (8, 1, True)]
+
+
+@st.composite
+def _fused_draw(draw) -> Call:
+    world = draw(st.sampled_from([1, 2]))
+    groups = draw(st.lists(st.sampled_from(FUSED_GROUPS), max_size=2))
+    step = make_spec_decode_step(_seed(draw), num_reqs=draw(st.integers(0, 5)), num_prev_rows=draw(st.integers(0, 6)),
+                                 max_query_len=3, groups=groups, cp_world_size=world,
+                                 with_idx_mapping=draw(st.booleans()), prev_dtype=draw(st.sampled_from([I32, I64])))
+    tokens_padded = step.num_tokens + draw(st.integers(0, 3))
+    reqs_padded = step.num_reqs + draw(st.integers(0, 2))
+    return dict(
+        zip(CORRECTION_TENSORS, step.correction.args()), query_start_loc=step.query_start_loc,
+        block_tables=step.block_tables, block_sizes=step.block_sizes,
+        positions=stale(tokens_padded + draw(st.integers(0, 1)), dtype=draw(st.sampled_from([I64, I32]))),
+        seq_lens=stale(reqs_padded + draw(st.integers(0, 1))),
+        slot_mappings=[stale(tokens_padded + draw(st.integers(0, 1)), dtype=draw(st.sampled_from([I64, I32])))
+                       for _ in groups],
+        blocks_per_kv_block=step.blocks_per_kv_block, cp_sharded=step.cp_sharded,
+        slot_mapping_enabled=[draw(st.booleans()) for _ in groups], cp_world_size=world,
+        cp_rank=_pick(draw, world), cp_interleave=draw(st.sampled_from([1, 2, 4])), idx_mapping=step.idx_mapping,
+        num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded)
+
+
+def _fused_request_past_tables(draw, call: Call) -> bool:
+    """A request that takes a host count far past every table, its first token stored on this
+    rank in every group (2^26 is a multiple of every virtual block here)."""
+    qsl = call["query_start_loc"]
+    with_tokens = (qsl[1:] > qsl[:-1]).nonzero().flatten().tolist()
+    if not with_tokens or not call["block_tables"]:
+        return False
+    request = draw(st.sampled_from(with_tokens))
+    call["prev_positions"][request] = -1
+    call["cpu_num_computed_tokens"][request] = 2**26 + call["cp_rank"] * call["cp_interleave"]
+    if call["idx_mapping"] is not None and call["idx_mapping"][request] < 0:
+        call["idx_mapping"][request] = 0
+    return any(call["slot_mapping_enabled"])  # a group without a slot mapping never reads its table
+
+
+def _fused_idx_past_tables(draw, call: Call) -> bool:
+    num_reqs = call["query_start_loc"].numel() - 1
+    if num_reqs == 0 or not call["block_tables"]:
+        return False
+    rows = min(table.size(0) for table in call["block_tables"])
+    _with_idx_mapping(call, num_reqs)[_pick(draw, num_reqs)] = rows + draw(st.integers(0, 5))
+    return any(call["slot_mapping_enabled"])
+
+
+def _fused_negative_block_ids(draw, call: Call) -> bool:
+    for g in range(len(call["block_tables"])):
+        _negative_block_ids(draw, call["block_tables"], g)
+    return False
+
+
+FUSED = OpSpec(
+    name="prepare_spec_decode_inputs",
+    wrapper=specops.prepare_spec_decode_inputs,
+    tensors={**CORRECTION_TENSORS, "query_start_loc": Arg((I32,), 1), "positions": Arg((I64, I32), 1),
+             "seq_lens": Arg((I32,), 1), "block_tables[0]": Arg((I32,), 2, row_stride=True),
+             "block_tables[1]": Arg((I32,), 2, row_stride=True), "slot_mappings[0]": Arg((I64, I32), 1),
+             "slot_mappings[1]": Arg((I64, I32), 1), "idx_mapping": Arg((I32, I64), 1),
+             "num_blocks[0]": Arg((I32,), 1), "num_blocks[1]": Arg((I32,), 1)},
+    outputs=("num_computed_tokens", "num_accepted_tokens", "positions", "seq_lens", "slot_mappings[0]",
+             "slot_mappings[1]"),
+    valid_call=_fused_valid,
+    metadata_errors=_fused_metadata,
+    value_errors=_fused_values,
+    offsets=("query_start_loc",),
+    draw_call=_fused_draw(),
+    reads_first=CORRECTION_INPUTS,  # gathered before the first store; the rest is read while storing
+    corruptions=(
+        Corruption("a request past every table", _fused_request_past_tables),
+        Corruption("idx_mapping past the tables", _fused_idx_past_tables),
+        Corruption("negative block ids", _fused_negative_block_ids),
+        Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
+    ),
+    scalars=("num_tokens_padded", "num_reqs_padded", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes",
+             "blocks_per_kv_block"),
+)
