@@ -297,7 +297,7 @@ def test_more_groups_than_one_launch_takes(backend):
     tables = [torch.randint(0, 1 << 12, (4, 20), dtype=torch.int32, generator=generator) for _ in range(num_groups)]
     windows = [5, 64, 1, 30, 8, 17][:num_groups]
     block_sizes = [8, 4, 16, 8, 32, 4][:num_groups]
-    widths = [9, 65, 2, 31, 9, 18][:num_groups]
+    widths = [9, 67, 4, 34, 11, 21][:num_groups]  # at least window + num_speculative_tokens
     out, out_lens = specops.dspark_swa_indices_multi(tables, query_start_loc, seq_lens, windows=windows,
                                                      num_speculative_tokens=3, block_sizes=block_sizes,
                                                      num_tokens=7, widths=widths)

@@ -27,7 +27,7 @@ def requests_of_rows(query_start_loc_ptr, num_reqs, rows_begin, num_rows, row_ti
     a real token, its request, the request's query length and seq_len (0 where not real)."""
     # int64 rows: no lane wraps negative, so one comparison bounds the stores' masks (triton-ascend's
     # adapter corrupts its heap on a mask of more than two comparisons).
-    row = row_tile.to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row = (tl.zeros([BLOCK_ROWS], tl.int64) + row_tile) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     is_row = row < num_rows
     token = rows_begin + row
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)

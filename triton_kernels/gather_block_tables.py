@@ -32,7 +32,7 @@ def _gather_block_tables_kernel(
     for tile in range(pid, num_tiles, num_progs):
         # int64 rows, so no lane wraps negative and one comparison bounds each mask: triton-ascend's
         # adapter corrupts its heap on a load or store mask of more than two comparisons.
-        batch_row = tile.to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        batch_row = (tl.zeros([BLOCK_ROWS], tl.int64) + tile) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         in_padded = batch_row < num_reqs_padded
         row = tl.load(idx_mapping_ptr + batch_row, mask=batch_row < num_reqs, other=-1)
         row = tl.where(in_padded, row, -1).to(tl.int64)
