@@ -40,14 +40,15 @@ def _compute_slot_mapping_kernel(
         request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
         is_real = is_real & (request < num_reqs)
         if HAS_IDX_MAPPING:
-            row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)
+            # request is in [0, max(num_reqs - 1, 0)] in every lane: unmasked, then selected.
+            row = tl.where(is_real, tl.load(idx_mapping_ptr + request), -1).to(tl.int64)
         else:
             row = request.to(tl.int64)
         # Masked by one bound, then selected: triton-ascend turns a contiguous load with a data-dependent
         # mask (request < num_reqs) into a full-tile read, and corrupts its heap on a mask of three
         # comparisons.
-        position = tl.load(positions_ptr + token, mask=(token >= 0) & (token < tl.minimum(num_tokens, num_tokens_padded)),
-                           other=-1).to(tl.int64)
+        in_positions = (token >= 0) & (token < tl.minimum(num_tokens, num_tokens_padded))
+        position = tl.load(positions_ptr + token, mask=in_positions, other=-1).to(tl.int64)
         position = tl.where(is_real, position, -1)
         columns = usable_columns(num_blocks_ptr, row, is_real, table_rows, table_cols, HAS_NUM_BLOCKS)
         slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, columns, table_stride,

@@ -86,13 +86,14 @@ def dspark_swa_indices_multi(
     if num_rows == 0 or not block_tables:
         return
     num_reqs = query_start_loc.numel() - 1
-    per_group = [(nonempty(table), out[g], out_lens[g], widths[g], windows[g], block_sizes[g], table.size(0), table.size(1),
-                  table.stride(0), out[g].stride(0)) for g, table in enumerate(block_tables)]
+    per_group = [(nonempty(table), out[g], out_lens[g], widths[g], windows[g], block_sizes[g], table.size(0),
+                  table.size(1), table.stride(0), out[g].stride(0)) for g, table in enumerate(block_tables)]
     for groups in group_chunks(len(block_tables)):
         num_chunks = max(triton.cdiv(widths[g], BLOCK_W) for g in groups)
         grid = (num_programs(query_start_loc.device, triton.cdiv(num_rows, BLOCK_ROWS) * num_chunks),)
         _dspark_swa_indices_multi_kernel[grid](
-            query_start_loc, nonempty(seq_lens), num_reqs, split.local_start, num_rows, num_chunks, search_steps(num_reqs),
+            query_start_loc, nonempty(seq_lens), num_reqs, split.local_start, num_rows, num_chunks,
+            search_steps(num_reqs),
             *flat_group_args(per_group, groups),
             NUM_GROUPS=len(groups), BLOCK_ROWS=BLOCK_ROWS, BLOCK_W=BLOCK_W, num_warps=NUM_WARPS,
         )

@@ -25,9 +25,11 @@ def counts_of_requests(num_computed_tokens_ptr, idx_mapping_ptr, num_counts, req
                        HAS_IDX_MAPPING: tl.constexpr):
     """int32 count of each request: batch-indexed, or read through idx_mapping (0 without a row)."""
     if HAS_IDX_MAPPING:
-        row = tl.load(idx_mapping_ptr + request, mask=is_request, other=-1).to(tl.int64)
+        row = tl.where(is_request, tl.load(idx_mapping_ptr + tl.where(is_request, request, 0)), -1).to(tl.int64)
         has_row = is_request & (row >= 0) & (row < num_counts)
-        count = tl.load(num_computed_tokens_ptr + tl.where(has_row, row, 0), mask=has_row, other=0)
+        # Unmasked at the clamped row, then selected: triton-ascend's adapter corrupts its heap on a
+        # mask of more than two comparisons.
+        count = tl.where(has_row, tl.load(num_computed_tokens_ptr + tl.where(has_row, row, 0)), 0)
     else:
         count = tl.load(num_computed_tokens_ptr + request, mask=is_request, other=0)
     return count

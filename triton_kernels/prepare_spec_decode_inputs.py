@@ -77,7 +77,8 @@ def _prepare_spec_decode_inputs_kernel(
         if FIRST:
             tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty), mask=in_buffer)
         if HAS_IDX_MAPPING:
-            row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)
+            # request is in [0, max(num_reqs - 1, 0)] in every lane: unmasked, then selected.
+            row = tl.where(is_real, tl.load(idx_mapping_ptr + request), -1).to(tl.int64)
         else:
             row = request.to(tl.int64)
         if NUM_GROUPS > 0:
@@ -124,9 +125,9 @@ def prepare_spec_decode_inputs(
     scratch, one_tile = correction_scratch(num_computed_tokens, num_rows, 2)
     num_reqs = query_start_loc.numel() - 1
     cp = [layout.group_cp(g) for g in range(len(block_tables))]
-    per_group = [(table, slot_mappings[g], num_blocks[g] if num_blocks else query_start_loc, table.size(0),
-                  table.size(1), table.stride(0), layout.block_sizes[g], layout.blocks_per_kv_block[g], *cp[g],
-                  int(layout.slot_mapping_enabled[g])) for g, table in enumerate(block_tables)]
+    per_group = [(nonempty(table), slot_mappings[g], nonempty(num_blocks[g]) if num_blocks else query_start_loc,
+                  table.size(0), table.size(1), table.stride(0), layout.block_sizes[g], layout.blocks_per_kv_block[g],
+                  *cp[g], int(layout.slot_mapping_enabled[g])) for g, table in enumerate(block_tables)]
     # A launch with no group still corrects the counts; its group slots are compiled away.
     no_group = (query_start_loc, positions, query_start_loc, 0, 0, 0, 1, 1, 1, 0, 1, 0)
     # One program by design: see the module docstring.
@@ -134,7 +135,8 @@ def prepare_spec_decode_inputs(
         _prepare_spec_decode_inputs_kernel[(1,)](
             nonempty(num_computed_tokens), num_accepted_tokens, prev_positions, nonempty(valid_sampled_token_count),
             nonempty(prev_num_draft_tokens), cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
-            query_start_loc, positions, seq_lens, idx_mapping if idx_mapping is not None else query_start_loc,
+            query_start_loc, positions, seq_lens,
+            nonempty(idx_mapping) if idx_mapping is not None else query_start_loc,
             num_reqs, layout.num_tokens_padded, layout.num_reqs_padded, search_steps(num_reqs),
             *flat_group_args(per_group, groups, filler=no_group),
             NUM_GROUPS=len(groups), HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=bool(num_blocks),
