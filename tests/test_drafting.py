@@ -524,7 +524,7 @@ def test_the_stale_data_check_sees_a_cache_that_ignores_versions(monkeypatch):
     model = make_model()
     common = make_step(random.Random(5), [SWA, COMPRESSED], 3, num_reqs=8)
     first, second = make_builders(model, [SWA, COMPRESSED])
-    monkeypatch.setattr(DraftMetadataBuilder, "_fingerprint", lambda self, common: (common.num_reqs,))
+    monkeypatch.setattr(drafting.step, "fingerprint", lambda common, rope_cache: (common.num_reqs,))
     cache = StepCache()
     first.build_for_drafting(common, 1, cache)
     common.positions.add_(1)
@@ -855,3 +855,10 @@ def test_public_names():
     assert set(drafting.__all__) >= {"ModelConfig", "GroupConfig", "DraftMetadataBuilder", "CommonDraftInputs",
                                      "DraftAttnMetadata", "StepCache", "build_draft_attn_metadata"}
     assert specops.drafting is drafting
+
+
+def test_shared_fields_are_the_metadata_fields_in_order():
+    """A step builds each metadata as DraftAttnMetadata(*shared, <the group's own fields>)."""
+    shared = drafting.configs.SharedFields._fields
+    assert shared == tuple(FIELDS[:len(shared)])
+    assert FIELDS[len(shared):] == ["sas_metadata", "slot_mapping", "dspark_swa_indices", "dspark_swa_lens", "window"]

@@ -5,7 +5,7 @@ rejects and says nothing about registers. This suite compiles each kernel for CU
 and AMD gfx942 at the specializations its launcher really uses: the op table's valid calls
 (and a few of its random valid calls) go through the Triton backend with launches intercepted,
 and each launch's arguments pass through Triton's own JIT binder for each target
-(specops.bench.kernels). No signature is written by hand, so a changed launcher is compiled as
+(specops.devtools). No signature is written by hand, so a changed launcher is compiled as
 it now launches, and a kernel no op-table call launches fails the coverage test.
 
 It fails on a compile error on any target and on register spills on sm_90. The compiles run
@@ -25,19 +25,22 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from docs_figures import assert_docs_say, docs_table_rows
 from hypothesis import Phase, given, settings
 from op_table import OP_TABLE
 
 import specops
-from specops.bench import kernels
-from specops.bench.kernels import NPU_TARGET, TARGETS, KernelBuild, Launch, Specialization, kernel_name
+from specops.devtools import kernel_capture, kernel_compile, kernel_report
+from specops.devtools.kernel_capture import Launch, Specialization, kernel_name
+from specops.devtools.kernel_compile import KernelBuild
+from specops.devtools.targets import NPU_TARGET, TARGETS, installed_targets
 
 # What the installed Triton compiles for: CUDA and AMD with upstream Triton, the NPU with triton-ascend.
-INSTALLED = kernels.installed_targets()
+INSTALLED = installed_targets()
 
 DRAWS_PER_OP = 3  # random valid calls per op on top of the fixed one: other dtypes, flags, sizes
 
-KERNELS = kernels.defined_kernels()
+KERNELS = kernel_capture.defined_kernels()
 SPILL_TARGET = "sm_90"
 # A kernel being rewritten on another branch; the lead drops the marker when it lands.
 KNOWN_SPILLS: dict[str, str] = {}
@@ -55,19 +58,26 @@ def _draws(op) -> list[dict]:
     return found
 
 
-@pytest.fixture(scope="session")
-def launches() -> list[Launch]:
-    unsupported = kernels.binder_supported()
-    if unsupported is not None:
-        pytest.skip(f"the launches cannot be specialized here: {unsupported}")
+def capture_op_table_launches() -> list[Launch]:
+    """Every launch of the op table's valid calls and DRAWS_PER_OP random ones, specialized for
+    the installed targets, kernels not run."""
     captured: list[Launch] = []
     for op in OP_TABLE:
         for index, call in enumerate([op.valid_call(), *_draws(op)]):
             label = f"{op.name} {'valid call' if index == 0 else f'draw {index}'}"
-            with specops.backend("triton"), kernels.capture_launches(INSTALLED, execute=False, label=label) as calls:
+            with specops.backend("triton"), \
+                    kernel_capture.capture_launches(INSTALLED, execute=False, label=label) as calls:
                 op.wrapper(**call)
             captured += calls
     return captured
+
+
+@pytest.fixture(scope="session")
+def launches() -> list[Launch]:
+    unsupported = kernel_capture.binder_supported()
+    if unsupported is not None:
+        pytest.skip(f"the launches cannot be specialized here: {unsupported}")
+    return capture_op_table_launches()
 
 
 def _session_folder(tmp_path_factory) -> Path:
@@ -86,13 +96,13 @@ def builds(launches, tmp_path_factory):
 
     def get(target) -> list[KernelBuild]:
         if target.name not in results:
-            jobs = kernels.distinct_jobs(launches, [target], per_variant=True)
+            jobs = kernel_compile.distinct_jobs(launches, [target], per_variant=True)
             digest = hashlib.sha256(repr([(k, t.name, s.key()) for k, t, s in jobs]).encode()).hexdigest()[:16]
             path = folder / f"{target.name}-{digest}.pickle"
             with open(folder / f"{target.name}.lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 if not path.exists():
-                    built = kernels.compile_jobs(jobs, cache_dir=str(folder / "triton-cache"))
+                    built = kernel_compile.compile_jobs(jobs, cache_dir=str(folder / "triton-cache"))
                     path.write_bytes(pickle.dumps(built))
             results[target.name] = pickle.loads(path.read_bytes())
         return results[target.name]
@@ -174,7 +184,7 @@ def test_launches_are_specialized_as_the_jit_does():
     the 32-bit offset hint to pointers."""
     values = torch.zeros(64, dtype=torch.int32)
     out = torch.zeros(64, dtype=torch.int64)
-    with kernels.capture_launches(TARGETS, execute=False, label="probe") as captured:
+    with kernel_capture.capture_launches(TARGETS, execute=False, label="probe") as captured:
         _probe_kernel[(3,)](values, out, 32, 1, 2**40 + 3, FLAG=True)
         _probe_kernel[(1,)](values[1:], out, 7, 5, 3, FLAG=False)  # a pointer 4 bytes past 16-byte alignment
     first, second = captured
@@ -202,16 +212,16 @@ ptxas info    : Function properties for _k
     48 bytes stack frame, 40 bytes spill stores, 52 bytes spill loads
 ptxas info    : Used 255 registers, used 1 barriers, 48 bytes cumulative stack size, 1024 bytes smem
 """
-    assert kernels._ptxas_usage(log) == dict(registers=255, stack_bytes=48, spill_bytes=40, spill_loads=52)
-    assert kernels._ptxas_usage("ptxas info    : 0 bytes gmem") is None
+    assert kernel_compile._ptxas_usage(log) == dict(registers=255, stack_bytes=48, spill_bytes=40, spill_loads=52)
+    assert kernel_compile._ptxas_usage("ptxas info    : 0 bytes gmem") is None
     descriptor = """    .private_segment_fixed_size: 16
     .sgpr_count:     106
     .sgpr_spill_count: 12
     .vgpr_count:     49
     .vgpr_spill_count: 3
 """
-    assert kernels._amdgpu_usage(descriptor) == dict(registers=49, scalar_registers=106, spill_bytes=12,
-                                                     scalar_spills=12, stack_bytes=16)
+    assert kernel_compile._amdgpu_usage(descriptor) == dict(registers=49, scalar_registers=106, spill_bytes=12,
+                                                            scalar_spills=12, stack_bytes=16)
 
 
 def test_kernels_are_the_jit_functions_no_jit_function_calls():
@@ -231,7 +241,7 @@ def test_grids_are_sized_for_the_assumed_device():
     grids = []
     for cores in (132, 304, 1000):
         with assumed_cores(cores), specops.backend("triton"), \
-                kernels.capture_launches(TARGETS[:1], execute=False) as captured:
+                kernel_capture.capture_launches(TARGETS[:1], execute=False) as captured:
             specops.format_slot_mapping_blocks(slots, 16, out=out)
         grids += [launch.grid for launch in captured]
     assert grids == [(132,), (301,), (301,)]
@@ -248,10 +258,45 @@ def test_the_report_lists_builds_and_each_cases_grids():
     builds = [KernelBuild(kernel, "sm_90", spec.describe(), spec.summary(), registers=40, spill_bytes=0,
                           spill_loads=0, stack_bytes=0, shared_bytes=512, num_warps=4),
               KernelBuild(kernel, "gfx942", spec.describe(), spec.summary(), error="CompilationError: boom")]
-    lines = kernels.report_lines(launches, builds, TARGETS)
+    lines = kernel_report.report_lines(launches, builds, TARGETS)
     build_rows = [line.split() for line in lines if line.startswith("  _x_kernel")]
     assert build_rows[0][:9] == ["_x_kernel", "sm_90", "40", "-", "0", "-", "0", "512", "4"]
     assert build_rows[0][9:] == ["BLOCK=256"]
     assert build_rows[1][:3] == ["_x_kernel", "gfx942", "FAILED:"]
     (grid_row,) = [line.split() for line in lines if line.startswith("  op R=4")]
     assert grid_row[-5:] == ["_x_kernel", "2", "5", "7", "9"]
+
+
+# ------------------------------------------------------------------ the figures docs/device_readiness.md states
+
+
+def test_the_docs_give_the_build_count_of_the_capture(launches):
+    counts = {len(kernel_compile.distinct_jobs(launches, [target], per_variant=True)) for target in INSTALLED}
+    assert len(counts) == 1, f"the targets build different counts of variants: {counts}"
+    assert_docs_say("device_readiness.md", f"{counts.pop()} builds per target")
+
+
+def resource_rows(builds) -> dict[str, list[str]]:
+    """The resource table's row of each kernel from the builds: variants (sm_90 builds), the most
+    registers and spill bytes over the variants per CUDA/AMD target, the most shared memory on
+    sm_90 / gfx942."""
+    by_target = {target.name: builds(target) for target in TARGETS}
+    rows = {}
+    for kernel in KERNELS:
+        per_target = {name: [b for b in built if b.kernel == kernel] for name, built in by_target.items()}
+
+        def most(field: str, target: str) -> str:
+            return str(max(getattr(build, field) or 0 for build in per_target[target]))
+
+        names = [target.name for target in TARGETS]
+        rows[f"`{kernel_name(kernel)}`"] = [
+            str(len(per_target["sm_90"])), " / ".join(most("registers", name) for name in names),
+            " / ".join(most("spill_bytes", name) for name in names),
+            f"{most('shared_bytes', 'sm_90')} / {most('shared_bytes', 'gfx942')}"]
+    return rows
+
+
+def test_the_docs_resource_table_is_the_builds(builds):
+    if not all(target.installed() for target in TARGETS):
+        pytest.skip("the table's figures come from the CUDA and AMD builds; this Triton lacks one of them")
+    assert docs_table_rows("device_readiness.md", "`_") == resource_rows(builds)

@@ -1,4 +1,4 @@
-"""Launch counts (specops.bench.launch_count): the counter itself, a decode step fused and
+"""Launch counts (specops.devtools.launch_count): the counter itself, a decode step fused and
 unfused, and a draft step whose groups share their arguments.
 
 On a GPU or NPU each op that reaches the dispatcher is at least one kernel launch, so these
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from docs_figures import assert_docs_say, docs_table_rows
 from op_table import FUSED, SLOT_MAPPING
 
 import specops
 from specops.bench import drafting as drafting_bench
-from specops.bench.launch_count import LaunchCounter, count_launches
+from specops.devtools.launch_count import LaunchCounter, count_launches
 from specops.drafting import StepCache, build_draft_attn_metadata
 
 META = torch.device("meta")
@@ -59,21 +60,22 @@ def test_decode_step_is_one_launch_fused_and_two_plus_one_per_group_unfused():
     assert groups == 3
     fused = count_launches(lambda: specops.prepare_spec_decode_inputs(**call))
     assert (fused.specops, fused.aten) == (1, 0), fused.by_op
-    real_positions = call["positions"][:3]  # query_start_loc[R] = 3 tokens, one of padding
-
-    def unfused():
-        specops.correct_num_computed_tokens(call["num_computed_tokens"], call["num_accepted_tokens"],
-                                            call["prev_positions"], call["valid_sampled_token_count"],
-                                            call["prev_num_draft_tokens"], call["cpu_num_computed_tokens"])
-        specops.prepare_positions_and_seq_lens(call["num_computed_tokens"], call["query_start_loc"],
-                                               positions=call["positions"], seq_lens=call["seq_lens"],
-                                               num_tokens_padded=4, num_reqs_padded=3)
-        for table, block_size, out in zip(call["block_tables"], call["block_sizes"], call["slot_mappings"]):
-            specops.compute_slot_mapping(call["query_start_loc"], real_positions, table, block_size, out=out,
-                                         idx_mapping=call["idx_mapping"], num_tokens_padded=4)
-
-    counts = count_launches(unfused)
+    counts = count_launches(lambda: _run_unfused(call))
     assert (counts.specops, counts.aten) == (2 + groups, 0), counts.by_op
+
+
+def _run_unfused(call):
+    """The decode step as separate ops: the correction, positions, a slot mapping per group."""
+    real_positions = call["positions"][:3]  # query_start_loc[R] = 3 tokens, one of padding
+    specops.correct_num_computed_tokens(call["num_computed_tokens"], call["num_accepted_tokens"],
+                                        call["prev_positions"], call["valid_sampled_token_count"],
+                                        call["prev_num_draft_tokens"], call["cpu_num_computed_tokens"])
+    specops.prepare_positions_and_seq_lens(call["num_computed_tokens"], call["query_start_loc"],
+                                           positions=call["positions"], seq_lens=call["seq_lens"],
+                                           num_tokens_padded=4, num_reqs_padded=3)
+    for table, block_size, out in zip(call["block_tables"], call["block_sizes"], call["slot_mappings"]):
+        specops.compute_slot_mapping(call["query_start_loc"], real_positions, table, block_size, out=out,
+                                     idx_mapping=call["idx_mapping"], num_tokens_padded=4)
 
 
 def _draft_setup(groups, causal: bool = True):
@@ -94,9 +96,9 @@ def _own_ops(builders, index: int, causal: bool) -> int:
     sliding window and no earlier windowed group has its window this step (same heads and
     head_dim here; full attention has no sas_metadata), and the DSpark indices when it is the
     first DSpark group of a non-causal step. Its format is part of the one format launch."""
-    window = builders[index]._windows[causal]
+    window = builders[index].step_windows[causal]
     own_sas = builders[index].group.sliding_window is not None and all(
-        earlier._windows[causal] != window for earlier in builders[:index] if earlier.group.sliding_window is not None)
+        earlier.step_windows[causal] != window for earlier in builders[:index] if earlier.group.sliding_window is not None)
     first_dspark = not causal and builders[index].group.dspark and not any(
         earlier.group.dspark for earlier in builders[:index])
     return int(own_sas) + int(first_dspark)
@@ -149,3 +151,61 @@ def test_repeating_a_step_launches_the_same(draft_index, causal):
     # A runner's repeated build with unchanged inputs hits the cache: only the groups' own ops
     # launch, one format for all and on a non-causal step one DSpark launch.
     assert again.aten == 0 and again.specops == (1 if causal else 2), again.by_op
+
+
+# ------------------------------------------------------------------ the launch counts the docs state
+
+
+def _counts_on(device: torch.device, groups, causal: bool, alone: bool = False):
+    """A step's counts on the CPU (every op counts, as in the benchmark run) or on the meta
+    device stand-in (host work apart): the shared step, or every group building alone."""
+    model = drafting_bench.make_model(num_speculative_tokens=3, cp_size=1, device=device)
+    common = drafting_bench.make_decode_inputs(groups, num_reqs=16, query_len=4, device=device, causal=causal)
+    builders = drafting_bench._builders(model, groups, device)
+    if alone:
+        step = lambda: [builder.build_for_drafting(common, 1) for builder in builders]  # noqa: E731
+    else:
+        step = lambda: build_draft_attn_metadata(builders, common, 1)  # noqa: E731
+    step()  # the first call sizes the builders' buffers
+    return count_launches(step, device_type="meta" if device == META else None)
+
+
+def _both(groups, causal: bool, alone: bool = False):
+    return _counts_on(torch.device("cpu"), groups, causal, alone), _counts_on(META, groups, causal, alone)
+
+
+def test_the_docs_state_the_counted_launches():
+    call = _decode_step_call()
+    fused = count_launches(lambda: specops.prepare_spec_decode_inputs(**call))
+    one, causal, non_causal = _both(GROUPS_4[:1], True), _both(GROUPS_4, True), _both(GROUPS_4, False)
+    alone_causal, alone_non_causal = _both(GROUPS_4, True, alone=True), _both(GROUPS_4, False, alone=True)
+    eight = _both(drafting_bench.GROUPS[:8], True)
+    assert (eight[0].specops, eight[0].aten) == (causal[0].specops, causal[0].aten)
+
+    def cell(pair) -> str:
+        cpu, meta = pair
+        return f"{cpu.specops} ({meta.specops})" if meta.specops != cpu.specops else str(cpu.specops)
+
+    rows = docs_table_rows("device_readiness.md", "d")
+    assert rows["decode step, 3 groups, fused (`prepare_spec_decode_inputs`)"] == [str(fused.specops), str(fused.aten)]
+    unfused = count_launches(lambda: _run_unfused(call))
+    assert rows["decode step, 3 groups, unfused (correct, positions, a slot mapping per group)"] == [
+        str(unfused.specops), str(unfused.aten)]
+    assert rows["draft step, first group alone (R=64, k=7)"] == [cell(one), str(one[0].aten)]
+    assert rows["draft step, 4 groups (swa, DSpark, c4, full), causal"] == [cell(causal), str(causal[0].aten)]
+    assert rows["draft step, the same 4 groups, non-causal (DSpark indices)"] == [cell(non_causal),
+                                                                                  str(non_causal[0].aten)]
+    assert rows["draft step, 4 groups each building alone, causal / non-causal"] == [
+        f"{cell(alone_causal)} / {cell(alone_non_causal)}", str(alone_causal[0].aten)]
+
+    def plus(pair) -> str:
+        return f"{pair[0].specops} + {pair[0].aten}"
+
+    assert_docs_say("drafting.md", f"{plus(one)} (specops + aten) for one group, {plus(causal)} for 4 or 8 groups on "
+                                   f"causal steps")
+    assert_docs_say("drafting.md", f"{plus(non_causal)} on non-causal ones")
+    assert_docs_say("drafting.md", f"{plus(alone_causal)} / {plus(alone_non_causal)} at 4 groups")
+
+    assert_docs_say("benchmarks.md", f"shared: {plus(non_causal)} ({non_causal[0].specops - non_causal[1].specops} on "
+                                     f"the host) | every group alone: {plus(alone_non_causal)} "
+                                     f"({alone_non_causal[0].specops - alone_non_causal[1].specops} on the host)")

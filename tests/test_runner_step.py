@@ -74,7 +74,7 @@ def test_counts_bound_every_cp_layout(backend):
 
 def test_num_blocks_is_checked_like_every_tensor():
     for bad, message in [(i32(2), r"num_blocks must have one entry per row of block_table \(2\)"),
-                         (i64(2, 2), "num_blocks must have dtype Int, got Long")]:
+                         (i64(2, 2), "num_blocks must have dtype int32, got int64")]:
         with pytest.raises(ValueError, match=message):
             specops.compute_slot_mapping(i32(0, 1), i64(0), TABLE, 4, num_blocks=bad)
 

@@ -19,7 +19,7 @@ from sas_checker import check_call, golden_dir
 from strategies import assert_same, query_start_loc_of, sas_calls
 
 import specops
-from specops.bench.sas_metadata import python_sas_metadata
+from specops.reference.sas_metadata_python import python_sas_metadata
 
 TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
 UNTOUCHED = 0x0BADF00D

@@ -1,6 +1,6 @@
 """The slot of a token, on device: the one place every Triton kernel that maps positions to
 KV-cache slots takes it from (compute_slot_mapping, the fused prepare_spec_decode_inputs).
-The same math in C++ is csrc/kernels/compute_slot_mapping.h, in torch
+The same math in C++ is csrc/kernels/slot_math.h, in torch
 python/specops/reference/_slot_math.py (docs/slot_mapping.md).
 """
 

@@ -21,10 +21,13 @@ BLOCK_W = 128
 
 
 @triton.jit
-def requests_of_rows(query_start_loc_ptr, num_reqs, rows_begin, num_rows, row_tile, num_search_steps,
-                     BLOCK_ROWS: tl.constexpr):
-    """For BLOCK_ROWS rows of this rank's slice: whether each is a row of the output, whether it is
-    a real token, its request, the request's query length and seq_len (0 where not real)."""
+def rows_of_task(task, num_chunks, query_start_loc_ptr, seq_lens_ptr, num_reqs, rows_begin, num_rows,
+                 num_search_steps, BLOCK_ROWS: tl.constexpr):
+    """Task `task` of a grid over (row tile, width chunk) pairs: its chunk and, for its BLOCK_ROWS
+    rows of this rank's slice, whether each is a row of the output, whether it is a real token,
+    its request, the request's query length and seq_len (0 where not real; both int64)."""
+    row_tile = task // num_chunks
+    chunk = task - row_tile * num_chunks
     # int64 rows: no lane wraps negative, so one comparison bounds the stores' masks (triton-ascend's
     # adapter corrupts its heap on a mask of more than two comparisons).
     row = (tl.zeros([BLOCK_ROWS], tl.int64) + row_tile) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -36,12 +39,14 @@ def requests_of_rows(query_start_loc_ptr, num_reqs, rows_begin, num_rows, row_ti
     is_real = is_real & (request < num_reqs)
     # int64: seq_len - query_len - window wraps in int32 for values near INT32_MIN (a large start,
     # a negative column that passes `column < table_cols`, a load 2^31 entries early).
-    # Unmasked at a clamped index (request 0 where not real; query_start_loc has num_reqs + 1 entries)
-    # and selected: a masked row gather feeding the 2-D block-table gather below crashes
-    # triton-ascend's adapter now and then (--discrete-mask-access-conversion).
-    begin = tl.where(is_real, tl.load(query_start_loc_ptr + tl.where(is_real, request, 0)), 0).to(tl.int64)
+    # Unmasked at clamped indices (query_start_loc has num_reqs + 1 entries, seq_lens is never empty)
+    # and selected: a masked row gather feeding the 2-D block-table gather crashes triton-ascend's
+    # adapter now and then (--discrete-mask-access-conversion).
+    safe_request = tl.where(is_real, request, 0)
+    begin = tl.where(is_real, tl.load(query_start_loc_ptr + safe_request), 0).to(tl.int64)
     end = tl.where(is_real, tl.load(query_start_loc_ptr + tl.where(is_real, request + 1, 0)), 0).to(tl.int64)
-    return row, is_row, is_real, request, end - begin
+    seq_len = tl.where(is_real, tl.load(seq_lens_ptr + safe_request), 0).to(tl.int64)
+    return chunk, row, is_row, is_real, request, end - begin, seq_len
 
 
 @triton.jit
@@ -50,7 +55,7 @@ def store_visible_slots(block_table_ptr, out_ptr, out_lens_ptr, row, is_row, is_
                         BLOCK_W: tl.constexpr):
     """Entries [chunk * BLOCK_W, (chunk + 1) * BLOCK_W) of the rows `row` (and their lens, from
     the first chunk): the slots of positions start + j of each row's request, -1 past visible.
-    query_len and seq_len are int64 (see requests_of_rows)."""
+    query_len and seq_len are int64 (see rows_of_task)."""
     start = tl.maximum(seq_len - query_len - window, 0)
     visible = tl.minimum(tl.maximum(seq_len - start, 0), width)
     visible = tl.where(is_real, visible, 0)
@@ -88,11 +93,9 @@ def _dspark_swa_indices_kernel(
     num_chunks = (width + BLOCK_W - 1) // BLOCK_W
     num_tasks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS * num_chunks
     for task in range(pid, num_tasks, num_progs):
-        row_tile = task // num_chunks
-        chunk = task - row_tile * num_chunks
-        row, is_row, is_real, request, query_len = requests_of_rows(
-            query_start_loc_ptr, num_reqs, rows_begin, num_rows, row_tile, num_search_steps, BLOCK_ROWS)
-        seq_len = tl.where(is_real, tl.load(seq_lens_ptr + tl.where(is_real, request, 0)), 0).to(tl.int64)
+        chunk, row, is_row, is_real, request, query_len, seq_len = rows_of_task(
+            task, num_chunks, query_start_loc_ptr, seq_lens_ptr, num_reqs, rows_begin, num_rows, num_search_steps,
+            BLOCK_ROWS)
         store_visible_slots(block_table_ptr, out_ptr, out_lens_ptr, row, is_row, is_real, request, query_len, seq_len,
                             chunk, width, window, block_size, table_rows, table_cols, table_stride, out_stride,
                             BLOCK_W)

@@ -18,7 +18,7 @@ import triton.language as tl
 from specops._cp import cp_token_split
 from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_chunks
 from specops.triton_kernels._launch import nonempty, num_programs, search_steps
-from specops.triton_kernels.dspark_swa_indices import BLOCK_ROWS, BLOCK_W, requests_of_rows, store_visible_slots
+from specops.triton_kernels.dspark_swa_indices import BLOCK_ROWS, BLOCK_W, rows_of_task, store_visible_slots
 
 # At 4 warps the specialization with a window of 1 (a compile-time constant) reaches ptxas's 255
 # registers and spills 36 bytes on sm_90; at 8 warps every specialization fits (about 170).
@@ -42,11 +42,9 @@ def _dspark_swa_indices_multi_kernel(
     num_progs = tl.num_programs(0)
     num_tasks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS * num_chunks
     for task in range(pid, num_tasks, num_progs):
-        row_tile = task // num_chunks
-        chunk = task - row_tile * num_chunks
-        row, is_row, is_real, request, query_len = requests_of_rows(
-            query_start_loc_ptr, num_reqs, rows_begin, num_rows, row_tile, num_search_steps, BLOCK_ROWS)
-        seq_len = tl.load(seq_lens_ptr + request, mask=is_real, other=0).to(tl.int64)
+        chunk, row, is_row, is_real, request, query_len, seq_len = rows_of_task(
+            task, num_chunks, query_start_loc_ptr, seq_lens_ptr, num_reqs, rows_begin, num_rows, num_search_steps,
+            BLOCK_ROWS)
         store_visible_slots(block_table_0, out_0, out_lens_0, row, is_row, is_real, request, query_len,
                             seq_len, chunk, width_0, window_0, block_size_0, table_rows_0, table_cols_0,
                             table_stride_0, out_stride_0, BLOCK_W)

@@ -50,8 +50,11 @@ inline int64_t check_positions_and_seq_lens(const at::Tensor& num_computed_token
   if (!request_indexed) {
     check_min_numel(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1");
   }
-  TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens && num_tokens_padded <= positions.numel(),
-                    "num_tokens_padded must be in [query_start_loc[R] = ", num_tokens,
+  // The sizes first, as the Python check (which reads no value) words them; then the token count.
+  TORCH_CHECK_VALUE(num_tokens_padded >= 0 && num_tokens_padded <= positions.numel(),
+                    "num_tokens_padded must be in [0, positions.numel() = ", positions.numel(), "], got ",
+                    num_tokens_padded);
+  TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens, "num_tokens_padded must be in [query_start_loc[R] = ", num_tokens,
                     ", positions.numel() = ", positions.numel(), "], got ", num_tokens_padded);
   TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs && num_reqs_padded <= seq_lens.numel(), "num_reqs_padded must be in [R = ",
                     num_reqs, ", seq_lens.numel() = ", seq_lens.numel(), "], got ", num_reqs_padded);

@@ -7,16 +7,20 @@
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
+#include <optional>
 #include <ostream>
 #include <string>
 
 namespace specops::cpu {
 
+// A dtype as Python names it (int32, not Int), so the host op's messages match the Python checks'.
+inline std::string dtype_name(c10::ScalarType dtype) { return std::string(c10::getDtypeNames(dtype).first); }
+
 inline std::string dtype_list(std::initializer_list<c10::ScalarType> dtypes) {
   std::string names;
   for (c10::ScalarType dtype : dtypes) {
     if (!names.empty()) names += " or ";
-    names += c10::toString(dtype);
+    names += dtype_name(dtype);
   }
   return names;
 }
@@ -43,13 +47,11 @@ inline void check_tensor(const at::Tensor& t, const Name& name, std::initializer
   TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor for the CPU kernel, got device ", t.device());
   bool dtype_ok = false;
   for (c10::ScalarType dtype : dtypes) dtype_ok = dtype_ok || t.scalar_type() == dtype;
-  TORCH_CHECK_VALUE(dtype_ok, name, " must have dtype ", dtype_list(dtypes), ", got ", t.scalar_type());
+  TORCH_CHECK_VALUE(dtype_ok, name, " must have dtype ", dtype_list(dtypes), ", got ", dtype_name(t.scalar_type()));
   TORCH_CHECK_VALUE(t.dim() == dim, name, " must be ", dim, "-D, got shape ", t.sizes());
+  // A 1-D tensor is contiguous exactly when its last dimension is: one message for every rank.
   TORCH_CHECK_VALUE(dim == 0 || t.stride(dim - 1) == 1 || t.size(dim - 1) <= 1, name,
                     " must be contiguous in its last dimension, got strides ", t.strides());
-  if (dim == 1) {
-    TORCH_CHECK_VALUE(t.is_contiguous(), name, " must be contiguous");
-  }
 }
 
 // The rows of an output buffer must not share memory (an expanded view, an as_strided one with
@@ -105,6 +107,21 @@ inline void check_cp_rank(int64_t cp_size, int64_t cp_rank, const char* size_nam
   check_positive(cp_size, size_name);
   TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_size, "cp_rank must be in [0, ", size_name, " = ", cp_size,
                     "), got ", cp_rank);
+}
+
+// An optional idx_mapping: int32 or int64 [R], request r reading row idx_mapping[r] of a table
+// (its rows are checked where the table is known).
+inline void check_idx_mapping(const std::optional<at::Tensor>& idx_mapping, int64_t num_reqs) {
+  if (!idx_mapping.has_value()) return;
+  check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+  TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
+                    num_reqs, " entries, got ", idx_mapping->numel());
+}
+
+// A token count the CP split divides: every rank's share and its padding must fit int32 (the
+// bound subtracts cp_size, checked first).
+inline void check_token_count(int64_t value, const char* name, int64_t cp_size) {
+  TORCH_CHECK_VALUE(value >= 0 && value <= INT32_MAX - cp_size, name, " must be in [0, 2^31 - 1 - cp_size], got ", value);
 }
 
 inline void check_min_numel(const at::Tensor& t, const char* name, int64_t required, const char* what) {

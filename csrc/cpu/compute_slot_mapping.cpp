@@ -21,11 +21,7 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
       check_slot_mapping_args(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
                               num_reqs, positions.numel(), num_tokens_padded);
   use_num_blocks(num_blocks, "num_blocks", block_table, "block_table", shape);
-  if (idx_mapping.has_value()) {
-    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
-                      num_reqs, " entries, got ", idx_mapping->numel());
-  }
+  check_idx_mapping(idx_mapping, num_reqs);
   // The body reads query_start_loc, positions, the table and idx_mapping while it stores.
   check_outputs_alias_nothing({{&out, {"out"}}}, {{&query_start_loc, {"query_start_loc"}},
                                                   {&positions, {"positions"}},
@@ -80,11 +76,7 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_query_start_loc(query_start_loc, positions.numel(), "positions");
   const int64_t num_reqs = query_start_loc.numel() - 1;
-  if (idx_mapping.has_value()) {
-    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
-                      num_reqs, " entries, got ", idx_mapping->numel());
-  }
+  check_idx_mapping(idx_mapping, num_reqs);
   TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == block_tables.size(),
                     "num_blocks must be empty or hold one tensor per block table (", block_tables.size(), "), got ",
                     num_blocks.size());

@@ -23,8 +23,7 @@ kernels::CPLocalShape check_inputs(const at::Tensor& query_start_loc, const at::
   TORCH_CHECK_VALUE(query_start_loc.numel() >= 1, "query_start_loc must have R + 1 >= 1 entries, got 0");
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_cp_rank(cp_size, cp_rank, "cp_size");
-  TORCH_CHECK_VALUE(num_input_tokens >= 0 && num_input_tokens <= INT32_MAX - cp_size,
-                    "num_input_tokens must be in [0, 2^31 - 1 - cp_size], got ", num_input_tokens);
+  check_token_count(num_input_tokens, "num_input_tokens", cp_size);
   if (check_values) {
     const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
     TORCH_CHECK_VALUE(num_input_tokens >= num_tokens, "num_input_tokens must be >= query_start_loc[R] = ", num_tokens,
@@ -33,7 +32,9 @@ kernels::CPLocalShape check_inputs(const at::Tensor& query_start_loc, const at::
   if (seq_lens != nullptr) {
     // The values are checked only where they are the op's int32 device input; the host maxima
     // also take a runner's int64 host copy.
-    if (check_values) {
+    // The Python wrapper checks a host copy (seq_lens_cpu) first, so here a dtype neither int32
+    // nor int64 is the op's own seq_lens, reported as the op's check reports it.
+    if (check_values || seq_lens->scalar_type() != c10::kLong) {
       check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1);
     } else {
       check_tensor(*seq_lens, "seq_lens", {c10::kInt, c10::kLong}, 1);

@@ -30,9 +30,9 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
                     "width must be >= max(1, window + num_speculative_tokens = ", window + num_speculative_tokens,
                     "), got ", width);
   check_cp_rank(cp_size, cp_rank, "cp_size");  // first: the bound below subtracts cp_size
-  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens && num_tokens <= INT32_MAX - cp_size,
-                    "num_tokens must be in [query_start_loc[R] = ", num_real_tokens, ", 2^31 - 1 - cp_size], got ",
-                    num_tokens);
+  check_token_count(num_tokens, "num_tokens", cp_size);
+  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens, "num_tokens must be >= query_start_loc[R] = ", num_real_tokens,
+                    ", got ", num_tokens);
   const kernels::CPTokenSplit split = kernels::cp_token_split(num_tokens, cp_size, cp_rank);
   check_tensor(out, "out", {c10::kInt}, 3);
   check_rows_disjoint(out, "out");

@@ -30,9 +30,9 @@ void dspark_swa_indices_multi(at::TensorList block_tables, const at::Tensor& que
                     " entries, got ", seq_lens.numel());
   check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0);
   check_cp_rank(cp_size, cp_rank, "cp_size");  // first: the bound below subtracts cp_size
-  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens && num_tokens <= INT32_MAX - cp_size,
-                    "num_tokens must be in [query_start_loc[R] = ", num_real_tokens, ", 2^31 - 1 - cp_size], got ",
-                    num_tokens);
+  check_token_count(num_tokens, "num_tokens", cp_size);
+  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens, "num_tokens must be >= query_start_loc[R] = ", num_real_tokens,
+                    ", got ", num_tokens);
   const kernels::CPTokenSplit split = kernels::cp_token_split(num_tokens, cp_size, cp_rank);
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   const int32_t* lens = seq_lens.data_ptr<int32_t>();

@@ -24,10 +24,8 @@ void prepare_positions_and_seq_lens(const at::Tensor& num_computed_tokens, const
   shape.num_reqs_padded = num_reqs_padded;
   const int32_t* counts = num_computed_tokens.data_ptr<int32_t>();
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  check_idx_mapping(idx_mapping, shape.num_reqs);
   if (idx_mapping.has_value()) {
-    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == shape.num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
-                      shape.num_reqs, " entries, got ", idx_mapping->numel());
     check_outputs_alias_nothing({{&positions, {"positions"}}, {&seq_lens, {"seq_lens"}}},
                                 {{&*idx_mapping, {"idx_mapping"}}});
   }

@@ -53,9 +53,12 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
     const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
     const bool enabled = sizes[kNumScalars + kPerGroup * g + 3] != 0;
+    // num_tokens <= num_tokens_padded is checked above: the slot mapping's sizes are checked
+    // against 0 tokens, as the Python check (which reads no value) does, and the count set after.
     kernels::SlotMappingShape shape = check_slot_mapping_args(
         block_tables[g], block_size, slot_mappings[g], blocks_per_kv_block, sharded ? cp_world_size : 1,
-        sharded ? cp_rank : 0, sharded ? cp_interleave : 1, num_reqs, num_tokens, num_tokens_padded, names);
+        sharded ? cp_rank : 0, sharded ? cp_interleave : 1, num_reqs, 0, num_tokens_padded, names);
+    shape.num_tokens = num_tokens;
     if (!num_blocks.empty()) {
       use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
                      block_tables[g], names.block_table, shape);
@@ -68,11 +71,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                         wide ? nullptr : out.data_ptr<int32_t>(), shape, enabled);
   }
 
-  if (idx_mapping.has_value()) {
-    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = query_start_loc.numel() - 1 = ",
-                      num_reqs, " entries, got ", idx_mapping->numel());
-  }
+  check_idx_mapping(idx_mapping, num_reqs);
   // Every output is written once, so no two may share memory. The correction's four inputs
   // are read in full before the first store (gathered into scratch), so they may alias any
   // output; query_start_loc, idx_mapping and the block tables are read while storing.

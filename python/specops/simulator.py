@@ -15,8 +15,8 @@ and calls the ops as a runner would: correct_num_computed_tokens, then
 prepare_positions_and_seq_lens, then compute_slot_mapping per group (or the fused
 prepare_spec_decode_inputs), and correct_optimistic_seq_lens on the host. Everything they
 produce is compared with the model, padding tails included; the first difference raises
-SimulationMismatch. The slots of the model come from enumerating each virtual block's
-positions rank by rank, not from the slot-mapping formula.
+SimulationMismatch. The slots of the model come from each request's own list of allocation
+blocks (never a block table) and the placement math of specops.reference._slot_math.
 
     stats = Simulator(SimulatorConfig(seed=0, num_steps=2000, cp_world_size=2, cp_rank=1)).run()
 

@@ -1,4 +1,4 @@
-"""The op table's spec of apply_staged_writes (torch.ops.specops.apply_staged_writes); see op_table.py."""
+"""The OpSpec of torch.ops.specops.apply_staged_writes (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The op table's spec of compute_slot_mapping (torch.ops.specops.compute_slot_mapping); see op_table.py."""
+"""The OpSpec of torch.ops.specops.compute_slot_mapping (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from strategies import batch_shapes, make_batch
 
 import specops
 
-from ._corruptions import _seed, _pick, _one_entry, _negative, _with_idx_mapping, _negative_block_ids, _query_start_loc_past
+from ._corruptions import (
+    _seed, _pick, _one_entry, _negative, _with_idx_mapping, _negative_block_ids, _query_start_loc_past,
+)
 from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, t32, t64, stale
 
 

@@ -1,8 +1,7 @@
-"""The op table's spec of correct_num_computed_tokens (torch.ops.specops.correct_num_computed_tokens); see op_table.py."""
+"""The OpSpec of torch.ops.specops.correct_num_computed_tokens (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 
-import torch
 from hypothesis import strategies as st
 from strategies import make_correction_inputs
 

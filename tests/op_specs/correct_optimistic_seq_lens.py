@@ -1,8 +1,7 @@
-"""The op table's spec of correct_optimistic_seq_lens (torch.ops.specops.correct_optimistic_seq_lens); see op_table.py."""
+"""The OpSpec of torch.ops.specops.correct_optimistic_seq_lens (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 
-import torch
 from hypothesis import strategies as st
 
 import specops

@@ -1,4 +1,4 @@
-"""The op table's spec of cp_local_metadata (torch.ops.specops.cp_local_metadata); see op_table.py."""
+"""The OpSpec of torch.ops.specops.cp_local_metadata (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The op table's spec of dcp_local_seq_lens (torch.ops.specops.dcp_local_seq_lens); see op_table.py."""
+"""The OpSpec of torch.ops.specops.dcp_local_seq_lens (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The op table's spec of dspark_swa_indices (torch.ops.specops.dspark_swa_indices); see op_table.py."""
+"""The OpSpec of torch.ops.specops.dspark_swa_indices (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The op table's spec of dspark_swa_indices_multi (torch.ops.specops.dspark_swa_indices_multi); see op_table.py."""
+"""The OpSpec of torch.ops.specops.dspark_swa_indices_multi (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from strategies import cp_batches
 
 import specops
 
-from ._corruptions import _seed, _pick, _one_entry, _tokens_below_real, _negative, _negative_block_ids, _query_start_loc_past
+from ._corruptions import (
+    _seed, _pick, _one_entry, _tokens_below_real, _negative, _negative_block_ids, _query_start_loc_past,
+)
 from ._spec import I32, INT32_MAX, Call, Arg, Bad, Corruption, OpSpec, bad, t32, stale
 from .dspark_swa_indices import _dspark_valid, _dspark_visible, _dspark_rows, _dspark_request_with_tokens
 

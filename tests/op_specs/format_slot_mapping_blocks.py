@@ -1,4 +1,4 @@
-"""The op table's spec of format_slot_mapping_blocks (torch.ops.specops.format_slot_mapping_blocks); see op_table.py."""
+"""The OpSpec of torch.ops.specops.format_slot_mapping_blocks (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The op table's spec of gather_block_tables (torch.ops.specops.gather_block_tables); see op_table.py."""
+"""The OpSpec of torch.ops.specops.gather_block_tables (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The op table's spec of prepare_positions_and_seq_lens (torch.ops.specops.prepare_positions_and_seq_lens); see op_table.py."""
+"""The OpSpec of torch.ops.specops.prepare_positions_and_seq_lens (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

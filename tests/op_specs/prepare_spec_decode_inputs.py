@@ -1,4 +1,4 @@
-"""The op table's spec of prepare_spec_decode_inputs (torch.ops.specops.prepare_spec_decode_inputs); see op_table.py."""
+"""The OpSpec of torch.ops.specops.prepare_spec_decode_inputs (one line of OP_TABLE in tests/op_table.py)."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{regressions} regression(s) at new/old >= {args.threshold}")
         return 1 if regressions else 0
     if args.kernels:
-        from specops.bench.kernels import report_main
+        from specops.devtools.kernel_report import report_main
 
         return report_main(args.op or list(BENCHMARKS), args.quick, args.kernels_csv)
 

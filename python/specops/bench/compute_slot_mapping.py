@@ -8,6 +8,7 @@ import torch
 import specops
 from specops.bench._harness import Case, empty_op_call
 from specops.bench.workload import make_bench_batch
+from specops.reference._slot_math import kv_placement
 
 BLOCK_SIZE = 128
 SHAPES = [(8, 1), (256, 4), (256, 8), (1024, 8)]
@@ -20,11 +21,7 @@ def numpy_slot_mapping(query_start_loc: np.ndarray, positions: np.ndarray, block
     num_tokens = positions.shape[0]
     query_lens = np.diff(query_start_loc)
     request = np.repeat(np.arange(query_lens.shape[0]), query_lens)
-    virtual_block_size = block_size * world
-    virtual_block = positions // virtual_block_size
-    offset = positions % virtual_block_size
-    local = (offset // interleave) % world == rank
-    local_offset = (offset // (world * interleave)) * interleave + offset % interleave
+    local, virtual_block, local_offset = kv_placement(positions, block_size, world, rank, interleave)
     block_ids = block_table[request, virtual_block + local_offset // block_size]
     out[:num_tokens] = np.where(local, block_ids * block_size + local_offset % block_size, -1)
     out[num_tokens:] = -1
@@ -37,11 +34,7 @@ def torch_slot_mapping(query_start_loc: torch.Tensor, positions: torch.Tensor, b
     query_lens = query_start_loc[1:] - query_start_loc[:-1]
     request = torch.repeat_interleave(torch.arange(query_lens.numel(), device=positions.device), query_lens,
                                       output_size=num_tokens)
-    virtual_block_size = block_size * world
-    virtual_block = positions // virtual_block_size
-    offset = positions % virtual_block_size
-    local = (offset // interleave) % world == rank
-    local_offset = (offset // (world * interleave)) * interleave + offset % interleave
+    local, virtual_block, local_offset = kv_placement(positions, block_size, world, rank, interleave)
     block_ids = block_table[request, virtual_block + local_offset // block_size]
     out[:num_tokens] = torch.where(local, block_ids * block_size + local_offset % block_size, -1)
     out[num_tokens:] = -1

@@ -20,7 +20,7 @@ shared host does not resolve):
   (Timing those ops apart and subtracting them from the step instead credits the layer with
   their slowdown inside the step, where the rest of the step has cooled the caches they use.)
 - `first build`: build_draft_attn_metadata over every group after the step dropped every view
-  it made for a batch shape (`_forget_shapes` of the first builder, whose step plan holds them),
+  it made for a batch shape (`forget_shapes` of the first builder, whose step plan holds them),
   so the step meets its shape as if for the first time (the dropping, a few dict clears, is
   timed with it); `repeat build` is the same step with the views kept. Same inputs, same work:
   only the per-shape setup differs.
@@ -32,7 +32,7 @@ Figures (extras of `step shared`), goal in brackets, met or not:
   no DSpark indices of its own this step) over step g0 [<= 0.15];
 - (b) `layer/empty-op`: the largest, over later groups, of what the layer adds beyond the
   group's own ops, layer(K) - layer(K-1), over one empty op [<= 1.0] (each group's follows);
-- (c) `launches`: op launches of the whole step (specops.bench.launch_count: specops ops and
+- (c) `launches`: op launches of the whole step (specops.devtools.launch_count: specops ops and
   aten ops that are not views; on these host tensors the host-only cp_local_max_lens counts
   too), and `extra launches`: that count minus the count of a step over one group of each kind
   (same sas_metadata arguments and DSpark or not) [0: the count does not grow with groups that
@@ -50,7 +50,7 @@ import torch
 
 from specops.drafting import step as drafting_step
 from specops.bench._harness import Case, empty_op_call
-from specops.bench.launch_count import count_launches
+from specops.devtools.launch_count import count_launches
 from specops.drafting import (
     CommonDraftInputs,
     DraftMetadataBuilder,
@@ -132,8 +132,8 @@ def _step_launches(builders: list[DraftMetadataBuilder], common: CommonDraftInpu
 def _kind(group: GroupConfig, builder: DraftMetadataBuilder, causal: bool) -> tuple:
     """What decides whether a group needs launches of its own: its sas_metadata arguments, and
     DSpark indices on non-causal steps (a group without a sliding window has no sas_metadata)."""
-    sas_name = None if builder._sas_names is None else builder._sas_names[causal]
-    return (sas_name, group.dspark and not causal)
+    sas_keys = builder.buffers(DRAFT_INDEX).sas_keys
+    return (None if sas_keys is None else sas_keys[causal], group.dspark and not causal)
 
 
 class _OwnOpsSkipped:
@@ -205,7 +205,7 @@ def _first_build(builders: list[DraftMetadataBuilder], common: CommonDraftInputs
     first = builders[0]  # its step plans hold everything a step makes per batch shape
 
     def run() -> object:
-        first._forget_shapes()
+        first.forget_shapes()
         return build_draft_attn_metadata(builders, common, DRAFT_INDEX)
 
     return run

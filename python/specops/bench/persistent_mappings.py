@@ -3,7 +3,6 @@ PersistentMappings.prepare_step (the runner step) against the op calls it replac
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 import specops

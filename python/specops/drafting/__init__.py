@@ -16,10 +16,11 @@ Every result lives in persistent buffers owned by one builder and one draft inde
 that pair's first build), so a captured graph replays against fixed addresses. See
 docs/drafting.md for the addresses a cache hit hands out and for the fresh-cache paths.
 
-Modules: `configs` (the configs, the step's inputs and results), `cache` (StepCache), `buffers`
-(the persistent buffers and their per-shape views), `builder` (one group's builder and the
-group-invariant results), `plan` (what a step over given builders does, worked out once) and
-`step` (one draft step over every builder).
+Modules: `naive` (the plain definition of a group's metadata, one group at a time: read it
+first), `configs` (the configs, the step's inputs and results), `cache` (StepCache), `buffers`
+(the persistent buffers and their per-shape views), `builder` (one group's fixed arguments and
+buffers), `invariant` (the group-invariant results), `plan` (what a step over given builders
+does, worked out once) and `step` (one draft step over every builder).
 """
 
 from specops.drafting.builder import DraftMetadataBuilder

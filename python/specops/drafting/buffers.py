@@ -18,10 +18,10 @@ else:
 
 # Distinct (num_reqs, num_actual_tokens, num_input_tokens) shapes whose buffer views a builder
 # keeps per draft index; a runner with graph padding sees a handful.
-_MAX_CACHED_SHAPES = 256
+MAX_CACHED_SHAPES = 256
 
 
-class _InvariantViews:
+class InvariantViews:
     """The views of one draft index's group-invariant buffers for one (R, T, num_input_tokens)."""
 
     __slots__ = (
@@ -29,7 +29,7 @@ class _InvariantViews:
         "sin", "local_cos", "local_sin", "local_query_start_loc", "local_seq_lens", "start_pos", "seq_lens_host",
     )
 
-    def __init__(self, buffers: _DraftBuffers, num_reqs: int, num_tokens: int, num_input_tokens: int,
+    def __init__(self, buffers: DraftBuffers, num_reqs: int, num_tokens: int, num_input_tokens: int,
                  cp_size: int, cp_rank: int):
         split = cp_token_split(num_input_tokens, cp_size, cp_rank)
         self.split = split
@@ -53,7 +53,7 @@ class _InvariantViews:
         if buffers.seq_lens_host is not None:
             tensors.append(buffers.seq_lens_host)
             bounds += [0, num_reqs]
-        views = _row_views(tensors, bounds)
+        views = row_views(tensors, bounds)
         (self.positions_real, self.input_positions, self.cos_sin_padded, self.cos, self.sin,
          self.local_query_start_loc, self.local_seq_lens, self.start_pos) = views[:8]
         optional = iter(views[8:])
@@ -66,7 +66,7 @@ class _InvariantViews:
         self.seq_lens_host = next(optional) if buffers.seq_lens_host is not None else None
 
 
-class _Generation:
+class Generation:
     """Counts the rewrites of some buffers: the `owner` of the StepCache entries they hold."""
 
     __slots__ = ("generation",)
@@ -75,7 +75,7 @@ class _Generation:
         self.generation = 0
 
 
-class _DraftBuffers:
+class DraftBuffers:
     """The persistent buffers of one builder for one draft index, allocated at the builder's
     maximum sizes; every step hands out views of them. The write counters let a StepCache drop
     a value whose buffers were rewritten since it was stored."""
@@ -108,12 +108,12 @@ class _DraftBuffers:
         if dspark_width is not None:
             self.dspark_indices = torch.zeros((max_pad.tokens_per_rank, 1, dspark_width), **int32)
             self.dspark_lens = torch.zeros(max_pad.tokens_per_rank, **int32)
-        self.invariant_views: dict[tuple[int, int, int], _InvariantViews] = {}
-        self.invariant_writes = _Generation()
-        self.sas_writes = _Generation()
+        self.invariant_views: dict[tuple[int, int, int], InvariantViews] = {}
+        self.invariant_writes = Generation()
+        self.sas_writes = Generation()
 
 
-def _row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:
+def row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:
     """tensors[i][bounds[2i]:bounds[2i + 1]] for every i: one native call (views that cost a
     fraction of Python's slicing, csrc/row_views.h) when the extension is loaded."""
     if _NATIVE_ROW_VIEWS is not None:

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable
+from typing import NamedTuple
 
 # One logger for the whole layer, under the package's name (the hit lines are filtered by it).
 logger = logging.getLogger("specops.drafting")
+
+
+class _Entry(NamedTuple):
+    fingerprint: tuple  # of the inputs the value was computed from
+    value: object
+    keep_alive: tuple  # the input tensors the fingerprint names (their ids stay unique)
+    owner: object  # whose `generation` counts the rewrites of the value's buffers (None: none)
+    generation: int | None  # owner's generation when the value was stored
 
 
 class StepCache:
@@ -28,17 +37,18 @@ class StepCache:
     __slots__ = ("_entries", "hits", "misses")
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[Hashable, Hashable], tuple] = {}
+        self._entries: dict[tuple[Hashable, Hashable], _Entry] = {}
         self.hits = 0
         self.misses = 0
 
     def get(self, key: tuple[Hashable, Hashable], fingerprint: tuple) -> object | None:
         """The value stored under key = (namespace, name) for this fingerprint, or None (a miss)."""
         entry = self._entries.get(key)
-        if entry is not None and entry[0] == fingerprint and (entry[3] is None or entry[3].generation == entry[4]):
+        if entry is not None and entry.fingerprint == fingerprint and (
+                entry.owner is None or entry.owner.generation == entry.generation):
             self.hits += 1
             logger.debug("StepCache hit: %s", key)
-            return entry[1]
+            return entry.value
         self.misses += 1
         return None
 
@@ -48,7 +58,7 @@ class StepCache:
         fingerprint; owner: an object whose `generation` attribute changes whenever the buffers
         behind value are rewritten (None: the value owns no buffer)."""
         generation = None if owner is None else owner.generation
-        self._entries[key] = (fingerprint, value, keep_alive, owner, generation)
+        self._entries[key] = _Entry(fingerprint, value, keep_alive, owner, generation)
 
     def keys(self) -> list[tuple[Hashable, Hashable]]:
         return list(self._entries)

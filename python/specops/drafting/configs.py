@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import torch
 
@@ -15,8 +16,6 @@ from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES
 
 # The StepCache namespace of the drafting entries: (DRAFT_NAMESPACE, draft_index).
 DRAFT_NAMESPACE = "draft_for_drafting"
-# Where CPLocalMetadata sits among DraftAttnMetadata's fields (and _Invariant.fields).
-_CP_FIELD = 7
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -152,3 +151,22 @@ class DraftAttnMetadata:
     dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width]: DSpark groups, non-causal steps
     dspark_swa_lens: torch.Tensor | None  # int32 [tokens_per_rank]
     window: tuple[int, int]  # (left, right) of this step; (-1, 0) for full attention
+
+
+class SharedFields(NamedTuple):
+    """DraftAttnMetadata's group-invariant fields, named as there and in its order (a step
+    builds each group's metadata as DraftAttnMetadata(*shared, <the group's own fields>);
+    tests/test_drafting.py checks the two orders agree)."""
+
+    num_decodes: int
+    num_prefills: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+    input_positions: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    cp: CPLocalMetadata
+    local_cos: torch.Tensor
+    local_sin: torch.Tensor
+    start_pos: torch.Tensor
+    seq_lens_cpu: torch.Tensor

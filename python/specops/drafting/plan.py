@@ -4,20 +4,62 @@ kind of step), and the output views it hands out per batch size."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from specops.drafting.buffers import _MAX_CACHED_SHAPES, _row_views
+import torch
+
+from specops.drafting.buffers import MAX_CACHED_SHAPES, Generation, row_views
+from specops.drafting.calls import DSPARK, FORMAT, dspark_arguments, format_arguments, sas_arguments
+from specops.drafting.invariant import DSparkWidths
 
 if TYPE_CHECKING:
-    from specops.drafting.builder import DraftMetadataBuilder, _Invariant
+    from specops.drafting.builder import DraftMetadataBuilder
 
 
-class _DSparkCall:
+class SasCall(NamedTuple):
+    """One distinct sas_metadata of a step, computed by the first builder that has it."""
+
+    key: tuple  # its StepCache entry
+    invariant_slot: int  # the group-invariant entry whose CP metadata it reads
+    rope_id: int  # the id of the RoPE cache its fingerprint is taken with
+    writes: Generation  # the writes of its buffer
+    arguments: list  # the op's arguments but the batch's (calls.sas_arguments)
+    out: torch.Tensor  # its buffer
+
+
+class MetadataRow(NamedTuple):
+    """What one group's metadata takes from the plan at one num_input_tokens."""
+
+    slot_mapping: torch.Tensor
+    dspark_swa_indices: torch.Tensor | None
+    dspark_swa_lens: torch.Tensor | None
+    window: tuple[int, int]
+    invariant_slot: int  # its group-invariant entry among the step's
+    sas_slot: int | None  # its sas_metadata among the step's (None: the group has none)
+
+
+class ShapeOutputs(NamedTuple):
+    """Everything a step at one num_input_tokens writes into or hands out."""
+
+    format_arguments: list  # the format's arguments, its outputs one view per group (calls.format_arguments)
+    dspark_arguments: list[list]  # per DSpark call, its arguments with its outputs (calls.dspark_arguments)
+    rows: list[tuple]  # one per group: MetadataRow's fields
+
+
+class Sharing(NamedTuple):
+    """How the builders of a step share one kind of entry, for their keys in order."""
+
+    firsts: list[int]  # the first builder of each distinct key
+    later: list[int]  # per distinct key, how many later builders share it
+    slot_of: list[int]  # each builder's slot among the distinct keys
+
+
+class DSparkCall:
     """One dspark_swa_indices_multi call of a step: the DSpark groups that share a CP split and
     a draft length (all of them when the builders share one model)."""
 
     __slots__ = ("members", "names", "windows", "num_speculative_tokens", "block_sizes", "widths", "cp_size",
-                 "cp_rank", "invariant_slot")
+                 "cp_rank", "invariant_slot", "arguments")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int], invariant_slot: int):
         self.members = members
@@ -30,36 +72,19 @@ class _DSparkCall:
         self.widths = [builders[i].dspark_width for i in members]
         self.num_speculative_tokens = model.num_speculative_tokens
         self.cp_size, self.cp_rank = model.cp_size, model.cp_rank
+        self.arguments = dspark_arguments(self)
 
 
-class _DSparkWidths:
-    """The DSpark groups of a step that share one group-invariant entry, for the check that each
-    request's row fits: one comparison when no request can see more than the narrowest room."""
-
-    __slots__ = ("builders", "room", "decode_threshold")
-
-    def __init__(self, builders: list[DraftMetadataBuilder]):
-        self.builders = builders
-        # The longest query every group's row holds: width - window.
-        self.room = min(b.dspark_width - b.group.sliding_window for b in builders)
-        self.decode_threshold = builders[0]._decode_threshold  # one model: one num_speculative_tokens
-
-    def check(self, invariant: _Invariant) -> None:
-        if (self.decode_threshold if invariant.all_decodes else invariant.max_query_len) > self.room:
-            # Some request may see more than a width: look at each.
-            for builder in self.builders:
-                builder._check_dspark_width(invariant)
-
-
-class _StepPlan:
+class StepPlan:
     """What a step over a given list of builders, draft index and kind of step (causal or not)
     does, worked out once: which builder resolves each distinct group-invariant entry and each
     distinct sas_metadata entry (the others share it), the groups' static op arguments, and,
     per num_input_tokens, the output views. Only views are made per shape; a repeat finds them."""
 
     __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
-                 "invariant_of", "sas_firsts", "sas_later", "sas_of", "sas_calls", "sas_outputs", "windows", "dspark_calls",
-                 "dspark_checks", "causal", "slot_buffers", "max_num_tokens", "row_slots", "by_tokens")
+                 "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of", "sas_calls",
+                 "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
+                 "max_num_tokens", "row_slots", "format_arguments", "by_tokens")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
@@ -67,71 +92,57 @@ class _StepPlan:
         self.buffers = [builder.buffers(draft_index) for builder in builders]
         self.names = [builder.group.name for builder in builders]
         self.storage_block_sizes = [builder.group.storage_block_size for builder in builders]
-        self.windows = [builder._windows[causal] for builder in builders]
-        self.invariant_firsts, self.invariant_later, self.invariant_of = self._first_of_each(
-            [buffers.invariant_key for buffers in self.buffers])
+        self.windows = [builder.step_windows[causal] for builder in builders]
+        invariants = _sharing([buffers.invariant_key for buffers in self.buffers])
+        self.invariant_firsts, self.invariant_later = invariants.firsts, invariants.later
+        self.invariant_of = invariants.slot_of
+        self.invariant_keys = [self.buffers[index].invariant_key for index in self.invariant_firsts]
+        self.invariant_rope_ids = [id(builders[index].model.rope_cos_sin_cache) for index in self.invariant_firsts]
         # Groups without a sliding window have no sas_metadata (slot None).
         with_sas = [index for index, buffers in enumerate(self.buffers) if buffers.sas_keys]
-        firsts, self.sas_later, slots = self._first_of_each([self.buffers[index].sas_keys[causal] for index in with_sas])
-        self.sas_firsts = [with_sas[first] for first in firsts]
+        sas = _sharing([self.buffers[index].sas_keys[causal] for index in with_sas])
+        self.sas_later = sas.later
         self.sas_of = [None] * len(builders)
-        for index, slot in zip(with_sas, slots):
+        for index, slot in zip(with_sas, sas.slot_of):
             self.sas_of[index] = slot
-        # Per distinct sas_metadata: its invariant slot, the write counter, the op's arguments that
-        # stay fixed (_call_sas) and the output buffer.
-        self.sas_calls = [(self.invariant_of[index], self.buffers[index].sas_writes, builders[index]._sas_args[causal],
-                           self.buffers[index].sas)
-                          for index in self.sas_firsts]
-        self.sas_outputs = [self.buffers[index].sas for index in self.sas_firsts]
+        self.sas_calls = [
+            SasCall(key=self.buffers[index].sas_keys[causal], invariant_slot=self.invariant_of[index],
+                    rope_id=id(builders[index].model.rope_cos_sin_cache), writes=self.buffers[index].sas_writes,
+                    arguments=sas_arguments(builders[index].sas_arguments[causal], self.buffers[index].sas),
+                    out=self.buffers[index].sas)
+            for index in (with_sas[first] for first in sas.firsts)]
+        self.sas_outputs = [call.out for call in self.sas_calls]
         dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
         calls: dict[tuple[int, int, int], list[int]] = {}
         for i in dspark:
             model = builders[i].model
             calls.setdefault((model.cp_size, model.cp_rank, model.num_speculative_tokens), []).append(i)
-        self.dspark_calls = [_DSparkCall(builders, members, self.invariant_of[members[0]]) for members in calls.values()]
+        self.dspark_calls = [DSparkCall(builders, members, self.invariant_of[members[0]]) for members in calls.values()]
         # The DSpark groups whose widths each invariant entry's batch is checked against.
         self.dspark_checks = []
         for slot in range(len(self.invariant_firsts)):
             members = [builders[i] for i in dspark if self.invariant_of[i] == slot]
-            self.dspark_checks.append(_DSparkWidths(members) if members else None)
+            self.dspark_checks.append(DSparkWidths(members) if members else None)
         self.slot_buffers = [buffers.slot_mapping for buffers in self.buffers]
         self.max_num_tokens = min(builder.max_num_tokens for builder in builders)
-        # What a metadata row takes from the plan: window, invariant slot, sas slot.
+        # What a metadata row takes from the plan at every size: window, invariant slot, sas slot.
         self.row_slots = list(zip(self.windows, self.invariant_of, self.sas_of))
-        self.by_tokens: dict[int, tuple] = {}
+        self.format_arguments = format_arguments(self.storage_block_sizes)
+        self.by_tokens: dict[int, ShapeOutputs] = {}
 
-    @staticmethod
-    def _first_of_each(keys: list) -> tuple[list[int], list[int], list[int]]:
-        """For keys of the builders in order: the first builder of each distinct key, how many
-        later builders share it, and each builder's slot among the distinct keys."""
-        slots: dict = {}
-        firsts, later, slot_of = [], [], []
-        for index, key in enumerate(keys):
-            slot = slots.get(key)
-            if slot is None:
-                slot = slots[key] = len(firsts)
-                firsts.append(index)
-                later.append(0)
-            else:
-                later[slot] += 1
-            slot_of.append(slot)
-        return firsts, later, slot_of
-
-    def outputs(self, num_input_tokens: int) -> tuple:
+    def outputs(self, num_input_tokens: int) -> ShapeOutputs:
         """For num_input_tokens: the slot mapping views (the format's outputs), each DSpark call's
-        arguments (its outputs included; the step's tensors left None), and per builder the rest of
-        its metadata row (slot mapping, DSpark indices and lens or None, window, its invariant and
-        sas slots). Made in one row_views call on the first step at that size, checked against
-        the builders' maximum then."""
+        outputs, and per builder its metadata row. Made in one row_views call on the first step
+        at that size, checked against the builders' maximum then."""
         outputs = self.by_tokens.get(num_input_tokens)
         if outputs is None:
             outputs = self._make_outputs(num_input_tokens)
-            if len(self.by_tokens) >= _MAX_CACHED_SHAPES:
+            if len(self.by_tokens) >= MAX_CACHED_SHAPES:
                 self.by_tokens.clear()
             self.by_tokens[num_input_tokens] = outputs
         return outputs
 
-    def _make_outputs(self, num_input_tokens: int) -> tuple:
+    def _make_outputs(self, num_input_tokens: int) -> ShapeOutputs:
         if not 0 <= num_input_tokens <= self.max_num_tokens:
             raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {self.max_num_tokens}], "
                              f"got {num_input_tokens}")
@@ -144,7 +155,7 @@ class _StepPlan:
             for index in call.members:
                 tensors += (self.buffers[index].dspark_indices, self.buffers[index].dspark_lens)
                 bounds += (0, rows, 0, rows)
-        views = _row_views(tensors, bounds)
+        views = row_views(tensors, bounds)
         slot_views = views[:num_groups]
         dspark: list[tuple] = [(None, None)] * num_groups
         per_call = []
@@ -156,11 +167,18 @@ class _StepPlan:
                 indices.append(views[position])
                 lens.append(views[position + 1])
                 position += 2
-            # The call's arguments but the step's tensors (block tables, query_start_loc, seq_lens).
-            per_call.append([None, None, None, call.windows, call.num_speculative_tokens, call.block_sizes,
-                             num_input_tokens, call.widths, call.cp_size, call.cp_rank, indices, lens])
-        rows = [(slot, *dspark[index], *self.row_slots[index]) for index, slot in enumerate(slot_views)]
-        return slot_views, per_call, rows
+            arguments = call.arguments.copy()
+            arguments[DSPARK.num_tokens], arguments[DSPARK.out], arguments[DSPARK.out_lens] = (
+                num_input_tokens, indices, lens)
+            per_call.append(arguments)
+        # Each row as a plain tuple of MetadataRow's fields: a step's loop over the groups unpacks
+        # an exact tuple in a few instructions, a NamedTuple through an iterator (0.04 of an empty
+        # op per group, under callgrind).
+        rows = [tuple(MetadataRow(slot_mapping, *dspark[index], *self.row_slots[index]))
+                for index, slot_mapping in enumerate(slot_views)]
+        format_call = self.format_arguments.copy()
+        format_call[FORMAT.out] = slot_views
+        return ShapeOutputs(format_call, per_call, rows)
 
     def forget_shapes(self) -> None:
         """Drops what was made per batch shape: the output views and the group-invariant views."""
@@ -169,15 +187,30 @@ class _StepPlan:
             self.buffers[index].invariant_views.clear()
 
 
-def _plan(builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool) -> _StepPlan:
+def _sharing(keys: list) -> Sharing:
+    slots: dict = {}
+    sharing = Sharing(firsts=[], later=[], slot_of=[])
+    for index, key in enumerate(keys):
+        slot = slots.get(key)
+        if slot is None:
+            slot = slots[key] = len(sharing.firsts)
+            sharing.firsts.append(index)
+            sharing.later.append(0)
+        else:
+            sharing.later[slot] += 1
+        sharing.slot_of.append(slot)
+    return sharing
+
+
+def step_plan(builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool) -> StepPlan:
     """The plan of a step over these builders, kept by the first builder (a runner calls the
     same list of builders every step)."""
-    first = builders[0]
+    plans = builders[0].step_plans
     key = (tuple(builders), draft_index, causal)
-    plan = first._plans.get(key)
+    plan = plans.get(key)
     if plan is None:
-        plan = _StepPlan(builders, draft_index, causal)
-        if len(first._plans) >= _MAX_CACHED_SHAPES:
-            first._plans.clear()
-        first._plans[key] = plan
+        plan = StepPlan(builders, draft_index, causal)
+        if len(plans) >= MAX_CACHED_SHAPES:
+            plans.clear()
+        plans[key] = plan
     return plan

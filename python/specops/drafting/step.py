@@ -10,21 +10,22 @@ from typing import TYPE_CHECKING
 import torch
 
 from specops.drafting.cache import StepCache, logger
-from specops.drafting.configs import _CP_FIELD, CommonDraftInputs, DraftAttnMetadata
-from specops.drafting.plan import _DSparkCall, _plan
-from specops.ops.cp_local_metadata import CPLocalMetadata
-from specops.ops.dspark_swa_indices_multi import _OP as _DSPARK_SWA_INDICES_MULTI_OP
-from specops.ops.format_slot_mapping_blocks_multi import _OP as _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP
-from specops.ops.sas_metadata import _OP as _SAS_METADATA_OP
-from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES
+from specops.drafting.calls import (
+    DSPARK,
+    DSPARK_SWA_INDICES_MULTI,
+    FORMAT,
+    FORMAT_SLOT_MAPPING_BLOCKS_MULTI,
+    LAYOUT_KV_EMPTY_BATCH,
+    LAYOUT_KV_PAGED,
+    SAS,
+    SAS_METADATA,
+)
+from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata
+from specops.drafting.invariant import GroupInvariant, fingerprint, resolve_invariant, step_inputs
+from specops.drafting.plan import DSparkCall, SasCall, StepPlan, step_plan
 
 if TYPE_CHECKING:
-    from specops.drafting.builder import DraftMetadataBuilder, _Invariant
-
-# sas_metadata's layout codes for the draft builders' call (_call_sas).
-_LAYOUT_Q_TND = LAYOUT_Q_CODES["TND"]
-_LAYOUT_KV_PAGED = LAYOUT_KV_CODES["PA_ND"]
-_LAYOUT_KV_TND = LAYOUT_KV_CODES["TND"]
+    from specops.drafting.builder import DraftMetadataBuilder
 
 
 def _served(shared: StepCache | None, key: tuple[Hashable, Hashable], times: int) -> None:
@@ -39,8 +40,8 @@ def _served(shared: StepCache | None, key: tuple[Hashable, Hashable], times: int
             logger.debug("StepCache hit: %s", key)
 
 
-def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs, draft_index: int,
-                shared: StepCache | None, fingerprints: dict[int, tuple | None]) -> list[DraftAttnMetadata]:
+def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs, draft_index: int,
+               shared: StepCache | None, fingerprints: dict[int, tuple | None]) -> list[DraftAttnMetadata]:
     """The metadata of every builder for one step sharing `common`: each distinct group-invariant
     entry and sas_metadata looked up in `shared` or computed by the first builder that needs it
     (the others share it; shared None: a cache that only lives for this step, so nothing to look
@@ -49,8 +50,8 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
     fingerprints: the inputs' fingerprint per RoPE cache tensor id (unused without `shared`)."""
     if not builders:
         return []
-    plan = _plan(builders, draft_index, common.causal)
-    slot_outputs, dspark_call_args, rows = plan.outputs(common.num_input_tokens)
+    plan = step_plan(builders, draft_index, common.causal)
+    outputs = plan.outputs(common.num_input_tokens)
     # The groups' own inputs before anything is written: a missing one is a clear error.
     try:
         slot_mappings = [common.slot_mappings[name] for name in plan.names]
@@ -68,79 +69,101 @@ def _build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInp
     counted = shared is not None or logger.isEnabledFor(logging.DEBUG)
     invariants = []
     for slot, index in enumerate(plan.invariant_firsts):
-        builder = builders[index]
-        invariant = builder._invariant(common, plan.buffers[index], shared, fingerprints.get(id(builder._rope_cache)),
-                                       plan.dspark_checks[slot])
+        invariants.append(resolve_invariant(builders[index], common, plan.buffers[index], shared,
+                                            fingerprints.get(plan.invariant_rope_ids[slot]), plan.dspark_checks[slot]))
         if counted and plan.invariant_later[slot]:
-            _served(shared, plan.buffers[index].invariant_key, plan.invariant_later[slot])
-        invariants.append(invariant)
-    if shared is None:  # each computed here, as _sas does without a cache
-        _run_sas(plan.sas_calls, invariants)
-        sas = plan.sas_outputs
-    else:
-        sas = []
-        for index in plan.sas_firsts:
-            builder = builders[index]
-            sas.append(builder._sas(common, invariants[plan.invariant_of[index]], plan.buffers[index], shared,
-                                    fingerprints.get(id(builder._rope_cache))))
+            _served(shared, plan.invariant_keys[slot], plan.invariant_later[slot])
+    sas = _resolve_sas(plan, invariants, shared, fingerprints, common)
     if counted:
-        for slot, later in enumerate(plan.sas_later):
+        for call, later in zip(plan.sas_calls, plan.sas_later):
             if later:
-                _served(shared, plan.buffers[plan.sas_firsts[slot]].sas_keys[plan.causal], later)
+                _served(shared, call.key, later)
 
-    _run_format(slot_mappings, plan.storage_block_sizes, common.num_actual_tokens, slot_outputs)
+    _run_format(outputs.format_arguments, slot_mappings, common.num_actual_tokens)
     if dspark_tables:
-        _run_dspark(plan.dspark_calls, dspark_call_args, dspark_tables, invariants)
+        _run_dspark(plan.dspark_calls, outputs.dspark_arguments, dspark_tables, invariants)
 
-    return [DraftAttnMetadata(*invariants[invariant_slot].fields, None if sas_slot is None else sas[sas_slot],
+    # DraftAttnMetadata's group-invariant fields first, in its order (configs.SharedFields).
+    return [DraftAttnMetadata(*invariants[invariant_slot].metadata_head, None if sas_slot is None else sas[sas_slot],
                               slot_mapping, indices, lens, window)
-            for slot_mapping, indices, lens, window, invariant_slot, sas_slot in rows]
+            for slot_mapping, indices, lens, window, invariant_slot, sas_slot in outputs.rows]
 
 
-# The groups' own launches, each with the assembly of its arguments from the step's data. The ops
-# are called through their dispatch objects: their wrappers only convert lists and allocate
-# absent outputs.
-
-def _run_format(slot_mappings: list[torch.Tensor], block_sizes: list[int], num_slots: int,
-                outputs: list[torch.Tensor]) -> None:
-    """Every group's slot mapping, formatted in one launch."""
-    _FORMAT_SLOT_MAPPING_BLOCKS_MULTI_OP.select()(slot_mappings, block_sizes, num_slots, outputs)
-
-
-def _run_sas(sas_calls: list[tuple], invariants: list[_Invariant]) -> None:
-    """Each distinct sas_metadata of the step (_StepPlan.sas_calls), into its buffer."""
-    sas_op = _SAS_METADATA_OP.select()
-    for invariant_slot, writes, arguments, out in sas_calls:
-        writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
-        _call_sas(sas_op, invariants[invariant_slot].fields[_CP_FIELD], arguments, out)
-
-
-def _call_sas(sas_op, cp: CPLocalMetadata, arguments: tuple, out: torch.Tensor) -> None:
-    """sas_metadata with the arguments vllm-ascend's DSA draft builders pass: the CP-local query
-    starts and KV lengths (TND queries, paged KV), one KV head, no compressed KV, the band mask
-    of the step's window. arguments: the fixed part of _StepPlan.sas_calls."""
-    num_heads_q, head_dim, left, right, num_cube_cores, num_vector_cores, ascend950 = arguments
-    num_reqs = cp.local_seq_lens.numel()
-    # Without requests seqused_kv is empty, which the kernel reads as not provided and PA_ND
-    # refuses; under the TND KV layout the same empty batch gets its schedule (core 0 over none).
-    layout_kv = _LAYOUT_KV_PAGED if num_reqs else _LAYOUT_KV_TND
-    # The op itself, as for the format and DSpark ops: the wrapper only maps the strings and
-    # allocates an absent out.
-    sas_op(num_heads_q, 1, head_dim, cp.local_query_start_loc, None, None, None, cp.local_seq_lens, num_reqs,
-           cp.max_local_query_len, cp.max_local_seq_len, 0, 0, 1, 4, 3, left, right, _LAYOUT_Q_TND, layout_kv, True,
-           False, num_cube_cores, num_vector_cores, ascend950, out)
+def _resolve_sas(plan: StepPlan, invariants: list[GroupInvariant], shared: StepCache | None,
+                 fingerprints: dict[int, tuple | None], common: CommonDraftInputs) -> list[torch.Tensor]:
+    """Each distinct sas_metadata of the step: from `shared` when a group with the same
+    arguments stored it for these inputs, else computed into its first builder's buffer (and
+    stored there). Without `shared` every one is computed, with no lookup."""
+    if shared is None:
+        _run_sas(plan.sas_calls, invariants)
+        return plan.sas_outputs
+    sas = []
+    for call in plan.sas_calls:
+        call_fingerprint = fingerprints.get(call.rope_id)
+        value = shared.get(call.key, call_fingerprint)
+        if value is None:
+            _run_sas((call,), invariants)
+            value = call.out
+            shared.put(call.key, call_fingerprint, value, keep_alive=step_inputs(common), owner=call.writes)
+        sas.append(value)
+    return sas
 
 
-def _run_dspark(calls: list[_DSparkCall], templates: list[list], tables: list[list[torch.Tensor]],
-                invariants: list[_Invariant]) -> None:
+# The groups' own launches, each with the assembly of its arguments from the step's data: the
+# plan's argument lists (calls.py) with the step's entries set by name, in place (a copy per
+# launch would cost a third of an empty op; a list keeps the last step's inputs referenced
+# until the next step sets them).
+
+def _run_format(arguments: list, slot_mappings: list[torch.Tensor], num_slots: int) -> None:
+    """Every group's slot mapping, formatted in one launch (arguments: the size's list from
+    calls.format_arguments)."""
+    arguments[FORMAT.slot_mappings] = slot_mappings
+    arguments[FORMAT.num_slots] = num_slots
+    FORMAT_SLOT_MAPPING_BLOCKS_MULTI.select()(*arguments)
+
+
+def _run_sas(calls: Sequence[SasCall], invariants: list[GroupInvariant]) -> None:
+    """Each call's sas_metadata, into its buffer, for the batch of its group-invariant entry (its
+    CP-local query starts and KV lengths; the rest: calls.sas_arguments)."""
+    sas_op = SAS_METADATA.select()
+    query_starts, kv_lens, batch_size = SAS.cu_seqlens_q, SAS.seqused_kv, SAS.batch_size
+    max_query_len, max_kv_len, layout_kv = SAS.max_seqlen_q, SAS.max_seqlen_kv, SAS.layout_kv
+    for call in calls:
+        call.writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
+        cp = invariants[call.invariant_slot].shared.cp
+        num_reqs = cp.local_seq_lens.numel()
+        arguments = call.arguments
+        arguments[query_starts] = cp.local_query_start_loc
+        arguments[kv_lens] = cp.local_seq_lens
+        arguments[batch_size] = num_reqs
+        arguments[max_query_len] = cp.max_local_query_len
+        arguments[max_kv_len] = cp.max_local_seq_len
+        arguments[layout_kv] = LAYOUT_KV_PAGED if num_reqs else LAYOUT_KV_EMPTY_BATCH
+        sas_op(*arguments)
+
+
+def _run_dspark(calls: list[DSparkCall], arguments: list[list], tables: list[list[torch.Tensor]],
+                invariants: list[GroupInvariant]) -> None:
     """Every DSpark group's indices: one launch per call (one per CP split and draft length),
-    its arguments the plan's template with the step's block tables and batch filled in."""
-    dspark_op = _DSPARK_SWA_INDICES_MULTI_OP.select()
-    for call, template, call_tables in zip(calls, templates, tables):
+    with the step's block tables and batch (the rest: the size's lists from calls.dspark_arguments)."""
+    dspark_op = DSPARK_SWA_INDICES_MULTI.select()
+    for call, call_arguments, call_tables in zip(calls, arguments, tables):
         invariant = invariants[call.invariant_slot]
-        arguments = template.copy()
-        arguments[0], arguments[1], arguments[2] = call_tables, invariant.query_start_loc, invariant.seq_lens
-        dspark_op(*arguments)
+        call_arguments[DSPARK.block_tables] = call_tables
+        call_arguments[DSPARK.query_start_loc] = invariant.query_start_loc
+        call_arguments[DSPARK.seq_lens] = invariant.seq_lens
+        dspark_op(*call_arguments)
+
+
+def step_fingerprints(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs) -> dict[int, tuple]:
+    """The inputs' fingerprint per RoPE cache tensor id (which it includes). No runner code runs
+    between the groups of a step, so the inputs cannot change in it: it is taken once."""
+    fingerprints: dict[int, tuple] = {}
+    for builder in builders:
+        rope = builder.model.rope_cos_sin_cache
+        if id(rope) not in fingerprints:
+            fingerprints[id(rope)] = fingerprint(common, rope)
+    return fingerprints
 
 
 def _group_input(tensors: Mapping[str, torch.Tensor], name: str, field: str) -> torch.Tensor:
@@ -172,15 +195,8 @@ def build_draft_attn_metadata(
         if dummy_run or cache is None:
             # A cache of this step alone: it starts empty and nobody reads it afterwards, so the
             # groups share through the step itself, with no lookup, entry or fingerprint.
-            return _build_step(builders, common, draft_index, None, {})
-        # No runner code runs between the groups of this step, so the inputs cannot change in
-        # it: their fingerprint is taken once (once per RoPE cache tensor, which it includes).
-        fingerprints: dict[int, tuple | None] = {}
-        for builder in builders:
-            rope = id(builder._rope_cache)
-            if rope not in fingerprints:
-                fingerprints[rope] = builder._fingerprint(common)
-        return _build_step(builders, common, draft_index, cache, fingerprints)
+            return build_step(builders, common, draft_index, None, {})
+        return build_step(builders, common, draft_index, cache, step_fingerprints(builders, common))
     if len(common) != len(builders):
         raise ValueError(
             f"common must be one CommonDraftInputs or one per builder ({len(builders)}), got {len(common)}")

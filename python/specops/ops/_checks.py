@@ -79,9 +79,8 @@ def check_tensor(
         raise ValueError(f"{name} must have dtype {expected}, got {str(t.dtype).removeprefix('torch.')}")
     if t.dim() != dim:
         raise ValueError(f"{name} must be {dim}-D, got shape {list(t.shape)}")
-    if dim == 1 and not t.is_contiguous():
-        raise ValueError(f"{name} must be contiguous")
-    if dim > 1 and t.size(-1) > 1 and t.stride(-1) != 1:
+    # A 1-D tensor is contiguous exactly when its last dimension is: one message for every rank.
+    if dim >= 1 and t.size(-1) > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name} must be contiguous in its last dimension, got strides {list(t.stride())}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on {device} like {device_of}, got {t.device}")
@@ -117,6 +116,13 @@ def check_cp_rank(cp_size: int, cp_rank: int, size_name: str) -> None:
     check_positive(cp_size, size_name)
     if not 0 <= cp_rank < cp_size:
         raise ValueError(f"cp_rank must be in [0, {size_name} = {cp_size}), got {cp_rank}")
+
+
+def check_token_count(value: int, name: str, cp_size: int) -> None:
+    """A token count the CP split divides: every rank's share and its padding fit int32 (cp_size
+    checked first)."""
+    if not 0 <= value <= INT32_MAX - cp_size:
+        raise ValueError(f"{name} must be in [0, 2^31 - 1 - cp_size], got {value}")
 
 
 def check_context_parallel(cp_world_size: int, cp_rank: int, cp_interleave: int) -> None:
@@ -215,3 +221,15 @@ def check_outputs_alias_nothing(outputs: NamedTensors, inputs: NamedTensors) -> 
         for tensor, name in inputs:
             if tensor is not None:
                 check_no_overlap(output, output_name, tensor, name)
+
+
+def check_idx_mapping(
+    idx_mapping: torch.Tensor | None, num_reqs: int, device: torch.device, device_of: str = "out"
+) -> None:
+    """An optional idx_mapping: int32 or int64 [R] (its rows are checked where the table is known)."""
+    if idx_mapping is not None:
+        check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device, device_of)
+        if idx_mapping.numel() != num_reqs:
+            raise ValueError(
+                f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {idx_mapping.numel()}"
+            )

@@ -4,36 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_entries, check_no_overlap, check_tensor
+from specops.ops._accounting_checks import check_count_correction
 from specops.ops._op import SpecOp
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens as _reference
-
-ROWS = "n = prev_positions.numel()"
-
-
-def check_count_correction(
-    num_computed_tokens: torch.Tensor,
-    num_accepted_tokens: torch.Tensor,
-    prev_positions: torch.Tensor,
-    valid_sampled_token_count: torch.Tensor,
-    prev_num_draft_tokens: torch.Tensor,
-    cpu_num_computed_tokens: torch.Tensor,
-) -> None:
-    """Mirrors csrc/cpu/accounting_checks.h check_count_correction; shared with the fused op."""
-    check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1)
-    device = num_computed_tokens.device
-    anchor = "num_computed_tokens"
-    check_tensor(num_accepted_tokens, "num_accepted_tokens", [torch.int32], 1, device, anchor)
-    check_tensor(prev_positions, "prev_positions", [torch.int32, torch.int64], 1, device, anchor)
-    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32], 1, device, anchor)
-    check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device, anchor)
-    check_tensor(cpu_num_computed_tokens, "cpu_num_computed_tokens", [torch.int32], 1, device, anchor)
-    num_rows = prev_positions.numel()
-    check_entries(num_computed_tokens, "num_computed_tokens", num_rows, ROWS)
-    check_entries(num_accepted_tokens, "num_accepted_tokens", num_rows, ROWS)
-    check_entries(cpu_num_computed_tokens, "cpu_num_computed_tokens", num_rows, ROWS)
-    check_no_overlap(num_accepted_tokens, "num_accepted_tokens", num_computed_tokens, "num_computed_tokens")
-
 
 _OP = SpecOp("correct_num_computed_tokens", check_count_correction, _reference)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from specops.ops._accounting_checks import ROWS
 from specops.ops._checks import check_entries, check_tensor
 from specops.ops._op import SpecOp
-from specops.ops.correct_num_computed_tokens import ROWS
 from specops.reference.correct_optimistic_seq_lens import correct_optimistic_seq_lens as _reference
 
 

@@ -9,13 +9,12 @@ import torch
 from specops._backend import current_backend
 from specops._cp import cp_token_split
 from specops.ops._checks import (
-    INT32_MAX,
     check_cp_rank,
     check_entries,
-    check_non_negative,
     check_outputs_alias_nothing,
     check_query_start_loc,
     check_tensor,
+    check_token_count,
 )
 from specops.ops._op import SpecOp, fast_native_entry
 from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_max_lens
@@ -61,9 +60,7 @@ def _check(
         raise ValueError(
             f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
     check_cp_rank(cp_size, cp_rank, "cp_size")
-    check_non_negative(num_input_tokens, "num_input_tokens")
-    if num_input_tokens > INT32_MAX - cp_size:
-        raise ValueError(f"num_input_tokens must be <= 2^31 - 1 - cp_size, got {num_input_tokens}")
+    check_token_count(num_input_tokens, "num_input_tokens", cp_size)
     check_entries(local_query_start_loc, "local_query_start_loc", num_reqs + 1)
     check_tensor(local_seq_lens, "local_seq_lens", [torch.int32], 1, device, "local_query_start_loc")
     check_entries(local_seq_lens, "local_seq_lens", num_reqs)

@@ -6,15 +6,14 @@ import torch
 
 from specops._cp import cp_token_split
 from specops.ops._checks import (
-    INT32_MAX,
     check_cp_rank,
     check_entries,
     check_int32_range,
-    check_non_negative,
     check_outputs_alias_nothing,
     check_query_start_loc,
     check_rows_disjoint,
     check_tensor,
+    check_token_count,
     checked_int,
     host_token_count,
 )
@@ -34,10 +33,8 @@ def _check_sizes(window: int, num_speculative_tokens: int, block_size: int, num_
         raise ValueError(
             f"width must be >= max(1, window + num_speculative_tokens = {window + num_speculative_tokens}), got {width}"
         )
-    check_non_negative(num_tokens, "num_tokens")
     check_cp_rank(cp_size, cp_rank, "cp_size")
-    if num_tokens > INT32_MAX - cp_size:
-        raise ValueError(f"num_tokens must be <= 2^31 - 1 - cp_size, got {num_tokens}")
+    check_token_count(num_tokens, "num_tokens", cp_size)
     return cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank
 
 

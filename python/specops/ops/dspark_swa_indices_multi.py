@@ -9,15 +9,14 @@ import torch
 
 from specops._cp import cp_token_split
 from specops.ops._checks import (
-    INT32_MAX,
     check_cp_rank,
     check_entries,
     check_int32_range,
     check_no_overlap,
-    check_non_negative,
     check_query_start_loc,
     check_rows_disjoint,
     check_tensor,
+    check_token_count,
     ints_per_group,
 )
 from specops.ops._op import SpecOp
@@ -53,10 +52,8 @@ def _check(
         raise ValueError(
             f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
     check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0)
-    check_non_negative(num_tokens, "num_tokens")
     check_cp_rank(cp_size, cp_rank, "cp_size")
-    if num_tokens > INT32_MAX - cp_size:
-        raise ValueError(f"num_tokens must be <= 2^31 - 1 - cp_size, got {num_tokens}")
+    check_token_count(num_tokens, "num_tokens", cp_size)
     rows = cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank
     for g in range(num_groups):
         table = block_tables[g]

@@ -12,16 +12,11 @@ from typing import NamedTuple
 import torch
 
 from specops._spec_decode_sizes import SpecDecodeSizes, named_after_the_wrapper, pack_sizes
-from specops.ops._checks import check_outputs_alias_nothing, check_positive, checked_size
+from specops.ops._accounting_checks import check_count_correction, check_positions_and_seq_lens
+from specops.ops._checks import check_idx_mapping, check_outputs_alias_nothing, check_positive, checked_size
 from specops.ops._op import SpecOp
-from specops.ops.compute_slot_mapping import (
-    SlotMappingArgNames,
-    check_idx_mapping,
-    check_num_blocks,
-    check_slot_mapping_args,
-)
-from specops.ops.correct_num_computed_tokens import check_count_correction
-from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens, check_positions_and_seq_lens
+from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
+from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens
 from specops.reference.prepare_spec_decode_inputs import prepare_spec_decode_inputs as _reference
 
 

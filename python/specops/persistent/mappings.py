@@ -23,68 +23,16 @@ from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._spec_decode_sizes import named_after_the_wrapper, pack_sizes
 from specops.drafting.configs import CommonDraftInputs
-from specops.ops._checks import (
-    INT32_MAX,
-    check_context_parallel,
-    check_int32_range,
-    check_interleave_divides,
-    check_positive,
-    check_tensor,
-)
+from specops.ops._checks import INT32_MAX, check_context_parallel, check_positive, check_tensor
 from specops.ops._op import fast_native_entry
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
 from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
+from specops.persistent.groups import MappingGroup, slot_mapping_args, widths_per_group
 from specops.persistent.staging import StagedBlockWrites
 
 # compute_slot_mapping's value checks for every group's table at once, writing nothing.
 _CHECK_POSITIONS = fast_native_entry("check_slot_mapping_positions")
-
-
-@dataclasses.dataclass(frozen=True)
-class MappingGroup:
-    """One KV-cache group: its kernel block size, kernel blocks per allocation block, whether
-    its KV is sharded across the CP ranks (False: every rank stores every token, W = 1),
-    whether it has a slot mapping at all (False: PAD for every token, its table never read),
-    for a sliding-window group the tokens below a request's first scheduled position that
-    its attention still reads (0: not a sliding-window group; see `refresh`), and its name:
-    the key of its tensors in the by-name mappings the drafting layer reads (default
-    "group{index}")."""
-
-    block_size: int
-    blocks_per_kv_block: int = 1
-    cp_sharded: bool = True
-    slot_mapping_enabled: bool = True
-    sliding_window_reach: int = 0
-    name: str | None = None
-
-    def __post_init__(self) -> None:
-        check_positive(self.block_size, "block_size")
-        check_positive(self.blocks_per_kv_block, "blocks_per_kv_block")
-        check_int32_range(self.sliding_window_reach, "sliding_window_reach", 0)
-
-
-def _widths_per_group(max_num_blocks_per_req: int | Sequence[int], num_groups: int) -> tuple[int, ...]:
-    """One table width per group, from one width for all or one per group."""
-    if isinstance(max_num_blocks_per_req, int):
-        check_positive(max_num_blocks_per_req, "max_num_blocks_per_req")
-        return (max_num_blocks_per_req,) * num_groups
-    widths = tuple(max_num_blocks_per_req)
-    if len(widths) != num_groups:
-        raise ValueError(f"max_num_blocks_per_req must be an int or one width per group ({num_groups}), "
-                         f"got {len(widths)} widths")
-    for group, width in enumerate(widths):
-        check_positive(width, f"max_num_blocks_per_req[{group}]")
-    return widths
-
-
-@dataclasses.dataclass(frozen=True)
-class _SlotMappingArgs:
-    block_size: int
-    blocks_per_kv_block: int
-    cp_world_size: int
-    cp_rank: int
-    cp_interleave: int
 
 
 class RunnerStepInputs(NamedTuple):
@@ -125,19 +73,10 @@ class PersistentMappings:
             if not isinstance(group, MappingGroup):
                 raise ValueError(f"groups[{index}] must be a MappingGroup, got {type(group).__name__}")
         check_positive(max_num_reqs, "max_num_reqs")
-        widths = _widths_per_group(max_num_blocks_per_req, len(groups))
+        widths = widths_per_group(max_num_blocks_per_req, len(groups))
         check_positive(max_num_tokens, "max_num_tokens")
         check_context_parallel(cp_world_size, cp_rank, cp_interleave)
-        self._slot_args: list[_SlotMappingArgs | None] = []
-        for index, group in enumerate(groups):
-            if not group.slot_mapping_enabled:
-                args = None  # no slot mapping: PAD, the table is never read
-            elif group.cp_sharded:
-                check_interleave_divides(group.block_size * group.blocks_per_kv_block, cp_interleave, f" of groups[{index}]")
-                args = _SlotMappingArgs(group.block_size, group.blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
-            else:
-                args = _SlotMappingArgs(group.block_size, group.blocks_per_kv_block, 1, 0, 1)
-            self._slot_args.append(args)
+        self._slot_args = slot_mapping_args(groups, cp_world_size, cp_rank, cp_interleave)
 
         # Under CP a block-table column is not a contiguous run of positions, so no group masks
         # its sliding window (as vLLM does).

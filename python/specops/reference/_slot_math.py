@@ -1,6 +1,6 @@
 """Where a position's KV lives under KV-sharding context parallelism, in plain array math: the one
 place the torch reference and the step simulator take it from (the same math in C++ is
-csrc/kernels/compute_slot_mapping.h, on device triton_kernels/_slot_math.py; docs/slot_mapping.md).
+csrc/kernels/slot_math.h, on device triton_kernels/_slot_math.py; docs/slot_mapping.md).
 """
 
 from __future__ import annotations

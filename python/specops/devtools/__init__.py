@@ -1,0 +1,10 @@
+"""Developer tools that are not benchmarks: they measure what no timing on a CPU-only machine shows.
+
+- `launch_count`: the op launches of a block of code (specops ops and aten ops), the fixed cost
+  of a step on a device.
+- `targets`, `kernel_capture`, `kernel_compile`, `kernel_report`: every Triton kernel compiled
+  ahead of time for real GPU targets with no GPU present, and the resources their compilers
+  report (`specops-bench --kernels`; tests/test_kernel_compile.py runs the same machinery on the
+  op table's calls). `kernel_capture.capture_launches` patches Triton's launch entry points
+  process-wide for the duration of its block.
+"""

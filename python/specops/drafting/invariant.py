@@ -1,0 +1,240 @@
+"""The group-invariant results of one (step, draft index): what the first group of a step that
+needs them computes into its builder's buffers (or finds in the runner's StepCache), and what
+every other group of the step shares."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, InvariantViews
+from specops.drafting.cache import StepCache
+from specops.drafting.configs import CommonDraftInputs, SharedFields
+from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
+from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
+
+if TYPE_CHECKING:
+    from specops.drafting.builder import DraftMetadataBuilder
+
+
+class GroupInvariant:
+    """What every group of one (step, draft index) shares: `shared`, DraftAttnMetadata's
+    group-invariant fields, and what the groups' own ops and checks read. `metadata_head` is
+    `shared` as a plain tuple, what each group's metadata is built from: a star-argument copies
+    an exact tuple at once, a NamedTuple item by item (a tenth of an empty op per group)."""
+
+    __slots__ = ("shared", "metadata_head", "query_lens", "all_decodes", "_max_query_len", "seq_lens_cpu",
+                 "query_start_loc", "seq_lens")
+
+    def __init__(self, query_lens: np.ndarray, all_decodes: bool, seq_lens_cpu: torch.Tensor,
+                 query_start_loc: torch.Tensor, seq_lens: torch.Tensor):
+        self.shared: SharedFields | None = None  # set once the results are written
+        self.metadata_head: tuple = ()
+        self.query_lens = query_lens  # host, per request
+        self.all_decodes = all_decodes  # every query length is at most 1 + num_speculative_tokens
+        self._max_query_len: int | None = None
+        self.seq_lens_cpu = seq_lens_cpu
+        self.query_start_loc = query_start_loc  # [R + 1] and [R] views of the runner's tensors
+        self.seq_lens = seq_lens
+
+    @property
+    def max_query_len(self) -> int:
+        """Only DSpark steps read it: computed on first use."""
+        if self._max_query_len is None:
+            self._max_query_len = int(self.query_lens.max()) if self.query_lens.size else 0
+        return self._max_query_len
+
+
+class DSparkWidths:
+    """The DSpark groups of a step that share one group-invariant entry, for the check that each
+    request's row fits: one comparison when no request can see more than the narrowest room."""
+
+    __slots__ = ("builders", "room", "decode_threshold")
+
+    def __init__(self, builders: list[DraftMetadataBuilder]):
+        self.builders = builders
+        # The longest query every group's row holds: width - window.
+        self.room = min(b.dspark_width - b.group.sliding_window for b in builders)
+        # One model: one num_speculative_tokens.
+        self.decode_threshold = 1 + builders[0].model.num_speculative_tokens
+
+    def check(self, invariant: GroupInvariant) -> None:
+        if (self.decode_threshold if invariant.all_decodes else invariant.max_query_len) > self.room:
+            # Some request may see more than a width: look at each.
+            for builder in self.builders:
+                check_dspark_width(builder, invariant)
+
+
+def check_dspark_width(builder: DraftMetadataBuilder, invariant: GroupInvariant) -> None:
+    """A request whose DSpark row would not fit: a ValueError naming the request, its query
+    length, the window and the width to set."""
+    group, width = builder.group, builder.dspark_width
+    window = group.sliding_window
+    query_lens = invariant.query_lens.astype(np.int64)
+    seq_lens = invariant.seq_lens_cpu.numpy().astype(np.int64)
+    visible = np.where(query_lens > 0, np.minimum(seq_lens, query_lens + window), 0)
+    too_wide = np.flatnonzero(visible > width)
+    if too_wide.size:
+        request = int(too_wide[0])
+        needed = int(visible.max())
+        raise ValueError(
+            f"request {request} of DSpark group {group.name!r} (query length {int(query_lens[request])}, "
+            f"sliding window {window}) sees {int(visible[request])} tokens, more than its index width {width}; "
+            f"set GroupConfig.dspark_index_width >= {needed} (rounded up to a multiple of {WIDTH_ALIGNMENT}: "
+            f"{default_width(needed, 0)})")
+
+
+def fingerprint(common: CommonDraftInputs, rope_cache: torch.Tensor) -> tuple:
+    """Identity, _version and shape of every input tensor of the group-invariant results, and
+    the sizes. The RoPE cache's identity is part of the entry names; its version is here."""
+    q, qc, s, sc, p = (common.query_start_loc, common.query_start_loc_cpu, common.seq_lens,
+                       common.seq_lens_cpu, common.positions)
+    fingerprint = (
+        id(q), q._version, q.shape, id(qc), qc._version, qc.shape, id(s), s._version, s.shape,
+        id(p), p._version, p.shape, rope_cache._version,
+        common.num_reqs, common.num_actual_tokens, common.num_input_tokens, common.causal,
+    )
+    if sc is not None:
+        fingerprint += (id(sc), sc._version, sc.shape)
+    return fingerprint
+
+
+def step_inputs(common: CommonDraftInputs) -> tuple:
+    """The tensors a fingerprint names, kept alive with the entry so that their ids stay unique."""
+    return (common.query_start_loc, common.query_start_loc_cpu, common.seq_lens, common.seq_lens_cpu,
+            common.positions)
+
+
+def resolve_invariant(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: DraftBuffers,
+                      shared: StepCache | None, fingerprint: tuple | None,
+                      dspark_widths: DSparkWidths | None) -> GroupInvariant:
+    """The group-invariant results: from `shared` when it holds them for these inputs, else
+    computed into the builder's buffers (and stored there). The row widths of the step's
+    DSpark groups are checked against the batch before anything is written."""
+    if shared is not None:
+        invariant = shared.get(buffers.invariant_key, fingerprint)
+        if invariant is not None:
+            if dspark_widths is not None:
+                dspark_widths.check(invariant)
+            return invariant
+    invariant = _compute(builder, common, buffers, _views(builder, buffers, common), dspark_widths)
+    if shared is not None:
+        shared.put(buffers.invariant_key, fingerprint, invariant, keep_alive=step_inputs(common),
+                   owner=buffers.invariant_writes)
+    return invariant
+
+
+def _views(builder: DraftMetadataBuilder, buffers: DraftBuffers, common: CommonDraftInputs) -> InvariantViews:
+    """The views of the buffers for the step's shape, made on its first step (sizes checked then)."""
+    key = (common.num_reqs, common.num_actual_tokens, common.num_input_tokens)
+    views = buffers.invariant_views.get(key)
+    if views is None:
+        num_reqs, num_tokens, num_input_tokens = key
+        if not 0 <= num_reqs <= builder.max_num_reqs:
+            raise ValueError(f"num_reqs must be in [0, max_num_reqs = {builder.max_num_reqs}], got {num_reqs}")
+        if not 0 <= num_input_tokens <= builder.max_num_tokens:
+            raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {builder.max_num_tokens}], "
+                             f"got {num_input_tokens}")
+        if not 0 <= num_tokens <= num_input_tokens:
+            raise ValueError(
+                f"num_actual_tokens must be in [0, num_input_tokens = {num_input_tokens}], got {num_tokens}")
+        if len(buffers.invariant_views) >= MAX_CACHED_SHAPES:
+            buffers.invariant_views.clear()
+        views = InvariantViews(buffers, num_reqs, num_tokens, num_input_tokens, builder.model.cp_size,
+                                builder.model.cp_rank)
+        buffers.invariant_views[key] = views
+    return views
+
+
+def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: DraftBuffers,
+             views: InvariantViews, dspark_widths: DSparkWidths | None) -> GroupInvariant:
+    num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
+    model = builder.model
+    decode_threshold = 1 + model.num_speculative_tokens
+    _check_step_sizes(common)
+    query_start_loc_cpu = _first(common.query_start_loc_cpu, num_reqs + 1)
+
+    # The split comes from the host copy: no device read.
+    if query_start_loc_cpu.device.type != "cpu":
+        raise ValueError(f"query_start_loc_cpu must be on the host, got {query_start_loc_cpu.device}")
+    starts = query_start_loc_cpu.numpy()
+    # A host value, free to read: the token count the step claims must be the batch's.
+    if int(starts[-1]) != num_tokens:
+        raise ValueError(f"num_actual_tokens must equal query_start_loc_cpu[num_reqs = {num_reqs}] = "
+                         f"{int(starts[-1])}, got {num_tokens}")
+    query_lens = starts[1:] - starts[:-1]
+    is_decode = query_lens <= decode_threshold
+    num_decodes = int(np.count_nonzero(is_decode))
+    total = int(starts[-1] - starts[0]) if num_reqs else 0
+    num_decode_tokens = total if num_decodes == num_reqs else int(query_lens[is_decode].sum())
+
+    # Counted before the first write: an entry pointing at these buffers is dead from here on,
+    # even if a check below rejects the inputs halfway.
+    buffers.invariant_writes.generation += 1
+    query_start_loc, seq_lens = _first(common.query_start_loc, num_reqs + 1), _first(common.seq_lens, num_reqs)
+    seq_lens_cpu = common.seq_lens_cpu
+    if seq_lens_cpu is not None:
+        seq_lens_cpu = _first(seq_lens_cpu, num_reqs)
+    elif seq_lens.device.type == "cpu":
+        seq_lens_cpu = seq_lens
+    else:
+        seq_lens_cpu = views.seq_lens_host
+        seq_lens_cpu.copy_(seq_lens)  # the step's one device-to-host sync
+    invariant = GroupInvariant(query_lens, num_decodes == num_reqs, seq_lens_cpu, query_start_loc, seq_lens)
+    # Before the first write. When every request is a decode, one comparison says every row fits.
+    if dspark_widths is not None and (num_decodes < num_reqs or decode_threshold > dspark_widths.room):
+        dspark_widths.check(invariant)
+
+    views.positions_real.copy_(_first(common.positions, num_tokens))
+    if views.positions_tail is not None:
+        views.positions_tail.zero_()
+    try:
+        torch.index_select(model.rope_cos_sin_cache, 0, views.positions_padded, out=views.cos_sin_padded)
+    except IndexError as error:
+        # On the host the gather checks every index (on a device it cannot: see docs/drafting.md).
+        raise ValueError(f"positions must be in [0, rope_cos_sin_cache.size(0) = "
+                         f"{model.rope_cos_sin_cache.size(0)}): {error}") from None
+
+    # Whole buffers, so the padded requests past R are rewritten too; the metadata gets views.
+    full = cp_local_metadata(
+        query_start_loc, seq_lens, common.num_input_tokens, model.cp_size, model.cp_rank, causal=common.causal,
+        local_query_start_loc=buffers.local_query_start_loc, local_seq_lens=buffers.local_seq_lens,
+        start_pos=buffers.start_pos, query_start_loc_cpu=query_start_loc_cpu, seq_lens_cpu=seq_lens_cpu,
+    )
+    # Both built positionally, in their fields' order: keyword arguments cost this step over a
+    # microsecond more (tests/test_drafting.py checks every field against the naive form).
+    split = views.split
+    cp = CPLocalMetadata(views.local_query_start_loc, views.local_seq_lens, views.start_pos, split.num_tokens_pad,
+                         split.tokens_per_rank, split.local_start, split.local_end, full.max_local_query_len,
+                         full.max_local_seq_len)
+    head = (num_decodes, num_reqs - num_decodes, num_decode_tokens, total - num_decode_tokens, views.input_positions,
+            views.cos, views.sin, cp, views.local_cos, views.local_sin, cp.start_pos, seq_lens_cpu)
+    invariant.shared = SharedFields._make(head)
+    invariant.metadata_head = head
+    return invariant
+
+
+def _check_step_sizes(common: CommonDraftInputs) -> None:
+    """The sizes a step claims against its tensors (shorter tensors once gave a phantom request,
+    or zeroed the position of a real token)."""
+    num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
+    for name, tensor, count, what in (
+            ("query_start_loc", common.query_start_loc, num_reqs + 1, "num_reqs + 1"),
+            ("query_start_loc_cpu", common.query_start_loc_cpu, num_reqs + 1, "num_reqs + 1"),
+            ("seq_lens", common.seq_lens, num_reqs, "num_reqs"),
+            ("seq_lens_cpu", common.seq_lens_cpu, num_reqs, "num_reqs"),
+            ("positions", common.positions, num_tokens, "num_actual_tokens")):
+        if tensor is None and name == "seq_lens_cpu":
+            continue
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1:
+            described = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"{name} must be a 1-D tensor, got {described}")
+        if tensor.size(0) < count:
+            raise ValueError(f"{name} must have at least {what} = {count} entries, got {tensor.size(0)}")
+
+
+def _first(t: torch.Tensor, count: int) -> torch.Tensor:
+    """t[:count], without a new view when t already has exactly count entries."""
+    return t if t.size(0) == count else t[:count]

@@ -1,0 +1,75 @@
+"""The KV-cache groups of a PersistentMappings: what each group is, and the per-group arguments
+the mappings derive from the groups once."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from specops.ops._checks import check_int32_range, check_interleave_divides, check_positive
+
+
+@dataclasses.dataclass(frozen=True)
+class MappingGroup:
+    """One KV-cache group: its kernel block size, kernel blocks per allocation block, whether
+    its KV is sharded across the CP ranks (False: every rank stores every token, W = 1),
+    whether it has a slot mapping at all (False: PAD for every token, its table never read),
+    for a sliding-window group the tokens below a request's first scheduled position that
+    its attention still reads (0: not a sliding-window group; see `refresh`), and its name:
+    the key of its tensors in the by-name mappings the drafting layer reads (default
+    "group{index}")."""
+
+    block_size: int
+    blocks_per_kv_block: int = 1
+    cp_sharded: bool = True
+    slot_mapping_enabled: bool = True
+    sliding_window_reach: int = 0
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        check_positive(self.block_size, "block_size")
+        check_positive(self.blocks_per_kv_block, "blocks_per_kv_block")
+        check_int32_range(self.sliding_window_reach, "sliding_window_reach", 0)
+
+
+def widths_per_group(max_num_blocks_per_req: int | Sequence[int], num_groups: int) -> tuple[int, ...]:
+    """One table width per group, from one width for all or one per group."""
+    if isinstance(max_num_blocks_per_req, int):
+        check_positive(max_num_blocks_per_req, "max_num_blocks_per_req")
+        return (max_num_blocks_per_req,) * num_groups
+    widths = tuple(max_num_blocks_per_req)
+    if len(widths) != num_groups:
+        raise ValueError(f"max_num_blocks_per_req must be an int or one width per group ({num_groups}), "
+                         f"got {len(widths)} widths")
+    for group, width in enumerate(widths):
+        check_positive(width, f"max_num_blocks_per_req[{group}]")
+    return widths
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotMappingArgs:
+    """compute_slot_mapping's arguments for one group (a group without CP sharding sees one rank)."""
+
+    block_size: int
+    blocks_per_kv_block: int
+    cp_world_size: int
+    cp_rank: int
+    cp_interleave: int
+
+
+def slot_mapping_args(groups: Sequence[MappingGroup], cp_world_size: int, cp_rank: int,
+                      cp_interleave: int) -> list[SlotMappingArgs | None]:
+    """Each group's slot-mapping arguments; None for a group without a slot mapping (PAD, its
+    table never read)."""
+    args: list[SlotMappingArgs | None] = []
+    for index, group in enumerate(groups):
+        if not group.slot_mapping_enabled:
+            args.append(None)
+        elif group.cp_sharded:
+            check_interleave_divides(group.block_size * group.blocks_per_kv_block, cp_interleave, f" of groups[{index}]")
+            args.append(SlotMappingArgs(block_size=group.block_size, blocks_per_kv_block=group.blocks_per_kv_block,
+                                        cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave))
+        else:
+            args.append(SlotMappingArgs(block_size=group.block_size, blocks_per_kv_block=group.blocks_per_kv_block,
+                                        cp_world_size=1, cp_rank=0, cp_interleave=1))
+    return args
