@@ -72,7 +72,8 @@ sys.path[:0] = [{str(HERE)!r}, {str(HERE.parent)!r}]
 import x86_lowering
 x86_lowering.install_fault_handler()
 import ctypes, torch
-span = x86_lowering.GuardedSpan(torch.arange(4, dtype=torch.int32).data_ptr(), 16, names=("x",))
+values = torch.arange(4, dtype=torch.int32)
+span = x86_lowering.GuardedSpan(values.data_ptr(), 16, names=("x",))
 span.place("after")
 print(ctypes.c_int32.from_address(span.address + 12).value, flush=True)  # the last element: fine
 ctypes.c_int32.from_address(span.address + 16).value  # one past it: the guard page
