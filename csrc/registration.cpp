@@ -35,6 +35,31 @@ TORCH_LIBRARY(specops, m) {
       "int ori_win_left, int ori_win_right, int layout_q, int layout_kv, bool has_ori_kv, bool has_cmp_kv, "
       "int num_cube_cores, int num_vector_cores, bool ascend950, Tensor(a!) out) -> ()");
 
+  // docs/kv_quant_sas_metadata.md, docs/lightning_indexer_metadata.md, docs/store_kv_block_metadata.md,
+  // docs/compressor_metadata.md: the rest of the DSA metadata family (string arguments as codes,
+  // as for sas_metadata; layout_query 0 BSND / 1 TND, layout_key 0 PA_BSND / 1 TND / 2 BSND).
+  m.def(
+      "kv_quant_sas_metadata(int num_heads_q, int num_heads_kv, int head_dim, int kv_quant_mode, Tensor? cu_seqlens_q, "
+      "Tensor? cu_seqlens_ori_kv, Tensor? cu_seqlens_cmp_kv, Tensor? seqused_q, Tensor? seqused_kv, int batch_size, "
+      "int max_seqlen_q, int max_seqlen_kv, int ori_topk, int cmp_topk, int tile_size, int rope_head_dim, "
+      "int cmp_ratio, int ori_mask_mode, int cmp_mask_mode, int ori_win_left, int ori_win_right, int layout_q, "
+      "int layout_kv, bool has_ori_kv, bool has_cmp_kv, int num_cube_cores, int num_vector_cores, bool ascend950, "
+      "Tensor(a!) out) -> ()");
+  m.def(
+      "lightning_indexer_metadata(int num_heads_q, int num_heads_k, int head_dim, int query_quant_mode, "
+      "int key_quant_mode, Tensor? actual_seq_lengths_query, Tensor? actual_seq_lengths_key, int batch_size, "
+      "int max_seqlen_q, int max_seqlen_k, int layout_query, int layout_key, int sparse_count, int sparse_mode, "
+      "int pre_tokens, int next_tokens, int cmp_ratio, int num_cube_cores, int num_vector_cores, bool ascend950, "
+      "Tensor(a!) out) -> ()");
+  m.def(
+      "store_kv_block_metadata(Tensor slot_mapping, Tensor(a!) group_len, Tensor(b!) group_key_idx, "
+      "Tensor(c!) group_key_cache_idx, int block_size) -> ()");
+  // N = compress_cos.size(0) rows; slot_mapping [N] (format 1, flat) or [N, 2] (format 2).
+  m.def(
+      "compressor_metadata(Tensor rope_cos, Tensor rope_sin, Tensor cu_seqlens, Tensor start_pos, "
+      "Tensor kv_block_table, int kv_block_size, int slot_mapping_format, int compress_ratio, int num_reqs_actual, "
+      "Tensor(a!) compress_cos, Tensor(b!) compress_sin, Tensor(c!) slot_mapping) -> ()");
+
   // docs/context_parallel.md
   m.def(
       "cp_local_metadata(Tensor query_start_loc, Tensor seq_lens, int num_input_tokens, int cp_size, int cp_rank, "

@@ -25,6 +25,11 @@ from op_specs.gather_block_tables import GATHER
 from op_specs.prepare_positions_and_seq_lens import PREPARE_POSITIONS
 from op_specs.prepare_spec_decode_inputs import FUSED
 from op_specs.sas_metadata import SAS
+# The rest of the DSA metadata family.
+from op_specs.compressor_metadata import COMPRESSOR
+from op_specs.kv_quant_sas_metadata import KV_QUANT_SAS
+from op_specs.lightning_indexer_metadata import LIGHTNING_INDEXER
+from op_specs.store_kv_block_metadata import STORE_KV_BLOCK
 
 __all__ = ["Arg", "Bad", "Call", "Corruption", "OpSpec", "bad", "bad_with", "extreme_values", "get_arg", "set_arg",
            "stale", "t32", "t64", "tensor_keys", "OP_TABLE", "HOST_HELPERS", "DSPARK", "FUSED", "SLOT_MAPPING"]
@@ -44,6 +49,10 @@ OP_TABLE: tuple[OpSpec, ...] = (
     CORRECT_SEQ_LENS,
     PREPARE_POSITIONS,
     FUSED,
+    KV_QUANT_SAS,
+    LIGHTNING_INDEXER,
+    STORE_KV_BLOCK,
+    COMPRESSOR,
     # Add an op here: one line per op (docs/hardening.md, "Adding an op").
 )
 

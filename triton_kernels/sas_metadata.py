@@ -10,9 +10,8 @@ the end, so the program never reads back what it wrote; invalid values leave all
 On an Ascend NPU the launcher does not launch this kernel: triton-ascend's pointer analysis
 cannot trace loads whose offsets are carried through the greedy pass's data-dependent loop and
 branch structure (triton-adapter-opt stops in --triton-to-linalg, "AddPtrOp produced by
-unsupported operation"), and the pass is sequential by nature, so no form of it keeps offsets the
-adapter can follow. The NPU route is the C++ host op and one asynchronous copy of the 1024 words
-(`host_route`), as SPEC's implementations list allows: the runner holds host copies of every input.
+unsupported operation"), and the pass is sequential by nature. The NPU route is the C++ host op
+and one asynchronous copy of the 1024 words (`host_route`), as SPEC's implementations list allows.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ import triton.language as tl
 
 from specops.triton_kernels._launch import on_npu
 
+from specops.sas_family_layout import Variant
 from specops.sas_layout import (
     ENTRY_WORDS,
     INT32_MAX,
@@ -31,11 +31,13 @@ from specops.sas_layout import (
     NUM_WORDS,
     SOURCE_CONSTANT,
     SOURCE_CUMULATIVE,
+    LengthSource,
     kv_lengths,
     num_batches,
     query_lengths,
     tile_sizes,
 )
+from specops.triton_kernels._sas_family import COST_SAS, _batches, _finish_pairs_kernel, _tile_cost
 
 # Batches costed side by side. At 32, ptxas keeps some source combinations (a constant KV length)
 # to 128 registers with a 4-byte spill on sm_90; at 16 every combination compiles without one.
@@ -46,72 +48,10 @@ NUM_WARPS = 4  # sm_90 and sm_80 compile without a spill at 4 warps (at 8, ptxas
 
 
 @triton.jit
-def _lengths(ptr, b, live, constant, SOURCE: tl.constexpr):
-    """Each lane's length (int64) and whether the values read for it fit int32."""
-    if SOURCE == 0:  # SOURCE_CONSTANT
-        value = tl.zeros_like(b).to(tl.int64) + constant
-        fits = value == value
-    elif SOURCE == 1:  # SOURCE_PER_BATCH
-        value = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
-        fits = (value >= -2147483648) & (value <= 2147483647)
-    else:  # SOURCE_CUMULATIVE
-        first = tl.load(ptr + b, mask=live, other=0).to(tl.int64)
-        after = tl.load(ptr + b + 1, mask=live, other=0).to(tl.int64)
-        value = after - first
-        fits = (first >= -2147483648) & (first <= 2147483647) & (after >= -2147483648) & (after <= 2147483647)
-    return value, fits
-
-
-@triton.jit
-def _tile_cost(m, s1, s2, tiles, leftover, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
-               cmp_ratio, cmp_topk):
-    """Cost, last-block cost and whether M tile m sees KV (elementwise; s2 > 0 where used)."""
-    first_row = m.to(tl.int64) * m_tile  # int64: first_row + m_tile can pass 2^31
-    end_row = tl.minimum(first_row + m_tile, s1 * group)
-    first_token = first_row // group
-    last_token = (end_row - 1) // group
-    offset = s2 - s1  # token t sits at KV position s2 - s1 + t
-    lo = tl.where(mask_mode == 4, first_token + offset - win_left, 0)
-    hi = tl.where(mask_mode == 0, s2 - 1, last_token + offset + tl.where(mask_mode == 4, win_right, 0))
-    sees = (lo < s2) & (hi >= 0) & (hi >= lo)
-    lo = tl.maximum(lo, 0)
-    hi = tl.minimum(hi, s2 - 1)
-    window = tl.where(sees, hi - lo + 1, 0)
-    compressed = tl.where(sees & (has_cmp_kv != 0), (hi + 1) // cmp_ratio, 0)
-    compressed = tl.where(cmp_topk > 0, tl.minimum(compressed, cmp_topk), compressed)
-    rows = tl.where((m == tiles - 1) & (leftover != 0), leftover, m_tile)
-    per_block = 6 * ((rows + 15) // 16)
-    # The S2 tile is a multiple of 64: the 10 ceil(t / 64) of a range's blocks add up to
-    # 10 ceil(range / 64).
-    blocks = (window + s2_tile - 1) // s2_tile + (compressed + s2_tile - 1) // s2_tile
-    cost = tl.where(sees, per_block * blocks + 10 * ((window + 63) // 64 + (compressed + 63) // 64), 0)
-    last_range = tl.where(compressed > 0, compressed, window)
-    last_block = last_range - ((last_range + s2_tile - 1) // s2_tile - 1) * s2_tile
-    last_block_cost = tl.where(sees, per_block + 10 * ((last_block + 63) // 64), 0)
-    return cost, last_block_cost, sees
-
-
-@triton.jit
-def _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile,
-             QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr):
-    """Batches [b0, b0 + REQS), one per lane: S1, S2, M tiles and leftover rows of the last tile,
-    and whether the values are valid (int32, lengths >= 0, at most 2^31 - 1 query rows). Lanes
-    past the end, and invalid ones, get no tiles."""
-    b = b0 + tl.arange(0, REQS)
-    live = b < num_batches
-    s1, query_fits = _lengths(query_ptr, b, live, query_constant, QUERY_SOURCE)
-    s2, kv_fits = _lengths(kv_ptr, b, live, kv_constant, KV_SOURCE)
-    rows = s1 * group
-    valid = (query_fits & kv_fits & (s1 >= 0) & (s2 >= 0) & (rows <= 2147483647)) | (live == 0)
-    tiles = tl.where(live & valid, (rows + m_tile - 1) // m_tile, 0)
-    leftover = tl.where(live & valid, rows % m_tile, 0)
-    return s1, s2, tiles, leftover, valid
-
-
-@triton.jit
 def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
-           QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr, TILES: tl.constexpr):
+           QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, REQS: tl.constexpr, TILES: tl.constexpr,
+           COST: tl.constexpr):
     """Batches [b0, b0 + REQS) with valid values, one per lane: M tiles, cost and last-block cost
     (int32: a block costs below 2^31), 0 past the end and without work; the [REQS, TILES] costs,
     last-block costs and KV flags of the tiles of the batches of at most TILES tiles; the most
@@ -126,9 +66,9 @@ def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, grou
     # Batches of at most TILES tiles: one row each of the block.
     m = tl.arange(0, TILES)[None, :]
     in_block = (work & (tiles <= TILES))[:, None] & (m < tiles[:, None])
-    tile_cost, tile_last, tile_sees = _tile_cost(m, s1[:, None], s2[:, None], tiles[:, None], leftover[:, None],
-                                                 group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
-                                                 cmp_ratio, cmp_topk)
+    tile_cost, tile_last, tile_sees, _tile_blocks = _tile_cost(
+        m, s1[:, None], s2[:, None], tiles[:, None], leftover[:, None], group, m_tile, s2_tile, mask_mode, win_left,
+        win_right, has_cmp_kv, cmp_ratio, cmp_topk, COST)
     tile_cost = tl.where(in_block, tile_cost, 0)
     tile_sees = in_block & tile_sees
     batch_cost = tl.sum(tile_cost, axis=1)
@@ -152,8 +92,9 @@ def _chunk(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, grou
         while (m0 < k_tiles) & (k_cost <= max_total):
             t = m0 + lane
             inside = t < k_tiles
-            cost, last_cost, sees = _tile_cost(t, k_s1, k_s2, k_tiles, k_leftover, group, m_tile, s2_tile, mask_mode,
-                                               win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk)
+            cost, last_cost, sees, _blocks = _tile_cost(t, k_s1, k_s2, k_tiles, k_leftover, group, m_tile, s2_tile,
+                                                        mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio,
+                                                        cmp_topk, COST)
             cost = tl.where(inside, cost, 0)
             k_cost += tl.sum(cost)
             max_tile = tl.maximum(max_tile, tl.max(cost))
@@ -187,8 +128,12 @@ def _sas_metadata_kernel(
     num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode, win_left, win_right, has_cmp_kv,
     cmp_ratio, cmp_topk, num_cube_cores, max_total,
     QUERY_SOURCE: tl.constexpr, KV_SOURCE: tl.constexpr, NUM_WORDS: tl.constexpr, ENTRY_WORDS: tl.constexpr,
-    REQS: tl.constexpr, TILES: tl.constexpr,
+    REQS: tl.constexpr, TILES: tl.constexpr, COST: tl.constexpr, ENTRY_STRIDE: tl.constexpr,
+    ENTRY_WIDTH: tl.constexpr,
 ):
+    """ENTRY_WORDS fields per FA entry; ENTRY_WIDTH words per entry (9: s2_max_num at word 8);
+    ENTRY_STRIDE words from a planned core's entry to the next (twice the width for core pairs,
+    finished by _finish_pairs_kernel)."""
     LANES: tl.constexpr = REQS * TILES
     req = tl.arange(0, REQS)
     lane = tl.arange(0, LANES)
@@ -218,7 +163,7 @@ def _sas_metadata_kernel(
     if valid:
         tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, max_tile, too_costly = _chunk(
             query_ptr, kv_ptr, 0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
-            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES, COST)
     # Every batch costs at most max_total unless too_costly, so no sum can overflow. A batch has
     # work (query rows and KV) exactly when it costs something.
     total = tl.sum(batch_cost)
@@ -228,7 +173,7 @@ def _sas_metadata_kernel(
     while valid & (b0 < num_batches):
         _, more_cost, _, _, _, _, more_max, too_costly = _chunk(
             query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile, mask_mode,
-            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+            win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE, REQS, TILES, COST)
         total += tl.sum(more_cost)
         any_work = total > 0
         max_tile = tl.maximum(max_tile, more_max)
@@ -250,7 +195,7 @@ def _sas_metadata_kernel(
             tiles, batch_cost, batch_last, tile_cost, tile_last, tile_sees, _, _ = _chunk(
                 query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile, s2_tile,
                 mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total, QUERY_SOURCE, KV_SOURCE,
-                REQS, TILES)
+                REQS, TILES, COST)
         batch_start, batch_end, tile_end, tile_last, chunk_total, all_short = _prefix_sums(
             tiles, batch_cost, tile_cost, tile_last, tile_sees, TILES)
         tile_index = tl.arange(0, TILES)[None, :]
@@ -272,7 +217,7 @@ def _sas_metadata_kernel(
                     new_tiles, new_cost, batch_last, new_tile_cost, new_tile_last, new_sees, _, _ = _chunk(
                         query_ptr, kv_ptr, cached_b0, num_batches, query_constant, kv_constant, group, m_tile,
                         s2_tile, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk, max_total,
-                        QUERY_SOURCE, KV_SOURCE, REQS, TILES)
+                        QUERY_SOURCE, KV_SOURCE, REQS, TILES, COST)
                     batch_start, batch_end, tile_end, tile_last, chunk_total, all_short = _prefix_sums(
                         new_tiles, new_cost, new_tile_cost, new_tile_last, new_sees, TILES)
                     consumed = consumed * 0
@@ -327,9 +272,9 @@ def _sas_metadata_kernel(
                     while taking:
                         t = m + lane
                         inside = t < b_tiles
-                        cost, last_cost, sees = _tile_cost(t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile,
-                                                           mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio,
-                                                           cmp_topk)
+                        cost, last_cost, sees, _blocks = _tile_cost(
+                            t, b_s1, b_s2, b_tiles, b_leftover, group, m_tile, s2_tile, mask_mode, win_left,
+                            win_right, has_cmp_kv, cmp_ratio, cmp_topk, COST)
                         cost = tl.where(inside, cost, 0)
                         tested = inside & (sees | ((lane == 0) & first_step))
                         fails = tested & (load + tl.cumsum(cost, 0) > limit + last_cost // 2)
@@ -342,13 +287,41 @@ def _sas_metadata_kernel(
                         taking = (stop == LANES) & (m < b_tiles)
             entry = tl.where(field == 0, 1, tl.where(field == 1, start_b, tl.where(field == 2, start_m, tl.where(
                 field == 4, b, tl.where(field == 5, m, 0)))))
-            tl.store(out_ptr + core * ENTRY_WORDS + field, entry.to(tl.int32))
+            tl.store(out_ptr + core * ENTRY_STRIDE + field, entry.to(tl.int32))
             unassigned -= load
             core += 1
         used = core
 
     word = tl.arange(0, NUM_WORDS)
-    tl.store(out_ptr + word, tl.zeros([NUM_WORDS], tl.int32), mask=word >= used * ENTRY_WORDS)
+    # Zeros in every word the entry stores did not write. A pair's second entry (words 9..17 of
+    # its 18) is left to _finish_pairs_kernel, as is its word 8.
+    in_entry = word < used * ENTRY_STRIDE
+    entry_field = word % ENTRY_WIDTH
+    tl.store(out_ptr + word, tl.zeros([NUM_WORDS], tl.int32), mask=(in_entry == 0) | (entry_field >= ENTRY_WORDS))
+
+
+def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, batches: int, group: int,
+                    variant: Variant, mask_mode: int, win_left: int, win_right: int, has_cmp_kv: bool, cmp_ratio: int,
+                    cmp_topk: int, cost: int = COST_SAS) -> None:
+    """The family's one kernel for a member's lengths, tile rule and layout (`variant`)."""
+    # A constant source reads no tensor: `out` stands in for the pointer.
+    _sas_metadata_kernel[(1,)](
+        out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor, out,
+        batches, query.constant, kv.constant, group, variant.m_tile_rows, variant.s2_tile, mask_mode, win_left,
+        win_right, int(has_cmp_kv), cmp_ratio if has_cmp_kv else 1, cmp_topk if has_cmp_kv else 0,
+        variant.planned_cores, MAX_TOTAL_COST,
+        QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, NUM_WORDS=NUM_WORDS, ENTRY_WORDS=ENTRY_WORDS,
+        REQS=REQS, TILES=TILES, COST=cost, ENTRY_STRIDE=variant.entry_words * (2 if variant.paired else 1),
+        ENTRY_WIDTH=variant.entry_words, num_warps=NUM_WARPS,
+    )
+    if variant.paired:
+        _finish_pairs_kernel[(1,)](
+            out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor,
+            out, batches, query.constant, kv.constant, group, variant.m_tile_rows, variant.s2_tile, mask_mode,
+            win_left, win_right, int(has_cmp_kv), cmp_ratio if has_cmp_kv else 1, cmp_topk if has_cmp_kv else 0,
+            variant.planned_cores, QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, REQS=REQS, LANES=REQS * TILES,
+            COST=cost, ENTRY_WORDS=ENTRY_WORDS, ENTRY_WIDTH=variant.entry_words, num_warps=NUM_WARPS,
+        )
 
 
 def sas_metadata(
@@ -365,24 +338,17 @@ def sas_metadata(
                    cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv,
                    num_cube_cores, num_vector_cores, ascend950, out)
         return
-    query = query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q)
-    kv = kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv)
     m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
-    # A constant source reads no tensor: `out` stands in for the pointer.
-    _sas_metadata_kernel[(1,)](
-        out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor, out,
-        num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), query.constant, kv.constant, num_heads_q, m_tile,
-        s2_tile, ori_mask_mode, ori_win_left, ori_win_right, int(has_cmp_kv), cmp_ratio if has_cmp_kv else 1,
-        cmp_topk if has_cmp_kv else 0, num_cube_cores, MAX_TOTAL_COST,
-        QUERY_SOURCE=query.kind, KV_SOURCE=kv.kind, NUM_WORDS=NUM_WORDS, ENTRY_WORDS=ENTRY_WORDS,
-        REQS=REQS, TILES=TILES, num_warps=NUM_WARPS,
-    )
+    launch_schedule(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q),
+                    kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), out,
+                    num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), num_heads_q,
+                    Variant(m_tile, s2_tile, planned_cores=num_cube_cores), ori_mask_mode, ori_win_left, ori_win_right,
+                    has_cmp_kv, cmp_ratio, cmp_topk)
 
 
 def host_route(*arguments: object) -> None:
     """The NPU route: the C++ host op on host copies of the length tensors, into a pinned staging
-    buffer, then one asynchronous copy into `out` (the last argument). Tensors already on the host
-    (the runner's host copies) are read as they are; a device tensor costs a device-to-host copy."""
+    buffer, then one asynchronous copy into `out` (the last argument)."""
     *inputs, out = arguments
     host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
     staged = torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=out.device.type != "cpu")

@@ -3,10 +3,9 @@
 #include <torch/library.h>
 
 #include <optional>
-#include <sstream>
-#include <string>
 
 #include "cpu/checks.h"
+#include "cpu/sas_inputs.h"
 #include "cpu/scratch.h"
 #include "kernels/sas_metadata.h"
 
@@ -22,94 +21,14 @@ constexpr int64_t kLayoutKvPaNd = 0;
 constexpr int64_t kLayoutKvTnd = 1;
 constexpr int64_t kLayoutKvBsnd = 2;
 
-// The kernel's "provided": None and an empty tensor both mean not provided.
-bool is_given(const std::optional<at::Tensor>& t) { return t.has_value() && t->numel() > 0; }
+using sas_inputs::check_int32_attribute;
+using sas_inputs::check_length_tensor;
+using sas_inputs::constant_source;
+using sas_inputs::is_given;
+using sas_inputs::tensor_source;
 
-void check_length_tensor(const std::optional<at::Tensor>& t, const char* name, const at::Tensor& out) {
-  if (!t.has_value()) return;
-  check_tensor(*t, name, {c10::kInt, c10::kLong}, 1);
-  TORCH_CHECK_VALUE(t->device() == out.device(), name, " must be on ", out.device(), " like out, got ", t->device());
-}
-
-void check_int32_attribute(int64_t value, const char* name) {
-  TORCH_CHECK_VALUE(value >= sas::kInt32Min && value <= sas::kInt32Max, name,
-                    " must fit int32 (the kernel's attribute type), got ", value);
-}
-
-sas::LengthSource tensor_source(const at::Tensor& t, sas::LengthSource::Kind kind) {
-  sas::LengthSource source;
-  source.kind = kind;
-  if (t.scalar_type() == c10::kInt) {
-    source.values32 = t.data_ptr<int32_t>();
-  } else {
-    source.values64 = t.data_ptr<int64_t>();
-  }
-  return source;
-}
-
-sas::LengthSource constant_source(int64_t value) {
-  sas::LengthSource source;
-  source.constant = value;
-  return source;
-}
-
-// The argument a length comes from, for messages.
-const char* source_name(const sas::LengthSource& source, bool query_side) {
-  if (query_side) {
-    switch (source.kind) {
-      case sas::LengthSource::kConstant:
-        return "max_seqlen_q";
-      case sas::LengthSource::kPerBatch:
-        return "seqused_q";
-      case sas::LengthSource::kCumulative:
-        return "cu_seqlens_q";
-    }
-  }
-  switch (source.kind) {
-    case sas::LengthSource::kConstant:
-      return "max_seqlen_kv";
-    case sas::LengthSource::kPerBatch:
-      return "seqused_kv";
-    case sas::LengthSource::kCumulative:
-      return "cu_seqlens_ori_kv";
-  }
-  return "";
-}
-
-std::string describe(const sas::SASStatus& status, const sas::SASShape& shape) {
-  const sas::LengthSource& source = status.query_side ? shape.query : shape.kv;
-  const char* name = source_name(source, status.query_side);
-  const char* what = status.query_side ? "query" : "KV";
-  std::ostringstream message;
-  switch (status.error) {
-    case sas::SASError::kNone:
-      break;
-    case sas::SASError::kOutsideInt32:
-      message << name << " must hold int32 values (the kernel reads int32), but the " << what << " length of batch "
-              << status.batch << " reads a value outside int32";
-      break;
-    case sas::SASError::kNegativeLength:
-      if (source.kind == sas::LengthSource::kCumulative) {
-        message << name << " must be non-decreasing, but " << name << "[" << status.batch + 1 << "] < " << name << "["
-                << status.batch << "] (" << what << " length " << status.value << ")";
-      } else {
-        message << name << " must be >= 0, got " << status.value << " for batch " << status.batch;
-      }
-      break;
-    case sas::SASError::kTooManyRows:
-      message << name << ": batch " << status.batch << " has " << status.value
-              << " query rows (query length * num_heads_q), more than 2^31 - 1";
-      break;
-    case sas::SASError::kTooManyTiles:
-      message << name << " and num_heads_q describe more than 2^31 - 1 M tiles in all";
-      break;
-    case sas::SASError::kCostOverflow:
-      message << source_name(shape.query, true) << " and " << source_name(shape.kv, false)
-              << " describe a schedule whose total cost passes 2^56 (a real batch costs below 2^40)";
-      break;
-  }
-  return message.str();
-}
+const sas_inputs::SourceNames kQueryNames{"max_seqlen_q", "seqused_q", "cu_seqlens_q"};
+const sas_inputs::SourceNames kKvNames{"max_seqlen_kv", "seqused_kv", "cu_seqlens_ori_kv"};
 
 void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
                   const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_ori_kv,
@@ -217,12 +136,9 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
       sas::make_sas_shape(num_batches, num_heads_q, ori_mask_mode, ori_win_left, ori_win_right, has_cmp_kv, cmp_ratio,
                           cmp_topk, num_cube_cores, ascend950, query, kv);
   const sas::BatchTable table = sas::make_batch_table(int64_scratch(4 * num_batches), num_batches);
-  sas::SASStatus status = sas::check_lengths(shape, table);
-  TORCH_CHECK_VALUE(status.error == sas::SASError::kNone, describe(status, shape));
-  sas::CostSummary summary;
-  status = sas::fill_costs(shape, table, &summary);
-  TORCH_CHECK_VALUE(status.error == sas::SASError::kNone, describe(status, shape));
-  sas::write_schedule(shape, table, summary, out.data_ptr<int32_t>());
+  sas::with_tile_coster(shape, [&](const auto& coster) {
+    sas_inputs::write_checked_schedule(shape, coster, table, kQueryNames, kKvNames, out.data_ptr<int32_t>());
+  });
 }
 
 }  // namespace

@@ -40,9 +40,10 @@ constexpr int64_t kMaskNone = 0;
 constexpr int64_t kMaskCausal = 3;
 constexpr int64_t kMaskBand = 4;
 
-// Where a batch's length comes from: an int argument, tensor[b], or tensor[b + 1] - tensor[b].
+// Where a batch's length comes from: an int argument, tensor[b], tensor[b + 1] - tensor[b], or
+// (prefix sums without the leading 0, the indexer's) tensor[b] - tensor[b - 1] with tensor[-1] = 0.
 struct LengthSource {
-  enum Kind { kConstant, kPerBatch, kCumulative };
+  enum Kind { kConstant, kPerBatch, kCumulative, kPrefixSums };
   Kind kind = kConstant;
   int64_t constant = 0;
   const int32_t* values32 = nullptr;  // one of the two, for the tensor kinds
@@ -51,12 +52,25 @@ struct LengthSource {
   int64_t value(int64_t i) const { return values32 != nullptr ? values32[i] : values64[i]; }
 };
 
+// The variant descriptor: what the members of the family that share this schedule (sas_metadata,
+// kv_quant_sas_metadata, lightning_indexer_metadata) set differently. The cost of a tile is the
+// other half (TileCoster, or the indexer's coster in lightning_indexer_metadata.h).
+struct Variant {
+  int64_t m_tile_rows = 0;  // query rows per M tile; 0: one token's G rows
+  int s2_tile_shift = 9;    // log2 of the S2 tile
+  int64_t entry_words = 8;  // words per FA entry: 8, or 9 with s2_max_num at word 8
+  bool paired = false;      // each planned core writes entries 2i and 2i+1, word 8 = most blocks of a core
+};
+
 // A call that passed the checks of csrc/cpu/sas_metadata.cpp, resolved.
 struct SASShape {
   int64_t num_batches = 0;
   int64_t group = 1;         // query heads per KV head (num_heads_kv is 1)
   bool one_token_tiles = true;  // M tile = one token's G rows (not Ascend950, or G = 64)
+  int m_tile_shift = 6;         // log2 of the M tile's rows when it is not one token's
   int s2_tile_shift = 9;
+  int64_t entry_words = kEntryWords;
+  bool paired = false;
   int64_t mask_mode = kMaskBand;
   int64_t win_left = 0;
   int64_t win_right = 0;
@@ -86,15 +100,28 @@ inline int log2_of_power_of_two(int64_t value) {
 // 6 * ceil(rows / 16): what a block's query rows cost.
 inline int64_t rows_cost(int64_t rows) { return 6 * ((rows + 15) >> 4); }
 
-inline SASShape make_sas_shape(int64_t num_batches, int64_t num_heads_q, int64_t mask_mode, int64_t win_left,
-                               int64_t win_right, bool has_cmp_kv, int64_t cmp_ratio, int64_t cmp_topk,
-                               int64_t num_cube_cores, bool ascend950, LengthSource query, LengthSource kv) {
+// sas_metadata's tiles: one token's heads x 512, or on Ascend950 64 rows x 128.
+inline Variant sas_variant(bool ascend950) {
+  Variant v;
+  if (ascend950) {
+    v.m_tile_rows = int64_t{1} << kAscend950MTileShift;
+    v.s2_tile_shift = kAscend950S2TileShift;
+  }
+  return v;
+}
+
+inline SASShape make_shape(int64_t num_batches, int64_t num_heads_q, int64_t mask_mode, int64_t win_left,
+                           int64_t win_right, bool has_cmp_kv, int64_t cmp_ratio, int64_t cmp_topk,
+                           int64_t num_cube_cores, const Variant& variant, LengthSource query, LengthSource kv) {
   SASShape s;
   s.num_batches = num_batches;
   s.group = num_heads_q;
-  const int64_t m_tile = ascend950 ? int64_t{1} << kAscend950MTileShift : num_heads_q;
+  const int64_t m_tile = variant.m_tile_rows > 0 ? variant.m_tile_rows : num_heads_q;
   s.one_token_tiles = m_tile == num_heads_q;
-  s.s2_tile_shift = ascend950 ? kAscend950S2TileShift : kS2TileShift;
+  s.m_tile_shift = log2_of_power_of_two(m_tile);
+  s.s2_tile_shift = variant.s2_tile_shift;
+  s.entry_words = variant.entry_words;
+  s.paired = variant.paired;
   s.mask_mode = mask_mode;
   s.win_left = win_left;
   s.win_right = win_right;
@@ -108,6 +135,13 @@ inline SASShape make_sas_shape(int64_t num_batches, int64_t num_heads_q, int64_t
   s.kv = kv;
   s.group_divisor = FastDivmod(static_cast<uint32_t>(num_heads_q));
   return s;
+}
+
+inline SASShape make_sas_shape(int64_t num_batches, int64_t num_heads_q, int64_t mask_mode, int64_t win_left,
+                               int64_t win_right, bool has_cmp_kv, int64_t cmp_ratio, int64_t cmp_topk,
+                               int64_t num_cube_cores, bool ascend950, LengthSource query, LengthSource kv) {
+  return make_shape(num_batches, num_heads_q, mask_mode, win_left, win_right, has_cmp_kv, cmp_ratio, cmp_topk,
+                    num_cube_cores, sas_variant(ascend950), query, kv);
 }
 
 enum class SASError : int32_t {
@@ -131,7 +165,7 @@ struct Batch {
   int64_t s1 = 0;
   int64_t s2 = 0;
   int64_t tiles = 0;
-  int64_t leftover_rows = 0;  // rows of the last M tile when 64 does not divide them (Ascend950), else 0
+  int64_t leftover_rows = 0;  // rows of the last M tile when the M tile does not divide them, else 0
 };
 
 // The per-batch table, lent by the caller (4 * num_batches values): the lengths as check_lengths
@@ -142,10 +176,20 @@ struct BatchTable {
   int64_t* s2;
   int64_t* cost;
   int64_t* last_block_cost;
+  int64_t* blocks = nullptr;  // each batch's S2 blocks, for a paired layout's s2_max_num (5 * B values lent)
 };
 
 inline BatchTable make_batch_table(int64_t* scratch, int64_t num_batches) {
   return BatchTable{scratch, scratch + num_batches, scratch + 2 * num_batches, scratch + 3 * num_batches};
+}
+
+// The values a Variant's table needs lent: 4 per batch, 5 when paired.
+inline int64_t batch_table_size(const SASShape& s) { return (s.paired ? 5 : 4) * s.num_batches; }
+
+inline BatchTable make_batch_table(const SASShape& s, int64_t* scratch) {
+  BatchTable table = make_batch_table(scratch, s.num_batches);
+  if (s.paired) table.blocks = scratch + 4 * s.num_batches;
+  return table;
 }
 
 // For lengths that passed check_lengths (s1 * G fits int32).
@@ -157,8 +201,8 @@ inline Batch batch_of(const SASShape& s, int64_t s1, int64_t s2) {
     batch.tiles = s1;
   } else {
     const int64_t rows = s1 * s.group;
-    batch.tiles = (rows + (int64_t{1} << kAscend950MTileShift) - 1) >> kAscend950MTileShift;
-    batch.leftover_rows = rows & ((int64_t{1} << kAscend950MTileShift) - 1);
+    batch.tiles = (rows + (int64_t{1} << s.m_tile_shift) - 1) >> s.m_tile_shift;
+    batch.leftover_rows = rows & ((int64_t{1} << s.m_tile_shift) - 1);
   }
   return batch;
 }
@@ -169,6 +213,7 @@ struct TileCost {
   int64_t cost = 0;
   int64_t last_block_cost = 0;
   bool sees_kv = false;
+  int64_t blocks = 0;  // S2 blocks (window and compressed)
 };
 
 // A batch's tiles: the sum of their costs, the most costly one, and the last-block cost of the
@@ -177,6 +222,7 @@ struct BatchCost {
   int64_t cost = 0;
   int64_t max_tile = 0;
   int64_t last_block_cost = 0;
+  int64_t blocks = 0;
 };
 
 // The cost of the M tiles of one batch with s2 > 0, for one mask mode, M tile shape and S2 tile
@@ -204,6 +250,7 @@ struct TileCoster {
     const int64_t last_block = ((last_range - 1) & ((int64_t{1} << kS2TileShift) - 1)) + 1;
     result.last_block_cost = rows_cost_of_tile + 10 * ceil_shift(last_block, 6);
     result.sees_kv = true;
+    result.blocks = blocks;
     return result;
   }
 
@@ -212,11 +259,10 @@ struct TileCoster {
     int64_t last_token = m;
     int64_t rows_cost_of_tile = s.tile_rows_cost;
     if (!kOneTokenTiles) {
-      const int64_t first_row = m << kAscend950MTileShift;
+      const int64_t first_row = m << s.m_tile_shift;
       const int64_t rows = batch.s1 * s.group;
-      const int64_t end_row = first_row + (int64_t{1} << kAscend950MTileShift) < rows
-                                  ? first_row + (int64_t{1} << kAscend950MTileShift)
-                                  : rows;
+      const int64_t end_row = first_row + (int64_t{1} << s.m_tile_shift) < rows ? first_row + (int64_t{1} << s.m_tile_shift)
+                                                                                 : rows;
       first_token = s.group_divisor.div(static_cast<uint32_t>(first_row));
       last_token = s.group_divisor.div(static_cast<uint32_t>(end_row - 1));
       if (m == batch.tiles - 1 && batch.leftover_rows != 0) rows_cost_of_tile = rows_cost(batch.leftover_rows);
@@ -242,6 +288,7 @@ struct TileCoster {
   // Adds `count` tiles of one cost.
   static void add(BatchCost* sum, const TileCost& tile, int64_t count) {
     sum->cost += tile.cost * count;
+    sum->blocks += tile.blocks * count;
     if (tile.cost > sum->max_tile) sum->max_tile = tile.cost;
   }
 
@@ -305,7 +352,7 @@ inline auto with_tile_coster(const SASShape& s, Fn&& fn) {
     return s.one_token_tiles ? with_mask_mode<true, kAscend950S2TileShift>(s, fn)
                              : with_mask_mode<false, kAscend950S2TileShift>(s, fn);
   }
-  return with_mask_mode<true, kS2TileShift>(s, fn);
+  return s.one_token_tiles ? with_mask_mode<true, kS2TileShift>(s, fn) : with_mask_mode<false, kS2TileShift>(s, fn);
 }
 
 struct CostSummary {
@@ -330,10 +377,23 @@ inline int64_t read_tensor_lengths(const T* values, bool cumulative, int64_t num
   return -1;
 }
 
+// Prefix sums without the leading 0: read as per-batch values, then differenced in place.
+template <typename T>
+inline int64_t read_prefix_sums(const T* values, int64_t num_batches, int64_t* lengths) {
+  const int64_t outside = read_tensor_lengths(values, false, num_batches, lengths);
+  if (outside >= 0) return outside;
+  for (int64_t b = num_batches - 1; b > 0; --b) lengths[b] -= lengths[b - 1];
+  return -1;
+}
+
 inline int64_t read_lengths(const LengthSource& source, int64_t num_batches, int64_t* lengths) {
   if (source.kind == LengthSource::kConstant) {
     for (int64_t b = 0; b < num_batches; ++b) lengths[b] = source.constant;
     return -1;
+  }
+  if (source.kind == LengthSource::kPrefixSums) {
+    return source.values32 != nullptr ? read_prefix_sums(source.values32, num_batches, lengths)
+                                      : read_prefix_sums(source.values64, num_batches, lengths);
   }
   const bool cumulative = source.kind == LengthSource::kCumulative;
   if (source.values32 != nullptr) return read_tensor_lengths(source.values32, cumulative, num_batches, lengths);
@@ -372,7 +432,6 @@ inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, Bat
     const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
     BatchCost sum;
     if (batch.tiles > 0 && batch.s2 > 0) {
-      summary->any_work = true;
       sum = tile_cost.batch_cost(batch);
       total += sum.cost;
       if (sum.cost > kMaxTotalCost || total > kMaxTotalCost) {
@@ -382,7 +441,10 @@ inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, Bat
     }
     table.cost[b] = sum.cost;
     table.last_block_cost[b] = sum.last_block_cost;
+    if (table.blocks != nullptr) table.blocks[b] = sum.blocks;
   }
+  // A batch with query rows and KV costs something in every variant (its last tile sees KV).
+  summary->any_work = total > 0;
   summary->total = total;
   summary->max_tile = max_tile;
   return SASStatus{};
@@ -392,31 +454,45 @@ inline SASStatus fill_costs(const SASShape& s, BatchTable table, CostSummary* su
   return with_tile_coster(s, [&](const auto& tile_cost) { return fill_costs_with(s, tile_cost, table, summary); });
 }
 
-// Pass 2: the (batch, M tile) cursor after each core, written as FA entries. Returns the number
-// of cores used.
+// The FA entry of planned core `core`: one entry, or the first of its pair.
+inline int32_t* fa_entry(const SASShape& s, int32_t* out, int64_t core) {
+  return out + s.entry_words * (s.paired ? 2 * core : core);
+}
+
+struct Assignment {
+  int64_t used = 0;        // cores used
+  int64_t max_blocks = 0;  // the most S2 blocks a core got (with table.blocks)
+};
+
+// Pass 2: the (batch, M tile) cursor after each core, written as FA entries.
 template <typename Coster>
-inline int64_t assign_cores_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
-                                 const CostSummary& summary, int32_t* out) {
+inline Assignment assign_cores_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
+                                    const CostSummary& summary, int32_t* out) {
   const int64_t cores = s.num_cube_cores;
+  const bool count_blocks = table.blocks != nullptr;
   int64_t unassigned = summary.total;
   int64_t b = 0;
   int64_t m = 0;
   int64_t remaining = table.cost[0];  // of batch b, from M tile m on
-  int64_t used = 0;
+  int64_t remaining_blocks = count_blocks ? table.blocks[0] : 0;
+  Assignment result;
   for (int64_t core = 0; core < cores && b < s.num_batches && unassigned > 0; ++core) {
     const int64_t average = unassigned / (cores - core);
     const int64_t limit = average > summary.max_tile ? average : summary.max_tile;
     int64_t load = 0;
-    int32_t* entry = out + kEntryWords * core;
+    int64_t blocks = 0;
+    int32_t* entry = fa_entry(s, out, core);
     entry[kFaCoreEnable] = 1;
     entry[kFaBn2Start] = static_cast<int32_t>(b);
     entry[kFaMStart] = static_cast<int32_t>(m);
     // Whole batches; a batch without cost always goes.
     while (remaining == 0 || load + remaining <= limit + table.last_block_cost[b] / 2) {
       load += remaining;
+      blocks += remaining_blocks;
       m = 0;
       if (++b == s.num_batches) break;
       remaining = table.cost[b];
+      remaining_blocks = count_blocks ? table.blocks[b] : 0;
     }
     if (b < s.num_batches) {
       // Whole M tiles. After a tile the cursor skips the tiles that see no KV. The batch's
@@ -427,6 +503,8 @@ inline int64_t assign_cores_with(const SASShape& s, const Coster& tile_cost, Bat
       while (m < batch.tiles && load + tile.cost <= limit + tile.last_block_cost / 2) {
         load += tile.cost;
         remaining -= tile.cost;
+        blocks += tile.blocks;
+        remaining_blocks -= count_blocks ? tile.blocks : 0;
         do {
           tile = tile_cost(batch, ++m);
         } while (!tile.sees_kv && m < batch.tiles - 1);
@@ -435,12 +513,13 @@ inline int64_t assign_cores_with(const SASShape& s, const Coster& tile_cost, Bat
     entry[kFaBn2End] = static_cast<int32_t>(b);
     entry[kFaMEnd] = static_cast<int32_t>(m);
     unassigned -= load;
-    used = core + 1;
+    if (blocks > result.max_blocks) result.max_blocks = blocks;
+    result.used = core + 1;
   }
-  return used;
+  return result;
 }
 
-inline int64_t assign_cores(const SASShape& s, BatchTable table, const CostSummary& summary, int32_t* out) {
+inline Assignment assign_cores(const SASShape& s, BatchTable table, const CostSummary& summary, int32_t* out) {
   return with_tile_coster(s, [&](const auto& tile_cost) {
     return assign_cores_with(s, tile_cost, table, summary, out);
   });
@@ -449,15 +528,35 @@ inline int64_t assign_cores(const SASShape& s, BatchTable table, const CostSumma
 // Writes all 1024 words for a call whose pass 1 succeeded: FA entries of the used cores, zeros
 // elsewhere (the S2 fields stay 0: this kernel version never splits a KV range, so no FD entry
 // is enabled either).
-inline void write_schedule(const SASShape& s, BatchTable table, const CostSummary& summary, int32_t* out) {
+// The entries of a paired layout, once every planned core is assigned: the second entry of each
+// pair a copy of the first, and every pair's word 8 the most blocks a core got (the consumer's
+// idle cores sync that many times).
+inline void finish_pairs(const SASShape& s, int64_t max_blocks, int32_t* out) {
+  if (!s.paired) return;
+  for (int64_t core = 0; core < s.num_cube_cores; ++core) {
+    int32_t* first = fa_entry(s, out, core);
+    for (int64_t w = 0; w < s.entry_words; ++w) first[s.entry_words + w] = first[w];
+    first[kEntryWords] = first[s.entry_words + kEntryWords] = static_cast<int32_t>(max_blocks);
+  }
+}
+
+template <typename Coster>
+inline void write_schedule_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
+                                const CostSummary& summary, int32_t* out) {
   for (int64_t w = 0; w < kNumWords; ++w) out[w] = 0;
+  int64_t max_blocks = 0;
   if (!summary.any_work) {
     // Core 0 covers every batch at once.
     out[kFaCoreEnable] = 1;
     out[kFaBn2End] = static_cast<int32_t>(s.num_batches);
-    return;
+  } else {
+    max_blocks = assign_cores_with(s, tile_cost, table, summary, out).max_blocks;
   }
-  assign_cores(s, table, summary, out);
+  finish_pairs(s, max_blocks, out);
+}
+
+inline void write_schedule(const SASShape& s, BatchTable table, const CostSummary& summary, int32_t* out) {
+  with_tile_coster(s, [&](const auto& tile_cost) { write_schedule_with(s, tile_cost, table, summary, out); });
 }
 
 // The whole op for a caller that cannot raise (an AI-CPU kernel): invalid values get 1024 zeros.

@@ -31,6 +31,25 @@ from specops.persistent import MappingGroup, PersistentMappings
 from specops import drafting  # docs/drafting.md: specops.drafting (imports the ops above)
 from specops.sas_layout import FAEntry, FDEntry, SASSchedule, decode_sas_metadata
 
+# The rest of the DSA metadata family.
+from specops.ops import (
+    CompressorMetadata,
+    StoreKvBlockGroups,
+    compressor_metadata,
+    kv_quant_sas_metadata,
+    lightning_indexer_metadata,
+    store_kv_block_metadata,
+)
+from specops.sas_family_layout import (
+    KvQuantFAEntry,
+    KvQuantSASSchedule,
+    LDEntry,
+    LIEntry,
+    LightningIndexerSchedule,
+    decode_kv_quant_sas_metadata,
+    decode_lightning_indexer_metadata,
+)
+
 __version__ = EXTENSION.built_version or "0.1.0"
 
 __all__ = [
@@ -64,4 +83,18 @@ __all__ = [
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",
     "sas_metadata",
+    # the rest of the DSA metadata family
+    "CompressorMetadata",
+    "KvQuantFAEntry",
+    "KvQuantSASSchedule",
+    "LDEntry",
+    "LIEntry",
+    "LightningIndexerSchedule",
+    "StoreKvBlockGroups",
+    "compressor_metadata",
+    "decode_kv_quant_sas_metadata",
+    "decode_lightning_indexer_metadata",
+    "kv_quant_sas_metadata",
+    "lightning_indexer_metadata",
+    "store_kv_block_metadata",
 ]

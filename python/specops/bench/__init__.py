@@ -23,6 +23,9 @@ from specops.bench import (
     sas_metadata,
 )
 
+# The rest of the DSA metadata family.
+from specops.bench import kv_quant_sas_metadata, lightning_indexer_metadata, store_kv_block_metadata
+
 BENCHMARKS = {
     "compute_slot_mapping": compute_slot_mapping,
     "correct_num_computed_tokens": correct_num_computed_tokens,
@@ -40,4 +43,8 @@ BENCHMARKS = {
     "dspark_swa_indices_multi": dspark_swa_indices_multi,
     "sas_metadata": sas_metadata,
     "drafting": drafting,
+    # the rest of the DSA metadata family
+    "kv_quant_sas_metadata": kv_quant_sas_metadata,
+    "lightning_indexer_metadata": lightning_indexer_metadata,
+    "store_kv_block_metadata": store_kv_block_metadata,
 }

@@ -15,6 +15,12 @@ from specops.ops.prepare_positions_and_seq_lens import prepare_positions_and_seq
 from specops.ops.prepare_spec_decode_inputs import SpecDecodeInputs, prepare_spec_decode_inputs
 from specops.ops.sas_metadata import sas_metadata
 
+# The rest of the DSA metadata family (docs/kv_quant_sas_metadata.md and beside it).
+from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
+from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
+from specops.ops.store_kv_block_metadata import StoreKvBlockGroups, store_kv_block_metadata
+from specops.ops.compressor_metadata import CompressorMetadata, compressor_metadata
+
 __all__ = [
     "CPLocalMetadata",
     "SpecDecodeInputs",
@@ -32,4 +38,11 @@ __all__ = [
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",
     "sas_metadata",
+    # the rest of the DSA metadata family
+    "CompressorMetadata",
+    "StoreKvBlockGroups",
+    "compressor_metadata",
+    "kv_quant_sas_metadata",
+    "lightning_indexer_metadata",
+    "store_kv_block_metadata",
 ]

@@ -20,6 +20,7 @@ import dataclasses
 
 import torch
 
+from specops.sas_family_layout import Variant
 from specops.sas_layout import (
     ENTRY_WORDS,
     INT32_MAX,
@@ -32,7 +33,6 @@ from specops.sas_layout import (
     SOURCE_CONSTANT,
     SOURCE_CUMULATIVE,
     LengthSource,
-    fa_offset,
     kv_lengths,
     num_batches,
     query_lengths,
@@ -77,6 +77,7 @@ class CostTable:
     tile_empty: list[bool]
     max_tile_cost: int
     total_cost: int
+    tile_blocks: list[int]  # S2 blocks of each M tile (window and compressed)
 
 
 def cost_table(s1: torch.Tensor, s2: torch.Tensor, group: int, m_tile: int, s2_tile: int, mask_mode: int,
@@ -117,11 +118,22 @@ def cost_table(s1: torch.Tensor, s2: torch.Tensor, group: int, m_tile: int, s2_t
     # 10 * ceil(tokens / 64) of the blocks of a range add up to 10 * ceil(range / 64).
     blocks = ceil_div(window, s2_tile) + ceil_div(compressed, s2_tile)
     cost = 6 * ceil_div(tile_m, 16) * blocks + 10 * (ceil_div(window, 64) + ceil_div(compressed, 64))
+    return summarize_tiles(s1, batch, first_tile, cost, last_block_cost_of(tile_m, window, compressed, s2_tile, empty),
+                           empty, blocks)
+
+
+def last_block_cost_of(tile_m: torch.Tensor, window: torch.Tensor, compressed: torch.Tensor, s2_tile: int,
+                       empty: torch.Tensor) -> torch.Tensor:
     # The last block: of the compressed KV when there is any, else of the window; full or the tail.
     last_part = torch.where(compressed > 0, compressed, window)
     last_block = last_part - (ceil_div(last_part, s2_tile) - 1) * s2_tile
-    last_block_cost = torch.where(empty, 0, block_cost(tile_m, last_block))
+    return torch.where(empty, 0, block_cost(tile_m, last_block))
 
+
+def summarize_tiles(s1: torch.Tensor, batch: torch.Tensor, first_tile: torch.Tensor, cost: torch.Tensor,
+                    last_block_cost: torch.Tensor, empty: torch.Tensor, blocks: torch.Tensor) -> CostTable:
+    """The cost table of per-tile costs (any variant's tile rule): batch sums, the most costly
+    tile, the total (InvalidValues past 2^56) and each batch's last-block cost."""
     num_tiles = cost.numel()
     max_tile_cost = int(cost.max()) if num_tiles else 0
     # int64 sums cannot overflow when every tile could cost the most; otherwise sum exactly.
@@ -136,7 +148,8 @@ def cost_table(s1: torch.Tensor, s2: torch.Tensor, group: int, m_tile: int, s2_t
     last_seen = torch.full_like(s1, -1).scatter_reduce_(0, batch[~empty], torch.nonzero(~empty).flatten(), "amax")
     batch_last_block_cost = torch.where(last_seen >= 0, last_block_cost[last_seen.clamp(min=0)], 0)
     return CostTable(batch_cost.tolist(), batch_last_block_cost.tolist(), first_tile.tolist(), cost.tolist(),
-                     last_block_cost.tolist(), empty.tolist(), max_tile_cost, total_cost)
+                     last_block_cost.tolist(), empty.tolist(), max_tile_cost, total_cost,
+                     torch.where(empty, 0, blocks).tolist())
 
 
 def greedy_core_ends(table: CostTable, tiles: list[int], num_cube_cores: int) -> list[tuple[int, int]]:
@@ -180,32 +193,67 @@ def schedule_words(
     seqused_q: torch.Tensor | None, seqused_kv: torch.Tensor | None, batch_size: int, max_seqlen_q: int,
     max_seqlen_kv: int, cmp_topk: int, cmp_ratio: int, ori_mask_mode: int, ori_win_left: int, ori_win_right: int,
     layout_q: int, layout_kv: int, has_cmp_kv: bool, num_cube_cores: int, ascend950: bool,
+    variant: Variant | None = None,
 ) -> list[int]:
-    """The 1024 words of a call that passed the op's checks; InvalidValues for invalid values."""
+    """The 1024 words of a call that passed the op's checks; InvalidValues for invalid values.
+    `variant`: the member's tiles and layout (sas_metadata's own without one)."""
     batches = num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size)
     s1 = batch_lengths(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q), batches)
     s2 = batch_lengths(kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), batches)
+    if variant is None:
+        m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
+        variant = Variant(m_tile, s2_tile, planned_cores=num_cube_cores)
     group = num_heads_q  # num_heads_kv is 1
+    tiles = checked_tiles(s1, s2, group, variant.m_tile_rows)
+
+    def costs() -> CostTable:
+        return cost_table(s1, s2, group, variant.m_tile_rows, variant.s2_tile, ori_mask_mode, ori_win_left,
+                          ori_win_right, has_cmp_kv, cmp_ratio, cmp_topk)
+
+    work = bool(((tiles > 0) & (s2 > 0)).any())
+    return layout_words(costs() if work else None, tiles.tolist(), batches, variant)
+
+
+def checked_tiles(s1: torch.Tensor, s2: torch.Tensor, group: int, m_tile: int) -> torch.Tensor:
+    """Each batch's M tiles; InvalidValues for lengths no schedule is computed for."""
     if (s1 < 0).any() or (s2 < 0).any() or (s1 * group > INT32_MAX).any():
         raise InvalidValues("a negative length, or more than 2^31 - 1 query rows in a batch")
-    m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
     tiles = ceil_div(s1 * group, m_tile)
     if int(tiles.sum()) > INT32_MAX:
         raise InvalidValues("more than 2^31 - 1 M tiles in all")
+    return tiles
 
+
+def layout_words(table: CostTable | None, tiles: list[int], batches: int, variant: Variant) -> list[int]:
+    """The words of the greedy pass over `table` (None, or a total of 0: no batch has work, and
+    core 0 covers every batch at once), in the variant's layout."""
     words = [0] * NUM_WORDS
-    if not ((tiles > 0) & (s2 > 0)).any():
-        # No batch has work: core 0 covers every batch at once.
-        words[:ENTRY_WORDS] = [1, 0, 0, 0, batches, 0, 0, 0]
-        return words
-    table = cost_table(s1, s2, group, m_tile, s2_tile, ori_mask_mode, ori_win_left, ori_win_right, has_cmp_kv,
-                       cmp_ratio, cmp_topk)
-    start = (0, 0)
-    for core, end in enumerate(greedy_core_ends(table, tiles.tolist(), num_cube_cores)):
-        # enable, bn2/m/s2 start, bn2/m/s2 end, first FD workspace index (no KV range is split)
-        words[fa_offset(core): fa_offset(core) + ENTRY_WORDS] = [1, start[0], start[1], 0, end[0], end[1], 0, 0]
-        start = end
+    if table is None or table.total_cost == 0:
+        entries, core_blocks = [[1, 0, 0, 0, batches, 0, 0, 0]], [0]
+    else:
+        entries, core_blocks, start = [], [], (0, 0)
+        for end in greedy_core_ends(table, tiles, variant.planned_cores):
+            # enable, bn2/m/s2 start, bn2/m/s2 end, first FD workspace index (no KV range is split)
+            entries.append([1, start[0], start[1], 0, end[0], end[1], 0, 0])
+            core_blocks.append(blocks_between(table, tiles, start, end))
+            start = end
+    step = variant.entry_words * (2 if variant.paired else 1)
+    for core, entry in enumerate(entries):
+        words[step * core: step * core + ENTRY_WORDS] = entry
+    if variant.paired:
+        most = max(core_blocks)
+        for core in range(variant.planned_cores):
+            first = words[step * core: step * core + ENTRY_WORDS] + [most]
+            words[step * core: step * core + step] = first + first
     return words
+
+
+def blocks_between(table: CostTable, tiles: list[int], start: tuple[int, int], end: tuple[int, int]) -> int:
+    """The S2 blocks of the M tiles from cursor `start` up to cursor `end`."""
+    def index(cursor: tuple[int, int]) -> int:
+        b, m = cursor
+        return table.first_tile[b] + m if b < len(tiles) else len(table.tile_cost)
+    return sum(table.tile_blocks[index(start): index(end)])
 
 
 def sas_metadata(

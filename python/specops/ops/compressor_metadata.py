@@ -1,0 +1,131 @@
+"""compressor_metadata: the compressed-cache slots and RoPE rows of every compression group a
+step completes, vllm-ascend's AI-core `compressor_metadata` (docs/compressor_metadata.md)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from specops.ops._checks import check_outputs_alias_nothing, check_positive, check_tensor
+from specops.ops._op import SpecOp
+from specops.reference.compressor_metadata import FORMAT_BLOCK_OFFSET, FORMAT_FLAT
+from specops.reference.compressor_metadata import compressor_metadata as _reference
+from specops.sas_layout import INT32_MAX
+
+_FLOATS = [torch.float32, torch.bfloat16, torch.float16]
+
+
+class CompressorMetadata(NamedTuple):
+    compress_cos: torch.Tensor  # [N, 1, 1, rope_dim]
+    compress_sin: torch.Tensor
+    slot_mapping: torch.Tensor  # int32 [N] (format 1) or [N, 2] (format 2)
+
+
+def _check(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqlens: torch.Tensor, start_pos: torch.Tensor,
+           kv_block_table: torch.Tensor, kv_block_size: int, slot_mapping_format: int, compress_ratio: int,
+           num_reqs_actual: int, compress_cos: torch.Tensor, compress_sin: torch.Tensor,
+           slot_mapping: torch.Tensor) -> None:
+    """Mirrors csrc/cpu/compressor_metadata.cpp."""
+    check_tensor(rope_cos, "rope_cos", _FLOATS, 2)
+    device = rope_cos.device
+    for name, t in (("rope_sin", rope_sin), ("compress_cos", compress_cos), ("compress_sin", compress_sin)):
+        if isinstance(t, torch.Tensor) and t.dtype != rope_cos.dtype:
+            raise ValueError(f"{name} must have rope_cos's dtype {str(rope_cos.dtype).removeprefix('torch.')}, got "
+                             f"{str(t.dtype).removeprefix('torch.')}")
+    check_tensor(rope_sin, "rope_sin", [rope_cos.dtype], 2, device, "rope_cos")
+    if rope_sin.shape != rope_cos.shape:
+        raise ValueError(f"rope_sin must have rope_cos's shape {list(rope_cos.shape)}, got {list(rope_sin.shape)}")
+    if rope_sin.stride(0) != rope_cos.stride(0):
+        raise ValueError(f"rope_sin must have rope_cos's row stride {rope_cos.stride(0)}, got {rope_sin.stride(0)}")
+    check_tensor(cu_seqlens, "cu_seqlens", [torch.int32], 1, device, "rope_cos")
+    check_tensor(start_pos, "start_pos", [torch.int32], 1, device, "rope_cos")
+    check_tensor(kv_block_table, "kv_block_table", [torch.int32], 2, device, "rope_cos")
+    check_tensor(compress_cos, "compress_cos", [rope_cos.dtype], 4, device, "rope_cos")
+    check_tensor(compress_sin, "compress_sin", [rope_cos.dtype], 4, device, "rope_cos")
+    if not (compress_cos.is_contiguous() and compress_sin.is_contiguous()):
+        raise ValueError("compress_cos and compress_sin must be contiguous")
+    num_rows, rope_dim = compress_cos.shape[0], rope_cos.shape[1]
+    if tuple(compress_cos.shape) != (num_rows, 1, 1, rope_dim):
+        raise ValueError(f"compress_cos must have shape [N, 1, 1, {rope_dim}], got {list(compress_cos.shape)}")
+    if compress_sin.shape != compress_cos.shape:
+        raise ValueError(f"compress_sin must have compress_cos's shape {list(compress_cos.shape)}, got "
+                         f"{list(compress_sin.shape)}")
+    if slot_mapping_format not in (FORMAT_FLAT, FORMAT_BLOCK_OFFSET):
+        raise ValueError(f"slot_mapping_format must be 1 (flat) or 2 (block, offset), got {slot_mapping_format}")
+    if slot_mapping_format == FORMAT_FLAT:
+        check_tensor(slot_mapping, "slot_mapping", [torch.int32], 1, device, "rope_cos")
+        if slot_mapping.shape[0] != num_rows:
+            raise ValueError(f"slot_mapping must have N = {num_rows} rows, got {list(slot_mapping.shape)}")
+    else:
+        check_tensor(slot_mapping, "slot_mapping", [torch.int32], 2, device, "rope_cos")
+        if tuple(slot_mapping.shape) != (num_rows, 2) or not slot_mapping.is_contiguous():
+            raise ValueError(f"slot_mapping must be a contiguous [N = {num_rows}, 2] tensor, got "
+                             f"{list(slot_mapping.shape)}")
+    for name, value in (("kv_block_size", kv_block_size), ("compress_ratio", compress_ratio)):
+        check_positive(value, name)
+        if value > INT32_MAX:
+            raise ValueError(f"{name} must fit int32, got {value}")
+    if num_reqs_actual < 0:
+        raise ValueError(f"num_reqs_actual must be >= 0, got {num_reqs_actual}")
+    for name, t, need, what in (("cu_seqlens", cu_seqlens, num_reqs_actual + 1, "num_reqs_actual + 1"),
+                                ("start_pos", start_pos, num_reqs_actual, "num_reqs_actual")):
+        if t.numel() < need:
+            raise ValueError(f"{name} must have at least {what} = {need} entries, got {t.numel()}")
+    if kv_block_table.shape[0] < num_reqs_actual:
+        raise ValueError(f"kv_block_table must have at least num_reqs_actual = {num_reqs_actual} rows, got "
+                         f"{kv_block_table.shape[0]}")
+    check_outputs_alias_nothing(
+        [(compress_cos, "compress_cos"), (compress_sin, "compress_sin"), (slot_mapping, "slot_mapping")],
+        [(rope_cos, "rope_cos"), (rope_sin, "rope_sin"), (cu_seqlens, "cu_seqlens"), (start_pos, "start_pos"),
+         (kv_block_table, "kv_block_table")])
+
+
+_OP = SpecOp("compressor_metadata", _check, _reference)
+
+
+def compressor_metadata(
+    rope_cos: torch.Tensor,
+    rope_sin: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    start_pos: torch.Tensor,
+    kv_block_table: torch.Tensor,
+    kv_block_size: int,
+    slot_mapping_format: int,
+    compress_ratio: int,
+    num_compressed_tokens: int,
+    num_reqs_actual: int,
+    *,
+    compress_cos: torch.Tensor | None = None,
+    compress_sin: torch.Tensor | None = None,
+    slot_mapping: torch.Tensor | None = None,
+) -> CompressorMetadata:
+    """vllm-ascend's `compressor_metadata` (its `_out` form when the three outputs are given):
+    for every compression group of `compress_ratio` positions that request r < num_reqs_actual
+    completes in this step (cu_seqlens: its query_start_loc, start_pos: seq_lens - query_lens),
+    in request order, the group's compressed-cache slot from the logical block table and the
+    RoPE cos/sin rows of its first position; rows that cannot be placed, and rows past the valid
+    ones up to `num_compressed_tokens`, get cos 1, sin 0 and slot -1 (flat, format 1) or
+    (-1, block size - 1) (format 2). rope_cos / rope_sin: [max_pos, rope_dim] (the ratio's full
+    tables). Outputs: [N, 1, 1, rope_dim] in the tables' dtype and int32 [N] or [N, 2]; absent
+    ones are allocated with N = num_compressed_tokens."""
+    if compress_cos is None or compress_sin is None or slot_mapping is None:
+        if not isinstance(rope_cos, torch.Tensor) or rope_cos.dim() != 2:
+            raise ValueError("rope_cos must be a 2-D tensor")
+        if not isinstance(num_compressed_tokens, int) or num_compressed_tokens < 0:
+            raise ValueError(f"num_compressed_tokens must be an int >= 0, got {num_compressed_tokens!r}")
+        rows = (num_compressed_tokens, 1, 1, rope_cos.shape[1])
+        if compress_cos is None:
+            compress_cos = torch.empty(rows, dtype=rope_cos.dtype, device=rope_cos.device)
+        if compress_sin is None:
+            compress_sin = torch.empty(rows, dtype=rope_cos.dtype, device=rope_cos.device)
+        if slot_mapping is None:
+            shape = (num_compressed_tokens,) if slot_mapping_format == FORMAT_FLAT else (num_compressed_tokens, 2)
+            slot_mapping = torch.empty(shape, dtype=torch.int32, device=rope_cos.device)
+    elif isinstance(compress_cos, torch.Tensor) and compress_cos.dim() >= 1 and \
+            num_compressed_tokens != compress_cos.shape[0]:
+        raise ValueError(f"num_compressed_tokens ({num_compressed_tokens}) must be compress_cos's row count "
+                         f"{compress_cos.shape[0]}")
+    _OP.select()(rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_table, kv_block_size, slot_mapping_format,
+                 compress_ratio, num_reqs_actual, compress_cos, compress_sin, slot_mapping)
+    return CompressorMetadata(compress_cos, compress_sin, slot_mapping)
