@@ -10,7 +10,7 @@ import torch
 
 from specops.drafting.buffers import DraftBuffers
 from specops.drafting.cache import StepCache
-from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig
+from specops.drafting.configs import SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig
 from specops.drafting.step import build_step, step_fingerprints
 from specops.ops._checks import check_positive
 from specops.ops.dspark_swa_indices import default_width
@@ -119,7 +119,8 @@ class DraftMetadataBuilder:
                 raise ValueError(
                     f"draft_index must be in [1, num_speculative_tokens = {num_speculative_tokens}], got {draft_index}")
             buffers = DraftBuffers(self.model, self.max_num_reqs, self.max_num_tokens, self.device, self.dspark_width,
-                                   draft_index, self._invariant_name, self._sas_names)
+                                   draft_index, self._invariant_name, self._sas_names,
+                                   SLOT_MAPPING_FORMATS[self.group.slot_mapping_format])
             self._buffers[draft_index] = buffers
         return buffers
 
