@@ -863,3 +863,4 @@ def test_shared_fields_are_the_metadata_fields_in_order():
     shared = drafting.configs.SharedFields._fields
     assert shared == tuple(FIELDS[:len(shared)])
     assert FIELDS[len(shared):] == ["sas_metadata", "slot_mapping", "dspark_swa_indices", "dspark_swa_lens", "window"]
+
