@@ -15,7 +15,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-explore test-asan test-peers test-cann-wheel wheel clean
+.PHONY: all install bench test test-explore test-asan test-peers test-ascend test-cann-wheel wheel clean
 
 all: install
 
@@ -103,6 +103,41 @@ $(PEERS)/.deps: tests/peers/requirements.txt | $(VENV)/.deps
 
 test-peers: install $(PEERS)/.site $(PEERS)/.deps
 	cd tests && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
+
+# The NPU route without an NPU (docs/device_readiness.md, tests/ascend): a venv of its own,
+# build/ascend-venv, because triton-ascend is the `triton` module itself and cannot share one
+# with upstream Triton. It holds torch (CPU), numpy below 2.4 (triton-ascend 3.2's interpreter
+# breaks on 2.4), triton-ascend 3.2.0 and ascendnpu-ir 1.2.0 (bishengir-compile); Debian's MLIR 19
+# lowers the adapter's linalg to x86, and valgrind checks the adapter's own memory use (apt
+# installs both when missing). Three runs: every kernel at every launched specialization
+# through triton-ascend's frontend, triton-adapter-opt and bishengir-compile; the lowered kernels
+# run on x86 between guard pages against the reference; the triton backend's suite under
+# triton-ascend's interpreter. Compiled artifacts are cached per specialization in build/ascend-cache.
+ASCEND_VENV := build/ascend-venv
+ASCEND_PY := $(ASCEND_VENV)/bin/python
+ASCEND_SPEC ?= triton-ascend==3.2.0
+ASCEND_IR_SPEC ?= ascendnpu-ir==1.2.0
+ASCEND_APT := mlir-19-tools llvm-19 libmlir-19 valgrind
+ASCEND_PIP_ARGS ?=
+ASCEND_TEST_ARGS ?=
+
+$(ASCEND_VENV)/.deps: Makefile
+	@for tool in mlir-opt-19 mlir-translate-19 llc-19 valgrind; do command -v $$tool >/dev/null || missing=1; done; \
+	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y --no-install-recommends $(ASCEND_APT); fi
+	[ -x $(ASCEND_PY) ] || $(PYTHON) -m venv $(ASCEND_VENV)
+	$(ASCEND_PY) -c "import torch" 2>/dev/null || $(ASCEND_PY) -m pip install $(ASCEND_PIP_ARGS) "$(TORCH_SPEC)"
+	$(ASCEND_PY) -m pip install $(ASCEND_PIP_ARGS) "numpy<2.4" $(BUILD_TOOLS) $(TEST_TOOLS) "$(ASCEND_SPEC)" "$(ASCEND_IR_SPEC)"
+	touch $@
+
+$(ASCEND_VENV)/.specops: $(ASCEND_VENV)/.deps $(SOURCES)
+	$(ASCEND_PY) -m pip install --no-build-isolation --no-deps -C build-dir=build/ascend-build .
+	touch $@
+
+test-ascend: $(ASCEND_VENV)/.specops
+	cd tests && ../$(ASCEND_PY) -m pytest -q -p no:xdist -p no:cacheprovider $(ASCEND_TEST_ARGS) ascend
+	cd tests && SPECOPS_TEST_BACKENDS=triton ../$(ASCEND_PY) -m pytest -q -n 2 -p no:cacheprovider \
+	  -W "ignore:Conversion of an array with ndim:DeprecationWarning" \
+	  --ignore=test_kernel_compile.py --ignore=test_packaging.py $(ASCEND_TEST_ARGS)
 
 # A wheel for this machine's torch, tagged +cann<version> when ASCEND_HOME_PATH holds a CANN
 # toolkit and +cpu otherwise.

@@ -66,6 +66,8 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
       return_kinds_.push_back(ArgKind::kInt);
     } else if (is_list_of(type, c10::TypeKind::IntType)) {
       return_kinds_.push_back(ArgKind::kIntList);
+    } else if (is_list_of(type, c10::TypeKind::TensorType)) {
+      return_kinds_.push_back(ArgKind::kTensorList);  // pcp_partition's host layout
     } else {
       throw std::invalid_argument("FastOp: " + qualified_name + " returns a " + type->str() +
                                   ", which the fast path does not convert");
@@ -133,6 +135,24 @@ namespace {
 // have __index__); the generic path converts them. None, floats and strings are not.
 bool has_index(PyObject* value) { return PyIndex_Check(value) != 0; }
 
+// NumPy's bool scalar, by its type's name (as pybind11 finds it): numpy.bool (NumPy 2) or
+// numpy.bool_ (NumPy 1), without importing NumPy.
+bool is_numpy_bool(PyObject* value) {
+  const std::string name = Py_TYPE(value)->tp_name;
+  return name == "numpy.bool" || name == "numpy.bool_";
+}
+
+// What a bool argument takes besides True and False (docs/hardening.md, "Scalar types"): the
+// values torch's schema reads as the bool they hold, a NumPy bool and a one-element bool tensor;
+// the generic path converts them. Torch would also read ints, floats and None by their truth
+// value; the wrappers reject those on every backend.
+bool is_boolean(PyObject* value) {
+  if (is_numpy_bool(value)) return true;
+  if (!THPVariable_Check(value)) return false;
+  const at::Tensor& tensor = THPVariable_Unpack(value);
+  return tensor.scalar_type() == c10::kBool && tensor.numel() == 1;
+}
+
 }  // namespace
 
 void FastOp::reject_unusable(PyObject* value, size_t position) const {
@@ -150,8 +170,10 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
       if (value != Py_None && !THPVariable_Check(value)) reject(name, "a tensor or None", value);
       break;
     case ArgKind::kInt:
+      if (!has_index(value)) reject(name, "an int", value);
+      break;
     case ArgKind::kBool:
-      if (!has_index(value)) reject(name, kinds_[position] == ArgKind::kInt ? "an int" : "a bool", value);
+      if (!is_boolean(value)) reject(name, "a bool (True, False, a NumPy bool or a one-element bool tensor)", value);
       break;
     case ArgKind::kTensorList:
     case ArgKind::kIntList: {
@@ -172,6 +194,13 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
 py::object FastOp::returned(const std::vector<c10::IValue>& stack) const {
   auto convert = [](const c10::IValue& value, ArgKind kind) -> py::object {
     if (kind == ArgKind::kInt) return py::int_(value.toInt());
+    if (kind == ArgKind::kTensorList) {
+      py::list tensors;
+      for (const at::Tensor& tensor : value.toTensorList()) {
+        tensors.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor)));
+      }
+      return std::move(tensors);
+    }
     py::list numbers;
     for (const int64_t number : value.toIntList()) numbers.append(number);
     return std::move(numbers);

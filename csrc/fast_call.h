@@ -44,7 +44,7 @@ class FastOp {
   std::vector<std::string> names_;
   size_t num_required_ = 0;  // arguments before the trailing ones with a schema default
   std::vector<c10::IValue> defaults_;  // the schema defaults of those trailing arguments
-  std::vector<ArgKind> return_kinds_;  // kInt or kIntList
+  std::vector<ArgKind> return_kinds_;  // kInt, kIntList or kTensorList
   pybind11::object generic_entry_;
 };
 

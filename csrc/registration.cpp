@@ -112,6 +112,54 @@ TORCH_LIBRARY(specops, m) {
       "Tensor cpu_num_computed_tokens, Tensor query_start_loc, Tensor(c!) positions, Tensor(d!) seq_lens, "
       "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int[] sizes, "
       "Tensor[] num_blocks) -> ()");
+
+  // docs/step_bookkeeping.md: the spec-decode step's own bookkeeping (input ids, sampled and
+  // rejected counts, request state, next tokens, later draft steps). A *_padded of -1: each
+  // output padded to its own end.
+  m.def(
+      "count_sampled_and_rejected(Tensor(a!) num_sampled, Tensor seq_lens, Tensor cu_num_logits, "
+      "Tensor idx_mapping, Tensor prefill_len, Tensor(b!) num_rejected, int num_reqs_padded) -> ()");
+  m.def(
+      "prepare_input_ids(Tensor(a!) input_ids, Tensor idx_mapping, Tensor query_start_loc, "
+      "Tensor num_computed_tokens, Tensor prefill_len, Tensor last_sampled_tokens, Tensor draft_tokens, "
+      "Tensor cu_num_logits, int num_new_sampled_tokens, Tensor? all_token_ids, Tensor(b!)? next_prefill_tokens, "
+      "Tensor(c!) logits_indices, Tensor(d!) expanded_idx_mapping, Tensor(e!) expanded_local_pos, "
+      "int num_logits_padded, int num_tokens_padded) -> ()");
+  m.def(
+      "post_update_after_sampling(Tensor idx_mapping, Tensor(a!) num_computed_tokens, Tensor? query_start_loc, "
+      "Tensor? sampled_tokens, Tensor? num_sampled, Tensor? num_rejected, Tensor(b!)? last_sampled_tokens, "
+      "Tensor(c!)? all_token_ids, Tensor(d!)? total_len, Tensor(e!)? output_bin_counts, Tensor? draft_tokens, "
+      "Tensor(f!)? draft_tokens_out) -> ()");
+  m.def(
+      "prepare_next_token_ids(Tensor sampled_token_ids, int vocab_size, Tensor? discard_request_mask, "
+      "Tensor? backup_next_token_ids, Tensor? token_ids, Tensor? num_tokens_no_spec, Tensor? cu_num_draft_tokens, "
+      "Tensor? query_start_loc, Tensor(a!) next_token_ids, Tensor(b!) valid_sampled_token_count, "
+      "Tensor(c!)? num_rejected_tokens, Tensor(d!)? token_indices_to_sample, int num_reqs_padded) -> ()");
+  // sizes = [max_model_len, rule (0 reset, 1 clamp), num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank,
+  // cp_interleave] then (block_size, blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group, as the
+  // fused op packs them; out_positions may be positions itself (in place) without token_indices.
+  m.def(
+      "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
+      "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
+      "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int[] sizes) -> ()");
+  // end of the step-bookkeeping block
+  // docs/pcp.md: prefill context parallelism (DualChunkSwap).
+  // Host-only: every rank's layout from host counts (padded_num_tokens -1: the largest rank's
+  // count). Returns [padded_gather_idx, gathered_kv_write_mask, hidden_restore_idx, replicated,
+  // rank_info (L, then the tokens and the segment count of every rank), segments (int32 [4, S]:
+  // request, length, start position, seq_len bound of every rank's segments, rank after rank),
+  // local_query_start_loc (int32 [S + P], every rank's n_k + 1 entries, rank after rank)].
+  m.def(
+      "pcp_partition(Tensor num_scheduled_tokens, Tensor num_computed_tokens, Tensor is_prefilling, "
+      "int pcp_world_size, bool shard_decode_requests, int dcp_world_size, int padded_num_tokens) -> Tensor[]");
+  m.def(
+      "pcp_local_inputs(Tensor global_input_ids, Tensor global_positions, Tensor local_gather_idx, "
+      "Tensor local_query_start_loc, int num_local_tokens, Tensor(a!) input_ids, Tensor(b!) positions, "
+      "Tensor(c!) seq_lens, int num_reqs_padded) -> ()");
+  // num_tokens_padded -1: every buffer padded to its own end.
+  m.def(
+      "pcp_gathered_slot_mappings(Tensor[] slot_mappings, Tensor padded_gather_idx, Tensor gathered_kv_write_mask, "
+      "Tensor(a!)[] out, int num_tokens_padded) -> ()");
 }
 
 // Every op that writes a caller's tensor bumps its version (csrc/written_versions.h). Defined

@@ -30,6 +30,15 @@ from op_specs.compressor_metadata import COMPRESSOR
 from op_specs.kv_quant_sas_metadata import KV_QUANT_SAS
 from op_specs.lightning_indexer_metadata import LIGHTNING_INDEXER
 from op_specs.store_kv_block_metadata import STORE_KV_BLOCK
+from op_specs.pcp_gathered_slot_mappings import PCP_SLOTS  # docs/pcp.md
+from op_specs.pcp_local_inputs import PCP_LOCAL  # docs/pcp.md
+
+# The step-bookkeeping ops.
+from op_specs.advance_draft_step import ADVANCE_DRAFT_STEP
+from op_specs.count_sampled_and_rejected import COUNT_SAMPLED
+from op_specs.post_update_after_sampling import POST_UPDATE
+from op_specs.prepare_input_ids import PREPARE_INPUT_IDS
+from op_specs.prepare_next_token_ids import NEXT_TOKENS
 
 __all__ = ["Arg", "Bad", "Call", "Corruption", "OpSpec", "bad", "bad_with", "extreme_values", "get_arg", "set_arg",
            "stale", "t32", "t64", "tensor_keys", "OP_TABLE", "HOST_HELPERS", "DSPARK", "FUSED", "SLOT_MAPPING"]
@@ -49,10 +58,18 @@ OP_TABLE: tuple[OpSpec, ...] = (
     CORRECT_SEQ_LENS,
     PREPARE_POSITIONS,
     FUSED,
+    # step bookkeeping
+    PREPARE_INPUT_IDS,
+    COUNT_SAMPLED,
+    POST_UPDATE,
+    NEXT_TOKENS,
+    ADVANCE_DRAFT_STEP,
     KV_QUANT_SAS,
     LIGHTNING_INDEXER,
     STORE_KV_BLOCK,
     COMPRESSOR,
+    PCP_LOCAL,
+    PCP_SLOTS,
     # Add an op here: one line per op (docs/hardening.md, "Adding an op").
 )
 
@@ -60,4 +77,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
 HOST_HELPERS = {
     "cp_local_max_lens": "the host ints of cp_local_metadata, from its query_start_loc(_cpu)/seq_lens(_cpu)",
     "check_slot_mapping_positions": "compute_slot_mapping's value checks for every group of PersistentMappings.refresh",
+    # A public op, but host-only (no device kernel, no buffers to write: it returns the layout),
+    # so none of the matrix's families applies; tests/test_pcp_partition.py covers its bad input.
+    "pcp_partition": "every PCP rank's layout from host counts (specops.pcp_partition)",
 }

@@ -284,3 +284,25 @@ def test_groups_of_different_widths_and_several_tiles(backend):
                                                 windows[g], block_sizes[g], widths[g], num_tokens, 1, 0)
         assert out[g][:, 0].tolist() == expected, f"group {g}"
         assert out_lens[g].tolist() == expected_lens, f"group {g} lens"
+
+
+def test_more_groups_than_one_launch_takes(backend):
+    # The Triton kernel takes MAX_GROUPS groups per launch: the next launches build the rest.
+    from specops.triton_kernels._groups import MAX_GROUPS
+
+    num_groups = MAX_GROUPS + 2
+    generator = torch.Generator().manual_seed(6)
+    query_start_loc = torch.tensor([0, 2, 2, 5, 6], dtype=torch.int32)
+    seq_lens = torch.tensor([30, 4, 70, 9], dtype=torch.int32)
+    tables = [torch.randint(0, 1 << 12, (4, 20), dtype=torch.int32, generator=generator) for _ in range(num_groups)]
+    windows = [5, 64, 1, 30, 8, 17][:num_groups]
+    block_sizes = [8, 4, 16, 8, 32, 4][:num_groups]
+    widths = [9, 67, 4, 34, 11, 21][:num_groups]  # at least window + num_speculative_tokens
+    out, out_lens = specops.dspark_swa_indices_multi(tables, query_start_loc, seq_lens, windows=windows,
+                                                     num_speculative_tokens=3, block_sizes=block_sizes,
+                                                     num_tokens=7, widths=widths)
+    for g in range(num_groups):
+        expected, expected_lens = expected_rows(tables[g].tolist(), query_start_loc.tolist(), seq_lens.tolist(),
+                                                windows[g], block_sizes[g], widths[g], 7, 1, 0)
+        assert out[g][:, 0].tolist() == expected, f"group {g}"
+        assert out_lens[g].tolist() == expected_lens, f"group {g} lens"

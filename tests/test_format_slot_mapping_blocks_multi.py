@@ -164,3 +164,16 @@ def test_groups_of_several_tiles(backend):
     specops.format_slot_mapping_blocks_multi(slots, [16, 7, 1000], num_slots=num_slots, out=out)
     for g, (values, block_size, pairs) in enumerate(zip(slots, [16, 7, 1000], out)):
         assert pairs.tolist() == expected_pairs(values.tolist(), block_size, num_slots, pairs.size(0)), f"group {g}"
+
+
+def test_more_groups_than_one_launch_takes(backend):
+    # The Triton kernel takes MAX_GROUPS groups per launch: the next launches format the rest.
+    from specops.triton_kernels._groups import MAX_GROUPS
+
+    generator = torch.Generator().manual_seed(5)
+    block_sizes = [16, 7, 1, 1000, 3, 64][: MAX_GROUPS + 2]
+    slots = [torch.randint(-40, 1 << 20, (9,), generator=generator) for _ in block_sizes]
+    out = [torch.full((9 + g, 2), 77, dtype=torch.int64) for g in range(len(block_sizes))]
+    specops.format_slot_mapping_blocks_multi(slots, block_sizes, num_slots=9, out=out)
+    for g, (values, block_size, pairs) in enumerate(zip(slots, block_sizes, out)):
+        assert pairs.tolist() == expected_pairs(values.tolist(), block_size, 9, pairs.size(0)), f"group {g}"

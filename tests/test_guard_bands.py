@@ -34,6 +34,9 @@ import specops
 GUARD = 4
 OUTPUT_CANARY = {torch.int32: -0x21524111, torch.int64: -0x2152411021524111}  # 0xDEADBEEF, 0xDEADBEEFDEADBEEF
 INPUT_CANARY = {torch.int32: 0x3EADBEEF, torch.int64: 0x3EADBEEF3EADBEEF}
+# A bool input is only read: True around it is its canary (prepare_next_token_ids' discard mask;
+# pcp_gathered_slot_mappings' write mask, where a band read as set would write).
+INPUT_CANARY[torch.bool] = True
 # Float tensors (compressor_metadata's RoPE rows): values exact in bfloat16 that no op computes.
 OUTPUT_CANARY.update({torch.float32: -12288.0, torch.bfloat16: -12288.0})
 INPUT_CANARY.update({torch.float32: -20480.0, torch.bfloat16: -20480.0})

@@ -359,7 +359,7 @@ BAD_INPUTS = [
     ("cp_world_size", dict(cp_world_size=0)),
     ("cp_rank", dict(cp_world_size=2, cp_rank=2)),
     ("cp_interleave", dict(cp_world_size=2, cp_interleave=3)),
-    ("idx_mapping", dict(idx_mapping=i32([0]))),
+    ("idx_mapping", dict(idx_mapping=i32([0, 1, 0]))),  # more rows than query_start_loc has requests
     ("idx_mapping", dict(idx_mapping=torch.tensor([0.0, 1.0]))),
 ]
 
@@ -478,3 +478,18 @@ def test_a_negative_token_count_is_written_whole_or_not_at_all():
         assert result.positions.tolist() == [0, 0, 0, 0], backend
         assert result.seq_lens.tolist() == [22 + 2, 11 - 3, 0], backend
         assert result.slot_mappings[0].tolist() == [PAD] * 4, backend
+
+
+def test_more_groups_than_one_launch_takes(backend):
+    # The Triton kernel takes MAX_GROUPS groups per launch: the next launches map the rest.
+    from specops.triton_kernels._groups import MAX_GROUPS
+
+    groups = [GROUP_CHOICES[g % len(GROUP_CHOICES)] for g in range(MAX_GROUPS + 2)]
+    step = make_spec_decode_step(torch.Generator().manual_seed(7), num_reqs=5, num_prev_rows=4, max_query_len=3,
+                                 groups=groups, cp_world_size=2, with_idx_mapping=True)
+    padding = dict(num_tokens_padded=step.num_tokens + 2, num_reqs_padded=6)
+    outputs = fresh_outputs(step, step.num_tokens + 2, 6)
+    enabled = [g != 1 for g in range(len(groups))]
+    expected_step, expected = expectation(step, outputs, 2, 1, 1, enabled, **padding)
+    run_fused(step, outputs, 2, 1, 1, slot_mapping_enabled=enabled, **padding)
+    assert_same_step(step, outputs, expected_step, expected, backend)

@@ -13,6 +13,9 @@ import torch
 # The interpreter runs programs one after another; a few keep each task loop exercised.
 INTERPRETER_PROGRAMS = 4
 
+# Set by `assumed_npu`: launchers take their NPU route, whatever device their tensors are on.
+_assumed_npu: contextvars.ContextVar[bool] = contextvars.ContextVar("specops_assumed_npu", default=False)
+
 # Set by `assumed_cores`: the grid a device with that many cores would get, wherever the launch runs.
 _assumed_cores: contextvars.ContextVar[int | None] = contextvars.ContextVar("specops_assumed_cores", default=None)
 
@@ -29,6 +32,23 @@ def assumed_cores(cores: int) -> Iterator[None]:
         yield
     finally:
         _assumed_cores.reset(token)
+
+
+@contextlib.contextmanager
+def assumed_npu() -> Iterator[None]:
+    """Inside the block, launchers that route the NPU differently (sas_metadata: the host op and
+    one asynchronous copy) take that route on any device: the NPU-route checks (tests/ascend)
+    run it on CPU tensors."""
+    token = _assumed_npu.set(True)
+    try:
+        yield
+    finally:
+        _assumed_npu.reset(token)
+
+
+def on_npu(device: torch.device) -> bool:
+    """Whether a launch on `device` takes the NPU route (torch_npu names its device `npu`)."""
+    return device.type == "npu" or _assumed_npu.get()
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,3 +77,18 @@ def num_programs(device: torch.device, num_tasks: int) -> int:
 def search_steps(num_items: int) -> int:
     """Iterations of a binary search over `num_items` sorted entries."""
     return max(1, (max(num_items, 1) - 1).bit_length())
+
+
+def nonempty(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor, or one element of its dtype on its device when it is empty.
+
+    Every lane that reads an empty tensor is masked off, but triton-ascend issues a masked
+    gather at every lane's offset, masked lanes included, and an offset of 0 is outside an empty
+    tensor. The element is never used: one per dtype and device, allocated on first use and
+    never filled, so a steady-state step allocates and launches nothing for it."""
+    return tensor if tensor.numel() > 0 else _placeholder(tensor.dtype, tensor.device)
+
+
+@functools.lru_cache(maxsize=None)
+def _placeholder(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty(1, dtype=dtype, device=device)

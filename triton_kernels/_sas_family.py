@@ -120,7 +120,7 @@ def _batches(query_ptr, kv_ptr, b0, num_batches, query_constant, kv_constant, gr
     s1, query_fits = _lengths(query_ptr, b, live, query_constant, QUERY_SOURCE)
     s2, kv_fits = _lengths(kv_ptr, b, live, kv_constant, KV_SOURCE)
     rows = s1 * group
-    valid = (query_fits & kv_fits & (s1 >= 0) & (s2 >= 0) & (rows <= 2147483647)) | ~live
+    valid = (query_fits & kv_fits & (s1 >= 0) & (s2 >= 0) & (rows <= 2147483647)) | (live == 0)
     tiles = tl.where(live & valid, (rows + m_tile - 1) // m_tile, 0)
     leftover = tl.where(live & valid, rows % m_tile, 0)
     return s1, s2, tiles, leftover, valid

@@ -33,7 +33,9 @@ def slots_of_tokens(
 
     safe_row = tl.where(valid, row, 0)
     safe_column = tl.where(valid, column, 0)
-    block_id = tl.load(block_table_ptr + safe_row * table_stride + safe_column, mask=valid, other=-1)
+    # Unmasked at the clamped offset, then selected: triton-ascend's adapter corrupts its heap on a mask of
+    # more than two comparisons (the table is never empty: the launchers pass `nonempty` tables).
+    block_id = tl.where(valid, tl.load(block_table_ptr + safe_row * table_stride + safe_column), -1)
     valid = valid & (block_id >= 0)
     slot = block_id.to(tl.int64) * block_size + (local_offset - kernel_block * block_size)
     return tl.where(valid, slot, -1)
@@ -45,7 +47,7 @@ def usable_columns(num_blocks_ptr, row, is_real, table_rows, table_cols, HAS_NUM
     a negative count none), never past the table; the whole row without num_blocks."""
     if HAS_NUM_BLOCKS:
         has_row = is_real & (row >= 0) & (row < table_rows)
-        allocated = tl.load(num_blocks_ptr + tl.where(has_row, row, 0), mask=has_row, other=0)
+        allocated = tl.where(has_row, tl.load(num_blocks_ptr + tl.where(has_row, row, 0)), 0)  # as block_id below
         columns = tl.minimum(tl.maximum(allocated, 0), table_cols)
     else:
         columns = tl.zeros_like(row).to(tl.int32) + table_cols

@@ -27,7 +27,7 @@ def _apply_staged_writes_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_tiles = tl.cdiv(num_values, BLOCK)
+    num_tiles = (num_values + BLOCK - 1) // BLOCK
     for tile in range(pid, num_tiles, num_progs):
         value_index = tile * BLOCK + tl.arange(0, BLOCK)
         is_value = (value_index >= 0) & (value_index < num_values)
@@ -46,7 +46,9 @@ def _apply_staged_writes_kernel(
             & (row >= 0) & (row < table_rows)
             & (start >= 0) & (start <= table_cols) & (end - begin <= table_cols - start)
         )
-        value = tl.load(values_ptr + value_index, mask=fits, other=0)
+        # Masked by the tile bound alone (only `fits` lanes are stored): triton-ascend turns a
+        # contiguous load with a data-dependent mask into a full-tile read.
+        value = tl.load(values_ptr + value_index, mask=is_value, other=0)
         column = tl.where(fits, start + (value_index - begin), 0)
         target = table_ptr + tl.where(fits, row, 0) * table_stride + column
         tl.store(target, value, mask=fits)

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels._search import segment_of
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
@@ -31,7 +31,7 @@ def _compute_slot_mapping_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_tiles = tl.cdiv(num_tokens_padded, BLOCK)
+    num_tiles = (num_tokens_padded + BLOCK - 1) // BLOCK
     for tile in range(pid, num_tiles, num_progs):
         token = tile * BLOCK + tl.arange(0, BLOCK)
         # Both ends: past 2^31 - 1 the lanes of the last tile wrap to negative indices.
@@ -40,10 +40,16 @@ def _compute_slot_mapping_kernel(
         request = segment_of(query_start_loc_ptr, token, is_real, num_reqs, num_search_steps, BLOCK)
         is_real = is_real & (request < num_reqs)
         if HAS_IDX_MAPPING:
-            row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)
+            # request is in [0, max(num_reqs - 1, 0)] in every lane: unmasked, then selected.
+            row = tl.where(is_real, tl.load(idx_mapping_ptr + request), -1).to(tl.int64)
         else:
             row = request.to(tl.int64)
-        position = tl.load(positions_ptr + token, mask=is_real, other=-1).to(tl.int64)
+        # Masked by one bound, then selected: triton-ascend turns a contiguous load with a data-dependent
+        # mask (request < num_reqs) into a full-tile read, and corrupts its heap on a mask of three
+        # comparisons.
+        in_positions = (token >= 0) & (token < tl.minimum(num_tokens, num_tokens_padded))
+        position = tl.load(positions_ptr + token, mask=in_positions, other=-1).to(tl.int64)
+        position = tl.where(is_real, position, -1)
         columns = usable_columns(num_blocks_ptr, row, is_real, table_rows, table_cols, HAS_NUM_BLOCKS)
         slot = slots_of_tokens(block_table_ptr, row, position, is_real, table_rows, columns, table_stride,
                                block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
@@ -70,11 +76,11 @@ def compute_slot_mapping(
     num_tiles = triton.cdiv(num_tokens_padded, BLOCK)
     grid = (num_programs(out.device, num_tiles),)
     _compute_slot_mapping_kernel[grid](
-        query_start_loc, positions, block_table,
-        idx_mapping if idx_mapping is not None else query_start_loc, out,
+        query_start_loc, positions, nonempty(block_table),
+        nonempty(idx_mapping) if idx_mapping is not None else query_start_loc, out,
         num_reqs, positions.numel(), num_tokens_padded,
         block_table.size(0), block_table.size(1), block_table.stride(0),
         block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
-        search_steps(num_reqs), num_blocks if num_blocks is not None else query_start_loc,
+        search_steps(num_reqs), nonempty(num_blocks) if num_blocks is not None else query_start_loc,
         HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=num_blocks is not None, BLOCK=BLOCK,
     )

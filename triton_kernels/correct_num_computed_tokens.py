@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from specops.triton_kernels._launch import nonempty
+
 BLOCK = 1024  # rows per tile; batches up to BLOCK rows never touch scratch
 
 
@@ -39,9 +41,10 @@ def _gather_corrected_counts(
                                          num_previous_rows)
     valid = tl.load(valid_sampled_token_count_ptr + previous, mask=continues, other=0)
     old_computed = tl.load(num_computed_tokens_ptr + previous, mask=continues, other=0)
-    takes_host = is_row & ~continues
-    host_computed = tl.load(cpu_num_computed_tokens_ptr + rows, mask=takes_host, other=0)
-    old_accepted = tl.load(num_accepted_tokens_ptr + rows, mask=takes_host, other=0)
+    # Masked by the row bound alone, and selected below: triton-ascend turns a contiguous load with
+    # a data-dependent mask into a full-tile read.
+    host_computed = tl.load(cpu_num_computed_tokens_ptr + rows, mask=is_row, other=0)
+    old_accepted = tl.load(num_accepted_tokens_ptr + rows, mask=is_row, other=0)
     computed = tl.where(continues, old_computed + valid, host_computed)
     accepted = tl.where(continues, valid, old_accepted)
     return computed, accepted
@@ -126,7 +129,8 @@ def correct_num_computed_tokens(
     scratch, one_tile = correction_scratch(num_computed_tokens, num_rows, 2)
     # One program by design: see the module docstring.
     _correct_num_computed_tokens_kernel[(1,)](
-        num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
+        num_computed_tokens, num_accepted_tokens, prev_positions, nonempty(valid_sampled_token_count),
+        nonempty(prev_num_draft_tokens),
         cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
         BLOCK=BLOCK, ONE_TILE=one_tile,
     )

@@ -27,7 +27,7 @@ def _cp_local_metadata_kernel(
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
     first = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr), local_start), local_end)
-    num_tiles = tl.cdiv(num_entries, BLOCK)
+    num_tiles = (num_entries + BLOCK - 1) // BLOCK
     for tile in range(pid, num_tiles, num_progs):
         index = tile * BLOCK + tl.arange(0, BLOCK)
         in_range = index >= 0  # the lanes past 2^31 - 1 wrap to negative indices

@@ -1,6 +1,6 @@
 """Triton kernel for dcp_local_seq_lens: the KV length each DCP rank stores.
 
-Request-tiled; `base = s // (W * I) * I`, `local = base + clamp(s - base * W - rank * I, 0, I)`
+Request-tiled; `base = s // W // I * I` (= s // (W * I) * I), `local = base + clamp(s - base * W - rank * I, 0, I)`
 in int64 (an int64 seq_len may be past int32). A negative length, which the host op rejects,
 stores nothing: 0.
 """
@@ -23,13 +23,14 @@ def _dcp_local_seq_lens_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_tiles = tl.cdiv(num_out, BLOCK)
-    round_tokens = world_size.to(tl.int64) * interleave
+    num_tiles = (num_out + BLOCK - 1) // BLOCK
     for tile in range(pid, num_tiles, num_progs):
         index = tile * BLOCK + tl.arange(0, BLOCK)
         seq_len = tl.load(seq_lens_ptr + index, mask=index < num_reqs, other=0).to(tl.int64)
         seq_len = tl.maximum(seq_len, 0)
-        base = seq_len // round_tokens * interleave
+        # s // (W * I) as two floor divisions of a non-negative int64: no W * I product (which could
+        # wrap int32), and no method on world_size, which Triton 3.2 makes a constexpr when it is 1.
+        base = seq_len // world_size // interleave * interleave
         tail = seq_len - base * world_size - rank * interleave
         local = base + tl.minimum(tl.maximum(tail, 0), interleave)
         tl.store(out_ptr + index, local.to(out_ptr.dtype.element_ty), mask=index < num_out)

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from specops._cp import cp_token_split
-from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels._search import segment_of
 
 BLOCK_ROWS = 16
@@ -28,8 +28,10 @@ def rows_of_task(task, num_chunks, query_start_loc_ptr, seq_lens_ptr, num_reqs, 
     its request, the request's query length and seq_len (0 where not real; both int64)."""
     row_tile = task // num_chunks
     chunk = task - row_tile * num_chunks
-    row = row_tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    is_row = (row >= 0) & (row < num_rows)
+    # int64 rows: no lane wraps negative, so one comparison bounds the stores' masks (triton-ascend's
+    # adapter corrupts its heap on a mask of more than two comparisons).
+    row = (tl.zeros([BLOCK_ROWS], tl.int64) + row_tile) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    is_row = row < num_rows
     token = rows_begin + row
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     is_real = is_row & (token < num_tokens)
@@ -37,9 +39,13 @@ def rows_of_task(task, num_chunks, query_start_loc_ptr, seq_lens_ptr, num_reqs, 
     is_real = is_real & (request < num_reqs)
     # int64: seq_len - query_len - window wraps in int32 for values near INT32_MIN (a large start,
     # a negative column that passes `column < table_cols`, a load 2^31 entries early).
-    begin = tl.load(query_start_loc_ptr + request, mask=is_real, other=0).to(tl.int64)
-    end = tl.load(query_start_loc_ptr + request + 1, mask=is_real, other=0).to(tl.int64)
-    seq_len = tl.load(seq_lens_ptr + request, mask=is_real, other=0).to(tl.int64)
+    # Unmasked at clamped indices (query_start_loc has num_reqs + 1 entries, seq_lens is never empty)
+    # and selected: a masked row gather feeding the 2-D block-table gather crashes triton-ascend's
+    # adapter now and then (--discrete-mask-access-conversion).
+    safe_request = tl.where(is_real, request, 0)
+    begin = tl.where(is_real, tl.load(query_start_loc_ptr + safe_request), 0).to(tl.int64)
+    end = tl.where(is_real, tl.load(query_start_loc_ptr + tl.where(is_real, request + 1, 0)), 0).to(tl.int64)
+    seq_len = tl.where(is_real, tl.load(seq_lens_ptr + safe_request), 0).to(tl.int64)
     return chunk, row, is_row, is_real, request, end - begin, seq_len
 
 
@@ -61,13 +67,15 @@ def store_visible_slots(block_table_ptr, out_ptr, out_lens_ptr, row, is_row, is_
              & (request < table_rows)[:, None])
     safe_request = tl.where(valid, request[:, None], 0).to(tl.int64)
     safe_column = tl.where(valid, column, 0)
-    block_id = tl.load(block_table_ptr + safe_request * table_stride + safe_column, mask=valid, other=-1)
+    # Unmasked at in-bounds offsets (entry 0 where invalid), then selected: triton-ascend's adapter
+    # crashes on this gather masked by a per-row term, and reads every lane's offset anyway.
+    block_id = tl.where(valid, tl.load(block_table_ptr + safe_request * table_stride + safe_column), -1)
     slot = block_id.to(tl.int64) * block_size + (position - column * block_size)
     valid = valid & (block_id >= 0) & (slot <= 2147483647)
     slot = tl.where(valid, slot, -1).to(tl.int32)
 
     out_row = out_ptr + row.to(tl.int64)[:, None] * out_stride
-    tl.store(out_row + entry[None, :], slot, mask=is_row[:, None] & ((entry >= 0) & (entry < width))[None, :])
+    tl.store(out_row + entry[None, :], slot, mask=is_row[:, None] & (entry < width)[None, :])  # entry >= 0
     is_first_chunk = (tl.zeros_like(row) + chunk) == 0  # a tensor mask: the lens are written once
     tl.store(out_lens_ptr + row, visible.to(tl.int32), mask=is_row & is_first_chunk)
 
@@ -82,8 +90,8 @@ def _dspark_swa_indices_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_chunks = tl.cdiv(width, BLOCK_W)
-    num_tasks = tl.cdiv(num_rows, BLOCK_ROWS) * num_chunks
+    num_chunks = (width + BLOCK_W - 1) // BLOCK_W
+    num_tasks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS * num_chunks
     for task in range(pid, num_tasks, num_progs):
         chunk, row, is_row, is_real, request, query_len, seq_len = rows_of_task(
             task, num_chunks, query_start_loc_ptr, seq_lens_ptr, num_reqs, rows_begin, num_rows, num_search_steps,
@@ -115,7 +123,7 @@ def dspark_swa_indices(
     num_tasks = triton.cdiv(num_rows, BLOCK_ROWS) * triton.cdiv(width, BLOCK_W)
     grid = (num_programs(out.device, num_tasks),)
     _dspark_swa_indices_kernel[grid](
-        block_table, query_start_loc, seq_lens, out, out_lens,
+        nonempty(block_table), query_start_loc, nonempty(seq_lens), out, out_lens,
         num_reqs, split.local_start, num_rows, width, window, block_size,
         block_table.size(0), block_table.size(1), block_table.stride(0), out.stride(0),
         search_steps(num_reqs),

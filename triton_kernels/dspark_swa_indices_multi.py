@@ -3,7 +3,8 @@
 Tasks are (tile of BLOCK_ROWS rows of this rank's slice) x (chunk of BLOCK_W entries), up to
 the widest group's chunk count. A task finds its rows' requests once (the binary search over
 query_start_loc and the seq_len loads are the groups' common part), then writes that chunk of
-every group, unrolled over the groups (Triton tuples). The per-group math is
+every group of the launch, unrolled over up to MAX_GROUPS groups passed as plain arguments
+(triton_kernels/_groups.py says why not tuples). The per-group math is
 dspark_swa_indices' own (`store_visible_slots`); a chunk past a narrower group's width writes
 nothing there.
 """
@@ -15,7 +16,8 @@ import triton
 import triton.language as tl
 
 from specops._cp import cp_token_split
-from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_chunks
+from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels.dspark_swa_indices import BLOCK_ROWS, BLOCK_W, rows_of_task, store_visible_slots
 
 # At 4 warps the specialization with a window of 1 (a compile-time constant) reaches ptxas's 255
@@ -25,23 +27,42 @@ NUM_WARPS = 8
 
 @triton.jit
 def _dspark_swa_indices_multi_kernel(
-    block_tables, query_start_loc_ptr, seq_lens_ptr, outs, out_lens,
-    num_reqs, rows_begin, num_rows, widths, windows, block_sizes,
-    table_rows, table_cols, table_strides, out_strides,
-    num_chunks, num_search_steps,
+    query_start_loc_ptr, seq_lens_ptr, num_reqs, rows_begin, num_rows, num_chunks, num_search_steps,
+    block_table_0, out_0, out_lens_0, width_0, window_0, block_size_0,
+    table_rows_0, table_cols_0, table_stride_0, out_stride_0,
+    block_table_1, out_1, out_lens_1, width_1, window_1, block_size_1,
+    table_rows_1, table_cols_1, table_stride_1, out_stride_1,
+    block_table_2, out_2, out_lens_2, width_2, window_2, block_size_2,
+    table_rows_2, table_cols_2, table_stride_2, out_stride_2,
+    block_table_3, out_3, out_lens_3, width_3, window_3, block_size_3,
+    table_rows_3, table_cols_3, table_stride_3, out_stride_3,
     NUM_GROUPS: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_tasks = tl.cdiv(num_rows, BLOCK_ROWS) * num_chunks
+    num_tasks = (num_rows + BLOCK_ROWS - 1) // BLOCK_ROWS * num_chunks
     for task in range(pid, num_tasks, num_progs):
         chunk, row, is_row, is_real, request, query_len, seq_len = rows_of_task(
             task, num_chunks, query_start_loc_ptr, seq_lens_ptr, num_reqs, rows_begin, num_rows, num_search_steps,
             BLOCK_ROWS)
-        for g in tl.static_range(NUM_GROUPS):
-            store_visible_slots(block_tables[g], outs[g], out_lens[g], row, is_row, is_real, request, query_len,
-                                seq_len, chunk, widths[g], windows[g], block_sizes[g], table_rows[g], table_cols[g],
-                                table_strides[g], out_strides[g], BLOCK_W)
+        store_visible_slots(block_table_0, out_0, out_lens_0, row, is_row, is_real, request, query_len,
+                            seq_len, chunk, width_0, window_0, block_size_0, table_rows_0, table_cols_0,
+                            table_stride_0, out_stride_0, BLOCK_W)
+        if NUM_GROUPS > 1:
+            store_visible_slots(block_table_1, out_1, out_lens_1, row, is_row, is_real, request, query_len,
+                                seq_len, chunk, width_1, window_1, block_size_1, table_rows_1, table_cols_1,
+                                table_stride_1, out_stride_1, BLOCK_W)
+        if NUM_GROUPS > 2:
+            store_visible_slots(block_table_2, out_2, out_lens_2, row, is_row, is_real, request, query_len,
+                                seq_len, chunk, width_2, window_2, block_size_2, table_rows_2, table_cols_2,
+                                table_stride_2, out_stride_2, BLOCK_W)
+        if NUM_GROUPS > 3:
+            store_visible_slots(block_table_3, out_3, out_lens_3, row, is_row, is_real, request, query_len,
+                                seq_len, chunk, width_3, window_3, block_size_3, table_rows_3, table_cols_3,
+                                table_stride_3, out_stride_3, BLOCK_W)
+
+
+assert MAX_GROUPS == 4, "the kernel above is unrolled for MAX_GROUPS groups"
 
 
 def dspark_swa_indices_multi(
@@ -63,13 +84,14 @@ def dspark_swa_indices_multi(
     if num_rows == 0 or not block_tables:
         return
     num_reqs = query_start_loc.numel() - 1
-    num_chunks = max(triton.cdiv(width, BLOCK_W) for width in widths)
-    grid = (num_programs(query_start_loc.device, triton.cdiv(num_rows, BLOCK_ROWS) * num_chunks),)
-    _dspark_swa_indices_multi_kernel[grid](
-        tuple(block_tables), query_start_loc, seq_lens, tuple(out), tuple(out_lens),
-        num_reqs, split.local_start, num_rows, tuple(widths), tuple(windows), tuple(block_sizes),
-        tuple(t.size(0) for t in block_tables), tuple(t.size(1) for t in block_tables),
-        tuple(t.stride(0) for t in block_tables), tuple(t.stride(0) for t in out),
-        num_chunks, search_steps(num_reqs),
-        NUM_GROUPS=len(block_tables), BLOCK_ROWS=BLOCK_ROWS, BLOCK_W=BLOCK_W, num_warps=NUM_WARPS,
-    )
+    per_group = [(nonempty(table), out[g], out_lens[g], widths[g], windows[g], block_sizes[g], table.size(0),
+                  table.size(1), table.stride(0), out[g].stride(0)) for g, table in enumerate(block_tables)]
+    for groups in group_chunks(len(block_tables)):
+        num_chunks = max(triton.cdiv(widths[g], BLOCK_W) for g in groups)
+        grid = (num_programs(query_start_loc.device, triton.cdiv(num_rows, BLOCK_ROWS) * num_chunks),)
+        _dspark_swa_indices_multi_kernel[grid](
+            query_start_loc, nonempty(seq_lens), num_reqs, split.local_start, num_rows, num_chunks,
+            search_steps(num_reqs),
+            *flat_group_args(per_group, groups),
+            NUM_GROUPS=len(groups), BLOCK_ROWS=BLOCK_ROWS, BLOCK_W=BLOCK_W, num_warps=NUM_WARPS,
+        )

@@ -21,7 +21,10 @@ def format_tile(slot_mapping_ptr, out_ptr, tile, num_slots, num_rows, row_stride
     PAD's pair past num_slots."""
     index = tile * BLOCK + tl.arange(0, BLOCK)
     is_row = (index >= 0) & (index < num_rows)
-    slot = tl.load(slot_mapping_ptr + index, mask=is_row & (index < num_slots), other=-1).to(tl.int64)
+    # One bound, not is_row & (index < num_slots): triton-ascend's adapter corrupts its heap on a load
+    # mask of three comparisons (--discrete-mask-access-conversion, seen with valgrind).
+    slot = tl.load(slot_mapping_ptr + index, mask=(index >= 0) & (index < tl.minimum(num_rows, num_slots)),
+                   other=-1).to(tl.int64)
     block = slot // block_size
     offset = slot - block * block_size
     negative = offset < 0
@@ -39,7 +42,7 @@ def _format_slot_mapping_blocks_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_tiles = tl.cdiv(num_rows, BLOCK)
+    num_tiles = (num_rows + BLOCK - 1) // BLOCK
     for tile in range(pid, num_tiles, num_progs):
         format_tile(slot_mapping_ptr, out_ptr, tile, num_slots, num_rows, row_stride, block_size, BLOCK)
 

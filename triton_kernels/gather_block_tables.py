@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops.triton_kernels._launch import num_programs
+from specops.triton_kernels._launch import nonempty, num_programs
 
 BLOCK_ROWS = 8
 BLOCK_COLS = 128
@@ -28,27 +28,34 @@ def _gather_block_tables_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_tiles = tl.cdiv(num_reqs_padded, BLOCK_ROWS)
+    num_tiles = (num_reqs_padded + BLOCK_ROWS - 1) // BLOCK_ROWS
     for tile in range(pid, num_tiles, num_progs):
-        batch_row = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        in_padded = (batch_row >= 0) & (batch_row < num_reqs_padded)
-        row = tl.load(idx_mapping_ptr + batch_row, mask=in_padded & (batch_row < num_reqs), other=-1).to(tl.int64)
+        # int64 rows, so no lane wraps negative and one comparison bounds each mask: triton-ascend's
+        # adapter corrupts its heap on a load or store mask of more than two comparisons.
+        batch_row = (tl.zeros([BLOCK_ROWS], tl.int64) + tile) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        in_padded = batch_row < num_reqs_padded
+        row = tl.load(idx_mapping_ptr + batch_row, mask=batch_row < num_reqs, other=-1)
+        row = tl.where(in_padded, row, -1).to(tl.int64)
         has_row = (row >= 0) & (row < src_rows)
         safe_row = tl.where(has_row, row, 0)
-        count = tl.load(num_blocks_ptr + safe_row, mask=has_row, other=0)
+        count = tl.where(has_row, tl.load(num_blocks_ptr + safe_row), 0)
         count = tl.minimum(tl.maximum(count, 0), most_blocks)
         if MASK_WINDOW:
-            first_pos = tl.load(num_computed_tokens_ptr + safe_row, mask=has_row, other=0).to(tl.int64)
+            first_pos = tl.where(has_row, tl.load(num_computed_tokens_ptr + safe_row), 0).to(tl.int64)
             masked = tl.maximum(first_pos - sliding_window_reach, 0) // block_size
         else:
             masked = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
         src_row_ptr = src_ptr + safe_row * src_stride
-        out_row_ptr = out_ptr + batch_row.to(tl.int64) * out_stride
+        out_row_ptr = out_ptr + batch_row * out_stride
         for col_start in range(0, out_cols, BLOCK_COLS):
             col = col_start + tl.arange(0, BLOCK_COLS)
-            in_row = (col >= 0) & (col < out_cols)
+            in_row = col < out_cols  # col_start >= 0 and out_cols is a table width: no lane wraps
             copied = in_row[None, :] & (col[None, :] < count[:, None]) & (col[None, :] >= masked[:, None])
-            block_id = tl.load(src_row_ptr[:, None] + col[None, :], mask=copied, other=0)
+            # Unmasked, at an in-bounds offset in every lane (entry 0 of row 0 where nothing is copied),
+            # then selected: triton-ascend's adapter crashes on a masked 2-D load fed by the masked row
+            # gather, and issues a masked gather at every lane's offset anyway.
+            safe_col = tl.where(copied, col[None, :], 0)
+            block_id = tl.where(copied, tl.load(src_row_ptr[:, None] + safe_col), 0)
             written = in_padded[:, None] & in_row[None, :]
             tl.store(out_row_ptr[:, None] + col[None, :], block_id, mask=written)
 
@@ -69,7 +76,8 @@ def gather_block_tables(
     num_tiles = triton.cdiv(num_reqs_padded, BLOCK_ROWS)
     grid = (num_programs(out.device, num_tiles),)
     _gather_block_tables_kernel[grid](
-        src_block_table, num_blocks, idx_mapping, num_computed_tokens if mask_window else num_blocks, out,
+        nonempty(src_block_table), nonempty(num_blocks), nonempty(idx_mapping),
+        nonempty(num_computed_tokens if mask_window else num_blocks), out,
         idx_mapping.numel(), num_reqs_padded,
         src_block_table.size(0), src_block_table.stride(0), out.size(1), out.stride(0),
         min(src_block_table.size(1), out.size(1)),

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops.triton_kernels._launch import num_programs, search_steps
+from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels._search import segment_of
 
 BLOCK = 1024
@@ -25,9 +25,11 @@ def counts_of_requests(num_computed_tokens_ptr, idx_mapping_ptr, num_counts, req
                        HAS_IDX_MAPPING: tl.constexpr):
     """int32 count of each request: batch-indexed, or read through idx_mapping (0 without a row)."""
     if HAS_IDX_MAPPING:
-        row = tl.load(idx_mapping_ptr + request, mask=is_request, other=-1).to(tl.int64)
+        row = tl.where(is_request, tl.load(idx_mapping_ptr + tl.where(is_request, request, 0)), -1).to(tl.int64)
         has_row = is_request & (row >= 0) & (row < num_counts)
-        count = tl.load(num_computed_tokens_ptr + tl.where(has_row, row, 0), mask=has_row, other=0)
+        # Unmasked at the clamped row, then selected: triton-ascend's adapter corrupts its heap on a
+        # mask of more than two comparisons.
+        count = tl.where(has_row, tl.load(num_computed_tokens_ptr + tl.where(has_row, row, 0)), 0)
     else:
         count = tl.load(num_computed_tokens_ptr + request, mask=is_request, other=0)
     return count
@@ -69,8 +71,8 @@ def _prepare_positions_and_seq_lens_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    num_token_tiles = tl.cdiv(num_tokens_padded, BLOCK)
-    num_tasks = num_token_tiles + tl.cdiv(num_reqs_padded, BLOCK)
+    num_token_tiles = (num_tokens_padded + BLOCK - 1) // BLOCK
+    num_tasks = num_token_tiles + (num_reqs_padded + BLOCK - 1) // BLOCK
     for task in range(pid, num_tasks, num_progs):
         if task < num_token_tiles:
             token = task * BLOCK + tl.arange(0, BLOCK)
@@ -101,8 +103,8 @@ def prepare_positions_and_seq_lens(
     num_reqs = query_start_loc.numel() - 1
     grid = (num_programs(positions.device, num_tasks),)
     _prepare_positions_and_seq_lens_kernel[grid](
-        num_computed_tokens, query_start_loc, positions, seq_lens,
-        idx_mapping if idx_mapping is not None else query_start_loc,
+        nonempty(num_computed_tokens), query_start_loc, positions, seq_lens,
+        nonempty(idx_mapping) if idx_mapping is not None else query_start_loc,
         num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs), num_computed_tokens.numel(),
         BLOCK=BLOCK, HAS_IDX_MAPPING=idx_mapping is not None,
     )

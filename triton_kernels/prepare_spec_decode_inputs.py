@@ -4,9 +4,12 @@ One program (the correction needs every old count read before any store, see
 correct_num_computed_tokens.py), in three phases separated by barriers: the correction
 (`correct_counts`), then seq_lens per request tile, then per token tile the position
 (`positions_of_tokens`) and, from the position still in registers, the slot of every
-KV-cache group (`slots_of_tokens`, the math of compute_slot_mapping). The groups are Triton
-tuples (block tables, outputs and sizes), unrolled at compile time. A group whose slot mapping
-is disabled loads nothing from its table (every token masked off) and stores PAD.
+KV-cache group (`slots_of_tokens`, the math of compute_slot_mapping). Up to MAX_GROUPS groups per launch, each
+group's table, output and sizes passed as plain arguments (triton_kernels/_groups.py says why
+not tuples) and unrolled at compile time. Past MAX_GROUPS groups, each further launch (FIRST =
+False) maps the next groups' slots only, from the positions of the corrected counts the first
+launch stored. A group whose slot mapping is disabled loads nothing from its table (every token
+masked off) and stores PAD.
 """
 
 from __future__ import annotations
@@ -16,10 +19,23 @@ import triton
 import triton.language as tl
 
 from specops._spec_decode_sizes import SpecDecodeSizes
-from specops.triton_kernels._launch import search_steps
+from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_chunks
+from specops.triton_kernels._launch import nonempty, search_steps
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, correct_counts, correction_scratch
 from specops.triton_kernels.prepare_positions_and_seq_lens import positions_of_tokens, seq_lens_of_requests
+
+
+@triton.jit
+def _group_slots(block_table_ptr, slot_mapping_ptr, num_blocks_ptr, table_rows, table_cols, table_stride, block_size,
+                 blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave, enabled, token, in_buffer, row, position,
+                 is_real, HAS_NUM_BLOCKS: tl.constexpr):
+    """One group's slot of each token of the tile (PAD where its slot mapping is disabled)."""
+    mapped = tl.where(enabled != 0, is_real, False)
+    columns = usable_columns(num_blocks_ptr, row, mapped, table_rows, table_cols, HAS_NUM_BLOCKS)
+    slot = slots_of_tokens(block_table_ptr, row, position, mapped, table_rows, columns, table_stride, block_size,
+                           blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
+    tl.store(slot_mapping_ptr + token, narrowed_slot(slot, slot_mapping_ptr), mask=in_buffer)
 
 
 @triton.jit
@@ -28,22 +44,29 @@ def _prepare_spec_decode_inputs_kernel(
     prev_num_draft_tokens_ptr, cpu_num_computed_tokens_ptr, scratch_ptr, num_rows, num_previous_rows,
     query_start_loc_ptr, positions_ptr, seq_lens_ptr, idx_mapping_ptr,
     num_reqs, num_tokens_padded, num_reqs_padded, num_search_steps,
-    block_tables, slot_mappings, table_rows, table_cols, table_strides,
-    block_sizes, blocks_per_kv_block, cp_world_sizes, cp_ranks, cp_interleaves, slot_mapping_enabled, num_blocks,
+    block_table_0, slot_mapping_0, num_blocks_0, table_rows_0, table_cols_0, table_stride_0,
+    block_size_0, blocks_per_kv_block_0, cp_world_size_0, cp_rank_0, cp_interleave_0, enabled_0,
+    block_table_1, slot_mapping_1, num_blocks_1, table_rows_1, table_cols_1, table_stride_1,
+    block_size_1, blocks_per_kv_block_1, cp_world_size_1, cp_rank_1, cp_interleave_1, enabled_1,
+    block_table_2, slot_mapping_2, num_blocks_2, table_rows_2, table_cols_2, table_stride_2,
+    block_size_2, blocks_per_kv_block_2, cp_world_size_2, cp_rank_2, cp_interleave_2, enabled_2,
+    block_table_3, slot_mapping_3, num_blocks_3, table_rows_3, table_cols_3, table_stride_3,
+    block_size_3, blocks_per_kv_block_3, cp_world_size_3, cp_rank_3, cp_interleave_3, enabled_3,
     NUM_GROUPS: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr, BLOCK: tl.constexpr,
-    ONE_TILE: tl.constexpr,
+    ONE_TILE: tl.constexpr, FIRST: tl.constexpr,
 ):
-    correct_counts(num_computed_tokens_ptr, num_accepted_tokens_ptr, prev_positions_ptr,
-                   valid_sampled_token_count_ptr, prev_num_draft_tokens_ptr, cpu_num_computed_tokens_ptr, scratch_ptr,
-                   num_rows, num_previous_rows, BLOCK, ONE_TILE)
-    tl.debug_barrier()  # the corrected counts are stored and visible to every thread
+    if FIRST:
+        correct_counts(num_computed_tokens_ptr, num_accepted_tokens_ptr, prev_positions_ptr,
+                       valid_sampled_token_count_ptr, prev_num_draft_tokens_ptr, cpu_num_computed_tokens_ptr,
+                       scratch_ptr, num_rows, num_previous_rows, BLOCK, ONE_TILE)
+        tl.debug_barrier()  # the corrected counts are stored and visible to every thread
 
-    for start in range(0, num_reqs_padded, BLOCK):
-        request = start + tl.arange(0, BLOCK)
-        # The fused op's counts are batch-indexed (corrected in this step's layout): no idx_mapping.
-        seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs,
-                                        num_computed_tokens_ptr, 0, False)
-        tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
+        for start in range(0, num_reqs_padded, BLOCK):
+            request = start + tl.arange(0, BLOCK)
+            # The fused op's counts are batch-indexed (corrected in this step's layout): no idx_mapping.
+            seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs,
+                                            num_computed_tokens_ptr, 0, False)
+            tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
 
     for start in range(0, num_tokens_padded, BLOCK):
         token = start + tl.arange(0, BLOCK)
@@ -51,18 +74,32 @@ def _prepare_spec_decode_inputs_kernel(
         request, position, is_real = positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token,
                                                          num_reqs, num_search_steps, num_computed_tokens_ptr, 0,
                                                          BLOCK, False)
-        tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty), mask=in_buffer)
+        if FIRST:
+            tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty), mask=in_buffer)
         if HAS_IDX_MAPPING:
-            row = tl.load(idx_mapping_ptr + request, mask=is_real, other=-1).to(tl.int64)
+            # request is in [0, max(num_reqs - 1, 0)] in every lane: unmasked, then selected.
+            row = tl.where(is_real, tl.load(idx_mapping_ptr + request), -1).to(tl.int64)
         else:
             row = request.to(tl.int64)
-        for g in tl.static_range(NUM_GROUPS):
-            mapped = tl.where(slot_mapping_enabled[g] != 0, is_real, False)
-            columns = usable_columns(num_blocks[g], row, mapped, table_rows[g], table_cols[g], HAS_NUM_BLOCKS)
-            slot = slots_of_tokens(block_tables[g], row, position, mapped, table_rows[g], columns,
-                                   table_strides[g], block_sizes[g], blocks_per_kv_block[g], cp_world_sizes[g],
-                                   cp_ranks[g], cp_interleaves[g])
-            tl.store(slot_mappings[g] + token, narrowed_slot(slot, slot_mappings[g]), mask=in_buffer)
+        if NUM_GROUPS > 0:
+            _group_slots(block_table_0, slot_mapping_0, num_blocks_0, table_rows_0, table_cols_0, table_stride_0,
+                         block_size_0, blocks_per_kv_block_0, cp_world_size_0, cp_rank_0, cp_interleave_0, enabled_0,
+                         token, in_buffer, row, position, is_real, HAS_NUM_BLOCKS)
+        if NUM_GROUPS > 1:
+            _group_slots(block_table_1, slot_mapping_1, num_blocks_1, table_rows_1, table_cols_1, table_stride_1,
+                         block_size_1, blocks_per_kv_block_1, cp_world_size_1, cp_rank_1, cp_interleave_1, enabled_1,
+                         token, in_buffer, row, position, is_real, HAS_NUM_BLOCKS)
+        if NUM_GROUPS > 2:
+            _group_slots(block_table_2, slot_mapping_2, num_blocks_2, table_rows_2, table_cols_2, table_stride_2,
+                         block_size_2, blocks_per_kv_block_2, cp_world_size_2, cp_rank_2, cp_interleave_2, enabled_2,
+                         token, in_buffer, row, position, is_real, HAS_NUM_BLOCKS)
+        if NUM_GROUPS > 3:
+            _group_slots(block_table_3, slot_mapping_3, num_blocks_3, table_rows_3, table_cols_3, table_stride_3,
+                         block_size_3, blocks_per_kv_block_3, cp_world_size_3, cp_rank_3, cp_interleave_3, enabled_3,
+                         token, in_buffer, row, position, is_real, HAS_NUM_BLOCKS)
+
+
+assert MAX_GROUPS == 4, "the kernel above is unrolled for MAX_GROUPS groups"
 
 
 def prepare_spec_decode_inputs(
@@ -88,19 +125,20 @@ def prepare_spec_decode_inputs(
     scratch, one_tile = correction_scratch(num_computed_tokens, num_rows, 2)
     num_reqs = query_start_loc.numel() - 1
     cp = [layout.group_cp(g) for g in range(len(block_tables))]
+    per_group = [(nonempty(table), slot_mappings[g], nonempty(num_blocks[g]) if num_blocks else query_start_loc,
+                  table.size(0), table.size(1), table.stride(0), layout.block_sizes[g], layout.blocks_per_kv_block[g],
+                  *cp[g], int(layout.slot_mapping_enabled[g])) for g, table in enumerate(block_tables)]
+    # A launch with no group still corrects the counts; its group slots are compiled away.
+    no_group = (query_start_loc, positions, query_start_loc, 0, 0, 0, 1, 1, 1, 0, 1, 0)
     # One program by design: see the module docstring.
-    _prepare_spec_decode_inputs_kernel[(1,)](
-        num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
-        cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
-        query_start_loc, positions, seq_lens, idx_mapping if idx_mapping is not None else query_start_loc,
-        num_reqs, layout.num_tokens_padded, layout.num_reqs_padded, search_steps(num_reqs),
-        tuple(block_tables), tuple(slot_mappings),
-        tuple(t.size(0) for t in block_tables), tuple(t.size(1) for t in block_tables),
-        tuple(t.stride(0) for t in block_tables),
-        tuple(layout.block_sizes), tuple(layout.blocks_per_kv_block),
-        tuple(c[0] for c in cp), tuple(c[1] for c in cp), tuple(c[2] for c in cp),
-        tuple(int(enabled) for enabled in layout.slot_mapping_enabled),
-        tuple(num_blocks) if num_blocks else tuple(query_start_loc for _ in block_tables),
-        NUM_GROUPS=len(block_tables), HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=bool(num_blocks),
-        BLOCK=BLOCK, ONE_TILE=one_tile,
-    )
+    for launch, groups in enumerate(group_chunks(len(block_tables)) or [range(0)]):
+        _prepare_spec_decode_inputs_kernel[(1,)](
+            nonempty(num_computed_tokens), num_accepted_tokens, prev_positions, nonempty(valid_sampled_token_count),
+            nonempty(prev_num_draft_tokens), cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
+            query_start_loc, positions, seq_lens,
+            nonempty(idx_mapping) if idx_mapping is not None else query_start_loc,
+            num_reqs, layout.num_tokens_padded, layout.num_reqs_padded, search_steps(num_reqs),
+            *flat_group_args(per_group, groups, filler=no_group),
+            NUM_GROUPS=len(groups), HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=bool(num_blocks),
+            BLOCK=BLOCK, ONE_TILE=one_tile, FIRST=launch == 0,
+        )

@@ -6,6 +6,12 @@ costed alone, LANES tiles at a time. The greedy pass keeps the costs of the curr
 batches, takes whole batches with one prefix sum, then the M tiles of the batch a core stops in,
 LANES at a time. Every FA entry is stored once when its core is done, the other words once at
 the end, so the program never reads back what it wrote; invalid values leave all 1024 words 0.
+
+On an Ascend NPU the launcher does not launch this kernel: triton-ascend's pointer analysis
+cannot trace loads whose offsets are carried through the greedy pass's data-dependent loop and
+branch structure (triton-adapter-opt stops in --triton-to-linalg, "AddPtrOp produced by
+unsupported operation"), and the pass is sequential by nature. The NPU route is the C++ host op
+and one asynchronous copy of the 1024 words (`host_route`), as SPEC's implementations list allows.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from specops.triton_kernels._launch import on_npu
 
 from specops.sas_family_layout import Variant
 from specops.sas_layout import (
@@ -160,7 +168,7 @@ def _sas_metadata_kernel(
     # work (query rows and KV) exactly when it costs something.
     total = tl.sum(batch_cost)
     any_work = total > 0
-    valid = valid & ~too_costly & (total <= max_total)
+    valid = valid & (too_costly == 0) & (total <= max_total)
     b0 = tl.zeros([], tl.int32) + REQS
     while valid & (b0 < num_batches):
         _, more_cost, _, _, _, _, more_max, too_costly = _chunk(
@@ -169,12 +177,12 @@ def _sas_metadata_kernel(
         total += tl.sum(more_cost)
         any_work = total > 0
         max_tile = tl.maximum(max_tile, more_max)
-        valid = ~too_costly & (total <= max_total)
+        valid = (too_costly == 0) & (total <= max_total)
         b0 += REQS
 
     # Pass 2: the greedy pass, an FA entry per core.
     used = tl.where(valid, 1, 0)
-    if valid & ~any_work:
+    if valid & (any_work == 0):
         # No batch has work: core 0 covers every batch at once.
         entry = tl.where(field == 0, 1, tl.where(field == 4, num_batches, 0))
         tl.store(out_ptr + field, entry.to(tl.int32))
@@ -217,7 +225,7 @@ def _sas_metadata_kernel(
                 in_chunk = tl.minimum(num_batches - cached_b0, REQS)
                 ahead = (req >= first) & (req < in_chunk)
                 fits = (batch_end == batch_start) | (load + batch_end - consumed <= limit + batch_last // 2)
-                stop = tl.min(tl.where(ahead & ~fits, req, REQS))
+                stop = tl.min(tl.where(ahead & (fits == 0), req, REQS))
                 if stop == REQS:
                     load += chunk_total - consumed
                     b = cached_b0 + in_chunk
@@ -324,9 +332,25 @@ def sas_metadata(
     layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool, num_cube_cores: int, num_vector_cores: int,
     ascend950: bool, out: torch.Tensor,
 ) -> None:
+    if on_npu(out.device):
+        host_route(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
+                   seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
+                   cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv,
+                   num_cube_cores, num_vector_cores, ascend950, out)
+        return
     m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
     launch_schedule(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q),
                     kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), out,
                     num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), num_heads_q,
                     Variant(m_tile, s2_tile, planned_cores=num_cube_cores), ori_mask_mode, ori_win_left, ori_win_right,
                     has_cmp_kv, cmp_ratio, cmp_topk)
+
+
+def host_route(*arguments: object) -> None:
+    """The NPU route: the C++ host op on host copies of the length tensors, into a pinned staging
+    buffer, then one asynchronous copy into `out` (the last argument)."""
+    *inputs, out = arguments
+    host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
+    staged = torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=out.device.type != "cpu")
+    torch.ops.specops.sas_metadata.default(*host_inputs, staged)
+    out.copy_(staged, non_blocking=True)

@@ -2,6 +2,8 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
 #include "cpu/scratch.h"
 #include "cpu/slot_mapping_checks.h"
 #include "kernels/compute_slot_mapping.h"
@@ -29,36 +31,44 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
                                                   {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}},
                                                   {num_blocks.has_value() ? &*num_blocks : nullptr, {"num_blocks"}}});
 
-  const kernels::SlotMappingDivisors divisors(shape);
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   const int32_t* table = block_table.data_ptr<int32_t>();
   AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "compute_slot_mapping", [&] {
     using PosT = index_t;
     const PosT* pos = positions.data_ptr<PosT>();
     with_idx_mapping(idx_mapping, [&](auto* idx) {
-      using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
       check_rows_inside_table(idx, num_reqs, shape.block_table_rows, "block_table");
-      const int64_t bad = kernels::find_position_beyond_block_table<PosT, IdxT>(qsl, pos, idx, shape, divisors);
-      if (bad >= 0) {
+      // The check places a token only past its row's covered positions, so it keeps the general
+      // divisors; the write pass is compiled per divisor kind.
+      const kernels::SlotMappingDivisors checked(shape);
+      const kernels::SlotMappingCheck found = kernels::check_slot_mapping_batch(qsl, pos, idx, shape, checked);
+      if (found.bad_token >= 0) {
+        const int64_t bad = found.bad_token;
         const int64_t request = request_of_token(qsl, num_reqs, bad);
         const int64_t row = idx ? static_cast<int64_t>(idx[request]) : request;
         TORCH_CHECK_VALUE(false, "positions[", bad, "]: ",
-                          position_outside_message(pos[bad], request, row, shape, divisors, "block_table", "num_blocks"));
+                          position_outside_message(pos[bad], request, row, shape, checked, "block_table", "num_blocks"));
       }
-      if (out.scalar_type() == c10::kLong) {
-        kernels::compute_slot_mapping<PosT, IdxT, int64_t>(qsl, pos, table, idx, out.data_ptr<int64_t>(), shape, divisors);
-        return;
-      }
-      // An int32 out: the slots are computed wide and checked before the first store.
-      int64_t* wide = int64_scratch(num_tokens_padded);
-      kernels::compute_slot_mapping<PosT, IdxT, int64_t>(qsl, pos, table, idx, wide, shape, divisors);
-      const int64_t past = kernels::find_slot_past_int32(wide, num_tokens_padded);
-      TORCH_CHECK_VALUE(past < 0, "out is int32, but the slot of positions[", past, "] = ",
-                        static_cast<int64_t>(pos[past < 0 ? 0 : past]), " is ", wide[past < 0 ? 0 : past],
-                        " (its block id in block_table times block_size = ", block_size,
-                        "), past 2^31 - 1; pass an int64 out");
-      int32_t* narrow = out.data_ptr<int32_t>();
-      for (int64_t t = 0; t < num_tokens_padded; ++t) narrow[t] = static_cast<int32_t>(wide[t]);
+      kernels::with_slot_divisors(shape, [&](const auto& divisors) {
+        if (out.scalar_type() == c10::kLong) {
+          kernels::compute_slot_mapping(qsl, pos, table, idx, out.data_ptr<int64_t>(), shape, divisors, &found);
+          return;
+        }
+        // An int32 out: the slots go to scratch first, and only if the largest fits are they
+        // copied out (a slot past 2^31 - 1 would wrap to another request's slot).
+        int32_t* narrow = int32_scratch(num_tokens_padded);
+        const int64_t largest = kernels::compute_slot_mapping(qsl, pos, table, idx, narrow, shape, divisors, &found);
+        if (largest > INT32_MAX) {
+          int64_t* wide = int64_scratch(num_tokens_padded);
+          kernels::compute_slot_mapping(qsl, pos, table, idx, wide, shape, divisors, &found);
+          const int64_t past = std::max<int64_t>(kernels::find_slot_past_int32(wide, num_tokens_padded), 0);
+          TORCH_CHECK_VALUE(false, "out is int32, but the slot of positions[", past, "] = ",
+                            static_cast<int64_t>(pos[past]), " is ", wide[past],
+                            " (its block id in block_table times block_size = ", block_size,
+                            "), past 2^31 - 1; pass an int64 out");
+        }
+        std::copy(narrow, narrow + num_tokens_padded, out.data_ptr<int32_t>());
+      });
     });
   });
 }
@@ -108,14 +118,13 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
       use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
                      block_tables[g], table_name, shape);
     }
-    const kernels::SlotMappingDivisors divisors(shape);
     AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "check_slot_mapping_positions", [&] {
       using PosT = index_t;
       const PosT* pos = positions.data_ptr<PosT>();
       with_idx_mapping(idx_mapping, [&](auto* idx) {
-        using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
         check_rows_inside_table(idx, num_reqs, shape.block_table_rows, table_name);
-        const int64_t bad = kernels::find_position_beyond_block_table<PosT, IdxT>(qsl, pos, idx, shape, divisors);
+        const kernels::SlotMappingDivisors divisors(shape);
+        const int64_t bad = kernels::check_slot_mapping_batch(qsl, pos, idx, shape, divisors).bad_token;
         if (bad >= 0) {
           const int64_t request = request_of_token(qsl, num_reqs, bad);
           const int64_t row = idx ? static_cast<int64_t>(idx[request]) : request;

@@ -66,18 +66,6 @@ void dspark_swa_indices_multi(at::TensorList block_tables, const at::Tensor& que
     TORCH_CHECK_VALUE(target_lens.numel() >= split.tokens_per_rank, "out_lens[", g, "] must have at least ",
                       split.tokens_per_rank, " entries, got ", target_lens.numel());
 
-    const int64_t covered = table.size(1) * block_sizes[g];
-    for (int64_t r = 0; r < num_reqs; ++r) {
-      const int64_t query_len = qsl[r + 1] - qsl[r];
-      if (query_len == 0) continue;  // a request without tokens has no row to fill
-      TORCH_CHECK_VALUE(lens[r] <= covered, "seq_lens[", r, "] = ", lens[r], " is beyond block_tables[", g, "] (",
-                        table.size(1), " blocks of ", block_sizes[g], " tokens per row)");
-      const int64_t visible = lens[r] - std::max<int64_t>(lens[r] - query_len - windows[g], 0);
-      TORCH_CHECK_VALUE(visible <= widths[g], "widths[", g, "] = ", widths[g], " is too small for request ", r,
-                        ", which sees ", visible, " tokens (its query of ", query_len, " plus windows[", g, "] = ",
-                        windows[g], ")");
-    }
-
     kernels::DSparkGroup& group = groups[g];
     group.block_table = table.data_ptr<int32_t>();
     group.out = target.data_ptr<int32_t>();
@@ -93,6 +81,24 @@ void dspark_swa_indices_multi(at::TensorList block_tables, const at::Tensor& que
     shape.table_cols = table.size(1);
     shape.table_stride = table.stride(0);
     shape.out_stride = target.stride(0);
+
+    // What dspark_swa_indices rejects for this group's call alone, in its order.
+    const int64_t covered = table.size(1) * block_sizes[g];
+    for (int64_t r = 0; r < num_reqs; ++r) {
+      const int64_t query_len = qsl[r + 1] - qsl[r];
+      if (query_len == 0) continue;  // a request without tokens has no row to fill
+      TORCH_CHECK_VALUE(lens[r] <= covered, "seq_lens[", r, "] = ", lens[r], " is beyond block_tables[", g, "] (",
+                        table.size(1), " blocks of ", block_sizes[g], " tokens per row)");
+      const int64_t visible = lens[r] - std::max<int64_t>(lens[r] - query_len - windows[g], 0);
+      TORCH_CHECK_VALUE(visible <= widths[g], "widths[", g, "] = ", widths[g], " is too small for request ", r,
+                        ", which sees ", visible, " tokens (its query of ", query_len, " plus windows[", g, "] = ",
+                        windows[g], ")");
+      const int64_t past = kernels::find_position_past_int32(group.block_table, r,
+                                                             kernels::visible_range(query_len, lens[r], shape), shape);
+      TORCH_CHECK_VALUE(past < 0, "out[", g, "] is int32, but position ", past, " of request ", r,
+                        " has a slot past 2^31 - 1 (its block id in block_tables[", g, "] times block_sizes[", g,
+                        "] = ", block_sizes[g], ")");
+    }
   }
   // Every output is written once, and every input is read while outputs are written: an output
   // may share memory with nothing else.

@@ -131,9 +131,9 @@ void kv_quant_sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t he
   // ori_win_right is ignored by the kernel: the band ends at each token's own position.
   const sas::SASShape shape = sas::make_shape(num_batches, num_heads_q, ori_mask_mode, ori_win_left, 0, has_cmp_kv,
                                               cmp_ratio, cmp_topk, plan.planned_cores, plan.variant, query, kv);
-  const sas::BatchTable table = sas::make_batch_table(shape, int64_scratch(sas::batch_table_size(shape)));
+  const sas_inputs::BatchTableStorage storage(shape, batch_source);
   sas::with_tile_coster(shape, [&](const auto& coster) {
-    sas_inputs::write_checked_schedule(shape, coster, table, kQueryNames, kKvNames, out.data_ptr<int32_t>());
+    sas_inputs::write_checked_schedule(shape, coster, storage.table(), kQueryNames, kKvNames, out.data_ptr<int32_t>());
   });
 }
 

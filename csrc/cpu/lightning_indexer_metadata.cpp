@@ -129,8 +129,8 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
   const sas::SASShape shape = sas::make_shape(num_batches, num_heads_q, sas::kMaskNone, 0, 0, false, 1, 0,
                                               num_cube_cores, li::variant(ascend950), query, key);
   const li::TileCoster coster{shape, sparse_mode == li::kModeCausal, ascend950, cmp_ratio};
-  const sas::BatchTable table = sas::make_batch_table(shape, int64_scratch(sas::batch_table_size(shape)));
-  sas_inputs::write_checked_schedule(shape, coster, table, kQueryNames, kKeyNames, out.data_ptr<int32_t>());
+  const sas_inputs::BatchTableStorage storage(shape, "actual_seq_lengths_query");
+  sas_inputs::write_checked_schedule(shape, coster, storage.table(), kQueryNames, kKeyNames, out.data_ptr<int32_t>());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // CPU op for prepare_spec_decode_inputs: validates everything (the positions from the gathered
-// counts included), then stores the correction, positions, seq_lens and every slot mapping.
+// counts included), then stores the correction, positions, seq_lens and every slot mapping in
+// one pass over the requests (kernels/prepare_spec_decode_inputs.h).
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -45,8 +46,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == num_groups,
                     "num_blocks must be empty or hold one tensor per block table (len(block_tables) = ", num_groups,
                     "), got ", num_blocks.size());
-  std::vector<kernels::SlotMappingGroup> groups;
-  groups.reserve(num_groups);
+  // Per-thread lists that keep their capacity: the steady state allocates nothing.
+  thread_local std::vector<kernels::SlotMappingGroup> groups;
+  groups.clear();
   for (size_t g = 0; g < num_groups; ++g) {
     const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
     const int64_t block_size = sizes[kNumScalars + kPerGroup * g];
@@ -75,12 +77,14 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   // Every output is written once, so no two may share memory. The correction's four inputs
   // are read in full before the first store (gathered into scratch), so they may alias any
   // output; query_start_loc, idx_mapping and the block tables are read while storing.
-  std::vector<NamedTensor> outputs = {{&num_computed_tokens, {"num_computed_tokens"}},
-                                      {&num_accepted_tokens, {"num_accepted_tokens"}},
-                                      {&positions, {"positions"}},
-                                      {&seq_lens, {"seq_lens"}}};
-  std::vector<NamedTensor> read_while_storing = {{&query_start_loc, {"query_start_loc"}},
-                                                 {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}}};
+  thread_local std::vector<NamedTensor> outputs;
+  thread_local std::vector<NamedTensor> read_while_storing;
+  outputs.assign({{&num_computed_tokens, {"num_computed_tokens"}},
+                  {&num_accepted_tokens, {"num_accepted_tokens"}},
+                  {&positions, {"positions"}},
+                  {&seq_lens, {"seq_lens"}}});
+  read_while_storing.assign({{&query_start_loc, {"query_start_loc"}},
+                             {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}}});
   for (size_t g = 0; g < num_groups; ++g) {
     outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
     read_while_storing.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
@@ -88,8 +92,10 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   }
   check_outputs_alias_nothing(outputs, read_while_storing);
 
-  int32_t* new_computed = int32_scratch(2 * correction.num_rows);
+  // The gathered counts, and room for every request's corrected count (int32 slot mappings).
+  int32_t* new_computed = int32_scratch(2 * correction.num_rows + num_reqs);
   int32_t* new_accepted = new_computed + correction.num_rows;
+  int32_t* request_counts = new_accepted + correction.num_rows;
   int32_t* counts = num_computed_tokens.data_ptr<int32_t>();
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   kernels::PositionsShape positions_shape;
@@ -109,7 +115,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
     for (size_t g = 0; g < num_groups; ++g) {
       const kernels::SlotMappingGroup& group = groups[g];
-      if (!group.enabled) continue;  // its table is never read
+      if (!group.enabled()) continue;  // its table is never read
       check_rows_inside_table(idx, num_reqs, group.shape.block_table_rows,
                               ArgName{"block_tables", static_cast<int64_t>(g)});
       const int64_t bad = kernels::find_request_beyond_block_table<IdxT>(qsl, corrected, idx, group);
@@ -120,8 +126,8 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
         int64_t position = first;
         const int64_t columns = kernels::usable_columns(group.shape, row);
         while (position >= 0 && position <= INT32_MAX && position < first + query_len - 1) {
-          const kernels::TokenPlacement p = kernels::place_token<kernels::CpLayout::kInterleaved>(
-              static_cast<uint32_t>(position), group.shape, group.divisors);
+          const kernels::TokenPlacement p =
+              kernels::place_token<kernels::CpLayout::kInterleaved>(static_cast<uint32_t>(position), group.divisors);
           if (p.local && p.column >= columns) break;
           ++position;
         }
@@ -135,8 +141,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
       }
       if (group.out32 == nullptr) continue;
       // An int32 slot mapping: its slots are computed wide and checked before the first store.
-      int64_t* wide = int64_scratch(num_tokens_padded);
-      const int64_t past = kernels::find_group_slot_past_int32<IdxT>(qsl, corrected, idx, group, wide);
+      for (int64_t r = 0; r < num_reqs; ++r) request_counts[r] = corrected(r);
+      int64_t* wide = int64_scratch(num_tokens);
+      const int64_t past = kernels::find_group_slot_past_int32<IdxT>(qsl, request_counts, idx, group, wide);
       TORCH_CHECK_VALUE(past < 0, "slot_mappings[", g, "] is int32, but token ", past, " has slot ",
                         wide[past < 0 ? 0 : past], " (its block id in block_tables[", g, "] times block_sizes[", g,
                         "] = ", group.shape.block_size, "), past 2^31 - 1; pass an int64 slot mapping");

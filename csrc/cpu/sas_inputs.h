@@ -4,11 +4,14 @@
 // batch's lengths come from, and the messages for lengths the schedule refuses.
 #include <torch/library.h>
 
+#include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
 
 #include "cpu/checks.h"
+#include "cpu/scratch.h"
 #include "kernels/sas_metadata.h"
 
 namespace specops::cpu::sas_inputs {
@@ -20,10 +23,15 @@ inline bool is_given(const std::optional<at::Tensor>& t) { return t.has_value() 
 
 inline const at::Tensor* given_ptr(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
 
+// An empty tensor is not provided whatever its dtype and shape (vllm-ascend's DSA builders pass
+// empty float32 placeholders), so the dtype and rank are checked only when it holds values. Its
+// device is checked always: a tensor on another device selects another kernel.
 inline void check_length_tensor(const std::optional<at::Tensor>& t, const char* name, const at::Tensor& out) {
   if (!t.has_value()) return;
-  check_tensor(*t, name, {c10::kInt, c10::kLong}, 1);
+  TORCH_CHECK_VALUE(t->defined(), name, " must be a tensor, got None");
   TORCH_CHECK_VALUE(t->device() == out.device(), name, " must be on ", out.device(), " like out, got ", t->device());
+  if (t->numel() == 0) return;
+  check_tensor(*t, name, {c10::kInt, c10::kLong}, 1);
 }
 
 inline void check_int32_attribute(int64_t value, const char* name) {
@@ -47,6 +55,34 @@ inline sas::LengthSource constant_source(int64_t value) {
   source.constant = value;
   return source;
 }
+
+// Batches whose cost table the per-thread scratch keeps between calls (2 MiB at 4 values a row).
+constexpr int64_t kKeptTableRows = int64_t{1} << 16;
+
+// The cost table of one call: from the per-thread scratch up to kKeptTableRows rows; a larger one
+// is this call's alone, so that one large call does not keep its memory, and an allocation that
+// fails names where B came from.
+class BatchTableStorage {
+ public:
+  BatchTableStorage(const sas::SASShape& shape, const char* batch_source) : shape_(shape) {
+    const int64_t size = sas::batch_table_size(shape);
+    if (sas::batch_table_rows(shape) <= kKeptTableRows) {
+      scratch_ = int64_scratch(size);
+      return;
+    }
+    large_.reset(new (std::nothrow) int64_t[static_cast<size_t>(size)]);
+    TORCH_CHECK_VALUE(large_ != nullptr, batch_source, " describes ", shape.num_batches,
+                      " batches: their cost table (", 8 * size, " bytes) could not be allocated");
+    scratch_ = large_.get();
+  }
+
+  sas::BatchTable table() const { return sas::make_batch_table(shape_, scratch_); }
+
+ private:
+  const sas::SASShape& shape_;
+  std::unique_ptr<int64_t[]> large_;
+  int64_t* scratch_ = nullptr;
+};
 
 // The argument each kind of length source reads, for one side (query or KV) of one op.
 struct SourceNames {

@@ -125,7 +125,7 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
     kv = tensor_source(*cu_seqlens_ori_kv, sas::LengthSource::kCumulative);
   }
   // The lengths are read while the schedule is written: out shares memory with none of them.
-  const auto given = [](const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; };
+  const auto given = [](const std::optional<at::Tensor>& t) { return is_given(t) ? &*t : nullptr; };
   check_outputs_alias_nothing({{&out, {"out"}}}, {{given(cu_seqlens_q), {"cu_seqlens_q"}},
                                                   {given(cu_seqlens_ori_kv), {"cu_seqlens_ori_kv"}},
                                                   {given(cu_seqlens_cmp_kv), {"cu_seqlens_cmp_kv"}},
@@ -135,9 +135,9 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
   const sas::SASShape shape =
       sas::make_sas_shape(num_batches, num_heads_q, ori_mask_mode, ori_win_left, ori_win_right, has_cmp_kv, cmp_ratio,
                           cmp_topk, num_cube_cores, ascend950, query, kv);
-  const sas::BatchTable table = sas::make_batch_table(int64_scratch(4 * num_batches), num_batches);
+  sas_inputs::BatchTableStorage storage(shape, batch_source);
   sas::with_tile_coster(shape, [&](const auto& coster) {
-    sas_inputs::write_checked_schedule(shape, coster, table, kQueryNames, kKvNames, out.data_ptr<int32_t>());
+    sas_inputs::write_checked_schedule(shape, coster, storage.table(), kQueryNames, kKvNames, out.data_ptr<int32_t>());
   });
 }
 

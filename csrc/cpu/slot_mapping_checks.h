@@ -102,7 +102,7 @@ std::string position_outside_message(int64_t position, int64_t request, int64_t 
   std::ostringstream message;
   if (position >= 0 && position <= INT32_MAX && s.num_blocks != nullptr) {
     const kernels::TokenPlacement p =
-        kernels::place_token<kernels::CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, d);
+        kernels::place_token<kernels::CpLayout::kInterleaved>(static_cast<uint32_t>(position), d);
     if (p.column < s.block_table_cols) {
       message << "position " << position << " of request " << request << " is past its allocated blocks: it needs "
               << "block " << p.column << " of row " << row << " of " << table_name << ", which holds "

@@ -1,79 +1,188 @@
 #pragma once
 // KV-cache slot of every token, with context-parallel (CP) interleave (docs/slot_mapping.md); the
 // per-position math is kernels/slot_math.h.
+//
+// The host op makes two passes: check_slot_mapping_batch reads the positions (are a request's
+// consecutive, and below its row's covered_positions bound), then compute_slot_mapping writes.
+// When every request's positions are consecutive (a decode's query tokens, a prefill chunk) and
+// inside, the write pass reads one position per request and stores its slots in runs, one
+// placement and one block-id load per run (walk_consecutive_slots); otherwise each token is
+// placed alone, branch-free where the check proved it inside its row. Every loop is compiled
+// per layout and per divisor kind (shifts when the sizes are powers of two), so none branches on
+// the sizes.
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/slot_math.h"
 
 namespace specops::kernels {
 
-// First token (in batch order) whose lookup would leave the block table or its row's allocated
-// blocks, or -1 if none. The host wrapper rejects such a batch before anything is written.
-template <typename PosT, typename IdxT>
-int64_t find_position_beyond_block_table(const int32_t* query_start_loc, const PosT* positions,
-                                         const IdxT* idx_mapping, const SlotMappingShape& s,
-                                         const SlotMappingDivisors& d) {
-  // Fast accept: every position inside the virtual blocks that the table covers in full.
-  const int64_t virtual_block_size = s.block_size * s.blocks_per_kv_block * s.cp_world_size;
-  const int64_t covered = (s.block_table_cols / s.blocks_per_kv_block) * virtual_block_size;
-  bool all_covered = s.num_blocks == nullptr;
-  for (int64_t t = 0; all_covered && t < s.num_tokens; ++t) {
-    const int64_t position = positions[t];
-    all_covered &= position >= 0 && position < covered;
+// Whether positions[k] == positions[0] + k for every k < n (n >= 1). Requests are a few tokens
+// long and their test usually passes: a scalar loop, two tokens a step.
+template <typename PosT>
+inline bool positions_are_consecutive(const PosT* positions, int64_t n) {
+  const int64_t first = static_cast<int64_t>(positions[0]);
+  int64_t k = 1;
+  for (; k + 2 <= n; k += 2) {
+    const int64_t a = static_cast<int64_t>(positions[k]) ^ (first + k);
+    const int64_t b = static_cast<int64_t>(positions[k + 1]) ^ (first + k + 1);
+    if ((a | b) != 0) return false;
   }
-  if (all_covered) return -1;
-
-  for (int64_t r = 0; r < s.num_reqs; ++r) {
-    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
-    if (row < 0) continue;
-    const int64_t columns = usable_columns(s, row);
-    for (int64_t t = query_start_loc[r]; t < query_start_loc[r + 1]; ++t) {
-      const int64_t position = positions[t];
-      if (position < 0 || position > INT32_MAX) return t;
-      const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, d);
-      if (p.local && p.column >= columns) return t;
-    }
-  }
-  return -1;
+  return k == n || static_cast<int64_t>(positions[k]) == first + k;
 }
 
-// Writes out[0, num_tokens_padded). Tokens not stored on this rank, tokens of rows < 0 and
-// tokens whose block id is negative get PAD; so does the tail [num_tokens, num_tokens_padded).
-// Positions outside the table or past their row's allocated blocks also get PAD, so the body
-// never reads out of bounds (nor the null block a row holds past its count) even if called
-// without the host-side check.
-template <CpLayout kLayout, typename PosT, typename IdxT, typename OutT>
-void compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* positions,
-                               const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
-                               const SlotMappingShape& s, const SlotMappingDivisors& d) {
+// What the read-only pass found.
+struct SlotMappingCheck {
+  int64_t bad_token = -1;       // the first token to reject, or -1
+  bool all_covered = true;      // every position of a mapped row below its covered_positions
+  bool all_consecutive = true;  // and every mapped request's positions consecutive: runs
+};
+
+constexpr int64_t kMinTokensPerRequestForRuns = 3;
+
+// The check pass, reads only: the first token whose lookup would leave the block table or its
+// row's allocated blocks (the host wrapper rejects the batch before anything is written), and
+// how the write pass may run. A request whose positions are consecutive is inside its row when
+// its first and last are; only the others are tested token by token. Rows must be inside the
+// table (check_rows_inside_table runs first).
+template <typename D, typename PosT, typename IdxT>
+SlotMappingCheck check_slot_mapping_batch(const int32_t* query_start_loc, const PosT* positions,
+                                          const IdxT* idx_mapping, const SlotMappingShape& s, const D& d) {
+  SlotMappingCheck found;
+  const uint64_t table_covered = covered_positions(s, s.block_table_cols);
+  // Runs pay from a few tokens per request; below that (a decode without drafts) the tokens
+  // are placed one by one, and without per-row counts one branch-free sweep over the positions
+  // accepts the usual batch.
+  found.all_consecutive = s.num_tokens >= kMinTokensPerRequestForRuns * s.num_reqs;
+  if (!found.all_consecutive && s.num_blocks == nullptr &&
+      all_positions_below(positions, s.num_tokens, table_covered)) {
+    return found;
+  }
+  for (int64_t r = 0; r < s.num_reqs; ++r) {
+    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
+    const int64_t begin = query_start_loc[r], end = query_start_loc[r + 1];
+    if (row < 0 || begin == end) continue;  // PAD, whatever the positions
+    const int64_t columns = usable_columns(s, row);
+    const uint64_t covered = s.num_blocks == nullptr ? table_covered : covered_positions(s, columns);
+    const PosT* request = positions + begin;
+    if (found.all_consecutive && positions_are_consecutive(request, end - begin)) {
+      // first < covered and first + count <= covered, without the sum wrapping (a negative first is huge).
+      const uint64_t first = unsigned_position(request[0]);
+      if (first < covered && covered - first >= static_cast<uint64_t>(end - begin)) continue;
+    } else {
+      found.all_consecutive = false;
+      if (all_positions_below(request, end - begin, covered)) continue;
+    }
+    // Some position is past the fully covered virtual blocks: place each one (a token another
+    // rank stores there is fine).
+    found.all_covered = false;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t position = positions[t];
+      if (position < 0 || position > INT32_MAX) {
+        found.bad_token = t;
+        return found;
+      }
+      const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), d);
+      if (p.local && p.column >= columns) {
+        found.bad_token = t;
+        return found;
+      }
+    }
+  }
+  return found;
+}
+
+// How the write pass runs, from what the check pass proved: kRuns (all covered and consecutive),
+// kCovered (all covered), kChecked (no check, or some position past its row's bound: each token
+// is bounds-checked).
+enum class SlotMappingPath { kRuns, kCovered, kChecked };
+
+// Writes out[0, num_tokens_padded) and returns the largest slot written (PAD if none), which an
+// int32 caller checks before it copies the slots out. Tokens not stored on this rank, tokens of
+// rows < 0 and tokens whose block id is negative get PAD; so does the tail [num_tokens,
+// num_tokens_padded). On the kChecked path, positions outside the table or past their row's
+// allocated blocks also get PAD, so the body never reads out of bounds (nor the null block a row
+// holds past its count) even if called without the host-side check.
+template <CpLayout kLayout, SlotMappingPath kPath, typename D, typename PosT, typename IdxT, typename OutT>
+int64_t compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* positions, const int32_t* block_table,
+                                  const IdxT* idx_mapping, OutT* out, const SlotMappingShape& shape, const D& divisors) {
+  // Copies the stores through `out` cannot alias (an int64 store may write any int64 the
+  // compiler cannot see is local), so the sizes stay in registers across the token loop.
+  const SlotMappingShape s = shape;
+  const D d = divisors;
+  // Only an int32 output needs the largest slot; an int64 one skips the per-token max.
+  constexpr bool kTrackLargest = sizeof(OutT) < sizeof(int64_t);
+  int64_t largest = kPadSlotId;
+  bool any_unmapped = false;
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     const int64_t token_begin = query_start_loc[r];
     const int64_t token_end = query_start_loc[r + 1];
     if (row < 0 || row >= s.block_table_rows) {
-      for (int64_t t = token_begin; t < token_end; ++t) out[t] = static_cast<OutT>(kPadSlotId);
+      // Filled after the loop: a call in here would push the loop's values out of registers.
+      any_unmapped = true;
       continue;
     }
     const int32_t* block_row = block_table + row * s.block_table_stride;
-    const int64_t columns = usable_columns(s, row);
+    if constexpr (kPath == SlotMappingPath::kRuns) {
+      if (token_begin == token_end) continue;
+      OutT* request_out = out + token_begin;
+      walk_consecutive_slots<kLayout>(static_cast<uint32_t>(positions[token_begin]), token_end - token_begin,
+                                      block_row, s, d, [&](int64_t begin, int64_t length, int64_t base, int64_t step) {
+                                        if constexpr (kTrackLargest) {
+                                          largest = std::max(largest, base + step * (length - 1));
+                                        }
+                                        store_slot_run(request_out + begin, length, base, step);
+                                      });
+      continue;
+    }
+    constexpr bool kAllCovered = kPath != SlotMappingPath::kChecked;
+    const int64_t columns = kAllCovered ? 0 : usable_columns(s, row);
+    const uint64_t covered = kAllCovered ? 0 : covered_positions(s, columns);
     for (int64_t t = token_begin; t < token_end; ++t) {
-      out[t] = static_cast<OutT>(slot_of_position<kLayout>(positions[t], block_row, columns, s, d));
+      const int64_t position = positions[t];
+      int64_t slot;
+      if (kAllCovered || static_cast<uint64_t>(position) < covered) {
+        slot = slot_of_covered_position<kLayout>(static_cast<uint32_t>(position), block_row, s, d);
+      } else {
+        slot = slot_of_position<kLayout>(position, block_row, columns, s, d);
+      }
+      if constexpr (kTrackLargest) largest = std::max(largest, slot);
+      out[t] = static_cast<OutT>(slot);
     }
   }
-  for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
+  for (int64_t r = 0; any_unmapped && r < s.num_reqs; ++r) {
+    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
+    if (row < 0 || row >= s.block_table_rows) {
+      std::fill(out + query_start_loc[r], out + query_start_loc[r + 1], static_cast<OutT>(kPadSlotId));
+    }
+  }
+  std::fill(out + s.num_tokens, out + s.num_tokens_padded, static_cast<OutT>(kPadSlotId));
+  return largest;
 }
 
-template <typename PosT, typename IdxT, typename OutT>
-void compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions,
-                          const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
-                          const SlotMappingShape& s, const SlotMappingDivisors& d) {
-  if (s.cp_world_size == 1) {
-    compute_slot_mapping_impl<CpLayout::kSingleRank>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
-  } else if (s.cp_interleave == 1) {
-    compute_slot_mapping_impl<CpLayout::kContextParallel>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
-  } else {
-    compute_slot_mapping_impl<CpLayout::kInterleaved>(query_start_loc, positions, block_table, idx_mapping, out, s, d);
-  }
+// checked: what check_slot_mapping_batch found for this batch, or nullptr (every token is then
+// bounds-checked). Under CP without interleave every run is one token, so that layout places
+// tokens one by one.
+template <typename PosT, typename IdxT, typename OutT, typename D>
+int64_t compute_slot_mapping(const int32_t* query_start_loc, const PosT* positions, const int32_t* block_table,
+                             const IdxT* idx_mapping, OutT* out, const SlotMappingShape& s, const D& d,
+                             const SlotMappingCheck* checked = nullptr) {
+  return with_cp_layout(s, [&](auto layout) {
+    constexpr CpLayout kLayout = decltype(layout)::value;
+    const auto run = [&](auto path) {
+      return compute_slot_mapping_impl<kLayout, decltype(path)::value>(query_start_loc, positions, block_table,
+                                                                      idx_mapping, out, s, d);
+    };
+    using Path = SlotMappingPath;
+    if constexpr (kLayout != CpLayout::kContextParallel) {
+      if (checked != nullptr && checked->all_covered && checked->all_consecutive) {
+        return run(std::integral_constant<Path, Path::kRuns>{});
+      }
+    }
+    if (checked != nullptr && checked->all_covered) return run(std::integral_constant<Path, Path::kCovered>{});
+    return run(std::integral_constant<Path, Path::kChecked>{});
+  });
 }
 
 }  // namespace specops::kernels

@@ -32,4 +32,26 @@ class FastDivmod {
   uint32_t shift_ = 31;
 };
 
+// The same interface for a power-of-two divisor: a shift and a mask. Slot mappings pick it for
+// a whole call when every divisor of the call is a power of two (the usual block sizes, CP
+// sizes and interleaves), so the token loop does no multiplication at all.
+class Pow2Divmod {
+ public:
+  Pow2Divmod() = default;
+  explicit Pow2Divmod(uint32_t divisor)
+      : divisor_(divisor), shift_(divisor <= 1 ? 0 : static_cast<uint32_t>(__builtin_ctz(divisor))) {}
+
+  static bool accepts(uint32_t divisor) { return divisor != 0 && (divisor & (divisor - 1)) == 0; }
+
+  uint32_t divisor() const { return divisor_; }
+
+  uint32_t div(uint32_t dividend) const { return dividend >> shift_; }
+
+  uint32_t mod(uint32_t dividend) const { return dividend & (divisor_ - 1); }
+
+ private:
+  uint32_t divisor_ = 1;
+  uint32_t shift_ = 0;
+};
+
 }  // namespace specops::kernels

@@ -2,35 +2,69 @@
 // The metadata of one async spec-decode step in one call: the count correction, positions and
 // seq_lens, and the slot mapping of every KV-cache group. Equal to correct_num_computed_tokens,
 // then prepare_positions_and_seq_lens, then compute_slot_mapping per group, and built from
-// their bodies and the placement math of kernels/slot_math.h. Fusing saves the dispatch and checks
-// of 2 + G calls and, since the op knows each request's positions are consecutive, the
-// per-token divisions and block-table loads of the slot mappings (see
-// slots_of_consecutive_positions). A rejected call writes nothing: positions are validated
-// from the gathered counts before any store.
+// their bodies and the placement math of kernels/slot_math.h.
+//
+// A rejected call writes nothing: the corrected counts are gathered into scratch and every
+// group's positions validated from them (read-only) before the first store. Then one pass over
+// the requests stores everything: a request's corrected count, its positions, its seq_len and
+// its slots in every group, while its count and block-table rows are hot. The op made the
+// positions itself, so it knows a request's positions are consecutive: each group's slots come
+// in runs (walk_consecutive_slots), one placement and one block-id load per run, and a group
+// under CP without interleave, whose runs are single tokens, is placed token by token without
+// a branch. Each group's loop is compiled per layout and per divisor kind (shifts when its sizes
+// are powers of two), chosen once per group.
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/slot_math.h"
 #include "kernels/correct_num_computed_tokens.h"
 #include "kernels/prepare_positions_and_seq_lens.h"
+#include "kernels/slot_math.h"
 
 namespace specops::kernels {
 
+// A group's token loop: its layout and whether its sizes allow shifts, fixed per call.
+enum class SlotGroupKind : uint8_t {
+  kDisabled,  // slot mapping off: PAD for every token, the table never read
+  kSingleRankShifts,
+  kSingleRank,
+  kContextParallelShifts,
+  kContextParallel,
+  kInterleavedShifts,
+  kInterleaved,
+};
+
 // One KV-cache group: its table, its output (exactly one of out64 / out32 is set) and its
-// slot-mapping sizes (cp_world_size 1 for a group that is not CP-sharded). A group whose slot
-// mapping is disabled gets PAD for every token and its table is never read.
+// slot-mapping sizes (cp_world_size 1 for a group that is not CP-sharded).
 struct SlotMappingGroup {
   const int32_t* block_table = nullptr;
   int64_t* out64 = nullptr;
   int32_t* out32 = nullptr;
   SlotMappingShape shape;
   SlotMappingDivisors divisors;
-  bool enabled = true;
+  SlotMappingShifts shifts;  // meaningful for the *Shifts kinds
+  SlotGroupKind kind = SlotGroupKind::kDisabled;
+  uint64_t table_covered = 0;  // covered_positions of a whole row (rows without a count)
 
   SlotMappingGroup(const int32_t* table, int64_t* out_int64, int32_t* out_int32, const SlotMappingShape& s,
                    bool slot_mapping_enabled = true)
-      : block_table(table), out64(out_int64), out32(out_int32), shape(s), divisors(s),
-        enabled(slot_mapping_enabled) {}
+      : block_table(table), out64(out_int64), out32(out_int32), shape(s), divisors(s), shifts(s),
+        kind(kind_of(s, slot_mapping_enabled)), table_covered(covered_positions(s, s.block_table_cols)) {}
+
+  bool enabled() const { return kind != SlotGroupKind::kDisabled; }
+
+  // Positions below this lie in virtual blocks whose every column `row` may use.
+  uint64_t covered(int64_t row) const {
+    return shape.num_blocks == nullptr ? table_covered : covered_positions(shape, usable_columns(shape, row));
+  }
+
+ private:
+  static SlotGroupKind kind_of(const SlotMappingShape& s, bool enabled) {
+    if (!enabled) return SlotGroupKind::kDisabled;
+    const bool shifts = slot_sizes_are_powers_of_two(s);
+    if (s.cp_world_size == 1) return shifts ? SlotGroupKind::kSingleRankShifts : SlotGroupKind::kSingleRank;
+    if (s.cp_interleave == 1) return shifts ? SlotGroupKind::kContextParallelShifts : SlotGroupKind::kContextParallel;
+    return shifts ? SlotGroupKind::kInterleavedShifts : SlotGroupKind::kInterleaved;
+  }
 };
 
 // The count row r will hold after the correction: gathered for rows < num_corrected, untouched
@@ -43,23 +77,15 @@ struct CorrectedCounts {
   int32_t operator()(int64_t r) const { return r < num_corrected ? gathered[r] : buffer[r]; }
 };
 
-// The counts once stored (the store phase reads them back from num_computed_tokens).
-struct StoredCounts {
-  const int32_t* counts;
-
-  int32_t operator()(int64_t r) const { return counts[r]; }
-};
-
 // First request (batch order) one of whose positions count .. count + query_len - 1 is negative,
 // past int32, or stored on this rank beyond the group's table or its row's allocated blocks; -1
-// if none. Positions grow
-// inside a request and so do their columns, so a request whose last position lies inside the
-// virtual blocks that the table covers in full is accepted without looking at its tokens.
+// if none. Reads only. Positions grow inside a request and so do their columns, so a request
+// whose positions lie inside the virtual blocks that its row covers in full is accepted without
+// looking at its tokens.
 template <typename IdxT>
 int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const CorrectedCounts& counts,
                                         const IdxT* idx_mapping, const SlotMappingGroup& g) {
   const SlotMappingShape& s = g.shape;
-  const int64_t virtual_block_size = s.block_size * s.blocks_per_kv_block * s.cp_world_size;
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     const int64_t query_len = query_start_loc[r + 1] - query_start_loc[r];
@@ -67,159 +93,162 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
     const int64_t first = counts(r);
     const int64_t last = first + query_len - 1;
     if (first < 0 || last > INT32_MAX) return r;
+    if (static_cast<uint64_t>(last) < g.covered(row)) continue;
     const int64_t columns = usable_columns(s, row);
-    if (last < (columns / s.blocks_per_kv_block) * virtual_block_size) continue;
     for (int64_t position = first; position <= last; ++position) {
-      const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), s, g.divisors);
+      const TokenPlacement p = place_token<CpLayout::kInterleaved>(static_cast<uint32_t>(position), g.divisors);
       if (p.local && p.column >= columns) return r;
     }
   }
   return -1;
 }
 
-// Slots of the consecutive positions first .. first + count - 1 of one request, equal to
-// compute_slot_mapping's. The fused op made the positions itself, so it knows they are
-// consecutive: only the first one is placed with divisions; then each step moves one offset
-// along the virtual block (the interleave run ends: the next rank's run starts; the virtual
-// block ends: the next one starts), and the tokens this rank stores fill its kernel blocks in
-// order, so a block id is loaded once per kernel block, not once per token.
-template <CpLayout kLayout, typename OutT>
-void slots_of_consecutive_positions(int64_t first, int64_t count, const int32_t* block_row, int64_t columns,
-                                    OutT* out, const SlotMappingShape& s, const SlotMappingDivisors& d) {
-  if (count <= 0) return;
-  if (first < 0 || first + count - 1 > INT32_MAX) {
-    // Positions outside [0, 2^31) (never reached after the host checks): one at a time.
-    for (int64_t t = 0; t < count; ++t) {
-      out[t] = static_cast<OutT>(slot_of_position<CpLayout::kInterleaved>(first + t, block_row, columns, s, d));
-    }
-    return;
+// The slots of one request's consecutive positions first .. first + count - 1 (count >= 1) in
+// one group, equal to compute_slot_mapping's, written to out[0, count); returns the largest. A
+// row < 0 or past the table gives PAD; positions past the row's covered blocks (never reached
+// after the host checks) are placed one at a time with bounds checks. `s` and `d` are the
+// group's, passed apart so a caller's loop can hold copies of them in registers.
+template <CpLayout kLayout, typename D, typename OutT>
+inline int64_t request_slots(int64_t first, int64_t count, int64_t row, const SlotMappingGroup& g,
+                             const SlotMappingShape& s, const D& d, OutT* out) {
+  if (row < 0 || row >= s.block_table_rows) {
+    store_slot_run(out, count, kPadSlotId, 0);
+    return kPadSlotId;
   }
-  const uint32_t block_size = d.block.divisor();
-  const uint32_t virtual_block_size = d.virtual_block.divisor();
-  const uint32_t interleave = d.interleave.divisor();
-  const uint32_t world = d.world.divisor();
-  const uint32_t rank = static_cast<uint32_t>(s.cp_rank);
-  const uint32_t position = static_cast<uint32_t>(first);
-  // Where the next token this rank stores goes: kernel-block column, offset in the kernel block.
-  int64_t column;
-  uint32_t in_block;
-  uint32_t offset = 0, in_run = 0, owner = 0;  // position inside the virtual block, run, owning rank
-  int64_t virtual_block_column = 0;            // first column of the current virtual block
-  constexpr bool kContextParallel = kLayout != CpLayout::kSingleRank;
-  if constexpr (kContextParallel) {
-    const uint32_t virtual_block = d.virtual_block.div(position);
-    offset = position - virtual_block * virtual_block_size;
-    const uint32_t run = d.interleave.div(offset);
-    in_run = offset - run * interleave;
-    owner = d.world.mod(run);
-    // This rank's runs before the offset, plus the part of the current run if it is ours.
-    const uint32_t runs_before = d.rank_stride.div(offset) + (owner > rank ? 1 : 0);
-    const uint32_t local = runs_before * interleave + (owner == rank ? in_run : 0);
-    const uint32_t kernel_block = d.block.div(local);
-    virtual_block_column = static_cast<int64_t>(virtual_block) * s.blocks_per_kv_block;
-    column = virtual_block_column + kernel_block;
-    in_block = local - kernel_block * block_size;
-  } else {
-    const uint32_t kernel_block = d.block.div(position);
-    column = kernel_block;
-    in_block = position - kernel_block * block_size;
-  }
-  int64_t loaded_column = -1;
-  int64_t block_id = -1;
-  for (int64_t t = 0; t < count; ++t) {
-    int64_t slot = kPadSlotId;
-    if (!kContextParallel || owner == rank) {
-      if (column != loaded_column) {
-        loaded_column = column;
-        block_id = column < columns ? static_cast<int64_t>(block_row[column]) : -1;
+  const int32_t* block_row = g.block_table + row * s.block_table_stride;
+  const uint64_t covered = s.num_blocks == nullptr ? g.table_covered : covered_positions(s, usable_columns(s, row));
+  int64_t largest = kPadSlotId;
+  if (first >= 0 && static_cast<uint64_t>(first) < covered &&
+      covered - static_cast<uint64_t>(first) >= static_cast<uint64_t>(count)) {
+    if constexpr (kLayout == CpLayout::kContextParallel) {
+      for (int64_t k = 0; k < count; ++k) {
+        const int64_t slot = slot_of_covered_position<kLayout>(static_cast<uint32_t>(first + k), block_row, s, d);
+        largest = std::max(largest, slot);
+        out[k] = static_cast<OutT>(slot);
       }
-      if (block_id >= 0) slot = block_id * s.block_size + in_block;
-      if (++in_block == block_size) {
-        in_block = 0;
-        ++column;
-      }
+    } else {
+      walk_consecutive_slots<kLayout>(static_cast<uint32_t>(first), count, block_row, s, d,
+                                      [&](int64_t begin, int64_t length, int64_t base, int64_t step) {
+                                        largest = std::max(largest, base + step * (length - 1));
+                                        store_slot_run(out + begin, length, base, step);
+                                      });
     }
-    out[t] = static_cast<OutT>(slot);
-    if constexpr (kContextParallel) {
-      if (++in_run == interleave) {
-        in_run = 0;
-        if (++owner == world) owner = 0;
-      }
-      if (++offset == virtual_block_size) {  // a whole number of runs: in_run and owner are 0 again
-        offset = 0;
-        virtual_block_column += s.blocks_per_kv_block;
-        column = virtual_block_column;
-        in_block = 0;
-      }
-    }
+    return largest;
   }
+  const int64_t columns = usable_columns(s, row);
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t slot = slot_of_position<kLayout>(first + k, block_row, columns, s, d);
+    largest = std::max(largest, slot);
+    out[k] = static_cast<OutT>(slot);
+  }
+  return largest;
 }
 
-// One group's slot mapping of the whole batch: request by request, PAD for requests whose
-// row is unmapped (< 0) or past the table, PAD for positions past the row's allocated blocks,
-// PAD in [num_tokens, num_tokens_padded).
-// Counts: CorrectedCounts or StoredCounts.
-template <CpLayout kLayout, typename Counts, typename IdxT, typename OutT>
-void slot_mapping_of_consecutive_positions(const int32_t* query_start_loc, const Counts& counts,
-                                           const int32_t* block_table, const IdxT* idx_mapping, OutT* out,
-                                           const SlotMappingShape& s, const SlotMappingDivisors& d) {
-  for (int64_t r = 0; r < s.num_reqs; ++r) {
-    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
+// One group's slots for requests [r_begin, r_end), whose corrected counts are counts[r]: the
+// token loop of one kind, compiled for it (no dispatch per request).
+template <CpLayout kLayout, typename D, typename IdxT, typename OutT>
+void group_slots_of_requests(const SlotMappingGroup& g, const D& divisors, const int32_t* query_start_loc,
+                             const int32_t* counts, const IdxT* idx_mapping, int64_t r_begin, int64_t r_end,
+                             OutT* out) {
+  // Copies the stores through `out` cannot alias, so the sizes stay in registers.
+  const SlotMappingShape s = g.shape;
+  const D d = divisors;
+  for (int64_t r = r_begin; r < r_end; ++r) {
     const int64_t begin = query_start_loc[r];
     const int64_t count = query_start_loc[r + 1] - begin;
-    if (row < 0 || row >= s.block_table_rows) {
-      for (int64_t t = 0; t < count; ++t) out[begin + t] = static_cast<OutT>(kPadSlotId);
-      continue;
-    }
-    slots_of_consecutive_positions<kLayout>(counts(r), count, block_table + row * s.block_table_stride,
-                                            usable_columns(s, row), out + begin, s, d);
-  }
-  for (int64_t t = s.num_tokens; t < s.num_tokens_padded; ++t) out[t] = static_cast<OutT>(kPadSlotId);
-}
-
-template <typename Counts, typename IdxT, typename OutT>
-void group_slot_mapping(const int32_t* query_start_loc, const Counts& counts, const IdxT* idx_mapping,
-                        const SlotMappingGroup& group, OutT* out) {
-  if (!group.enabled) {
-    std::fill(out, out + group.shape.num_tokens_padded, static_cast<OutT>(kPadSlotId));
-    return;
-  }
-  // The stepping needs no division per token, so CP with and without interleave share a path.
-  if (group.shape.cp_world_size == 1) {
-    slot_mapping_of_consecutive_positions<CpLayout::kSingleRank>(query_start_loc, counts, group.block_table,
-                                                                 idx_mapping, out, group.shape, group.divisors);
-  } else {
-    slot_mapping_of_consecutive_positions<CpLayout::kInterleaved>(query_start_loc, counts, group.block_table,
-                                                                  idx_mapping, out, group.shape, group.divisors);
+    if (count == 0) continue;
+    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
+    request_slots<kLayout>(counts[r], count, row, g, s, d, out + begin);
   }
 }
 
-// For a group with an int32 output: the first token whose slot (from the corrected counts) the
-// output cannot hold, or -1. `wide` holds num_tokens_padded int64.
+// The same through the group's kind, chosen once per call of this (a block of requests).
+template <typename IdxT, typename OutT>
+void group_slots_of_requests(const SlotMappingGroup& g, const int32_t* query_start_loc, const int32_t* counts,
+                             const IdxT* idx_mapping, int64_t r_begin, int64_t r_end, OutT* out) {
+  const auto run = [&](auto layout, const auto& d) {
+    group_slots_of_requests<decltype(layout)::value>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out);
+  };
+  using L = CpLayout;
+  switch (g.kind) {
+    case SlotGroupKind::kDisabled:
+      for (int64_t r = r_begin; r < r_end; ++r) {
+        const int64_t begin = query_start_loc[r];
+        store_slot_run(out + begin, query_start_loc[r + 1] - begin, kPadSlotId, 0);
+      }
+      return;
+    case SlotGroupKind::kSingleRankShifts:
+      return run(std::integral_constant<L, L::kSingleRank>{}, g.shifts);
+    case SlotGroupKind::kSingleRank:
+      return run(std::integral_constant<L, L::kSingleRank>{}, g.divisors);
+    case SlotGroupKind::kContextParallelShifts:
+      return run(std::integral_constant<L, L::kContextParallel>{}, g.shifts);
+    case SlotGroupKind::kContextParallel:
+      return run(std::integral_constant<L, L::kContextParallel>{}, g.divisors);
+    case SlotGroupKind::kInterleavedShifts:
+      return run(std::integral_constant<L, L::kInterleaved>{}, g.shifts);
+    case SlotGroupKind::kInterleaved:
+      return run(std::integral_constant<L, L::kInterleaved>{}, g.divisors);
+  }
+}
+
+// For a group with an int32 output: the first token whose slot (from the corrected counts,
+// gathered for every request into `counts`) the output cannot hold, or -1; `wide` holds
+// num_tokens int64. Reads only, on every output.
 template <typename IdxT>
-int64_t find_group_slot_past_int32(const int32_t* query_start_loc, const CorrectedCounts& counts,
-                                   const IdxT* idx_mapping, const SlotMappingGroup& group, int64_t* wide) {
-  group_slot_mapping(query_start_loc, counts, idx_mapping, group, wide);
-  return find_slot_past_int32(wide, group.shape.num_tokens_padded);
+int64_t find_group_slot_past_int32(const int32_t* query_start_loc, const int32_t* counts, const IdxT* idx_mapping,
+                                   const SlotMappingGroup& group, int64_t* wide) {
+  const int64_t num_reqs = group.shape.num_reqs;
+  group_slots_of_requests(group, query_start_loc, counts, idx_mapping, 0, num_reqs, wide);
+  return find_slot_past_int32(wide, query_start_loc[num_reqs]);
 }
+
+// Requests stored together: their counts, positions and seq_lens, then every group's slots
+// while those are still in L1; one dispatch per group and block instead of one per request.
+constexpr int64_t kRequestsPerBlock = 64;
 
 // Every store of the fused op, after the caller gathered the corrected counts into
-// new_computed / new_accepted and validated them.
+// new_computed / new_accepted and validated them: one pass over the requests, a block of them
+// at a time.
 template <typename PosT, typename IdxT>
 void store_spec_decode_inputs(const int32_t* new_computed, const int32_t* new_accepted, int64_t num_corrected,
                               int32_t* num_computed_tokens, int32_t* num_accepted_tokens,
                               const int32_t* query_start_loc, PosT* positions, int32_t* seq_lens,
                               const PositionsShape& positions_shape, const IdxT* idx_mapping,
                               const SlotMappingGroup* groups, int64_t num_groups) {
-  store_corrected_counts(new_computed, new_accepted, num_computed_tokens, num_accepted_tokens, num_corrected);
-  prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, positions_shape);
-  const StoredCounts counts{num_computed_tokens};
+  const int64_t num_reqs = positions_shape.num_reqs;
+  for (int64_t i = 0; i < num_corrected; ++i) num_computed_tokens[i] = new_computed[i];
+  for (int64_t i = 0; i < num_corrected; ++i) num_accepted_tokens[i] = new_accepted[i];
+  for (int64_t block = 0; block < num_reqs; block += kRequestsPerBlock) {
+    const int64_t block_end = std::min(block + kRequestsPerBlock, num_reqs);
+    for (int64_t r = block; r < block_end; ++r) {
+      const int32_t count = num_computed_tokens[r];  // corrected (rows past the correction: untouched)
+      const int64_t begin = query_start_loc[r];
+      const int64_t query_len = query_start_loc[r + 1] - begin;
+      store_slot_run(positions + begin, query_len, count, 1);  // count, count + 1, ...
+      seq_lens[r] = static_cast<int32_t>(static_cast<uint32_t>(count) + static_cast<uint32_t>(query_len));
+    }
+    for (int64_t g = 0; g < num_groups; ++g) {
+      const SlotMappingGroup& group = groups[g];
+      if (group.out64 != nullptr) {
+        group_slots_of_requests(group, query_start_loc, num_computed_tokens, idx_mapping, block, block_end,
+                                group.out64);
+      } else {
+        group_slots_of_requests(group, query_start_loc, num_computed_tokens, idx_mapping, block, block_end,
+                                group.out32);  // checked to fit
+      }
+    }
+  }
+  const int64_t num_tokens = query_start_loc[num_reqs];
+  std::fill(positions + num_tokens, positions + positions_shape.num_tokens_padded, PosT{0});
+  std::fill(seq_lens + num_reqs, seq_lens + positions_shape.num_reqs_padded, int32_t{0});
   for (int64_t g = 0; g < num_groups; ++g) {
     const SlotMappingGroup& group = groups[g];
+    const int64_t padded = group.shape.num_tokens_padded;
     if (group.out64 != nullptr) {
-      group_slot_mapping(query_start_loc, counts, idx_mapping, group, group.out64);
+      std::fill(group.out64 + num_tokens, group.out64 + padded, kPadSlotId);
     } else {
-      group_slot_mapping(query_start_loc, counts, idx_mapping, group, group.out32);  // checked to fit
+      std::fill(group.out32 + num_tokens, group.out32 + padded, static_cast<int32_t>(kPadSlotId));
     }
   }
 }

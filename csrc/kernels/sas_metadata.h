@@ -168,27 +168,38 @@ struct Batch {
   int64_t leftover_rows = 0;  // rows of the last M tile when the M tile does not divide them, else 0
 };
 
-// The per-batch table, lent by the caller (4 * num_batches values): the lengths as check_lengths
+// The per-batch table, lent by the caller (4 * batch_table_rows values): the lengths as check_lengths
 // read them, then each batch's cost and the cost of its last block (of its last M tile that sees
 // KV), which pass 1 fills and the greedy pass reads.
+//
+// When both lengths are constants (max_seqlen_q, max_seqlen_kv) every batch is batch 0: the
+// table then has one row, whatever num_batches is (`uniform`), so a large batch_size costs no
+// memory, and no time either where there is no work.
 struct BatchTable {
   int64_t* s1;
   int64_t* s2;
   int64_t* cost;
   int64_t* last_block_cost;
-  int64_t* blocks = nullptr;  // each batch's S2 blocks, for a paired layout's s2_max_num (5 * B values lent)
+  int64_t* blocks = nullptr;  // each batch's S2 blocks, for a paired layout's s2_max_num
+  bool uniform = false;
+
+  int64_t row(int64_t b) const { return uniform ? 0 : b; }
 };
 
-inline BatchTable make_batch_table(int64_t* scratch, int64_t num_batches) {
-  return BatchTable{scratch, scratch + num_batches, scratch + 2 * num_batches, scratch + 3 * num_batches};
+// Rows of the table a call needs.
+inline int64_t batch_table_rows(const SASShape& s) {
+  const bool uniform = s.query.kind == LengthSource::kConstant && s.kv.kind == LengthSource::kConstant;
+  return uniform && s.num_batches > 0 ? 1 : s.num_batches;
 }
 
-// The values a Variant's table needs lent: 4 per batch, 5 when paired.
-inline int64_t batch_table_size(const SASShape& s) { return (s.paired ? 5 : 4) * s.num_batches; }
+// The values a call's table needs lent: 4 a row, 5 when paired.
+inline int64_t batch_table_size(const SASShape& s) { return (s.paired ? 5 : 4) * batch_table_rows(s); }
 
 inline BatchTable make_batch_table(const SASShape& s, int64_t* scratch) {
-  BatchTable table = make_batch_table(scratch, s.num_batches);
-  if (s.paired) table.blocks = scratch + 4 * s.num_batches;
+  const int64_t rows = batch_table_rows(s);
+  BatchTable table{scratch, scratch + rows, scratch + 2 * rows, scratch + 3 * rows};
+  if (s.paired) table.blocks = scratch + 4 * rows;
+  table.uniform = rows < s.num_batches;
   return table;
 }
 
@@ -313,8 +324,10 @@ struct TileCoster {
         add(&sum, tile, 1);
         if (sum.cost > kMaxTotalCost) return sum;
       }
-      const int64_t window = s.win_left + s.win_right + 1;
       while (m < end_full) {
+        // A full window fits inside [0, s2) here, so both windows are below 2^32 and their sum
+        // cannot overflow (outside this loop they may be up to 2^62 each).
+        const int64_t window = s.win_left + s.win_right + 1;
         // Position + win_right + 1 is below 2^31 here, so the shifts stay in range.
         const int64_t compressed = compressed_of(m + offset + s.win_right);
         int64_t run_end = end_full;
@@ -403,12 +416,13 @@ inline int64_t read_lengths(const LengthSource& source, int64_t num_batches, int
 // Reads and checks every batch's lengths into the table before anything is costed, so that a
 // batch far too large is refused without costing the batches before it.
 inline SASStatus check_lengths(const SASShape& s, BatchTable table) {
-  const int64_t query_outside = read_lengths(s.query, s.num_batches, table.s1);
+  const int64_t rows = table.uniform ? 1 : s.num_batches;
+  const int64_t query_outside = read_lengths(s.query, rows, table.s1);
   if (query_outside >= 0) return SASStatus{SASError::kOutsideInt32, true, query_outside, 0};
-  const int64_t kv_outside = read_lengths(s.kv, s.num_batches, table.s2);
+  const int64_t kv_outside = read_lengths(s.kv, rows, table.s2);
   if (kv_outside >= 0) return SASStatus{SASError::kOutsideInt32, false, kv_outside, 0};
   int64_t tiles = 0;
-  for (int64_t b = 0; b < s.num_batches; ++b) {
+  for (int64_t b = 0; b < rows; ++b) {
     const int64_t s1 = table.s1[b];
     const int64_t s2 = table.s2[b];
     if (s1 < 0) return SASStatus{SASError::kNegativeLength, true, b, s1};
@@ -416,6 +430,11 @@ inline SASStatus check_lengths(const SASShape& s, BatchTable table) {
     if (s1 * s.group > kInt32Max) return SASStatus{SASError::kTooManyRows, true, b, s1 * s.group};
     tiles += batch_of(s, s1, s2).tiles;
     if (tiles > kInt32Max) return SASStatus{SASError::kTooManyTiles, true, b, tiles};
+  }
+  if (table.uniform && tiles > 0 && s.num_batches > kInt32Max / tiles) {
+    // The batch at which the running sum of equal batches passes 2^31 - 1, as the loop finds it.
+    const int64_t b = kInt32Max / tiles;
+    return SASStatus{SASError::kTooManyTiles, true, b, (b + 1) * tiles};
   }
   return SASStatus{};
 }
@@ -428,7 +447,8 @@ inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, Bat
   *summary = CostSummary{};
   int64_t total = 0;
   int64_t max_tile = 0;
-  for (int64_t b = 0; b < s.num_batches; ++b) {
+  const int64_t rows = table.uniform ? 1 : s.num_batches;
+  for (int64_t b = 0; b < rows; ++b) {
     const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
     BatchCost sum;
     if (batch.tiles > 0 && batch.s2 > 0) {
@@ -445,6 +465,15 @@ inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, Bat
   }
   // A batch with query rows and KV costs something in every variant (its last tile sees KV).
   summary->any_work = total > 0;
+  if (table.uniform && total > 0) {
+    // num_batches equal batches, summed without overflow: the batch at which the running sum
+    // would pass the bound, as the loop finds it.
+    if (s.num_batches > kMaxTotalCost / total) {
+      const int64_t b = kMaxTotalCost / total;
+      return SASStatus{SASError::kCostOverflow, true, b, (b + 1) * total};
+    }
+    total *= s.num_batches;
+  }
   summary->total = total;
   summary->max_tile = max_tile;
   return SASStatus{};
@@ -473,8 +502,8 @@ inline Assignment assign_cores_with(const SASShape& s, const Coster& tile_cost, 
   int64_t unassigned = summary.total;
   int64_t b = 0;
   int64_t m = 0;
-  int64_t remaining = table.cost[0];  // of batch b, from M tile m on
-  int64_t remaining_blocks = count_blocks ? table.blocks[0] : 0;
+  int64_t remaining = table.cost[table.row(0)];  // of batch b, from M tile m on
+  int64_t remaining_blocks = count_blocks ? table.blocks[table.row(0)] : 0;
   Assignment result;
   for (int64_t core = 0; core < cores && b < s.num_batches && unassigned > 0; ++core) {
     const int64_t average = unassigned / (cores - core);
@@ -486,19 +515,19 @@ inline Assignment assign_cores_with(const SASShape& s, const Coster& tile_cost, 
     entry[kFaBn2Start] = static_cast<int32_t>(b);
     entry[kFaMStart] = static_cast<int32_t>(m);
     // Whole batches; a batch without cost always goes.
-    while (remaining == 0 || load + remaining <= limit + table.last_block_cost[b] / 2) {
+    while (remaining == 0 || load + remaining <= limit + table.last_block_cost[table.row(b)] / 2) {
       load += remaining;
       blocks += remaining_blocks;
       m = 0;
       if (++b == s.num_batches) break;
-      remaining = table.cost[b];
-      remaining_blocks = count_blocks ? table.blocks[b] : 0;
+      remaining = table.cost[table.row(b)];
+      remaining_blocks = count_blocks ? table.blocks[table.row(b)] : 0;
     }
     if (b < s.num_batches) {
       // Whole M tiles. After a tile the cursor skips the tiles that see no KV. The batch's
       // last tile sees KV and fails the very test the whole batch failed, so the cursor stays
       // inside the batch.
-      const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
+      const Batch batch = batch_of(s, table.s1[table.row(b)], table.s2[table.row(b)]);
       TileCost tile = tile_cost(batch, m);
       while (m < batch.tiles && load + tile.cost <= limit + tile.last_block_cost / 2) {
         load += tile.cost;

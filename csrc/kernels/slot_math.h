@@ -7,7 +7,9 @@
 // A CP "virtual block" spans cp_world_size ranks: ranks take turns storing runs of
 // cp_interleave tokens, so one allocation block of kv_block tokens on a rank holds
 // kv_block * cp_world_size consecutive positions of the sequence.
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/fast_divmod.h"
 
@@ -42,21 +44,76 @@ inline int64_t usable_columns(const SlotMappingShape& s, int64_t row) {
   return allocated < s.block_table_cols ? allocated : s.block_table_cols;
 }
 
-// Divisors of the per-token math, prepared once per call.
-struct SlotMappingDivisors {
-  FastDivmod virtual_block;  // kv_block * world
-  FastDivmod interleave;     // I
-  FastDivmod world;          // W
-  FastDivmod rank_stride;    // W * I
-  FastDivmod block;          // block_size
+// Positions below this bound lie in virtual blocks whose every column the row may use (the row's
+// first `columns` columns, whole allocation blocks of them), capped at 2^31: such a position
+// needs no bounds check, whichever rank stores it. A host check that finds every position of a
+// request below it accepts the request without placing a token.
+inline uint64_t covered_positions(const SlotMappingShape& s, int64_t columns) {
+  constexpr uint64_t kCap = uint64_t{1} << 31;
+  const uint64_t virtual_block_size = static_cast<uint64_t>(s.block_size * s.blocks_per_kv_block * s.cp_world_size);
+  // The division is skipped in the usual case of one kernel block per allocation block.
+  const uint64_t full_blocks =
+      static_cast<uint64_t>(s.blocks_per_kv_block == 1 ? columns : columns / s.blocks_per_kv_block);
+  if (full_blocks >= kCap / virtual_block_size) return kCap;  // checked sizes: virtual_block_size < 2^31
+  return full_blocks * virtual_block_size;
+}
 
-  explicit SlotMappingDivisors(const SlotMappingShape& s)
+// A position as the unsigned value the bounds above are compared with: a negative one is huge.
+template <typename PosT>
+inline uint64_t unsigned_position(PosT position) {
+  return static_cast<uint64_t>(static_cast<int64_t>(position));
+}
+
+// Whether every positions[t], t < n, is in [0, bound) (bound <= 2^31), without a branch per
+// token: bit 63 of (p - bound) & ~p (unsigned) is set exactly when 0 <= p < bound, so it
+// survives the AND over all tokens only if each one is inside. The loop vectorizes.
+template <typename PosT>
+inline bool all_positions_below(const PosT* positions, int64_t n, uint64_t bound) {
+  uint64_t all = ~uint64_t{0};
+  for (int64_t t = 0; t < n; ++t) {
+    const uint64_t p = unsigned_position(positions[t]);
+    all &= (p - bound) & ~p;
+  }
+  return (all >> 63) != 0;
+}
+
+// Divisors of the per-token math, prepared once per call: Div is FastDivmod, or Pow2Divmod when
+// every one of them is a power of two (SlotMappingShifts).
+template <typename Div>
+struct SlotDivisors {
+  Div virtual_block;  // kv_block * world
+  Div interleave;     // I
+  Div world;          // W
+  Div rank_stride;    // W * I
+  Div block;          // block_size
+  uint32_t rank = 0;
+
+  explicit SlotDivisors(const SlotMappingShape& s)
       : virtual_block(static_cast<uint32_t>(s.block_size * s.blocks_per_kv_block * s.cp_world_size)),
         interleave(static_cast<uint32_t>(s.cp_interleave)),
         world(static_cast<uint32_t>(s.cp_world_size)),
         rank_stride(static_cast<uint32_t>(s.cp_world_size * s.cp_interleave)),
-        block(static_cast<uint32_t>(s.block_size)) {}
+        block(static_cast<uint32_t>(s.block_size)),
+        rank(static_cast<uint32_t>(s.cp_rank)) {}
 };
+using SlotMappingDivisors = SlotDivisors<FastDivmod>;
+using SlotMappingShifts = SlotDivisors<Pow2Divmod>;
+
+// Whether the token math of `s` may shift and mask: block_size, W and I powers of two (then so
+// is W * I; the virtual block is not divided by per token).
+inline bool slot_sizes_are_powers_of_two(const SlotMappingShape& s) {
+  return Pow2Divmod::accepts(static_cast<uint32_t>(s.block_size)) &&
+         Pow2Divmod::accepts(static_cast<uint32_t>(s.cp_world_size)) &&
+         Pow2Divmod::accepts(static_cast<uint32_t>(s.cp_interleave));
+}
+
+// Calls run(divisors) with SlotMappingShifts when the sizes allow it, else SlotMappingDivisors:
+// the token loops are compiled once per kind, so neither pays a per-token branch.
+template <typename Run>
+decltype(auto) with_slot_divisors(const SlotMappingShape& s, Run&& run) {
+  if (slot_sizes_are_powers_of_two(s)) return run(SlotMappingShifts(s));
+  return run(SlotMappingDivisors(s));
+}
 
 // Where a position lives: on which rank and, on that rank, which kernel-block column and
 // offset inside the kernel block.
@@ -67,51 +124,117 @@ struct TokenPlacement {
 };
 
 // The three layouts, fixed per call and compiled separately so the token loop does only the
-// divisions its layout needs: one for a single rank, three under CP, five with interleave.
+// divisions its layout needs: one for a single rank, two under CP, four with interleave.
 enum class CpLayout { kSingleRank, kContextParallel, kInterleaved };
 
-template <CpLayout kLayout>
-inline TokenPlacement place_token(uint32_t position, const SlotMappingShape& s,
-                                  const SlotMappingDivisors& d) {
-  if constexpr (kLayout == CpLayout::kSingleRank) {
-    // Every token is local and its local offset is its position.
-    const uint32_t kernel_block = d.block.div(position);
-    return TokenPlacement{true, static_cast<int64_t>(kernel_block),
-                          static_cast<int64_t>(position - kernel_block * d.block.divisor())};
-  }
-  const uint32_t virtual_block = d.virtual_block.div(position);
-  const uint32_t offset_in_virtual = position - virtual_block * d.virtual_block.divisor();
-  bool local;
-  uint32_t local_offset;
+// Which rank stores `position`, and its index among the positions that rank stores (its
+// "local position"). A virtual block (kv_block * W positions) is a whole number of W * I runs
+// cycles, since I divides kv_block, so neither needs the virtual block: the owner is
+// (position / I) % W and the local position is (position / (W * I)) * I + position % I, which is
+// virtual_block * kv_block + the offset in the rank's allocation block. Its kernel-block column
+// is then local / block_size (virtual_block * blocks_per_kv_block + the kernel block inside the
+// allocation block) and its offset local % block_size.
+template <CpLayout kLayout, typename D>
+inline TokenPlacement place_token(uint32_t position, const D& d) {
+  bool local = true;
+  uint32_t local_position = position;  // a single rank stores every position
   if constexpr (kLayout == CpLayout::kContextParallel) {
     // Interleave 1: ranks take single tokens in turn.
-    local_offset = d.world.div(offset_in_virtual);
-    local = static_cast<int64_t>(offset_in_virtual - local_offset * d.world.divisor()) == s.cp_rank;
-  } else {
-    const uint32_t run = d.interleave.div(offset_in_virtual);
-    local = static_cast<int64_t>(d.world.mod(run)) == s.cp_rank;
-    local_offset = d.rank_stride.div(offset_in_virtual) * d.interleave.divisor() +
-                   (offset_in_virtual - run * d.interleave.divisor());
+    local_position = d.world.div(position);
+    local = position - local_position * d.world.divisor() == d.rank;
+  } else if constexpr (kLayout == CpLayout::kInterleaved) {
+    const uint32_t run = d.interleave.div(position);
+    local = d.world.mod(run) == d.rank;
+    local_position = d.rank_stride.div(position) * d.interleave.divisor() + d.interleave.mod(position);
   }
-  const uint32_t kernel_block = d.block.div(local_offset);
-  return TokenPlacement{
-      local,
-      static_cast<int64_t>(virtual_block) * s.blocks_per_kv_block + kernel_block,
-      static_cast<int64_t>(local_offset - kernel_block * d.block.divisor()),
-  };
+  return TokenPlacement{local, static_cast<int64_t>(d.block.div(local_position)),
+                        static_cast<int64_t>(d.block.mod(local_position))};
+}
+
+// The layout of a call, chosen once: run(std::integral_constant<CpLayout, ...>).
+template <typename Run>
+decltype(auto) with_cp_layout(const SlotMappingShape& s, Run&& run) {
+  if (s.cp_world_size == 1) return run(std::integral_constant<CpLayout, CpLayout::kSingleRank>{});
+  if (s.cp_interleave == 1) return run(std::integral_constant<CpLayout, CpLayout::kContextParallel>{});
+  return run(std::integral_constant<CpLayout, CpLayout::kInterleaved>{});
 }
 
 // The slot of one position read through `block_row` (its first `columns` entries usable), or
 // PAD: a position outside [0, 2^31), stored on another rank, past the usable columns, or whose
 // block id is negative.
-template <CpLayout kLayout>
+template <CpLayout kLayout, typename D>
 inline int64_t slot_of_position(int64_t position, const int32_t* block_row, int64_t columns,
-                                const SlotMappingShape& s, const SlotMappingDivisors& d) {
+                                const SlotMappingShape& s, const D& d) {
   if (position < 0 || position > INT32_MAX) return kPadSlotId;
-  const TokenPlacement p = place_token<kLayout>(static_cast<uint32_t>(position), s, d);
+  const TokenPlacement p = place_token<kLayout>(static_cast<uint32_t>(position), d);
   if (!p.local || p.column >= columns) return kPadSlotId;
   const int64_t block_id = block_row[p.column];
   return block_id >= 0 ? block_id * s.block_size + p.offset : kPadSlotId;
+}
+
+// The same for a position below covered_positions(s, columns): its column is inside the row
+// whichever rank stores it, so the block id is loaded unconditionally and the result selected
+// without a branch (the token loop's common case).
+template <CpLayout kLayout, typename D>
+inline int64_t slot_of_covered_position(uint32_t position, const int32_t* block_row, const SlotMappingShape& s,
+                                        const D& d) {
+  const TokenPlacement p = place_token<kLayout>(position, d);
+  const int64_t block_id = block_row[p.column];
+  const int64_t slot = block_id * s.block_size + p.offset;
+  return p.local & (block_id >= 0) ? slot : kPadSlotId;
+}
+
+// The slots of the consecutive positions first .. first + count - 1 (count >= 1), all below
+// covered_positions(s, columns), as runs: run(begin, length, base, step) says the tokens
+// begin .. begin + length - 1 (counted from `first`) get base + step * k, k = 0 .. length - 1, with
+// step 1 (consecutive slots of one kernel block on this rank) or 0 (base PAD: another rank's
+// run, or a negative block id). A run ends where this rank's run of I tokens ends (CP) or
+// where its kernel block ends, so each one costs one placement and one block-id load, and the
+// tokens inside it cost one store each. Under CP without interleave every run is one token, so
+// that layout is not walked in runs (callers place its tokens one by one).
+template <CpLayout kLayout, typename D, typename Run>
+inline void walk_consecutive_slots(uint32_t first, int64_t count, const int32_t* block_row, const SlotMappingShape& s,
+                                   const D& d, Run&& run) {
+  static_assert(kLayout != CpLayout::kContextParallel, "CP without interleave is placed token by token");
+  const uint32_t block_size = d.block.divisor();
+  uint32_t position = first;
+  int64_t begin = 0;
+  while (begin < count) {
+    int64_t length = count - begin;
+    bool local = true;
+    uint32_t local_position = position;
+    if constexpr (kLayout == CpLayout::kInterleaved) {
+      const uint32_t in_run = d.interleave.mod(position);
+      local = d.world.mod(d.interleave.div(position)) == d.rank;
+      local_position = d.rank_stride.div(position) * d.interleave.divisor() + in_run;
+      length = std::min<int64_t>(length, d.interleave.divisor() - in_run);
+    }
+    const uint32_t in_block = d.block.mod(local_position);
+    length = std::min<int64_t>(length, block_size - in_block);
+    const int64_t block_id = block_row[d.block.div(local_position)];
+    const bool stored = local & (block_id >= 0);
+    run(begin, length, stored ? block_id * s.block_size + in_block : kPadSlotId, static_cast<int64_t>(stored));
+    begin += length;
+    position += static_cast<uint32_t>(length);
+  }
+}
+
+// out[k] = base + step * k for k < length: one run of walk_consecutive_slots. Runs are a few
+// tokens long (a decode's query), where a vector loop's set-up and tail would cost more than
+// its stores save, so the loop is kept scalar (an empty asm that claims to change the value:
+// no instruction, no memory clobber) and does two tokens per step.
+template <typename OutT>
+inline void store_slot_run(OutT* out, int64_t length, int64_t base, int64_t step) {
+  int64_t k = 0;
+  for (; k + 2 <= length; k += 2) {
+    out[k] = static_cast<OutT>(base);
+    out[k + 1] = static_cast<OutT>(base + step);
+    base += 2 * step;
+#if defined(__GNUC__)
+    asm("" : "+r"(base));
+#endif
+  }
+  if (k < length) out[k] = static_cast<OutT>(base);
 }
 
 // First entry of slots[0, n) that an int32 output cannot hold, or -1. Stored there it would

@@ -27,6 +27,26 @@ from specops.ops import (
     prepare_spec_decode_inputs,
     sas_metadata,
 )
+from specops.ops import (  # the step-bookkeeping ops
+    SampledCounts,
+    StepInputIds,
+    count_sampled_and_rejected,
+    prepare_input_ids,
+    post_update_after_sampling,
+    NextTokens,
+    prepare_next_token_ids,
+    DraftStep,
+    advance_draft_step,
+)
+from specops.ops import (  # docs/pcp.md
+    PCPDeviceLayout,
+    PCPLayout,
+    PCPLocalInputs,
+    PCPRankLayout,
+    pcp_gathered_slot_mappings,
+    pcp_local_inputs,
+    pcp_partition,
+)
 from specops.persistent import MappingGroup, PersistentMappings
 from specops import drafting  # docs/drafting.md: specops.drafting (imports the ops above)
 from specops.sas_layout import FAEntry, FDEntry, SASSchedule, decode_sas_metadata
@@ -83,6 +103,16 @@ __all__ = [
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",
     "sas_metadata",
+    # step bookkeeping
+    "SampledCounts",
+    "StepInputIds",
+    "count_sampled_and_rejected",
+    "prepare_input_ids",
+    "post_update_after_sampling",
+    "NextTokens",
+    "prepare_next_token_ids",
+    "DraftStep",
+    "advance_draft_step",
     # the rest of the DSA metadata family
     "CompressorMetadata",
     "KvQuantFAEntry",
@@ -97,4 +127,12 @@ __all__ = [
     "kv_quant_sas_metadata",
     "lightning_indexer_metadata",
     "store_kv_block_metadata",
+    # docs/pcp.md
+    "PCPDeviceLayout",
+    "PCPLayout",
+    "PCPLocalInputs",
+    "PCPRankLayout",
+    "pcp_gathered_slot_mappings",
+    "pcp_local_inputs",
+    "pcp_partition",
 ]

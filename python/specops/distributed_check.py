@@ -238,14 +238,15 @@ def device_for(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def run_in_process_group(backend: str, device: torch.device | None = None) -> tuple[int, list[str], int]:
+def run_in_process_group(backend: str, device: torch.device | None = None, check=None) -> tuple[int, list[str], int]:
     """Entry point under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT in the
-    environment): returns this rank, its findings and the number of findings over all ranks."""
+    environment): returns this rank, its findings and the number of findings over all ranks.
+    `check`: what the rank runs, as in run_local (default check_rank)."""
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = device or device_for(backend, int(os.environ.get("LOCAL_RANK", rank)))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=DEFAULT_TIMEOUT_S))
     try:
-        failures = check_rank(rank, world_size, device)
+        failures = (check or check_rank)(rank, world_size, device)
         count = torch.tensor([len(failures)], device=device)
         dist.all_reduce(count)
     finally:
@@ -261,7 +262,7 @@ def _loopback_interface() -> str | None:
 
 
 def _local_worker(rank: int, world_size: int, backend: str, port: int, timeout_s: float,
-                  cases: list[CheckCase] | None, results: multiprocessing.Queue) -> None:
+                  cases: list | None, results: multiprocessing.Queue, check=None) -> None:
     try:
         torch.set_num_threads(1)  # the ranks share this machine's cores
         loopback = _loopback_interface()
@@ -273,7 +274,7 @@ def _local_worker(rank: int, world_size: int, backend: str, port: int, timeout_s
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         try:
-            results.put((rank, check_rank(rank, world_size, device, cases)))
+            results.put((rank, (check or check_rank)(rank, world_size, device, cases)))
         finally:
             dist.destroy_process_group()
     except BaseException:
@@ -286,11 +287,12 @@ def _local_worker(rank: int, world_size: int, backend: str, port: int, timeout_s
 
 
 def run_local(world_size: int, backend: str = "gloo", timeout_s: float = DEFAULT_TIMEOUT_S,
-              cases: list[CheckCase] | None = None) -> list[str]:
+              cases: list | None = None, check=None) -> list[str]:
     """Starts world_size processes on this machine (rank i on device i for nccl / hccl), meeting
     at a store on 127.0.0.1, and runs `cases` (default_cases() when None); returns every rank's
     findings, empty when all checks hold. Ranks still running after timeout_s are terminated and
-    reported."""
+    reported. `check(rank, world_size, device, cases)`: what each rank runs, a module-level
+    function (default check_rank; specops.pcp_distributed_check passes its own)."""
     # The parent hosts the rendezvous store on a port the OS picks, so no port can collide.
     store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
                           timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
@@ -300,7 +302,7 @@ def run_local(world_size: int, backend: str = "gloo", timeout_s: float = DEFAULT
     context.set_forkserver_preload(["specops.distributed_check"])
     results = context.Queue()
     processes = [context.Process(target=_local_worker, args=(rank, world_size, backend, store.port, timeout_s, cases,
-                                                                  results))
+                                                                  results, check))
                  for rank in range(world_size)]
     for process in processes:
         process.start()

@@ -123,6 +123,9 @@ class OpSpec:
     # Offsets (query_start_loc, cu_lens) that describe the layout of the rest: with extreme values
     # there the input contradicts itself, and the device outputs are unspecified (in bounds).
     offsets: tuple[str, ...] = ()
+    # Optional tensors of which a valid call gives only one (two sources of one value): the one
+    # the valid call leaves None gets its dtype and rank errors from metadata_errors instead.
+    exclusive: tuple[str, ...] = ()
 
 
 def extreme_values(dtype: torch.dtype) -> tuple[int, ...]:

@@ -60,7 +60,9 @@ def _fused_metadata() -> list[Bad]:
             cp_interleave=3),
         bad("a virtual block past int32", ("block_sizes[0]", "cp_world_size"), block_sizes=[2**30, 8],
             cp_world_size=2),
-        bad("idx_mapping of another length than R", ("idx_mapping", "query_start_loc"), idx_mapping=t32(0)),
+        # Fewer rows than query_start_loc has requests is the peer's padded query_start_loc
+        # (R = idx_mapping.numel(), docs/persistent_buffers.md); more rows than it has requests is an error.
+        bad("idx_mapping longer than query_start_loc's R", ("idx_mapping", "query_start_loc"), idx_mapping=t32(1, 0, 0)),
         bad("slot mappings sharing memory", ("slot_mappings[1]", "slot_mappings[0]"),
             slot_mappings=[shared[:4], shared[2:6]]),
         bad_with("a slot mapping sharing positions", ("slot_mappings[0]", "positions"),

@@ -22,6 +22,12 @@ from specops.bench import (
     prepare_spec_decode_inputs,
     sas_metadata,
 )
+from specops.bench import (  # the step-bookkeeping ops
+    advance_draft_step,
+    count_sampled_and_rejected,
+    prepare_next_token_ids,
+)
+from specops.bench import pcp_gathered_slot_mappings, pcp_partition  # docs/pcp.md
 
 # The rest of the DSA metadata family.
 from specops.bench import kv_quant_sas_metadata, lightning_indexer_metadata, store_kv_block_metadata
@@ -43,8 +49,15 @@ BENCHMARKS = {
     "dspark_swa_indices_multi": dspark_swa_indices_multi,
     "sas_metadata": sas_metadata,
     "drafting": drafting,
+    # the step-bookkeeping ops
+    "count_sampled_and_rejected": count_sampled_and_rejected,
+    "prepare_next_token_ids": prepare_next_token_ids,
+    "advance_draft_step": advance_draft_step,
     # the rest of the DSA metadata family
     "kv_quant_sas_metadata": kv_quant_sas_metadata,
     "lightning_indexer_metadata": lightning_indexer_metadata,
     "store_kv_block_metadata": store_kv_block_metadata,
+    # docs/pcp.md
+    "pcp_partition": pcp_partition,
+    "pcp_gathered_slot_mappings": pcp_gathered_slot_mappings,
 }

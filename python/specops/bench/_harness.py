@@ -48,6 +48,14 @@ class Case:
         return "specops"
 
 
+def goal_figure(name: str, value: float, goal: float, *, at_least: bool = False) -> tuple[str, float]:
+    """A figure of a performance contract as an extras entry: its name with the goal and whether
+    this run met it ("met" / "NOT MET"), and its value. at_least: the goal is a lower bound (a
+    speedup), else an upper bound (a cost ratio)."""
+    met = value >= goal if at_least else value <= goal
+    return f"{name} [goal {'>=' if at_least else '<='} {goal}: {'met' if met else 'NOT MET'}]", value
+
+
 def empty_op_call(device: torch.device):
     """The cost floor of one dispatcher call: an aten op on an empty tensor."""
     empty = torch.empty(0, dtype=torch.int64, device=device)

@@ -10,9 +10,10 @@ import torch
 
 from specops.drafting.buffers import DraftBuffers
 from specops.drafting.cache import StepCache
-from specops.drafting.configs import SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig
+from specops.drafting.configs import (
+    SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig, checked_draft_index)
 from specops.drafting.step import build_step, step_fingerprints
-from specops.ops._checks import check_positive
+from specops.ops._checks import check_positive, checked_int
 from specops.ops.dspark_swa_indices import default_width
 from specops.sas_layout import ASCEND950
 
@@ -56,6 +57,8 @@ class DraftMetadataBuilder:
             raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
         if not isinstance(group, GroupConfig):
             raise ValueError(f"group must be a GroupConfig, got {type(group).__name__}")
+        max_num_reqs, max_num_tokens = checked_int(max_num_reqs, "max_num_reqs"), checked_int(max_num_tokens,
+                                                                                              "max_num_tokens")
         check_positive(max_num_reqs, "max_num_reqs")
         check_positive(max_num_tokens, "max_num_tokens")
         self.model = model
@@ -112,12 +115,9 @@ class DraftMetadataBuilder:
 
     def buffers(self, draft_index: int) -> DraftBuffers:
         """The persistent buffers of draft_index, allocated on its first use."""
+        draft_index = checked_draft_index(draft_index, self.model.num_speculative_tokens)
         buffers = self._buffers.get(draft_index)
         if buffers is None:
-            num_speculative_tokens = self.model.num_speculative_tokens
-            if not (isinstance(draft_index, int) and 1 <= draft_index <= num_speculative_tokens):
-                raise ValueError(
-                    f"draft_index must be in [1, num_speculative_tokens = {num_speculative_tokens}], got {draft_index}")
             buffers = DraftBuffers(self.model, self.max_num_reqs, self.max_num_tokens, self.device, self.dspark_width,
                                    draft_index, self._invariant_name, self._sas_names,
                                    SLOT_MAPPING_FORMATS[self.group.slot_mapping_format])
@@ -139,5 +139,8 @@ class DraftMetadataBuilder:
         With `shared`, group-invariant results stored there for the same inputs are reused (the
         same tensors, not copies) and the ones computed here are stored; without it everything
         is computed here."""
-        fingerprints = {} if shared is None else step_fingerprints((self,), common)
+        draft_index = checked_draft_index(draft_index, self.model.num_speculative_tokens)
+        fingerprints = None if shared is None else step_fingerprints((self,), common)
+        if fingerprints is None:
+            return build_step((self,), common, draft_index, None, {})[0]
         return build_step((self,), common, draft_index, shared, fingerprints)[0]

@@ -23,15 +23,23 @@ class StepCache:
 
     Keys are (namespace, name); drafting entries sit under namespace
     (DRAFT_NAMESPACE, draft_index). An entry is served only while the fingerprint of its inputs
-    (identity, shape and _version of each input tensor, plus the sizes) is unchanged, and while
-    the buffers holding its value were not rewritten since (by a build with another cache).
-    It keeps its input tensors alive, so a tensor id in a fingerprint cannot be reused.
+    (identity, _version, data pointer and shape of each input tensor, plus the sizes) is
+    unchanged, and while the buffers holding its value were not rewritten since (by a build
+    with another cache). It keeps its input tensors alive, so a tensor id in a fingerprint
+    cannot be reused.
 
-    The fingerprint sees every write that goes through torch: in-place torch ops and every
-    specops op bump the version of what they write. It cannot see writes that bypass torch's
-    version counter (through a NumPy view of a tensor, `.data`, DLPack, or a kernel of another
-    library writing raw memory): after such a write to an input, call `invalidate()` (or start
-    a new StepCache). Not thread-safe: one cache per step, used by one thread.
+    What the fingerprint sees, exactly (tests/test_step_cache_inputs.py):
+    - every write through torch to the tensor or to a view of it (in-place ops, `out=`, every
+      specops op, `.detach()` views): they bump the version counter the views share;
+    - a new storage under the same tensor (`torch.utils.swap_tensors`, `set_`, `.data = t`):
+      the data pointer changes.
+    It does not see a write that bypasses the tensor's version counter: through its storage
+    (`untyped_storage().copy_`), through `.data` (`.data.copy_`: a tensor with a counter of its
+    own), a NumPy view, DLPack, or a kernel of another library writing raw memory. After such a
+    write to an input, call `invalidate()` (or start a new StepCache). Inference tensors have no
+    version counter at all: a step with one among its inputs is built without the cache (as
+    with no cache), and nothing is stored. Not thread-safe: one cache per step, used by one
+    thread.
     """
 
     __slots__ = ("_entries", "hits", "misses")

@@ -10,7 +10,14 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_cp_rank, check_int32_range, check_non_negative, check_positive
+from specops.ops._checks import (
+    check_cp_rank,
+    check_int32_range,
+    check_non_negative,
+    check_positive,
+    checked_int,
+    normalize_config_fields,
+)
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES
 
@@ -43,6 +50,9 @@ class ModelConfig:
     soc_version: str = "Ascend910B1"
 
     def __post_init__(self) -> None:
+        # Numbers as the ops take ints (docs/hardening.md, "Bool arguments"): 16.0 is rejected.
+        normalize_config_fields(self, ints=("num_heads_q", "num_heads_kv", "head_dim", "num_speculative_tokens",
+                                            "cp_size", "cp_rank", "num_cube_cores", "num_vector_cores"))
         check_positive(self.num_heads_q, "num_heads_q")
         check_positive(self.num_heads_kv, "num_heads_kv")
         if self.num_heads_q % self.num_heads_kv:
@@ -86,9 +96,13 @@ class GroupConfig:
     slot_mapping_format: str = "int64_padded"
 
     def __post_init__(self) -> None:
-        if self.slot_mapping_format not in SLOT_MAPPING_FORMATS:
+        if not isinstance(self.slot_mapping_format, str) or self.slot_mapping_format not in SLOT_MAPPING_FORMATS:
             raise ValueError(f"slot_mapping_format must be one of {sorted(SLOT_MAPPING_FORMATS)}, "
                              f"got {self.slot_mapping_format!r}")
+        if not isinstance(self.name, str):
+            raise ValueError(f"name must be a str, got {type(self.name).__name__}")
+        normalize_config_fields(self, ints=("block_size", "storage_block_size"),
+                                optional_ints=("sliding_window", "dspark_index_width"), bools=("dspark",))
         check_positive(self.block_size, "block_size")
         check_positive(self.storage_block_size, "storage_block_size")
         if self.sliding_window is not None:
@@ -183,3 +197,14 @@ class SharedFields(NamedTuple):
     local_sin: torch.Tensor
     start_pos: torch.Tensor
     seq_lens_cpu: torch.Tensor
+
+
+def checked_draft_index(draft_index: object, num_speculative_tokens: int) -> int:
+    """draft_index as the ops take an int (a NumPy int too, never a float), in [1, k]: checked
+    on every build, not only when its buffers are first made (a 1.0 equals 1 as a key)."""
+    if type(draft_index) is not int:
+        draft_index = checked_int(draft_index, "draft_index")
+    if not 1 <= draft_index <= num_speculative_tokens:
+        raise ValueError(f"draft_index must be in [1, num_speculative_tokens = {num_speculative_tokens}], got "
+                         f"{draft_index}")
+    return draft_index

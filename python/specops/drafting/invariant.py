@@ -12,6 +12,7 @@ import torch
 from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, InvariantViews
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import CommonDraftInputs, SharedFields
+from specops.ops._checks import checked_int
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
 
@@ -86,22 +87,41 @@ def check_dspark_width(builder: DraftMetadataBuilder, invariant: GroupInvariant)
             f"{default_width(needed, 0)})")
 
 
-def fingerprint(common: CommonDraftInputs, rope_cache: torch.Tensor) -> tuple:
-    """Identity, _version and shape of every input tensor of the group-invariant results, and
-    the sizes. The RoPE cache's identity is part of the entry names; its version is here."""
+def fingerprint(common: CommonDraftInputs, rope_cache: torch.Tensor) -> tuple | None:
+    """Identity, _version, data pointer and shape of every input tensor of the group-invariant
+    results, and the sizes, for inputs already checked (check_step_inputs). The RoPE cache's
+    identity is part of the entry names; its version and data pointer are here. None when an
+    input is an inference tensor: it has no version counter, so no fingerprint could see a
+    write to it (the step is then built without the cache)."""
     q, qc, s, sc, p = (common.query_start_loc, common.query_start_loc_cpu, common.seq_lens,
                        common.seq_lens_cpu, common.positions)
+    if (q.is_inference() or qc.is_inference() or s.is_inference() or p.is_inference() or rope_cache.is_inference()
+            or sc is not None and sc.is_inference()):
+        return None
     fingerprint = (
-        id(q), q._version, q.shape, id(qc), qc._version, qc.shape, id(s), s._version, s.shape,
-        id(p), p._version, p.shape, rope_cache._version,
+        id(q), q._version, q.data_ptr(), q.shape, id(qc), qc._version, qc.data_ptr(), qc.shape,
+        id(s), s._version, s.data_ptr(), s.shape, id(p), p._version, p.data_ptr(), p.shape,
+        rope_cache._version, rope_cache.data_ptr(),
         common.num_reqs, common.num_actual_tokens, common.num_input_tokens, common.causal,
     )
     if sc is not None:
-        fingerprint += (id(sc), sc._version, sc.shape)
+        fingerprint += (id(sc), sc._version, sc.data_ptr(), sc.shape)
     flags = common.is_prefilling
     if flags is not None:
-        fingerprint += (id(flags), flags._version, flags.shape)
+        fingerprint += (id(flags), flags._version, flags.data_ptr(), flags.shape)
     return fingerprint
+
+
+def check_step_inputs(common: object) -> None:
+    """What a fingerprint reads, checked first: a CommonDraftInputs whose tensors are tensors of
+    the sizes it claims (a NumPy array is the ValueError naming it that the uncached layer
+    raises, not an AttributeError)."""
+    if not isinstance(common, CommonDraftInputs):
+        raise ValueError(f"common must be a CommonDraftInputs, got {type(common).__name__}")
+    for name in ("num_reqs", "num_actual_tokens", "num_input_tokens"):
+        if type(getattr(common, name)) is not int:
+            checked_int(getattr(common, name), name)
+    _check_step_sizes(common)
 
 
 def step_inputs(common: CommonDraftInputs) -> tuple:

@@ -20,8 +20,8 @@ from specops.drafting.calls import (
     SAS,
     SAS_METADATA,
 )
-from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata
-from specops.drafting.invariant import GroupInvariant, fingerprint, resolve_invariant, step_inputs
+from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, checked_draft_index
+from specops.drafting.invariant import GroupInvariant, check_step_inputs, fingerprint, resolve_invariant, step_inputs
 from specops.drafting.plan import DSparkCall, SasCall, StepPlan, step_plan
 
 if TYPE_CHECKING:
@@ -158,14 +158,20 @@ def _run_dspark(calls: list[DSparkCall], arguments: list[list], tables: list[lis
         dspark_op(*call_arguments)
 
 
-def step_fingerprints(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs) -> dict[int, tuple]:
-    """The inputs' fingerprint per RoPE cache tensor id (which it includes). No runner code runs
-    between the groups of a step, so the inputs cannot change in it: it is taken once."""
+def step_fingerprints(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs) -> dict[int, tuple] | None:
+    """The inputs' fingerprint per RoPE cache tensor id (which it includes), after the inputs
+    are checked (a fingerprint reads attributes only tensors have). No runner code runs between
+    the groups of a step, so the inputs cannot change in it: it is taken once. None when an
+    input is an inference tensor (no version counter to fingerprint): the step is then built
+    without the runner's cache, the groups sharing through the step alone."""
+    check_step_inputs(common)
     fingerprints: dict[int, tuple] = {}
     for builder in builders:
         rope = builder.model.rope_cos_sin_cache
         if id(rope) not in fingerprints:
             fingerprints[id(rope)] = fingerprint(common, rope)
+            if fingerprints[id(rope)] is None:
+                return None
     return fingerprints
 
 
@@ -194,12 +200,15 @@ def build_draft_attn_metadata(
     as a sequence (one CommonDraftInputs per builder) is the path for per-group-updated inputs:
     every group then computes everything itself, exactly as without a cache.
     """
+    if builders:
+        draft_index = checked_draft_index(draft_index, builders[0].model.num_speculative_tokens)
     if isinstance(common, CommonDraftInputs):
-        if dummy_run or cache is None:
+        fingerprints = None if dummy_run or cache is None else step_fingerprints(builders, common)
+        if fingerprints is None:
             # A cache of this step alone: it starts empty and nobody reads it afterwards, so the
             # groups share through the step itself, with no lookup, entry or fingerprint.
             return build_step(builders, common, draft_index, None, {})
-        return build_step(builders, common, draft_index, cache, step_fingerprints(builders, common))
+        return build_step(builders, common, draft_index, cache, fingerprints)
     if len(common) != len(builders):
         raise ValueError(
             f"common must be one CommonDraftInputs or one per builder ({len(builders)}), got {len(common)}")

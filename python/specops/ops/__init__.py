@@ -15,11 +15,21 @@ from specops.ops.prepare_positions_and_seq_lens import prepare_positions_and_seq
 from specops.ops.prepare_spec_decode_inputs import SpecDecodeInputs, prepare_spec_decode_inputs
 from specops.ops.sas_metadata import sas_metadata
 
+# The step-bookkeeping ops (docs/step_bookkeeping.md).
+from specops.ops.count_sampled_and_rejected import SampledCounts, count_sampled_and_rejected
+from specops.ops.prepare_input_ids import StepInputIds, prepare_input_ids
+from specops.ops.post_update_after_sampling import post_update_after_sampling
+from specops.ops.prepare_next_token_ids import NextTokens, prepare_next_token_ids
+from specops.ops.advance_draft_step import DraftStep, advance_draft_step
 # The rest of the DSA metadata family (docs/kv_quant_sas_metadata.md and beside it).
 from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
 from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
 from specops.ops.store_kv_block_metadata import StoreKvBlockGroups, store_kv_block_metadata
 from specops.ops.compressor_metadata import CompressorMetadata, compressor_metadata
+# docs/pcp.md: prefill context parallelism
+from specops.ops.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings
+from specops.ops.pcp_local_inputs import PCPLocalInputs, pcp_local_inputs
+from specops.ops.pcp_partition import PCPDeviceLayout, PCPLayout, PCPRankLayout, pcp_partition
 
 __all__ = [
     "CPLocalMetadata",
@@ -38,6 +48,16 @@ __all__ = [
     "prepare_positions_and_seq_lens",
     "prepare_spec_decode_inputs",
     "sas_metadata",
+    # step bookkeeping
+    "SampledCounts",
+    "StepInputIds",
+    "count_sampled_and_rejected",
+    "prepare_input_ids",
+    "post_update_after_sampling",
+    "NextTokens",
+    "prepare_next_token_ids",
+    "DraftStep",
+    "advance_draft_step",
     # the rest of the DSA metadata family
     "CompressorMetadata",
     "StoreKvBlockGroups",
@@ -45,4 +65,12 @@ __all__ = [
     "kv_quant_sas_metadata",
     "lightning_indexer_metadata",
     "store_kv_block_metadata",
+    # docs/pcp.md
+    "PCPDeviceLayout",
+    "PCPLayout",
+    "PCPLocalInputs",
+    "PCPRankLayout",
+    "pcp_gathered_slot_mappings",
+    "pcp_local_inputs",
+    "pcp_partition",
 ]

@@ -46,6 +46,52 @@ def ints_per_group(value: Any, num_groups: int, name: str) -> list[int]:
     return [checked_int(value, name)] * num_groups
 
 
+def normalize_config_fields(config: Any, ints: Sequence[str] = (), optional_ints: Sequence[str] = (),
+                            bools: Sequence[str] = ()) -> None:
+    """A frozen dataclass's number and flag fields, taken as the ops take their int and bool
+    arguments (checked_int, checked_bool: NumPy ints accepted and stored as Python ints, floats
+    such as 16.0 rejected, truthy non-bools such as "no" rejected), before any range check reads
+    them. optional_ints may also be None."""
+    for name in (*ints, *optional_ints):
+        value = getattr(config, name)
+        if value is None and name in optional_ints:
+            continue
+        if type(value) is not int:
+            object.__setattr__(config, name, checked_int(value, name))
+    for name in bools:
+        value = getattr(config, name)
+        if type(value) is not bool:
+            object.__setattr__(config, name, checked_bool(value, name))
+
+
+def bools_per_group(value: Any, num_groups: int, name: str) -> list[bool]:
+    """A per-group bool argument, one entry per group or one value for every group, each taken as
+    checked_bool takes it, naming the entry (cp_sharded[1]) or the argument."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [checked_bool(entry, f"{name}[{g}]") for g, entry in enumerate(value)]
+    return [checked_bool(value, name)] * num_groups
+
+
+def checked_tensor_list(value: Any, name: str) -> list[torch.Tensor]:
+    """A list (or tuple) of tensors, one per group, as a list; a ValueError names the argument or
+    the entry that is not a tensor (block_tables[1] None), before anything is sized from it."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{name} must be a list of tensors, got {_described(value)}")
+    for g, entry in enumerate(value):
+        if not isinstance(entry, torch.Tensor):
+            raise ValueError(f"{name}[{g}] must be a tensor, got {_described(entry)}")
+    return list(value)
+
+
+def check_allocated_elements(rows: int, row_elements: int, name: str, what: str) -> None:
+    """An output a wrapper allocates holds at most 2^31 - 1 elements (the kernels index a buffer
+    with int32 element offsets): checked before the allocation, naming the argument that sizes it
+    (`what` says how)."""
+    if rows * row_elements > INT32_MAX:
+        raise ValueError(f"{name} would size an output of {rows} x {row_elements} elements ({what}), more than "
+                         f"2^31 - 1")
+
+
 def checked_size(value: Any, name: str, lowest: int, what: str = "") -> int:
     """An int argument that sizes an output the wrapper allocates: checked before the allocation
     (never `negative dimension`, never gigabytes from an unchecked value). `what` names lowest."""
@@ -56,10 +102,17 @@ def checked_size(value: Any, name: str, lowest: int, what: str = "") -> int:
 
 
 def checked_bool(value: Any, name: str) -> bool:
-    """A bool, or an int taken as one (NumPy's included); anything else is a ValueError."""
-    if isinstance(value, (bool, int, np.integer, np.bool_)):
+    """value as every backend takes a bool (FastOp, csrc/fast_call.cpp, the same): True or False,
+    a NumPy bool, or a one-element bool tensor (torch's schema reads these three as the bool they
+    hold). Ints (0 and 1 too), floats, None, strings and other tensors, which torch's schema would
+    read by their truth value, are a ValueError naming the argument."""
+    if type(value) is bool:
+        return value
+    if isinstance(value, np.bool_) or (
+            isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1):
         return bool(value)
-    raise ValueError(f"{name} must be a bool, got {_described(value)}")
+    raise ValueError(f"{name} must be a bool (True, False, a NumPy bool or a one-element bool tensor), "
+                     f"got {_described(value)}")
 
 
 def check_tensor(

@@ -6,6 +6,7 @@ import torch
 
 from specops._cp import cp_token_split
 from specops.ops._checks import (
+    check_allocated_elements,
     check_cp_rank,
     check_entries,
     check_int32_range,
@@ -117,6 +118,7 @@ def dspark_swa_indices(
         check_tensor(block_table, "block_table", [torch.int32], 2)
         rows = _check_sizes(window, num_speculative_tokens, checked_int(block_size, "block_size"), num_tokens, width,
                             checked_int(cp_size, "cp_size"), checked_int(cp_rank, "cp_rank"))
+        check_allocated_elements(rows, width, "width", "rows of num_tokens times width")
         if out is None:
             out = torch.empty((rows, 1, width), dtype=torch.int32, device=block_table.device)
         if out_lens is None:

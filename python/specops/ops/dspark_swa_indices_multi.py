@@ -9,6 +9,7 @@ import torch
 
 from specops._cp import cp_token_split
 from specops.ops._checks import (
+    check_allocated_elements,
     check_cp_rank,
     check_entries,
     check_int32_range,
@@ -17,6 +18,9 @@ from specops.ops._checks import (
     check_rows_disjoint,
     check_tensor,
     check_token_count,
+    checked_int,
+    checked_tensor_list,
+    host_token_count,
     ints_per_group,
 )
 from specops.ops._op import SpecOp
@@ -119,28 +123,41 @@ def dspark_swa_indices_multi(
     query_start_loc[R] (a device-to-host read with device tensors: pass it). Outputs absent are
     allocated; no two outputs may share memory.
     """
+    block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
-    if not isinstance(block_tables, list):
-        block_tables = list(block_tables)
     windows = ints_per_group(windows, num_groups, "windows")
     block_sizes = ints_per_group(block_sizes, num_groups, "block_sizes")
-    if widths is None:
-        widths = [default_width(window, num_speculative_tokens) for window in windows]
-    else:
+    if widths is None or num_tokens is None or out is None or out_lens is None:
+        # Defaults and allocations come from the int arguments and query_start_loc[R]: checked
+        # first, as the single op's wrapper does.
+        num_speculative_tokens = checked_int(num_speculative_tokens, "num_speculative_tokens")
+        check_int32_range(num_speculative_tokens, "num_speculative_tokens", 0)
+        for g, window in enumerate(windows):
+            check_int32_range(window, f"windows[{g}]", 0)
+        if widths is None:
+            widths = [default_width(window, num_speculative_tokens) for window in windows]
         widths = ints_per_group(widths, num_groups, "widths")
-    if num_tokens is None:
-        num_tokens = int(query_start_loc[-1]) if query_start_loc.numel() else 0
-    if out is None or out_lens is None:
-        rows = cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank if cp_size >= 1 else 0
+        num_tokens = host_token_count(query_start_loc) if num_tokens is None else checked_int(num_tokens, "num_tokens")
+        check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1)
+        cp_size, cp_rank = checked_int(cp_size, "cp_size"), checked_int(cp_rank, "cp_rank")
+        check_cp_rank(cp_size, cp_rank, "cp_size")
+        check_token_count(num_tokens, "num_tokens", cp_size)
+        rows = cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank
+        for g, (window, width) in enumerate(zip(windows, widths)):
+            least = window + num_speculative_tokens
+            if width < max(1, least):
+                raise ValueError(f"widths[{g}] must be >= max(1, windows[{g}] + num_speculative_tokens = {least}), "
+                                 f"got {width}")
+            check_allocated_elements(rows, width, f"widths[{g}]", "rows of num_tokens times widths")
         device = query_start_loc.device
         if out is None:
             out = [torch.empty((rows, 1, width), dtype=torch.int32, device=device) for width in widths]
         if out_lens is None:
             out_lens = [torch.empty(rows, dtype=torch.int32, device=device) for _ in widths]
-    if not isinstance(out, list):
-        out = list(out)
-    if not isinstance(out_lens, list):
-        out_lens = list(out_lens)
+    else:
+        widths = ints_per_group(widths, num_groups, "widths")
+    out = checked_tensor_list(out, "out")
+    out_lens = checked_tensor_list(out_lens, "out_lens")
     _OP.select()(block_tables, query_start_loc, seq_lens, windows, num_speculative_tokens, block_sizes, num_tokens,
                  widths, cp_size, cp_rank, out, out_lens)
     return out, out_lens

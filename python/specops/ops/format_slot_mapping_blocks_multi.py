@@ -7,7 +7,16 @@ from collections.abc import Sequence
 
 import torch
 
-from specops.ops._checks import check_int32_range, check_no_overlap, check_non_negative, check_rows_disjoint, check_tensor, ints_per_group
+from specops.ops._checks import (
+    check_int32_range,
+    check_no_overlap,
+    check_non_negative,
+    check_rows_disjoint,
+    check_tensor,
+    checked_size,
+    checked_tensor_list,
+    ints_per_group,
+)
 from specops.ops._op import SpecOp
 from specops.reference.format_slot_mapping_blocks_multi import format_slot_mapping_blocks_multi as _reference
 
@@ -64,19 +73,23 @@ def format_slot_mapping_blocks_multi(
     group, no two sharing memory (allocated [num_slots, 2] with each slot mapping's dtype when
     absent). Returns out as a list.
     """
+    slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
     num_groups = len(slot_mappings)
     block_sizes = ints_per_group(block_sizes, num_groups, "block_sizes")
-    if not isinstance(slot_mappings, list):
-        slot_mappings = list(slot_mappings)
     if num_slots is None:
         lengths = {t.numel() for t in slot_mappings}
         if len(lengths) > 1:
             raise ValueError(f"num_slots must be given when the slot mappings differ in length, got {sorted(lengths)}")
         num_slots = lengths.pop() if lengths else 0
     if out is None:
+        # Sized from num_slots: checked first (the op reads num_slots entries of each mapping).
+        num_slots = checked_size(num_slots, "num_slots", 0)
+        for g, mapping in enumerate(slot_mappings):
+            if mapping.numel() < num_slots:
+                raise ValueError(f"slot_mappings[{g}] must have at least num_slots = {num_slots} entries, "
+                                 f"got {mapping.numel()}")
         out = [torch.empty((num_slots, 2), dtype=t.dtype, device=t.device) for t in slot_mappings]
-    elif not isinstance(out, list):
-        out = list(out)
+    out = checked_tensor_list(out, "out")
     if not slot_mappings:
         # Nothing to format, and no tensor for the dispatcher to pick a kernel by.
         _check(slot_mappings, block_sizes, num_slots, out)

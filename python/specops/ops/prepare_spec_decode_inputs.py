@@ -13,7 +13,14 @@ import torch
 
 from specops._spec_decode_sizes import SpecDecodeSizes, named_after_the_wrapper, pack_sizes
 from specops.ops._accounting_checks import check_count_correction, check_positions_and_seq_lens
-from specops.ops._checks import check_idx_mapping, check_outputs_alias_nothing, check_positive, checked_size
+from specops.ops._checks import (
+    bools_per_group,
+    check_idx_mapping,
+    check_outputs_alias_nothing,
+    check_positive,
+    checked_size,
+    checked_tensor_list,
+)
 from specops.ops._op import SpecOp
 from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
 from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens
@@ -87,9 +94,14 @@ _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
 def _per_group(value: object, num_groups: int) -> list:
     """One value per group: a sequence as given, anything else for every group (the op's checks
     then judge it, naming block_sizes[0] etc.)."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return list(value)
-    return [value] * num_groups
+    kind = type(value)
+    if kind is list:
+        return value
+    # An int or a bool (the usual one value for all groups) without the Sequence ABC check,
+    # which costs more than the rest of this function on every call.
+    if kind is int or kind is bool or not (isinstance(value, Sequence) and not isinstance(value, str)):
+        return [value] * num_groups
+    return list(value)
 
 
 def prepare_spec_decode_inputs(
@@ -130,21 +142,28 @@ def prepare_spec_decode_inputs(
     [0, num_tokens_padded) and its block table is never read (nor checked against the positions).
     Outputs absent are allocated: positions int64 and slot mappings int64 of num_tokens_padded
     (default: positions.numel(), else query_start_loc[R], a host read), seq_lens int32 of
-    num_reqs_padded (default R). On the CPU a rejected call writes nothing.
+    num_reqs_padded (default R). On the CPU a rejected call writes nothing. Given idx_mapping,
+    R = idx_mapping.numel() and query_start_loc may have more than R + 1 entries (the peer's
+    num_reqs_padded + 1, padded with T): those past R are never read.
 
     num_blocks: one int32 tensor per group (or None), the blocks allocated to each row of its
     table, as compute_slot_mapping takes it: a position past its row's allocated blocks is a
     ValueError naming the request, the position and the count on the host, PAD on device paths.
     """
+    block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
+    if (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
+            and query_start_loc.dim() == 1 and query_start_loc.numel() > idx_mapping.numel() + 1):
+        # The peer passes num_reqs_padded + 1 entries padded with T; R = idx_mapping.numel(), and
+        # the entries past R are never read (a view, no copy).
+        query_start_loc = query_start_loc[: idx_mapping.numel() + 1]
     if not isinstance(block_sizes, list):
         block_sizes = _per_group(block_sizes, num_groups)
     if not isinstance(blocks_per_kv_block, list):
         blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
-    if not isinstance(cp_sharded, list):
-        cp_sharded = _per_group(cp_sharded, num_groups)
-    if not isinstance(slot_mapping_enabled, list):
-        slot_mapping_enabled = _per_group(slot_mapping_enabled, num_groups)
+    # Packed into the op's int[] as 0 and 1: checked here as every bool argument is.
+    cp_sharded = bools_per_group(cp_sharded, num_groups, "cp_sharded")
+    slot_mapping_enabled = bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
     if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == len(slot_mapping_enabled) == num_groups:
         for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
                              ("cp_sharded", cp_sharded), ("slot_mapping_enabled", slot_mapping_enabled)):
@@ -164,10 +183,7 @@ def prepare_spec_decode_inputs(
         num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
                          for _ in range(num_groups)]
-    if not isinstance(block_tables, list):
-        block_tables = list(block_tables)
-    if not isinstance(slot_mappings, list):
-        slot_mappings = list(slot_mappings)
+    slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
     sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
                        blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
     try:

@@ -73,7 +73,15 @@ def _check(
     arguments = locals()
     for name in _LENGTH_TENSORS:
         tensor = arguments[name]
-        if tensor is not None:
+        if tensor is None:
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"{name} must be a tensor or None, got {type(tensor).__name__}")
+        # An empty tensor is not provided, whatever its dtype and shape (vllm-ascend passes empty
+        # float32 placeholders); its device counts, as it selects the kernel.
+        if tensor.device != out.device:
+            raise ValueError(f"{name} must be on {out.device} like out, got {tensor.device}")
+        if tensor.numel():
             check_tensor(tensor, name, [torch.int32, torch.int64], 1, out.device)
     for name in _INT32_ATTRIBUTES:
         if not INT32_MIN <= arguments[name] <= INT32_MAX:
@@ -133,7 +141,8 @@ def _check(
                          f"{_batch_source(layout_q, cu_seqlens_q, seqused_q)}), got {cu_seqlens_ori_kv.numel()}")
 
     # The kernel reads its length tensors while it writes the schedule: out shares memory with none.
-    check_outputs_alias_nothing([(out, "out")], [(arguments[name], name) for name in _LENGTH_TENSORS])
+    check_outputs_alias_nothing([(out, "out")], [(arguments[name], name) for name in _LENGTH_TENSORS
+                                                 if is_given(arguments[name])])
 
 
 def _batch_source(layout_q: int, cu_seqlens_q: torch.Tensor | None, seqused_q: torch.Tensor | None) -> str:
@@ -172,6 +181,7 @@ def sas_metadata(
     num_cube_cores: int = 24,
     num_vector_cores: int = 48,
     soc_version: str = "Ascend910B1",
+    device: str | torch.device | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The schedule of vllm-ascend's `npu_sparse_attn_sharedkv`: the 1024 int32 words its AI-CPU
@@ -179,9 +189,12 @@ def sas_metadata(
     unwritten are 0 here), or a ValueError naming the argument it rejects.
 
     Tensors: int32 (int64 accepted) [B + 1] cumulative or [B] per-batch lengths, on out's device;
-    None or an empty tensor means not provided. num_cube_cores / num_vector_cores / soc_version
-    are the device's (the AI-CPU kernel gets them from the platform). out: int32 [1024],
-    allocated on the device of the first tensor given when absent. Decode with
+    None or an empty tensor of any dtype and shape means not provided (vllm-ascend passes empty
+    float32 placeholders). num_cube_cores / num_vector_cores / soc_version are the device's (the
+    AI-CPU kernel gets them from the platform). device: where out is allocated when absent, as
+    the peer's `device=` ("npu:0", a torch.device); with out given it must be out's device.
+    Without it, out is allocated on the device of the first tensor that holds values (else of
+    the first tensor given, else the CPU). out: int32 [1024]. Decode with
     `specops.decode_sas_metadata`. On a device the values are not checked (that would sync):
     invalid values give 1024 zero words instead of an error.
     """
@@ -193,9 +206,12 @@ def sas_metadata(
         raise ValueError(f"layout_kv must be TND, BSND or PA_ND, got {layout_kv!r}")
     if not isinstance(soc_version, str):
         raise ValueError(f"soc_version must be a str, got {type(soc_version).__name__}")
+    tensors = (cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
+    if device is not None:
+        device = _checked_device(device, out)
     if out is None:
-        out = torch.empty(NUM_WORDS, dtype=torch.int32, device=_first_device(
-            cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv))
+        out = torch.empty(NUM_WORDS, dtype=torch.int32, device=device if device is not None else _first_device(
+            *tensors))
     _OP.select()(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
                  seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
                  cmp_mask_mode, ori_win_left, ori_win_right, layout_q_code, layout_kv_code, has_ori_kv, has_cmp_kv,
@@ -203,9 +219,26 @@ def sas_metadata(
     return out
 
 
+def _checked_device(device: object, out: torch.Tensor | None) -> torch.device:
+    """`device=` as a torch.device; with out given, out's device (an index-less "npu" names any
+    NPU, as torch.device does)."""
+    if not isinstance(device, (str, torch.device)):
+        raise ValueError(f"device must be a str or torch.device, got {type(device).__name__}")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device must name a device, got {device!r}: {error}") from None
+    if isinstance(out, torch.Tensor) and (
+            out.device.type != resolved.type or resolved.index is not None and out.device.index != resolved.index):
+        raise ValueError(f"device is {device!r} but out is on {out.device}")
+    return resolved
+
+
 def _first_device(*tensors: torch.Tensor | None) -> torch.device:
-    """Where the kernel's binding puts its output: the device of the first tensor given."""
-    for tensor in tensors:
-        if tensor is not None:
+    """Where out goes without `device=`: the device of the first tensor that holds values, else
+    of the first tensor given (the lengths all share out's device)."""
+    given = [tensor for tensor in tensors if isinstance(tensor, torch.Tensor)]
+    for tensor in given:
+        if tensor.numel():
             return tensor.device
-    return torch.device("cpu")
+    return given[0].device if given else torch.device("cpu")

@@ -6,7 +6,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from specops.ops._checks import check_int32_range, check_interleave_divides, check_positive
+from specops.ops._checks import (
+    check_int32_range,
+    check_interleave_divides,
+    check_positive,
+    checked_int,
+    normalize_config_fields,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,17 +33,23 @@ class MappingGroup:
     name: str | None = None
 
     def __post_init__(self) -> None:
+        # Numbers and flags as the ops take ints and bools (docs/hardening.md, "Bool arguments").
+        normalize_config_fields(self, ints=("block_size", "blocks_per_kv_block", "sliding_window_reach"),
+                                bools=("cp_sharded", "slot_mapping_enabled"))
         check_positive(self.block_size, "block_size")
         check_positive(self.blocks_per_kv_block, "blocks_per_kv_block")
         check_int32_range(self.sliding_window_reach, "sliding_window_reach", 0)
+        if self.name is not None and not isinstance(self.name, str):
+            raise ValueError(f"name must be a str or None, got {type(self.name).__name__}")
 
 
 def widths_per_group(max_num_blocks_per_req: int | Sequence[int], num_groups: int) -> tuple[int, ...]:
-    """One table width per group, from one width for all or one per group."""
-    if isinstance(max_num_blocks_per_req, int):
-        check_positive(max_num_blocks_per_req, "max_num_blocks_per_req")
-        return (max_num_blocks_per_req,) * num_groups
-    widths = tuple(max_num_blocks_per_req)
+    """One table width per group, from one width for all or one per group (ints as the ops take them)."""
+    if not isinstance(max_num_blocks_per_req, Sequence) or isinstance(max_num_blocks_per_req, str):
+        width = checked_int(max_num_blocks_per_req, "max_num_blocks_per_req")
+        check_positive(width, "max_num_blocks_per_req")
+        return (width,) * num_groups
+    widths = tuple(checked_int(width, f"max_num_blocks_per_req[{g}]") for g, width in enumerate(max_num_blocks_per_req))
     if len(widths) != num_groups:
         raise ValueError(f"max_num_blocks_per_req must be an int or one width per group ({num_groups}), "
                          f"got {len(widths)} widths")

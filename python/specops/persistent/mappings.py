@@ -23,16 +23,17 @@ from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._spec_decode_sizes import named_after_the_wrapper, pack_sizes
 from specops.drafting.configs import CommonDraftInputs
-from specops.ops._checks import INT32_MAX, check_context_parallel, check_positive, check_tensor
-from specops.ops._op import fast_native_entry
+from specops.ops._checks import INT32_MAX, check_context_parallel, check_positive, checked_int
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
 from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
+from specops.persistent.checks import CHECK_POSITIONS, check_refresh, check_shares_no_captured_buffer, padded_extents
+from specops.persistent.extents import EndPadding, peer_batch
 from specops.persistent.groups import MappingGroup, slot_mapping_args, widths_per_group
 from specops.persistent.staging import StagedBlockWrites
+from specops.ops.advance_draft_step import DraftStep
+from specops.persistent.draft_step import advance_draft_step as _advance_draft_step
 
-# compute_slot_mapping's value checks for every group's table at once, writing nothing.
-_CHECK_POSITIONS = fast_native_entry("check_slot_mapping_positions")
 
 
 class RunnerStepInputs(NamedTuple):
@@ -48,10 +49,15 @@ class PersistentMappings:
     """Per group g, with B_g = max_num_blocks_per_group[g]: `source_block_tables[g]` int32
     [max_num_reqs, B_g] and `num_blocks[g]` int32 [max_num_reqs] (request-indexed, changed
     through `append_blocks`, `move_row`, `swap_rows` + `apply_staged`), and the captured,
-    batch-indexed `block_tables[g]` int32 [max_num_reqs, B_g] and `slot_mappings[g]` int64
-    [max_num_tokens] (rewritten by `refresh`). No buffer is ever reallocated: every
-    `data_ptr()` is fixed. `max_num_blocks_per_req` is one width for every group or one per
-    group.
+    batch-indexed `block_tables[g]` int32 [max_num_reqs, B_g] and `slot_mappings[g]`
+    [max_num_tokens] of `slot_dtype` (int64, or int32 as Ascend's cache writes read it; a slot
+    past int32 is then a host ValueError / device PAD), rewritten by `refresh` and
+    `prepare_step`. No buffer is ever reallocated: every `data_ptr()` is fixed.
+    `max_num_blocks_per_req` is one width for every group or one per group. `pad_to_end`:
+    after every refresh, prepare_step and fill_dummy, slots past the batch's T are PAD and
+    table rows past its R are NULL to the buffers' ends (vLLM's extent), at a cost bounded by
+    the last two steps' padded sizes (`specops.persistent.extents`); the padded extents then
+    only choose the views handed out.
     """
 
     def __init__(
@@ -65,6 +71,8 @@ class PersistentMappings:
         cp_rank: int = 0,
         cp_interleave: int = 1,
         device: torch.device | str | None = None,
+        slot_dtype: torch.dtype = torch.int64,
+        pad_to_end: bool = False,
     ):
         groups = tuple(groups)
         if not groups:
@@ -72,10 +80,16 @@ class PersistentMappings:
         for index, group in enumerate(groups):
             if not isinstance(group, MappingGroup):
                 raise ValueError(f"groups[{index}] must be a MappingGroup, got {type(group).__name__}")
+        max_num_reqs, max_num_tokens = checked_int(max_num_reqs, "max_num_reqs"), checked_int(max_num_tokens,
+                                                                                              "max_num_tokens")
+        cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
+        cp_interleave = checked_int(cp_interleave, "cp_interleave")
         check_positive(max_num_reqs, "max_num_reqs")
         widths = widths_per_group(max_num_blocks_per_req, len(groups))
         check_positive(max_num_tokens, "max_num_tokens")
         check_context_parallel(cp_world_size, cp_rank, cp_interleave)
+        if slot_dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"slot_dtype must be torch.int64 or torch.int32, got {slot_dtype}")
         self._slot_args = slot_mapping_args(groups, cp_world_size, cp_rank, cp_interleave)
 
         # Under CP a block-table column is not a contiguous run of positions, so no group masks
@@ -108,8 +122,11 @@ class PersistentMappings:
         self._captured_tables = torch.full((first_count,), NULL_BLOCK_ID, dtype=torch.int32, device=self.device)
         self.block_tables = [self._captured_tables[offsets[g] : offsets[g + 1]].view(max_num_reqs, widths[g])
                              for g in range(num_groups)]
-        self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=torch.int64, device=self.device)
+        self.slot_dtype, self.pad_to_end = slot_dtype, bool(pad_to_end)
+        self._captured_slots = torch.full((num_groups, max_num_tokens), PAD_SLOT_ID, dtype=slot_dtype, device=self.device)
         self.slot_mappings = list(self._captured_slots.unbind(0))
+        self._end_padding = EndPadding(self._captured_slots, self._captured_tables, max_num_reqs=max_num_reqs,
+                                       max_num_tokens=max_num_tokens, enabled=self.pad_to_end)
         per_group = not isinstance(max_num_blocks_per_req, int)
         self._staging = StagedBlockWrites(
             self._source_storage, max_num_reqs=max_num_reqs, widths=widths, table_offsets=offsets,
@@ -129,17 +146,24 @@ class PersistentMappings:
         self.positions = torch.zeros(max_num_tokens, dtype=torch.int64, device=self.device)
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=self.device)
         self._step_shapes: dict[tuple[int, int], tuple[list[int], RunnerStepInputs]] = {}
+        # The draft steps' positions (advance_draft_step), one per request, and their packed sizes.
+        self.draft_positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
+        self._draft_step_sizes: dict[tuple, list[int]] = {}
         self._masks_windows = any(reach > 0 for reach in self._window_reach)
         # First scheduled position of each request row, scattered from the batch, for the
         # sliding-window gathers: row r at entry r + 1, so that batch rows of no request (-1)
         # land on entry 0. Shifted with a tensor of ones: a Python scalar would allocate.
-        self._row_first_position = torch.zeros(max_num_reqs + 1, dtype=torch.int32, device=self.device)
+        # Batch rows past the table (rejected on the host, NULL rows on a device) land on the
+        # last entry, so that no index is ever out of range whatever idx_mapping holds.
+        self._row_first_position = torch.zeros(max_num_reqs + 2, dtype=torch.int32, device=self.device)
         self._scatter_rows = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
         self._ones = torch.ones(max_num_reqs, dtype=torch.int64, device=self.device)
-        # What refresh checks up front on the host path, when more than one group could reject.
+        # What refresh checks up front on the host path, when an op could reject after another
+        # one wrote: more than one mapped group, or a sliding-window gather before the first.
         mapped = [g for g, args in enumerate(self._slot_args) if args is not None]
+        self._mapped_groups = len(mapped)
         self._check_positions_sizes = None
-        if self.device.type == "cpu" and len(mapped) > 1 and _CHECK_POSITIONS is not None:
+        if self.device.type == "cpu" and mapped and CHECK_POSITIONS is not None:
             self._checked_tables = [self.source_block_tables[g] for g in mapped]
             self._checked_counts = [self.num_blocks[g] for g in mapped]
             self._check_positions_sizes = [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])]
@@ -221,43 +245,53 @@ class PersistentMappings:
         position, j < max(num_computed_tokens[row] - reach, 0) // block_size: the window's
         manager may already have freed and reused those blocks. Never under CP
         (cp_world_size > 1), where a column is not a contiguous run of positions.
+
+        R = idx_mapping.numel(); query_start_loc may have more than R + 1 entries and positions
+        more than T = query_start_loc[R] (the peer's num_reqs_padded + 1 offsets and persistent
+        positions buffer): neither tail is read. The host path checks T <= num_tokens_padded
+        and positions.numel() >= T.
         """
-        # Checked here, not only by the ops, so that a bad size rejects the call before the
-        # first group is rewritten.
-        num_reqs_padded, num_tokens_padded = self._padded_extents(
-            idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0, num_reqs_padded,
-            positions.numel() if isinstance(positions, torch.Tensor) else 0, num_tokens_padded)
-        if num_computed_tokens is not None:
-            check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, self._source_storage.device,
-                         "the mappings")
-            if num_computed_tokens.numel() < self.max_num_reqs:
-                raise ValueError(f"num_computed_tokens must have max_num_reqs = {self.max_num_reqs} entries (one per "
-                                 f"request row), got {num_computed_tokens.numel()}")
-        if (self._check_positions_sizes is not None and not torch.compiler.is_compiling()
-                and current_backend() == "native"):
-            # The host ops reject a position past a group's table; groups differ there, so every
-            # group is checked before the first one is rewritten (device kernels write PAD instead
-            # and never reject a value).
-            _CHECK_POSITIONS(query_start_loc, positions, self._checked_tables, idx_mapping,
-                             self._check_positions_sizes, self._checked_counts)
-        for group, source, counts, table, slots, args, reach in zip(
-            self.groups, self.source_block_tables, self.num_blocks, self.block_tables, self.slot_mappings,
-            self._slot_args, self._window_reach,
-        ):
-            # The slot mapping reads the source row through idx_mapping, not the gathered table,
-            # so that a row of -1 gives PAD; the two are independent. It goes first because it
-            # checks every tensor the caller passed: a bad one is rejected before any write.
-            # The ops' own dispatchers, without the keyword wrappers: a third of a small op's cost.
+        # The peer's call shape (longer query_start_loc and positions) as views of this batch.
+        num_reqs = idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0
+        query_start_loc, positions, num_tokens = peer_batch(num_reqs, query_start_loc, positions)
+        # Everything an op could reject after another op wrote is checked first, whatever the
+        # order of the groups (persistent/checks.py).
+        num_reqs_padded, num_tokens_padded, windowed = check_refresh(
+            self, idx_mapping, query_start_loc, positions, num_tokens, num_reqs_padded, num_tokens_padded,
+            num_computed_tokens)
+        if num_tokens is None and positions.numel() > num_tokens_padded:
+            positions = positions[:num_tokens_padded]  # on a device: no token past num_tokens_padded
+        rows_written, tokens_written = self._end_padding.extents(num_reqs_padded, num_tokens_padded)
+        groups = list(zip(self.groups, self.source_block_tables, self.num_blocks, self.block_tables,
+                          self.slot_mappings, self._slot_args, self._window_reach))
+        # A sliding-window gather first: it alone reads num_computed_tokens' values, and rejects
+        # a negative one on the host, before any buffer is written. The slot mappings next (they
+        # read the source rows through idx_mapping, not the gathered tables, so that a row of -1
+        # gives PAD); their values were checked above for every group. Then the other gathers.
+        # The ops' own dispatchers, without the keyword wrappers: a third of a small op's cost.
+        first = next((g for g, (*_, reach) in enumerate(groups) if reach and windowed), None)
+        if first is not None:
+            self._gather(groups[first], idx_mapping, rows_written, num_computed_tokens)
+        for group, source, counts, table, slots, args, reach in groups:
             if args is not None:
                 _SLOT_MAPPING(
                     query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
-                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, num_tokens_padded, counts,
+                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, tokens_written, counts,
                 )
-            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, num_computed_tokens, reach, group.block_size)
+        for g, group in enumerate(groups):
+            if g != first:
+                self._gather(group, idx_mapping, rows_written, num_computed_tokens)
         # Groups without a slot mapping last, after every op has accepted the inputs.
         for slots, args in zip(self.slot_mappings, self._slot_args):
             if args is None:
-                slots[:num_tokens_padded].fill_(PAD_SLOT_ID)
+                slots[:tokens_written].fill_(PAD_SLOT_ID)
+        self._end_padding.written(num_reqs, num_tokens_padded)
+
+    @staticmethod
+    def _gather(group_views: tuple, idx_mapping: torch.Tensor, rows: int,
+                num_computed_tokens: torch.Tensor | None) -> None:
+        group, source, counts, table, _, _, reach = group_views
+        _GATHER(source, counts, idx_mapping, table, rows, num_computed_tokens, reach, group.block_size)
 
     def prepare_step(
         self,
@@ -296,19 +330,39 @@ class PersistentMappings:
             raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got "
                              f"{type(idx_mapping).__name__}")
         num_reqs = idx_mapping.numel()
+        if isinstance(query_start_loc, torch.Tensor) and query_start_loc.dim() == 1 \
+                and query_start_loc.numel() > num_reqs + 1:
+            query_start_loc = query_start_loc[: num_reqs + 1]  # the peer's num_reqs_padded + 1 entries
         # The token count is the fused op's output (on the device): only 0 bounds it here.
-        num_reqs_padded, num_tokens_padded = self._padded_extents(num_reqs, num_reqs_padded, None, num_tokens_padded)
+        num_reqs_padded, num_tokens_padded = padded_extents(self, num_reqs, num_reqs_padded, None, num_tokens_padded)
+        # The fused op checks its inputs against what it writes; the gathers after it write the
+        # captured tables, so no input may share memory with those either (nor with the buffers
+        # the fused op writes, which it checks itself).
+        check_shares_no_captured_buffer(
+            self, (num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
+            (prev_positions, "prev_positions"), (valid_sampled_token_count, "valid_sampled_token_count"),
+            (prev_num_draft_tokens, "prev_num_draft_tokens"), (cpu_num_computed_tokens, "cpu_num_computed_tokens"),
+            (query_start_loc, "query_start_loc"), (idx_mapping, "idx_mapping"))
+        if (not self._mapped_groups and num_reqs and idx_mapping.device.type == "cpu"
+                and not torch.compiler.is_compiling() and current_backend() == "native"):
+            # With no slot mapping the fused op reads no table through idx_mapping: a row past
+            # the tables would first be seen by the gathers, after the fused op wrote.
+            past = int(idx_mapping.max())
+            if past >= self.max_num_reqs:
+                raise ValueError(f"idx_mapping holds row {past}, past the source tables, which have max_num_reqs = "
+                                 f"{self.max_num_reqs} rows")
+        rows_written, tokens_written = self._end_padding.extents(num_reqs_padded, num_tokens_padded)
         # The op's packed sizes and the returned views, made once per padded shape.
-        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded))
+        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded, tokens_written))
         if shape is None:
             enabled = [args is not None for args in self._slot_args]
-            sizes = pack_sizes(num_tokens_padded, num_reqs_padded, self.cp_world_size, self.cp_rank,
+            sizes = pack_sizes(tokens_written, num_reqs_padded, self.cp_world_size, self.cp_rank,
                                self.cp_interleave, [group.block_size for group in self.groups],
                                [group.blocks_per_kv_block for group in self.groups],
                                [group.cp_sharded for group in self.groups], enabled)
             views = RunnerStepInputs(self.positions[:num_tokens_padded], self.seq_lens[:num_reqs_padded],
                                      self.block_tables_by_name, self.slot_mappings_by_name)
-            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded)] = (sizes, views)
+            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded, tokens_written)] = (sizes, views)
         sizes, views = shape
         try:
             _FUSED_STEP.select()(
@@ -320,16 +374,31 @@ class PersistentMappings:
         row_first = None
         if self._masks_windows:
             # Request-indexed first positions for the gathers (the fused op's are batch-indexed).
+            # Every negative idx_mapping is "no row" (entry 0), a row past the tables lands on the
+            # last entry (the gathers reject it on the host, give a NULL row on a device): no
+            # index is out of range whatever the values. A negative count masks nothing, as 0
+            # does, so the gathers cannot reject it after the fused op wrote.
             rows = self._scatter_rows[:num_reqs]
             rows.copy_(idx_mapping)
+            rows.clamp_(-1, self.max_num_reqs)
             rows.add_(self._ones[:num_reqs])
             self._row_first_position.index_copy_(0, rows, num_computed_tokens[:num_reqs])
-            row_first = self._row_first_position[1:]
+            self._row_first_position.clamp_(min=0)
+            row_first = self._row_first_position[1 : self.max_num_reqs + 1]
         for group, source, counts, table, reach in zip(self.groups, self.source_block_tables, self.num_blocks,
                                                        self.block_tables, self._window_reach):
-            _GATHER(source, counts, idx_mapping, table, num_reqs_padded, row_first if reach else None, reach,
+            _GATHER(source, counts, idx_mapping, table, rows_written, row_first if reach else None, reach,
                     group.block_size)
+        self._end_padding.written(num_reqs, num_tokens_padded)
         return views
+
+    def advance_draft_step(self, idx_mapping: torch.Tensor, **kwargs) -> DraftStep:
+        """One later draft step on these buffers (specops.advance_draft_step with this object's
+        groups, CP layout, source tables and block counts): `draft_positions`, `seq_lens` and
+        every `slot_mappings[g]` in place. Keywords: max_model_len, past_max_model_len,
+        token_indices and num_rejected_tokens (the first step: it gathers from `positions`),
+        query_start_loc, num_reqs_padded, num_tokens_padded (see persistent/draft_step.py)."""
+        return _advance_draft_step(self, idx_mapping, **kwargs)
 
     def draft_inputs(
         self,
@@ -351,26 +420,8 @@ class PersistentMappings:
             num_actual_tokens=num_actual_tokens, num_input_tokens=num_input_tokens, causal=causal,
             block_tables=self.block_tables_by_name, slot_mappings=self.slot_mappings_by_name)
 
-    def _padded_extents(self, num_reqs: int, num_reqs_padded: int | None, num_tokens: int | None,
-                        num_tokens_padded: int | None) -> tuple[int, int]:
-        """The padded extents of refresh and prepare_step (None: the full extent), checked
-        against the batch (R requests, T tokens; T None: not known on the host) and the
-        buffers before anything is written."""
-        if num_reqs_padded is None:
-            num_reqs_padded = self.max_num_reqs
-        if num_tokens_padded is None:
-            num_tokens_padded = self.max_num_tokens
-        if not num_reqs <= num_reqs_padded <= self.max_num_reqs:
-            raise ValueError(
-                f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {self.max_num_reqs}], got {num_reqs_padded}"
-            )
-        least = "0" if num_tokens is None else f"T = {num_tokens}"
-        if not (num_tokens or 0) <= num_tokens_padded <= self.max_num_tokens:
-            raise ValueError(
-                f"num_tokens_padded must be in [{least}, max_num_tokens = {self.max_num_tokens}], got {num_tokens_padded}")
-        return num_reqs_padded, num_tokens_padded
-
     def fill_dummy(self) -> None:
         """NULL in every captured block table, PAD in every captured slot mapping (dummy runs)."""
         self._captured_tables.fill_(NULL_BLOCK_ID)
         self._captured_slots.fill_(PAD_SLOT_ID)
+        self._end_padding.written(0, 0)

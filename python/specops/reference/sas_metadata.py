@@ -198,11 +198,21 @@ def schedule_words(
     """The 1024 words of a call that passed the op's checks; InvalidValues for invalid values.
     `variant`: the member's tiles and layout (sas_metadata's own without one)."""
     batches = num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size)
-    s1 = batch_lengths(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q), batches)
-    s2 = batch_lengths(kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), batches)
+    query = query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q)
+    kv = kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv)
     if variant is None:
         m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
         variant = Variant(m_tile, s2_tile, planned_cores=num_cube_cores)
+    if query.kind == SOURCE_CONSTANT and kv.kind == SOURCE_CONSTANT and batches > 1:
+        # Equal batches: one decides whether any has work, so a large batch_size without work
+        # costs nothing (with work, the tiles are counted one by one anyway).
+        s1, s2 = batch_lengths(query, 1), batch_lengths(kv, 1)
+        tiles = ceil_div(s1 * num_heads_q, variant.m_tile_rows)
+        valid = int(s1) >= 0 and int(s2) >= 0 and int(s1) * num_heads_q <= INT32_MAX
+        if valid and int(tiles) * batches <= INT32_MAX and not (int(tiles) > 0 and int(s2) > 0):
+            return layout_words(None, [], batches, variant)
+    s1 = batch_lengths(query, batches)
+    s2 = batch_lengths(kv, batches)
     group = num_heads_q  # num_heads_kv is 1
     tiles = checked_tiles(s1, s2, group, variant.m_tile_rows)
 

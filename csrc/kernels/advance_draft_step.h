@@ -1,0 +1,121 @@
+#pragma once
+// One later draft step of every request (one token each): its position + 1, its seq_len + 1,
+// and the slot of the new position in every KV-cache group, under one of the two rules for a
+// request that reaches max_model_len L:
+//
+//   p    = positions[token_indices[r]] (or positions[r]) + 1
+//   base = seq_lens[r] - num_rejected_tokens[r]   (first step only; else seq_lens[r])
+//   reset (V1 Eagle, vllm-ascend): over = p >= L; position = over ? 0 : p;
+//                                  seq_len = min(over ? 1 : base + 1, L); slot = over ? PAD : slot(row, position)
+//   clamp (MRV2):                  position = min(p, L - 1); seq_len = min(base + 1, L); slot = slot(row, position)
+//
+// slot(row, position) is compute_slot_mapping's (kernels/slot_math.h) in the group's table,
+// block size and CP layout; PAD for row < 0, a position another rank stores, a group whose slot
+// mapping is disabled, and (as on the device paths) a position past its row's table or
+// allocated blocks, a token index outside positions. Positions and seq_lens are computed once,
+// for every group.
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/slot_math.h"
+
+namespace specops::kernels {
+
+struct DraftStepGroup {
+  const int32_t* block_table;
+  int64_t* out64;  // the output, int64 (wide) or int32
+  int32_t* out32;
+  bool wide;
+  SlotMappingShape shape;
+  SlotMappingDivisors divisors;
+  bool enabled;
+  int64_t slot_end;  // the slot mapping is PAD in [num_reqs, slot_end)
+
+  DraftStepGroup(const int32_t* table, int64_t* out_wide, int32_t* out_narrow, bool is_wide,
+                 const SlotMappingShape& s, bool on, int64_t end)
+      : block_table(table), out64(out_wide), out32(out_narrow), wide(is_wide), shape(s), divisors(s), enabled(on),
+        slot_end(end) {}
+
+  void store(int64_t t, int64_t slot) const {
+    if (wide) {
+      out64[t] = slot;
+    } else {
+      out32[t] = slot <= INT32_MAX ? static_cast<int32_t>(slot) : static_cast<int32_t>(kPadSlotId);
+    }
+  }
+};
+
+struct DraftStepShape {
+  int64_t num_reqs = 0;
+  int64_t num_positions = 0;  // entries of positions (token_indices index into it)
+  int64_t max_model_len = 1;
+  bool clamp = false;
+  int64_t positions_end = 0;  // out_positions is 0 in [num_reqs, positions_end)
+  int64_t seq_lens_end = 0;   // seq_lens is 0 in [num_reqs, seq_lens_end)
+  int64_t query_start_loc_end = 0;  // query_start_loc[i] = min(i, num_reqs) for i < this
+};
+
+// The new position of request r and whether it gets slots (false: PAD in every group).
+struct DraftPosition {
+  int64_t position;
+  int64_t seq_len;
+  bool mapped;
+};
+
+template <typename PosT, typename TokT>
+inline DraftPosition draft_position(const PosT* positions, const TokT* token_indices, const int32_t* seq_lens,
+                                    const int32_t* num_rejected, int64_t r, const DraftStepShape& s) {
+  bool ok = true;
+  int64_t current = -1;
+  if (token_indices != nullptr) {
+    const int64_t index = static_cast<int64_t>(token_indices[r]);
+    ok = index >= 0 && index < s.num_positions;
+    if (ok) current = static_cast<int64_t>(positions[index]);
+  } else {
+    current = static_cast<int64_t>(positions[r]);
+  }
+  // Wraps like the device kernels' int64 add at the top of the range (an invalid position).
+  const int64_t p = ok ? static_cast<int64_t>(static_cast<uint64_t>(current) + 1u) : 0;
+  const int64_t base = static_cast<int64_t>(seq_lens[r]) - (num_rejected != nullptr ? num_rejected[r] : 0);
+  const int64_t limit = s.max_model_len;
+  if (s.clamp) return {std::min(p, limit - 1), std::min(base + 1, limit), ok};
+  const bool over = p >= limit;
+  return {over ? 0 : p, std::min(over ? int64_t{1} : base + 1, limit), ok && !over};
+}
+
+template <typename IdxT>
+inline int64_t draft_row(const IdxT* idx_mapping, int64_t r) {
+  return idx_mapping != nullptr ? static_cast<int64_t>(idx_mapping[r]) : r;
+}
+
+// The slot of (row, position) in a group, PAD where it has none (see the file comment).
+inline int64_t draft_slot(const DraftStepGroup& g, int64_t row, int64_t position, bool mapped) {
+  if (!mapped || !g.enabled || row < 0 || row >= g.shape.block_table_rows) return kPadSlotId;
+  return slot_of_position<CpLayout::kInterleaved>(position, g.block_table + row * g.shape.block_table_stride,
+                                                  usable_columns(g.shape, row), g.shape, g.divisors);
+}
+
+template <typename PosT, typename OutPosT, typename TokT, typename IdxT>
+void advance_draft_step(const PosT* positions, int32_t* seq_lens, const TokT* token_indices,
+                        const int32_t* num_rejected, const IdxT* idx_mapping, OutPosT* out_positions,
+                        int32_t* query_start_loc, const DraftStepGroup* groups, int64_t num_groups,
+                        const DraftStepShape& s) {
+  for (int64_t r = 0; r < s.num_reqs; ++r) {
+    const DraftPosition d = draft_position(positions, token_indices, seq_lens, num_rejected, r, s);
+    const int64_t row = draft_row(idx_mapping, r);
+    for (int64_t g = 0; g < num_groups; ++g) groups[g].store(r, draft_slot(groups[g], row, d.position, d.mapped));
+    // positions may be out_positions itself (in place): read above, written here.
+    out_positions[r] = static_cast<OutPosT>(d.position);
+    seq_lens[r] = static_cast<int32_t>(d.seq_len);
+  }
+  for (int64_t g = 0; g < num_groups; ++g) {
+    for (int64_t t = s.num_reqs; t < groups[g].slot_end; ++t) groups[g].store(t, kPadSlotId);
+  }
+  std::fill(out_positions + std::min(s.num_reqs, s.positions_end), out_positions + s.positions_end, OutPosT{0});
+  std::fill(seq_lens + std::min(s.num_reqs, s.seq_lens_end), seq_lens + s.seq_lens_end, 0);
+  for (int64_t i = 0; query_start_loc != nullptr && i < s.query_start_loc_end; ++i) {
+    query_start_loc[i] = static_cast<int32_t>(std::min(i, s.num_reqs));
+  }
+}
+
+}  // namespace specops::kernels

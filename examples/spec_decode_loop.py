@@ -1,0 +1,227 @@
+"""The whole spec-decode step on specops' bookkeeping ops, checked against plain Python.
+
+Each step a plain-Python scheduler admits and retires requests, splits prompts into chunks
+(a partial chunk's sample is discarded) and schedules 1 + K tokens for every decoding request.
+Then, on the device side:
+
+    prepare_positions_and_seq_lens   positions and seq_lens into PersistentMappings' buffers
+    prepare_input_ids                the input ids (prompt chunk, last sampled token, drafts), logits indices
+    (stand-in forward + sampler)     random tokens, a random number accepted per request
+    count_sampled_and_rejected       what the sampler kept
+    post_update_after_sampling       request state: tokens, last sampled, lengths, counts, penalty bins
+    prepare_next_token_ids           the drafter's next token, rejected count, token to sample from
+    K - 1 x advance_draft_step       each later draft step's positions, seq_lens and both groups' slots,
+                                     on PersistentMappings' own buffers (the drafting layer's inputs)
+
+and every output is compared with the same step computed here in plain Python, including a
+request whose draft positions pass max_model_len, under either rule ("reset" or "clamp").
+
+Run: python examples/spec_decode_loop.py [--steps 200] [--seed 0] [--rule reset|clamp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import torch
+
+import specops
+from specops import MappingGroup, PersistentMappings
+
+K = 3  # drafts per decoding request
+VOCAB = 50
+MAX_MODEL_LEN = 40
+CHUNK = 8
+MAX_REQS = 4  # request rows and batch rows
+BLOCK_SIZES = (16, 8)
+PAD = specops.PAD_SLOT_ID
+I32 = torch.int32
+
+
+def t32(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=I32)
+
+
+class Loop:
+    """The runner's request state (request rows) as tensors, and the same state in plain Python."""
+
+    def __init__(self, seed: int, rule: str):
+        self.rng = random.Random(seed)
+        self.rule = rule
+        self.mappings = PersistentMappings(
+            [MappingGroup(block_size=bs, name=f"group{g}") for g, bs in enumerate(BLOCK_SIZES)],
+            max_num_reqs=MAX_REQS, max_num_blocks_per_req=[-(-MAX_MODEL_LEN // bs) for bs in BLOCK_SIZES],
+            max_num_tokens=MAX_REQS * max(K + 1, CHUNK))
+        self.all_token_ids = torch.zeros(MAX_REQS, MAX_MODEL_LEN + K + 1, dtype=I32)
+        self.num_computed = torch.zeros(MAX_REQS, dtype=I32)
+        self.prefill_len = torch.zeros(MAX_REQS, dtype=I32)
+        self.total_len = torch.zeros(MAX_REQS, dtype=I32)
+        self.last_sampled = torch.zeros(MAX_REQS, dtype=torch.int64)
+        self.drafts = torch.zeros(MAX_REQS, K, dtype=torch.int64)
+        self.bins = torch.zeros(MAX_REQS, VOCAB, dtype=I32)
+        self.next_prefill = torch.zeros(1, MAX_REQS, dtype=I32)
+        self.live: dict[int, dict] = {}  # row -> plain-Python request
+        self.next_block = 1
+        self.counts = dict(steps=0, drafted_past_limit=0, discarded=0)
+
+    # ------------------------------------------------------------------ the scheduler (host)
+    def admit_and_retire(self) -> None:
+        for row in [row for row, req in self.live.items() if req["nc"] + K + 1 > MAX_MODEL_LEN]:
+            del self.live[row]
+        for row in range(MAX_REQS):
+            if row in self.live or self.rng.random() < 0.5:
+                continue
+            prompt = [self.rng.randrange(VOCAB) for _ in range(self.rng.randint(1, 20))]
+            # Blocks for every position below max_model_len, in both groups, at admission.
+            blocks = []
+            for bs in BLOCK_SIZES:
+                blocks.append(list(range(self.next_block, self.next_block + -(-MAX_MODEL_LEN // bs))))
+                self.next_block += len(blocks[-1])
+            self.mappings.append_blocks(row, blocks, overwrite=True)
+            self.live[row] = dict(prompt=prompt, tokens=list(prompt), nc=0, last=0, drafts=[0] * K, blocks=blocks,
+                                  bins=[0] * VOCAB)
+            self.all_token_ids[row].zero_()
+            self.all_token_ids[row, :len(prompt)] = t32(prompt)
+            self.num_computed[row], self.prefill_len[row], self.total_len[row] = 0, len(prompt), len(prompt)
+            self.bins[row].zero_()
+            self.last_sampled[row] = 0
+        self.mappings.apply_staged()
+
+    def schedule(self) -> tuple[list[int], list[int], list[int]]:
+        """Batch rows (request rows in batch order), query lengths, logits per request."""
+        rows = list(self.live)
+        self.rng.shuffle(rows)
+        query_lens, num_logits = [], []
+        for row in rows:
+            req = self.live[row]
+            if req["nc"] < len(req["prompt"]):
+                query_lens.append(min(CHUNK, len(req["prompt"]) - req["nc"]))
+                num_logits.append(1)
+            else:
+                query_lens.append(1 + K)
+                num_logits.append(1 + K)
+        return rows, query_lens, num_logits
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> None:
+        self.admit_and_retire()
+        rows, query_lens, num_logits = self.schedule()
+        if not rows:
+            return
+        self.counts["steps"] += 1
+        idx = t32(rows)
+        qsl = t32([0] + [sum(query_lens[:i + 1]) for i in range(len(rows))])
+        cu = t32([0] + [sum(num_logits[:i + 1]) for i in range(len(rows))])
+        num_tokens, num_reqs = int(qsl[-1]), len(rows)
+        m = self.mappings
+        specops.prepare_positions_and_seq_lens(self.num_computed, qsl, positions=m.positions, seq_lens=m.seq_lens,
+                                               idx_mapping=idx, num_reqs_padded=MAX_REQS)
+        input_ids = torch.zeros(num_tokens, dtype=I32)
+        ids = specops.prepare_input_ids(input_ids, idx, qsl, self.num_computed, self.prefill_len, self.last_sampled,
+                                        self.drafts, cu, all_token_ids=self.all_token_ids,
+                                        next_prefill_tokens=self.next_prefill)
+        expected_ids, expected_logits = [], []
+        for r, row in enumerate(rows):
+            req = self.live[row]
+            if req["nc"] < len(req["prompt"]):
+                expected_ids += req["prompt"][req["nc"]:req["nc"] + query_lens[r]]
+            else:
+                expected_ids += [req["last"]] + req["drafts"]
+            expected_logits += list(range(int(qsl[r + 1]) - num_logits[r], int(qsl[r + 1])))
+        assert input_ids.tolist() == expected_ids, (input_ids.tolist(), expected_ids)
+        assert ids.logits_indices.tolist() == expected_logits
+
+        # Stand-in forward and rejection sampler: the first `kept` logits' tokens are kept.
+        sampled = torch.full((num_reqs, K + 1), -1, dtype=torch.int64)
+        kept = []
+        for r in range(num_reqs):
+            count = self.rng.randint(1, num_logits[r])
+            sampled[r, :count] = torch.tensor([self.rng.randrange(VOCAB) for _ in range(count)])
+            kept.append(count)
+        num_sampled = t32(kept)
+        counts = specops.count_sampled_and_rejected(num_sampled, m.seq_lens, cu, idx, self.prefill_len)
+        partial = [self.live[row]["nc"] + query_lens[r] < len(self.live[row]["prompt"]) for r, row in enumerate(rows)]
+        want_sampled = [0 if partial[r] else kept[r] for r in range(num_reqs)]
+        want_rejected = [0 if partial[r] else num_logits[r] - kept[r] for r in range(num_reqs)]
+        assert counts.num_sampled.tolist() == want_sampled and counts.num_rejected.tolist() == want_rejected
+        self.counts["discarded"] += sum(partial)
+        target_seq_lens = [self.live[row]["nc"] + query_lens[r] for r, row in enumerate(rows)]
+
+        specops.post_update_after_sampling(
+            idx, self.num_computed, query_start_loc=qsl, sampled_tokens=sampled, num_sampled=counts.num_sampled,
+            num_rejected=counts.num_rejected, last_sampled_tokens=self.last_sampled, all_token_ids=self.all_token_ids,
+            total_len=self.total_len, output_bin_counts=self.bins)
+        for r, row in enumerate(rows):
+            req = self.live[row]
+            new = sampled[r, :want_sampled[r]].tolist()
+            req["tokens"] += new
+            if new:
+                req["last"] = new[-1]
+            for token in new:
+                req["bins"][token] += 1
+            req["nc"] += query_lens[r] - want_rejected[r]
+            assert int(self.num_computed[row]) == req["nc"] and int(self.total_len[row]) == len(req["tokens"])
+            assert self.all_token_ids[row, :len(req["tokens"])].tolist() == req["tokens"]
+            assert int(self.last_sampled[row]) == req["last"]
+            assert self.bins[row].tolist() == req["bins"], (self.bins[row].tolist(), req["bins"], new)
+
+        # The drafter's next token; a discarded partial prefill falls back to its last prompt token.
+        drafts_scheduled = t32([sum(num_logits[:i + 1]) - i - 1 for i in range(num_reqs)])
+        nxt = specops.prepare_next_token_ids(
+            sampled, VOCAB, discard_request_mask=torch.tensor(partial), token_ids=self.all_token_ids[idx],
+            num_tokens_no_spec=t32(target_seq_lens), cu_num_draft_tokens=drafts_scheduled, query_start_loc=qsl)
+        for r, row in enumerate(rows):
+            req = self.live[row]
+            backup = req["prompt"][target_seq_lens[r] - 1] if partial[r] else None
+            assert int(nxt.next_token_ids[r]) == (backup if partial[r] else int(sampled[r, kept[r] - 1]))
+            assert int(nxt.num_rejected_tokens[r]) == want_rejected[r]
+            assert int(nxt.token_indices_to_sample[r]) == int(qsl[r + 1]) - 1 - want_rejected[r]
+
+        self.draft(rows, idx, nxt, target_seq_lens, want_rejected)
+
+    def draft(self, rows, idx, nxt, target_seq_lens, rejected) -> None:
+        """K - 1 draft steps after the first draft pass, each checked; then the step's drafts."""
+        m = self.mappings
+        positions = [target_seq_lens[r] - 1 - rejected[r] for r in range(len(rows))]
+        seq_lens = list(target_seq_lens)
+        for k in range(K - 1):
+            first = k == 0
+            step = m.advance_draft_step(idx, max_model_len=MAX_MODEL_LEN, past_max_model_len=self.rule,
+                                        token_indices=nxt.token_indices_to_sample if first else None,
+                                        num_rejected_tokens=nxt.num_rejected_tokens if first else None,
+                                        num_reqs_padded=MAX_REQS)
+            for r, row in enumerate(rows):
+                p = positions[r] + 1
+                base = seq_lens[r] - (rejected[r] if first else 0)
+                over = p >= MAX_MODEL_LEN
+                self.counts["drafted_past_limit"] += over
+                if self.rule == "reset":
+                    positions[r], seq_lens[r] = (0, 1) if over else (p, min(base + 1, MAX_MODEL_LEN))
+                else:
+                    positions[r], seq_lens[r] = min(p, MAX_MODEL_LEN - 1), min(base + 1, MAX_MODEL_LEN)
+                assert int(step.positions[r]) == positions[r] and int(step.seq_lens[r]) == seq_lens[r]
+                for g, bs in enumerate(BLOCK_SIZES):
+                    blocks = self.live[row]["blocks"][g]
+                    want = PAD if (over and self.rule == "reset") else blocks[positions[r] // bs] * bs + positions[r] % bs
+                    assert int(step.slot_mappings[g][r]) == want, (g, r, int(step.slot_mappings[g][r]), want)
+            assert step.seq_lens[len(rows):].tolist() == [0] * (MAX_REQS - len(rows))
+        for row in rows:  # the stand-in drafter's K drafts, request-indexed, for the next step
+            self.live[row]["drafts"] = [self.rng.randrange(VOCAB) for _ in range(K)]
+            self.drafts[row] = torch.tensor(self.live[row]["drafts"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rule", choices=["reset", "clamp"], default="reset")
+    args = parser.parse_args()
+    loop = Loop(args.seed, args.rule)
+    for _ in range(args.steps):
+        loop.step()
+    print(f"{args.steps} steps clean ({args.rule}): {loop.counts}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""advance_draft_step: one later draft step of every request (position + 1, seq_len + 1, and the
+new position's slot in every KV-cache group), in one op call, under either max_model_len rule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from specops.ops._checks import (
+    check_entries,
+    check_no_overlap,
+    check_outputs_alias_nothing,
+    check_positive,
+    check_tensor,
+    checked_bool,
+    checked_int,
+    checked_size,
+    ints_per_group,
+)
+from specops.ops._op import SpecOp
+from specops.ops._step_checks import padded_argument, padded_end
+from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
+from specops.reference.advance_draft_step import advance_draft_step as _reference
+
+NUM_SCALARS = 7
+PER_GROUP = 4
+RULES = {"reset": 0, "clamp": 1}
+
+
+class DraftStep(NamedTuple):
+    positions: torch.Tensor
+    seq_lens: torch.Tensor
+    slot_mappings: list[torch.Tensor]  # one per KV-cache group, in the order of block_tables
+    query_start_loc: torch.Tensor | None
+
+
+def pack_draft_step_sizes(max_model_len: int, rule: int, num_tokens_padded: int, num_reqs_padded: int,
+                          cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: Sequence[int],
+                          blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
+                          slot_mapping_enabled: Sequence[bool]) -> list[int]:
+    """The schema's int[] sizes (the fused op's packing, see specops._spec_decode_sizes):
+    [max_model_len, rule (0 reset, 1 clamp), num_tokens_padded, num_reqs_padded (-1: each
+    buffer's end), cp_world_size, cp_rank, cp_interleave] then four ints per group."""
+    sizes = [max_model_len, rule, num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave]
+    for block_size, kv_blocks, sharded, enabled in zip(block_sizes, blocks_per_kv_block, cp_sharded,
+                                                       slot_mapping_enabled):
+        sizes += (block_size, kv_blocks, 1 if sharded else 0, 1 if enabled else 0)
+    return sizes
+
+
+def _same_span(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a is b:
+        return True
+    return (a.device == b.device and a.dtype == b.dtype and a.numel() == b.numel()
+            and a.untyped_storage()._cdata == b.untyped_storage()._cdata and a.storage_offset() == b.storage_offset())
+
+
+def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequence[torch.Tensor],
+           token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None,
+           idx_mapping: torch.Tensor | None, out_positions: torch.Tensor, slot_mappings: Sequence[torch.Tensor],
+           query_start_loc: torch.Tensor | None, num_blocks: Sequence[torch.Tensor], sizes: Sequence[int]) -> None:
+    """Mirrors csrc/cpu/advance_draft_step.cpp (metadata only)."""
+    num_groups = len(block_tables)
+    if len(sizes) != NUM_SCALARS + PER_GROUP * num_groups:
+        raise ValueError(f"sizes must have {NUM_SCALARS} + {PER_GROUP} * len(block_tables) = "
+                         f"{NUM_SCALARS + PER_GROUP * num_groups} entries, got {len(sizes)}")
+    max_model_len, rule, num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[:NUM_SCALARS]
+    check_positive(max_model_len, "max_model_len")
+    if rule not in (0, 1):
+        raise ValueError(f"past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got {rule}")
+    check_positive(world, "cp_world_size")
+    if not 0 <= rank < world:
+        raise ValueError(f"cp_rank must be in [0, cp_world_size = {world}), got {rank}")
+    check_positive(interleave, "cp_interleave")
+    check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
+    device = positions.device
+    if token_indices is not None:
+        check_tensor(token_indices, "token_indices", [torch.int32, torch.int64], 1, device, "positions")
+    num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
+    what = "R = token_indices.numel()" if token_indices is not None else "R = positions.numel()"
+    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "positions")
+    check_entries(seq_lens, "seq_lens", num_reqs, what)
+    padded_end(seq_lens, "seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R")
+    for tensor, name in ((num_rejected_tokens, "num_rejected_tokens"), (idx_mapping, "idx_mapping")):
+        if tensor is None:
+            continue
+        check_tensor(tensor, name, [torch.int32] if name == "num_rejected_tokens" else [torch.int32, torch.int64], 1,
+                     device, "positions")
+        if tensor.numel() != num_reqs:
+            raise ValueError(f"{name} must have {what} = {num_reqs} entries, got {tensor.numel()}")
+    check_tensor(out_positions, "out_positions", [torch.int64, torch.int32], 1, device, "positions")
+    check_entries(out_positions, "out_positions", num_reqs, what)
+    if out_positions.numel() > num_reqs and num_tokens_padded >= 0 and not (
+            num_reqs <= num_tokens_padded <= out_positions.numel()):
+        raise ValueError(f"num_tokens_padded must be in [R = {num_reqs}, out_positions.numel() = "
+                         f"{out_positions.numel()}], got {num_tokens_padded}")
+    if query_start_loc is not None:
+        check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device, "positions")
+        end = num_reqs_padded + 1 if num_reqs_padded >= 0 else query_start_loc.numel()
+        if not num_reqs + 1 <= end <= query_start_loc.numel():
+            raise ValueError(f"query_start_loc must have at least num_reqs_padded + 1 = {max(end, num_reqs + 1)} "
+                             f"entries, got {query_start_loc.numel()}")
+    if len(slot_mappings) != num_groups:
+        raise ValueError(f"slot_mappings must have one tensor per block table (len(block_tables) = {num_groups}), "
+                         f"got {len(slot_mappings)}")
+    if len(num_blocks) not in (0, num_groups):
+        raise ValueError(f"num_blocks must be empty or hold one tensor per block table (len(block_tables) = "
+                         f"{num_groups}), got {len(num_blocks)}")
+    for g in range(num_groups):
+        block_size, kv_blocks, sharded, _ = sizes[NUM_SCALARS + PER_GROUP * g: NUM_SCALARS + PER_GROUP * (g + 1)]
+        cp = (world, rank, interleave) if sharded else (1, 0, 1)
+        out = slot_mappings[g]
+        slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(out.numel() if isinstance(
+            out, torch.Tensor) else 0, num_reqs)
+        check_slot_mapping_args(block_tables[g], block_size, out, kv_blocks, *cp, num_reqs, slot_end, device,
+                                SlotMappingArgNames.of_group(g), device_of="positions")
+        if num_blocks:
+            check_num_blocks(num_blocks[g], f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
+                             device_of="positions")
+    if token_indices is not None or not _same_span(out_positions, positions):
+        check_no_overlap(out_positions, "out_positions", positions, "positions")
+    outputs = [(seq_lens, "seq_lens"), (out_positions, "out_positions"), (query_start_loc, "query_start_loc")]
+    outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
+    inputs = [(token_indices, "token_indices"), (num_rejected_tokens, "num_rejected_tokens"),
+              (idx_mapping, "idx_mapping")]
+    inputs += [(table, f"block_tables[{g}]") for g, table in enumerate(block_tables)]
+    inputs += [(counts, f"num_blocks[{g}]") for g, counts in enumerate(num_blocks)]
+    check_outputs_alias_nothing(outputs, inputs)
+    for out, name in outputs:
+        if out is not None and out is not out_positions:
+            check_no_overlap(out, name, positions, "positions")
+
+
+_OP = SpecOp("advance_draft_step", _check, _reference)
+
+
+def _per_group(value: object, num_groups: int) -> list:
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return list(value)
+    return [value] * num_groups
+
+
+def advance_draft_step(
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: Sequence[torch.Tensor],
+    block_sizes: Sequence[int] | int,
+    *,
+    max_model_len: int,
+    past_max_model_len: str = "reset",
+    token_indices: torch.Tensor | None = None,
+    num_rejected_tokens: torch.Tensor | None = None,
+    idx_mapping: torch.Tensor | None = None,
+    out_positions: torch.Tensor | None = None,
+    slot_mappings: Sequence[torch.Tensor] | None = None,
+    query_start_loc: torch.Tensor | None = None,
+    blocks_per_kv_block: Sequence[int] | int = 1,
+    cp_sharded: Sequence[bool] | bool = True,
+    slot_mapping_enabled: Sequence[bool] | bool = True,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
+    num_blocks: Sequence[torch.Tensor] | None = None,
+    num_tokens_padded: int | None = None,
+    num_reqs_padded: int | None = None,
+) -> DraftStep:
+    """One draft decode step (one token per request) for every KV-cache group at once.
+
+    R = token_indices.numel() if given (request r continues from positions[token_indices[r]],
+    the first draft step's gather) else positions.numel(). p = that position + 1; base =
+    seq_lens[r] - num_rejected_tokens[r] (first step) or seq_lens[r]. "reset" (V1 Eagle,
+    vllm-ascend): a request with p >= max_model_len gets position 0, seq_len 1 and PAD slots;
+    else position p and seq_len min(base + 1, max_model_len). "clamp" (MRV2): position
+    min(p, max_model_len - 1), seq_len min(base + 1, max_model_len), and its slot. Slots as
+    compute_slot_mapping, per group (block_tables[g] batch-indexed, or request-indexed through
+    idx_mapping; block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_blocks:
+    one per group or one for all), PAD in [R, num_tokens_padded). seq_lens is updated in place
+    (0 in [R, num_reqs_padded)); out_positions defaults to positions itself without
+    token_indices, else a new int64 [R]; query_start_loc, when given, receives min(i, R) for
+    i <= num_reqs_padded. The host op rejects a position past its row's table or blocks.
+    """
+    if past_max_model_len not in RULES:
+        raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
+    num_groups = len(block_tables)
+    # Every int is checked here, before it is packed into sizes (an error then names the keyword).
+    max_model_len = checked_int(max_model_len, "max_model_len")
+    cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
+    cp_interleave = checked_int(cp_interleave, "cp_interleave")
+    per_group = [ints_per_group(block_sizes, num_groups, "block_sizes"),
+                 ints_per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block"),
+                 [checked_bool(v, f"cp_sharded[{g}]") for g, v in enumerate(_per_group(cp_sharded, num_groups))],
+                 [checked_bool(v, f"slot_mapping_enabled[{g}]")
+                  for g, v in enumerate(_per_group(slot_mapping_enabled, num_groups))]]
+    for name, values in zip(("block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled"), per_group):
+        if len(values) != num_groups:
+            raise ValueError(f"{name} must have one entry per block table (len(block_tables) = {num_groups}), "
+                             f"got {len(values)}")
+    num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else (
+        positions.numel() if isinstance(positions, torch.Tensor) else 0)
+    if out_positions is None:
+        out_positions = positions if token_indices is None else torch.empty(num_reqs, dtype=torch.int64,
+                                                                            device=positions.device)
+    if slot_mappings is None:
+        size = checked_size(num_tokens_padded, "num_tokens_padded", 0) if num_tokens_padded is not None else num_reqs
+        slot_mappings = [torch.empty(size, dtype=torch.int64, device=positions.device) for _ in range(num_groups)]
+    sizes = pack_draft_step_sizes(max_model_len, RULES[past_max_model_len],
+                                  padded_argument(num_tokens_padded, "num_tokens_padded"),
+                                  padded_argument(num_reqs_padded, "num_reqs_padded"), cp_world_size, cp_rank,
+                                  cp_interleave, *per_group)
+    block_tables = list(block_tables)
+    slot_mappings = list(slot_mappings)
+    _OP.select()(positions, seq_lens, block_tables, token_indices, num_rejected_tokens, idx_mapping, out_positions,
+                 slot_mappings, query_start_loc, [] if num_blocks is None else list(num_blocks), sizes)
+    return DraftStep(out_positions, seq_lens, slot_mappings, query_start_loc)

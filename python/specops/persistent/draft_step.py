@@ -1,0 +1,62 @@
+"""`PersistentMappings.advance_draft_step`: a later draft step on the mappings' own buffers.
+
+The runner's draft loop calls it K times after `prepare_step`: the first call (with
+`token_indices`, the sampled tokens' places in the target step) gathers the positions the
+target step wrote into `PersistentMappings.draft_positions` and subtracts the rejected tokens
+from `seq_lens`; each later call advances `draft_positions` and `seq_lens` in place. Every call
+rewrites every group's captured slot mapping from the request-indexed source tables (read
+through idx_mapping) with the group's own block size, CP sharding and slot-mapping switch, and
+checks positions against each row's allocated blocks, as `prepare_step` does: one op call,
+no allocation, no device-to-host copy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from specops.ops.advance_draft_step import _OP as _DRAFT_STEP
+from specops.ops.advance_draft_step import RULES, DraftStep, pack_draft_step_sizes
+from specops.persistent.checks import padded_extents
+
+if TYPE_CHECKING:
+    from specops.persistent.mappings import PersistentMappings
+
+
+def advance_draft_step(
+    mappings: PersistentMappings,
+    idx_mapping: torch.Tensor,
+    *,
+    max_model_len: int,
+    past_max_model_len: str = "reset",
+    token_indices: torch.Tensor | None = None,
+    num_rejected_tokens: torch.Tensor | None = None,
+    query_start_loc: torch.Tensor | None = None,
+    num_reqs_padded: int | None = None,
+    num_tokens_padded: int | None = None,
+) -> DraftStep:
+    if past_max_model_len not in RULES:
+        raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
+    if not isinstance(idx_mapping, torch.Tensor):
+        raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got {type(idx_mapping).__name__}")
+    num_reqs = idx_mapping.numel()
+    num_reqs_padded, num_tokens_padded = padded_extents(mappings, num_reqs, num_reqs_padded, num_reqs,
+                                                        num_tokens_padded)
+    key = (max_model_len, past_max_model_len, num_tokens_padded, num_reqs_padded)
+    sizes = mappings._draft_step_sizes.get(key)
+    if sizes is None:
+        groups = mappings.groups
+        sizes = pack_draft_step_sizes(
+            max_model_len, RULES[past_max_model_len], num_tokens_padded, num_reqs_padded, mappings.cp_world_size,
+            mappings.cp_rank, mappings.cp_interleave, [group.block_size for group in groups],
+            [group.blocks_per_kv_block for group in groups], [group.cp_sharded for group in groups],
+            [args is not None for args in mappings._slot_args])
+        mappings._draft_step_sizes[key] = sizes
+    draft_positions = mappings.draft_positions[:num_reqs]
+    # The first step gathers from the target step's positions; later steps advance in place.
+    positions = mappings.positions if token_indices is not None else draft_positions
+    _DRAFT_STEP.select()(positions, mappings.seq_lens, mappings.source_block_tables, token_indices,
+                         num_rejected_tokens, idx_mapping, draft_positions, mappings.slot_mappings, query_start_loc,
+                         mappings.num_blocks, sizes)
+    return DraftStep(draft_positions, mappings.seq_lens[:num_reqs_padded], mappings.slot_mappings, query_start_loc)

@@ -1,0 +1,44 @@
+"""Reference for pcp_local_inputs: this PCP rank's input ids, positions and seq_lens."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _gathered(values: torch.Tensor, gather: torch.Tensor, offsets: torch.Tensor, num_local: int) -> torch.Tensor:
+    """values[gather[o]] for each offset o in [0, num_local) whose index is inside values, else 0."""
+    in_local = (offsets >= 0) & (offsets < num_local)
+    index = torch.zeros_like(offsets)
+    index[in_local] = gather[offsets[in_local]]
+    valid = in_local & (index >= 0) & (index < values.numel())
+    result = torch.zeros(offsets.shape, dtype=values.dtype)
+    result[valid] = values[index[valid]]
+    return result
+
+
+def pcp_local_inputs(
+    global_input_ids: torch.Tensor,
+    global_positions: torch.Tensor,
+    local_gather_idx: torch.Tensor,
+    local_query_start_loc: torch.Tensor,
+    num_local_tokens: int,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_reqs_padded: int,
+) -> None:
+    device = input_ids.device
+    gather = local_gather_idx.cpu()
+    ids_offsets = torch.arange(input_ids.numel())
+    pos_offsets = torch.arange(positions.numel())
+    # Computed in full before the first write.
+    ids = _gathered(global_input_ids.cpu(), gather, ids_offsets, num_local_tokens)
+    pos = _gathered(global_positions.cpu(), gather, pos_offsets, num_local_tokens)
+    lqsl = local_query_start_loc.cpu().long()
+    starts, ends = lqsl[:-1], lqsl[1:]
+    last = _gathered(global_positions.cpu(), gather, ends - 1, num_local_tokens).long()
+    lens = torch.where(ends > starts, last + 1, 0).to(torch.int32)
+    input_ids.copy_(ids.to(device))
+    positions.copy_(pos.to(positions.dtype).to(device))
+    seq_lens[: lens.numel()] = lens.to(device)
+    seq_lens[lens.numel():num_reqs_padded] = 0

@@ -1,0 +1,140 @@
+"""The step-bookkeeping ops written from their contract in plain Python (lists and ints, valid
+input only): the independent oracle of test_prepare_input_ids.py, test_count_sampled_and_rejected.py,
+test_post_update_after_sampling.py, test_prepare_next_token_ids.py, test_advance_draft_step.py
+and the runner loop (examples/runner_step.py)."""
+
+from __future__ import annotations
+
+PAD = -1
+
+
+def input_ids(idx_mapping, qsl, num_computed, prefill_len, last_sampled, drafts, cu, *, num_new=1,
+              all_token_ids=None, num_lookahead=0, input_ids_before, next_prefill_before=None):
+    """(input_ids, next_prefill_tokens, logits_indices, expanded_idx_mapping, expanded_local_pos)."""
+    ids = list(input_ids_before)
+    nxt = [list(row) for row in next_prefill_before] if next_prefill_before is not None else None
+    logits, expanded, local = [], [], []
+    for r, row in enumerate(idx_mapping):
+        q0, q1 = qsl[r], qsl[r + 1]
+        n_log = cu[r + 1] - cu[r]
+        n_draft = n_log - num_new
+        for j in range(n_log):
+            logits.append(q1 - n_log + j)
+            expanded.append(row)
+            local.append(j)
+        if row < 0:
+            continue
+        nc, pl = num_computed[row], prefill_len[row]
+        seq_len = nc + q1 - q0
+        if all_token_ids is not None and nc < pl:
+            for j in range(q1 - q0):
+                ids[q0 + j] = all_token_ids[row][nc + j]
+            for k in range(num_lookahead):
+                nxt[k][row] = all_token_ids[row][seq_len + k] if seq_len + k < pl else 0
+        if seq_len > pl:
+            if num_new == 1 and seq_len - n_log >= pl:
+                ids[q1 - n_log] = last_sampled[row]
+            for j in range(n_draft):
+                ids[q1 - n_draft + j] = drafts[row][j]
+    return ids, nxt, logits, expanded, local
+
+
+def sampled_and_rejected(num_sampled, seq_lens, cu, idx_mapping, prefill_len):
+    sampled, rejected = [], []
+    for r, row in enumerate(idx_mapping):
+        if row < 0 or seq_lens[r] < prefill_len[row]:
+            sampled.append(0)
+            rejected.append(0)
+        else:
+            sampled.append(num_sampled[r])
+            rejected.append(cu[r + 1] - cu[r] - num_sampled[r])
+    return sampled, rejected
+
+
+def post_update(idx_mapping, num_computed, *, qsl=None, sampled=None, num_sampled=None, num_rejected=None,
+                last_sampled=None, all_token_ids=None, total_len=None, bins=None, drafts=None, drafts_out=None):
+    """The request state after the step, as new lists (the inputs are left as they are)."""
+    num_computed = list(num_computed)
+    state = dict(last_sampled=list(last_sampled) if last_sampled is not None else None,
+                 all_token_ids=[list(row) for row in all_token_ids] if all_token_ids is not None else None,
+                 total_len=list(total_len) if total_len is not None else None,
+                 bins=[list(row) for row in bins] if bins is not None else None,
+                 drafts_out=[list(row) for row in drafts_out] if drafts_out is not None else None)
+    for r, row in enumerate(idx_mapping):
+        if row < 0:
+            continue
+        qlen = qsl[r + 1] - qsl[r] if qsl is not None else 0
+        if sampled is None:
+            num_computed[row] += qlen
+            continue
+        if drafts is not None:
+            state["drafts_out"][row] = list(drafts[r])
+        ns, n0 = num_sampled[r], state["total_len"][row]
+        if ns > 0:
+            state["last_sampled"][row] = sampled[r][ns - 1]
+            state["total_len"][row] = n0 + ns
+        for i in range(ns):
+            state["all_token_ids"][row][n0 + i] = sampled[r][i]
+            if bins is not None:
+                state["bins"][row][sampled[r][i]] += 1
+        num_computed[row] += qlen - num_rejected[r]
+    return num_computed, state
+
+
+def next_tokens(sampled, vocab_size, *, discard=None, backup=None, cu=None, qsl=None):
+    """(next, count, rejected, index); the last two None without cu."""
+    nxt, counts, rejected, index = [], [], [], []
+    for r, row in enumerate(sampled):
+        valid = [j for j, x in enumerate(row) if 0 <= x < vocab_size]
+        dropped = discard is not None and discard[r]
+        count = 0 if dropped else len(valid)
+        nxt.append(backup[r] if dropped or count == 0 else row[valid[-1]])
+        counts.append(count)
+        if cu is not None:
+            d = cu[r] - (cu[r - 1] if r > 0 else 0)
+            rej = d + 1 - count if d > 0 else 0
+            rejected.append(rej)
+            index.append(max(qsl[r + 1] - 1 - rej, qsl[r]))
+    return nxt, counts, (rejected if cu is not None else None), (index if cu is not None else None)
+
+
+def cp_slot(table_row, position, block_size, blocks_per_kv_block=1, world=1, rank=0, interleave=1):
+    """compute_slot_mapping's slot of one position, PAD when another rank stores it."""
+    kv_block = block_size * blocks_per_kv_block
+    virtual = position // (kv_block * world)
+    offset = position % (kv_block * world)
+    if (offset // interleave) % world != rank:
+        return PAD
+    local = offset // (world * interleave) * interleave + offset % interleave
+    column = virtual * blocks_per_kv_block + local // block_size
+    return table_row[column] * block_size + local % block_size
+
+
+def draft_step(positions, seq_lens, tables, block_sizes, *, max_model_len, rule="reset", token_indices=None,
+               num_rejected=None, idx_mapping=None, cp=(1, 0, 1), cp_sharded=None, enabled=None):
+    """(positions, seq_lens, slots per group) of R requests."""
+    num_reqs = len(token_indices) if token_indices is not None else len(positions)
+    out_pos, out_seq, slots = [], [], [[] for _ in tables]
+    for r in range(num_reqs):
+        p = (positions[token_indices[r]] if token_indices is not None else positions[r]) + 1
+        base = seq_lens[r] - (num_rejected[r] if num_rejected is not None else 0)
+        if rule == "reset":
+            over = p >= max_model_len
+            position = 0 if over else p
+            seq_len = min(1 if over else base + 1, max_model_len)
+        else:
+            over = False
+            position = min(p, max_model_len - 1)
+            seq_len = min(base + 1, max_model_len)
+        out_pos.append(position)
+        out_seq.append(seq_len)
+        row = idx_mapping[r] if idx_mapping is not None else r
+        for g, table in enumerate(tables):
+            sharded = cp_sharded is None or cp_sharded[g]
+            world, rank, interleave = cp if sharded else (1, 0, 1)
+            on = enabled is None or enabled[g]
+            if over or row < 0 or not on:
+                slots[g].append(PAD)
+            else:
+                slots[g].append(cp_slot(table[row], position, block_sizes[g], 1, world, rank, interleave))
+    return out_pos, out_seq, slots

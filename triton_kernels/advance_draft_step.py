@@ -1,0 +1,159 @@
+"""Triton kernel for advance_draft_step: a draft step's positions, seq_lens and every group's slots.
+
+Request tiles on a persistent grid. The position and seq_len of a request are computed once, in
+registers, and each KV-cache group's slot from them (`slots_of_tokens`, compute_slot_mapping's
+math). The groups are flattened pointer and size arguments for up to MAX_GROUPS groups per
+launch (no tuple arguments: triton-ascend 3.2 has none); a step with more groups launches the
+extra ones first, slots only (WRITE_STEP False: positions and seq_lens are still the inputs),
+then the launch that also writes positions, seq_lens and the query layout. Every masked lane
+reads and writes offset 0 of its tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specops.triton_kernels._launch import num_programs
+from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
+
+BLOCK = 128
+MAX_GROUPS = 4
+_GROUP_FIELDS = 13  # see _group_arguments
+
+
+@triton.jit
+def _store_group_slots(
+    table_ptr, slot_ptr, num_blocks_ptr, table_rows, table_cols, table_stride, block_size, blocks_per_kv_block,
+    cp_world_size, cp_rank, cp_interleave, enabled, slot_end, r, row, position, mapped,
+    HAS_NUM_BLOCKS: tl.constexpr,
+):
+    mapped = tl.where(enabled != 0, mapped, False)
+    columns = usable_columns(num_blocks_ptr, row, mapped, table_rows, table_cols, HAS_NUM_BLOCKS)
+    slot = slots_of_tokens(table_ptr, row, position, mapped, table_rows, columns, table_stride, block_size,
+                           blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
+    in_buffer = r < slot_end
+    tl.store(slot_ptr + tl.where(in_buffer, r, 0), narrowed_slot(slot, slot_ptr), mask=in_buffer)
+
+
+@triton.jit
+def _advance_draft_step_kernel(
+    positions_ptr, seq_lens_ptr, token_indices_ptr, num_rejected_ptr, idx_mapping_ptr, out_positions_ptr,
+    query_start_loc_ptr, num_reqs, num_positions, max_model_len, positions_end, seq_lens_end, query_start_loc_end,
+    end,
+    t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,
+    t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1,
+    t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2,
+    t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3,
+    NUM_GROUPS: tl.constexpr, CLAMP: tl.constexpr, HAS_TOKEN_INDICES: tl.constexpr, HAS_REJECTED: tl.constexpr,
+    HAS_IDX_MAPPING: tl.constexpr, HAS_QUERY_START_LOC: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
+    WRITE_STEP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    for tile in range(pid, tl.cdiv(end, BLOCK), num_progs):
+        r = tile * BLOCK + tl.arange(0, BLOCK)
+        real = r < num_reqs
+        safe_r = tl.where(real, r, 0)
+        if HAS_TOKEN_INDICES:
+            index = tl.load(token_indices_ptr + safe_r, mask=real, other=0).to(tl.int64)
+            ok = real & (index >= 0) & (index < num_positions)
+            current = tl.load(positions_ptr + tl.where(ok, index, 0), mask=ok, other=-1).to(tl.int64)
+        else:
+            ok = real
+            current = tl.load(positions_ptr + safe_r, mask=real, other=-1).to(tl.int64)
+        p = tl.where(ok, current + 1, 0)
+        base = tl.load(seq_lens_ptr + safe_r, mask=real, other=0).to(tl.int64)
+        if HAS_REJECTED:
+            base = base - tl.load(num_rejected_ptr + safe_r, mask=real, other=0)
+        if CLAMP:
+            position = tl.minimum(p, max_model_len - 1)
+            seq_len = tl.minimum(base + 1, max_model_len)
+            mapped = ok
+        else:
+            over = p >= max_model_len
+            position = tl.where(over, 0, p)
+            seq_len = tl.minimum(tl.where(over, 1, base + 1), max_model_len)
+            mapped = ok & (over == 0)
+        if HAS_IDX_MAPPING:
+            row = tl.load(idx_mapping_ptr + safe_r, mask=real, other=-1).to(tl.int64)
+        else:
+            row = r.to(tl.int64)
+        _store_group_slots(t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0, r, row, position,
+                           mapped, HAS_NUM_BLOCKS)
+        if NUM_GROUPS > 1:
+            _store_group_slots(t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1, r, row,
+                               position, mapped, HAS_NUM_BLOCKS)
+        if NUM_GROUPS > 2:
+            _store_group_slots(t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2, r, row,
+                               position, mapped, HAS_NUM_BLOCKS)
+        if NUM_GROUPS > 3:
+            _store_group_slots(t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3, r, row,
+                               position, mapped, HAS_NUM_BLOCKS)
+        if WRITE_STEP:
+            at_position = r < positions_end
+            tl.store(out_positions_ptr + tl.where(at_position, r, 0),
+                     tl.where(real, position, 0).to(out_positions_ptr.dtype.element_ty), mask=at_position)
+            at_seq_len = r < seq_lens_end
+            tl.store(seq_lens_ptr + tl.where(at_seq_len, r, 0), tl.where(real, seq_len, 0).to(tl.int32),
+                     mask=at_seq_len)
+            if HAS_QUERY_START_LOC:
+                at_offset = r < query_start_loc_end
+                tl.store(query_start_loc_ptr + tl.where(at_offset, r, 0), tl.minimum(r, num_reqs), mask=at_offset)
+
+
+def _group_arguments(table, slot_mapping, num_blocks, layout: tuple[int, ...], slot_end: int) -> list:
+    """The 13 flattened arguments of one group (see _advance_draft_step_kernel)."""
+    block_size, blocks_per_kv_block, world, rank, interleave, enabled = layout
+    return [table, slot_mapping, num_blocks, table.size(0), table.size(1), table.stride(0), block_size,
+            blocks_per_kv_block, world, rank, interleave, enabled, slot_end]
+
+
+def advance_draft_step(
+    positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: list[torch.Tensor],
+    token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None, idx_mapping: torch.Tensor | None,
+    out_positions: torch.Tensor, slot_mappings: list[torch.Tensor], query_start_loc: torch.Tensor | None,
+    num_blocks: list[torch.Tensor], sizes: list[int],
+) -> None:
+    max_model_len, rule, num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[:7]
+    num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
+    positions_end = out_positions.numel()
+    if positions_end > num_reqs and num_tokens_padded >= 0:
+        positions_end = num_tokens_padded
+    seq_lens_end = seq_lens.numel() if num_reqs_padded < 0 else num_reqs_padded
+    query_start_loc_end = 0
+    if query_start_loc is not None:
+        query_start_loc_end = query_start_loc.numel() if num_reqs_padded < 0 else num_reqs_padded + 1
+    groups = []
+    for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
+        block_size, kv_blocks, sharded, enabled = sizes[7 + 4 * g: 11 + 4 * g]
+        cp = (world, rank, interleave) if sharded else (1, 0, 1)
+        slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(out.numel(), num_reqs)
+        groups.append(_group_arguments(table, out, num_blocks[g] if num_blocks else table,
+                                       (block_size, kv_blocks, *cp, int(enabled != 0)), slot_end))
+    step_end = max(positions_end, seq_lens_end, query_start_loc_end, num_reqs)
+    common = dict(CLAMP=rule == 1, HAS_TOKEN_INDICES=token_indices is not None,
+                  HAS_REJECTED=num_rejected_tokens is not None, HAS_IDX_MAPPING=idx_mapping is not None,
+                  HAS_QUERY_START_LOC=query_start_loc is not None, HAS_NUM_BLOCKS=bool(num_blocks), BLOCK=BLOCK)
+    # Groups past the first MAX_GROUPS first, while positions and seq_lens still hold the inputs.
+    chunks = [groups[i:i + MAX_GROUPS] for i in range(MAX_GROUPS, len(groups), MAX_GROUPS)] + [groups[:MAX_GROUPS]]
+    for chunk_index, chunk in enumerate(chunks):
+        write_step = chunk_index == len(chunks) - 1
+        end = max([step_end if write_step else num_reqs] + [group[-1] for group in chunk])
+        if end == 0:
+            continue
+        flat = [argument for group in chunk for argument in group]
+        # Unused groups repeat the first one's arguments (never read: NUM_GROUPS stops them).
+        stand_in = chunk[0] if chunk else _group_arguments(seq_lens.new_empty((0, 0)), seq_lens, seq_lens,
+                                                           (1, 1, 1, 0, 1, 0), 0)
+        flat += stand_in * (MAX_GROUPS - len(chunk))
+        grid = (num_programs(seq_lens.device, triton.cdiv(end, BLOCK)),)
+        _advance_draft_step_kernel[grid](
+            positions, seq_lens, token_indices if token_indices is not None else positions,
+            num_rejected_tokens if num_rejected_tokens is not None else seq_lens,
+            idx_mapping if idx_mapping is not None else seq_lens, out_positions,
+            query_start_loc if query_start_loc is not None else seq_lens,
+            num_reqs, positions.numel(), max_model_len, positions_end, seq_lens_end, query_start_loc_end, end,
+            *flat, NUM_GROUPS=max(len(chunk), 1), WRITE_STEP=write_step, **common,
+        )
