@@ -9,7 +9,8 @@ import random
 
 import pytest
 import torch
-from test_drafting import COMPRESSED, FULL, ROT_DIM, SWA, assert_matches_definitions, make_builders, make_model, make_step
+from test_drafting import (
+    COMPRESSED, FULL, ROT_DIM, SWA, assert_matches_definitions, make_builders, make_model, make_step)
 
 from specops.drafting import CommonDraftInputs, GroupConfig, StepCache, build_draft_attn_metadata
 

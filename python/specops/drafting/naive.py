@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
-from specops.drafting.configs import SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig
+from specops.drafting.configs import (
+    SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig)
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.ops.dspark_swa_indices import dspark_swa_indices
 from specops.ops.sas_metadata import sas_metadata

@@ -83,8 +83,8 @@ class StepPlan:
 
     __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
                  "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of", "sas_calls",
-                 "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers", "actual_slot_groups",
-                 "max_num_tokens", "row_slots", "format_arguments", "by_tokens")
+                 "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
+                 "actual_slot_groups", "max_num_tokens", "row_slots", "format_arguments", "by_tokens")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
