@@ -9,7 +9,7 @@ import random
 
 import pytest
 import torch
-from test_drafting import (
+from drafting_cases import (
     COMPRESSED, FULL, ROT_DIM, SWA, assert_matches_definitions, make_builders, make_model, make_step)
 
 from specops.drafting import CommonDraftInputs, GroupConfig, StepCache, build_draft_attn_metadata

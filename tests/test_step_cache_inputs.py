@@ -23,7 +23,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from test_drafting import (
+from drafting_cases import (
     ALL_GROUPS,
     COMPRESSED,
     DSPARK,
