@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 TOGGLE_SOURCE = """
 #include <valgrind/callgrind.h>
@@ -64,14 +65,20 @@ def measure(args: argparse.Namespace) -> None:
         toggle.measure_stop(name.encode())
 
 
-def report(dumps: list[str], args: argparse.Namespace) -> None:
+def instructions_per_call(dumps: list[str], calls: int) -> dict[str, float]:
+    """Each measured loop's instructions per call, by its label, from callgrind's dumps."""
     counts = {}
     for path in dumps:
         text = open(path).read()
         label = re.search(r"^desc: Trigger: Client Request: (.*)$", text, re.M)
         total = re.search(r"^totals: (\d+)", text, re.M)
         if label and total:
-            counts[label.group(1)] = int(total.group(1)) / args.calls
+            counts[label.group(1)] = int(total.group(1)) / calls
+    return counts
+
+
+def report(dumps: list[str], args: argparse.Namespace) -> None:
+    counts = instructions_per_call(dumps, args.calls)
     from specops.bench.drafting import _layer_name, _step_name
 
     empty = counts["empty-op"]
@@ -87,11 +94,10 @@ def report(dumps: list[str], args: argparse.Namespace) -> None:
         print(f"  g{k}: later/first {step:.3f}, layer/empty-op {layer:.2f}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.measure:
-        measure(args)
-        return 0
+def run_counted(script: str, argv: list[str], on_dumps: Callable[[list[str]], None]) -> None:
+    """Runs `script --measure TOGGLE_LIBRARY argv...` under callgrind with instrumentation off
+    except around the loops the script brackets with the toggle library, then hands callgrind's
+    dumps (one per loop) to on_dumps."""
     with tempfile.TemporaryDirectory() as scratch:
         source = os.path.join(scratch, "toggle.c")
         library = os.path.join(scratch, "toggle.so")
@@ -100,10 +106,18 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, source], check=True)
         out = os.path.join(scratch, "callgrind.out")
         command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                   sys.executable, os.path.abspath(__file__), "--measure", library, *(argv or sys.argv[1:])]
+                   sys.executable, os.path.abspath(script), "--measure", library, *argv]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
-        report(sorted(glob.glob(out + ".*")), args)
+        on_dumps(sorted(glob.glob(out + ".*")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.measure:
+        measure(args)
+        return 0
+    run_counted(__file__, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
     return 0
 
 

@@ -448,20 +448,23 @@ inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, Bat
   int64_t total = 0;
   int64_t max_tile = 0;
   const int64_t rows = table.uniform ? 1 : s.num_batches;
+  int64_t* const blocks = table.blocks;
   for (int64_t b = 0; b < rows; ++b) {
     const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
     BatchCost sum;
     if (batch.tiles > 0 && batch.s2 > 0) {
       sum = tile_cost.batch_cost(batch);
       total += sum.cost;
-      if (sum.cost > kMaxTotalCost || total > kMaxTotalCost) {
+      // Costs are >= 0, so a batch past the bound takes the total past it too (and a batch stops
+      // summing right past it: no overflow).
+      if (total > kMaxTotalCost) {
         return SASStatus{SASError::kCostOverflow, true, b, total};
       }
       if (sum.max_tile > max_tile) max_tile = sum.max_tile;
     }
     table.cost[b] = sum.cost;
     table.last_block_cost[b] = sum.last_block_cost;
-    if (table.blocks != nullptr) table.blocks[b] = sum.blocks;
+    if (blocks != nullptr) blocks[b] = sum.blocks;
   }
   // A batch with query rows and KV costs something in every variant (its last tile sees KV).
   summary->any_work = total > 0;

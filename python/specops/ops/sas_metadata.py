@@ -206,12 +206,11 @@ def sas_metadata(
         raise ValueError(f"layout_kv must be TND, BSND or PA_ND, got {layout_kv!r}")
     if not isinstance(soc_version, str):
         raise ValueError(f"soc_version must be a str, got {type(soc_version).__name__}")
-    tensors = (cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
     if device is not None:
         device = _checked_device(device, out)
     if out is None:
         out = torch.empty(NUM_WORDS, dtype=torch.int32, device=device if device is not None else _first_device(
-            *tensors))
+            cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv))
     _OP.select()(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
                  seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
                  cmp_mask_mode, ori_win_left, ori_win_right, layout_q_code, layout_kv_code, has_ori_kv, has_cmp_kv,
