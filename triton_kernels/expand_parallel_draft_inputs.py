@@ -82,8 +82,11 @@ def _expand_parallel_draft_inputs_kernel(
         # Only the j whose output lies in [0, T').
         lo = tl.maximum(-out0, 0)
         hi = tl.minimum(q + new_tokens, num_out - out0)
-        for j0 in range(lo, hi, BLOCK):
-            j = j0 + lanes
+        # The walk is counted from lo (an int64 that may be past 2^31 on a corrupt layout): the
+        # count is below T' < 2^31, so the lane index never wraps.
+        count = tl.maximum(hi - lo, 0).to(tl.int32)
+        for t in range(0, count, BLOCK):
+            j = lo + (t + lanes).to(tl.int64)
             lane = j < hi
             o = out0 + j
             safe_o = tl.where(lane, o, 0)
@@ -190,7 +193,6 @@ def expand_parallel_draft_inputs(
                   HAS_HIDDEN=hidden_state_mapping is not None, HAS_SEQ_LENS=out_seq_lens is not None,
                   HAS_NUM_BLOCKS=bool(num_blocks), BLOCK=BLOCK)
     chunks = [groups[i:i + MAX_GROUPS] for i in range(MAX_GROUPS, len(groups), MAX_GROUPS)] + [groups[:MAX_GROUPS]]
-    stand_in_table = target_token_ids.new_empty((0, 0), dtype=torch.int32)
     for chunk_index, chunk in enumerate(chunks):
         write_tokens = chunk_index == len(chunks) - 1
         pad_end = max([token_end if write_tokens else num_out] + [group[-1] for group in chunk])
@@ -201,11 +203,10 @@ def expand_parallel_draft_inputs(
             continue
         flat = [argument for group in chunk for argument in group]
         # Unused groups repeat the first one's arguments (never read: NUM_GROUPS stops them); no
-        # group at all: a disabled stand-in whose slot_end 0 masks every store.
-        stand_in = chunk[0] if chunk else _group_arguments(stand_in_table, out_query_start_loc, out_query_start_loc,
-                                                           (1, 1, 1, 0, 1, 0), 0)
-        if not chunk:
-            stand_in[0] = nonempty(stand_in_table)
+        # group at all: a disabled stand-in (a view of query_start_loc as its never-read table) whose
+        # slot_end 0 masks every store.
+        stand_in = chunk[0] if chunk else _group_arguments(query_start_loc.unsqueeze(0), out_query_start_loc,
+                                                           query_start_loc, (1, 1, 1, 0, 1, 0), 0)
         flat += stand_in * (MAX_GROUPS - len(chunk))
         grid = (num_programs(target_token_ids.device, tasks),)
         _expand_parallel_draft_inputs_kernel[grid](

@@ -34,7 +34,9 @@ def _metadata() -> list[Bad]:
         bad("slots_per_request 1 with the shift", "slots_per_request", slots_per_request=1),
         bad("max_model_len 0", "max_model_len", max_model_len=0),
         bad("cp_rank = cp_world_size", "cp_rank", cp_rank=2),
+        bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
         bad("cp_interleave 0", "cp_interleave", cp_interleave=0),
+        bad("blocks_per_kv_block[1] 0", "blocks_per_kv_block[1]", blocks_per_kv_block=[1, 0]),
         bad("block_sizes[0] 0", "block_sizes[0]", block_sizes=[0, 16]),
         bad("query_start_loc shorter than R + 1", "query_start_loc", query_start_loc=t32(0, 3)),
         bad("target_positions shorter than T", "target_positions", target_positions=t64(7, 8, 9)),
@@ -46,7 +48,7 @@ def _metadata() -> list[Bad]:
         bad("num_reqs_padded below R", "num_reqs_padded", num_reqs_padded=1),
         bad("token_indices_to_sample shorter than num_reqs_padded * S", "token_indices_to_sample",
             token_indices_to_sample=stale(8)),
-        bad("hidden_state_mapping without the shift", "hidden_state_mapping", shift_input_ids=False),
+        bad("hidden_state_mapping without the shift", "hidden_state_mapping", shift_input_ids=False, slots_per_request=2),
         bad("out_seq_lens without seq_lens", ("out_seq_lens", "seq_lens"), seq_lens=None),
         bad("out_query_start_loc shorter than num_reqs_padded + 1", "out_query_start_loc",
             out_query_start_loc=stale(3)),
@@ -162,8 +164,9 @@ EXPAND_PARALLEL_DRAFT = OpSpec(
     corruptions=(
         Corruption("negative block ids", _negative_ids),
         Corruption("rejected counts outside the query", _rejected_outside),
-        Corruption("a broken query layout", _layout_broken),
+        Corruption("a broken query layout", _layout_broken, device="bounds"),
     ),
-    scalars=("slots_per_request", "max_model_len", "parallel_drafting_token_id", "padding_token_id", "cp_world_size",
-             "cp_rank", "cp_interleave", "block_sizes", "blocks_per_kv_block", "num_tokens_padded", "num_reqs_padded"),
+    # parallel_drafting_token_id and padding_token_id: any int64 is a token id.
+    scalars=("slots_per_request", "max_model_len", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes",
+             "blocks_per_kv_block", "num_tokens_padded", "num_reqs_padded"),
 )

@@ -51,8 +51,10 @@ def expand_parallel_draft_inputs(
     is_rejected = j >= nv + slots
     is_masked = (j > nv) & ~is_rejected
     in_tokens = num_tokens > 0
-    source = (q0[req] + j + shift).clamp(0, max(num_tokens - 1, 0))
-    copied = target_token_ids.long()[source] if in_tokens else torch.zeros_like(j)
+    # A source outside the target tokens (a rejected count below 0) reads as 0, as on device.
+    source = q0[req] + j + shift
+    inside = (source >= 0) & (source < num_tokens)
+    copied = target_token_ids.long()[source.where(inside, 0)].where(inside, 0) if in_tokens else torch.zeros_like(j)
     first_positions = q0.clamp(0, max(num_tokens - 1, 0))
     start = target_positions.long()[first_positions] if in_tokens else torch.zeros_like(q0)
     ids = torch.full_like(j, padding_token)
