@@ -29,12 +29,15 @@ SPECS = {spec.name: spec for spec in OP_TABLE}
 BOOL_ARGUMENTS = [
     ("sas_metadata", "has_ori_kv", False),
     ("sas_metadata", "has_cmp_kv", False),
+    ("kv_quant_sas_metadata", "has_ori_kv", False),
+    ("kv_quant_sas_metadata", "has_cmp_kv", False),
     ("cp_local_metadata", "causal", False),
     ("prepare_spec_decode_inputs", "cp_sharded", True),
     ("prepare_spec_decode_inputs", "slot_mapping_enabled", True),
 ]
 # Schema bools a wrapper computes itself (from soc_version).
-COMPUTED = {("sas_metadata", "ascend950")}
+COMPUTED = {("sas_metadata", "ascend950"), ("kv_quant_sas_metadata", "ascend950"),
+            ("lightning_indexer_metadata", "ascend950")}
 
 
 def _accepted():

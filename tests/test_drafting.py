@@ -185,7 +185,8 @@ def test_hand_computed_step():
     assert meta.cos.tolist() == [[10, 10.5], [11, 11.5], [20, 20.5], [21, 21.5], [22, 22.5], [0, 0.5]]
     assert meta.sin[:, 0].tolist() == [-10, -11, -20, -21, -22, 0]
     assert meta.local_cos[:, 0].tolist() == [21, 22, 0]  # rank 1 holds tokens 3, 4 and the padding token
-    assert meta.local_sin[:, 1].tolist() == [-21.5, -22.5, -0.5]
+    # The padding token's row is zero (vllm_ascend DSA draft builders pad local cos / sin with zeros).
+    assert meta.local_sin[:, 1].tolist() == [-21.5, -22.5, 0.0]
     assert (meta.cp.num_tokens_pad, meta.cp.tokens_per_rank, meta.cp.local_start, meta.cp.local_end) == (6, 3, 3, 6)
     assert meta.cp.local_query_start_loc.tolist() == [0, 0, 2]
     assert meta.cp.local_seq_lens.tolist() == [0, 23]
@@ -862,3 +863,4 @@ def test_shared_fields_are_the_metadata_fields_in_order():
     shared = drafting.configs.SharedFields._fields
     assert shared == tuple(FIELDS[:len(shared)])
     assert FIELDS[len(shared):] == ["sas_metadata", "slot_mapping", "dspark_swa_indices", "dspark_swa_lens", "window"]
+

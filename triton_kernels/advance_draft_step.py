@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops.triton_kernels._launch import num_programs
+from specops.triton_kernels._launch import nonempty, num_programs
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
 BLOCK = 128
@@ -104,10 +104,11 @@ def _advance_draft_step_kernel(
 
 
 def _group_arguments(table, slot_mapping, num_blocks, layout: tuple[int, ...], slot_end: int) -> list:
-    """The 13 flattened arguments of one group (see _advance_draft_step_kernel)."""
+    """The 13 flattened arguments of one group (see _advance_draft_step_kernel). The table and
+    the counts are read unmasked at clamped offsets (slots_of_tokens): never an empty tensor."""
     block_size, blocks_per_kv_block, world, rank, interleave, enabled = layout
-    return [table, slot_mapping, num_blocks, table.size(0), table.size(1), table.stride(0), block_size,
-            blocks_per_kv_block, world, rank, interleave, enabled, slot_end]
+    return [nonempty(table), slot_mapping, nonempty(num_blocks), table.size(0), table.size(1), table.stride(0),
+            block_size, blocks_per_kv_block, world, rank, interleave, enabled, slot_end]
 
 
 def advance_draft_step(

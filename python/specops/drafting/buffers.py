@@ -27,6 +27,7 @@ class InvariantViews:
     __slots__ = (
         "split", "positions_real", "positions_tail", "positions_padded", "input_positions", "cos_sin_padded", "cos",
         "sin", "local_cos", "local_sin", "local_query_start_loc", "local_seq_lens", "start_pos", "seq_lens_host",
+        "local_cos_sin", "local_source", "local_padding",
     )
 
     def __init__(self, buffers: DraftBuffers, num_reqs: int, num_tokens: int, num_input_tokens: int,
@@ -64,6 +65,14 @@ class InvariantViews:
         else:  # the one rank's slice is the whole stream
             self.local_cos, self.local_sin = self.cos, self.sin
         self.seq_lens_host = next(optional) if buffers.seq_lens_host is not None else None
+        # This rank's rows in a buffer of their own (one address whatever the step), the rows of
+        # padding tokens zero: copied from the padded stream, then the padding rows cleared.
+        per_rank, real = split.tokens_per_rank, min(max(num_tokens - split.local_start, 0), split.tokens_per_rank)
+        self.local_cos_sin = buffers.local_cos_sin[:per_rank]
+        self.local_source = buffers.cos_sin[split.local_start:split.local_end]
+        self.local_padding = self.local_cos_sin[real:] if real < per_rank else None
+        half = buffers.cos_sin.size(1) // 2
+        self.local_cos, self.local_sin = self.local_cos_sin[:, :half], self.local_cos_sin[:, half:]
 
 
 class Generation:
@@ -81,7 +90,8 @@ class DraftBuffers:
     a value whose buffers were rewritten since it was stored."""
 
     def __init__(self, model: ModelConfig, max_num_reqs: int, max_num_tokens: int, device: torch.device,
-                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str] | None):
+                 dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str] | None,
+                 slot_dtype: torch.dtype = torch.int64):
         namespace = (DRAFT_NAMESPACE, draft_index)
         self.invariant_key = (namespace, invariant_name)
         # Per step kind (causal or not): the key of this group's sas_metadata, None without one.
@@ -95,6 +105,7 @@ class DraftBuffers:
         # Column views made once: a step's cos / sin are then one row slice each.
         self.cos_columns = self.cos_sin[:, :half]
         self.sin_columns = self.cos_sin[:, half:]
+        self.local_cos_sin = torch.zeros((max_pad.tokens_per_rank, cache.size(1)), dtype=cache.dtype, device=device)
         self.local_query_start_loc = torch.zeros(max_num_reqs + 1, **int32)
         self.local_seq_lens = torch.zeros(max_num_reqs, **int32)
         self.start_pos = torch.zeros(max_num_reqs, **int32)
@@ -103,7 +114,7 @@ class DraftBuffers:
             # Device seq_lens without a host copy are read back once per step into this buffer.
             self.seq_lens_host = torch.zeros(max_num_reqs, dtype=torch.int32, pin_memory=device.type in ("cuda", "npu"))
         self.sas = torch.zeros(NUM_WORDS, **int32) if sas_names else None
-        self.slot_mapping = torch.zeros((max_num_tokens, 2), dtype=torch.int64, device=device)
+        self.slot_mapping = torch.zeros((max_num_tokens, 2), dtype=slot_dtype, device=device)
         self.dspark_indices = self.dspark_lens = None
         if dspark_width is not None:
             self.dspark_indices = torch.zeros((max_pad.tokens_per_rank, 1, dspark_width), **int32)

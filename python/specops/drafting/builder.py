@@ -10,7 +10,8 @@ import torch
 
 from specops.drafting.buffers import DraftBuffers
 from specops.drafting.cache import StepCache
-from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig, checked_draft_index
+from specops.drafting.configs import (
+    SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig, checked_draft_index)
 from specops.drafting.step import build_step, step_fingerprints
 from specops.ops._checks import check_positive, checked_int
 from specops.ops.dspark_swa_indices import default_width
@@ -118,7 +119,8 @@ class DraftMetadataBuilder:
         buffers = self._buffers.get(draft_index)
         if buffers is None:
             buffers = DraftBuffers(self.model, self.max_num_reqs, self.max_num_tokens, self.device, self.dspark_width,
-                                   draft_index, self._invariant_name, self._sas_names)
+                                   draft_index, self._invariant_name, self._sas_names,
+                                   SLOT_MAPPING_FORMATS[self.group.slot_mapping_format])
             self._buffers[draft_index] = buffers
         return buffers
 

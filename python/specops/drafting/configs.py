@@ -24,6 +24,10 @@ from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES
 # The StepCache namespace of the drafting entries: (DRAFT_NAMESPACE, draft_index).
 DRAFT_NAMESPACE = "draft_for_drafting"
 
+# GroupConfig.slot_mapping_format: int64 [num_input_tokens, 2] with PAD rows (specops' default),
+# or int32 [num_actual_tokens, 2] as vllm-ascend's DSA draft builders hand it to the kernels.
+SLOT_MAPPING_FORMATS = {"int64_padded": torch.int64, "int32_actual": torch.int32}
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ModelConfig:
@@ -79,6 +83,8 @@ class GroupConfig:
     their draft block plus the whole block (dspark_swa_indices). dspark_index_width: the row
     width of its indices (default: sliding_window + num_speculative_tokens rounded up to a
     multiple of 128); a draft pass whose requests see more (a long prefill chunk) needs more.
+    slot_mapping_format: "int64_padded" (DraftAttnMetadata.slot_mapping int64 [num_input_tokens,
+    2], padding rows PAD's pair) or "int32_actual" (int32 [num_actual_tokens, 2], vllm-ascend's).
     """
 
     name: str
@@ -87,8 +93,12 @@ class GroupConfig:
     sliding_window: int | None
     dspark: bool = False
     dspark_index_width: int | None = None
+    slot_mapping_format: str = "int64_padded"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.slot_mapping_format, str) or self.slot_mapping_format not in SLOT_MAPPING_FORMATS:
+            raise ValueError(f"slot_mapping_format must be one of {sorted(SLOT_MAPPING_FORMATS)}, "
+                             f"got {self.slot_mapping_format!r}")
         if not isinstance(self.name, str):
             raise ValueError(f"name must be a str, got {type(self.name).__name__}")
         normalize_config_fields(self, ints=("block_size", "storage_block_size"),
@@ -129,6 +139,8 @@ class CommonDraftInputs:
     positions int64/int32 [>= T]; block_tables[name] int32 [>= R, cols] and
     slot_mappings[name] int64/int32 [>= T] of each group. Longer tensors (persistent buffers)
     are read up to R / T. T = num_actual_tokens real tokens, num_input_tokens the padded count.
+    is_prefilling (or None) bool [>= R] on the host: a request still in its prompt is a prefill
+    whatever its query length (vllm-ascend's split_decodes_and_prefills with is_prefilling).
     """
 
     query_start_loc: torch.Tensor
@@ -142,13 +154,14 @@ class CommonDraftInputs:
     causal: bool = True
     block_tables: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     slot_mappings: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    is_prefilling: torch.Tensor | None = None
 
 
 @dataclasses.dataclass(slots=True, eq=False)
 class DraftAttnMetadata:
     """One group's metadata for one draft step. Tensors are views of persistent buffers."""
 
-    num_decodes: int  # requests with query length <= 1 + num_speculative_tokens
+    num_decodes: int  # requests with query length <= 1 + num_speculative_tokens, not is_prefilling
     num_prefills: int
     num_decode_tokens: int
     num_prefill_tokens: int
@@ -156,12 +169,12 @@ class DraftAttnMetadata:
     cos: torch.Tensor  # [num_input_tokens, rot_dim / 2]: rope_cos_sin_cache[positions, :rot_dim / 2]
     sin: torch.Tensor  # [num_input_tokens, rot_dim / 2]: the other half
     cp: CPLocalMetadata  # tensors [R + 1], [R], [R]
-    local_cos: torch.Tensor  # [tokens_per_rank, rot_dim / 2]: cos rows [local_start, local_end) of the padded stream
-    local_sin: torch.Tensor
+    local_cos: torch.Tensor  # [tokens_per_rank, rot_dim / 2]: cos rows [local_start, local_end) of the padded
+    local_sin: torch.Tensor  # stream; rows of padding tokens (stream index >= num_actual_tokens) are zero
     start_pos: torch.Tensor  # int32 [R]: seq_lens - query_lens (cp.start_pos)
     seq_lens_cpu: torch.Tensor  # [R] on the host: the runner's copy (int32 or int64), else int32
     sas_metadata: torch.Tensor | None  # int32 [1024]; None for a group without a sliding window
-    slot_mapping: torch.Tensor  # [num_input_tokens, 2] int64: (storage block, offset); padding is PAD's pair
+    slot_mapping: torch.Tensor  # (storage block, offset) per token: GroupConfig.slot_mapping_format
     dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width]: DSpark groups, non-causal steps
     dspark_swa_lens: torch.Tensor | None  # int32 [tokens_per_rank]
     window: tuple[int, int]  # (left, right) of this step; (-1, 0) for full attention

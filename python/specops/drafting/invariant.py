@@ -106,6 +106,9 @@ def fingerprint(common: CommonDraftInputs, rope_cache: torch.Tensor) -> tuple | 
     )
     if sc is not None:
         fingerprint += (id(sc), sc._version, sc.data_ptr(), sc.shape)
+    flags = common.is_prefilling
+    if flags is not None:
+        fingerprint += (id(flags), flags._version, flags.data_ptr(), flags.shape)
     return fingerprint
 
 
@@ -124,7 +127,7 @@ def check_step_inputs(common: object) -> None:
 def step_inputs(common: CommonDraftInputs) -> tuple:
     """The tensors a fingerprint names, kept alive with the entry so that their ids stay unique."""
     return (common.query_start_loc, common.query_start_loc_cpu, common.seq_lens, common.seq_lens_cpu,
-            common.positions)
+            common.positions, common.is_prefilling)
 
 
 def resolve_invariant(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: DraftBuffers,
@@ -185,7 +188,11 @@ def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: 
         raise ValueError(f"num_actual_tokens must equal query_start_loc_cpu[num_reqs = {num_reqs}] = "
                          f"{int(starts[-1])}, got {num_tokens}")
     query_lens = starts[1:] - starts[:-1]
-    is_decode = query_lens <= decode_threshold
+    is_short = query_lens <= decode_threshold
+    is_decode = is_short
+    if common.is_prefilling is not None:
+        # vllm_ascend.attention.utils.split_decodes_and_prefills: a short prefill chunk is a prefill.
+        is_decode = is_short & ~_first(common.is_prefilling, num_reqs).numpy()
     num_decodes = int(np.count_nonzero(is_decode))
     total = int(starts[-1] - starts[0]) if num_reqs else 0
     num_decode_tokens = total if num_decodes == num_reqs else int(query_lens[is_decode].sum())
@@ -202,9 +209,10 @@ def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: 
     else:
         seq_lens_cpu = views.seq_lens_host
         seq_lens_cpu.copy_(seq_lens)  # the step's one device-to-host sync
-    invariant = GroupInvariant(query_lens, num_decodes == num_reqs, seq_lens_cpu, query_start_loc, seq_lens)
-    # Before the first write. When every request is a decode, one comparison says every row fits.
-    if dspark_widths is not None and (num_decodes < num_reqs or decode_threshold > dspark_widths.room):
+    all_short = num_decodes == num_reqs or bool(is_short.all())
+    invariant = GroupInvariant(query_lens, all_short, seq_lens_cpu, query_start_loc, seq_lens)
+    # Before the first write. When every request is short, one comparison says every row fits.
+    if dspark_widths is not None and (not all_short or decode_threshold > dspark_widths.room):
         dspark_widths.check(invariant)
 
     views.positions_real.copy_(_first(common.positions, num_tokens))
@@ -216,6 +224,10 @@ def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: 
         # On the host the gather checks every index (on a device it cannot: see docs/drafting.md).
         raise ValueError(f"positions must be in [0, rope_cos_sin_cache.size(0) = "
                          f"{model.rope_cos_sin_cache.size(0)}): {error}") from None
+    # The padding tokens' local cos / sin rows are zero, as vllm-ascend pads them.
+    views.local_cos_sin.copy_(views.local_source)
+    if views.local_padding is not None:
+        views.local_padding.zero_()
 
     # Whole buffers, so the padded requests past R are rewritten too; the metadata gets views.
     full = cp_local_metadata(
@@ -245,14 +257,17 @@ def _check_step_sizes(common: CommonDraftInputs) -> None:
             ("query_start_loc_cpu", common.query_start_loc_cpu, num_reqs + 1, "num_reqs + 1"),
             ("seq_lens", common.seq_lens, num_reqs, "num_reqs"),
             ("seq_lens_cpu", common.seq_lens_cpu, num_reqs, "num_reqs"),
-            ("positions", common.positions, num_tokens, "num_actual_tokens")):
-        if tensor is None and name == "seq_lens_cpu":
+            ("positions", common.positions, num_tokens, "num_actual_tokens"),
+            ("is_prefilling", common.is_prefilling, num_reqs, "num_reqs")):
+        if tensor is None and name in ("seq_lens_cpu", "is_prefilling"):
             continue
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1:
             described = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise ValueError(f"{name} must be a 1-D tensor, got {described}")
         if tensor.size(0) < count:
             raise ValueError(f"{name} must have at least {what} = {count} entries, got {tensor.size(0)}")
+        if name == "is_prefilling" and (tensor.dtype != torch.bool or tensor.device.type != "cpu"):
+            raise ValueError(f"is_prefilling must be a bool tensor on the host, got {tensor.dtype} on {tensor.device}")
 
 
 def _first(t: torch.Tensor, count: int) -> torch.Tensor:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
-from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig
+from specops.drafting.configs import (
+    SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig)
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.ops.dspark_swa_indices import dspark_swa_indices
 from specops.ops.sas_metadata import sas_metadata
@@ -47,8 +48,11 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     starts = query_start_loc.tolist()
     query_lens = [end - start for start, end in zip(starts[:-1], starts[1:])]
 
-    # A decode has at most one token past the K draft tokens; the rest are prefills.
-    decodes = [length for length in query_lens if length <= 1 + model.num_speculative_tokens]
+    # A decode has at most one token past the K draft tokens and is not still in its prompt
+    # (is_prefilling, where given: a short prefill chunk is a prefill); the rest are prefills.
+    prefilling = [False] * num_reqs if common.is_prefilling is None else common.is_prefilling[:num_reqs].tolist()
+    decodes = [length for length, flag in zip(query_lens, prefilling)
+               if length <= 1 + model.num_speculative_tokens and not flag]
 
     # The padded stream: num_input_tokens rounded up to a multiple of cp_size, split evenly
     # over the ranks; padding tokens sit at position 0.
@@ -61,6 +65,9 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     # cos and sin: the two halves of the cache's row at each position.
     half = model.rope_cos_sin_cache.size(1) // 2
     rows = model.rope_cos_sin_cache[positions]
+    # This rank's rows, with zeros for the padding tokens (the stream past num_actual_tokens).
+    local_rows = rows[local_start:local_start + per_rank].clone()
+    local_rows[max(num_tokens - local_start, 0):] = 0
 
     # This rank's slice of every request (a request with nothing here is empty).
     local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
@@ -90,11 +97,14 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
             layout_kv="PA_ND" if num_reqs else "TND", has_cmp_kv=False, num_cube_cores=model.num_cube_cores,
             num_vector_cores=model.num_vector_cores, soc_version=model.soc_version)
 
-    # Each token's slot as (storage block, offset), PAD for the padding tokens.
-    slots = common.slot_mappings[group.name][:num_tokens].tolist() + [PAD_SLOT_ID] * (num_input_tokens - num_tokens)
+    # Each token's slot as (storage block, offset), PAD for the padding tokens; int32 formats
+    # stop at the real tokens.
+    int64 = group.slot_mapping_format == "int64_padded"
+    slots = common.slot_mappings[group.name][:num_tokens].tolist()
+    slots += [PAD_SLOT_ID] * (num_input_tokens - num_tokens) if int64 else []
     block = group.storage_block_size
-    slot_mapping = torch.tensor([[slot // block, slot % block] for slot in slots], dtype=torch.int64,
-                                device=device).view(-1, 2)
+    slot_mapping = torch.tensor([[slot // block, slot % block] for slot in slots],
+                                dtype=SLOT_MAPPING_FORMATS[group.slot_mapping_format], device=device).view(-1, 2)
 
     # DSpark indices exist on non-causal steps only.
     indices = lens = None
@@ -109,7 +119,6 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
         num_decodes=len(decodes), num_prefills=num_reqs - len(decodes), num_decode_tokens=sum(decodes),
         num_prefill_tokens=num_tokens - sum(decodes), input_positions=positions[:num_input_tokens],
         cos=rows[:num_input_tokens, :half], sin=rows[:num_input_tokens, half:], cp=cp,
-        local_cos=rows[local_start:local_start + per_rank, :half],
-        local_sin=rows[local_start:local_start + per_rank, half:],
+        local_cos=local_rows[:, :half], local_sin=local_rows[:, half:],
         start_pos=seq_lens - torch.tensor(query_lens, dtype=torch.int32, device=device), seq_lens_cpu=seq_lens,
         sas_metadata=sas, slot_mapping=slot_mapping, dspark_swa_indices=indices, dspark_swa_lens=lens, window=window)

@@ -84,7 +84,7 @@ class StepPlan:
     __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
                  "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of", "sas_calls",
                  "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
-                 "max_num_tokens", "row_slots", "format_arguments", "by_tokens")
+                 "actual_slot_groups", "max_num_tokens", "row_slots", "format_arguments", "by_tokens")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
@@ -124,6 +124,9 @@ class StepPlan:
             members = [builders[i] for i in dspark if self.invariant_of[i] == slot]
             self.dspark_checks.append(DSparkWidths(members) if members else None)
         self.slot_buffers = [buffers.slot_mapping for buffers in self.buffers]
+        # The groups whose slot mapping stops at the real tokens (GroupConfig.slot_mapping_format).
+        self.actual_slot_groups = [index for index, builder in enumerate(builders)
+                                   if builder.group.slot_mapping_format == "int32_actual"]
         self.max_num_tokens = min(builder.max_num_tokens for builder in builders)
         # What a metadata row takes from the plan at every size: window, invariant slot, sas slot.
         self.row_slots = list(zip(self.windows, self.invariant_of, self.sas_of))

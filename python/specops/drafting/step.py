@@ -84,9 +84,12 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
         _run_dspark(plan.dspark_calls, outputs.dspark_arguments, dspark_tables, invariants)
 
     # DraftAttnMetadata's group-invariant fields first, in its order (configs.SharedFields).
-    return [DraftAttnMetadata(*invariants[invariant_slot].metadata_head, None if sas_slot is None else sas[sas_slot],
-                              slot_mapping, indices, lens, window)
-            for slot_mapping, indices, lens, window, invariant_slot, sas_slot in outputs.rows]
+    metadata = [DraftAttnMetadata(*invariants[invariant_slot].metadata_head,
+                                  None if sas_slot is None else sas[sas_slot], slot_mapping, indices, lens, window)
+                for slot_mapping, indices, lens, window, invariant_slot, sas_slot in outputs.rows]
+    for index in plan.actual_slot_groups:
+        metadata[index].slot_mapping = metadata[index].slot_mapping[:common.num_actual_tokens]
+    return metadata
 
 
 def _resolve_sas(plan: StepPlan, invariants: list[GroupInvariant], shared: StepCache | None,
