@@ -175,12 +175,10 @@ def expand_parallel_draft_inputs(
         block_size, kv_blocks, sharded, enabled = sizes[10 + 4 * g: 14 + 4 * g]
         cp = (world, rank, interleave) if sharded else (1, 0, 1)
         slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(out.numel(), num_out)
-        arguments = _group_arguments(table, out, num_blocks[g] if num_blocks else table,
-                                     (block_size, kv_blocks, *cp, int(enabled != 0)), slot_end)
-        # The table is read unmasked at a clamped offset (and triton-ascend gathers at masked
-        # lanes' offsets): an empty one is passed as a placeholder element, its sizes kept.
-        arguments[0], arguments[2] = nonempty(arguments[0]), nonempty(arguments[2])
-        groups.append(arguments)
+        # _group_arguments passes an empty table as a placeholder element (it is read unmasked at a
+        # clamped offset), its sizes kept.
+        groups.append(_group_arguments(table, out, num_blocks[g] if num_blocks else table,
+                                       (block_size, kv_blocks, *cp, int(enabled != 0)), slot_end))
     ends = dict(ids_end=_end(input_ids, num_tokens_padded), positions_end=_end(positions, num_tokens_padded),
                 rejected_end=_end(is_rejected_token_mask, num_tokens_padded),
                 masked_end=_end(is_masked_token_mask, num_tokens_padded),
