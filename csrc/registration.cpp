@@ -142,6 +142,16 @@ TORCH_LIBRARY(specops, m) {
       "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
       "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
       "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int[] sizes) -> ()");
+  // sizes = [slots_per_request, shift_input_ids, max_model_len, parallel_drafting_token_id, padding_token_id,
+  // num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave] then (block_size,
+  // blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group.
+  m.def(
+      "expand_parallel_draft_inputs(Tensor target_token_ids, Tensor target_positions, Tensor next_token_ids, "
+      "Tensor query_start_loc, Tensor[] block_tables, Tensor? num_rejected_tokens, Tensor? seq_lens, "
+      "Tensor? idx_mapping, Tensor[] num_blocks, Tensor(a!) input_ids, Tensor(b!) positions, "
+      "Tensor(c!) is_rejected_token_mask, Tensor(d!) is_masked_token_mask, Tensor(e!) token_indices_to_sample, "
+      "Tensor(f!)? hidden_state_mapping, Tensor(g!)[] slot_mappings, Tensor(h!) out_query_start_loc, "
+      "Tensor(i!)? out_seq_lens, int[] sizes) -> ()");
   // end of the step-bookkeeping block
   // docs/pcp.md: prefill context parallelism (DualChunkSwap).
   // Host-only: every rank's layout from host counts (padded_num_tokens -1: the largest rank's

@@ -1,7 +1,7 @@
 """The step-bookkeeping ops written from their contract in plain Python (lists and ints, valid
 input only): the independent oracle of test_prepare_input_ids.py, test_count_sampled_and_rejected.py,
-test_post_update_after_sampling.py, test_prepare_next_token_ids.py, test_advance_draft_step.py
-and the runner loop (examples/runner_step.py)."""
+test_post_update_after_sampling.py, test_prepare_next_token_ids.py, test_advance_draft_step.py,
+test_expand_parallel_draft_inputs.py and the runner loop (examples/runner_step.py)."""
 
 from __future__ import annotations
 
@@ -138,3 +138,52 @@ def draft_step(positions, seq_lens, tables, block_sizes, *, max_model_len, rule=
             else:
                 slots[g].append(cp_slot(table[row], position, block_sizes[g], 1, world, rank, interleave))
     return out_pos, out_seq, slots
+
+
+def parallel_draft(target_ids, target_positions, next_ids, qsl, tables, block_sizes, *, slots, max_model_len,
+                   draft_token, shift=True, padding_token=0, num_rejected=None, seq_lens=None, idx_mapping=None,
+                   cp=(1, 0, 1), cp_sharded=None, enabled=None):
+    """expand_parallel_draft_inputs' real outputs as a dict of lists (no padding)."""
+    s = 1 if shift else 0
+    n = slots - s
+    num_reqs = len(next_ids)
+    total = len(target_ids) + num_reqs * n
+    out = dict(input_ids=[None] * total, positions=[None] * total, rejected=[False] * total, masked=[False] * total,
+               indices=[None] * (num_reqs * slots), hidden=[None] * len(target_ids) if shift else None,
+               slots=[[None] * total for _ in tables], qsl=[], seq_lens=None)
+    for r in range(num_reqs):
+        q0, q = qsl[r], qsl[r + 1] - qsl[r]
+        nv = q - (num_rejected[r] if num_rejected is not None else 0) - s
+        row = idx_mapping[r] if idx_mapping is not None else r
+        for j in range(q + n):
+            o = q0 + r * n + j
+            if j < nv:
+                token = target_ids[q0 + j + s]
+            elif j == nv:
+                token = next_ids[r]
+            elif j < nv + slots:
+                token = draft_token
+                out["masked"][o] = True
+            else:
+                token = padding_token
+                out["rejected"][o] = True
+            out["input_ids"][o] = token
+            position = 0 if out["rejected"][o] else target_positions[q0] + j
+            out["positions"][o] = position
+            if nv <= j < nv + slots:
+                out["indices"][r * slots + j - nv] = o
+            if shift and j < q:
+                out["hidden"][q0 + j] = o
+            for g, table in enumerate(tables):
+                sharded = cp_sharded is None or cp_sharded[g]
+                world, rank, interleave = cp if sharded else (1, 0, 1)
+                on = enabled is None or enabled[g]
+                if out["rejected"][o] or position >= max_model_len or row < 0 or not on:
+                    out["slots"][g][o] = PAD
+                else:
+                    out["slots"][g][o] = cp_slot(table[row], position, block_sizes[g], 1, world, rank, interleave)
+        out["qsl"].append(q0 + r * n)
+    out["qsl"].append(total)
+    if seq_lens is not None:
+        out["seq_lens"] = [seq_lens[r] + n for r in range(num_reqs)]
+    return out

@@ -37,6 +37,9 @@ INPUT_CANARY = {torch.int32: 0x3EADBEEF, torch.int64: 0x3EADBEEF3EADBEEF}
 # A bool input is only read: True around it is its canary (prepare_next_token_ids' discard mask;
 # pcp_gathered_slot_mappings' write mask, where a band read as set would write).
 INPUT_CANARY[torch.bool] = True
+# A bool output (expand_parallel_draft_inputs' masks) is set around it, where the op only ever
+# stores False past its real tokens.
+OUTPUT_CANARY[torch.bool] = True
 # Float tensors (compressor_metadata's RoPE rows): values exact in bfloat16 that no op computes.
 OUTPUT_CANARY.update({torch.float32: -12288.0, torch.bfloat16: -12288.0})
 INPUT_CANARY.update({torch.float32: -20480.0, torch.bfloat16: -20480.0})

@@ -37,6 +37,8 @@ from specops.ops import (  # the step-bookkeeping ops
     prepare_next_token_ids,
     DraftStep,
     advance_draft_step,
+    ParallelDraftInputs,
+    expand_parallel_draft_inputs,
 )
 from specops.ops import (  # docs/pcp.md
     PCPDeviceLayout,
@@ -113,6 +115,8 @@ __all__ = [
     "prepare_next_token_ids",
     "DraftStep",
     "advance_draft_step",
+    "ParallelDraftInputs",
+    "expand_parallel_draft_inputs",
     # the rest of the DSA metadata family
     "CompressorMetadata",
     "KvQuantFAEntry",

@@ -25,6 +25,7 @@ from specops.bench import (
 from specops.bench import (  # the step-bookkeeping ops
     advance_draft_step,
     count_sampled_and_rejected,
+    expand_parallel_draft_inputs,
     prepare_next_token_ids,
 )
 from specops.bench import pcp_gathered_slot_mappings, pcp_partition  # docs/pcp.md
@@ -53,6 +54,7 @@ BENCHMARKS = {
     "count_sampled_and_rejected": count_sampled_and_rejected,
     "prepare_next_token_ids": prepare_next_token_ids,
     "advance_draft_step": advance_draft_step,
+    "expand_parallel_draft_inputs": expand_parallel_draft_inputs,
     # the rest of the DSA metadata family
     "kv_quant_sas_metadata": kv_quant_sas_metadata,
     "lightning_indexer_metadata": lightning_indexer_metadata,

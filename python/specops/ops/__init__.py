@@ -21,6 +21,7 @@ from specops.ops.prepare_input_ids import StepInputIds, prepare_input_ids
 from specops.ops.post_update_after_sampling import post_update_after_sampling
 from specops.ops.prepare_next_token_ids import NextTokens, prepare_next_token_ids
 from specops.ops.advance_draft_step import DraftStep, advance_draft_step
+from specops.ops.expand_parallel_draft_inputs import ParallelDraftInputs, expand_parallel_draft_inputs
 # The rest of the DSA metadata family (docs/kv_quant_sas_metadata.md and beside it).
 from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
 from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
@@ -58,6 +59,8 @@ __all__ = [
     "prepare_next_token_ids",
     "DraftStep",
     "advance_draft_step",
+    "ParallelDraftInputs",
+    "expand_parallel_draft_inputs",
     # the rest of the DSA metadata family
     "CompressorMetadata",
     "StoreKvBlockGroups",

@@ -1,0 +1,263 @@
+// CPU op for expand_parallel_draft_inputs: validates everything (the query layout, the rejected
+// counts, the target positions and every kept position against every group's table), then
+// writes the draft's ids, positions, masks, indices, hidden mapping, slots and query layout.
+#include <torch/library.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cpu/slot_mapping_checks.h"
+#include "cpu/step_checks.h"
+#include "kernels/expand_parallel_draft_inputs.h"
+
+namespace specops::cpu {
+namespace {
+
+// The layout of `sizes`: see python/specops/ops/expand_parallel_draft_inputs.py (pack_sizes).
+constexpr size_t kNumScalars = 10;
+constexpr size_t kPerGroup = 4;
+
+using OptTensor = std::optional<at::Tensor>;
+
+const at::Tensor* ptr(const OptTensor& t) { return t.has_value() ? &*t : nullptr; }
+
+kernels::IntIn int_in(const at::Tensor& t) {
+  return {t.data_ptr(), t.scalar_type() == c10::kLong};
+}
+
+kernels::IntOut int_out(const at::Tensor& t) {
+  return {t.data_ptr(), t.scalar_type() == c10::kLong};
+}
+
+void check_values(const kernels::ParallelDraftBuffers& b, const std::vector<kernels::DraftStepGroup>& groups,
+                  const kernels::ParallelDraftShape& s) {
+  TORCH_CHECK_VALUE(b.query_start_loc[0] == 0 && b.query_start_loc[s.num_reqs] == s.num_tokens,
+                    "query_start_loc must run from 0 to T = target_token_ids.numel() = ", s.num_tokens,
+                    ", got query_start_loc[0] = ", b.query_start_loc[0], " and query_start_loc[R = ", s.num_reqs,
+                    "] = ", b.query_start_loc[s.num_reqs]);
+  for (int64_t r = 0; r < s.num_reqs; ++r) {
+    const int64_t q = static_cast<int64_t>(b.query_start_loc[r + 1]) - b.query_start_loc[r];
+    TORCH_CHECK_VALUE(q >= 1, "query_start_loc gives request ", r, " ", q, " tokens; every request needs >= 1");
+  }
+  for (int64_t r = 0; r < s.num_reqs; ++r) {
+    const kernels::DraftRequest d = kernels::draft_request(b, s, r);
+    const int64_t rej = d.q - s.shift - d.valid;
+    TORCH_CHECK_VALUE(rej >= 0 && rej <= d.q - 1, "num_rejected_tokens[", r, "] = ", rej, " must be in [0, ",
+                      d.q - 1, "] (request ", r, " has ", d.q, " tokens)");
+    TORCH_CHECK_VALUE(d.start >= 0, "target_positions[", d.q0, "] = ", d.start, " (request ", r, ") must be >= 0");
+    for (int64_t j = 1; j < d.q; ++j) {
+      TORCH_CHECK_VALUE(b.target_positions[d.q0 + j] == d.start + j, "target_positions[", d.q0 + j, "] = ",
+                        b.target_positions[d.q0 + j], " must be ", d.start + j, ": the positions of request ", r,
+                        " must be consecutive");
+    }
+    const int64_t row = b.idx_mapping.data != nullptr ? b.idx_mapping[r] : r;
+    // The kept positions run from start to start + nv + S - 1; the highest below max_model_len
+    // needs the most columns, and the slot of every kept position must fit its output.
+    const int64_t last = std::min(d.start + d.valid + s.slots - 1, s.max_model_len - 1);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const kernels::DraftStepGroup& group = groups[g];
+      if (!group.enabled || row < 0 || last < d.start) continue;
+      TORCH_CHECK_VALUE(row < group.shape.block_table_rows, "idx_mapping[", r, "] = ", row, " is past block_tables[",
+                        g, "], which has ", group.shape.block_table_rows, " rows");
+      const int64_t columns = kernels::usable_columns(group.shape, row);
+      for (int64_t position = d.start; position <= last; ++position) {
+        bool past = position > INT32_MAX;
+        int64_t column = -1;
+        if (!past) {
+          const kernels::TokenPlacement p = kernels::place_token<kernels::CpLayout::kInterleaved>(
+              static_cast<uint32_t>(position), group.divisors);
+          past = p.local && p.column >= columns;
+          column = p.column;
+        }
+        if (past) {
+          std::ostringstream count;
+          if (group.shape.num_blocks != nullptr && column >= 0 && column < group.shape.block_table_cols) {
+            count << "num_blocks[" << g << "][" << row << "] = " << group.shape.num_blocks[row] << " allocated blocks";
+          } else {
+            count << "the " << group.shape.block_table_cols << " columns of block_tables[" << g << "]";
+          }
+          TORCH_CHECK_VALUE(false, "draft position ", position, " of request ", r, " (row ", row, ") in group ", g,
+                            " needs block column ", column < 0 ? std::string("past 2^31") : std::to_string(column),
+                            ", past ", count.str());
+        }
+        const int64_t slot = kernels::draft_slot(group, row, position, true);
+        TORCH_CHECK_VALUE(group.wide || slot <= INT32_MAX, "slot_mappings[", g, "] is int32, but request ", r,
+                          " has slot ", slot, ", past 2^31 - 1; pass an int64 slot mapping");
+      }
+    }
+  }
+}
+
+void expand_parallel_draft_inputs(
+    const at::Tensor& target_token_ids, const at::Tensor& target_positions, const at::Tensor& next_token_ids,
+    const at::Tensor& query_start_loc, at::TensorList block_tables, const OptTensor& num_rejected_tokens,
+    const OptTensor& seq_lens, const OptTensor& idx_mapping, at::TensorList num_blocks, const at::Tensor& input_ids,
+    const at::Tensor& positions, const at::Tensor& is_rejected_token_mask, const at::Tensor& is_masked_token_mask,
+    const at::Tensor& token_indices_to_sample, const OptTensor& hidden_state_mapping, at::TensorList slot_mappings,
+    const at::Tensor& out_query_start_loc, const OptTensor& out_seq_lens, c10::IntArrayRef sizes) {
+  const size_t num_groups = block_tables.size();
+  TORCH_CHECK_VALUE(sizes.size() == kNumScalars + kPerGroup * num_groups, "sizes must have ", kNumScalars, " + ",
+                    kPerGroup, " * len(block_tables) = ", kNumScalars + kPerGroup * num_groups, " entries, got ",
+                    sizes.size());
+  const int64_t slots = sizes[0], shift = sizes[1], max_model_len = sizes[2];
+  const int64_t num_tokens_padded = sizes[5], num_reqs_padded = sizes[6];
+  const int64_t cp_world_size = sizes[7], cp_rank = sizes[8], cp_interleave = sizes[9];
+  check_positive(slots, "slots_per_request");
+  TORCH_CHECK_VALUE(shift == 0 || shift == 1, "shift_input_ids must be 0 or 1, got ", shift);
+  TORCH_CHECK_VALUE(slots - shift >= 1, "slots_per_request must be >= 2 with shift_input_ids (N = slots_per_request "
+                    "- 1 new tokens per request must be >= 1), got ", slots);
+  check_positive(max_model_len, "max_model_len");
+  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
+  check_positive(cp_interleave, "cp_interleave");
+
+  check_tensor(target_token_ids, "target_token_ids", {c10::kInt, c10::kLong}, 1);
+  const int64_t num_tokens = target_token_ids.numel();
+  check_tensor(target_positions, "target_positions", {c10::kLong, c10::kInt}, 1);
+  check_min_numel(target_positions, "target_positions", num_tokens, "T = target_token_ids.numel()");
+  check_tensor(next_token_ids, "next_token_ids", {c10::kInt, c10::kLong}, 1);
+  const int64_t num_reqs = next_token_ids.numel();
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  check_min_numel(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = next_token_ids.numel())");
+  if (num_rejected_tokens.has_value()) {
+    check_tensor(*num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1);
+    TORCH_CHECK_VALUE(num_rejected_tokens->numel() == num_reqs, "num_rejected_tokens must have R = ", num_reqs,
+                      " entries (R = next_token_ids.numel()), got ", num_rejected_tokens->numel());
+  }
+  if (seq_lens.has_value()) {
+    check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1);
+    check_min_numel(*seq_lens, "seq_lens", num_reqs, "R = next_token_ids.numel()");
+  }
+  if (idx_mapping.has_value()) {
+    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = ", num_reqs,
+                      " entries (R = next_token_ids.numel()), got ", idx_mapping->numel());
+  }
+  const int64_t new_tokens = slots - shift;
+  const int64_t num_out = num_tokens + num_reqs * new_tokens;
+  TORCH_CHECK_VALUE(num_out <= INT32_MAX, "T' = T + R * N must be < 2^31, got ", num_out);
+  const char* out_what = "T' = T + R * N";
+  check_tensor(input_ids, "input_ids", {c10::kInt, c10::kLong}, 1);
+  check_min_numel(input_ids, "input_ids", num_out, out_what);
+  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
+  check_min_numel(positions, "positions", num_out, out_what);
+  check_tensor(is_rejected_token_mask, "is_rejected_token_mask", {c10::kBool}, 1);
+  check_min_numel(is_rejected_token_mask, "is_rejected_token_mask", num_out, out_what);
+  check_tensor(is_masked_token_mask, "is_masked_token_mask", {c10::kBool}, 1);
+  check_min_numel(is_masked_token_mask, "is_masked_token_mask", num_out, out_what);
+  kernels::ParallelDraftShape s;
+  s.input_ids_end = padded_end(input_ids, "input_ids", num_tokens_padded, "num_tokens_padded", num_out, "T'");
+  s.positions_end = padded_end(positions, "positions", num_tokens_padded, "num_tokens_padded", num_out, "T'");
+  s.rejected_end = padded_end(is_rejected_token_mask, "is_rejected_token_mask", num_tokens_padded,
+                              "num_tokens_padded", num_out, "T'");
+  s.masked_end = padded_end(is_masked_token_mask, "is_masked_token_mask", num_tokens_padded, "num_tokens_padded",
+                            num_out, "T'");
+  TORCH_CHECK_VALUE(num_reqs_padded < 0 || num_reqs_padded >= num_reqs, "num_reqs_padded must be >= R = ", num_reqs,
+                    ", got ", num_reqs_padded);
+  check_tensor(token_indices_to_sample, "token_indices_to_sample", {c10::kInt}, 1);
+  check_min_numel(token_indices_to_sample, "token_indices_to_sample", num_reqs * slots, "R * slots_per_request");
+  s.indices_end = token_indices_to_sample.numel();
+  if (num_reqs_padded >= 0) {
+    check_min_numel(token_indices_to_sample, "token_indices_to_sample", num_reqs_padded * slots,
+                    "num_reqs_padded * slots_per_request");
+    s.indices_end = num_reqs_padded * slots;
+  }
+  if (hidden_state_mapping.has_value()) {
+    TORCH_CHECK_VALUE(shift == 1, "hidden_state_mapping is computed with shift_input_ids only");
+    check_tensor(*hidden_state_mapping, "hidden_state_mapping", {c10::kInt}, 1);
+    check_min_numel(*hidden_state_mapping, "hidden_state_mapping", num_tokens, "T = target_token_ids.numel()");
+    s.hidden_end = hidden_state_mapping->numel();
+  }
+  check_tensor(out_query_start_loc, "out_query_start_loc", {c10::kInt}, 1);
+  s.query_start_loc_end = num_reqs_padded >= 0 ? num_reqs_padded + 1 : out_query_start_loc.numel();
+  TORCH_CHECK_VALUE(out_query_start_loc.numel() >= std::max(s.query_start_loc_end, num_reqs + 1),
+                    "out_query_start_loc must have at least num_reqs_padded + 1 = ",
+                    std::max(s.query_start_loc_end, num_reqs + 1), " entries, got ", out_query_start_loc.numel());
+  if (out_seq_lens.has_value()) {
+    TORCH_CHECK_VALUE(seq_lens.has_value(), "out_seq_lens needs seq_lens");
+    check_tensor(*out_seq_lens, "out_seq_lens", {c10::kInt}, 1);
+    check_min_numel(*out_seq_lens, "out_seq_lens", num_reqs, "R = next_token_ids.numel()");
+    s.seq_lens_end = padded_end(*out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
+  }
+  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups,
+                    "slot_mappings must have one tensor per block table (len(block_tables) = ", num_groups, "), got ",
+                    slot_mappings.size());
+  TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == num_groups,
+                    "num_blocks must be empty or hold one tensor per block table (len(block_tables) = ", num_groups,
+                    "), got ", num_blocks.size());
+  std::vector<kernels::DraftStepGroup> groups;
+  groups.reserve(num_groups);
+  for (size_t g = 0; g < num_groups; ++g) {
+    const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
+    const int64_t block_size = sizes[kNumScalars + kPerGroup * g];
+    const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
+    const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
+    const bool enabled = sizes[kNumScalars + kPerGroup * g + 3] != 0;
+    const at::Tensor& out = slot_mappings[g];
+    const int64_t slot_end = num_tokens_padded >= 0 ? num_tokens_padded : std::max(out.numel(), num_out);
+    kernels::SlotMappingShape shape = check_slot_mapping_args(
+        block_tables[g], block_size, out, blocks_per_kv_block, sharded ? cp_world_size : 1, sharded ? cp_rank : 0,
+        sharded ? cp_interleave : 1, num_reqs, num_out, slot_end, names);
+    if (!num_blocks.empty()) {
+      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
+                     block_tables[g], names.block_table, shape);
+    }
+    const bool wide = out.scalar_type() == c10::kLong;
+    groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
+                        wide ? nullptr : out.data_ptr<int32_t>(), wide, shape, enabled, slot_end);
+  }
+  std::vector<NamedTensor> outputs = {{&input_ids, {"input_ids"}},
+                                      {&positions, {"positions"}},
+                                      {&is_rejected_token_mask, {"is_rejected_token_mask"}},
+                                      {&is_masked_token_mask, {"is_masked_token_mask"}},
+                                      {&token_indices_to_sample, {"token_indices_to_sample"}},
+                                      {ptr(hidden_state_mapping), {"hidden_state_mapping"}},
+                                      {&out_query_start_loc, {"out_query_start_loc"}},
+                                      {ptr(out_seq_lens), {"out_seq_lens"}}};
+  std::vector<NamedTensor> inputs = {{&target_token_ids, {"target_token_ids"}},
+                                     {&target_positions, {"target_positions"}},
+                                     {&next_token_ids, {"next_token_ids"}},
+                                     {&query_start_loc, {"query_start_loc"}},
+                                     {ptr(num_rejected_tokens), {"num_rejected_tokens"}},
+                                     {ptr(seq_lens), {"seq_lens"}},
+                                     {ptr(idx_mapping), {"idx_mapping"}}};
+  for (size_t g = 0; g < num_groups; ++g) {
+    outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
+    inputs.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
+    if (!num_blocks.empty()) inputs.push_back({&num_blocks[g], {"num_blocks", static_cast<int64_t>(g)}});
+  }
+  check_outputs_alias_nothing(outputs, inputs);
+
+  s.num_reqs = num_reqs;
+  s.num_tokens = num_tokens;
+  s.num_out_tokens = num_out;
+  s.slots = slots;
+  s.shift = shift;
+  s.max_model_len = max_model_len;
+  s.draft_token = sizes[3];
+  s.padding_token = sizes[4];
+  kernels::ParallelDraftBuffers b;
+  b.target_token_ids = int_in(target_token_ids);
+  b.target_positions = int_in(target_positions);
+  b.next_token_ids = int_in(next_token_ids);
+  if (idx_mapping.has_value()) b.idx_mapping = int_in(*idx_mapping);
+  b.query_start_loc = query_start_loc.data_ptr<int32_t>();
+  b.num_rejected = num_rejected_tokens.has_value() ? num_rejected_tokens->data_ptr<int32_t>() : nullptr;
+  b.seq_lens = seq_lens.has_value() ? seq_lens->data_ptr<int32_t>() : nullptr;
+  b.input_ids = int_out(input_ids);
+  b.positions = int_out(positions);
+  b.is_rejected = is_rejected_token_mask.data_ptr<bool>();
+  b.is_masked = is_masked_token_mask.data_ptr<bool>();
+  b.token_indices_to_sample = token_indices_to_sample.data_ptr<int32_t>();
+  b.hidden_state_mapping = hidden_state_mapping.has_value() ? hidden_state_mapping->data_ptr<int32_t>() : nullptr;
+  b.out_query_start_loc = out_query_start_loc.data_ptr<int32_t>();
+  b.out_seq_lens = out_seq_lens.has_value() ? out_seq_lens->data_ptr<int32_t>() : nullptr;
+  check_values(b, groups, s);
+  kernels::expand_parallel_draft_inputs(b, groups.data(), static_cast<int64_t>(num_groups), s);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("expand_parallel_draft_inputs", &expand_parallel_draft_inputs); }
+
+}  // namespace specops::cpu
