@@ -227,6 +227,9 @@ def test_kept_positions_past_max_model_len_need_no_table_column():
     (dict(input_ids=torch.zeros(10, dtype=torch.int32)), "input_ids"),
     (dict(num_tokens_padded=12), "num_tokens_padded"),
     (dict(num_reqs_padded=1), "num_reqs_padded"),
+    # num_reqs_padded * slots_per_request once overflowed int64 in the host op (UBSan).
+    (dict(num_reqs_padded=2**62 + 1), "num_reqs_padded"),
+    (dict(slots_per_request=2**62), "slots_per_request"),
     (dict(token_indices_to_sample=torch.zeros(5, dtype=torch.int32)), "token_indices_to_sample"),
     (dict(hidden_state_mapping=torch.zeros(7, dtype=torch.int32), shift_input_ids=False, slots_per_request=2),
      "hidden_state_mapping"),

@@ -104,6 +104,8 @@ void expand_parallel_draft_inputs(
   const int64_t num_tokens_padded = sizes[5], num_reqs_padded = sizes[6];
   const int64_t cp_world_size = sizes[7], cp_rank = sizes[8], cp_interleave = sizes[9];
   check_positive(slots, "slots_per_request");
+  // Every product of it with a count then stays in int64.
+  TORCH_CHECK_VALUE(slots <= INT32_MAX, "slots_per_request must be <= 2^31 - 1, got ", slots);
   TORCH_CHECK_VALUE(shift == 0 || shift == 1, "shift_input_ids must be 0 or 1, got ", shift);
   TORCH_CHECK_VALUE(slots - shift >= 1, "slots_per_request must be >= 2 with shift_input_ids (N = slots_per_request "
                     "- 1 new tokens per request must be >= 1), got ", slots);
@@ -154,6 +156,8 @@ void expand_parallel_draft_inputs(
                             num_out, "T'");
   TORCH_CHECK_VALUE(num_reqs_padded < 0 || num_reqs_padded >= num_reqs, "num_reqs_padded must be >= R = ", num_reqs,
                     ", got ", num_reqs_padded);
+  // Request offsets are int32: a larger padded count is no batch (and num_reqs_padded * slots must not overflow).
+  TORCH_CHECK_VALUE(num_reqs_padded < INT32_MAX, "num_reqs_padded must be < 2^31 - 1, got ", num_reqs_padded);
   check_tensor(token_indices_to_sample, "token_indices_to_sample", {c10::kInt}, 1);
   check_min_numel(token_indices_to_sample, "token_indices_to_sample", num_reqs * slots, "R * slots_per_request");
   s.indices_end = token_indices_to_sample.numel();

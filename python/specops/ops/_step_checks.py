@@ -18,5 +18,11 @@ def padded_end(out: torch.Tensor, out_name: str, padded: int, padded_name: str, 
 
 
 def padded_argument(value: int | None, name: str) -> int:
-    """A wrapper's optional *_padded argument as the schema takes it (-1: each buffer's end)."""
-    return -1 if value is None else checked_size(value, name, 0)
+    """A wrapper's optional *_padded argument as the schema takes it (-1: each buffer's end).
+    Checked before the wrapper sizes an output from it: a padded extent is an int32 count."""
+    if value is None:
+        return -1
+    value = checked_size(value, name, 0)
+    if value >= 2**31 - 1:
+        raise ValueError(f"{name} must be < 2^31 - 1, got {value}")
+    return value

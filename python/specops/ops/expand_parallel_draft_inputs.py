@@ -43,6 +43,12 @@ class ParallelDraftInputs(NamedTuple):
     seq_lens: torch.Tensor | None  # with seq_lens only
 
 
+def check_slots_bound(slots: int) -> None:
+    """slots_per_request at most 2^31 - 1: every product of it with a count stays in int64."""
+    if slots > INT32_MAX:
+        raise ValueError(f"slots_per_request must be <= 2^31 - 1, got {slots}")
+
+
 def pack_sizes(slots_per_request: int, shift: bool, max_model_len: int, parallel_drafting_token_id: int,
                padding_token_id: int, num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int,
                cp_interleave: int, block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int],
@@ -73,6 +79,7 @@ def _check(target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_
     slots, shift, max_model_len = sizes[0], sizes[1], sizes[2]
     num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[5:NUM_SCALARS]
     check_positive(slots, "slots_per_request")
+    check_slots_bound(slots)
     if shift not in (0, 1):
         raise ValueError(f"shift_input_ids must be 0 or 1, got {shift}")
     if slots - shift < 1:
@@ -237,6 +244,7 @@ def expand_parallel_draft_inputs(
     """
     num_groups = len(block_tables)
     slots_per_request = checked_int(slots_per_request, "slots_per_request")
+    check_slots_bound(slots_per_request)  # before any output is sized from it
     max_model_len = checked_int(max_model_len, "max_model_len")
     parallel_drafting_token_id = checked_int(parallel_drafting_token_id, "parallel_drafting_token_id")
     padding_token_id = checked_int(padding_token_id, "padding_token_id")
