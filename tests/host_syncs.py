@@ -131,17 +131,21 @@ def native_allocations(step: Callable[[], object]) -> list[tuple[str, int]]:
 @contextlib.contextmanager
 def triton_launches_unlogged() -> Iterator[None]:
     """Runs every interpreted Triton launch with the dispatch modes suspended: the interpreter
-    copies each argument's storage to and from the host, which a compiled launch does not."""
-    from triton.runtime.interpreter import InterpretedFunction
+    copies each argument's storage to and from the host, which a compiled launch does not.
 
-    run = InterpretedFunction.run
+    The hook is GridExecutor.__call__, which every interpreted launch goes through in Triton 3.9
+    (from InterpretedFunction.run) and in triton-ascend 3.2 (from InterpretedFunction.__getitem__,
+    whose `run` is an instance attribute, not a method to replace)."""
+    from triton.runtime.interpreter import GridExecutor
+
+    run = GridExecutor.__call__
 
     def run_unlogged(self, *args, **kwargs):
         with _disable_current_modes():
             return run(self, *args, **kwargs)
 
-    InterpretedFunction.run = run_unlogged
+    GridExecutor.__call__ = run_unlogged
     try:
         yield
     finally:
-        InterpretedFunction.run = run
+        GridExecutor.__call__ = run
