@@ -60,6 +60,13 @@ REQUESTED = os.environ.get("SPECOPS_TEST_BACKENDS") or None
 REPORT = specops.backend_report()
 WANTED, BACKENDS, MISSING = backend_plan(REPORT, REQUESTED)
 
+if os.environ["TRITON_INTERPRET"] == "1" and REPORT["triton"] == "usable":
+    from interpreter_quirks import correct_interpreter
+
+    # triton-ascend 3.2's interpreter runs some stores no compiled kernel runs (see
+    # interpreter_quirks.py); corrected, where found, so it runs what the compiled kernel runs.
+    CORRECTED_INTERPRETER = correct_interpreter()
+
 
 def device_backends() -> list[str]:
     """The backends that run values the native host op rejects (it raises; these cannot): Triton
