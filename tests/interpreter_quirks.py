@@ -1,7 +1,12 @@
-"""Two bugs of triton-ascend 3.2's interpreter (upstream Triton 3.2's), corrected for the tests.
+"""Bugs of triton-ascend 3.2's interpreter (upstream Triton 3.2's), corrected for the tests.
 
-Both make the interpreter run something no compiled kernel runs, so a kernel that is right on
-the device fails (or, worse, passes by luck) under the interpreter:
+Each makes the interpreter reject or run something the compiler (triton-ascend 3.2's own, and
+Triton 3.9's) compiles otherwise, so a kernel that is right on the device fails (or, worse,
+passes by luck) under the interpreter:
+
+- Its builder has no `get_int1_ty` and no `get_bf16`: a bool constant (`tl.where(c, x, False)`,
+  `x & False`) or a float constant beside a bfloat16 tensor cannot be built, where the compiler
+  builds both. Triton 3.9's interpreter has both methods; they are added with its meaning.
 
 - A store through a scalar pointer whose scalar mask is False writes. Triton 3.2's
   `semantic._store_legacy` asks `if not mask:` to tell an unmasked store from a masked one;
@@ -13,9 +18,10 @@ the device fails (or, worse, passes by luck) under the interpreter:
   int64 result under the int32 type, and a store of it writes 8 bytes a lane: past the lane's
   element, past the tensor's end at the last one. Triton 3.9 casts the result to the type.
 
-`correct_interpreter` checks for each bug with a one-program kernel and corrects only the ones
-that show: the store is handed a mask that is truthy as an object, as compiled code has; the
-reduction's result is cast to its type, as Triton 3.9 does.
+`correct_interpreter` checks for each bug (the missing methods by name, the others with a
+one-program kernel) and corrects only the ones that show: the missing constants are added; the
+store is handed a mask that is truthy as an object, as compiled code has; the reduction's result
+is cast to its type, as Triton 3.9 does.
 """
 
 from __future__ import annotations
@@ -83,10 +89,26 @@ def _correct_reduction_types() -> None:
     interface.to_tensor = typed_to_tensor
 
 
+def _add_missing_constants() -> list[str]:
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    added = []
+    if not hasattr(builder, "get_int1_ty"):
+        builder.get_int1_ty = lambda self: tl.int1
+        added.append("get_int1_ty")
+    if not hasattr(builder, "get_bf16"):
+        # Rounded from float32 by the interpreter's own float32-to-bfloat16 cast.
+        builder.get_bf16 = lambda self, value: self.cast_impl(self.get_fp32(value), tl.bfloat16)
+        added.append("get_bf16")
+    return added
+
+
 def correct_interpreter() -> list[str]:
     """Corrects the bugs this interpreter has; returns the names of those it corrected."""
+    corrected = _add_missing_constants()
     store_bug, sum_bug = _probes()
-    corrected = []
     if store_bug():
         _correct_masked_scalar_stores()
         corrected.append("masked scalar store")

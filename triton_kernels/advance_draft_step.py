@@ -29,7 +29,7 @@ def _store_group_slots(
     cp_world_size, cp_rank, cp_interleave, enabled, slot_end, r, row, position, mapped,
     HAS_NUM_BLOCKS: tl.constexpr,
 ):
-    mapped = mapped & (enabled != 0)
+    mapped = tl.where(enabled != 0, mapped, False)
     columns = usable_columns(num_blocks_ptr, row, mapped, table_rows, table_cols, HAS_NUM_BLOCKS)
     slot = slots_of_tokens(table_ptr, row, position, mapped, table_rows, columns, table_stride, block_size,
                            blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)

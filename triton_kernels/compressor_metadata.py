@@ -66,12 +66,8 @@ def _compressor_metadata_kernel(
         sin = tl.load(sin_ptr + rope_at, mask=gather, other=0.0)
         out_at = tl.minimum(row, num_rows - 1)[:, None] * rope_dim + d[None, :]
         keep = live[:, None] & d_live[None, :]
-        # Selected in float32 (exact for every accepted dtype): a float literal beside a bf16 tensor
-        # needs a bf16 constant, which triton-ascend 3.2's interpreter cannot build.
-        cos = tl.where(gather, cos.to(tl.float32), 1.0)
-        sin = tl.where(gather, sin.to(tl.float32), 0.0)
-        tl.store(out_cos_ptr + out_at, cos.to(out_cos_ptr.dtype.element_ty), mask=keep)
-        tl.store(out_sin_ptr + out_at, sin.to(out_sin_ptr.dtype.element_ty), mask=keep)
+        tl.store(out_cos_ptr + out_at, tl.where(gather, cos, 1.0).to(out_cos_ptr.dtype.element_ty), mask=keep)
+        tl.store(out_sin_ptr + out_at, tl.where(gather, sin, 0.0).to(out_sin_ptr.dtype.element_ty), mask=keep)
         slot_row = tl.minimum(row, num_rows - 1)
         if FORMAT == 1:
             tl.store(slot_ptr + slot_row, tl.where(ok, block_id * block_size + offset, -1).to(tl.int32), mask=live)

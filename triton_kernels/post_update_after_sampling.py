@@ -40,7 +40,7 @@ def _post_update_kernel(
             if HAS_DRAFTS:
                 for start in range(0, draft_cols, BLOCK):
                     k = start + lanes
-                    live = has_row & (k < draft_cols)
+                    live = tl.where(has_row, k < draft_cols, False)
                     safe_k = tl.where(live, k, 0)
                     draft = tl.load(draft_ptr + r * draft_stride + safe_k, mask=live, other=0)
                     tl.store(draft_out_ptr + row * draft_out_stride + safe_k, draft, mask=live)

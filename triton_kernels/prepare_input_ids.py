@@ -68,13 +68,13 @@ def _prepare_input_ids_kernel(
         token_stop = tl.minimum(q1, input_numel)
         for start in range(tl.maximum(q0, 0), token_stop, BLOCK):
             i = start + lanes
-            live = has_row & (i < token_stop) & (i >= 0)
+            live = tl.where(has_row, (i < token_stop) & (i >= 0), False)
             draft = i - (q1 - n_draft)
-            is_draft = generated & live & (draft >= 0) & (draft < draft_cols)
+            is_draft = tl.where(generated, live & (draft >= 0) & (draft < draft_cols), False)
             draft_token = tl.load(draft_ptr + safe_row * draft_stride + tl.where(is_draft, draft, 0), mask=is_draft,
                                   other=0).to(tl.int32)
-            is_bonus = bonus & live & (i == q1 - n_log) & (is_draft == 0)
-            is_prompt = prefilling & live & (is_draft == 0) & (is_bonus == 0)
+            is_bonus = tl.where(bonus, live & (i == q1 - n_log) & (is_draft == 0), False)
+            is_prompt = tl.where(prefilling, live & (is_draft == 0) & (is_bonus == 0), False)
             column = nc + (i - q0)
             in_table = is_prompt & (column >= 0) & (column < token_cols)
             prompt = tl.load(all_token_ids_ptr + safe_row * token_stride + tl.where(in_table, column, 0),
@@ -85,7 +85,7 @@ def _prepare_input_ids_kernel(
         if HAS_PREFILL:
             for start in range(0, num_lookahead, BLOCK):
                 k = start + lanes
-                live = prefilling & (k < num_lookahead)
+                live = tl.where(prefilling, k < num_lookahead, False)
                 column = seq_len + k
                 in_table = live & (column >= 0) & (column < prefill_len) & (column < token_cols)
                 token = tl.load(all_token_ids_ptr + safe_row * token_stride + tl.where(in_table, column, 0),

@@ -31,7 +31,7 @@ def _group_slots(block_table_ptr, slot_mapping_ptr, num_blocks_ptr, table_rows, 
                  blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave, enabled, token, in_buffer, row, position,
                  is_real, HAS_NUM_BLOCKS: tl.constexpr):
     """One group's slot of each token of the tile (PAD where its slot mapping is disabled)."""
-    mapped = is_real & (enabled != 0)
+    mapped = tl.where(enabled != 0, is_real, False)
     columns = usable_columns(num_blocks_ptr, row, mapped, table_rows, table_cols, HAS_NUM_BLOCKS)
     slot = slots_of_tokens(block_table_ptr, row, position, mapped, table_rows, columns, table_stride, block_size,
                            blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)

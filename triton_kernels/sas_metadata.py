@@ -283,8 +283,7 @@ def _sas_metadata_kernel(
                         load += taken
                         consumed += taken
                         m = tl.minimum(m + stop, b_tiles).to(tl.int32)
-                        # False, as a tensor: triton-ascend 3.2's interpreter cannot build a bool constant.
-                        first_step = first_step != first_step
+                        first_step = first_step & False
                         taking = (stop == LANES) & (m < b_tiles)
             entry = tl.where(field == 0, 1, tl.where(field == 1, start_b, tl.where(field == 2, start_m, tl.where(
                 field == 4, b, tl.where(field == 5, m, 0)))))
