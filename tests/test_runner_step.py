@@ -1,5 +1,5 @@
 """The runner step: positions past a request's allocated blocks, PersistentMappings.prepare_step
-and draft_inputs, and the example loop (examples/runner_step.py).
+and draft_inputs, and the example loop on two CP ranks (examples/async_cp_loop.py).
 
 Expectations are written out by hand or computed in plain Python from the slot formula (a
 position's block column is position // block_size on one rank), never from the ops.
@@ -20,7 +20,7 @@ from specops import MappingGroup, PersistentMappings, drafting
 
 NULL = specops.NULL_BLOCK_ID
 PAD = specops.PAD_SLOT_ID
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "runner_step.py"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "async_cp_loop.py"
 
 
 def i32(*values: int) -> torch.Tensor:
@@ -249,7 +249,7 @@ def test_draft_inputs_hand_the_same_buffers_by_name():
 # ------------------------------------------------------------ the example
 
 def test_the_example_loop_runs_100_steps_against_its_ground_truth():
-    spec = importlib.util.spec_from_file_location("runner_step_example", EXAMPLE)
+    spec = importlib.util.spec_from_file_location("async_cp_loop", EXAMPLE)
     example = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = example  # its dataclasses look their module up
     spec.loader.exec_module(example)

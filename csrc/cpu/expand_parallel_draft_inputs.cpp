@@ -183,33 +183,9 @@ void expand_parallel_draft_inputs(
     check_min_numel(*out_seq_lens, "out_seq_lens", num_reqs, "R = next_token_ids.numel()");
     s.seq_lens_end = padded_end(*out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
   }
-  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups,
-                    "slot_mappings must have one tensor per block table (len(block_tables) = ", num_groups, "), got ",
-                    slot_mappings.size());
-  TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == num_groups,
-                    "num_blocks must be empty or hold one tensor per block table (len(block_tables) = ", num_groups,
-                    "), got ", num_blocks.size());
-  std::vector<kernels::DraftStepGroup> groups;
-  groups.reserve(num_groups);
-  for (size_t g = 0; g < num_groups; ++g) {
-    const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
-    const int64_t block_size = sizes[kNumScalars + kPerGroup * g];
-    const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
-    const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
-    const bool enabled = sizes[kNumScalars + kPerGroup * g + 3] != 0;
-    const at::Tensor& out = slot_mappings[g];
-    const int64_t slot_end = num_tokens_padded >= 0 ? num_tokens_padded : std::max(out.numel(), num_out);
-    kernels::SlotMappingShape shape = check_slot_mapping_args(
-        block_tables[g], block_size, out, blocks_per_kv_block, sharded ? cp_world_size : 1, sharded ? cp_rank : 0,
-        sharded ? cp_interleave : 1, num_reqs, num_out, slot_end, names);
-    if (!num_blocks.empty()) {
-      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
-                     block_tables[g], names.block_table, shape);
-    }
-    const bool wide = out.scalar_type() == c10::kLong;
-    groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
-                        wide ? nullptr : out.data_ptr<int32_t>(), wide, shape, enabled, slot_end);
-  }
+  std::vector<kernels::DraftStepGroup> groups =
+      draft_step_groups(block_tables, slot_mappings, num_blocks, sizes, kNumScalars, cp_world_size, cp_rank,
+                        cp_interleave, num_reqs, num_out, num_tokens_padded);
   std::vector<NamedTensor> outputs = {{&input_ids, {"input_ids"}},
                                       {&positions, {"positions"}},
                                       {&is_rejected_token_mask, {"is_rejected_token_mask"}},
@@ -225,11 +201,7 @@ void expand_parallel_draft_inputs(
                                      {ptr(num_rejected_tokens), {"num_rejected_tokens"}},
                                      {ptr(seq_lens), {"seq_lens"}},
                                      {ptr(idx_mapping), {"idx_mapping"}}};
-  for (size_t g = 0; g < num_groups; ++g) {
-    outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
-    inputs.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
-    if (!num_blocks.empty()) inputs.push_back({&num_blocks[g], {"num_blocks", static_cast<int64_t>(g)}});
-  }
+  add_group_tensors(outputs, inputs, slot_mappings, block_tables, num_blocks);
   check_outputs_alias_nothing(outputs, inputs);
 
   s.num_reqs = num_reqs;
