@@ -17,10 +17,6 @@ namespace {
 constexpr size_t kNumScalars = 7;
 constexpr size_t kPerGroup = 4;
 
-using OptTensor = std::optional<at::Tensor>;
-
-const at::Tensor* ptr(const OptTensor& t) { return t.has_value() ? &*t : nullptr; }
-
 bool same_span(const at::Tensor& a, const at::Tensor& b) {
   return a.data_ptr() == b.data_ptr() && a.numel() == b.numel() && a.scalar_type() == b.scalar_type();
 }

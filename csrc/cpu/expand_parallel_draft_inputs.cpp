@@ -18,10 +18,6 @@ namespace {
 constexpr size_t kNumScalars = 10;
 constexpr size_t kPerGroup = 4;
 
-using OptTensor = std::optional<at::Tensor>;
-
-const at::Tensor* ptr(const OptTensor& t) { return t.has_value() ? &*t : nullptr; }
-
 kernels::IntIn int_in(const at::Tensor& t) {
   return {t.data_ptr(), t.scalar_type() == c10::kLong};
 }

@@ -13,6 +13,11 @@
 
 namespace specops::cpu {
 
+using OptTensor = std::optional<at::Tensor>;
+
+// An optional tensor as the alias checks take it (nullptr: not given).
+inline const at::Tensor* ptr(const OptTensor& t) { return t.has_value() ? &*t : nullptr; }
+
 // Every idx_mapping entry is a request row of the request-indexed tensors (num_rows of them) or
 // negative (no request).
 template <typename IdxT>

@@ -142,7 +142,8 @@ class _MRV2DraftSteps:
 
     def __init__(self, tables, cp, max_num_reqs: int, num_tokens_padded: int, max_model_len: int, k: int):
         world, rank, interleave = cp
-        self.blocks = BlockTables([bs for bs, _ in DRAFT_GROUPS], max_num_reqs, num_tokens_padded,
+        # The tables are request-indexed (their own rows); max_num_reqs pads the batch buffers.
+        self.blocks = BlockTables([bs for bs, _ in DRAFT_GROUPS], tables[0].size(0), num_tokens_padded,
                                   [t.size(1) for t in tables], CPU, cp_size=world, cp_rank=rank,
                                   cp_interleave=interleave, dcp_sharded=[sharded for _, sharded in DRAFT_GROUPS])
         for staged, table in zip(self.blocks.block_tables, tables):
