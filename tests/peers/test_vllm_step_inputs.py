@@ -10,8 +10,8 @@ backend:
   (`spec_decode/target_dependent_ar/speculator.py`): the `positions[last_token_indices]`
   gather, `_prepare_decode_inputs_kernel` on the first step, `_update_draft_inputs_kernel` on
   the later ones, each followed by `BlockTables.compute_slot_mappings` for every group (CP
-  sharded and replicated groups, block ids below 2^31 / block_size where vLLM's int32 product
-  is exact).
+  sharded and replicated groups, one without a slot mapping, block ids below 2^31 / block_size
+  where vLLM's int32 product is exact).
 
 The warm-up dispatchers need a GPU: their @triton.jit kernels are launched with the grid and
 arguments the Python launchers compute."""
@@ -133,8 +133,9 @@ def test_sample_indices_agree_with_the_eagle_padded_kernels():
             assert ours.num_rejected_tokens.tolist() == their_rejected.tolist(), what
 
 
-# (block size, CP-sharded): a sharded group, a replicated one, a small-block sharded one.
-DRAFT_GROUPS = ((16, True), (8, False), (4, True))
+# (block size, CP-sharded, slot mapping on): a sharded group, a replicated one, a small-block
+# sharded one, one without a slot mapping (PAD for every token).
+DRAFT_GROUPS = ((16, True, True), (8, False, True), (4, True, True), (32, True, False))
 
 
 class _MRV2DraftSteps:
@@ -143,9 +144,10 @@ class _MRV2DraftSteps:
     def __init__(self, tables, cp, max_num_reqs: int, num_tokens_padded: int, max_model_len: int, k: int):
         world, rank, interleave = cp
         # The tables are request-indexed (their own rows); max_num_reqs pads the batch buffers.
-        self.blocks = BlockTables([bs for bs, _ in DRAFT_GROUPS], tables[0].size(0), num_tokens_padded,
+        self.blocks = BlockTables([g[0] for g in DRAFT_GROUPS], tables[0].size(0), num_tokens_padded,
                                   [t.size(1) for t in tables], CPU, cp_size=world, cp_rank=rank,
-                                  cp_interleave=interleave, dcp_sharded=[sharded for _, sharded in DRAFT_GROUPS])
+                                  cp_interleave=interleave, dcp_sharded=[g[1] for g in DRAFT_GROUPS],
+                                  slot_mapping_enabled=[g[2] for g in DRAFT_GROUPS])
         for staged, table in zip(self.blocks.block_tables, tables):
             staged.gpu.copy_(table)  # in place: the kernels read these addresses
         self.max_num_reqs, self.max_model_len, self.k = max_num_reqs, max_model_len, k
@@ -187,7 +189,7 @@ def test_clamp_draft_steps_agree_with_model_runner_v2(cp):
     rng = random.Random(13 + cp[0])
     world = cp[0]
     rows, max_model_len, k = 6, 48, 4
-    widths = [-(-max_model_len // (bs * (world if sharded else 1))) for bs, sharded in DRAFT_GROUPS]
+    widths = [-(-max_model_len // (bs * (world if sharded else 1))) for bs, sharded, _ in DRAFT_GROUPS]
     for trial in range(6):
         tables = [torch.randint(0, 1 << 20, (rows, w), dtype=I32) for w in widths]
         idx = t32(rng.sample(range(rows), rng.randint(1, rows)))
@@ -221,10 +223,11 @@ def test_clamp_draft_steps_agree_with_model_runner_v2(cp):
                     first = step == 0
                     result = specops.advance_draft_step(
                         target_positions if first else positions, seq_lens, tables,
-                        [bs for bs, _ in DRAFT_GROUPS], max_model_len=max_model_len, past_max_model_len="clamp",
+                        [g[0] for g in DRAFT_GROUPS], max_model_len=max_model_len, past_max_model_len="clamp",
                         token_indices=last if first else None, num_rejected_tokens=rejected if first else None,
                         idx_mapping=idx, slot_mappings=slots, query_start_loc=out_qsl,
-                        cp_sharded=[sharded for _, sharded in DRAFT_GROUPS], cp_world_size=world, cp_rank=cp[1],
+                        cp_sharded=[g[1] for g in DRAFT_GROUPS], slot_mapping_enabled=[g[2] for g in DRAFT_GROUPS],
+                        cp_world_size=world, cp_rank=cp[1],
                         cp_interleave=cp[2], num_reqs_padded=num_reqs_padded)
                     positions = result.positions
                     what = f"trial {trial} step {step} {backend}"
