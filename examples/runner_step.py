@@ -220,7 +220,8 @@ class Loop:
         for g, (meta, bs) in enumerate(zip(metas, BLOCK_SIZES)):
             assert meta.input_positions.tolist() == padded, (draft_index, g)
             assert torch.equal(meta.cos, self.rope[padded, :half]) and torch.equal(meta.sin, self.rope[padded, half:])
-            slots = [PAD if t in reset else self.slot(row, g, p) for t, (row, p) in enumerate(zip(token_rows, positions))]
+            slots = [PAD if t in reset else self.slot(row, g, p)
+                     for t, (row, p) in enumerate(zip(token_rows, positions))]
             pairs = [[slot // bs, slot % bs] for slot in slots]
             assert meta.slot_mapping[:num_tokens].tolist() == pairs, (draft_index, g)
             assert meta.start_pos[:len(start_pos)].tolist() == start_pos, (draft_index, g)
@@ -255,9 +256,8 @@ class Loop:
                 else:
                     positions[r], seq_lens[r] = min(p, MAX_MODEL_LEN - 1), min(base + 1, MAX_MODEL_LEN)
                 assert int(step.positions[r]) == positions[r] and int(step.seq_lens[r]) == seq_lens[r]
-                for g, bs in enumerate(BLOCK_SIZES):
-                    blocks = self.live[row]["blocks"][g]
-                    want = PAD if (over and self.rule == "reset") else blocks[positions[r] // bs] * bs + positions[r] % bs
+                for g in range(len(BLOCK_SIZES)):
+                    want = PAD if (over and self.rule == "reset") else self.slot(row, g, positions[r])
                     assert int(step.slot_mappings[g][r]) == want, (g, r, int(step.slot_mappings[g][r]), want)
             assert step.seq_lens[len(rows):].tolist() == [0] * (MAX_REQS - len(rows))
             num_reqs = len(rows)

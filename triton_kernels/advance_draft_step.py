@@ -132,8 +132,9 @@ def _group_arguments(table, slot_mapping, num_blocks, layout: tuple[int, ...], s
 def draft_group_arguments(block_tables: list[torch.Tensor], slot_mappings: list[torch.Tensor],
                           num_blocks: list[torch.Tensor], sizes: list[int], first: int, num_tokens: int,
                           num_tokens_padded: int) -> list[list]:
-    """Every group's flattened arguments from a draft op's sizes (draft_group_layouts): slots PAD in [num_tokens, num_tokens_padded), or
-    to the buffer's end (-1); a group without num_blocks passes its table in their place."""
+    """Every group's flattened arguments from a draft op's sizes (draft_group_layouts): slots PAD
+    in [num_tokens, num_tokens_padded), or to the buffer's end (-1); a group without num_blocks
+    passes its table in their place."""
     groups = []
     layouts = draft_group_layouts(sizes, first, len(block_tables))
     for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):

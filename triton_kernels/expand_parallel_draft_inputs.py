@@ -18,7 +18,12 @@ import triton.language as tl
 
 from specops._step_layout import ParallelDraftSizes, buffer_end
 from specops.triton_kernels._launch import nonempty, num_programs
-from specops.triton_kernels.advance_draft_step import _group_arguments, _group_slots, draft_group_arguments, launch_chunks
+from specops.triton_kernels.advance_draft_step import (
+    _group_arguments,
+    _group_slots,
+    draft_group_arguments,
+    launch_chunks,
+)
 
 BLOCK = 128
 
@@ -148,7 +153,8 @@ def expand_parallel_draft_inputs(
     num_out = scalars.num_out(num_tokens, num_reqs)
     groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, sizes, ParallelDraftSizes.FIRST_GROUP,
                                    num_out, num_tokens_padded)
-    ends = dict(ids_end=buffer_end(input_ids, num_tokens_padded), positions_end=buffer_end(positions, num_tokens_padded),
+    ends = dict(ids_end=buffer_end(input_ids, num_tokens_padded),
+                positions_end=buffer_end(positions, num_tokens_padded),
                 rejected_end=buffer_end(is_rejected_token_mask, num_tokens_padded),
                 masked_end=buffer_end(is_masked_token_mask, num_tokens_padded),
                 indices_end=num_reqs_padded * slots if num_reqs_padded >= 0 else token_indices_to_sample.numel(),
