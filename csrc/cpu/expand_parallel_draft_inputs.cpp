@@ -54,32 +54,9 @@ void check_values(const kernels::ParallelDraftBuffers& b, const std::vector<kern
     for (size_t g = 0; g < groups.size(); ++g) {
       const kernels::DraftStepGroup& group = groups[g];
       if (!group.enabled || row < 0 || last < d.start) continue;
-      TORCH_CHECK_VALUE(row < group.shape.block_table_rows, "idx_mapping[", r, "] = ", row, " is past block_tables[",
-                        g, "], which has ", group.shape.block_table_rows, " rows");
-      const int64_t columns = kernels::usable_columns(group.shape, row);
+      const int64_t columns = checked_group_row(group, g, r, row);
       for (int64_t position = d.start; position <= last; ++position) {
-        bool past = position > INT32_MAX;
-        int64_t column = -1;
-        if (!past) {
-          const kernels::TokenPlacement p = kernels::place_token<kernels::CpLayout::kInterleaved>(
-              static_cast<uint32_t>(position), group.divisors);
-          past = p.local && p.column >= columns;
-          column = p.column;
-        }
-        if (past) {
-          std::ostringstream count;
-          if (group.shape.num_blocks != nullptr && column >= 0 && column < group.shape.block_table_cols) {
-            count << "num_blocks[" << g << "][" << row << "] = " << group.shape.num_blocks[row] << " allocated blocks";
-          } else {
-            count << "the " << group.shape.block_table_cols << " columns of block_tables[" << g << "]";
-          }
-          TORCH_CHECK_VALUE(false, "draft position ", position, " of request ", r, " (row ", row, ") in group ", g,
-                            " needs block column ", column < 0 ? std::string("past 2^31") : std::to_string(column),
-                            ", past ", count.str());
-        }
-        const int64_t slot = kernels::draft_slot(group, row, position, true);
-        TORCH_CHECK_VALUE(group.wide || slot <= INT32_MAX, "slot_mappings[", g, "] is int32, but request ", r,
-                          " has slot ", slot, ", past 2^31 - 1; pass an int64 slot mapping");
+        check_draft_position(group, g, r, row, position, columns);
       }
     }
   }

@@ -5,6 +5,8 @@
 // output, and the per-group slot targets of the two draft ops.
 #include <algorithm>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "cpu/checks.h"
@@ -85,6 +87,42 @@ inline std::vector<kernels::DraftStepGroup> draft_step_groups(at::TensorList blo
                         wide ? nullptr : out.data_ptr<int32_t>(), wide, shape, group_sizes[3] != 0, slot_end);
   }
   return groups;
+}
+
+// A draft op's request r (request row `row`, >= 0) in group g: its row inside the group's table;
+// returns the columns the row may use (its num_blocks, or the table's width).
+inline int64_t checked_group_row(const kernels::DraftStepGroup& group, size_t g, int64_t r, int64_t row) {
+  TORCH_CHECK_VALUE(row < group.shape.block_table_rows, "idx_mapping[", r, "] = ", row, " is past block_tables[", g,
+                    "], which has ", group.shape.block_table_rows, " rows");
+  return kernels::usable_columns(group.shape, row);
+}
+
+// A draft position of request r in group g: inside the row's `columns` (naming the request, the
+// group, the position and the count it passes) and, in an int32 slot mapping, a slot below 2^31.
+inline void check_draft_position(const kernels::DraftStepGroup& group, size_t g, int64_t r, int64_t row,
+                                 int64_t position, int64_t columns) {
+  bool past = position > INT32_MAX;
+  int64_t column = -1;
+  if (!past) {
+    const kernels::TokenPlacement p =
+        kernels::place_token<kernels::CpLayout::kInterleaved>(static_cast<uint32_t>(position), group.divisors);
+    past = p.local && p.column >= columns;
+    column = p.column;
+  }
+  if (past) {
+    std::ostringstream count;
+    if (group.shape.num_blocks != nullptr && column >= 0 && column < group.shape.block_table_cols) {
+      count << "num_blocks[" << g << "][" << row << "] = " << group.shape.num_blocks[row] << " allocated blocks";
+    } else {
+      count << "the " << group.shape.block_table_cols << " columns of block_tables[" << g << "]";
+    }
+    TORCH_CHECK_VALUE(false, "draft position ", position, " of request ", r, " (row ", row, ") in group ", g,
+                      " needs block column ", column < 0 ? std::string("past 2^31") : std::to_string(column),
+                      ", past ", count.str());
+  }
+  const int64_t slot = kernels::draft_slot(group, row, position, true);
+  TORCH_CHECK_VALUE(group.wide || slot <= INT32_MAX, "slot_mappings[", g, "] is int32, but request ", r, " has slot ",
+                    slot, ", past 2^31 - 1; pass an int64 slot mapping");
 }
 
 // The per-group tensors of a draft op in its alias check: each slot mapping an output, each
