@@ -126,11 +126,18 @@ def test_shared_cache_equals_building_each_group_alone_over_many_steps(backend, 
     groups = list(COMPRESSED_GROUPS)
     shared_builders, alone_builders, own_builders = (make_builders(model, groups) for _ in range(3))
     cache = StepCache()
+    common = None
     for step in range(steps):
-        common = make_step(rng, groups, model.num_speculative_tokens)
-        draft_index = rng.randint(1, model.num_speculative_tokens)
-        cache.invalidate()
+        # One cache for every step (entries of earlier inputs must never be served), and now and
+        # then the same inputs again (every schedule served from the cache, the compressor rerun).
+        repeat = common is not None and step % 3 == 2
+        if not repeat:
+            common = make_step(rng, groups, model.num_speculative_tokens)
+            draft_index = rng.randint(1, model.num_speculative_tokens)
+        misses = cache.misses
         shared = build_draft_attn_metadata(shared_builders, common, draft_index, cache=cache)
+        if repeat:
+            assert cache.misses == misses
         alone = [builder.build_for_drafting(common, draft_index) for builder in alone_builders]
         own = build_draft_attn_metadata(own_builders, common, draft_index)
         for group, with_cache, without, within in zip(groups, shared, alone, own):

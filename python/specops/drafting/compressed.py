@@ -16,6 +16,7 @@ outputs whatever the batch. docs/drafting.md, "Compressed groups".
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from specops.drafting.buffers import DraftBuffers, Generation
+from specops.drafting.cache import logger
 from specops.drafting.calls import (
     COMPRESSOR,
     COMPRESSOR_METADATA,
@@ -108,11 +110,12 @@ class CompressorBatch:
         self.out_slots = torch.full(slot_shape, -1, dtype=torch.int32, device=device)
         # Per table width: the stacked tables and the -1 row of the filler requests.
         self.stacks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        # The virtual requests' query starts and start positions: filled on the host, copied once.
+        # The virtual requests' query starts and start positions: filled on the host and, on a
+        # device, staged and copied once per step into device_arrays.
         entries = num_groups * (self.max_reqs + 1)
-        pinned = device.type in ("cuda", "npu")
-        self.host = torch.zeros(2 * entries + 1, dtype=torch.int32, pin_memory=pinned)
-        self.device_arrays = self.host if device.type == "cpu" else torch.zeros_like(self.host, device=device)
+        self.host = torch.zeros(2 * entries + 1, dtype=torch.int32) if device.type == "cpu" else None
+        self.device_arrays = self.host if device.type == "cpu" else torch.zeros(2 * entries + 1, dtype=torch.int32,
+                                                                               device=device)
         self.arguments = [None] * len(COMPRESSOR)
         self.arguments[COMPRESSOR.rope_cos], self.arguments[COMPRESSOR.rope_sin] = self.rope_cos, self.rope_sin
         self.arguments[COMPRESSOR.kv_block_size] = self.block_size
@@ -176,7 +179,7 @@ class CompressedPlan:
                 if table.size(0) < common.num_reqs:
                     raise ValueError(f"block_tables[{name!r}] must have at least num_reqs = {common.num_reqs} rows, "
                                      f"got {table.size(0)}")
-                if table.device != batch.out_slots.device:
+                if table.device.type != batch.out_slots.device.type:
                     raise ValueError(f"block_tables[{name!r}] must be on the builder's device "
                                      f"{batch.out_slots.device}, got {table.device}")
                 tables.append(table)
@@ -194,8 +197,11 @@ class CompressedPlan:
             value = None
             if shared is not None:
                 value = shared.get(call.key, fingerprints.get(call.rope_id))
-                if call.later:
-                    shared.hits += call.later
+                # The later C4 groups share what this lookup found or the call computes.
+                shared.hits += call.later
+                if call.later and logger.isEnabledFor(logging.DEBUG):
+                    for _ in range(call.later):
+                        logger.debug("StepCache hit: %s", call.key)
             if value is None:
                 _run_qli(call, invariants[call.invariant_slot])
                 value = call.out
@@ -268,19 +274,23 @@ def _run_batch(batch: CompressorBatch, common: CommonDraftInputs, invariant: Gro
     completed = np.where((starts >= 0) & (query_lens > 0), (starts + query_lens) // ratio - starts // ratio, 0)
     filler = bound - int(completed.sum())
     per_group = num_reqs + 1
-    host = batch.host.numpy()
+    entries = len(tables) * per_group
+    arrays = batch.device_arrays
+    # On a device: a new pinned staging tensor per step, as the sas host route stages its words
+    # (the host allocator keeps it until the asynchronous copy has read it; a persistent one
+    # could be rewritten under a copy still queued).
+    staged = batch.host if batch.host is not None else torch.empty(
+        2 * entries + 1, dtype=torch.int32, pin_memory=arrays.device.type in ("cuda", "npu"))
+    host = staged.numpy()
+    host[0] = 0
+    np.cumsum(np.tile(np.append(query_lens, filler * ratio), len(tables)), out=host[1:entries + 1])
+    host[entries + 1:2 * entries + 1] = np.tile(np.append(starts, 0), len(tables))
+    if batch.host is None:
+        arrays[:2 * entries + 1].copy_(staged, non_blocking=True)
     # By width: a stack is one torch.cat, which needs one width.
     by_width: dict[int, list[int]] = {}
     for j, table in enumerate(tables):
         by_width.setdefault(table.size(1), []).append(j)
-    entries = len(tables) * per_group
-    lens = np.tile(np.append(query_lens, filler * ratio), len(tables))
-    host[0] = 0
-    np.cumsum(lens, out=host[1:entries + 1])
-    host[entries + 1:2 * entries + 1] = np.tile(np.append(starts, 0), len(tables))
-    arrays = batch.device_arrays
-    if arrays is not batch.host:
-        arrays[:2 * entries + 1].copy_(batch.host[:2 * entries + 1], non_blocking=True)
     arguments = batch.arguments
     for width, positions in by_width.items():
         stack, filler_row = batch.stack(width)
