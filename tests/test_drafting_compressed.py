@@ -9,6 +9,7 @@ import random
 
 import pytest
 import torch
+from docs_figures import assert_docs_say
 from drafting_cases import (
     MAX_NUM_REQS,
     MAX_NUM_TOKENS,
@@ -189,6 +190,14 @@ def test_two_groups_of_each_kind_launch_what_one_of_each_does(variant, causal):
     # launch per ratio, one format.
     assert by_name[sas_op] == 3 and by_name["lightning_indexer_metadata"] == 1
     assert by_name["compressor_metadata"] == 2 and by_name["format_slot_mapping_blocks_multi"] == 1
+    if causal:
+        builders = make_builders(model, six)
+        alone = lambda: [builder.build_for_drafting(common, 1) for builder in builders]  # noqa: E731
+        alone()
+        each = count_launches(alone)
+        assert_docs_say("drafting.md", f"{two.specops} specops + {two.aten} aten launches for the six groups (and for "
+                                       f"three), against {each.specops} specops + {each.aten} aten when each of the "
+                                       f"six builds alone")
 
 
 def test_tables_of_two_widths_still_match_each_group_alone():
