@@ -21,6 +21,7 @@ from drafting_cases import (
     make_builders,
     make_step,
 )
+from golden_cases import golden_cases
 
 from specops.devtools.launch_count import count_launches
 from specops.drafting import (
@@ -265,3 +266,31 @@ def test_max_sizes_bound_the_compressor_rows():
     common = make_step(random.Random(12), [C128], 3, num_reqs=MAX_NUM_REQS)
     meta = builder.build_for_drafting(common, 1)
     assert meta.compress_cos.size(0) == row_bound(common.num_actual_tokens, MAX_NUM_REQS, 128)
+
+
+# ---------------------------------------------------------------- a step without requests, as the kernels answer it
+
+
+def _golden_words(file_name: str, label_start: str) -> list[int]:
+    cases = [param.values[0] for param in golden_cases(file_name)]
+    if cases[0] is None:
+        pytest.fail(f"{file_name} not found: {golden_cases(file_name)[0].values[1]}")
+    return next(case["words"] for case in cases if case["label"].startswith(label_start))
+
+
+@pytest.mark.parametrize("variant", ["a2a3", "a5"])
+def test_a_step_without_requests_gets_the_kernels_empty_schedules(variant):
+    """No requests: the A5 schedule from cu_seqlens_q [0] and a one-entry seqused_kv, the indexer
+    schedule from BSND without tensors: the words the kernels' own code gives for those calls
+    (golden "no batch" cases), and no compressor rows."""
+    soc = "Ascend950PR_9599" if variant == "a5" else "Ascend910B1"
+    model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=512, rope_cos_sin_cache=torch.zeros(64, ROT_DIM),
+                        num_speculative_tokens=1, soc_version=soc)
+    group = GroupConfig("c4", block_size=16, storage_block_size=16, sliding_window=128, compress_ratio=4)
+    common = make_step(random.Random(0), [group], 1, num_reqs=0)
+    meta = build_draft_attn_metadata([DraftMetadataBuilder(model, group, 4, 16)], common, 1)[0]
+    if variant == "a5":
+        assert meta.sas_metadata.tolist() == _golden_words("kv_quant_sas_metadata.jsonl", "no batch")
+    else:
+        assert meta.qli_metadata.tolist() == _golden_words("lightning_indexer_metadata.jsonl", "no batch")
+    assert meta.compress_cos.shape[0] == meta.compress_slot_mapping.shape[0] == 0
