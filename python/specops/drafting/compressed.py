@@ -304,8 +304,8 @@ def _run_batch(batch: CompressorBatch, common: CommonDraftInputs, invariant: Gro
             out_cos, out_sin, out_slots = (torch.empty((len(positions) * bound, *t.shape[1:]), dtype=t.dtype,
                                                        device=t.device) for t in (cos, sin, slots))
         else:
-            rows, out_cos, out_sin, out_slots = None, cos[:count // per_group * bound], \
-                sin[:count // per_group * bound], slots[:count // per_group * bound]
+            rows, end = None, len(positions) * bound
+            out_cos, out_sin, out_slots = cos[:end], sin[:end], slots[:end]
         arguments[COMPRESSOR.cu_seqlens] = arrays[:count + 1]
         arguments[COMPRESSOR.start_pos] = arrays[entries + 1:entries + 1 + count]
         arguments[COMPRESSOR.kv_block_table] = stack[:count]
