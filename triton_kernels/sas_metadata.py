@@ -11,10 +11,14 @@ On an Ascend NPU the launcher does not launch this kernel: triton-ascend's point
 cannot trace loads whose offsets are carried through the greedy pass's data-dependent loop and
 branch structure (triton-adapter-opt stops in --triton-to-linalg, "AddPtrOp produced by
 unsupported operation"), and the pass is sequential by nature. The NPU route is the C++ host op
-and one asynchronous copy of the 1024 words (`host_route`), as SPEC's implementations list allows.
+and one asynchronous copy of the 1024 words (`host_route`), for all three members of the family
+(`npu_host_routed`).
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 import torch
 import triton
@@ -44,6 +48,7 @@ from specops.triton_kernels._sas_family import COST_SAS, _batches, _finish_pairs
 REQS = 16
 TILES = 8  # M tiles per batch in the [REQS, TILES] block: a decode of up to 8 tokens
 LANES = REQS * TILES  # M tiles per step of a longer batch
+Launcher = Callable[..., None]
 NUM_WARPS = 4  # sm_90 and sm_80 compile without a spill at 4 warps (at 8, ptxas caps at 128 registers)
 
 
@@ -300,6 +305,30 @@ def _sas_metadata_kernel(
     tl.store(out_ptr + word, tl.zeros([NUM_WORDS], tl.int32), mask=(in_entry == 0) | (entry_field >= ENTRY_WORDS))
 
 
+def host_route(op_name: str, *arguments: object) -> None:
+    """The NPU route of the family's op `op_name`: its C++ host op on host copies of the length
+    tensors, into a pinned staging buffer, then one asynchronous copy into `out` (the last argument)."""
+    *inputs, out = arguments
+    host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
+    staged = torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=out.device.type != "cpu")
+    getattr(torch.ops.specops, op_name).default(*host_inputs, staged)
+    out.copy_(staged, non_blocking=True)
+
+
+def npu_host_routed(op_name: str) -> Callable[[Launcher], Launcher]:
+    """A family member's launcher that takes `host_route` on the NPU (where the kernel does not
+    compile, see above) and launches the kernel everywhere else; all three members use it."""
+    def route(launcher: Launcher) -> Launcher:
+        @functools.wraps(launcher)
+        def routed(*arguments: object) -> None:
+            if on_npu(arguments[-1].device):
+                host_route(op_name, *arguments)
+            else:
+                launcher(*arguments)
+        return routed
+    return route
+
+
 def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, batches: int, group: int,
                     variant: Variant, mask_mode: int, win_left: int, win_right: int, has_cmp_kv: bool, cmp_ratio: int,
                     cmp_topk: int, cost: int = COST_SAS) -> None:
@@ -324,6 +353,7 @@ def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, ba
         )
 
 
+@npu_host_routed("sas_metadata")
 def sas_metadata(
     num_heads_q: int, num_heads_kv: int, head_dim: int, cu_seqlens_q: torch.Tensor | None,
     cu_seqlens_ori_kv: torch.Tensor | None, cu_seqlens_cmp_kv: torch.Tensor | None, seqused_q: torch.Tensor | None,
@@ -332,25 +362,9 @@ def sas_metadata(
     layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool, num_cube_cores: int, num_vector_cores: int,
     ascend950: bool, out: torch.Tensor,
 ) -> None:
-    if on_npu(out.device):
-        host_route(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
-                   seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
-                   cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv,
-                   num_cube_cores, num_vector_cores, ascend950, out)
-        return
     m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
     launch_schedule(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q),
                     kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), out,
                     num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), num_heads_q,
                     Variant(m_tile, s2_tile, planned_cores=num_cube_cores), ori_mask_mode, ori_win_left, ori_win_right,
                     has_cmp_kv, cmp_ratio, cmp_topk)
-
-
-def host_route(*arguments: object) -> None:
-    """The NPU route: the C++ host op on host copies of the length tensors, into a pinned staging
-    buffer, then one asynchronous copy into `out` (the last argument)."""
-    *inputs, out = arguments
-    host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
-    staged = torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=out.device.type != "cpu")
-    torch.ops.specops.sas_metadata.default(*host_inputs, staged)
-    out.copy_(staged, non_blocking=True)
