@@ -14,6 +14,8 @@ from sas_checker import golden_dir
 from strategies import assert_same
 
 UNTOUCHED = 0x0BADF00D
+# The length tensors of sas_metadata and kv_quant_sas_metadata, in their schema order.
+SAS_TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
 
 
 def golden_cases(file_name: str) -> list:

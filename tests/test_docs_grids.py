@@ -55,29 +55,42 @@ def test_dspark_and_gather_grids():
                           f"requests: {gather}")
 
 
-@pytest.mark.parametrize("label", ["G=4 R=256 k=7 causal", "G=4 R=256 k=7 non-causal"])
-def test_draft_step_grids(label):
-    """A 4-group draft step: its single-program launches, the format launch (a grid the same on
-    every target) and, on a non-causal step, the DSpark launch per target."""
-    launches = {target.name: _programs(_bench_case("drafting", label), target.cores) for target in TARGETS}
-    first = launches[TARGETS[0].name]
-    counts = {kernel: [programs for name, programs in first if name == kernel] for kernel, _ in first}
-    cp, sas = counts["_cp_local_metadata_kernel"], counts["_sas_metadata_kernel"]
-    (fmt,) = {programs for target in TARGETS for name, programs in launches[target.name]
-              if name == "_format_slot_mapping_blocks_multi_kernel"}
-    assert_docs_say(PAGE, f"a 4-group draft step at 256 requests and 7 speculative tokens: `cp_local_metadata` "
-                          f"{cp[0]}, `sas_metadata` {sas[0]} (twice), `format_slot_mapping_blocks_multi` {fmt}")
-    assert len(cp) == 1 and len(set(sas)) == 1 and len(sas) == 2
-    dspark = [[programs for name, programs in launches[target.name] if name == "_dspark_swa_indices_multi_kernel"]
-              for target in TARGETS]
-    if label.endswith("non-causal"):
-        assert_docs_say(PAGE, "`dspark_swa_indices_multi` on a non-causal step " +
-                        " / ".join(str(programs) for (programs,) in dspark))
-    else:
-        assert dspark == [[]] * len(TARGETS), "a causal step launched DSpark indices"
+def _draft_step(label: str) -> dict[str, dict[str, list[int]]]:
+    """target -> kernel -> the programs of each of its launches, for one draft step case."""
+    found: dict[str, dict[str, list[int]]] = {}
+    for target in TARGETS:
+        for kernel, programs in _programs(_bench_case("drafting", label), target.cores):
+            found.setdefault(target.name, {}).setdefault(kernel, []).append(programs)
+    return found
 
 
-@pytest.mark.parametrize("op", ["correct_num_computed_tokens", "prepare_spec_decode_inputs", "sas_metadata"])
+def _same_everywhere(step: dict[str, dict[str, list[int]]], kernel: str) -> list[int]:
+    (grids,) = {tuple(per_kernel.get(kernel, ())) for per_kernel in step.values()}
+    return list(grids)
+
+
+def test_draft_step_grids():
+    """A 4-group draft step, causal and not: its single-program launches and the format launch
+    (the same grid on every target), and on the non-causal step the DSpark launch per target."""
+    causal, non_causal = _draft_step("G=4 R=256 k=7 causal"), _draft_step("G=4 R=256 k=7 non-causal")
+    (cp,) = set(_same_everywhere(causal, "_cp_local_metadata_kernel") +
+                _same_everywhere(non_causal, "_cp_local_metadata_kernel"))
+    sas_causal, sas_non_causal = (_same_everywhere(step, "_sas_metadata_kernel") for step in (causal, non_causal))
+    (sas,) = set(sas_causal + sas_non_causal)
+    (fmt,) = set(_same_everywhere(causal, "_format_slot_mapping_blocks_multi_kernel") +
+                 _same_everywhere(non_causal, "_format_slot_mapping_blocks_multi_kernel"))
+    assert _same_everywhere(causal, "_dspark_swa_indices_multi_kernel") == [], "a causal step launched DSpark indices"
+    dspark = " / ".join(str(non_causal[target.name]["_dspark_swa_indices_multi_kernel"][0]) for target in TARGETS)
+    times = {1: "once", 2: "twice"}
+    assert_docs_say(PAGE, f"a 4-group draft step at 256 requests and 7 speculative tokens: `cp_local_metadata` {cp}, "
+                          f"`sas_metadata` {sas} ({times[len(sas_causal)]} on a causal step, "
+                          f"{times[len(sas_non_causal)]} on a non-causal one), `format_slot_mapping_blocks_multi` "
+                          f"{fmt} (two 1024-row tiles per group, dealt round-robin), `dspark_swa_indices_multi` on "
+                          f"a non-causal step {dspark}")
+
+
+@pytest.mark.parametrize("op", ["correct_num_computed_tokens", "correct_optimistic_seq_lens", "prepare_spec_decode_inputs",
+                                "sas_metadata"])
 def test_single_program_kernels_launch_one_program_everywhere(op):
     assert_docs_say(PAGE, "every single-program kernel (the corrections, `prepare_spec_decode_inputs`, "
                           "`sas_metadata`) launches 1 program everywhere")

@@ -1,22 +1,20 @@
 """kv_quant_sas_metadata: the golden vectors of the A5 AI-CPU kernel on every backend, the layout
 (9-word entries, core pairs, s2_max_num) worked by hand, agreement with sas_metadata where the
-kernels agree, the decoder, opcheck and compile.
-
-The golden vectors are read from the shared folder beside the repository (sas_checker.golden_dir);
-the tests fail, naming where they looked, when it is missing."""
+kernels agree, the decoder, opcheck and compile; the golden vectors come
+from golden_cases.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from golden_cases import (UNTOUCHED, check_golden_schedule, check_schedule_compiles, golden_cases, tensor_call,
-                          with_words)
+from golden_cases import SAS_TENSORS as TENSORS
+from golden_cases import UNTOUCHED, check_golden_schedule, check_schedule_compiles, golden_cases, tensor_call
+from golden_cases import with_words
 from strategies import query_start_loc_of
 
 import specops
 from specops.bench.kv_quant_sas_metadata import python_kv_quant_sas_metadata
 
-TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
 GOLDEN = golden_cases("kv_quant_sas_metadata.jsonl")
 
 _KERNEL_MESSAGE_ARGUMENT = [

@@ -1,9 +1,7 @@
 """lightning_indexer_metadata: the golden vectors of the AI-CPU kernel on every backend, schedules
 worked by hand (the A2/A3 cost, the key range before the first key, the leading 0 of the query
-prefix sums), invalid values, the decoder, opcheck and compile.
-
-The golden vectors are read from the shared folder beside the repository (sas_checker.golden_dir);
-the tests fail, naming where they looked, when it is missing."""
+prefix sums), invalid values, the decoder, opcheck and compile; the golden vectors come
+from golden_cases.py."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """sas_metadata: the golden vectors of the AI-CPU kernel on every backend, schedules
 worked by hand, the layout's invariants on random calls, the Python restatement, invalid values,
-opcheck, compile, the decoder.
-
-The golden vectors are read from the shared folder beside the repository (sas_checker.golden_dir);
-the tests fail, naming where they looked, when it is missing."""
+opcheck, compile, the decoder; the golden vectors come
+from golden_cases.py."""
 
 from __future__ import annotations
 
@@ -12,15 +10,15 @@ import torch
 from conftest import BACKENDS, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from golden_cases import (UNTOUCHED, check_golden_schedule, check_schedule_compiles, golden_cases, tensor_call,
-                          with_words)
+from golden_cases import SAS_TENSORS as TENSORS
+from golden_cases import UNTOUCHED, check_golden_schedule, check_schedule_compiles, golden_cases, tensor_call
+from golden_cases import with_words
 from sas_checker import check_call
 from strategies import assert_same, query_start_loc_of, sas_calls
 
 import specops
 from specops.reference.sas_metadata_python import python_sas_metadata
 
-TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
 GOLDEN = golden_cases("sas_metadata.jsonl")
 
 

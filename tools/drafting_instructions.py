@@ -124,13 +124,19 @@ def run_counted(script: str, argv: list[str], on_dumps: Callable[[list[str]], No
         on_dumps(sorted(glob.glob(out + ".*")))
 
 
-def main(argv: list[str] | None = None) -> int:
+def counted_main(tool: str, argv: list[str] | None, parse_args: Callable, measure: Callable, report: Callable) -> int:
+    """A counting tool's entry: under valgrind (--measure) its loops, else the run that starts
+    valgrind on `tool` and reports from the dumps."""
     args = parse_args(argv)
     if args.measure:
         measure(args)
         return 0
-    run_counted(__file__, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
+    run_counted(tool, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return counted_main(__file__, argv, parse_args, measure, report)
 
 
 if __name__ == "__main__":

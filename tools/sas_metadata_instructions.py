@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from drafting_instructions import count_loops, instructions_per_call, parse_counted_args, run_counted
+from drafting_instructions import count_loops, counted_main, instructions_per_call, parse_counted_args
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -43,12 +43,7 @@ def report(dumps: list[str], args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.measure:
-        measure(args)
-        return 0
-    run_counted(__file__, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
-    return 0
+    return counted_main(__file__, argv, parse_args, measure, report)
 
 
 if __name__ == "__main__":
