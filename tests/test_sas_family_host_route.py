@@ -24,8 +24,9 @@ SPECS = {op.name: op for op in OP_TABLE if op.name in FAMILY}
 def launched(monkeypatch) -> list[str]:
     """The names of the members whose launcher reached the family's kernel launch."""
     calls: list[str] = []
-    for name in FAMILY:
-        module = importlib.import_module(f"specops.triton_kernels.{name}")
+    # Every launcher imported before any is patched: the members import launch_schedule by name.
+    modules = {name: importlib.import_module(f"specops.triton_kernels.{name}") for name in FAMILY}
+    for name, module in modules.items():
         monkeypatch.setattr(module, "launch_schedule", lambda *args, name=name, **kwargs: calls.append(name))
     return calls
 

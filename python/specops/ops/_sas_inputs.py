@@ -5,6 +5,7 @@ wrappers' common front (layout strings to codes, soc_version, where out is alloc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -136,7 +137,38 @@ def checked_batches(arguments: Mapping[str, object]) -> int:
     return batches
 
 
-def layout_code(layout: object, codes: Mapping[str, int], name: str, choices: str) -> int:
+class StringCodes(NamedTuple):
+    """A wrapper's string arguments as the schema takes them."""
+
+    first_layout: int  # layout_q / layout_query
+    second_layout: int  # layout_kv / layout_key
+    ascend950: bool  # from soc_version
+
+
+class StringArguments:
+    """Resolves a member's two layout strings and soc_version, each rejected by name as the
+    wrappers always have; the answers for the few combinations a runner passes are kept, so the
+    hot path is one dict lookup."""
+
+    _KEPT = 64  # combinations kept (a runner passes one or two)
+
+    def __init__(self, first: tuple[str, Mapping[str, int], str], second: tuple[str, Mapping[str, int], str]):
+        self._layouts = (first, second)  # (name, codes, choices as the messages name them)
+        self._kept: dict[tuple[object, object, object], StringCodes] = {}
+
+    def __call__(self, first: object, second: object, soc_version: object) -> StringCodes:
+        try:
+            return self._kept[first, second, soc_version]
+        except (KeyError, TypeError):  # TypeError: an unhashable value, rejected below
+            pass
+        codes = StringCodes(*(layout_code(value, *layout) for value, layout in zip((first, second), self._layouts)),
+                            is_ascend950(soc_version))
+        if len(self._kept) < self._KEPT:
+            self._kept[first, second, soc_version] = codes
+        return codes
+
+
+def layout_code(layout: object, name: str, codes: Mapping[str, int], choices: str) -> int:
     """The schema's code for a layout string (the wrappers take the strings)."""
     code = codes.get(layout) if isinstance(layout, str) else None
     if code is None:
@@ -150,11 +182,14 @@ def is_ascend950(soc_version: object) -> bool:
     return ASCEND950 in soc_version
 
 
-def schedule_out(out: torch.Tensor | None, device: torch.device | None, *tensors: torch.Tensor | None) -> torch.Tensor:
-    """out, or 1024 new words on `device`, else on the device of the first tensor that holds
-    values, else of the first tensor given (the lengths all share out's device), else the CPU."""
-    if out is not None:
-        return out
+# sas_metadata's and kv_quant_sas_metadata's strings.
+SAS_STRINGS = (("layout_q", LAYOUT_Q_CODES, LAYOUT_Q_CHOICES), ("layout_kv", LAYOUT_KV_CODES, LAYOUT_KV_CHOICES))
+
+
+def schedule_out(device: torch.device | None, *tensors: torch.Tensor | None) -> torch.Tensor:
+    """1024 new words for a call without out: on `device`, else on the device of the first tensor
+    that holds values, else of the first tensor given (the lengths all share out's device), else
+    on the CPU."""
     if device is None:
         given = [tensor for tensor in tensors if isinstance(tensor, torch.Tensor)]
         holding = [tensor for tensor in given if tensor.numel()]

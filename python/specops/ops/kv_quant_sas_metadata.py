@@ -11,10 +11,8 @@ from specops.ops._op import SpecOp
 from specops.reference.kv_quant_sas_metadata import kv_quant_sas_metadata as _reference
 from specops.sas_family_layout import kv_quant_plan
 from specops.sas_layout import (
-    LAYOUT_KV_CODES,
     LAYOUT_KV_TND,
     LAYOUT_Q_BSND,
-    LAYOUT_Q_CODES,
     MAX_CUBE_CORES,
     MAX_VECTOR_CORES,
     is_given,
@@ -77,6 +75,7 @@ def _check(
 
 
 _OP = SpecOp("kv_quant_sas_metadata", _check, _reference)
+_STRINGS = inputs.StringArguments(*inputs.SAS_STRINGS)
 
 
 def kv_quant_sas_metadata(
@@ -121,13 +120,12 @@ def kv_quant_sas_metadata(
     two identical entries per core pair with word 8 the most S2 blocks of a pair. Decode with
     `specops.decode_kv_quant_sas_metadata`.
     """
-    layout_q_code = inputs.layout_code(layout_q, LAYOUT_Q_CODES, "layout_q", inputs.LAYOUT_Q_CHOICES)
-    layout_kv_code = inputs.layout_code(layout_kv, LAYOUT_KV_CODES, "layout_kv", inputs.LAYOUT_KV_CHOICES)
-    ascend950 = inputs.is_ascend950(soc_version)
-    out = inputs.schedule_out(out, None, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
+    codes = _STRINGS(layout_q, layout_kv, soc_version)
+    if out is None:
+        out = inputs.schedule_out(None, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
     _OP.select()(num_heads_q, num_heads_kv, head_dim, kv_quant_mode, cu_seqlens_q, cu_seqlens_ori_kv,
                  cu_seqlens_cmp_kv, seqused_q, seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk,
                  tile_size, rope_head_dim, cmp_ratio, ori_mask_mode, cmp_mask_mode, ori_win_left, ori_win_right,
-                 layout_q_code, layout_kv_code, has_ori_kv, has_cmp_kv, num_cube_cores, num_vector_cores,
-                 ascend950, out)
+                 codes.first_layout, codes.second_layout, has_ori_kv, has_cmp_kv, num_cube_cores, num_vector_cores,
+                 codes.ascend950, out)
     return out

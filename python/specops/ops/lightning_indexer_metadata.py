@@ -97,6 +97,8 @@ def _check(
 
 
 _OP = SpecOp("lightning_indexer_metadata", _check, _reference)
+_STRINGS = inputs.StringArguments(("layout_query", LAYOUT_QUERY_CODES, _LAYOUT_QUERY_CHOICES),
+                                  ("layout_key", LAYOUT_KEY_CODES, _LAYOUT_KEY_CHOICES))
 
 
 def lightning_indexer_metadata(
@@ -133,12 +135,11 @@ def lightning_indexer_metadata(
     head_dim, the quant modes and sparse_count do not change the schedule. Decode with
     `specops.decode_lightning_indexer_metadata`.
     """
-    layout_query_code = inputs.layout_code(layout_query, LAYOUT_QUERY_CODES, "layout_query", _LAYOUT_QUERY_CHOICES)
-    layout_key_code = inputs.layout_code(layout_key, LAYOUT_KEY_CODES, "layout_key", _LAYOUT_KEY_CHOICES)
-    ascend950 = inputs.is_ascend950(soc_version)
-    out = inputs.schedule_out(out, None, actual_seq_lengths_query, actual_seq_lengths_key)
+    codes = _STRINGS(layout_query, layout_key, soc_version)
+    if out is None:
+        out = inputs.schedule_out(None, actual_seq_lengths_query, actual_seq_lengths_key)
     _OP.select()(num_heads_q, num_heads_k, head_dim, query_quant_mode, key_quant_mode, actual_seq_lengths_query,
-                 actual_seq_lengths_key, batch_size, max_seqlen_q, max_seqlen_k, layout_query_code, layout_key_code,
-                 sparse_count, sparse_mode, pre_tokens, next_tokens, cmp_ratio, num_cube_cores, num_vector_cores,
-                 ascend950, out)
+                 actual_seq_lengths_key, batch_size, max_seqlen_q, max_seqlen_k, codes.first_layout,
+                 codes.second_layout, sparse_count, sparse_mode, pre_tokens, next_tokens, cmp_ratio, num_cube_cores,
+                 num_vector_cores, codes.ascend950, out)
     return out

@@ -10,10 +10,8 @@ from specops.ops._op import SpecOp
 from specops.reference.sas_metadata import sas_metadata as _reference
 from specops.sas_layout import (
     LAYOUT_KV_BSND,
-    LAYOUT_KV_CODES,
     LAYOUT_KV_PA_ND,
     LAYOUT_KV_TND,
-    LAYOUT_Q_CODES,
     MAX_CUBE_CORES,
     MAX_VECTOR_CORES,
     is_given,
@@ -94,6 +92,7 @@ def _check(
 
 
 _OP = SpecOp("sas_metadata", _check, _reference)
+_STRINGS = inputs.StringArguments(*inputs.SAS_STRINGS)
 
 
 def sas_metadata(
@@ -140,16 +139,15 @@ def sas_metadata(
     `specops.decode_sas_metadata`. On a device the values are not checked (that would sync):
     invalid values give 1024 zero words instead of an error.
     """
-    layout_q_code = inputs.layout_code(layout_q, LAYOUT_Q_CODES, "layout_q", inputs.LAYOUT_Q_CHOICES)
-    layout_kv_code = inputs.layout_code(layout_kv, LAYOUT_KV_CODES, "layout_kv", inputs.LAYOUT_KV_CHOICES)
-    ascend950 = inputs.is_ascend950(soc_version)
+    codes = _STRINGS(layout_q, layout_kv, soc_version)
     if device is not None:
         device = _checked_device(device, out)
-    out = inputs.schedule_out(out, device, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
+    if out is None:
+        out = inputs.schedule_out(device, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
     _OP.select()(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
                  seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
-                 cmp_mask_mode, ori_win_left, ori_win_right, layout_q_code, layout_kv_code, has_ori_kv, has_cmp_kv,
-                 num_cube_cores, num_vector_cores, ascend950, out)
+                 cmp_mask_mode, ori_win_left, ori_win_right, codes.first_layout, codes.second_layout, has_ori_kv,
+                 has_cmp_kv, num_cube_cores, num_vector_cores, codes.ascend950, out)
     return out
 
 
