@@ -65,6 +65,12 @@ def check_lengths_alias_nothing(arguments: Mapping[str, object], length_tensors:
                                 [(arguments[name], name) for name in length_tensors if is_given(arguments[name])])
 
 
+def check_cube_cores_given(num_cube_cores: int) -> None:
+    """kv_quant_sas_metadata's and lightning_indexer_metadata's kernels: their first own check."""
+    if num_cube_cores == 0:
+        raise ValueError("num_cube_cores (AIC num) should not be 0")
+
+
 def check_nonnegative(arguments: Mapping[str, object], names: Sequence[str]) -> None:
     for name in names:
         if arguments[name] < 0:

@@ -38,8 +38,7 @@ def _check(
     inputs.check_schedule_inputs(arguments, _LENGTH_TENSORS, _INT32_ATTRIBUTES)
 
     # The kernel's own checks.
-    if num_cube_cores == 0:
-        raise ValueError("num_cube_cores (AIC num) should not be 0")
+    inputs.check_cube_cores_given(num_cube_cores)
     if num_vector_cores == 0:
         raise ValueError("num_vector_cores (AIV num) should not be 0")
     inputs.check_nonnegative(arguments, ("batch_size", "max_seqlen_q"))
