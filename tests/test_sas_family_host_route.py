@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from op_table import OP_TABLE
 
 import specops
+from specops.devtools.kernel_capture import capture_launches
 from specops.triton_kernels._launch import assumed_npu
 
 FAMILY = ("sas_metadata", "kv_quant_sas_metadata", "lightning_indexer_metadata")
@@ -83,3 +84,16 @@ def test_a_rejected_call_on_the_npu_route_writes_nothing(name, launched):
     with assumed_npu(), specops.backend("triton"), pytest.raises(ValueError, match="batch_size"):
         SPECS[name].wrapper(**call)
     assert torch.equal(call["out"], before) and launched == []
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_every_kernel_a_member_launches_is_marked_host_routed(name):
+    """Off the NPU a member's launches (kv_quant_sas_metadata with 128 heads: two kernels) all
+    come from modules that expose `host_route`, which is how the NPU compile suite (tests/ascend)
+    knows not to expect them on the NPU route."""
+    with specops.backend("triton"), capture_launches((), execute=False) as captured:
+        SPECS[name].wrapper(**SPECS[name].valid_call())
+    assert captured, name
+    for launch in captured:
+        module = importlib.import_module(launch.kernel.partition(":")[0])
+        assert callable(getattr(module, "host_route", None)), launch.kernel

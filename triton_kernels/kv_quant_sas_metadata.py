@@ -8,7 +8,8 @@ import torch
 
 from specops.sas_family_layout import kv_quant_plan
 from specops.sas_layout import SOURCE_PER_BATCH, LengthSource, num_batches, query_lengths
-from specops.triton_kernels.sas_metadata import launch_schedule, npu_host_routed
+from specops.triton_kernels._sas_family import npu_host_routed
+from specops.triton_kernels.sas_metadata import launch_schedule
 
 
 @npu_host_routed("kv_quant_sas_metadata")

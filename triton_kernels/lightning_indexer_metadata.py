@@ -7,8 +7,8 @@ import torch
 
 from specops.sas_family_layout import LAYOUT_KEY_TND, LAYOUT_QUERY_TND, SOURCE_PREFIX_SUMS, li_variant
 from specops.sas_layout import SOURCE_CONSTANT, SOURCE_CUMULATIVE, SOURCE_PER_BATCH, LengthSource, is_given
-from specops.triton_kernels._sas_family import COST_INDEXER_950, COST_INDEXER_A3
-from specops.triton_kernels.sas_metadata import launch_schedule, npu_host_routed
+from specops.triton_kernels._sas_family import COST_INDEXER_950, COST_INDEXER_A3, npu_host_routed
+from specops.triton_kernels.sas_metadata import launch_schedule
 
 
 @npu_host_routed("lightning_indexer_metadata")

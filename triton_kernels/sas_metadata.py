@@ -11,20 +11,15 @@ On an Ascend NPU the launcher does not launch this kernel: triton-ascend's point
 cannot trace loads whose offsets are carried through the greedy pass's data-dependent loop and
 branch structure (triton-adapter-opt stops in --triton-to-linalg, "AddPtrOp produced by
 unsupported operation"), and the pass is sequential by nature. The NPU route is the C++ host op
-and one asynchronous copy of the 1024 words (`host_route`), for all three members of the family
-(`npu_host_routed`).
+and one asynchronous copy of the 1024 words, for all three members of the family
+(`_sas_family.npu_host_routed`).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 import torch
 import triton
 import triton.language as tl
-
-from specops.triton_kernels._launch import on_npu
 
 from specops.sas_family_layout import Variant
 from specops.sas_layout import (
@@ -41,14 +36,15 @@ from specops.sas_layout import (
     query_lengths,
     tile_sizes,
 )
-from specops.triton_kernels._sas_family import COST_SAS, _batches, _finish_pairs_kernel, _tile_cost
+from specops.triton_kernels._sas_family import COST_SAS, _batches, _finish_pairs_kernel, _tile_cost, npu_host_routed
+# Here too: a kernel whose module has host_route takes the host route on the NPU (tests/ascend).
+from specops.triton_kernels._sas_family import host_route  # noqa: F401
 
 # Batches costed side by side. At 32, ptxas keeps some source combinations (a constant KV length)
 # to 128 registers with a 4-byte spill on sm_90; at 16 every combination compiles without one.
 REQS = 16
 TILES = 8  # M tiles per batch in the [REQS, TILES] block: a decode of up to 8 tokens
 LANES = REQS * TILES  # M tiles per step of a longer batch
-Launcher = Callable[..., None]
 NUM_WARPS = 4  # sm_90 and sm_80 compile without a spill at 4 warps (at 8, ptxas caps at 128 registers)
 
 
@@ -303,30 +299,6 @@ def _sas_metadata_kernel(
     in_entry = word < used * ENTRY_STRIDE
     entry_field = word % ENTRY_WIDTH
     tl.store(out_ptr + word, tl.zeros([NUM_WORDS], tl.int32), mask=(in_entry == 0) | (entry_field >= ENTRY_WORDS))
-
-
-def host_route(op_name: str, *arguments: object) -> None:
-    """The NPU route of the family's op `op_name`: its C++ host op on host copies of the length
-    tensors, into a pinned staging buffer, then one asynchronous copy into `out` (the last argument)."""
-    *inputs, out = arguments
-    host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
-    staged = torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=out.device.type != "cpu")
-    getattr(torch.ops.specops, op_name).default(*host_inputs, staged)
-    out.copy_(staged, non_blocking=True)
-
-
-def npu_host_routed(op_name: str) -> Callable[[Launcher], Launcher]:
-    """A family member's launcher that takes `host_route` on the NPU (where the kernel does not
-    compile, see above) and launches the kernel everywhere else; all three members use it."""
-    def route(launcher: Launcher) -> Launcher:
-        @functools.wraps(launcher)
-        def routed(*arguments: object) -> None:
-            if on_npu(arguments[-1].device):
-                host_route(op_name, *arguments)
-            else:
-                launcher(*arguments)
-        return routed
-    return route
 
 
 def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, batches: int, group: int,
