@@ -98,7 +98,7 @@ class DraftBuffers:
 
     def __init__(self, model: ModelConfig, max_num_reqs: int, max_num_tokens: int, device: torch.device,
                  dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str] | None,
-                 slot_dtype: torch.dtype = torch.int64):
+                 slot_dtype: torch.dtype = torch.int64, qli_name: str | None = None):
         namespace = (DRAFT_NAMESPACE, draft_index)
         self.invariant_key = (namespace, invariant_name)
         # Per step kind (causal or not): the key of this group's sas_metadata, None without one.
@@ -122,6 +122,10 @@ class DraftBuffers:
             # Device seq_lens without a host copy are read back once per step into this buffer.
             self.seq_lens_host = torch.zeros(max_num_reqs, dtype=torch.int32, pin_memory=device.type in ("cuda", "npu"))
         self.sas = torch.zeros(NUM_WORDS, **int32) if sas_names else None
+        # A C4 group's lightning-indexer schedule: its StepCache key and buffer (None otherwise).
+        self.qli_key = (namespace, qli_name) if qli_name else None
+        self.qli = torch.zeros(NUM_WORDS, **int32) if qli_name else None
+        self.qli_writes = Generation()
         self.slot_mapping = torch.zeros((max_num_tokens, 2), dtype=slot_dtype, device=device)
         self.dspark_indices = self.dspark_lens = None
         if dspark_width is not None:

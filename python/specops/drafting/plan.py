@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from specops.drafting.buffers import MAX_CACHED_SHAPES, Generation, row_views
+from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, Generation, row_views
 from specops.drafting.calls import DSPARK, FORMAT, dspark_arguments, format_arguments, sas_arguments
+from specops.drafting.compressed import compressed_plan
 from specops.drafting.invariant import DSparkWidths
+from specops.ops._op import SpecOp
 
 if TYPE_CHECKING:
     from specops.drafting.builder import DraftMetadataBuilder
@@ -25,6 +27,9 @@ class SasCall(NamedTuple):
     writes: Generation  # the writes of its buffer
     arguments: list  # the op's arguments but the batch's (calls.sas_arguments)
     out: torch.Tensor  # its buffer
+    op: SpecOp  # sas_metadata, or kv_quant_sas_metadata on A5
+    slots: tuple  # the op's argument positions by name (calls.SAS / calls.KV_QUANT_SAS)
+    empty_kv: torch.Tensor | None  # A5: the one-entry seqused_kv an empty batch passes (never read)
 
 
 class MetadataRow(NamedTuple):
@@ -85,7 +90,7 @@ class StepPlan:
                  "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of", "sas_calls",
                  "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
                  "actual_slot_groups", "max_num_tokens", "row_slots", "output_bases", "dspark_at", "format_arguments",
-                 "by_tokens")
+                 "by_tokens", "compressed")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
@@ -106,12 +111,8 @@ class StepPlan:
         self.sas_of = [None] * len(builders)
         for index, slot in zip(with_sas, sas.slot_of):
             self.sas_of[index] = slot
-        self.sas_calls = [
-            SasCall(key=self.buffers[index].sas_keys[causal], invariant_slot=self.invariant_of[index],
-                    rope_id=id(builders[index].model.rope_cos_sin_cache), writes=self.buffers[index].sas_writes,
-                    arguments=sas_arguments(builders[index].sas_arguments[causal], self.buffers[index].sas),
-                    out=self.buffers[index].sas)
-            for index in (with_sas[first] for first in sas.firsts)]
+        self.sas_calls = [_sas_call(builders[index], self.buffers[index], self.invariant_of[index], causal)
+                          for index in (with_sas[first] for first in sas.firsts)]
         self.sas_outputs = [call.out for call in self.sas_calls]
         dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
         calls: dict[tuple[int, int, int], list[int]] = {}
@@ -141,6 +142,8 @@ class StepPlan:
                 self.output_bases += (self.buffers[index].dspark_indices, self.buffers[index].dspark_lens)
         self.format_arguments = format_arguments(self.storage_block_sizes)
         self.by_tokens: dict[int, ShapeOutputs] = {}
+        # Compressed groups' lightning-indexer schedule and compressor metadata (None without any).
+        self.compressed = compressed_plan(builders, self.buffers, self.invariant_of, causal)
 
     def outputs(self, num_input_tokens: int) -> ShapeOutputs:
         """For num_input_tokens: the slot mapping views (the format's outputs), each DSpark call's
@@ -189,6 +192,15 @@ class StepPlan:
         self.by_tokens.clear()
         for index in self.invariant_firsts:
             self.buffers[index].invariant_views.clear()
+
+
+def _sas_call(builder: DraftMetadataBuilder, buffers: DraftBuffers, invariant_slot: int, causal: bool) -> SasCall:
+    fixed = builder.sas_arguments[causal]
+    op, slots, arguments = sas_arguments(fixed, buffers.sas)
+    empty_kv = torch.zeros(1, dtype=torch.int32, device=buffers.sas.device) if fixed.a5 else None
+    return SasCall(key=buffers.sas_keys[causal], invariant_slot=invariant_slot,
+                   rope_id=id(builder.model.rope_cos_sin_cache), writes=buffers.sas_writes, arguments=arguments,
+                   out=buffers.sas, op=op, slots=slots, empty_kv=empty_kv)
 
 
 def _sharing(keys: list) -> Sharing:
