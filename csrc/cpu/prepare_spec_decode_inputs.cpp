@@ -103,12 +103,12 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   positions_shape.num_tokens_padded = num_tokens_padded;
   positions_shape.num_reqs_padded = num_reqs_padded;
 
-  AT_DISPATCH_INDEX_TYPES(prev_positions.scalar_type(), "prepare_spec_decode_inputs", [&] {
-    kernels::gather_corrected_counts<index_t>(
-        counts, num_accepted_tokens.data_ptr<int32_t>(), prev_positions.data_ptr<index_t>(),
-        valid_sampled_token_count.data_ptr<int32_t>(), prev_num_draft_tokens.data_ptr<int32_t>(),
-        cpu_num_computed_tokens.data_ptr<int32_t>(), new_computed, new_accepted, correction);
-  });
+  with_correction_inputs(prev_positions, valid_sampled_token_count, cpu_num_computed_tokens,
+                         [&](auto* prev, auto* valid, auto* host) {
+                           kernels::gather_corrected_counts(counts, num_accepted_tokens.data_ptr<int32_t>(), prev,
+                                                            valid, prev_num_draft_tokens.data_ptr<int32_t>(), host,
+                                                            new_computed, new_accepted, correction);
+                         });
   const kernels::CorrectedCounts corrected{new_computed, correction.num_rows, counts};
 
   with_idx_mapping(idx_mapping, [&](auto* idx) {

@@ -89,6 +89,7 @@ def _check(
 
 
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
+_new_tuple = tuple.__new__
 
 
 def _per_group(value: object, num_groups: int) -> list:
@@ -150,16 +151,19 @@ def prepare_spec_decode_inputs(
     table, as compute_slot_mapping takes it: a position past its row's allocated blocks is a
     ValueError naming the request, the position and the count on the host, PAD on device paths.
     """
+    # The common call (lists of plain tensors, one int or a list per group) takes the shortest
+    # path: at R=256 this Python costs as much as the op's whole C++ body.
     block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
-    if (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
-            and query_start_loc.dim() == 1 and query_start_loc.numel() > idx_mapping.numel() + 1):
+    if idx_mapping is not None and (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
+                                    and query_start_loc.dim() == 1
+                                    and query_start_loc.numel() > idx_mapping.numel() + 1):
         # The peer passes num_reqs_padded + 1 entries padded with T; R = idx_mapping.numel(), and
         # the entries past R are never read (a view, no copy).
         query_start_loc = query_start_loc[: idx_mapping.numel() + 1]
-    if not isinstance(block_sizes, list):
+    if type(block_sizes) is not list:
         block_sizes = _per_group(block_sizes, num_groups)
-    if not isinstance(blocks_per_kv_block, list):
+    if type(blocks_per_kv_block) is not list:
         blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
     # Packed into the op's int[] as 0 and 1: checked here as every bool argument is.
     cp_sharded = bools_per_group(cp_sharded, num_groups, "cp_sharded")
@@ -183,7 +187,8 @@ def prepare_spec_decode_inputs(
         num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
                          for _ in range(num_groups)]
-    slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
+    else:
+        slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
     sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
                        blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
     try:
@@ -193,4 +198,5 @@ def prepare_spec_decode_inputs(
     except ValueError as error:
         # A non-int packed into sizes is named by its place there: say which argument it was.
         raise named_after_the_wrapper(error, num_groups) from None
-    return SpecDecodeInputs(positions, seq_lens, slot_mappings)
+    # The NamedTuple without its Python-level __new__ frame.
+    return _new_tuple(SpecDecodeInputs, (positions, seq_lens, slot_mappings))
