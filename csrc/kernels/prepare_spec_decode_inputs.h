@@ -183,6 +183,18 @@ inline int64_t request_slots(int64_t first, int64_t count, int64_t row, const in
   int64_t largest = kPadSlotId;
   if (first >= 0 && static_cast<uint64_t>(first) < covered &&
       covered - static_cast<uint64_t>(first) >= static_cast<uint64_t>(count)) {
+    if constexpr (kLayout == CpLayout::kSingleRank) {
+      // The usual decode: every position in one kernel block, so one id load and one run.
+      const uint32_t position = static_cast<uint32_t>(first);
+      const uint32_t in_block = d.block.mod(position);
+      if (static_cast<int64_t>(in_block) + count <= static_cast<int64_t>(d.block.divisor())) {
+        const int64_t block_id = block_row[d.block.div(position)];
+        const bool stored = block_id >= 0;
+        const int64_t base = stored ? block_id * s.block_size + in_block : kPadSlotId;
+        store_run(out, count, base, static_cast<int64_t>(stored));
+        return stored ? base + count - 1 : kPadSlotId;
+      }
+    }
     if constexpr (kLayout == CpLayout::kContextParallel) {
       for (int64_t k = 0; k < count; ++k) {
         const int64_t slot = slot_of_covered_position<kLayout>(static_cast<uint32_t>(first + k), block_row, s, d);
