@@ -8,9 +8,11 @@ import torch
 
 from specops.sas_family_layout import kv_quant_plan
 from specops.sas_layout import SOURCE_PER_BATCH, LengthSource, num_batches, query_lengths
+from specops.triton_kernels._sas_family import npu_host_routed
 from specops.triton_kernels.sas_metadata import launch_schedule
 
 
+@npu_host_routed("kv_quant_sas_metadata")
 def kv_quant_sas_metadata(
     num_heads_q: int, num_heads_kv: int, head_dim: int, kv_quant_mode: int, cu_seqlens_q: torch.Tensor | None,
     cu_seqlens_ori_kv: torch.Tensor | None, cu_seqlens_cmp_kv: torch.Tensor | None, seqused_q: torch.Tensor | None,

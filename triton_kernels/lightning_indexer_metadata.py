@@ -7,10 +7,11 @@ import torch
 
 from specops.sas_family_layout import LAYOUT_KEY_TND, LAYOUT_QUERY_TND, SOURCE_PREFIX_SUMS, li_variant
 from specops.sas_layout import SOURCE_CONSTANT, SOURCE_CUMULATIVE, SOURCE_PER_BATCH, LengthSource, is_given
-from specops.triton_kernels._sas_family import COST_INDEXER_950, COST_INDEXER_A3
+from specops.triton_kernels._sas_family import COST_INDEXER_950, COST_INDEXER_A3, npu_host_routed
 from specops.triton_kernels.sas_metadata import launch_schedule
 
 
+@npu_host_routed("lightning_indexer_metadata")
 def lightning_indexer_metadata(
     num_heads_q: int, num_heads_k: int, head_dim: int, query_quant_mode: int, key_quant_mode: int,
     actual_seq_lengths_query: torch.Tensor | None, actual_seq_lengths_key: torch.Tensor | None, batch_size: int,
