@@ -112,7 +112,8 @@ test-peers: install $(PEERS)/.site $(PEERS)/.deps
 # installs both when missing). Three runs: every kernel at every launched specialization
 # through triton-ascend's frontend, triton-adapter-opt and bishengir-compile; the lowered kernels
 # run on x86 between guard pages against the reference; the triton backend's suite under
-# triton-ascend's interpreter. Compiled artifacts are cached per specialization in build/ascend-cache.
+# triton-ascend's interpreter (tests/interpreter_quirks.py corrects that interpreter's bugs).
+# Compiled artifacts are cached per specialization in build/ascend-cache.
 ASCEND_VENV := build/ascend-venv
 ASCEND_PY := $(ASCEND_VENV)/bin/python
 ASCEND_SPEC ?= triton-ascend==3.2.0
@@ -123,7 +124,9 @@ ASCEND_TEST_ARGS ?=
 
 $(ASCEND_VENV)/.deps: Makefile
 	@for tool in mlir-opt-19 mlir-translate-19 llc-19 valgrind; do command -v $$tool >/dev/null || missing=1; done; \
-	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y --no-install-recommends $(ASCEND_APT); fi
+	  if [ -n "$$missing" ]; then \
+	    sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	    $$sudo apt-get update && $$sudo apt-get install -y --no-install-recommends $(ASCEND_APT); fi
 	[ -x $(ASCEND_PY) ] || $(PYTHON) -m venv $(ASCEND_VENV)
 	$(ASCEND_PY) -c "import torch" 2>/dev/null || $(ASCEND_PY) -m pip install $(ASCEND_PIP_ARGS) "$(TORCH_SPEC)"
 	$(ASCEND_PY) -m pip install $(ASCEND_PIP_ARGS) "numpy<2.4" $(BUILD_TOOLS) $(TEST_TOOLS) "$(ASCEND_SPEC)" "$(ASCEND_IR_SPEC)"
