@@ -222,24 +222,45 @@ def capture_launches(targets: Iterable[Target] = TARGETS, *, execute: bool = Tru
 
     targets = tuple(targets)
     launches: list[Launch] = []
-    originals = {cls: cls.run for cls in (JITFunction, InterpretedFunction)}
 
-    def recorder(cls):
+    def record(fn: Callable, grid: Any, args: tuple, kwargs: dict) -> None:
+        launches.append(Launch(kernel_id(fn), _launch_grid(grid, fn, args, kwargs),
+                               {target.name: specialize(fn, args, kwargs, target) for target in targets}, label))
+
+    def recorder(original):
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
-                launches.append(Launch(
-                    kernel_id(self.fn), _launch_grid(grid, self.fn, args, kwargs),
-                    {target.name: specialize(self.fn, args, kwargs, target) for target in targets}, label))
+                record(self.fn, grid, args, kwargs)
             if execute or warmup:
-                return originals[cls](self, *args, grid=grid, warmup=warmup, **kwargs)
+                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
             return None
 
         return run
 
-    for cls in originals:
-        cls.run = recorder(cls)
+    def indexer(original):
+        def getitem(self, grid):
+            launch = original(self, grid)
+
+            def run(*args, **kwargs):
+                record(self.fn, grid, args, kwargs)
+                return launch(*args, **kwargs) if execute else None
+
+            return run
+
+        return getitem
+
+    # Triton 3.9 launches every kernel through its class's `run`; triton-ascend 3.2's interpreter
+    # sets `run` per instance and launches through `InterpretedFunction.__getitem__`.
+    originals = {}
+    for cls in (JITFunction, InterpretedFunction):
+        if "run" in vars(cls):
+            originals[cls, "run"] = cls.run
+        else:
+            originals[cls, "__getitem__"] = cls.__getitem__
+    for (cls, name), original in originals.items():
+        setattr(cls, name, recorder(original) if name == "run" else indexer(original))
     try:
         yield launches
     finally:
-        for cls, run in originals.items():
-            cls.run = run
+        for (cls, name), original in originals.items():
+            setattr(cls, name, original)
