@@ -7,11 +7,13 @@ batches, takes whole batches with one prefix sum, then the M tiles of the batch 
 LANES at a time. Every FA entry is stored once when its core is done, the other words once at
 the end, so the program never reads back what it wrote; invalid values leave all 1024 words 0.
 
-On an Ascend NPU the launcher does not launch this kernel: triton-ascend's pointer analysis
-cannot trace loads whose offsets are carried through the greedy pass's data-dependent loop and
-branch structure (triton-adapter-opt stops in --triton-to-linalg, "AddPtrOp produced by
-unsupported operation"), and the pass is sequential by nature. The NPU route is the C++ host op
-and one asynchronous copy of the 1024 words (`host_route`), as SPEC's implementations list allows.
+On an Ascend NPU no launcher of the family (sas_metadata, kv_quant_sas_metadata,
+lightning_indexer_metadata) launches this kernel: triton-ascend's pointer analysis cannot trace
+loads whose offsets are carried through the greedy pass's data-dependent loop and branch
+structure (triton-adapter-opt stops in --triton-to-linalg, "AddPtrOp produced by unsupported
+operation"), and the pass is sequential by nature. The NPU route is the member's C++ host op and
+one asynchronous copy of the 1024 words (`host_route`), as SPEC's implementations list allows;
+_finish_pairs_kernel, which only follows this kernel, is not launched there either.
 """
 
 from __future__ import annotations
@@ -304,6 +306,8 @@ def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, ba
                     variant: Variant, mask_mode: int, win_left: int, win_right: int, has_cmp_kv: bool, cmp_ratio: int,
                     cmp_topk: int, cost: int = COST_SAS) -> None:
     """The family's one kernel for a member's lengths, tile rule and layout (`variant`)."""
+    if on_npu(out.device):
+        raise RuntimeError("the sas family's schedule kernel is not launched on an NPU: its launchers take host_route")
     # A constant source reads no tensor: `out` stands in for the pointer.
     _sas_metadata_kernel[(1,)](
         out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor, out,
@@ -333,7 +337,7 @@ def sas_metadata(
     ascend950: bool, out: torch.Tensor,
 ) -> None:
     if on_npu(out.device):
-        host_route(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
+        host_route(torch.ops.specops.sas_metadata.default, num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
                    seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
                    cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv,
                    num_cube_cores, num_vector_cores, ascend950, out)
@@ -346,11 +350,16 @@ def sas_metadata(
                     has_cmp_kv, cmp_ratio, cmp_topk)
 
 
-def host_route(*arguments: object) -> None:
-    """The NPU route: the C++ host op on host copies of the length tensors, into a pinned staging
-    buffer, then one asynchronous copy into `out` (the last argument)."""
+def host_route(host_op, *arguments: object) -> None:
+    """A family member's NPU route: its C++ host op (`host_op`, torch.ops.specops.<member>) on
+    host copies of the length tensors, into a pinned staging buffer, then one asynchronous copy
+    into `out` (the last argument)."""
     *inputs, out = arguments
     host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
-    staged = torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=out.device.type != "cpu")
-    torch.ops.specops.sas_metadata.default(*host_inputs, staged)
+    staged = torch.empty(out.shape, dtype=out.dtype, pin_memory=out.device.type != "cpu")
+    host_op(*host_inputs, staged)
     out.copy_(staged, non_blocking=True)
+
+
+# The kernels no NPU-route launch reaches (tests/ascend lists them from here).
+NPU_HOST_ROUTED = (_sas_metadata_kernel, _finish_pairs_kernel)
