@@ -94,27 +94,25 @@ def _run(command: list[str], what: str) -> None:
         raise RuntimeError(f"{what} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
 
 
-def fault_handler_library() -> Path:
-    path = CACHE / "x86" / f"fault-{hashlib.sha256(_FAULT_HANDLER_C.encode()).hexdigest()[:12]}.so"
+def _compiled_c(name: str, code: str, suffix: str, flag: str) -> Path:
+    """`code` compiled by cc with `flag` (-shared: a library, -c: an object), cached by its text."""
+    path = CACHE / "x86" / f"{name}-{hashlib.sha256(code.encode()).hexdigest()[:12]}{suffix}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as folder:
-            source = Path(folder) / "fault.c"
-            source.write_text(_FAULT_HANDLER_C)
-            _run(["cc", "-shared", "-fPIC", "-O1", "-o", str(path), str(source)], "cc (fault handler)")
+            source = Path(folder) / f"{name}.c"
+            source.write_text(code)
+            _run(["cc", flag, "-fPIC", "-O1", "-o", str(path), str(source)], f"cc ({name})")
     return path
+
+
+def fault_handler_library() -> Path:
+    return _compiled_c("fault", _FAULT_HANDLER_C, ".so", "-shared")
 
 
 def runtime_object() -> Path:
     """The object of _RUNTIME_C, linked into every lowered kernel."""
-    path = CACHE / "x86" / f"runtime-{hashlib.sha256(_RUNTIME_C.encode()).hexdigest()[:12]}.o"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as folder:
-            source = Path(folder) / "runtime.c"
-            source.write_text(_RUNTIME_C)
-            _run(["cc", "-c", "-fPIC", "-O1", "-o", str(path), str(source)], "cc (runtime)")
-    return path
+    return _compiled_c("runtime", _RUNTIME_C, ".o", "-c")
 
 
 def install_fault_handler() -> None:
