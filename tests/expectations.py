@@ -25,6 +25,13 @@ def _like(values: list, buffer: torch.Tensor) -> torch.Tensor:
     return torch.tensor(values, dtype=buffer.dtype).reshape(buffer.shape)
 
 
+def _wrapped(value: int, dtype: torch.dtype) -> int:
+    """value in the two's-complement width of dtype (int32 or int64): its low bits, signed."""
+    bits = 64 if dtype == torch.int64 else 32
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
+
+
 def _requests_of(query_start_loc: list[int]) -> list[tuple[int, int, int]]:
     """(request, first token, end token) of every request."""
     return [(r, query_start_loc[r], query_start_loc[r + 1]) for r in range(len(query_start_loc) - 1)]
@@ -95,32 +102,37 @@ def corrected_counts(num_computed_tokens: torch.Tensor, num_accepted_tokens: tor
     Row i continues previous row p = prev_positions[i] when p names a row of all three previous
     buffers and that row drafted: it then counts p's tokens plus p's valid samples, and accepts
     the valid samples; any other row takes the host count and keeps its accepted count. Every
-    read sees the values from before the call (the lists are taken first).
+    read sees the values from before the call (the lists are taken first). The counts are int32:
+    int64 valid or host counts are taken by their low 32 bits, sums wrap.
     """
     computed_before, accepted_before = num_computed_tokens.tolist(), num_accepted_tokens.tolist()
-    valid, drafts = valid_sampled_token_count.tolist(), prev_num_draft_tokens.tolist()
+    valid = [_wrapped(v, torch.int32) for v in valid_sampled_token_count.tolist()]
+    drafts = prev_num_draft_tokens.tolist()
     host = cpu_num_computed_tokens.tolist()
     computed, accepted = list(computed_before), list(accepted_before)
     for i, p in enumerate(prev_positions.tolist()):
         continues = 0 <= p < len(valid) and p < len(drafts) and p < len(computed_before) and drafts[p] > 0
         if continues:
-            computed[i] = computed_before[p] + valid[p]
+            computed[i] = _wrapped(computed_before[p] + valid[p], torch.int32)
             accepted[i] = valid[p]
         else:
-            computed[i] = host[i]
+            computed[i] = _wrapped(host[i], torch.int32)
     return _like(computed, num_computed_tokens), _like(accepted, num_accepted_tokens)
 
 
 def corrected_seq_lens(seq_lens_cpu: torch.Tensor, prev_positions: torch.Tensor,
                        valid_sampled_token_count: torch.Tensor, prev_num_draft_tokens: torch.Tensor) -> torch.Tensor:
     """seq_lens_cpu after correct_optimistic_seq_lens: a row that continues a previous row which
-    drafted gives back the drafts the device rejected (drafts + 1 bonus - valid samples)."""
+    drafted gives back the drafts the device rejected (drafts + 1 bonus - valid samples). As the
+    peer's numpy computes it: drafts + 1 in int32, minus the valid count in the valid counts'
+    width, the difference in seq_lens', each step wrapping."""
     seq_lens = seq_lens_cpu.tolist()
     valid, drafts = valid_sampled_token_count.tolist(), prev_num_draft_tokens.tolist()
     result = list(seq_lens)
     for i, p in enumerate(prev_positions.tolist()):
         if 0 <= p < len(valid) and p < len(drafts) and drafts[p] > 0:
-            result[i] = seq_lens[i] - (drafts[p] + 1 - valid[p])
+            rejected = _wrapped(_wrapped(drafts[p] + 1, torch.int32) - valid[p], valid_sampled_token_count.dtype)
+            result[i] = _wrapped(seq_lens[i] - rejected, seq_lens_cpu.dtype)
     return _like(result, seq_lens_cpu)
 
 

@@ -109,9 +109,9 @@ class CorrectionInputs:
     num_computed_tokens: torch.Tensor  # int32 [>= n], previous layout
     num_accepted_tokens: torch.Tensor  # int32 [>= n]
     prev_positions: torch.Tensor  # int32 or int64 [n]
-    valid_sampled_token_count: torch.Tensor  # int32 [previous rows]
+    valid_sampled_token_count: torch.Tensor  # int32 or int64 (vllm-ascend's) [previous rows]
     prev_num_draft_tokens: torch.Tensor  # int32 [previous rows, maybe another length]
-    cpu_num_computed_tokens: torch.Tensor  # int32 [>= n]
+    cpu_num_computed_tokens: torch.Tensor  # int32 or int64 (an int64 host copy) [>= n]
 
     def args(self) -> tuple[torch.Tensor, ...]:
         return (self.num_computed_tokens, self.num_accepted_tokens, self.prev_positions,
@@ -131,6 +131,8 @@ def make_correction_inputs(
     new_fraction: float = 0.2,
     out_of_range_fraction: float = 0.1,
     prev_dtype: torch.dtype = torch.int32,
+    valid_dtype: torch.dtype = torch.int32,
+    host_dtype: torch.dtype = torch.int32,
 ) -> CorrectionInputs:
     """n = num_rows current rows after a previous batch of num_prev_rows rows.
 
@@ -156,8 +158,8 @@ def make_correction_inputs(
     previous[roll < new_fraction] = -1
     far = (roll >= new_fraction) & (roll < new_fraction + out_of_range_fraction)
     previous[far] = num_prev_rows + torch.randint(0, 3 * buffer_rows + 1, (int(far.sum()),), generator=generator)
-    return CorrectionInputs(num_computed_tokens, num_accepted_tokens, previous.to(prev_dtype), valid, drafts,
-                            cpu_num_computed_tokens)
+    return CorrectionInputs(num_computed_tokens, num_accepted_tokens, previous.to(prev_dtype), valid.to(valid_dtype),
+                            drafts, cpu_num_computed_tokens.to(host_dtype))
 
 
 @dataclasses.dataclass
@@ -308,11 +310,14 @@ def make_spec_decode_step(
     cp_world_size: int = 1,
     with_idx_mapping: bool = False,
     prev_dtype: torch.dtype = torch.int32,
+    valid_dtype: torch.dtype = torch.int32,
+    host_dtype: torch.dtype = torch.int32,
 ) -> SpecDecodeStep:
     from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens
 
     correction = make_correction_inputs(generator, num_rows=num_reqs, num_prev_rows=num_prev_rows,
-                                        extra_buffer_rows=2, length_jitter=1, prev_dtype=prev_dtype)
+                                        extra_buffer_rows=2, length_jitter=1, prev_dtype=prev_dtype,
+                                        valid_dtype=valid_dtype, host_dtype=host_dtype)
     query_lens = torch.randint(0, max_query_len + 1, (num_reqs,), dtype=torch.int32, generator=generator)
     query_start_loc = query_start_loc_of(query_lens.tolist())
     corrected = correction.clone()

@@ -54,8 +54,11 @@ CONSTRUCTORS = {
     "PersistentMappings": (_mappings, dict(max_num_reqs=4, max_num_blocks_per_req=4, max_num_tokens=8,
                                            cp_world_size=2, cp_rank=1, cp_interleave=2), ()),
     "ModelConfig": (_model, dict(num_heads_q=8, num_heads_kv=1, head_dim=64, num_speculative_tokens=2, cp_size=2,
-                                 cp_rank=1, num_cube_cores=24, num_vector_cores=48), ()),
-    "GroupConfig": (_group, dict(block_size=16, storage_block_size=64, sliding_window=8, dspark_index_width=128),
+                                 cp_rank=1, num_cube_cores=24, num_vector_cores=48, index_topk=512, index_n_heads=64,
+                                 index_head_dim=128), ()),
+    # compress_ratio 1: this group is a DSpark group, which no compressed group is.
+    "GroupConfig": (_group, dict(block_size=16, storage_block_size=64, sliding_window=8, dspark_index_width=128,
+                                 compress_ratio=1),
                     ("dspark",)),
     "DraftMetadataBuilder": (_builder, dict(max_num_reqs=4, max_num_tokens=8), ()),
 }

@@ -73,6 +73,38 @@ def test_rows_past_any_previous_buffer_take_the_host_value(backend, short):
     assert num_accepted_tokens.tolist() == [1, 7, 7]
 
 
+# vllm-ascend's update_num_computed_tokens_for_batch_change (vllm_ascend/spec_decode/utils.py)
+# gets int64 valid counts: its proposer counts them with valid_mask.sum(dim=1)
+# (vllm_ascend/spec_decode/llm_base_proposer.py) and the runner keeps an int64 host copy
+# (valid_sampled_token_count_cpu, vllm_ascend/worker/model_runner_v1.py). It adds them as
+# `valid_counts.int()` and copies torch.where(...) of int64 values into the int32 outputs, so an
+# int64 count enters by its low 32 bits; an int64 host count (cpu_num_computed_tokens) the same.
+@pytest.mark.parametrize("valid_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("host_dtype", [torch.int32, torch.int64])
+def test_int64_valid_and_host_counts_like_the_peer(backend, valid_dtype, host_dtype):
+    num_computed_tokens = i32([10, 20, 30, 40])
+    num_accepted_tokens = i32([7, 7, 7, 7])
+    specops.correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, i32([2, 0, -1, 1]),
+                                        valid_sampled_token_count=torch.tensor([1, 2, 3], dtype=valid_dtype),
+                                        prev_num_draft_tokens=i32([2, 2, 0]),
+                                        cpu_num_computed_tokens=torch.tensor([100, 200, 300, 400], dtype=host_dtype))
+    assert num_computed_tokens.tolist() == [100, 11, 300, 22]
+    assert num_accepted_tokens.tolist() == [7, 1, 7, 2]
+    assert num_computed_tokens.dtype == num_accepted_tokens.dtype == torch.int32
+
+
+def test_int64_counts_enter_by_their_low_32_bits(backend):
+    # The peer's `.int()`: 2^32 + 3 is 3, 2^31 is -2^31 (then 10 + that wraps); a host count of
+    # 2^33 + 7 is 7, -1 stays -1.
+    num_computed_tokens = i32([10, 20, 30, 40])
+    num_accepted_tokens = i32([0, 0, 0, 0])
+    specops.correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, i32([0, 1, -1, -1]),
+                                        torch.tensor([2**32 + 3, 2**31]), i32([1, 1]),
+                                        torch.tensor([0, 0, 2**33 + 7, -1]))
+    assert num_computed_tokens.tolist() == [13, 20 - 2**31, 7, -1]
+    assert num_accepted_tokens.tolist() == [3, -(2**31), 0, 0]
+
+
 @settings(max_examples=examples(60))
 @given(
     num_rows=st.integers(0, 40),
@@ -80,13 +112,16 @@ def test_rows_past_any_previous_buffer_take_the_host_value(backend, short):
     extra_buffer_rows=st.integers(0, 4),
     length_jitter=st.integers(0, 3),
     prev_dtype=st.sampled_from([torch.int32, torch.int64]),
+    valid_dtype=st.sampled_from([torch.int32, torch.int64]),
+    host_dtype=st.sampled_from([torch.int32, torch.int64]),
     seed=st.integers(0, 2**16),
 )
 def test_matches_expectation_on_random_inputs(backend, num_rows, num_prev_rows, extra_buffer_rows, length_jitter,
-                                              prev_dtype, seed):
+                                              prev_dtype, valid_dtype, host_dtype, seed):
     inputs = make_correction_inputs(torch.Generator().manual_seed(seed), num_rows=num_rows,
                                     num_prev_rows=num_prev_rows, extra_buffer_rows=extra_buffer_rows,
-                                    length_jitter=length_jitter, prev_dtype=prev_dtype)
+                                    length_jitter=length_jitter, prev_dtype=prev_dtype, valid_dtype=valid_dtype,
+                                    host_dtype=host_dtype)
     expected = expected_after(inputs)
     specops.correct_num_computed_tokens(*inputs.args())
     assert_corrected(inputs, expected, backend)
@@ -153,15 +188,18 @@ def test_rows_past_n_are_untouched(backend):
     assert_same(inputs.num_accepted_tokens[5:], before.num_accepted_tokens[5:])
 
 
-def _opcheck_args(prev_dtype):
+def _opcheck_args(prev_dtype, counts_dtype=torch.int32):
     inputs = make_correction_inputs(torch.Generator().manual_seed(11), num_rows=9, num_prev_rows=7,
-                                    extra_buffer_rows=2, length_jitter=1, prev_dtype=prev_dtype)
+                                    extra_buffer_rows=2, length_jitter=1, prev_dtype=prev_dtype,
+                                    valid_dtype=counts_dtype, host_dtype=counts_dtype)
     return inputs.args()
 
 
-@pytest.mark.parametrize("prev_dtype", [torch.int32, torch.int64])
-def test_opcheck(prev_dtype):
-    torch.library.opcheck(torch.ops.specops.correct_num_computed_tokens.default, _opcheck_args(prev_dtype))
+@pytest.mark.parametrize("prev_dtype,counts_dtype",
+                         [(torch.int32, torch.int32), (torch.int64, torch.int32), (torch.int32, torch.int64)])
+def test_opcheck(prev_dtype, counts_dtype):
+    torch.library.opcheck(torch.ops.specops.correct_num_computed_tokens.default,
+                          _opcheck_args(prev_dtype, counts_dtype))
 
 
 def test_compiles_without_graph_break():
@@ -195,10 +233,10 @@ BAD_INPUTS = [
     ("num_accepted_tokens", dict(num_accepted_tokens=i32([0]))),
     ("prev_positions", dict(prev_positions=torch.tensor([1.0, 0.0]))),
     ("prev_positions", dict(prev_positions=i32([[1, 0]]))),
-    ("valid_sampled_token_count", dict(valid_sampled_token_count=torch.tensor([1, 2]))),
+    ("valid_sampled_token_count", dict(valid_sampled_token_count=torch.tensor([1, 2], dtype=torch.int16))),
     ("prev_num_draft_tokens", dict(prev_num_draft_tokens=torch.tensor([1.0, 1.0]))),
     ("cpu_num_computed_tokens", dict(cpu_num_computed_tokens=i32([5]))),
-    ("cpu_num_computed_tokens", dict(cpu_num_computed_tokens=torch.tensor([5, 6]))),
+    ("cpu_num_computed_tokens", dict(cpu_num_computed_tokens=torch.tensor([5.0, 6.0]))),
 ]
 
 

@@ -59,14 +59,39 @@ PEER_CASES = {
 }
 
 
+# The runner calls the peer with its int64 host copy of the valid counts
+# (valid_sampled_token_count_cpu, vllm_ascend/worker/model_runner_v1.py), so every case also runs
+# with int64 valid counts.
+@pytest.mark.parametrize("valid_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("case", sorted(PEER_CASES))
-def test_peer_unit_test_cases(backend, case, dtype):
+def test_peer_unit_test_cases(backend, case, dtype, valid_dtype):
     seq_lens, prev_positions, valid, drafts, expected = PEER_CASES[case]
     seq_lens = torch.tensor(seq_lens, dtype=dtype)
-    specops.correct_optimistic_seq_lens(seq_lens, i32(prev_positions), i32(valid), i32(drafts))
+    specops.correct_optimistic_seq_lens(seq_lens, i32(prev_positions), torch.tensor(valid, dtype=valid_dtype),
+                                        i32(drafts))
     assert seq_lens.dtype == dtype
     assert seq_lens.tolist() == expected
+
+
+def test_rejected_count_in_the_valid_counts_width_like_the_peer(backend):
+    """correct_optimistic_seq_lens_cpu (vllm_ascend/spec_decode/utils.py) computes
+    prev_drafts + 1 - valid_counts with numpy's promotion: prev_drafts + 1 stays int32 (it wraps),
+    the difference with int64 valid counts is int64, then astype(seq_lens.dtype): int32 seq_lens
+    take its low 32 bits."""
+    drafts, prev_positions = i32([2**31 - 1, 3]), i32([0, 1])
+    wide = torch.tensor([2**40, 100], dtype=torch.int64)
+    specops.correct_optimistic_seq_lens(wide, prev_positions, torch.tensor([1, 2**32 + 4]), drafts)
+    # (2^31 - 1) + 1 is -2^31 in int32: 2^40 - (-2^31 - 1); 100 - (3 + 1 - 2^32 - 4), in int64.
+    assert wide.tolist() == [2**40 + 2**31 + 1, 100 + 2**32]
+    narrow = i32([5, 100])
+    specops.correct_optimistic_seq_lens(narrow, prev_positions, torch.tensor([1, 2**32 + 4]), drafts)
+    assert narrow.tolist() == [5 - 2**31 + 1, 100]  # the low 32 bits of the int64 results
+    # int32 valid counts: the rejected count wraps in int32, then is sign-extended:
+    # 3 + 1 - (-2^31) is -2^31 + 4 in int32.
+    wide = torch.tensor([2**40, 100], dtype=torch.int64)
+    specops.correct_optimistic_seq_lens(wide, prev_positions, i32([1, -(2**31)]), drafts)
+    assert wide.tolist() == [2**40 - 2**31 + 1, 100 + 2**31 - 4]
 
 
 def test_agrees_with_the_device_correction_like_the_peer(backend):
@@ -89,12 +114,13 @@ def test_agrees_with_the_device_correction_like_the_peer(backend):
 @settings(max_examples=examples(60))
 @given(num_rows=st.integers(0, 40), num_prev_rows=st.integers(0, 40), length_jitter=st.integers(0, 3),
        prev_dtype=st.sampled_from([torch.int32, torch.int64]), extra_rows=st.integers(0, 3),
-       seed=st.integers(0, 2**16))
+       valid_dtype=st.sampled_from([torch.int32, torch.int64]), seed=st.integers(0, 2**16))
 def test_matches_expectation_on_random_inputs(backend, num_rows, num_prev_rows, length_jitter, prev_dtype, extra_rows,
-                                              seed):
+                                              valid_dtype, seed):
     call = random_call(seed, num_rows, num_prev_rows, length_jitter, prev_dtype, extra_rows)
     if seed % 2:  # a runner's int64 host copy
         call["seq_lens_cpu"] = call["seq_lens_cpu"].long()
+    call["valid_sampled_token_count"] = call["valid_sampled_token_count"].to(valid_dtype)
     expected = expected_seq_lens(call)
     specops.correct_optimistic_seq_lens(**call)
     assert_same(call["seq_lens_cpu"], expected, backend)
@@ -135,10 +161,12 @@ def _opcheck_args():
             call["prev_num_draft_tokens"])
 
 
+@pytest.mark.parametrize("valid_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-def test_opcheck(dtype):
-    seq_lens, *rest = _opcheck_args()
-    torch.library.opcheck(torch.ops.specops.correct_optimistic_seq_lens.default, (seq_lens.to(dtype), *rest))
+def test_opcheck(dtype, valid_dtype):
+    seq_lens, prev_positions, valid, drafts = _opcheck_args()
+    torch.library.opcheck(torch.ops.specops.correct_optimistic_seq_lens.default,
+                          (seq_lens.to(dtype), prev_positions, valid.to(valid_dtype), drafts))
 
 
 def test_int64_lengths_past_int32(backend):
@@ -164,7 +192,7 @@ BAD_INPUTS = [
     ("seq_lens_cpu", dict(seq_lens_cpu=i32([5]))),
     ("seq_lens_cpu", dict(seq_lens_cpu=i32([[5, 6]]))),
     ("prev_positions", dict(prev_positions=torch.tensor([0.0, 1.0]))),
-    ("valid_sampled_token_count", dict(valid_sampled_token_count=torch.tensor([1, 1]))),
+    ("valid_sampled_token_count", dict(valid_sampled_token_count=torch.tensor([1, 1], dtype=torch.int16))),
     ("prev_num_draft_tokens", dict(prev_num_draft_tokens=i32([[1, 1]]))),
 ]
 

@@ -388,7 +388,11 @@ def test_public_names():
 
 
 def test_shared_fields_are_the_metadata_fields_in_order():
-    """A step builds each metadata as DraftAttnMetadata(*shared, <the group's own fields>)."""
+    """A step builds each metadata as DraftAttnMetadata(*shared, <the group's own fields>); the
+    compressed groups' fields, last, default to None and are set on compressed groups only."""
     shared = drafting.configs.SharedFields._fields
     assert shared == tuple(FIELDS[:len(shared)])
-    assert FIELDS[len(shared):] == ["sas_metadata", "slot_mapping", "dspark_swa_indices", "dspark_swa_lens", "window"]
+    assert FIELDS[len(shared):] == ["sas_metadata", "slot_mapping", "dspark_swa_indices", "dspark_swa_lens", "window",
+                                    "qli_metadata", "compress_cos", "compress_sin", "compress_slot_mapping"]
+    defaults = {f.name: f.default for f in dataclasses.fields(drafting.DraftAttnMetadata)}
+    assert all(defaults[name] is None for name in FIELDS[-4:])

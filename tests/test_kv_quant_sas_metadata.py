@@ -1,21 +1,20 @@
 """kv_quant_sas_metadata: the golden vectors of the A5 AI-CPU kernel on every backend, the layout
 (9-word entries, core pairs, s2_max_num) worked by hand, agreement with sas_metadata where the
-kernels agree, the decoder, opcheck and compile.
-
-The golden vectors are read from the shared folder beside the repository (sas_checker.golden_dir);
-the tests fail, naming where they looked, when it is missing."""
+kernels agree, the decoder, opcheck and compile; the golden vectors come
+from golden_cases.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from golden_cases import UNTOUCHED, argument_of, check_unwritten_words_are_zero, golden_cases
-from strategies import assert_same, query_start_loc_of
+from golden_cases import SAS_TENSORS as TENSORS
+from golden_cases import UNTOUCHED, check_golden_schedule, check_schedule_compiles, golden_cases, tensor_call
+from golden_cases import with_words
+from strategies import query_start_loc_of
 
 import specops
 from specops.bench.kv_quant_sas_metadata import python_kv_quant_sas_metadata
 
-TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
 GOLDEN = golden_cases("kv_quant_sas_metadata.jsonl")
 
 _KERNEL_MESSAGE_ARGUMENT = [
@@ -40,38 +39,19 @@ _KERNEL_MESSAGE_ARGUMENT = [
 ]
 
 
-def _call_of(args: dict) -> dict:
-    call = dict(args)
-    for name in TENSORS:
-        if call[name] is not None:
-            call[name] = torch.tensor(call[name], dtype=torch.int32)
-    return call
-
-
 @pytest.mark.parametrize("case,source", GOLDEN)
 def test_golden(backend, case, source):
     """Each accepted call gives the kernel's words exactly; each rejected or undefined call a
     ValueError naming the argument, with out untouched (every undefined call here is refused by
     its arguments or shapes, which every backend checks)."""
-    assert case is not None, source
-    call = _call_of(case["args"])
-    out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
-    if "error" in case:
-        argument = argument_of(case["error"], _KERNEL_MESSAGE_ARGUMENT)
-        with pytest.raises(ValueError, match=rf"\b{argument}\b"):
-            specops.kv_quant_sas_metadata(**call, out=out)
-        assert out.eq(UNTOUCHED).all(), "a rejected call wrote out"
-        return
-    check_unwritten_words_are_zero(case)
-    assert specops.kv_quant_sas_metadata(**call, out=out).data_ptr() == out.data_ptr()
-    assert out.tolist() == case["words"]
+    check_golden_schedule(specops.kv_quant_sas_metadata, case, source, TENSORS, _KERNEL_MESSAGE_ARGUMENT)
 
 
-@pytest.mark.parametrize("case,source", [p for p in GOLDEN if p.values[0] is None or "words" in p.values[0]])
+@pytest.mark.parametrize("case,source", with_words(GOLDEN))
 def test_golden_python_restatement(case, source):
     """The bench's plain-Python restatement, an implementation apart from the three."""
     assert case is not None, source
-    assert python_kv_quant_sas_metadata(**_call_of(case["args"])) == case["words"]
+    assert python_kv_quant_sas_metadata(**tensor_call(case["args"], TENSORS)) == case["words"]
 
 
 def _a5(**change):
@@ -167,11 +147,7 @@ def test_compiles_without_graph_break():
                                       layout_q="TND", num_cube_cores=8, num_vector_cores=16, out=out)
         return out + 1
 
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    out = torch.zeros(1024, dtype=torch.int32)
-    expected = step(cu, kv, out.clone())
-    assert_same(compiled(cu, kv, out), expected)
-    assert_same(out + 1, expected)
+    check_schedule_compiles(step, cu, kv)
 
 
 def test_decoder_checks_its_arguments():

@@ -1,15 +1,15 @@
 """lightning_indexer_metadata: the golden vectors of the AI-CPU kernel on every backend, schedules
 worked by hand (the A2/A3 cost, the key range before the first key, the leading 0 of the query
-prefix sums), invalid values, the decoder, opcheck and compile.
-
-The golden vectors are read from the shared folder beside the repository (sas_checker.golden_dir);
-the tests fail, naming where they looked, when it is missing."""
+prefix sums), invalid values, the decoder, opcheck and compile; the golden vectors come
+from golden_cases.py."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from golden_cases import UNTOUCHED, argument_of, check_unwritten_words_are_zero, golden_cases
+from golden_cases import check_golden_schedule, check_schedule_compiles, golden_cases, tensor_call, with_words
 from strategies import assert_same
 
 import specops
@@ -44,42 +44,20 @@ _KERNEL_MESSAGE_ARGUMENT = [
 _VALUE_ERRORS = (r"^harness: batch \d+ has query length",)
 
 
-def _call_of(args: dict) -> dict:
-    call = dict(args)
-    for name in TENSORS:
-        if call[name] is not None:
-            call[name] = torch.tensor(call[name], dtype=torch.int32)
-    return call
-
-
 @pytest.mark.parametrize("case,source", GOLDEN)
 def test_golden(backend, case, source):
     """Each accepted call gives the kernel's words exactly; each rejected or undefined call a
     ValueError naming the argument, with out untouched (undefined values: zeros on a device)."""
-    assert case is not None, source
-    call = _call_of(case["args"])
-    out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
-    if "error" in case:
-        argument = argument_of(case["error"], _KERNEL_MESSAGE_ARGUMENT)
-        if backend != "native" and argument_of(case["error"], [(p, "value") for p in _VALUE_ERRORS] +
-                                               [(".", "argument")]) == "value":
-            specops.lightning_indexer_metadata(**call, out=out)
-            assert out.tolist() == [0] * 1024
-            return
-        with pytest.raises(ValueError, match=rf"\b{argument}\b"):
-            specops.lightning_indexer_metadata(**call, out=out)
-        assert out.eq(UNTOUCHED).all(), "a rejected call wrote out"
-        return
-    check_unwritten_words_are_zero(case)
-    assert specops.lightning_indexer_metadata(**call, out=out).data_ptr() == out.data_ptr()
-    assert out.tolist() == case["words"]
+    values = case is not None and "error" in case and any(re.search(p, case["error"]) for p in _VALUE_ERRORS)
+    check_golden_schedule(specops.lightning_indexer_metadata, case, source, TENSORS, _KERNEL_MESSAGE_ARGUMENT,
+                          zeros_instead=values and backend != "native")
 
 
-@pytest.mark.parametrize("case,source", [p for p in GOLDEN if p.values[0] is None or "words" in p.values[0]])
+@pytest.mark.parametrize("case,source", with_words(GOLDEN))
 def test_golden_python_restatement(case, source):
     """The bench's plain-Python restatement, an implementation apart from the three."""
     assert case is not None, source
-    assert python_lightning_indexer_metadata(**_call_of(case["args"])) == case["words"]
+    assert python_lightning_indexer_metadata(**tensor_call(case["args"], TENSORS)) == case["words"]
 
 
 def _call(query, key, **change):
@@ -153,11 +131,7 @@ def test_compiles_without_graph_break():
                                            cmp_ratio=4, soc_version="Ascend950PR", out=out)
         return out + 1
 
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    out = torch.zeros(1024, dtype=torch.int32)
-    expected = step(query, key, out.clone())
-    assert_same(compiled(query, key, out), expected)
-    assert_same(out + 1, expected)
+    check_schedule_compiles(step, query, key)
 
 
 def test_decoder_names_the_layout_fields():

@@ -72,16 +72,17 @@ GROUP_CHOICES = [(16, 1, True), (4, 2, True), (8, 1, False), (2, 4, False), (1, 
        positions_dtype=st.sampled_from([torch.int64, torch.int32]), int32_slots=st.booleans(),
        extra_tokens=st.integers(0, 4), extra_reqs=st.integers(0, 2), enabled=st.lists(st.booleans(), min_size=3,
                                                                                        max_size=3),
-       seed=st.integers(0, 2**16))
+       count_dtypes=st.tuples(*[st.sampled_from([torch.int32, torch.int64])] * 2), seed=st.integers(0, 2**16))
 def test_matches_expectation_on_random_steps(backend, num_reqs, num_prev_rows, max_query_len, groups, cp,
                                              with_idx_mapping, prev_dtype, positions_dtype, int32_slots, extra_tokens,
-                                             extra_reqs, enabled, seed):
+                                             extra_reqs, enabled, count_dtypes, seed):
     cp_world_size, cp_rank, cp_interleave = cp
     # The interleave must divide the allocation block of every sharded group.
     assume(all((block_size * kv_blocks) % cp_interleave == 0 for block_size, kv_blocks, sharded in groups if sharded))
     step = make_spec_decode_step(torch.Generator().manual_seed(seed), num_reqs=num_reqs, num_prev_rows=num_prev_rows,
                                  max_query_len=max_query_len, groups=groups, cp_world_size=cp_world_size,
-                                 with_idx_mapping=with_idx_mapping, prev_dtype=prev_dtype)
+                                 with_idx_mapping=with_idx_mapping, prev_dtype=prev_dtype,
+                                 valid_dtype=count_dtypes[0], host_dtype=count_dtypes[1])
     padded_tokens, padded_reqs = step.num_tokens + extra_tokens, num_reqs + extra_reqs
     slot_dtypes = [torch.int32 if int32_slots and g % 2 else torch.int64 for g in range(len(groups))]
     outputs = fresh_outputs(step, padded_tokens, padded_reqs, positions_dtype, slot_dtypes)
@@ -93,6 +94,27 @@ def test_matches_expectation_on_random_steps(backend, num_reqs, num_prev_rows, m
     for g, on in enumerate(enabled):
         if not on:
             assert (outputs["slot_mappings"][g] == PAD).all(), f"slot_mappings[{g}] of a disabled group"
+
+
+# vllm-ascend's valid counts are int64 (vllm_ascend/spec_decode/llm_base_proposer.py counts them
+# with valid_mask.sum(dim=1)); its update_num_computed_tokens_for_batch_change
+# (vllm_ascend/spec_decode/utils.py) takes them by `.int()`. The fused op takes them, and int64
+# host counts, as correct_num_computed_tokens does: the step equals the all-int32 one.
+@pytest.mark.parametrize("valid_dtype,host_dtype",
+                         [(torch.int64, torch.int32), (torch.int32, torch.int64), (torch.int64, torch.int64)])
+def test_int64_valid_and_host_counts_like_the_peer(backend, valid_dtype, host_dtype):
+    groups = [(16, 1, True), (4, 2, False)]
+    step = make_spec_decode_step(torch.Generator().manual_seed(5), num_reqs=30, num_prev_rows=30, max_query_len=4,
+                                 groups=groups, cp_world_size=2, with_idx_mapping=True)
+    wide_step = clone_step(step)
+    wide_step.correction.valid_sampled_token_count = step.correction.valid_sampled_token_count.to(valid_dtype)
+    wide_step.correction.cpu_num_computed_tokens = step.correction.cpu_num_computed_tokens.to(host_dtype)
+    outputs = fresh_outputs(step, step.num_tokens + 2, 32)
+    wide_outputs = clone_outputs(outputs)
+    run_fused(step, outputs, 2, 1, 2)
+    run_fused(wide_step, wide_outputs, 2, 1, 2)
+    assert_same_step(wide_step, wide_outputs, step, outputs, f"{backend} {valid_dtype} {host_dtype}")
+    assert not torch.equal(outputs["positions"], torch.zeros_like(outputs["positions"]))
 
 
 @pytest.mark.parametrize("num_reqs", [40, 1500])

@@ -62,7 +62,7 @@ BAD_INPUTS = [
     ("num_computed_tokens", dict(num_computed_tokens=torch.tensor([10, 20, 30]))),
     ("num_accepted_tokens", dict(num_accepted_tokens=i32([0]))),
     ("prev_positions", dict(prev_positions=torch.tensor([1.0, 0.0]))),
-    ("valid_sampled_token_count", dict(valid_sampled_token_count=torch.tensor([1, 2]))),
+    ("valid_sampled_token_count", dict(valid_sampled_token_count=torch.tensor([1, 2], dtype=torch.int16))),
     ("prev_num_draft_tokens", dict(prev_num_draft_tokens=i32([[1, 1]]))),
     ("cpu_num_computed_tokens", dict(cpu_num_computed_tokens=i32([5]))),
     ("query_start_loc", dict(query_start_loc=torch.tensor([0, 2, 3]))),

@@ -166,6 +166,25 @@ def test_prepare_step_hand_computed(backend):
     assert step.slot_mappings["full"] is mappings.slot_mappings[0]
 
 
+def test_prepare_step_takes_int64_valid_and_host_counts(backend):
+    """vllm-ascend's valid counts are int64 (vllm_ascend/spec_decode/llm_base_proposer.py sums a
+    mask), which its update_num_computed_tokens_for_batch_change (vllm_ascend/spec_decode/utils.py)
+    takes by `.int()`: prepare_step passes them, and int64 host counts, to the fused op, and the
+    step is the int32 one (test_prepare_step_hand_computed)."""
+    mappings = _two_groups()
+    mappings.append_blocks(2, [[7, 8, 9], [1, 2, 3, 4, 5, 6]])
+    mappings.append_blocks(0, [[4], [9]])
+    mappings.apply_staged()
+    inputs = list(_step_inputs())
+    inputs[3], inputs[5] = inputs[3].long(), inputs[5].long()  # valid_sampled_token_count, cpu_num_computed_tokens
+    step = mappings.prepare_step(*inputs, num_reqs_padded=3, num_tokens_padded=6)
+    assert inputs[0][:2].tolist() == [8, 0] and inputs[1][:2].tolist() == [3, 0]
+    assert step.positions.tolist() == [8, 9, 10, 0, 1, 0]
+    assert step.seq_lens.tolist() == [11, 2, 0]
+    assert step.slot_mappings["full"][:6].tolist() == [36, 37, 38, 16, 17, PAD]
+    assert step.slot_mappings["swa"][:6].tolist() == [10, 11, 12, 18, 19, PAD]
+
+
 def test_prepare_step_under_cp_and_a_group_without_slot_mapping(backend):
     """Rank 1 of 2: the full group stores odd positions (local offset position // 2); the
     unsharded group stores all; a third group has no slot mapping. No window masking under CP."""

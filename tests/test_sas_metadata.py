@@ -1,49 +1,25 @@
 """sas_metadata: the golden vectors of the AI-CPU kernel on every backend, schedules
 worked by hand, the layout's invariants on random calls, the Python restatement, invalid values,
-opcheck, compile, the decoder.
-
-The golden vectors are read from the shared folder beside the repository (sas_checker.golden_dir);
-the tests fail, naming where they looked, when it is missing."""
+opcheck, compile, the decoder; the golden vectors come
+from golden_cases.py."""
 
 from __future__ import annotations
-
-import json
-import re
 
 import pytest
 import torch
 from conftest import BACKENDS, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sas_checker import check_call, golden_dir
+from golden_cases import SAS_TENSORS as TENSORS
+from golden_cases import UNTOUCHED, check_golden_schedule, check_schedule_compiles, golden_cases, tensor_call
+from golden_cases import with_words
+from sas_checker import check_call
 from strategies import assert_same, query_start_loc_of, sas_calls
 
 import specops
 from specops.reference.sas_metadata_python import python_sas_metadata
 
-TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
-UNTOUCHED = 0x0BADF00D
-
-
-def _golden_cases() -> list:
-    directory, looked = golden_dir()
-    path = directory / "sas_metadata.jsonl" if directory is not None else None
-    if path is None or not path.is_file():
-        where = ", ".join(looked)
-        return [pytest.param(None, f"sas_metadata.jsonl not found; looked in: {where}", id="golden-file-missing")]
-    cases = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [pytest.param(case, str(path), id=f"{i}-{case['label']}") for i, case in enumerate(cases)]
-
-
-GOLDEN = _golden_cases()
-
-
-def _call_of(args: dict) -> dict:
-    call = dict(args)
-    for name in TENSORS:
-        if call[name] is not None:
-            call[name] = torch.tensor(call[name], dtype=torch.int32)
-    return call
+GOLDEN = golden_cases("sas_metadata.jsonl")
 
 
 # The argument each of the kernel's rejection messages is about.
@@ -63,37 +39,18 @@ _KERNEL_MESSAGE_ARGUMENT = [
 ]
 
 
-def _argument_of(kernel_message: str) -> str:
-    for pattern, argument in _KERNEL_MESSAGE_ARGUMENT:
-        if re.search(pattern, kernel_message):
-            return argument
-    raise AssertionError(f"no argument known for the kernel's message {kernel_message!r}")
-
-
 @pytest.mark.parametrize("case,source", GOLDEN)
 def test_golden(backend, case, source):
     """Each accepted call gives the kernel's words exactly; each rejected call a ValueError
     naming the argument the kernel names, with out untouched."""
-    assert case is not None, source
-    call = _call_of(case["args"])
-    out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
-    if "error" in case:
-        argument = _argument_of(case["error"])
-        with pytest.raises(ValueError, match=rf"\b{argument}\b"):
-            specops.sas_metadata(**call, out=out)
-        assert out.eq(UNTOUCHED).all(), "a rejected call wrote out"
-        return
-    written = set(case["written"])
-    assert all(word == 0 for i, word in enumerate(case["words"]) if i not in written), "golden: unwritten word != 0"
-    assert specops.sas_metadata(**call, out=out).data_ptr() == out.data_ptr()
-    assert out.tolist() == case["words"]
+    check_golden_schedule(specops.sas_metadata, case, source, TENSORS, _KERNEL_MESSAGE_ARGUMENT)
 
 
-@pytest.mark.parametrize("case,source", [p for p in GOLDEN if p.values[0] is None or "words" in p.values[0]])
+@pytest.mark.parametrize("case,source", with_words(GOLDEN))
 def test_golden_python_restatement(case, source):
     """The bench's straightforward restatement, an implementation apart from the three."""
     assert case is not None, source
-    assert python_sas_metadata(**_call_of(case["args"])) == case["words"]
+    assert python_sas_metadata(**tensor_call(case["args"], TENSORS)) == case["words"]
 
 
 def _entries(out: torch.Tensor) -> list[list[int]]:
@@ -298,11 +255,7 @@ def test_compiles_without_graph_break():
                              soc_version="Ascend950PR", out=out)
         return out + 1
 
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    out = torch.zeros(1024, dtype=torch.int32)
-    expected = step(cu, kv, out.clone())
-    assert_same(compiled(cu, kv, out), expected)
-    assert_same(out + 1, expected)
+    check_schedule_compiles(step, cu, kv)
 
 
 def test_decode_sas_metadata_names_the_header_fields():

@@ -40,7 +40,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reqs", type=int, default=64)
     parser.add_argument("--k", type=int, default=7, help="speculative tokens")
     parser.add_argument("--non-causal", action="store_true")
-    parser.add_argument("--calls", type=int, default=200, help="calls counted per implementation")
+    return parse_counted_args(parser, argv, calls=200)
+
+
+def parse_counted_args(parser: argparse.ArgumentParser, argv: list[str] | None, calls: int) -> argparse.Namespace:
+    """The options of every counting tool: the calls counted per implementation and, for the run
+    under valgrind, the toggle library."""
+    parser.add_argument("--calls", type=int, default=calls, help="calls counted per implementation")
     parser.add_argument("--measure", metavar="TOGGLE_LIBRARY", help=argparse.SUPPRESS)  # the run under valgrind
     return parser.parse_args(argv)
 
@@ -51,12 +57,18 @@ def measure(args: argparse.Namespace) -> None:
 
     from specops.bench import drafting
 
+    case = drafting._case(args.groups, args.reqs, args.k, not args.non_causal, 1, torch.device("cpu"))
+    count_loops(args, {name: fn for name, fn in case.impls.items() if name != "step no-cache"})
+
+
+def count_loops(args: argparse.Namespace, impls: dict[str, Callable[[], object]]) -> None:
+    """Under valgrind, on one thread: `args.calls` calls of each implementation after a warm-up,
+    instrumented and dumped under its name."""
+    import torch
+
     toggle = ctypes.CDLL(args.measure)
     torch.set_num_threads(1)
-    case = drafting._case(args.groups, args.reqs, args.k, not args.non_causal, 1, torch.device("cpu"))
-    for name, fn in case.impls.items():
-        if name == "step no-cache":
-            continue
+    for name, fn in impls.items():
         for _ in range(10):
             fn()
         toggle.measure_start()
@@ -112,13 +124,19 @@ def run_counted(script: str, argv: list[str], on_dumps: Callable[[list[str]], No
         on_dumps(sorted(glob.glob(out + ".*")))
 
 
-def main(argv: list[str] | None = None) -> int:
+def counted_main(tool: str, argv: list[str] | None, parse_args: Callable, measure: Callable, report: Callable) -> int:
+    """A counting tool's entry: under valgrind (--measure) its loops, else the run that starts
+    valgrind on `tool` and reports from the dumps."""
     args = parse_args(argv)
     if args.measure:
         measure(args)
         return 0
-    run_counted(__file__, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
+    run_counted(tool, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return counted_main(__file__, argv, parse_args, measure, report)
 
 
 if __name__ == "__main__":

@@ -16,37 +16,23 @@ Needs valgrind, its callgrind.h and a C compiler; takes a minute or two.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 
-from drafting_instructions import instructions_per_call, run_counted
+from drafting_instructions import count_loops, counted_main, instructions_per_call, parse_counted_args
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layer", default="CFA", choices=("SCFA", "CFA", "SWA"))
     parser.add_argument("--reqs", type=int, default=256)
-    parser.add_argument("--calls", type=int, default=500, help="calls counted per implementation")
-    parser.add_argument("--measure", metavar="TOGGLE_LIBRARY", help=argparse.SUPPRESS)  # the run under valgrind
-    return parser.parse_args(argv)
+    return parse_counted_args(parser, argv, calls=500)
 
 
 def measure(args: argparse.Namespace) -> None:
-    import torch
-
     from specops.bench import sas_metadata
 
-    toggle = ctypes.CDLL(args.measure)
-    torch.set_num_threads(1)
     case = sas_metadata._case(args.layer, args.reqs)
-    for name in ("specops", "empty-op"):
-        fn = case.impls[name]
-        for _ in range(10):
-            fn()
-        toggle.measure_start()
-        for _ in range(args.calls):
-            fn()
-        toggle.measure_stop(name.encode())
+    count_loops(args, {name: case.impls[name] for name in ("specops", "empty-op")})
 
 
 def report(dumps: list[str], args: argparse.Namespace) -> None:
@@ -57,12 +43,7 @@ def report(dumps: list[str], args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.measure:
-        measure(args)
-        return 0
-    run_counted(__file__, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
-    return 0
+    return counted_main(__file__, argv, parse_args, measure, report)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import torch
 
+from specops._backend import context_set
+
 # The interpreter runs programs one after another; a few keep each task loop exercised.
 INTERPRETER_PROGRAMS = 4
 
@@ -27,23 +29,17 @@ def assumed_cores(cores: int) -> Iterator[None]:
     device this machine does not have."""
     if cores < 1:
         raise ValueError(f"cores must be >= 1, got {cores}")
-    token = _assumed_cores.set(cores)
-    try:
+    with context_set(_assumed_cores, cores):
         yield
-    finally:
-        _assumed_cores.reset(token)
 
 
 @contextlib.contextmanager
 def assumed_npu() -> Iterator[None]:
-    """Inside the block, launchers that route the NPU differently (sas_metadata: the host op and
-    one asynchronous copy) take that route on any device: the NPU-route checks (tests/ascend)
+    """Inside the block, launchers that route the NPU differently (the sas family: the host op
+    and one asynchronous copy) take that route on any device: the NPU-route checks (tests/ascend)
     run it on CPU tensors."""
-    token = _assumed_npu.set(True)
-    try:
+    with context_set(_assumed_npu, True):
         yield
-    finally:
-        _assumed_npu.reset(token)
 
 
 def on_npu(device: torch.device) -> bool:

@@ -2,12 +2,21 @@
 where each batch's lengths come from, a tile's cost by each member's tile rule (sas_metadata's,
 and the lightning indexer's of csrc/kernels/lightning_indexer_metadata.h), and the second launch
 of a paired layout (kv_quant_sas_metadata with 128 heads): the S2 blocks of each core pair's tiles
-and the pair's second entry."""
+and the pair's second entry; and the family's NPU route, which launches neither kernel."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
+import torch
 import triton
 import triton.language as tl
+
+from specops.sas_layout import NUM_WORDS
+from specops.triton_kernels._launch import on_npu
+
+Launcher = Callable[..., None]
 
 # The tile rules of triton_kernels/sas_metadata.py's kernel (its COST constexpr).
 COST_SAS = 0
@@ -183,3 +192,28 @@ def _finish_pairs_kernel(
         tl.store(first + ENTRY_WIDTH + field, tl.load(first + field))
         tl.store(first + ENTRY_WORDS, most.to(tl.int32))
         tl.store(first + ENTRY_WIDTH + ENTRY_WORDS, most.to(tl.int32))
+
+
+def host_route(op_name: str, *arguments: object) -> None:
+    """The NPU route of the family's op `op_name`: its C++ host op on host copies of the length
+    tensors, into a pinned staging buffer, then one asynchronous copy into `out` (the last argument)."""
+    *inputs, out = arguments
+    host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
+    staged = torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=out.device.type != "cpu")
+    getattr(torch.ops.specops, op_name).default(*host_inputs, staged)
+    out.copy_(staged, non_blocking=True)
+
+
+def npu_host_routed(op_name: str) -> Callable[[Launcher], Launcher]:
+    """A family member's launcher that takes `host_route` on the NPU (where the kernel does not
+    compile: triton_kernels/sas_metadata.py says why) and launches the kernel everywhere else;
+    all three members use it."""
+    def route(launcher: Launcher) -> Launcher:
+        @functools.wraps(launcher)
+        def routed(*arguments: object) -> None:
+            if on_npu(arguments[-1].device):
+                host_route(op_name, *arguments)
+            else:
+                launcher(*arguments)
+        return routed
+    return route

@@ -39,11 +39,13 @@ def _gather_corrected_counts(
 ):
     previous, continues = continued_rows(prev_positions_ptr, prev_num_draft_tokens_ptr, rows, is_row,
                                          num_previous_rows)
-    valid = tl.load(valid_sampled_token_count_ptr + previous, mask=continues, other=0)
+    # The valid and host counts may be int64 (vllm-ascend's valid counts are): they enter the
+    # int32 arithmetic by their low 32 bits, as the peer's `.int()` takes them.
+    valid = tl.load(valid_sampled_token_count_ptr + previous, mask=continues, other=0).to(tl.int32)
     old_computed = tl.load(num_computed_tokens_ptr + previous, mask=continues, other=0)
     # Masked by the row bound alone, and selected below: triton-ascend turns a contiguous load with
     # a data-dependent mask into a full-tile read.
-    host_computed = tl.load(cpu_num_computed_tokens_ptr + rows, mask=is_row, other=0)
+    host_computed = tl.load(cpu_num_computed_tokens_ptr + rows, mask=is_row, other=0).to(tl.int32)
     old_accepted = tl.load(num_accepted_tokens_ptr + rows, mask=is_row, other=0)
     computed = tl.where(continues, old_computed + valid, host_computed)
     accepted = tl.where(continues, valid, old_accepted)

@@ -2,8 +2,8 @@
 
 A host op in a runner; on a device it runs like correct_num_computed_tokens: one program, all
 loads before any store (a barrier between), so every read sees the values from before the
-call even when seq_lens_cpu aliases an input. seq_lens may be int32 or int64 (the rejected
-count is int32, as the counts it comes from; the subtraction is in seq_lens' width).
+call even when seq_lens_cpu aliases an input. seq_lens and the valid counts may be int32 or
+int64 (the rejected count is in the valid counts' width, the subtraction in seq_lens').
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ def _corrected_seq_lens(seq_lens_ptr, prev_positions_ptr, valid_sampled_token_co
     drafts = tl.load(prev_num_draft_tokens_ptr + previous, mask=continues, other=0)
     valid = tl.load(valid_sampled_token_count_ptr + previous, mask=continues, other=0)
     seq_lens = tl.load(seq_lens_ptr + rows, mask=is_row, other=0)
-    return tl.where(continues, seq_lens - (drafts + 1 - valid), seq_lens)
+    # drafts + 1 in int32, the difference in the valid counts' width (int32 or int64), then taken
+    # in seq_lens' width: the peer's numpy promotion.
+    rejected = (drafts + 1).to(valid.dtype) - valid
+    return tl.where(continues, seq_lens - rejected.to(seq_lens.dtype), seq_lens)
 
 
 @triton.jit

@@ -8,10 +8,11 @@ import torch
 
 from specops.sas_family_layout import kv_quant_plan
 from specops.sas_layout import SOURCE_PER_BATCH, LengthSource, num_batches, query_lengths
-from specops.triton_kernels._launch import on_npu
-from specops.triton_kernels.sas_metadata import host_route, launch_schedule
+from specops.triton_kernels._sas_family import npu_host_routed
+from specops.triton_kernels.sas_metadata import launch_schedule
 
 
+@npu_host_routed("kv_quant_sas_metadata")
 def kv_quant_sas_metadata(
     num_heads_q: int, num_heads_kv: int, head_dim: int, kv_quant_mode: int, cu_seqlens_q: torch.Tensor | None,
     cu_seqlens_ori_kv: torch.Tensor | None, cu_seqlens_cmp_kv: torch.Tensor | None, seqused_q: torch.Tensor | None,
@@ -20,13 +21,6 @@ def kv_quant_sas_metadata(
     ori_win_left: int, ori_win_right: int, layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool,
     num_cube_cores: int, num_vector_cores: int, ascend950: bool, out: torch.Tensor,
 ) -> None:
-    if on_npu(out.device):  # the kernel does not lower for the NPU (sas_metadata.py)
-        host_route(torch.ops.specops.kv_quant_sas_metadata.default, num_heads_q, num_heads_kv, head_dim,
-                   kv_quant_mode, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv,
-                   batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, tile_size, rope_head_dim,
-                   cmp_ratio, ori_mask_mode, cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv,
-                   has_ori_kv, has_cmp_kv, num_cube_cores, num_vector_cores, ascend950, out)
-        return
     plan = kv_quant_plan(num_heads_q, has_cmp_kv and cmp_topk > 0, ascend950, num_cube_cores, num_vector_cores)
     launch_schedule(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q),
                     LengthSource(SOURCE_PER_BATCH, "seqused_kv", seqused_kv), out,

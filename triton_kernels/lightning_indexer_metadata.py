@@ -7,11 +7,11 @@ import torch
 
 from specops.sas_family_layout import LAYOUT_KEY_TND, LAYOUT_QUERY_TND, SOURCE_PREFIX_SUMS, li_variant
 from specops.sas_layout import SOURCE_CONSTANT, SOURCE_CUMULATIVE, SOURCE_PER_BATCH, LengthSource, is_given
-from specops.triton_kernels._sas_family import COST_INDEXER_950, COST_INDEXER_A3
-from specops.triton_kernels._launch import on_npu
-from specops.triton_kernels.sas_metadata import host_route, launch_schedule
+from specops.triton_kernels._sas_family import COST_INDEXER_950, COST_INDEXER_A3, npu_host_routed
+from specops.triton_kernels.sas_metadata import launch_schedule
 
 
+@npu_host_routed("lightning_indexer_metadata")
 def lightning_indexer_metadata(
     num_heads_q: int, num_heads_k: int, head_dim: int, query_quant_mode: int, key_quant_mode: int,
     actual_seq_lengths_query: torch.Tensor | None, actual_seq_lengths_key: torch.Tensor | None, batch_size: int,
@@ -19,12 +19,6 @@ def lightning_indexer_metadata(
     pre_tokens: int, next_tokens: int, cmp_ratio: int, num_cube_cores: int, num_vector_cores: int, ascend950: bool,
     out: torch.Tensor,
 ) -> None:
-    if on_npu(out.device):  # the kernel does not lower for the NPU (sas_metadata.py)
-        host_route(torch.ops.specops.lightning_indexer_metadata.default, num_heads_q, num_heads_k, head_dim,
-                   query_quant_mode, key_quant_mode, actual_seq_lengths_query, actual_seq_lengths_key,
-                   batch_size, max_seqlen_q, max_seqlen_k, layout_query, layout_key, sparse_count, sparse_mode,
-                   pre_tokens, next_tokens, cmp_ratio, num_cube_cores, num_vector_cores, ascend950, out)
-        return
     has_query, has_key = is_given(actual_seq_lengths_query), is_given(actual_seq_lengths_key)
     query_batches = actual_seq_lengths_query.numel() if has_query else batch_size
     key_batches = actual_seq_lengths_key.numel() if has_key else batch_size

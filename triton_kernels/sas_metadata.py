@@ -7,13 +7,12 @@ batches, takes whole batches with one prefix sum, then the M tiles of the batch 
 LANES at a time. Every FA entry is stored once when its core is done, the other words once at
 the end, so the program never reads back what it wrote; invalid values leave all 1024 words 0.
 
-On an Ascend NPU no launcher of the family (sas_metadata, kv_quant_sas_metadata,
-lightning_indexer_metadata) launches this kernel: triton-ascend's pointer analysis cannot trace
-loads whose offsets are carried through the greedy pass's data-dependent loop and branch
-structure (triton-adapter-opt stops in --triton-to-linalg, "AddPtrOp produced by unsupported
-operation"), and the pass is sequential by nature. The NPU route is the member's C++ host op and
-one asynchronous copy of the 1024 words (`host_route`), as SPEC's implementations list allows;
-_finish_pairs_kernel, which only follows this kernel, is not launched there either.
+On an Ascend NPU the launcher does not launch this kernel: triton-ascend's pointer analysis
+cannot trace loads whose offsets are carried through the greedy pass's data-dependent loop and
+branch structure (triton-adapter-opt stops in --triton-to-linalg, "AddPtrOp produced by
+unsupported operation"), and the pass is sequential by nature. The NPU route is the C++ host op
+and one asynchronous copy of the 1024 words, for all three members of the family
+(`_sas_family.npu_host_routed`).
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from specops.triton_kernels._launch import on_npu
 
 from specops.sas_family_layout import Variant
 from specops.sas_layout import (
@@ -39,7 +36,9 @@ from specops.sas_layout import (
     query_lengths,
     tile_sizes,
 )
-from specops.triton_kernels._sas_family import COST_SAS, _batches, _finish_pairs_kernel, _tile_cost
+from specops.triton_kernels._sas_family import COST_SAS, _batches, _finish_pairs_kernel, _tile_cost, npu_host_routed
+# Here too: a kernel whose module has host_route takes the host route on the NPU (tests/ascend).
+from specops.triton_kernels._sas_family import host_route  # noqa: F401
 
 # Batches costed side by side. At 32, ptxas keeps some source combinations (a constant KV length)
 # to 128 registers with a 4-byte spill on sm_90; at 16 every combination compiles without one.
@@ -306,8 +305,6 @@ def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, ba
                     variant: Variant, mask_mode: int, win_left: int, win_right: int, has_cmp_kv: bool, cmp_ratio: int,
                     cmp_topk: int, cost: int = COST_SAS) -> None:
     """The family's one kernel for a member's lengths, tile rule and layout (`variant`)."""
-    if on_npu(out.device):
-        raise RuntimeError("the sas family's schedule kernel is not launched on an NPU: its launchers take host_route")
     # A constant source reads no tensor: `out` stands in for the pointer.
     _sas_metadata_kernel[(1,)](
         out if query.kind == SOURCE_CONSTANT else query.tensor, out if kv.kind == SOURCE_CONSTANT else kv.tensor, out,
@@ -328,6 +325,7 @@ def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, ba
         )
 
 
+@npu_host_routed("sas_metadata")
 def sas_metadata(
     num_heads_q: int, num_heads_kv: int, head_dim: int, cu_seqlens_q: torch.Tensor | None,
     cu_seqlens_ori_kv: torch.Tensor | None, cu_seqlens_cmp_kv: torch.Tensor | None, seqused_q: torch.Tensor | None,
@@ -336,30 +334,9 @@ def sas_metadata(
     layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool, num_cube_cores: int, num_vector_cores: int,
     ascend950: bool, out: torch.Tensor,
 ) -> None:
-    if on_npu(out.device):
-        host_route(torch.ops.specops.sas_metadata.default, num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
-                   seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
-                   cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv,
-                   num_cube_cores, num_vector_cores, ascend950, out)
-        return
     m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
     launch_schedule(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q),
                     kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), out,
                     num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), num_heads_q,
                     Variant(m_tile, s2_tile, planned_cores=num_cube_cores), ori_mask_mode, ori_win_left, ori_win_right,
                     has_cmp_kv, cmp_ratio, cmp_topk)
-
-
-def host_route(host_op, *arguments: object) -> None:
-    """A family member's NPU route: its C++ host op (`host_op`, torch.ops.specops.<member>) on
-    host copies of the length tensors, into a pinned staging buffer, then one asynchronous copy
-    into `out` (the last argument)."""
-    *inputs, out = arguments
-    host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
-    staged = torch.empty(out.shape, dtype=out.dtype, pin_memory=out.device.type != "cpu")
-    host_op(*host_inputs, staged)
-    out.copy_(staged, non_blocking=True)
-
-
-# The kernels no NPU-route launch reaches (tests/ascend lists them from here).
-NPU_HOST_ROUTED = (_sas_metadata_kernel, _finish_pairs_kernel)

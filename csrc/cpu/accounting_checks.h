@@ -18,9 +18,10 @@ inline kernels::CountCorrectionShape check_count_correction(const at::Tensor& nu
   check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
   check_tensor(num_accepted_tokens, "num_accepted_tokens", {c10::kInt}, 1);
   check_tensor(prev_positions, "prev_positions", {c10::kInt, c10::kLong}, 1);
-  check_tensor(valid_sampled_token_count, "valid_sampled_token_count", {c10::kInt}, 1);
+  // vllm-ascend's valid counts are int64; a runner may keep int64 host counts.
+  check_tensor(valid_sampled_token_count, "valid_sampled_token_count", {c10::kInt, c10::kLong}, 1);
   check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", {c10::kInt}, 1);
-  check_tensor(cpu_num_computed_tokens, "cpu_num_computed_tokens", {c10::kInt}, 1);
+  check_tensor(cpu_num_computed_tokens, "cpu_num_computed_tokens", {c10::kInt, c10::kLong}, 1);
   const int64_t num_rows = prev_positions.numel();
   const char* n = "n = prev_positions.numel()";
   check_min_numel(num_computed_tokens, "num_computed_tokens", num_rows, n);
@@ -33,6 +34,28 @@ inline kernels::CountCorrectionShape check_count_correction(const at::Tensor& nu
   shape.num_previous_rows = std::min({valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
                                       num_computed_tokens.numel()});
   return shape;
+}
+
+// Runs `run` with the data of an int32 or int64 tensor (checked to be one of them) as a typed
+// const pointer: one instantiation per dtype instead of a branch per element.
+template <typename Run>
+void with_int_data(const at::Tensor& t, Run&& run) {
+  if (t.scalar_type() == c10::kLong) {
+    run(static_cast<const int64_t*>(t.data_ptr<int64_t>()));
+  } else {
+    run(static_cast<const int32_t*>(t.data_ptr<int32_t>()));
+  }
+}
+
+// The correction's three inputs of either width, as typed pointers: run(prev, valid, host).
+template <typename Run>
+void with_correction_inputs(const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
+                            const at::Tensor& cpu_num_computed_tokens, Run&& run) {
+  with_int_data(prev_positions, [&](auto* prev) {
+    with_int_data(valid_sampled_token_count, [&](auto* valid) {
+      with_int_data(cpu_num_computed_tokens, [&](auto* host) { run(prev, valid, host); });
+    });
+  });
 }
 
 // Checks of positions, seq_lens and their padding, shared by prepare_positions_and_seq_lens and

@@ -1,5 +1,4 @@
 // CPU op for correct_num_computed_tokens: validates, then runs the two-pass body.
-#include <ATen/Dispatch.h>
 #include <torch/library.h>
 
 
@@ -17,13 +16,12 @@ void correct_num_computed_tokens(const at::Tensor& num_computed_tokens, const at
       check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                              prev_num_draft_tokens, cpu_num_computed_tokens);
   int32_t* scratch = int32_scratch(2 * shape.num_rows);
-  AT_DISPATCH_INDEX_TYPES(prev_positions.scalar_type(), "correct_num_computed_tokens", [&] {
-    kernels::correct_num_computed_tokens<index_t>(
-        num_computed_tokens.data_ptr<int32_t>(), num_accepted_tokens.data_ptr<int32_t>(),
-        prev_positions.data_ptr<index_t>(), valid_sampled_token_count.data_ptr<int32_t>(),
-        prev_num_draft_tokens.data_ptr<int32_t>(), cpu_num_computed_tokens.data_ptr<int32_t>(), scratch,
-        shape);
-  });
+  with_correction_inputs(prev_positions, valid_sampled_token_count, cpu_num_computed_tokens,
+                         [&](auto* prev, auto* valid, auto* host) {
+                           kernels::correct_num_computed_tokens(
+                               num_computed_tokens.data_ptr<int32_t>(), num_accepted_tokens.data_ptr<int32_t>(), prev,
+                               valid, prev_num_draft_tokens.data_ptr<int32_t>(), host, scratch, shape);
+                         });
 }
 
 }  // namespace

@@ -15,21 +15,17 @@ namespace {
 
 namespace sas = kernels::sas;
 namespace li = kernels::lightning_indexer;
-using sas_inputs::check_int32_attribute;
-using sas_inputs::check_length_tensor;
-using sas_inputs::given_ptr;
-using sas_inputs::is_given;
-using sas_inputs::tensor_source;
+using namespace sas_inputs;  // NOLINT: the family's shared checks
 
-// Layout codes as the wrapper resolves the strings (python/specops/sas_layout.py).
+// Layout codes as the wrapper resolves the strings (python/specops/sas_family_layout.py).
 constexpr int64_t kQueryBsnd = 0;
 constexpr int64_t kQueryTnd = 1;
 constexpr int64_t kKeyPaBsnd = 0;
 constexpr int64_t kKeyTnd = 1;
 constexpr int64_t kKeyBsnd = 2;
 
-const sas_inputs::SourceNames kQueryNames{"max_seqlen_q", "actual_seq_lengths_query", "actual_seq_lengths_query"};
-const sas_inputs::SourceNames kKeyNames{"max_seqlen_k", "actual_seq_lengths_key", "actual_seq_lengths_key"};
+const SourceNames kQueryNames{"max_seqlen_q", "actual_seq_lengths_query", "actual_seq_lengths_query"};
+const SourceNames kKeyNames{"max_seqlen_k", "actual_seq_lengths_key", "actual_seq_lengths_key"};
 
 void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_t head_dim, int64_t query_quant_mode,
                                 int64_t key_quant_mode, const std::optional<at::Tensor>& actual_seq_lengths_query,
@@ -38,31 +34,22 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
                                 int64_t sparse_count, int64_t sparse_mode, int64_t pre_tokens, int64_t next_tokens,
                                 int64_t cmp_ratio, int64_t num_cube_cores, int64_t num_vector_cores, bool ascend950,
                                 const at::Tensor& out) {
-  check_tensor(out, "out", {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(out.numel() == sas::kNumWords, "out must have exactly ", sas::kNumWords, " int32 words, got ",
-                    out.numel());
-  check_length_tensor(actual_seq_lengths_query, "actual_seq_lengths_query", out);
-  check_length_tensor(actual_seq_lengths_key, "actual_seq_lengths_key", out);
-  check_int32_attribute(num_heads_q, "num_heads_q");
-  check_int32_attribute(num_heads_k, "num_heads_k");
-  check_int32_attribute(head_dim, "head_dim");
-  check_int32_attribute(query_quant_mode, "query_quant_mode");
-  check_int32_attribute(key_quant_mode, "key_quant_mode");
-  check_int32_attribute(batch_size, "batch_size");
-  check_int32_attribute(max_seqlen_q, "max_seqlen_q");
-  check_int32_attribute(max_seqlen_k, "max_seqlen_k");
-  check_int32_attribute(sparse_count, "sparse_count");
-  check_int32_attribute(sparse_mode, "sparse_mode");
-  check_int32_attribute(cmp_ratio, "cmp_ratio");
+  check_schedule_inputs(out,
+                        {{actual_seq_lengths_query, "actual_seq_lengths_query"},
+                         {actual_seq_lengths_key, "actual_seq_lengths_key"}},
+                        {{num_heads_q, "num_heads_q"}, {num_heads_k, "num_heads_k"}, {head_dim, "head_dim"},
+                         {query_quant_mode, "query_quant_mode"}, {key_quant_mode, "key_quant_mode"},
+                         {batch_size, "batch_size"}, {max_seqlen_q, "max_seqlen_q"}, {max_seqlen_k, "max_seqlen_k"},
+                         {sparse_count, "sparse_count"}, {sparse_mode, "sparse_mode"}, {cmp_ratio, "cmp_ratio"}});
 
   // The kernel's own checks, in its order.
   TORCH_CHECK_VALUE(num_cube_cores != 0, "num_cube_cores (AIC num) should not be 0");
   TORCH_CHECK_VALUE(num_vector_cores != 0 && num_vector_cores % num_cube_cores == 0,
                     "num_vector_cores (AIV num) must be a non-zero multiple of num_cube_cores (", num_cube_cores,
                     "), got ", num_vector_cores);
-  TORCH_CHECK_VALUE(batch_size >= 0, "batch_size should not be negative, but got ", batch_size);
-  TORCH_CHECK_VALUE(max_seqlen_q >= 0, "max_seqlen_q should not be negative, but got ", max_seqlen_q);
-  TORCH_CHECK_VALUE(max_seqlen_k >= 0, "max_seqlen_k should not be negative, but got ", max_seqlen_k);
+  check_nonnegative(batch_size, "batch_size");
+  check_nonnegative(max_seqlen_q, "max_seqlen_q");
+  check_nonnegative(max_seqlen_k, "max_seqlen_k");
   TORCH_CHECK_VALUE(num_heads_q == li::kHeads, "num_heads_q should only be 64, but got ", num_heads_q);
   TORCH_CHECK_VALUE(num_heads_k == 1, "num_heads_k should only be 1, but got ", num_heads_k);
   TORCH_CHECK_VALUE(layout_query == kQueryBsnd || layout_query == kQueryTnd,
@@ -108,7 +95,7 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
   TORCH_CHECK_VALUE(has_key || max_seqlen_k * cmp_ratio <= sas::kInt32Max, "max_seqlen_k * cmp_ratio (",
                     max_seqlen_k * cmp_ratio, ") must fit int32 (the kernel's key length without a tensor)");
   const int64_t num_batches = query_batches < key_batches ? query_batches : key_batches;
-  sas::LengthSource query = sas_inputs::constant_source(max_seqlen_q);
+  sas::LengthSource query = constant_source(max_seqlen_q);
   if (has_query) {
     const bool cumulative = layout_query == kQueryTnd;
     query = tensor_source(*actual_seq_lengths_query,
@@ -116,21 +103,20 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
                           : query_batches > key_batches ? sas::LengthSource::kCumulative
                                                         : sas::LengthSource::kPrefixSums);
   }
-  sas::LengthSource key = sas_inputs::constant_source(max_seqlen_k * cmp_ratio);
+  sas::LengthSource key = constant_source(max_seqlen_k * cmp_ratio);
   if (has_key) {
     key = tensor_source(*actual_seq_lengths_key,
                         layout_key == kKeyTnd ? sas::LengthSource::kPrefixSums : sas::LengthSource::kPerBatch);
   }
-  check_outputs_alias_nothing({{&out, {"out"}}},
-                              {{given_ptr(actual_seq_lengths_query), {"actual_seq_lengths_query"}},
-                               {given_ptr(actual_seq_lengths_key), {"actual_seq_lengths_key"}}});
+  check_lengths_alias_nothing(out, {{actual_seq_lengths_query, "actual_seq_lengths_query"},
+                                    {actual_seq_lengths_key, "actual_seq_lengths_key"}});
 
   // The mask and window arguments of make_shape are unused: the indexer's coster has its own.
   const sas::SASShape shape = sas::make_shape(num_batches, num_heads_q, sas::kMaskNone, 0, 0, false, 1, 0,
                                               num_cube_cores, li::variant(ascend950), query, key);
   const li::TileCoster coster{shape, sparse_mode == li::kModeCausal, ascend950, cmp_ratio};
-  const sas_inputs::BatchTableStorage storage(shape, "actual_seq_lengths_query");
-  sas_inputs::write_checked_schedule(shape, coster, storage.table(), kQueryNames, kKeyNames, out.data_ptr<int32_t>());
+  const BatchTableStorage storage(shape, "actual_seq_lengths_query");
+  write_checked_schedule(shape, coster, storage.table(), kQueryNames, kKeyNames, out.data_ptr<int32_t>());
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   }
   check_outputs_alias_nothing(outputs, read_while_storing);
 
-  // The gathered counts, and room for every request's corrected count (int32 slot mappings).
+  // The gathered counts, and room for every request's corrected count.
   int32_t* new_computed = int32_scratch(2 * correction.num_rows + num_reqs);
   int32_t* new_accepted = new_computed + correction.num_rows;
   int32_t* request_counts = new_accepted + correction.num_rows;
@@ -103,13 +103,19 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   positions_shape.num_tokens_padded = num_tokens_padded;
   positions_shape.num_reqs_padded = num_reqs_padded;
 
-  AT_DISPATCH_INDEX_TYPES(prev_positions.scalar_type(), "prepare_spec_decode_inputs", [&] {
-    kernels::gather_corrected_counts<index_t>(
-        counts, num_accepted_tokens.data_ptr<int32_t>(), prev_positions.data_ptr<index_t>(),
-        valid_sampled_token_count.data_ptr<int32_t>(), prev_num_draft_tokens.data_ptr<int32_t>(),
-        cpu_num_computed_tokens.data_ptr<int32_t>(), new_computed, new_accepted, correction);
-  });
+  with_correction_inputs(prev_positions, valid_sampled_token_count, cpu_num_computed_tokens,
+                         [&](auto* prev, auto* valid, auto* host) {
+                           kernels::gather_corrected_counts(counts, num_accepted_tokens.data_ptr<int32_t>(), prev,
+                                                            valid, prev_num_draft_tokens.data_ptr<int32_t>(), host,
+                                                            new_computed, new_accepted, correction);
+                         });
   const kernels::CorrectedCounts corrected{new_computed, correction.num_rows, counts};
+  // Every request's corrected count (gathered rows, then the untouched ones), and the range of
+  // positions they give: one pass that most groups' checks need nothing beyond.
+  const int64_t gathered_requests = std::min(num_reqs, correction.num_rows);
+  std::copy(new_computed, new_computed + gathered_requests, request_counts);
+  std::copy(counts + gathered_requests, counts + num_reqs, request_counts + gathered_requests);
+  const kernels::RequestPositionRange range = kernels::request_position_range(qsl, request_counts, num_reqs);
 
   with_idx_mapping(idx_mapping, [&](auto* idx) {
     using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
@@ -118,7 +124,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
       if (!group.enabled()) continue;  // its table is never read
       check_rows_inside_table(idx, num_reqs, group.shape.block_table_rows,
                               ArgName{"block_tables", static_cast<int64_t>(g)});
-      const int64_t bad = kernels::find_request_beyond_block_table<IdxT>(qsl, corrected, idx, group);
+      // Without per-row counts every row covers table_covered positions: the shared range decides.
+      const bool all_inside = group.shape.num_blocks == nullptr && range.inside(group.table_covered);
+      const int64_t bad = all_inside ? -1 : kernels::find_request_beyond_block_table<IdxT>(qsl, corrected, idx, group);
       if (bad >= 0) {
         const int64_t first = corrected(bad), query_len = qsl[bad + 1] - qsl[bad];
         const int64_t row = idx ? static_cast<int64_t>(idx[bad]) : bad;
@@ -141,7 +149,6 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
       }
       if (group.out32 == nullptr) continue;
       // An int32 slot mapping: its slots are computed wide and checked before the first store.
-      for (int64_t r = 0; r < num_reqs; ++r) request_counts[r] = corrected(r);
       int64_t* wide = int64_scratch(num_tokens);
       const int64_t past = kernels::find_group_slot_past_int32<IdxT>(qsl, request_counts, idx, group, wide);
       TORCH_CHECK_VALUE(past < 0, "slot_mappings[", g, "] is int32, but token ", past, " has slot ",

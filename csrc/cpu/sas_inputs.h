@@ -4,6 +4,7 @@
 // batch's lengths come from, and the messages for lengths the schedule refuses.
 #include <torch/library.h>
 
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <optional>
@@ -21,8 +22,6 @@ namespace sas = kernels::sas;
 // The kernels' "provided": None and an empty tensor both mean not provided.
 inline bool is_given(const std::optional<at::Tensor>& t) { return t.has_value() && t->numel() > 0; }
 
-inline const at::Tensor* given_ptr(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
-
 // An empty tensor is not provided whatever its dtype and shape (vllm-ascend's DSA builders pass
 // empty float32 placeholders), so the dtype and rank are checked only when it holds values. Its
 // device is checked always: a tensor on another device selects another kernel.
@@ -37,6 +36,89 @@ inline void check_length_tensor(const std::optional<at::Tensor>& t, const char* 
 inline void check_int32_attribute(int64_t value, const char* name) {
   TORCH_CHECK_VALUE(value >= sas::kInt32Min && value <= sas::kInt32Max, name,
                     " must fit int32 (the kernel's attribute type), got ", value);
+}
+
+// One length tensor or int32 attribute of a member, with its name.
+struct LengthTensor {
+  const std::optional<at::Tensor>& tensor;
+  const char* name;
+};
+
+struct Int32Attribute {
+  int64_t value;
+  const char* name;
+};
+
+// What every member checks first: out (int32, the 1024 words), its length tensors and the
+// attributes the kernel reads as int32 (python/specops/ops/_sas_inputs.py mirrors these checks).
+inline void check_schedule_inputs(const at::Tensor& out, std::initializer_list<LengthTensor> lengths,
+                                  std::initializer_list<Int32Attribute> attributes) {
+  check_tensor(out, "out", {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(out.numel() == sas::kNumWords, "out must have exactly ", sas::kNumWords, " int32 words, got ",
+                    out.numel());
+  for (const LengthTensor& length : lengths) check_length_tensor(length.tensor, length.name, out);
+  for (const Int32Attribute& attribute : attributes) check_int32_attribute(attribute.value, attribute.name);
+}
+
+// The kernel reads its length tensors while it writes the schedule: out shares memory with none.
+inline void check_lengths_alias_nothing(const at::Tensor& out, std::initializer_list<LengthTensor> lengths) {
+  for (const LengthTensor& length : lengths) {
+    if (is_given(length.tensor)) check_outputs_alias_nothing({{&out, {"out"}}}, {{&*length.tensor, {length.name}}});
+  }
+}
+
+inline void check_nonnegative(int64_t value, const char* name) {
+  TORCH_CHECK_VALUE(value >= 0, name, " should not be negative, but got ", value);
+}
+
+// Layout codes as the wrappers resolve the strings (python/specops/sas_layout.py).
+constexpr int64_t kLayoutQBsnd = 0;
+constexpr int64_t kLayoutQTnd = 1;
+constexpr int64_t kLayoutKvPaNd = 0;
+constexpr int64_t kLayoutKvTnd = 1;
+constexpr int64_t kLayoutKvBsnd = 2;
+
+// sas_metadata's and kv_quant_sas_metadata's kernels: one KV head, a mask mode they know.
+inline void check_kv_heads_and_mask(int64_t num_heads_kv, int64_t ori_mask_mode) {
+  TORCH_CHECK_VALUE(num_heads_kv == 1, "num_heads_kv should only be 1, but got ", num_heads_kv);
+  TORCH_CHECK_VALUE(
+      ori_mask_mode == sas::kMaskNone || ori_mask_mode == sas::kMaskCausal || ori_mask_mode == sas::kMaskBand,
+      "ori_mask_mode should be 0, 3 or 4, but got ", ori_mask_mode);
+}
+
+inline void check_window_sign(int64_t window, const char* name) {
+  TORCH_CHECK_VALUE(window >= 0, name, " should be non-negative, but got ", window);
+}
+
+inline void check_window_bound(int64_t window, const char* name) {
+  TORCH_CHECK_VALUE(window <= sas::kMaxWindow, name,
+                    " must be at most 2^62 (a wider window sees every KV token; near 2^63 the kernel's int64 window "
+                    "sums overflow), got ",
+                    window);
+}
+
+// The layout codes of the two kernels, and no BSND KV under a TND query.
+inline void check_sas_layouts(int64_t layout_q, int64_t layout_kv) {
+  TORCH_CHECK_VALUE(layout_q == kLayoutQBsnd || layout_q == kLayoutQTnd, "layout_q must be TND or BSND, got code ",
+                    layout_q);
+  TORCH_CHECK_VALUE(layout_kv == kLayoutKvPaNd || layout_kv == kLayoutKvTnd || layout_kv == kLayoutKvBsnd,
+                    "layout_kv must be TND, BSND or PA_ND, got code ", layout_kv);
+  TORCH_CHECK_VALUE(layout_q != kLayoutQTnd || layout_kv != kLayoutKvBsnd,
+                    "layout_kv must be PA_ND or TND when layout_q is TND, got BSND");
+}
+
+inline void check_cu_seqlens_q(int64_t layout_q, const std::optional<at::Tensor>& cu_seqlens_q) {
+  TORCH_CHECK_VALUE(layout_q != kLayoutQTnd || is_given(cu_seqlens_q), "cu_seqlens_q must be provided for layout_q TND");
+}
+
+inline void check_cmp_ratio(int64_t cmp_ratio) {
+  TORCH_CHECK_VALUE(cmp_ratio == 4 || cmp_ratio == 128, "cmp_ratio should only be 4 or 128 when has_cmp_kv, but got ",
+                    cmp_ratio);
+}
+
+inline void check_cmp_topk(int64_t cmp_topk) {
+  TORCH_CHECK_VALUE(cmp_topk == 0 || cmp_topk == 512 || cmp_topk == 1024,
+                    "cmp_topk should be 0, 512 or 1024 when has_cmp_kv, but got ", cmp_topk);
 }
 
 inline sas::LengthSource tensor_source(const at::Tensor& t, sas::LengthSource::Kind kind) {
@@ -54,6 +136,29 @@ inline sas::LengthSource constant_source(int64_t value) {
   sas::LengthSource source;
   source.constant = value;
   return source;
+}
+
+// B, where the kernel takes it from, and each batch's query length: seqused_q, else a TND
+// query's cu_seqlens_q (checked given before), else batch_size and max_seqlen_q. B is bounded by
+// the kernel's int32 loop counters.
+struct QueryBatches {
+  int64_t num_batches;
+  const char* source;
+  sas::LengthSource lengths;
+};
+
+inline QueryBatches query_batches(int64_t layout_q, const std::optional<at::Tensor>& cu_seqlens_q,
+                                  const std::optional<at::Tensor>& seqused_q, int64_t batch_size,
+                                  int64_t max_seqlen_q) {
+  QueryBatches batches{batch_size, "batch_size", constant_source(max_seqlen_q)};
+  if (is_given(seqused_q)) {
+    batches = {seqused_q->numel(), "seqused_q", tensor_source(*seqused_q, sas::LengthSource::kPerBatch)};
+  } else if (layout_q == kLayoutQTnd) {
+    batches = {cu_seqlens_q->numel() - 1, "cu_seqlens_q", tensor_source(*cu_seqlens_q, sas::LengthSource::kCumulative)};
+  }
+  TORCH_CHECK_VALUE(batches.num_batches <= sas::kInt32Max, batches.source, " describes ", batches.num_batches,
+                    " batches, more than 2^31 - 1");
+  return batches;
 }
 
 // Batches whose cost table the per-thread scratch keeps between calls (2 MiB at 4 values a row).

@@ -29,6 +29,14 @@ inline int64_t continued_row(PrevT prev_position, int64_t num_previous_rows, con
   return prev_num_draft_tokens[row] > 0 ? row : -1;
 }
 
+// A count as the int32 the correction computes with: an int64 count (vllm-ascend's valid counts
+// are int64, a runner may keep int64 host counts) by its low 32 bits, as the peer's `.int()` and
+// its copy into the int32 outputs take it.
+template <typename CountT>
+inline int32_t as_int32_count(CountT count) {
+  return static_cast<int32_t>(static_cast<uint32_t>(count));
+}
+
 // int32 arithmetic that wraps like torch's and Triton's int32 ops, without signed overflow.
 inline int32_t wrapping_add(int32_t a, int32_t b) {
   return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
@@ -38,18 +46,20 @@ inline int32_t wrapping_sub(int32_t a, int32_t b) {
 }
 
 // Pass 1: the new count and accepted count of every row i < n, read-only on every buffer.
-template <typename PrevT>
+// valid_sampled_token_count and cpu_num_computed_tokens are int32 or int64 (ValidT, HostT).
+template <typename PrevT, typename ValidT, typename HostT>
 void gather_corrected_counts(const int32_t* num_computed_tokens, const int32_t* num_accepted_tokens,
-                             const PrevT* prev_positions, const int32_t* valid_sampled_token_count,
-                             const int32_t* prev_num_draft_tokens, const int32_t* cpu_num_computed_tokens,
+                             const PrevT* prev_positions, const ValidT* valid_sampled_token_count,
+                             const int32_t* prev_num_draft_tokens, const HostT* cpu_num_computed_tokens,
                              int32_t* new_computed, int32_t* new_accepted, const CountCorrectionShape& s) {
   for (int64_t i = 0; i < s.num_rows; ++i) {
     const int64_t row = continued_row(prev_positions[i], s.num_previous_rows, prev_num_draft_tokens);
     if (row >= 0) {
-      new_computed[i] = wrapping_add(num_computed_tokens[row], valid_sampled_token_count[row]);
-      new_accepted[i] = valid_sampled_token_count[row];
+      const int32_t valid = as_int32_count(valid_sampled_token_count[row]);
+      new_computed[i] = wrapping_add(num_computed_tokens[row], valid);
+      new_accepted[i] = valid;
     } else {
-      new_computed[i] = cpu_num_computed_tokens[i];
+      new_computed[i] = as_int32_count(cpu_num_computed_tokens[i]);
       new_accepted[i] = num_accepted_tokens[i];  // unchanged
     }
   }
@@ -63,10 +73,10 @@ inline void store_corrected_counts(const int32_t* new_computed, const int32_t* n
 }
 
 // scratch holds 2 * num_rows int32.
-template <typename PrevT>
+template <typename PrevT, typename ValidT, typename HostT>
 void correct_num_computed_tokens(int32_t* num_computed_tokens, int32_t* num_accepted_tokens, const PrevT* prev_positions,
-                                 const int32_t* valid_sampled_token_count, const int32_t* prev_num_draft_tokens,
-                                 const int32_t* cpu_num_computed_tokens, int32_t* scratch,
+                                 const ValidT* valid_sampled_token_count, const int32_t* prev_num_draft_tokens,
+                                 const HostT* cpu_num_computed_tokens, int32_t* scratch,
                                  const CountCorrectionShape& s) {
   int32_t* new_computed = scratch;
   int32_t* new_accepted = scratch + s.num_rows;

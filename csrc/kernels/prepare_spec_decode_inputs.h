@@ -5,16 +5,19 @@
 // their bodies and the placement math of kernels/slot_math.h.
 //
 // A rejected call writes nothing: the corrected counts are gathered into scratch and every
-// group's positions validated from them (read-only) before the first store. Then one pass over
+// group's positions validated from them (read-only) before the first store; one branch-free
+// pass finds the range of every request's positions, which decides for each group without
+// per-row counts (the usual case) with no loop of its own. Then one pass over
 // the requests stores everything: a request's corrected count, its positions, its seq_len and
 // its slots in every group, while its count and block-table rows are hot. The op made the
 // positions itself, so it knows a request's positions are consecutive: each group's slots come
 // in runs (walk_consecutive_slots), one placement and one block-id load per run, and a group
 // under CP without interleave, whose runs are single tokens, is placed token by token without
-// a branch. Each group's loop is compiled per layout and per divisor kind (shifts when its sizes
+// a branch. Runs are stored two int64 (four int32) at a time (store_run). Each group's loop is compiled per layout and per divisor kind (shifts when its sizes
 // are powers of two), chosen once per group.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/correct_num_computed_tokens.h"
 #include "kernels/prepare_positions_and_seq_lens.h"
@@ -67,6 +70,34 @@ struct SlotMappingGroup {
   }
 };
 
+// out[k] = base + step * k for k < length (step 1: a run of positions or slots; 0: a run of
+// PAD), in the output's width (int32 outputs take the low 32 bits, as a cast of each would).
+// The fused op writes every position and every group's slots this way, so it stores two int64
+// (or four int32) values a step with the compiler's portable vector types (SSE2 on x86-64, NEON
+// on AArch64), unaligned, and finishes the run element by element.
+template <typename OutT>
+inline void store_run(OutT* out, int64_t length, int64_t base, int64_t step) {
+  static_assert(sizeof(OutT) == 8 || sizeof(OutT) == 4, "int64 or int32 outputs");
+#if defined(__GNUC__)
+  using Lane = std::conditional_t<sizeof(OutT) == 8, uint64_t, uint32_t>;  // unsigned: wrapping
+  constexpr int64_t kLanes = 16 / sizeof(OutT);
+  typedef Lane Vector __attribute__((vector_size(16)));
+  Vector value;
+  for (int64_t lane = 0; lane < kLanes; ++lane) value[lane] = static_cast<Lane>(base + step * lane);
+  const Lane increment_lane = static_cast<Lane>(step * kLanes);
+  const Vector increment = Vector{} + increment_lane;
+  int64_t k = 0;
+  for (; k + kLanes <= length; k += kLanes) {
+    __builtin_memcpy(out + k, &value, sizeof(value));
+    value += increment;
+  }
+  base += step * k;
+  for (; k < length; ++k, base += step) out[k] = static_cast<OutT>(base);
+#else
+  for (int64_t k = 0; k < length; ++k) out[k] = static_cast<OutT>(base + step * k);
+#endif
+}
+
 // The count row r will hold after the correction: gathered for rows < num_corrected, untouched
 // (so read from the buffer) above.
 struct CorrectedCounts {
@@ -76,6 +107,38 @@ struct CorrectedCounts {
 
   int32_t operator()(int64_t r) const { return r < num_corrected ? gathered[r] : buffer[r]; }
 };
+
+// The lowest first position and the highest last position of the requests with tokens (their
+// corrected counts in counts[0, num_reqs)), in one branch-free pass shared by every group: a
+// group without per-row counts whose table covers [lowest, highest] in every row accepts the
+// batch without a loop of its own.
+struct RequestPositionRange {
+  int64_t lowest = 0;
+  int64_t highest = -1;  // below lowest: no request has tokens
+
+  // Whether every position lies in [0, covered) (covered <= 2^31).
+  bool inside(uint64_t covered) const { return highest < lowest || (lowest >= 0 && static_cast<uint64_t>(highest) < covered); }
+};
+
+inline RequestPositionRange request_position_range(const int32_t* query_start_loc, const int32_t* counts,
+                                                   int64_t num_reqs) {
+  int64_t lowest = INT64_MAX, highest = INT64_MIN;
+  int64_t begin = num_reqs > 0 ? query_start_loc[0] : 0;
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    const int64_t end = query_start_loc[r + 1];
+    const int64_t first = counts[r];
+    const bool with_tokens = end != begin;
+    lowest = std::min(lowest, with_tokens ? first : INT64_MAX);
+    highest = std::max(highest, with_tokens ? first + (end - begin) - 1 : INT64_MIN);
+    begin = end;
+  }
+  RequestPositionRange range;
+  if (highest >= lowest) {
+    range.lowest = lowest;
+    range.highest = highest;
+  }
+  return range;
+}
 
 // First request (batch order) one of whose positions count .. count + query_len - 1 is negative,
 // past int32, or stored on this rank beyond the group's table or its row's allocated blocks; -1
@@ -109,17 +172,29 @@ int64_t find_request_beyond_block_table(const int32_t* query_start_loc, const Co
 // after the host checks) are placed one at a time with bounds checks. `s` and `d` are the
 // group's, passed apart so a caller's loop can hold copies of them in registers.
 template <CpLayout kLayout, typename D, typename OutT>
-inline int64_t request_slots(int64_t first, int64_t count, int64_t row, const SlotMappingGroup& g,
-                             const SlotMappingShape& s, const D& d, OutT* out) {
+inline int64_t request_slots(int64_t first, int64_t count, int64_t row, const int32_t* block_table,
+                             uint64_t table_covered, const SlotMappingShape& s, const D& d, OutT* out) {
   if (row < 0 || row >= s.block_table_rows) {
     store_slot_run(out, count, kPadSlotId, 0);
     return kPadSlotId;
   }
-  const int32_t* block_row = g.block_table + row * s.block_table_stride;
-  const uint64_t covered = s.num_blocks == nullptr ? g.table_covered : covered_positions(s, usable_columns(s, row));
+  const int32_t* block_row = block_table + row * s.block_table_stride;
+  const uint64_t covered = s.num_blocks == nullptr ? table_covered : covered_positions(s, usable_columns(s, row));
   int64_t largest = kPadSlotId;
   if (first >= 0 && static_cast<uint64_t>(first) < covered &&
       covered - static_cast<uint64_t>(first) >= static_cast<uint64_t>(count)) {
+    if constexpr (kLayout == CpLayout::kSingleRank) {
+      // The usual decode: every position in one kernel block, so one id load and one run.
+      const uint32_t position = static_cast<uint32_t>(first);
+      const uint32_t in_block = d.block.mod(position);
+      if (static_cast<int64_t>(in_block) + count <= static_cast<int64_t>(d.block.divisor())) {
+        const int64_t block_id = block_row[d.block.div(position)];
+        const bool stored = block_id >= 0;
+        const int64_t base = stored ? block_id * s.block_size + in_block : kPadSlotId;
+        store_run(out, count, base, static_cast<int64_t>(stored));
+        return stored ? base + count - 1 : kPadSlotId;
+      }
+    }
     if constexpr (kLayout == CpLayout::kContextParallel) {
       for (int64_t k = 0; k < count; ++k) {
         const int64_t slot = slot_of_covered_position<kLayout>(static_cast<uint32_t>(first + k), block_row, s, d);
@@ -130,7 +205,7 @@ inline int64_t request_slots(int64_t first, int64_t count, int64_t row, const Sl
       walk_consecutive_slots<kLayout>(static_cast<uint32_t>(first), count, block_row, s, d,
                                       [&](int64_t begin, int64_t length, int64_t base, int64_t step) {
                                         largest = std::max(largest, base + step * (length - 1));
-                                        store_slot_run(out + begin, length, base, step);
+                                        store_run(out + begin, length, base, step);
                                       });
     }
     return largest;
@@ -150,15 +225,21 @@ template <CpLayout kLayout, typename D, typename IdxT, typename OutT>
 void group_slots_of_requests(const SlotMappingGroup& g, const D& divisors, const int32_t* query_start_loc,
                              const int32_t* counts, const IdxT* idx_mapping, int64_t r_begin, int64_t r_end,
                              OutT* out) {
-  // Copies the stores through `out` cannot alias, so the sizes stay in registers.
+  // Copies the stores through `out` cannot alias, so the sizes, the table and its bound stay in
+  // registers (read through `g`, each would be reloaded after every int64 store).
   const SlotMappingShape s = g.shape;
   const D d = divisors;
+  const int32_t* const block_table = g.block_table;
+  const uint64_t table_covered = g.table_covered;
+  int64_t begin = query_start_loc[r_begin];
   for (int64_t r = r_begin; r < r_end; ++r) {
-    const int64_t begin = query_start_loc[r];
-    const int64_t count = query_start_loc[r + 1] - begin;
-    if (count == 0) continue;
-    const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
-    request_slots<kLayout>(counts[r], count, row, g, s, d, out + begin);
+    const int64_t end = query_start_loc[r + 1];
+    const int64_t count = end - begin;
+    if (count != 0) {
+      const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
+      request_slots<kLayout>(counts[r], count, row, block_table, table_covered, s, d, out + begin);
+    }
+    begin = end;
   }
 }
 
@@ -221,12 +302,14 @@ void store_spec_decode_inputs(const int32_t* new_computed, const int32_t* new_ac
   for (int64_t i = 0; i < num_corrected; ++i) num_accepted_tokens[i] = new_accepted[i];
   for (int64_t block = 0; block < num_reqs; block += kRequestsPerBlock) {
     const int64_t block_end = std::min(block + kRequestsPerBlock, num_reqs);
+    int64_t begin = query_start_loc[block];
     for (int64_t r = block; r < block_end; ++r) {
       const int32_t count = num_computed_tokens[r];  // corrected (rows past the correction: untouched)
-      const int64_t begin = query_start_loc[r];
-      const int64_t query_len = query_start_loc[r + 1] - begin;
-      store_slot_run(positions + begin, query_len, count, 1);  // count, count + 1, ...
+      const int64_t end = query_start_loc[r + 1];
+      const int64_t query_len = end - begin;
+      store_run(positions + begin, query_len, count, 1);  // count, count + 1, ...
       seq_lens[r] = static_cast<int32_t>(static_cast<uint32_t>(count) + static_cast<uint32_t>(query_len));
+      begin = end;
     }
     for (int64_t g = 0; g < num_groups; ++g) {
       const SlotMappingGroup& group = groups[g];

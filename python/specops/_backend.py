@@ -31,11 +31,18 @@ def backend(name: str) -> Iterator[None]:
     """
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
-    token = _current_backend.set(name)
+    with context_set(_current_backend, name):
+        yield
+
+
+@contextlib.contextmanager
+def context_set(variable: contextvars.ContextVar, value: object) -> Iterator[None]:
+    """`variable` holds `value` inside the block (the switches here and in the launchers)."""
+    token = variable.set(value)
     try:
         yield
     finally:
-        _current_backend.reset(token)
+        variable.reset(token)
 
 
 def triton_interpreter_enabled() -> bool:

@@ -39,8 +39,6 @@ import torch.distributed as dist
 import specops
 from specops._constants import PAD_SLOT_ID
 
-logger = logging.getLogger("specops.distributed_check")
-
 DEFAULT_TIMEOUT_S = 60.0
 
 
@@ -326,29 +324,38 @@ def run_local(world_size: int, backend: str = "gloo", timeout_s: float = DEFAULT
     return [failure for rank in sorted(findings) for failure in findings[rank]] + missing
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specops.distributed_check", description=__doc__,
+def command(argv: list[str] | None, prog: str, description: str, check, cases) -> int:
+    """The command line of a multi-rank check (this module's and specops.pcp_distributed_check's):
+    under torchrun, this rank's share of `check`; with --world-size, that many local processes.
+    `cases`: the check's default cases, counted in the summary."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo, nccl or hccl")
     parser.add_argument("--world-size", type=int, default=None,
-                        help="start this many local gloo processes (without it, join the torchrun process group)")
+                        help="start this many local processes (without it, join the torchrun process group)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds before a hung run fails")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log = logging.getLogger(prog)
     if args.world_size is None:
-        rank, failures, total = run_in_process_group(args.backend)
+        rank, failures, total = run_in_process_group(args.backend, check=check)
         for failure in failures:
-            logger.error("rank %d: %s", rank, failure)
+            log.error("rank %d: %s", rank, failure)
         if rank == 0:
-            logger.info("specops.distributed_check: %s, %s ranks, %d cases: %s", args.backend,
-                        os.environ["WORLD_SIZE"], len(default_cases()), "OK" if total == 0 else f"{total} failures")
+            log.info("%s: %s, %s ranks, %d cases: %s", prog, args.backend, os.environ["WORLD_SIZE"], len(cases),
+                     "OK" if total == 0 else f"{total} failures")
         return 0 if total == 0 else 1
-    failures = run_local(args.world_size, args.backend, args.timeout)
+    failures = run_local(args.world_size, args.backend, args.timeout, check=check)
     for failure in failures:
-        logger.error("%s", failure)
-    logger.info("specops.distributed_check: %s, %d local processes, %d cases: %s", args.backend, args.world_size,
-                len(default_cases()), "OK" if not failures else f"{len(failures)} failures")
+        log.error("%s", failure)
+    log.info("%s: %s, %d local processes, %d cases: %s", prog, args.backend, args.world_size, len(cases),
+             "OK" if not failures else f"{len(failures)} failures")
     return 0 if not failures else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(argv, "specops.distributed_check", __doc__, check_rank, default_cases())
+
 
 if __name__ == "__main__":
     sys.exit(main())

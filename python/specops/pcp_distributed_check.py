@@ -23,10 +23,7 @@ restore the global order with `hidden_restore_idx`. Each rank checks:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import logging
-import os
 import sys
 
 import torch
@@ -35,8 +32,6 @@ import torch.distributed as dist
 import specops
 from specops import distributed_check
 from specops._constants import PAD_SLOT_ID
-
-logger = logging.getLogger("specops.pcp_distributed_check")
 
 GARBAGE = -7.0  # what padding rows of a rank's hidden states hold
 
@@ -198,28 +193,7 @@ def run_local(world_size: int, backend: str = "gloo", timeout_s: float = distrib
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specops.pcp_distributed_check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo, nccl or hccl")
-    parser.add_argument("--world-size", type=int, default=None,
-                        help="start this many local processes (without it, join the torchrun process group)")
-    parser.add_argument("--timeout", type=float, default=distributed_check.DEFAULT_TIMEOUT_S)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.world_size is None:
-        rank, failures, total = distributed_check.run_in_process_group(args.backend, check=check_rank)
-        for failure in failures:
-            logger.error("rank %d: %s", rank, failure)
-        if rank == 0:
-            logger.info("specops.pcp_distributed_check: %s, %s ranks: %s", args.backend, os.environ["WORLD_SIZE"],
-                        "OK" if total == 0 else f"{total} failures")
-        return 0 if total == 0 else 1
-    failures = run_local(args.world_size, args.backend, args.timeout)
-    for failure in failures:
-        logger.error("%s", failure)
-    logger.info("specops.pcp_distributed_check: %s, %d local processes, %d cases: %s", args.backend, args.world_size,
-                len(default_cases()), "OK" if not failures else f"{len(failures)} failures")
-    return 0 if not failures else 1
+    return distributed_check.command(argv, "specops.pcp_distributed_check", __doc__, check_rank, default_cases())
 
 
 if __name__ == "__main__":

@@ -11,10 +11,20 @@ costs its tiles its own way (csrc/kernels/lightning_indexer_metadata.h).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 
-from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES, NUM_WORDS, FDEntry
+from specops.sas_layout import (
+    ENTRY_WORDS,
+    MAX_CUBE_CORES,
+    FAEntry,
+    FDEntry,
+    TileRange,
+    fa_offset,
+    fd_offset,
+    schedule_words,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,19 +83,10 @@ def li_variant(ascend950: bool, num_cube_cores: int) -> Variant:
 
 
 @dataclasses.dataclass(frozen=True)
-class KvQuantFAEntry:
+class KvQuantFAEntry(FAEntry):
     """As sas_layout.FAEntry, plus s2_max_num: with 128 heads the most S2 blocks any core pair
     got (the consumer's idle cores sync that many times)."""
 
-    core: int
-    core_enable: int
-    bn2_start: int
-    m_start: int
-    s2_start: int
-    bn2_end: int
-    m_end: int
-    s2_end: int
-    first_fd_data_workspace_idx: int
     s2_max_num: int
 
 
@@ -96,31 +97,18 @@ class KvQuantSASSchedule:
 
 
 @dataclasses.dataclass(frozen=True)
-class LIEntry:
+class LIEntry(TileRange):
     """Cube core `core` runs the indexer's M tiles (256 query rows, 4 tokens) from
     (bn2_start, m_start) up to, not including, (bn2_end, m_end)."""
 
-    core: int
-    core_enable: int
-    bn2_start: int
-    m_start: int
-    s2_start: int
-    bn2_end: int
-    m_end: int
-    s2_end: int
     first_ld_data_workspace_idx: int
 
 
 @dataclasses.dataclass(frozen=True)
-class LDEntry:
-    core: int
-    core_enable: int
-    bn2_idx: int
-    m_idx: int
-    workspace_idx: int
-    workspace_num: int
-    m_start: int
-    m_num: int
+class LDEntry(FDEntry):
+    """As sas_layout.FDEntry, for the indexer's vector cores."""
+
+    LABEL: ClassVar[str] = "LD"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,22 +117,12 @@ class LightningIndexerSchedule:
     ld: tuple[LDEntry, ...]
 
 
-def _words(t: torch.Tensor, num_cube_cores: int, num_vector_cores: int) -> list[int]:
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.numel() != NUM_WORDS:
-        raise ValueError(f"t must be an int32 tensor of {NUM_WORDS} words, got {t!r:.80}")
-    if not 1 <= num_cube_cores <= MAX_CUBE_CORES:
-        raise ValueError(f"num_cube_cores must be in [1, {MAX_CUBE_CORES}], got {num_cube_cores}")
-    if not 1 <= num_vector_cores <= MAX_VECTOR_CORES:
-        raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {num_vector_cores}")
-    return t.reshape(-1).cpu().tolist()
-
-
 def decode_kv_quant_sas_metadata(t: torch.Tensor, num_cube_cores: int = 24,
                                  num_vector_cores: int = 48) -> KvQuantSASSchedule:
     """The first num_cube_cores FA entries (9 words each) and num_vector_cores FD entries (8
     words each, from word 324) of a kv_quant_sas_metadata buffer. With 128 heads entries 2i and
     2i+1 are core pair i's."""
-    words = _words(t, num_cube_cores, num_vector_cores)
+    words = schedule_words(t, num_cube_cores, num_vector_cores)
     step = KV_QUANT_ENTRY_WORDS
     fa = tuple(KvQuantFAEntry(c, *words[step * c: step * c + step]) for c in range(num_cube_cores))
     fd = tuple(FDEntry(v, *words[KV_QUANT_FD_BASE + 8 * v: KV_QUANT_FD_BASE + 8 * v + 7])
@@ -157,7 +135,7 @@ def decode_lightning_indexer_metadata(t: torch.Tensor, num_cube_cores: int = 24,
     """The LI entries of the first num_cube_cores cube cores (words 8c) and the LD entries of the
     first num_vector_cores vector cores (words 288 + 8v) of a lightning_indexer_metadata buffer
     (vllm-ascend's qli_metadata)."""
-    words = _words(t, num_cube_cores, num_vector_cores)
-    li = tuple(LIEntry(c, *words[8 * c: 8 * c + 8]) for c in range(num_cube_cores))
-    ld = tuple(LDEntry(v, *words[288 + 8 * v: 288 + 8 * v + 7]) for v in range(num_vector_cores))
+    words = schedule_words(t, num_cube_cores, num_vector_cores)
+    li = tuple(LIEntry(c, *words[fa_offset(c): fa_offset(c) + ENTRY_WORDS]) for c in range(num_cube_cores))
+    ld = tuple(LDEntry(v, *words[fd_offset(v): fd_offset(v) + ENTRY_WORDS - 1]) for v in range(num_vector_cores))
     return LightningIndexerSchedule(li, ld)

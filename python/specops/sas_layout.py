@@ -11,6 +11,7 @@ and the tests; csrc/kernels/sas_metadata.h holds the same values for the C++ bod
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 
@@ -77,9 +78,10 @@ def fd_offset(vector_core: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class FAEntry:
+class TileRange:
     """Cube core `core` runs the M tiles from (bn2_start, m_start) up to, not including,
-    (bn2_end, m_end), in (batch, M tile) order; s2 fields count S2 tiles of a split KV range."""
+    (bn2_end, m_end), in (batch, M tile) order; s2 fields count S2 tiles of a split KV range.
+    The first eight fields of the family's cube-core entries (FA, kv-quant FA, LI)."""
 
     core: int
     core_enable: int
@@ -89,6 +91,10 @@ class FAEntry:
     bn2_end: int
     m_end: int
     s2_end: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FAEntry(TileRange):
     first_fd_data_workspace_idx: int
 
     def __str__(self) -> str:
@@ -111,11 +117,12 @@ class FDEntry:
     workspace_num: int
     m_start: int
     m_num: int
+    LABEL: ClassVar[str] = "FD"
 
     def __str__(self) -> str:
         if not self.core_enable:
-            return f"FD {self.core:2d}: disabled"
-        return (f"FD {self.core:2d}: (bn2 {self.bn2_idx}, m {self.m_idx}) workspace [{self.workspace_idx}, "
+            return f"{self.LABEL} {self.core:2d}: disabled"
+        return (f"{self.LABEL} {self.core:2d}: (bn2 {self.bn2_idx}, m {self.m_idx}) workspace [{self.workspace_idx}, "
                 f"{self.workspace_idx + self.workspace_num}) rows [{self.m_start}, {self.m_start + self.m_num})")
 
 
@@ -133,16 +140,22 @@ class SASSchedule:
         return "\n".join(lines)
 
 
-def decode_sas_metadata(t: torch.Tensor, num_cube_cores: int = 24, num_vector_cores: int = 48) -> SASSchedule:
-    """The FA entries of the first num_cube_cores cube cores and the FD entries of the first
-    num_vector_cores vector cores of a sas_metadata buffer (copied to the host)."""
+def schedule_words(t: torch.Tensor, num_cube_cores: int, num_vector_cores: int) -> list[int]:
+    """The words of a family member's buffer (copied to the host), for a decoder of the entries
+    of its first num_cube_cores cube cores and num_vector_cores vector cores."""
     if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.numel() != NUM_WORDS:
         raise ValueError(f"t must be an int32 tensor of {NUM_WORDS} words, got {t!r:.80}")
     if not 1 <= num_cube_cores <= MAX_CUBE_CORES:
         raise ValueError(f"num_cube_cores must be in [1, {MAX_CUBE_CORES}], got {num_cube_cores}")
     if not 1 <= num_vector_cores <= MAX_VECTOR_CORES:
         raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {num_vector_cores}")
-    words = t.reshape(-1).cpu().tolist()
+    return t.reshape(-1).cpu().tolist()
+
+
+def decode_sas_metadata(t: torch.Tensor, num_cube_cores: int = 24, num_vector_cores: int = 48) -> SASSchedule:
+    """The FA entries of the first num_cube_cores cube cores and the FD entries of the first
+    num_vector_cores vector cores of a sas_metadata buffer (copied to the host)."""
+    words = schedule_words(t, num_cube_cores, num_vector_cores)
     fa = tuple(FAEntry(c, *words[fa_offset(c): fa_offset(c) + ENTRY_WORDS]) for c in range(num_cube_cores))
     fd = tuple(FDEntry(v, *words[fd_offset(v): fd_offset(v) + ENTRY_WORDS - 1]) for v in range(num_vector_cores))
     return SASSchedule(fa, fd)

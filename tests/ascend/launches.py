@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import pkgutil
 from collections.abc import Callable, Iterator
 
 import torch
@@ -50,15 +49,10 @@ def capture_launches(label: str = "", run: Callable[[Launch], None] | None = Non
 
 
 def host_routed_kernels() -> set[str]:
-    """Kernels that no NPU-route launch reaches: those a launcher module lists in
-    `NPU_HOST_ROUTED` (its NPU route is the host op and one copy; the module says why)."""
-    import specops.triton_kernels as package
-
-    found = set()
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        found |= {kernel_id(kernel.fn) for kernel in getattr(module, "NPU_HOST_ROUTED", ())}
-    return found
+    """Kernels that no NPU-route launch reaches: those whose module has `host_route` (the sas
+    family's two: on the NPU its members run the host op and one copy; the module says why)."""
+    return {kernel for kernel in defined_kernels()
+            if callable(getattr(importlib.import_module(kernel.partition(":")[0]), "host_route", None))}
 
 
 def host_routed(kernel: str) -> bool:

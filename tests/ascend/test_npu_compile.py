@@ -49,7 +49,7 @@ def test_kernels_are_discovered_generically():
 
 def test_host_routed_kernels_are_not_launched_on_the_npu_route(captured_launches):
     routed = [k for k in KERNELS if capture.host_routed(k)]
-    # Each needs its reason in docs/device_readiness.md.
+    # The sas family's two kernels (docs/device_readiness.md says why).
     assert {capture.kernel_name(k) for k in routed} <= {"_sas_metadata_kernel", "_finish_pairs_kernel"}, routed
     assert not [launch for launch in captured_launches if launch.kernel in routed]
 

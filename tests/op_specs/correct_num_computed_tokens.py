@@ -13,8 +13,8 @@ from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, bad_with, 
 
 CORRECTION_INPUTS = ("prev_positions", "valid_sampled_token_count", "prev_num_draft_tokens", "cpu_num_computed_tokens")
 CORRECTION_TENSORS = dict(num_computed_tokens=Arg((I32,), 1), num_accepted_tokens=Arg((I32,), 1),
-                          prev_positions=Arg((I32, I64), 1), valid_sampled_token_count=Arg((I32,), 1),
-                          prev_num_draft_tokens=Arg((I32,), 1), cpu_num_computed_tokens=Arg((I32,), 1))
+                          prev_positions=Arg((I32, I64), 1), valid_sampled_token_count=Arg((I32, I64), 1),
+                          prev_num_draft_tokens=Arg((I32,), 1), cpu_num_computed_tokens=Arg((I32, I64), 1))
 
 
 def _correction_valid() -> Call:
@@ -39,7 +39,10 @@ def _correction_metadata() -> list[Bad]:
 def _correction_draw(draw) -> Call:
     inputs = make_correction_inputs(_seed(draw), num_rows=draw(st.integers(0, 8)),
                                     num_prev_rows=draw(st.integers(0, 8)), extra_buffer_rows=draw(st.integers(0, 2)),
-                                    length_jitter=2, prev_dtype=draw(st.sampled_from([I32, I64])))
+                                    length_jitter=2, prev_dtype=draw(st.sampled_from([I32, I64])),
+                                    # vllm-ascend's int64 valid counts; an int64 host copy of the counts.
+                                    valid_dtype=draw(st.sampled_from([I32, I64])),
+                                    host_dtype=draw(st.sampled_from([I32, I64])))
     return dict(zip(CORRECTION_TENSORS, inputs.args()))
 
 

@@ -30,7 +30,7 @@ CORRECT_SEQ_LENS = OpSpec(
     name="correct_optimistic_seq_lens",
     wrapper=specops.correct_optimistic_seq_lens,
     tensors=dict(seq_lens_cpu=Arg((I32, I64), 1), prev_positions=Arg((I32, I64), 1),
-                 valid_sampled_token_count=Arg((I32,), 1), prev_num_draft_tokens=Arg((I32,), 1)),
+                 valid_sampled_token_count=Arg((I32, I64), 1), prev_num_draft_tokens=Arg((I32,), 1)),
     outputs=("seq_lens_cpu",),
     valid_call=_seq_lens_valid,
     metadata_errors=lambda: [bad("seq_lens_cpu shorter than n", ("seq_lens_cpu", "prev_positions"),

@@ -9,7 +9,8 @@ from strategies import attention_batches, query_start_loc_of
 import specops
 
 from ._corruptions import _decreasing, _negative, _one_entry
-from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, stale, t32, t64
+from ._spec import I32, I64, Bad, Call, Corruption, OpSpec, bad, stale, t32, t64
+from .sas_metadata import SAS_TENSORS, schedule_rows
 
 
 def _kvq_valid() -> Call:
@@ -22,9 +23,7 @@ def _kvq_valid() -> Call:
 
 
 def _kvq_metadata() -> list[Bad]:
-    return [
-        bad("out of 1023 words", "out", out=stale(1023)),
-        bad("head_dim past int32", "head_dim", head_dim=2**31),
+    return schedule_rows() + [
         bad("num_heads_q 32", "num_heads_q", num_heads_q=32),
         bad("num_heads_kv 2", "num_heads_kv", num_heads_kv=2),
         bad("kv_quant_mode past int32", "kv_quant_mode", kv_quant_mode=2**31),
@@ -33,8 +32,6 @@ def _kvq_metadata() -> list[Bad]:
         bad("ori_topk past int32", "ori_topk", ori_topk=-(2**31) - 1),
         bad("cmp_mask_mode past int32", "cmp_mask_mode", cmp_mask_mode=2**32),
         bad("max_seqlen_kv past int32", "max_seqlen_kv", max_seqlen_kv=2**31),
-        bad("batch_size -1", "batch_size", batch_size=-1),
-        bad("max_seqlen_q -1", "max_seqlen_q", max_seqlen_q=-1),
         bad("cmp_ratio -1 with compressed KV", "cmp_ratio", cmp_ratio=-1),
         bad("cmp_topk 256", "cmp_topk", cmp_topk=256),
         bad("ori_mask_mode 1", "ori_mask_mode", ori_mask_mode=1),
@@ -92,9 +89,7 @@ def _read_kv_entry(draw, call: Call) -> int | None:
 KV_QUANT_SAS = OpSpec(
     name="kv_quant_sas_metadata",
     wrapper=specops.kv_quant_sas_metadata,
-    tensors=dict(cu_seqlens_q=Arg((I32, I64), 1), cu_seqlens_ori_kv=Arg((I32, I64), 1),
-                 cu_seqlens_cmp_kv=Arg((I32, I64), 1), seqused_q=Arg((I32, I64), 1), seqused_kv=Arg((I32, I64), 1),
-                 out=Arg((I32,), 1)),
+    tensors=SAS_TENSORS,
     outputs=("out",),
     valid_call=_kvq_valid,
     metadata_errors=_kvq_metadata,

@@ -10,6 +10,7 @@ import specops
 
 from ._corruptions import _negative, _one_entry
 from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, stale, t32, t64
+from .sas_metadata import schedule_rows
 
 INT64_MAX = 2**63 - 1
 
@@ -24,16 +25,12 @@ def _li_valid() -> Call:
 
 
 def _li_metadata() -> list[Bad]:
-    return [
-        bad("out of 1023 words", "out", out=stale(1023)),
-        bad("head_dim past int32", "head_dim", head_dim=2**31),
+    return schedule_rows() + [
         bad("num_heads_q 32", "num_heads_q", num_heads_q=32),
         bad("num_heads_k 2", "num_heads_k", num_heads_k=2),
         bad("query_quant_mode past int32", "query_quant_mode", query_quant_mode=2**31),
         bad("key_quant_mode past int32", "key_quant_mode", key_quant_mode=-(2**31) - 1),
         bad("sparse_count past int32", "sparse_count", sparse_count=2**31),
-        bad("batch_size -1", "batch_size", batch_size=-1),
-        bad("max_seqlen_q -1", "max_seqlen_q", max_seqlen_q=-1),
         bad("max_seqlen_k -1", "max_seqlen_k", max_seqlen_k=-1),
         bad("sparse_mode 4", "sparse_mode", sparse_mode=4),
         bad("pre_tokens 127", "pre_tokens", pre_tokens=127),

@@ -98,7 +98,9 @@ def _fused_draw(draw) -> Call:
     groups = draw(st.lists(st.sampled_from(FUSED_GROUPS), max_size=2))
     step = make_spec_decode_step(_seed(draw), num_reqs=draw(st.integers(0, 5)), num_prev_rows=draw(st.integers(0, 6)),
                                  max_query_len=3, groups=groups, cp_world_size=world,
-                                 with_idx_mapping=draw(st.booleans()), prev_dtype=draw(st.sampled_from([I32, I64])))
+                                 with_idx_mapping=draw(st.booleans()), prev_dtype=draw(st.sampled_from([I32, I64])),
+                                 valid_dtype=draw(st.sampled_from([I32, I64])),
+                                 host_dtype=draw(st.sampled_from([I32, I64])))
     tokens_padded = step.num_tokens + draw(st.integers(0, 3))
     reqs_padded = step.num_reqs + draw(st.integers(0, 2))
     return dict(

@@ -11,6 +11,23 @@ from ._corruptions import _one_entry, _negative, _decreasing
 from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, t32, t64, stale
 
 
+# The length tensors of sas_metadata and kv_quant_sas_metadata, and out.
+SAS_TENSORS = dict(cu_seqlens_q=Arg((I32, I64), 1), cu_seqlens_ori_kv=Arg((I32, I64), 1),
+                   cu_seqlens_cmp_kv=Arg((I32, I64), 1), seqused_q=Arg((I32, I64), 1),
+                   seqused_kv=Arg((I32, I64), 1), out=Arg((I32,), 1))
+
+
+def schedule_rows() -> list[Bad]:
+    """The rows every member of the sas family rejects alike: out's size, an attribute past
+    int32, a negative B or query length."""
+    return [
+        bad("out of 1023 words", "out", out=stale(1023)),
+        bad("head_dim past int32", "head_dim", head_dim=2**31),
+        bad("batch_size -1", "batch_size", batch_size=-1),
+        bad("max_seqlen_q -1", "max_seqlen_q", max_seqlen_q=-1),
+    ]
+
+
 def _sas_valid() -> Call:
     # Every tensor given: seqused_q sets B and the query lengths, seqused_kv the KV lengths (the
     # cumulative ones are the kernel's fallbacks and go unread here).
@@ -25,15 +42,11 @@ def _sas_valid() -> Call:
 def _sas_metadata() -> list[Bad]:
     # The AI-CPU kernel's own refusals, the inputs it has no defined answer for, and the int32
     # range of the attributes it reads as int32.
-    return [
-        bad("out of 1023 words", "out", out=stale(1023)),
+    return schedule_rows() + [
         bad("num_heads_q 0", "num_heads_q", num_heads_q=0),
         bad("num_heads_q past int32", "num_heads_q", num_heads_q=2**31),
         bad("num_heads_q 16 with layout_kv BSND", "num_heads_q", num_heads_q=16, layout_q="BSND", layout_kv="BSND"),
         bad("num_heads_kv 2", "num_heads_kv", num_heads_kv=2),
-        bad("head_dim past int32", "head_dim", head_dim=2**31),
-        bad("batch_size -1", "batch_size", batch_size=-1),
-        bad("max_seqlen_q -1", "max_seqlen_q", max_seqlen_q=-1),
         bad("max_seqlen_kv -1", "max_seqlen_kv", max_seqlen_kv=-1),
         bad("ori_topk past int32", "ori_topk", ori_topk=-(2**31) - 1),
         bad("cmp_topk 256", "cmp_topk", cmp_topk=256),
@@ -84,9 +97,7 @@ def _sas_negative_query_length(draw, call: Call) -> bool:
 SAS = OpSpec(
     name="sas_metadata",
     wrapper=specops.sas_metadata,
-    tensors=dict(cu_seqlens_q=Arg((I32, I64), 1), cu_seqlens_ori_kv=Arg((I32, I64), 1),
-                 cu_seqlens_cmp_kv=Arg((I32, I64), 1), seqused_q=Arg((I32, I64), 1), seqused_kv=Arg((I32, I64), 1),
-                 out=Arg((I32,), 1)),
+    tensors=SAS_TENSORS,
     outputs=("out",),
     valid_call=_sas_valid,
     metadata_errors=_sas_metadata,

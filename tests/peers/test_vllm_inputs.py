@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 from conftest import BACKENDS
 from vllm.v1.spec_decode import utils as spec_decode_utils
@@ -91,10 +92,16 @@ def random_correction(rng: random.Random):
     )
 
 
-def test_count_correction_agrees_with_vllm():
+# vllm-ascend's valid counts are int64 (a mask's sum in vllm_ascend/spec_decode/llm_base_proposer.py)
+# and the peer's body takes them by `.int()`; a runner may keep int64 host counts.
+@pytest.mark.parametrize("valid_dtype,host_dtype", [(torch.int32, torch.int32), (torch.int64, torch.int32),
+                                                    (torch.int64, torch.int64)])
+def test_count_correction_agrees_with_vllm(valid_dtype, host_dtype):
     rng = random.Random(8)
     for trial in range(40):
         call = random_correction(rng)
+        call["valid_sampled_token_count"] = call["valid_sampled_token_count"].to(valid_dtype)
+        call["cpu_num_computed_tokens"] = call["cpu_num_computed_tokens"].to(host_dtype)
         theirs = {name: t.clone() for name, t in call.items()}
         update_num_computed_tokens_for_batch_change(**theirs)
         for backend in BACKENDS:

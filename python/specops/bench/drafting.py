@@ -38,11 +38,16 @@ Figures (extras of `step shared`), goal in brackets, met or not:
   (same sas_metadata arguments and DSpark or not) [0: the count does not grow with groups that
   share arguments]. Every row's own launch counts are in the table's launch columns.
 - (d) `first/repeat`: first build over repeat build [<= 1.3].
+
+Secondary figures, without goals, counted (not timed), so the load does not move them: the
+Python-level calls (functions and builtins, `sys.setprofile`) that the costliest later sharing
+group adds to a step, and that a first build makes beyond a repeat.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Callable
 
@@ -211,6 +216,39 @@ def _first_build(builders: list[DraftMetadataBuilder], common: CommonDraftInputs
     return run
 
 
+def python_calls(fn: Callable[[], object], repeats: int = 3) -> float:
+    """Python-level calls (Python functions and builtins, as sys.setprofile sees them) of one
+    call of fn, after a warm-up call: a count no other process changes."""
+    fn()
+    calls = 0
+
+    def count(frame, event, arg) -> None:
+        nonlocal calls
+        if event == "call" or event == "c_call":
+            calls += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(count)
+    try:
+        for _ in range(repeats):
+            fn()
+    finally:
+        sys.setprofile(previous)
+    return round(calls / repeats, 1)
+
+
+def _python_call_figures(impls: dict[str, Callable[[], object]], num_groups: int,
+                         shares_everything: list[bool]) -> dict[str, float]:
+    """The secondary, noise-free figures of (a) and (d): the Python calls a later group that
+    shares everything adds (the most of any), and a first build's over a repeat's."""
+    steps = [python_calls(impls[_step_name(count, num_groups)]) for count in range(1, num_groups + 1)]
+    later = [steps[k] - steps[k - 1] for k in range(1, num_groups) if shares_everything[k]]
+    figures = {"(a) python calls per later sharing group": max(later)} if later else {}
+    figures["(d) python calls first - repeat"] = python_calls(impls["first build"]) - python_calls(
+        impls["repeat build"])
+    return figures
+
+
 def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: bool, cp_size: int,
           device: torch.device) -> Case:
     groups = GROUPS[:num_groups]
@@ -231,12 +269,15 @@ def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: b
     impls["step no-cache"] = lambda: [b.build_for_drafting(common, DRAFT_INDEX) for b in alone]
 
     kinds = [_kind(g, b, causal) for g, b in zip(groups, step_builders)]
-    shares_everything = [index > 0 and kinds[index] in kinds[:index] for index in range(num_groups)]
+    # A DSpark group on a non-causal step builds indices of its own whatever it shares.
+    shares_everything = [index > 0 and kinds[index] in kinds[:index] and not kinds[index][1]
+                         for index in range(num_groups)]
     one_per_kind = [b for index, b in enumerate(_builders(model, groups, device)) if kinds[index] not in kinds[:index]]
     launches, kind_launches = (_step_launches(builders, common) for builders in (step_builders, one_per_kind))
     extra = launches - kind_launches
     extras = {"(c) launches": float(launches),
               f"(c) extra launches [goal 0: {'met' if extra <= GOALS['c'] else 'NOT MET'}]": float(extra)}
+    extras.update(_python_call_figures(impls, num_groups, shares_everything))
 
     cp = f" C={cp_size}" if cp_size > 1 else ""
     label = f"G={num_groups} R={num_reqs} k={num_speculative_tokens} {'causal' if causal else 'non-causal'}{cp}"

@@ -10,7 +10,7 @@ import torch
 import specops
 import time
 
-from specops.bench._harness import Case, goal_figure
+from specops.bench._harness import Case, empty_op_call, goal_figure
 from specops.bench.compute_slot_mapping import numpy_slot_mapping, torch_slot_mapping
 from specops.bench.correct_num_computed_tokens import numpy_correct, numpy_step, torch_correct
 from specops.bench.prepare_positions_and_seq_lens import numpy_positions, torch_positions
@@ -30,8 +30,23 @@ FUSED_GOAL = 0.7
 GOAL_BATCHES = (256, 1024)
 
 
-def _fused_goal(medians: dict[str, float]) -> dict[str, float]:
-    return dict([goal_figure("fused/native-unfused", medians["specops"] / medians["native-unfused"], FUSED_GOAL)])
+def _fused_goal(num_groups: int):
+    """The goal figure, and the floor it cannot go below: both sides restore the counts, and the
+    unfused sequence makes 2 + G op calls where the fused one makes one, so with bodies that cost
+    nothing the ratio would be (restore + one empty op call) / (restore + (2 + G) of them)."""
+    def derive(medians: dict[str, float]) -> dict[str, float]:
+        restore, call = medians["restore"], medians["empty-specops-op"]
+        floor = (restore + call) / (restore + (2 + num_groups) * call)
+        return dict([goal_figure("fused/native-unfused", medians["specops"] / medians["native-unfused"], FUSED_GOAL),
+                     ("ratio floor (empty op calls)", floor)])
+    return derive
+
+
+def _empty_specops_op(device: torch.device):
+    """One specops op call that does no work (correct_num_computed_tokens of zero rows through its
+    wrapper): the Python wrapper, FastOp's boxing, the dispatcher and the checks of a call."""
+    empty = torch.zeros(0, dtype=torch.int32, device=device)
+    return lambda: specops.correct_num_computed_tokens(empty, empty, empty, empty, empty, empty)
 
 
 def _group_cp(step: BenchStep, g: int) -> tuple[int, int]:
@@ -96,6 +111,8 @@ def _impls(step: BenchStep) -> dict:
         "numpy": numpy_unfused,
         "torch-eager": lambda: torch_unfused(step, positions, seq_lens, slot_mappings, num_tokens),
         "restore": step.restore,
+        "empty-op": empty_op_call(device),
+        "empty-specops-op": _empty_specops_op(device),
     }
 
 
@@ -109,7 +126,9 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
         # The goal cases are timed in the thread's CPU time: host-only, and their figure is a
         # ratio that other processes' preemption on a shared host would blur.
         result.append(Case("prepare_spec_decode_inputs", label, num_reqs, step.num_tokens, _impls(step),
-                           baselines=("native-unfused", "numpy", "torch-eager"), floors=("restore",),
-                           family=f"G={len(block_sizes)} W={world}", derive=_fused_goal if goal else None,
+                           baselines=("native-unfused", "numpy", "torch-eager"),
+                           floors=("restore", "empty-op", "empty-specops-op"),
+                           family=f"G={len(block_sizes)} W={world}",
+                           derive=_fused_goal(len(block_sizes)) if goal else None,
                            clock=time.thread_time if goal else time.perf_counter))
     return result

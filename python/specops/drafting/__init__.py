@@ -1,11 +1,12 @@
 """The drafting layer (docs/drafting.md): every KV-cache group's attention metadata for one draft step.
 
 Only two results depend on the group: its formatted slot mapping and, for DSpark groups on
-non-causal steps, its DSpark indices. Everything else (decode/prefill split, positions, RoPE
-cos/sin, CP local metadata, start_pos, host seq_lens, sas_metadata) is group-invariant: the first
-group of a step computes it and the other groups share the same tensors (through a runner's
-`StepCache` when it passes one). The groups' own results come from two multi-group ops, one
-launch each per step however many groups there are.
+non-causal steps, its DSpark indices (compressed groups add their compressor metadata).
+Everything else (decode/prefill split, positions, RoPE cos/sin, CP local metadata, start_pos,
+host seq_lens, the sas and lightning-indexer schedules) is group-invariant: the first group of a
+step computes it and the other groups share the same tensors (through a runner's `StepCache`
+when it passes one). The groups' own results come from multi-group launches, one each per step
+however many groups there are.
 
     model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=512, rope_cos_sin_cache=cache,
                         num_speculative_tokens=7)
@@ -20,7 +21,8 @@ Modules: `naive` (the plain definition of a group's metadata, one group at a tim
 first), `configs` (the configs, the step's inputs and results), `cache` (StepCache), `buffers`
 (the persistent buffers and their per-shape views), `builder` (one group's fixed arguments and
 buffers), `invariant` (the group-invariant results), `plan` (what a step over given builders
-does, worked out once) and `step` (one draft step over every builder).
+does, worked out once), `compressed` (compressed groups: the indexer schedule and the batched
+compressor metadata) and `step` (one draft step over every builder).
 """
 
 from specops.drafting.builder import DraftMetadataBuilder

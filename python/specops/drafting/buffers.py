@@ -22,7 +22,12 @@ MAX_CACHED_SHAPES = 256
 
 
 class InvariantViews:
-    """The views of one draft index's group-invariant buffers for one (R, T, num_input_tokens)."""
+    """The views of one draft index's group-invariant buffers for one (R, T, num_input_tokens).
+
+    Every view comes from one row_views call over bases DraftBuffers made once (column views
+    included), so a shape not seen before costs that call and no Python slicing; views whose
+    rows coincide are one object (the real positions when no token is padding, the rank's
+    slice of the padded stream without CP)."""
 
     __slots__ = (
         "split", "positions_real", "positions_tail", "positions_padded", "input_positions", "cos_sin_padded", "cos",
@@ -34,45 +39,47 @@ class InvariantViews:
                  cp_size: int, cp_rank: int):
         split = cp_token_split(num_input_tokens, cp_size, cp_rank)
         self.split = split
-        pad = split.num_tokens_pad
-        positions, cos, sin = buffers.positions, buffers.cos_columns, buffers.sin_columns
-        # Every view in one call; the optional ones (padding rows, a wider padded stream, CP
-        # slices, the host seq_lens) last.
-        tensors = [positions, positions, buffers.cos_sin, cos, sin, buffers.local_query_start_loc,
-                   buffers.local_seq_lens, buffers.start_pos]
-        bounds = [0, num_tokens, 0, num_input_tokens, 0, pad, 0, num_input_tokens, 0, num_input_tokens,
-                  0, num_reqs + 1, 0, num_reqs, 0, num_reqs]
+        pad, per_rank, local_start = split.num_tokens_pad, split.tokens_per_rank, split.local_start
+        # The local rows of real tokens; the rows past them are padding, zeroed.
+        real = min(max(num_tokens - local_start, 0), per_rank)
+        # The fixed views first (in InvariantViews' order of DraftBuffers.view_bases), then the
+        # optional ones.
+        bounds = [0, num_input_tokens, 0, pad, 0, num_input_tokens, 0, num_input_tokens, 0, num_reqs + 1,
+                  0, num_reqs, 0, num_reqs, 0, per_rank, 0, per_rank, 0, per_rank]
+        tensors = buffers.view_bases
+        extra = []
+        if num_tokens != num_input_tokens:
+            extra.append(buffers.positions)
+            bounds += (0, num_tokens)
         if pad > num_tokens:
-            tensors.append(positions)
-            bounds += [num_tokens, pad]
+            extra.append(buffers.positions)
+            bounds += (num_tokens, pad)
         if pad != num_input_tokens:
-            tensors.append(positions)
-            bounds += [0, pad]
+            extra.append(buffers.positions)
+            bounds += (0, pad)
         if cp_size > 1:
-            tensors += [cos, sin]
-            bounds += [split.local_start, split.local_end, split.local_start, split.local_end]
+            extra.append(buffers.cos_sin)
+            bounds += (local_start, split.local_end)
+        if real < per_rank:
+            extra.append(buffers.local_cos_sin)
+            bounds += (real, per_rank)
         if buffers.seq_lens_host is not None:
-            tensors.append(buffers.seq_lens_host)
-            bounds += [0, num_reqs]
+            extra.append(buffers.seq_lens_host)
+            bounds += (0, num_reqs)
+        if extra:
+            tensors = tensors + extra
         views = row_views(tensors, bounds)
-        (self.positions_real, self.input_positions, self.cos_sin_padded, self.cos, self.sin,
-         self.local_query_start_loc, self.local_seq_lens, self.start_pos) = views[:8]
-        optional = iter(views[8:])
-        self.positions_tail = next(optional) if pad > num_tokens else None
-        self.positions_padded = next(optional) if pad != num_input_tokens else self.input_positions
-        if cp_size > 1:
-            self.local_cos, self.local_sin = next(optional), next(optional)
-        else:  # the one rank's slice is the whole stream
-            self.local_cos, self.local_sin = self.cos, self.sin
-        self.seq_lens_host = next(optional) if buffers.seq_lens_host is not None else None
-        # This rank's rows in a buffer of their own (one address whatever the step), the rows of
-        # padding tokens zero: copied from the padded stream, then the padding rows cleared.
-        per_rank, real = split.tokens_per_rank, min(max(num_tokens - split.local_start, 0), split.tokens_per_rank)
-        self.local_cos_sin = buffers.local_cos_sin[:per_rank]
-        self.local_source = buffers.cos_sin[split.local_start:split.local_end]
-        self.local_padding = self.local_cos_sin[real:] if real < per_rank else None
-        half = buffers.cos_sin.size(1) // 2
-        self.local_cos, self.local_sin = self.local_cos_sin[:, :half], self.local_cos_sin[:, half:]
+        (self.input_positions, self.cos_sin_padded, self.cos, self.sin, self.local_query_start_loc,
+         self.local_seq_lens, self.start_pos, self.local_cos_sin, self.local_cos, self.local_sin) = views[:10]
+        rest = iter(views[10:])
+        self.positions_real = next(rest) if num_tokens != num_input_tokens else self.input_positions
+        self.positions_tail = next(rest) if pad > num_tokens else None
+        self.positions_padded = next(rest) if pad != num_input_tokens else self.input_positions
+        # This rank's rows of the padded stream, copied into a buffer of their own (one address
+        # whatever the step); without CP they are the whole stream.
+        self.local_source = next(rest) if cp_size > 1 else self.cos_sin_padded
+        self.local_padding = next(rest) if real < per_rank else None
+        self.seq_lens_host = next(rest) if buffers.seq_lens_host is not None else None
 
 
 class Generation:
@@ -91,7 +98,7 @@ class DraftBuffers:
 
     def __init__(self, model: ModelConfig, max_num_reqs: int, max_num_tokens: int, device: torch.device,
                  dspark_width: int | None, draft_index: int, invariant_name: str, sas_names: dict[bool, str] | None,
-                 slot_dtype: torch.dtype = torch.int64):
+                 slot_dtype: torch.dtype = torch.int64, qli_name: str | None = None):
         namespace = (DRAFT_NAMESPACE, draft_index)
         self.invariant_key = (namespace, invariant_name)
         # Per step kind (causal or not): the key of this group's sas_metadata, None without one.
@@ -106,6 +113,7 @@ class DraftBuffers:
         self.cos_columns = self.cos_sin[:, :half]
         self.sin_columns = self.cos_sin[:, half:]
         self.local_cos_sin = torch.zeros((max_pad.tokens_per_rank, cache.size(1)), dtype=cache.dtype, device=device)
+        local_cos_columns, local_sin_columns = self.local_cos_sin[:, :half], self.local_cos_sin[:, half:]
         self.local_query_start_loc = torch.zeros(max_num_reqs + 1, **int32)
         self.local_seq_lens = torch.zeros(max_num_reqs, **int32)
         self.start_pos = torch.zeros(max_num_reqs, **int32)
@@ -114,11 +122,19 @@ class DraftBuffers:
             # Device seq_lens without a host copy are read back once per step into this buffer.
             self.seq_lens_host = torch.zeros(max_num_reqs, dtype=torch.int32, pin_memory=device.type in ("cuda", "npu"))
         self.sas = torch.zeros(NUM_WORDS, **int32) if sas_names else None
+        # A C4 group's lightning-indexer schedule: its StepCache key and buffer (None otherwise).
+        self.qli_key = (namespace, qli_name) if qli_name else None
+        self.qli = torch.zeros(NUM_WORDS, **int32) if qli_name else None
+        self.qli_writes = Generation()
         self.slot_mapping = torch.zeros((max_num_tokens, 2), dtype=slot_dtype, device=device)
         self.dspark_indices = self.dspark_lens = None
         if dspark_width is not None:
             self.dspark_indices = torch.zeros((max_pad.tokens_per_rank, 1, dspark_width), **int32)
             self.dspark_lens = torch.zeros(max_pad.tokens_per_rank, **int32)
+        # The bases of the views every shape gets, in InvariantViews' order.
+        self.view_bases = [self.positions, self.cos_sin, self.cos_columns, self.sin_columns,
+                           self.local_query_start_loc, self.local_seq_lens, self.start_pos, self.local_cos_sin,
+                           local_cos_columns, local_sin_columns]
         self.invariant_views: dict[tuple[int, int, int], InvariantViews] = {}
         self.invariant_writes = Generation()
         self.sas_writes = Generation()

@@ -32,6 +32,10 @@ class SasArguments(NamedTuple):
     num_cube_cores: int
     num_vector_cores: int
     ascend950: bool
+    cmp_ratio: int = 1  # the group's compress ratio; 1: no compressed KV
+    cmp_topk: int = 0  # C4: the indexer's top-k (SCFA); C128: 0 (CFA)
+    has_cmp_kv: bool = False
+    a5: bool = False  # kv_quant_sas_metadata (ModelConfig.sas_variant "a5")
 
 
 class DraftMetadataBuilder:
@@ -99,19 +103,32 @@ class DraftMetadataBuilder:
         self.sas_arguments: dict[bool, SasArguments] | None = None
         self._sas_names = None
         if group.sliding_window is not None:
+            # A compressed group's schedule adds its compressed KV: C4 through the indexer's top-k
+            # (SCFA), C128 every compressed token (CFA). At most three per step: one per ratio.
+            ratio = group.compress_ratio
+            compressed = dict(cmp_ratio=ratio, cmp_topk=model.index_topk if ratio == 4 else 0, has_cmp_kv=ratio > 1,
+                              a5=model.sas_variant == "a5")
             self.sas_arguments = {
                 causal: SasArguments(num_heads_q=model.num_heads_q, head_dim=model.head_dim, ori_win_left=left,
                                      ori_win_right=right, num_cube_cores=model.num_cube_cores,
                                      num_vector_cores=model.num_vector_cores,
-                                     ascend950=ASCEND950 in model.soc_version)
+                                     ascend950=ASCEND950 in model.soc_version, **compressed)
                 for causal, (left, right) in self.step_windows.items()
             }
             self._sas_names = {
                 causal: (f"sas_metadata[{model_key} heads={model.num_heads_q} head_dim={model.head_dim} "
                          f"window={window} cores={model.num_cube_cores}/{model.num_vector_cores} "
-                         f"soc={model.soc_version}]")
+                         f"soc={model.soc_version} variant={model.sas_variant} "
+                         f"cmp={compressed['cmp_ratio']}/{compressed['cmp_topk']}]")
                 for causal, window in self.step_windows.items()
             }
+        # C4 groups share one lightning-indexer schedule per step (its name holds every argument
+        # that is not a group-invariant input).
+        self._qli_name = None
+        if group.compress_ratio == 4:
+            self._qli_name = (f"lightning_indexer_metadata[{model_key} heads={model.index_n_heads} "
+                              f"head_dim={model.index_head_dim} topk={model.index_topk} "
+                              f"cores={model.num_cube_cores}/{model.num_vector_cores} soc={model.soc_version}]")
 
     def buffers(self, draft_index: int) -> DraftBuffers:
         """The persistent buffers of draft_index, allocated on its first use."""
@@ -120,7 +137,7 @@ class DraftMetadataBuilder:
         if buffers is None:
             buffers = DraftBuffers(self.model, self.max_num_reqs, self.max_num_tokens, self.device, self.dspark_width,
                                    draft_index, self._invariant_name, self._sas_names,
-                                   SLOT_MAPPING_FORMATS[self.group.slot_mapping_format])
+                                   SLOT_MAPPING_FORMATS[self.group.slot_mapping_format], self._qli_name)
             self._buffers[draft_index] = buffers
         return buffers
 

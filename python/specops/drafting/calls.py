@@ -18,10 +18,14 @@ from typing import TYPE_CHECKING
 import torch
 
 from specops.ops._op import SpecOp
+from specops.ops.compressor_metadata import _OP as COMPRESSOR_METADATA
 from specops.ops.dspark_swa_indices_multi import _OP as DSPARK_SWA_INDICES_MULTI
 from specops.ops.format_slot_mapping_blocks_multi import _OP as FORMAT_SLOT_MAPPING_BLOCKS_MULTI
+from specops.ops.kv_quant_sas_metadata import _OP as KV_QUANT_SAS_METADATA
+from specops.ops.lightning_indexer_metadata import _OP as LIGHTNING_INDEXER_METADATA
 from specops.ops.sas_metadata import _OP as SAS_METADATA
-from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES
+from specops.sas_family_layout import LAYOUT_KEY_CODES, LAYOUT_QUERY_CODES
+from specops.sas_layout import ASCEND950, LAYOUT_KV_CODES, LAYOUT_Q_CODES
 
 if TYPE_CHECKING:
     from specops.drafting.builder import SasArguments
@@ -35,10 +39,19 @@ def _schema_arguments(op: SpecOp) -> type:
 FormatArguments = _schema_arguments(FORMAT_SLOT_MAPPING_BLOCKS_MULTI)
 SasMetadataArguments = _schema_arguments(SAS_METADATA)
 DSparkArguments = _schema_arguments(DSPARK_SWA_INDICES_MULTI)
+KvQuantSasArguments = _schema_arguments(KV_QUANT_SAS_METADATA)
+IndexerArguments = _schema_arguments(LIGHTNING_INDEXER_METADATA)
+CompressorArguments = _schema_arguments(COMPRESSOR_METADATA)
 # Positions of each argument, by name.
 FORMAT = FormatArguments(*range(len(FormatArguments._fields)))
 SAS = SasMetadataArguments(*range(len(SasMetadataArguments._fields)))
 DSPARK = DSparkArguments(*range(len(DSparkArguments._fields)))
+KV_QUANT_SAS = KvQuantSasArguments(*range(len(KvQuantSasArguments._fields)))
+QLI = IndexerArguments(*range(len(IndexerArguments._fields)))
+COMPRESSOR = CompressorArguments(*range(len(CompressorArguments._fields)))
+
+# The A5 schedule's kv_quant_mode as vllm-ascend's A5 DeviceOperator passes it to the metadata op.
+A5_KV_QUANT_MODE = 1
 
 # sas_metadata's KV layout for a step's batch: without requests seqused_kv is empty, which the
 # kernel reads as not provided and PA_ND refuses; under the TND KV layout the same empty batch
@@ -53,18 +66,44 @@ def format_arguments(block_sizes: list[int]) -> list:
     return list(FormatArguments(slot_mappings=None, block_sizes=block_sizes, num_slots=None, out=None))
 
 
-def sas_arguments(fixed: SasArguments, out: torch.Tensor) -> list:
-    """sas_metadata as vllm-ascend's DSA draft builders call it: the CP-local query starts and KV
-    lengths (TND queries, paged KV), one KV head, no compressed KV, the band mask of the step's
-    window. The step sets the batch: cu_seqlens_q, seqused_kv, batch_size, max_seqlen_q,
-    max_seqlen_kv and layout_kv."""
-    return list(SasMetadataArguments(
+def sas_arguments(fixed: SasArguments, out: torch.Tensor) -> tuple[SpecOp, tuple, list]:
+    """The schedule op, its argument positions and its arguments, as vllm-ascend's DSA builders
+    call it for a group of one compress ratio: the CP-local query starts and KV lengths (TND
+    queries, paged KV), one KV head, the band mask of the step's window; compressed groups add
+    the compressed KV (C4: cmp_ratio 4 with the indexer's top-k, C128: cmp_ratio 128, cmp_topk 0)
+    under the causal mask. sas_metadata on A2/A3, kv_quant_sas_metadata (kv_quant_mode 1) on A5.
+    The step sets the batch: cu_seqlens_q, seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv
+    and layout_kv."""
+    shared = dict(
         num_heads_q=fixed.num_heads_q, num_heads_kv=1, head_dim=fixed.head_dim, cu_seqlens_q=None,
         cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None, seqused_q=None, seqused_kv=None, batch_size=None,
-        max_seqlen_q=None, max_seqlen_kv=None, ori_topk=0, cmp_topk=0, cmp_ratio=1, ori_mask_mode=4, cmp_mask_mode=3,
-        ori_win_left=fixed.ori_win_left, ori_win_right=fixed.ori_win_right, layout_q=LAYOUT_Q_CODES["TND"],
-        layout_kv=None, has_ori_kv=True, has_cmp_kv=False, num_cube_cores=fixed.num_cube_cores,
-        num_vector_cores=fixed.num_vector_cores, ascend950=fixed.ascend950, out=out))
+        max_seqlen_q=None, max_seqlen_kv=None, ori_topk=0, cmp_topk=fixed.cmp_topk, cmp_ratio=fixed.cmp_ratio,
+        ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=fixed.ori_win_left, ori_win_right=fixed.ori_win_right,
+        layout_q=LAYOUT_Q_CODES["TND"], layout_kv=None, has_ori_kv=True, has_cmp_kv=fixed.has_cmp_kv,
+        num_cube_cores=fixed.num_cube_cores, num_vector_cores=fixed.num_vector_cores, ascend950=fixed.ascend950,
+        out=out)
+    if fixed.a5:
+        return KV_QUANT_SAS_METADATA, KV_QUANT_SAS, list(KvQuantSasArguments(
+            kv_quant_mode=A5_KV_QUANT_MODE, tile_size=0, rope_head_dim=0, **shared))
+    return SAS_METADATA, SAS, list(SasMetadataArguments(**shared))
+
+
+def indexer_arguments(model, out: torch.Tensor) -> list:
+    """lightning_indexer_metadata as vllm-ascend's DSA builders call it for the C4 layers'
+    indexer (the model's index heads, head size and top-k; TND queries, paged BSND keys, causal
+    sparse mode 3, cmp_ratio 4). The step sets the batch: the two length tensors, batch_size, the
+    maxima and the layouts (BSND without tensors for an empty batch)."""
+    return list(IndexerArguments(
+        num_heads_q=model.index_n_heads, num_heads_k=1, head_dim=model.index_head_dim, query_quant_mode=0,
+        key_quant_mode=0, actual_seq_lengths_query=None, actual_seq_lengths_key=None, batch_size=None,
+        max_seqlen_q=None, max_seqlen_k=None, layout_query=None, layout_key=None, sparse_count=model.index_topk,
+        sparse_mode=3, pre_tokens=(1 << 63) - 1, next_tokens=(1 << 63) - 1, cmp_ratio=4,
+        num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores,
+        ascend950=ASCEND950 in model.soc_version, out=out))
+
+
+QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY = LAYOUT_QUERY_CODES["TND"], LAYOUT_KEY_CODES["PA_BSND"]
+QLI_LAYOUT_EMPTY = LAYOUT_QUERY_CODES["BSND"], LAYOUT_KEY_CODES["BSND"]
 
 
 def dspark_arguments(call: DSparkCall) -> list:

@@ -19,7 +19,7 @@ from specops.ops._checks import (
     normalize_config_fields,
 )
 from specops.ops.cp_local_metadata import CPLocalMetadata
-from specops.sas_layout import MAX_CUBE_CORES, MAX_VECTOR_CORES
+from specops.sas_layout import ASCEND950, MAX_CUBE_CORES, MAX_VECTOR_CORES
 
 # The StepCache namespace of the drafting entries: (DRAFT_NAMESPACE, draft_index).
 DRAFT_NAMESPACE = "draft_for_drafting"
@@ -27,6 +27,13 @@ DRAFT_NAMESPACE = "draft_for_drafting"
 # GroupConfig.slot_mapping_format: int64 [num_input_tokens, 2] with PAD rows (specops' default),
 # or int32 [num_actual_tokens, 2] as vllm-ascend's DSA draft builders hand it to the kernels.
 SLOT_MAPPING_FORMATS = {"int64_padded": torch.int64, "int32_actual": torch.int32}
+
+# GroupConfig.compress_ratio: 1 (a sliding-window or full group), 4 (C4: compressed KV read
+# through the indexer's top-k, SCFA) or 128 (C128: every compressed token, CFA).
+COMPRESS_RATIOS = (1, 4, 128)
+# ModelConfig.sas_variant: the schedule op vllm-ascend's DeviceOperator picks for the device,
+# sas_metadata on A2/A3 and kv_quant_sas_metadata (kv_quant_mode=1) on A5 (Ascend950).
+SAS_VARIANTS = ("a2a3", "a5")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -36,6 +43,16 @@ class ModelConfig:
     rope_cos_sin_cache: [max_position, rot_dim], cos in the first rot_dim / 2 columns and sin in
     the others. num_cube_cores / num_vector_cores / soc_version: the device the sparse-attention
     kernel runs on (sas_metadata).
+
+    Compressed groups (GroupConfig.compress_ratio 4 / 128) read the indexer settings, as the
+    model's hf_config holds them: index_topk (the C4 sas schedule's cmp_topk and the lightning
+    indexer's sparse_count), index_n_heads / index_head_dim (the indexer's heads and head size).
+    compress_rope_cos_sin_caches: per ratio, the compressed layers' [max_position, rot_dim] RoPE
+    table (vllm-ascend's get_full_cos_and_sin_dsa("c4") / ("c128")), the compressor metadata's
+    rows; a ratio without one uses rope_cos_sin_cache. sas_variant: "a2a3" (sas_metadata) or "a5"
+    (kv_quant_sas_metadata with kv_quant_mode=1, and the flat compressor slot format), default
+    "a5" when "Ascend950" is in soc_version, as vllm-ascend's DeviceOperator picks the op for
+    the device.
     """
 
     num_heads_q: int
@@ -48,11 +65,17 @@ class ModelConfig:
     num_cube_cores: int = 24
     num_vector_cores: int = 48
     soc_version: str = "Ascend910B1"
+    index_topk: int = 512
+    index_n_heads: int = 64
+    index_head_dim: int = 128
+    sas_variant: str | None = None
+    compress_rope_cos_sin_caches: Mapping[int, torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         # Numbers as the ops take ints (docs/hardening.md, "Bool arguments"): 16.0 is rejected.
         normalize_config_fields(self, ints=("num_heads_q", "num_heads_kv", "head_dim", "num_speculative_tokens",
-                                            "cp_size", "cp_rank", "num_cube_cores", "num_vector_cores"))
+                                            "cp_size", "cp_rank", "num_cube_cores", "num_vector_cores",
+                                            "index_topk", "index_n_heads", "index_head_dim"))
         check_positive(self.num_heads_q, "num_heads_q")
         check_positive(self.num_heads_kv, "num_heads_kv")
         if self.num_heads_q % self.num_heads_kv:
@@ -72,6 +95,36 @@ class ModelConfig:
             raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {self.num_vector_cores}")
         if not isinstance(self.soc_version, str):
             raise ValueError(f"soc_version must be a str, got {type(self.soc_version).__name__}")
+        check_positive(self.index_topk, "index_topk")
+        check_positive(self.index_n_heads, "index_n_heads")
+        check_positive(self.index_head_dim, "index_head_dim")
+        if self.sas_variant is None:
+            object.__setattr__(self, "sas_variant", "a5" if ASCEND950 in self.soc_version else "a2a3")
+        if not isinstance(self.sas_variant, str) or self.sas_variant not in SAS_VARIANTS:
+            raise ValueError(f"sas_variant must be one of {list(SAS_VARIANTS)} or None, got {self.sas_variant!r}")
+        if self.sas_variant == "a5" and self.num_heads_q not in (64, 128):
+            # kv_quant_sas_metadata schedules 64 or 128 query heads only.
+            raise ValueError(f"num_heads_q must be 64 or 128 with sas_variant 'a5', got {self.num_heads_q}")
+        tables = self.compress_rope_cos_sin_caches
+        if tables is not None:
+            if not isinstance(tables, Mapping):
+                raise ValueError(f"compress_rope_cos_sin_caches must map a compress ratio to a tensor, got "
+                                 f"{type(tables).__name__}")
+            for ratio, table in tables.items():
+                if ratio not in COMPRESS_RATIOS[1:]:
+                    raise ValueError(f"compress_rope_cos_sin_caches keys must be 4 or 128, got {ratio!r}")
+                if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.size(1) != cache.size(1) \
+                        or table.dtype != cache.dtype or table.device != cache.device:
+                    described = list(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__
+                    raise ValueError(f"compress_rope_cos_sin_caches[{ratio}] must be a [max_position, "
+                                     f"{cache.size(1)}] tensor of rope_cos_sin_cache's dtype and device, got "
+                                     f"{described}")
+
+    def compress_rope_cache(self, ratio: int) -> torch.Tensor:
+        """The RoPE table of a ratio's compressed layers: compress_rope_cos_sin_caches[ratio], else
+        rope_cos_sin_cache."""
+        tables = self.compress_rope_cos_sin_caches
+        return tables[ratio] if tables is not None and ratio in tables else self.rope_cos_sin_cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +138,9 @@ class GroupConfig:
     multiple of 128); a draft pass whose requests see more (a long prefill chunk) needs more.
     slot_mapping_format: "int64_padded" (DraftAttnMetadata.slot_mapping int64 [num_input_tokens,
     2], padding rows PAD's pair) or "int32_actual" (int32 [num_actual_tokens, 2], vllm-ascend's).
+    compress_ratio: 1, or 4 / 128 for a compressed group (DeepSeek-V4's C4 / C128 layers, and the
+    C4 indexer's k-cache), which keeps its sliding window and is never a DSpark group; it gets the
+    sas schedule of its ratio, the lightning-indexer schedule (C4) and its compressor metadata.
     """
 
     name: str
@@ -94,6 +150,7 @@ class GroupConfig:
     dspark: bool = False
     dspark_index_width: int | None = None
     slot_mapping_format: str = "int64_padded"
+    compress_ratio: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.slot_mapping_format, str) or self.slot_mapping_format not in SLOT_MAPPING_FORMATS:
@@ -101,7 +158,7 @@ class GroupConfig:
                              f"got {self.slot_mapping_format!r}")
         if not isinstance(self.name, str):
             raise ValueError(f"name must be a str, got {type(self.name).__name__}")
-        normalize_config_fields(self, ints=("block_size", "storage_block_size"),
+        normalize_config_fields(self, ints=("block_size", "storage_block_size", "compress_ratio"),
                                 optional_ints=("sliding_window", "dspark_index_width"), bools=("dspark",))
         check_positive(self.block_size, "block_size")
         check_positive(self.storage_block_size, "storage_block_size")
@@ -114,6 +171,14 @@ class GroupConfig:
                 raise ValueError(f"dspark_index_width is only for DSpark groups (dspark=True), got "
                                  f"{self.dspark_index_width} for group {self.name!r}")
             check_int32_range(self.dspark_index_width, "dspark_index_width", 1)
+        if self.compress_ratio not in COMPRESS_RATIOS:
+            raise ValueError(f"compress_ratio must be one of {list(COMPRESS_RATIOS)}, got {self.compress_ratio}")
+        if self.compress_ratio > 1 and self.sliding_window is None:
+            raise ValueError(f"sliding_window must be set for the compressed group {self.name!r} (compress_ratio "
+                             f"{self.compress_ratio}: its sas schedule keeps the window), got None")
+        if self.compress_ratio > 1 and self.dspark:
+            raise ValueError(f"dspark must be False for the compressed group {self.name!r} (compress_ratio "
+                             f"{self.compress_ratio}), got True")
 
     @property
     def window(self) -> tuple[int, int]:
@@ -178,6 +243,11 @@ class DraftAttnMetadata:
     dspark_swa_indices: torch.Tensor | None  # int32 [tokens_per_rank, 1, width]: DSpark groups, non-causal steps
     dspark_swa_lens: torch.Tensor | None  # int32 [tokens_per_rank]
     window: tuple[int, int]  # (left, right) of this step; (-1, 0) for full attention
+    # Compressed groups only (GroupConfig.compress_ratio 4 / 128), else None:
+    qli_metadata: torch.Tensor | None = None  # int32 [1024]: the lightning-indexer schedule, C4 groups
+    compress_cos: torch.Tensor | None = None  # [N, 1, 1, rot_dim / 2]: compressor_metadata's rows,
+    compress_sin: torch.Tensor | None = None  # N = min(T, T // ratio + R)
+    compress_slot_mapping: torch.Tensor | None = None  # int32 [N, 2] (A2/A3) or [N] (A5)
 
 
 class SharedFields(NamedTuple):

@@ -16,8 +16,11 @@ import torch
 from specops._constants import PAD_SLOT_ID
 from specops.drafting.configs import (
     SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig)
+from specops.ops.compressor_metadata import compressor_metadata
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.ops.dspark_swa_indices import dspark_swa_indices
+from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
+from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
 from specops.ops.sas_metadata import sas_metadata
 from specops.reference.cp_local_metadata import cp_local_metadata
 
@@ -87,15 +90,54 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     # lengths, one KV head, no compressed KV, the band mask of the step's window. A group
     # without a sliding window has none. Without requests the KV layout is TND (PA_ND needs
     # seqused_kv, which is then empty).
+    # A compressed group adds its compressed KV: C4 with the indexer's top-k, C128 with none. On
+    # A5 (sas_variant "a5") the schedule is kv_quant_sas_metadata's, which wants a seqused_kv
+    # even for no requests (one entry, never read).
     window = step_window(group, model.num_speculative_tokens, common.causal)
+    ratio = group.compress_ratio
     sas = None
     if group.sliding_window is not None:
-        sas = sas_metadata(
-            model.num_heads_q, 1, model.head_dim, cu_seqlens_q=local_query_start_loc, seqused_kv=local_seq_lens,
-            batch_size=num_reqs, max_seqlen_q=max_local_query_len, max_seqlen_kv=max_local_seq_len, cmp_ratio=1,
-            ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=window[0], ori_win_right=window[1], layout_q="TND",
-            layout_kv="PA_ND" if num_reqs else "TND", has_cmp_kv=False, num_cube_cores=model.num_cube_cores,
-            num_vector_cores=model.num_vector_cores, soc_version=model.soc_version)
+        arguments = dict(
+            cu_seqlens_q=local_query_start_loc, seqused_kv=local_seq_lens, batch_size=num_reqs,
+            max_seqlen_q=max_local_query_len, max_seqlen_kv=max_local_seq_len, cmp_ratio=ratio,
+            cmp_topk=model.index_topk if ratio == 4 else 0, ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=window[0],
+            ori_win_right=window[1], layout_q="TND", layout_kv="PA_ND" if num_reqs else "TND", has_cmp_kv=ratio > 1,
+            num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores,
+            soc_version=model.soc_version)
+        if model.sas_variant == "a5":
+            if not num_reqs:
+                arguments.update(seqused_kv=torch.zeros(1, dtype=torch.int32, device=device), layout_kv="PA_ND")
+            sas = kv_quant_sas_metadata(model.num_heads_q, 1, model.head_dim, 1, **arguments)
+        else:
+            sas = sas_metadata(model.num_heads_q, 1, model.head_dim, **arguments)
+
+    # A C4 group's lightning-indexer schedule: this rank's query ends and KV lengths (TND queries,
+    # paged keys); no requests: BSND without tensors, the empty schedule.
+    qli = None
+    if ratio == 4:
+        indexer = dict(batch_size=num_reqs, sparse_count=model.index_topk, sparse_mode=3, cmp_ratio=4,
+                       num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores,
+                       soc_version=model.soc_version)
+        if num_reqs:
+            indexer.update(actual_seq_lengths_query=local_query_start_loc[1:], actual_seq_lengths_key=local_seq_lens,
+                           max_seqlen_q=max_local_query_len, max_seqlen_k=max_local_seq_len, layout_query="TND",
+                           layout_key="PA_BSND")
+        else:
+            indexer.update(layout_query="BSND", layout_key="BSND")
+        qli = lightning_indexer_metadata(model.index_n_heads, 1, model.index_head_dim, 0, 0, **indexer)
+
+    # A compressed group's compressor metadata: the compression groups its requests complete,
+    # from its block table, with the ratio's RoPE table, min(T, T // ratio + R) rows; slots flat
+    # on A5, (block, offset) on A2/A3.
+    compressed = None
+    if ratio > 1:
+        table = model.compress_rope_cache(ratio)
+        half = table.size(1) // 2
+        start_pos = seq_lens - torch.tensor(query_lens, dtype=torch.int32, device=device)
+        compressed = compressor_metadata(
+            table[:, :half], table[:, half:], query_start_loc, start_pos, common.block_tables[group.name][:num_reqs],
+            group.storage_block_size, 1 if model.sas_variant == "a5" else 2, ratio,
+            min(num_tokens, num_tokens // ratio + num_reqs), num_reqs)
 
     # Each token's slot as (storage block, offset), PAD for the padding tokens; int32 formats
     # stop at the real tokens.
@@ -121,4 +163,7 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
         cos=rows[:num_input_tokens, :half], sin=rows[:num_input_tokens, half:], cp=cp,
         local_cos=local_rows[:, :half], local_sin=local_rows[:, half:],
         start_pos=seq_lens - torch.tensor(query_lens, dtype=torch.int32, device=device), seq_lens_cpu=seq_lens,
-        sas_metadata=sas, slot_mapping=slot_mapping, dspark_swa_indices=indices, dspark_swa_lens=lens, window=window)
+        sas_metadata=sas, slot_mapping=slot_mapping, dspark_swa_indices=indices, dspark_swa_lens=lens, window=window,
+        qli_metadata=qli, compress_cos=None if compressed is None else compressed.compress_cos,
+        compress_sin=None if compressed is None else compressed.compress_sin,
+        compress_slot_mapping=None if compressed is None else compressed.slot_mapping)

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from specops.drafting.buffers import MAX_CACHED_SHAPES, Generation, row_views
+from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, Generation, row_views
 from specops.drafting.calls import DSPARK, FORMAT, dspark_arguments, format_arguments, sas_arguments
+from specops.drafting.compressed import compressed_plan
 from specops.drafting.invariant import DSparkWidths
+from specops.ops._op import SpecOp
 
 if TYPE_CHECKING:
     from specops.drafting.builder import DraftMetadataBuilder
@@ -25,6 +27,9 @@ class SasCall(NamedTuple):
     writes: Generation  # the writes of its buffer
     arguments: list  # the op's arguments but the batch's (calls.sas_arguments)
     out: torch.Tensor  # its buffer
+    op: SpecOp  # sas_metadata, or kv_quant_sas_metadata on A5
+    slots: tuple  # the op's argument positions by name (calls.SAS / calls.KV_QUANT_SAS)
+    empty_kv: torch.Tensor | None  # A5: the one-entry seqused_kv an empty batch passes (never read)
 
 
 class MetadataRow(NamedTuple):
@@ -84,7 +89,8 @@ class StepPlan:
     __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
                  "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of", "sas_calls",
                  "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
-                 "actual_slot_groups", "max_num_tokens", "row_slots", "format_arguments", "by_tokens")
+                 "actual_slot_groups", "max_num_tokens", "row_slots", "output_bases", "dspark_at", "format_arguments",
+                 "by_tokens", "compressed")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
@@ -105,12 +111,8 @@ class StepPlan:
         self.sas_of = [None] * len(builders)
         for index, slot in zip(with_sas, sas.slot_of):
             self.sas_of[index] = slot
-        self.sas_calls = [
-            SasCall(key=self.buffers[index].sas_keys[causal], invariant_slot=self.invariant_of[index],
-                    rope_id=id(builders[index].model.rope_cos_sin_cache), writes=self.buffers[index].sas_writes,
-                    arguments=sas_arguments(builders[index].sas_arguments[causal], self.buffers[index].sas),
-                    out=self.buffers[index].sas)
-            for index in (with_sas[first] for first in sas.firsts)]
+        self.sas_calls = [_sas_call(builders[index], self.buffers[index], self.invariant_of[index], causal)
+                          for index in (with_sas[first] for first in sas.firsts)]
         self.sas_outputs = [call.out for call in self.sas_calls]
         dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
         calls: dict[tuple[int, int, int], list[int]] = {}
@@ -130,8 +132,18 @@ class StepPlan:
         self.max_num_tokens = min(builder.max_num_tokens for builder in builders)
         # What a metadata row takes from the plan at every size: window, invariant slot, sas slot.
         self.row_slots = list(zip(self.windows, self.invariant_of, self.sas_of))
+        # What a size's views are made of (_make_outputs): every group's slot mapping buffer, then
+        # each DSpark call's groups' indices and lens; per group, where its indices' view is.
+        self.output_bases = list(self.slot_buffers)
+        self.dspark_at: list[int | None] = [None] * len(builders)
+        for call in self.dspark_calls:
+            for index in call.members:
+                self.dspark_at[index] = len(self.output_bases)
+                self.output_bases += (self.buffers[index].dspark_indices, self.buffers[index].dspark_lens)
         self.format_arguments = format_arguments(self.storage_block_sizes)
         self.by_tokens: dict[int, ShapeOutputs] = {}
+        # Compressed groups' lightning-indexer schedule and compressor metadata (None without any).
+        self.compressed = compressed_plan(builders, self.buffers, self.invariant_of, causal)
 
     def outputs(self, num_input_tokens: int) -> ShapeOutputs:
         """For num_input_tokens: the slot mapping views (the format's outputs), each DSpark call's
@@ -151,36 +163,28 @@ class StepPlan:
                              f"got {num_input_tokens}")
         num_groups = len(self.builders)
         # The slot mappings of every group, then the indices and lens of each DSpark call's groups
-        # (its rows are this rank's slice of the padded stream).
-        tensors, bounds = list(self.slot_buffers), [0, num_input_tokens] * num_groups
+        # (its rows are this rank's slice of the padded stream): self.output_bases' order.
+        bounds = [0, num_input_tokens] * num_groups
         for call in self.dspark_calls:
             rows = -(-num_input_tokens // call.cp_size)
-            for index in call.members:
-                tensors += (self.buffers[index].dspark_indices, self.buffers[index].dspark_lens)
-                bounds += (0, rows, 0, rows)
-        views = row_views(tensors, bounds)
-        slot_views = views[:num_groups]
-        dspark: list[tuple] = [(None, None)] * num_groups
+            bounds += (0, rows, 0, rows) * len(call.members)
+        views = row_views(self.output_bases, bounds)
         per_call = []
         position = num_groups
         for call in self.dspark_calls:
-            indices, lens = [], []
-            for index in call.members:
-                dspark[index] = (views[position], views[position + 1])
-                indices.append(views[position])
-                lens.append(views[position + 1])
-                position += 2
+            end = position + 2 * len(call.members)
             arguments = call.arguments.copy()
             arguments[DSPARK.num_tokens], arguments[DSPARK.out], arguments[DSPARK.out_lens] = (
-                num_input_tokens, indices, lens)
+                num_input_tokens, views[position:end:2], views[position + 1:end:2])
             per_call.append(arguments)
+            position = end
         # Each row as a plain tuple of MetadataRow's fields: a step's loop over the groups unpacks
         # an exact tuple in a few instructions, a NamedTuple through an iterator (0.04 of an empty
         # op per group, under callgrind).
-        rows = [tuple(MetadataRow(slot_mapping, *dspark[index], *self.row_slots[index]))
-                for index, slot_mapping in enumerate(slot_views)]
+        rows = [(views[index], None, None) + tail if at is None else (views[index], views[at], views[at + 1]) + tail
+                for index, (at, tail) in enumerate(zip(self.dspark_at, self.row_slots))]
         format_call = self.format_arguments.copy()
-        format_call[FORMAT.out] = slot_views
+        format_call[FORMAT.out] = views[:num_groups]
         return ShapeOutputs(format_call, per_call, rows)
 
     def forget_shapes(self) -> None:
@@ -188,6 +192,15 @@ class StepPlan:
         self.by_tokens.clear()
         for index in self.invariant_firsts:
             self.buffers[index].invariant_views.clear()
+
+
+def _sas_call(builder: DraftMetadataBuilder, buffers: DraftBuffers, invariant_slot: int, causal: bool) -> SasCall:
+    fixed = builder.sas_arguments[causal]
+    op, slots, arguments = sas_arguments(fixed, buffers.sas)
+    empty_kv = torch.zeros(1, dtype=torch.int32, device=buffers.sas.device) if fixed.a5 else None
+    return SasCall(key=buffers.sas_keys[causal], invariant_slot=invariant_slot,
+                   rope_id=id(builder.model.rope_cos_sin_cache), writes=buffers.sas_writes, arguments=arguments,
+                   out=buffers.sas, op=op, slots=slots, empty_kv=empty_kv)
 
 
 def _sharing(keys: list) -> Sharing:

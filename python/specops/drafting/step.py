@@ -17,8 +17,6 @@ from specops.drafting.calls import (
     FORMAT_SLOT_MAPPING_BLOCKS_MULTI,
     LAYOUT_KV_EMPTY_BATCH,
     LAYOUT_KV_PAGED,
-    SAS,
-    SAS_METADATA,
 )
 from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, checked_draft_index
 from specops.drafting.invariant import GroupInvariant, check_step_inputs, fingerprint, resolve_invariant, step_inputs
@@ -56,6 +54,7 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
     try:
         slot_mappings = [common.slot_mappings[name] for name in plan.names]
         dspark_tables = [[common.block_tables[name] for name in call.names] for call in plan.dspark_calls]
+        compressed_tables = plan.compressed.tables(common) if plan.compressed is not None else None
     except KeyError as missing:
         field = "slot_mappings" if missing.args[0] not in common.slot_mappings else "block_tables"
         _group_input(getattr(common, field), missing.args[0], field)
@@ -79,6 +78,10 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
             if later:
                 _served(shared, call.key, later)
 
+    if compressed_tables is not None:
+        qli = plan.compressed.resolve_qli(invariants, shared, fingerprints, step_inputs(common))
+        compressor = plan.compressed.run_compressor(common, invariants, compressed_tables)
+
     _run_format(outputs.format_arguments, slot_mappings, common.num_actual_tokens)
     if dspark_tables:
         _run_dspark(plan.dspark_calls, outputs.dspark_arguments, dspark_tables, invariants)
@@ -89,6 +92,8 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
                 for slot_mapping, indices, lens, window, invariant_slot, sas_slot in outputs.rows]
     for index in plan.actual_slot_groups:
         metadata[index].slot_mapping = metadata[index].slot_mapping[:common.num_actual_tokens]
+    if compressed_tables is not None:
+        plan.compressed.attach(metadata, qli, compressor)
     return metadata
 
 
@@ -128,21 +133,21 @@ def _run_format(arguments: list, slot_mappings: list[torch.Tensor], num_slots: i
 def _run_sas(calls: Sequence[SasCall], invariants: list[GroupInvariant]) -> None:
     """Each call's sas_metadata, into its buffer, for the batch of its group-invariant entry (its
     CP-local query starts and KV lengths; the rest: calls.sas_arguments)."""
-    sas_op = SAS_METADATA.select()
-    query_starts, kv_lens, batch_size = SAS.cu_seqlens_q, SAS.seqused_kv, SAS.batch_size
-    max_query_len, max_kv_len, layout_kv = SAS.max_seqlen_q, SAS.max_seqlen_kv, SAS.layout_kv
     for call in calls:
         call.writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
         cp = invariants[call.invariant_slot].shared.cp
         num_reqs = cp.local_seq_lens.numel()
-        arguments = call.arguments
-        arguments[query_starts] = cp.local_query_start_loc
-        arguments[kv_lens] = cp.local_seq_lens
-        arguments[batch_size] = num_reqs
-        arguments[max_query_len] = cp.max_local_query_len
-        arguments[max_kv_len] = cp.max_local_seq_len
-        arguments[layout_kv] = LAYOUT_KV_PAGED if num_reqs else LAYOUT_KV_EMPTY_BATCH
-        sas_op(*arguments)
+        arguments, slots = call.arguments, call.slots  # calls.SAS, or calls.KV_QUANT_SAS on A5
+        arguments[slots.cu_seqlens_q] = cp.local_query_start_loc
+        arguments[slots.seqused_kv] = cp.local_seq_lens
+        arguments[slots.batch_size] = num_reqs
+        arguments[slots.max_seqlen_q] = cp.max_local_query_len
+        arguments[slots.max_seqlen_kv] = cp.max_local_seq_len
+        arguments[slots.layout_kv] = LAYOUT_KV_PAGED if num_reqs else LAYOUT_KV_EMPTY_BATCH
+        if not num_reqs and call.empty_kv is not None:
+            # The A5 op wants seqused_kv in every layout: one entry it never reads (B = 0).
+            arguments[slots.seqused_kv], arguments[slots.layout_kv] = call.empty_kv, LAYOUT_KV_PAGED
+        call.op.select()(*arguments)
 
 
 def _run_dspark(calls: list[DSparkCall], arguments: list[list], tables: list[list[torch.Tensor]],

@@ -27,9 +27,10 @@ def check_count_correction(
     anchor = "num_computed_tokens"
     check_tensor(num_accepted_tokens, "num_accepted_tokens", [torch.int32], 1, device, anchor)
     check_tensor(prev_positions, "prev_positions", [torch.int32, torch.int64], 1, device, anchor)
-    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32], 1, device, anchor)
+    # vllm-ascend's valid counts are int64; a runner may keep int64 host counts.
+    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32, torch.int64], 1, device, anchor)
     check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device, anchor)
-    check_tensor(cpu_num_computed_tokens, "cpu_num_computed_tokens", [torch.int32], 1, device, anchor)
+    check_tensor(cpu_num_computed_tokens, "cpu_num_computed_tokens", [torch.int32, torch.int64], 1, device, anchor)
     num_rows = prev_positions.numel()
     check_entries(num_computed_tokens, "num_computed_tokens", num_rows, ROWS)
     check_entries(num_accepted_tokens, "num_accepted_tokens", num_rows, ROWS)

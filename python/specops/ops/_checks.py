@@ -67,14 +67,35 @@ def normalize_config_fields(config: Any, ints: Sequence[str] = (), optional_ints
 def bools_per_group(value: Any, num_groups: int, name: str) -> list[bool]:
     """A per-group bool argument, one entry per group or one value for every group, each taken as
     checked_bool takes it, naming the entry (cp_sharded[1]) or the argument."""
+    # The usual arguments first, without the Sequence ABC check and the per-entry names, which
+    # cost more than a small op's body on every call.
+    if value is True or value is False:
+        return [value] * num_groups
+    if type(value) is list:
+        for entry in value:
+            if entry is not True and entry is not False:
+                break
+        else:
+            return list(value)
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [checked_bool(entry, f"{name}[{g}]") for g, entry in enumerate(value)]
     return [checked_bool(value, name)] * num_groups
 
 
+_TENSOR = torch.Tensor
+
+
 def checked_tensor_list(value: Any, name: str) -> list[torch.Tensor]:
     """A list (or tuple) of tensors, one per group, as a list; a ValueError names the argument or
     the entry that is not a tensor (block_tables[1] None), before anything is sized from it."""
+    if type(value) is list:
+        # Plain tensors without isinstance (torch.Tensor's metaclass makes it slow); anything
+        # else takes the checks below.
+        for entry in value:
+            if type(entry) is not _TENSOR:
+                break
+        else:
+            return list(value)
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"{name} must be a list of tensors, got {_described(value)}")
     for g, entry in enumerate(value):

@@ -28,8 +28,11 @@ def correct_num_computed_tokens(
     num_accepted_tokens[i] = valid_sampled_token_count[p]; otherwise num_computed_tokens[i] =
     cpu_num_computed_tokens[i] (the scheduler's count, on the op's device) and
     num_accepted_tokens[i] is unchanged. Every read sees the values from before the call, so
-    inputs may alias the outputs; the two outputs must not overlap. All int32 except
-    prev_positions (int32 or int64).
+    inputs may alias the outputs; the two outputs must not overlap. The outputs and
+    prev_num_draft_tokens are int32; prev_positions, valid_sampled_token_count (vllm-ascend's is
+    int64) and cpu_num_computed_tokens int32 or int64, in any mix. An int64 count enters the
+    int32 arithmetic by its low 32 bits, as the peer's `.int()` and its copy into the int32
+    outputs take it.
     """
     _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
         cpu_num_computed_tokens)

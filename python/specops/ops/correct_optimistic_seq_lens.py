@@ -19,7 +19,9 @@ def _check(
     check_tensor(seq_lens_cpu, "seq_lens_cpu", [torch.int32, torch.int64], 1)
     device = seq_lens_cpu.device
     check_tensor(prev_positions, "prev_positions", [torch.int32, torch.int64], 1, device, "seq_lens_cpu")
-    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32], 1, device, "seq_lens_cpu")
+    # vllm-ascend's host copy of the valid counts is int64.
+    check_tensor(valid_sampled_token_count, "valid_sampled_token_count", [torch.int32, torch.int64], 1, device,
+                 "seq_lens_cpu")
     check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", [torch.int32], 1, device, "seq_lens_cpu")
     check_entries(seq_lens_cpu, "seq_lens_cpu", prev_positions.numel(), ROWS)
 
@@ -38,7 +40,10 @@ def correct_optimistic_seq_lens(
     Rows i < n = prev_positions.numel() that continue a drafting row p of the previous batch
     (as in correct_num_computed_tokens, without the num_computed_tokens bound) get
     seq_lens_cpu[i] -= prev_num_draft_tokens[p] + 1 - valid_sampled_token_count[p]. seq_lens_cpu
-    int32 or int64 (runners keep int64 host copies), the counts int32; on the host in a runner
-    (any device works). Every read sees the values from before the call.
+    int32 or int64 (runners keep int64 host copies), valid_sampled_token_count int32 or int64
+    (vllm-ascend's host copy is int64), prev_num_draft_tokens int32. The rejected count is
+    computed in the valid counts' width and then taken in seq_lens_cpu's, both wrapping, as the
+    peer's numpy does. On the host in a runner (any device works). Every read sees the values
+    from before the call.
     """
     _OP.select()(seq_lens_cpu, prev_positions, valid_sampled_token_count, prev_num_draft_tokens)

@@ -6,31 +6,16 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_outputs_alias_nothing, check_tensor
+from specops.ops import _sas_inputs as inputs
 from specops.ops._op import SpecOp
-from specops.ops.sas_metadata import _first_device
 from specops.reference.kv_quant_sas_metadata import kv_quant_sas_metadata as _reference
 from specops.sas_family_layout import kv_quant_plan
 from specops.sas_layout import (
-    ASCEND950,
-    CMP_TOPKS,
-    INT32_MAX,
-    INT32_MIN,
-    LAYOUT_KV_BSND,
-    LAYOUT_KV_CODES,
     LAYOUT_KV_TND,
     LAYOUT_Q_BSND,
-    LAYOUT_Q_CODES,
-    LAYOUT_Q_TND,
-    MASK_BAND,
-    MASK_CAUSAL,
-    MASK_NONE,
     MAX_CUBE_CORES,
     MAX_VECTOR_CORES,
-    MAX_WINDOW,
-    NUM_WORDS,
     is_given,
-    num_batches,
 )
 
 _LENGTH_TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
@@ -49,51 +34,27 @@ def _check(
 ) -> None:
     """Every rejection of the A5 AI-CPU kernel, in its order, plus what would be undefined there
     (mirrors csrc/cpu/kv_quant_sas_metadata.cpp)."""
-    check_tensor(out, "out", [torch.int32], 1)
-    if out.numel() != NUM_WORDS:
-        raise ValueError(f"out must have exactly {NUM_WORDS} int32 words, got {out.numel()}")
     arguments = locals()
-    for name in _LENGTH_TENSORS:
-        if arguments[name] is not None:
-            check_tensor(arguments[name], name, [torch.int32, torch.int64], 1, out.device)
-    for name in _INT32_ATTRIBUTES:
-        if not INT32_MIN <= arguments[name] <= INT32_MAX:
-            raise ValueError(f"{name} must fit int32 (the kernel's attribute type), got {arguments[name]}")
+    inputs.check_schedule_inputs(arguments, _LENGTH_TENSORS, _INT32_ATTRIBUTES)
 
     # The kernel's own checks.
-    if num_cube_cores == 0:
-        raise ValueError("num_cube_cores (AIC num) should not be 0")
+    inputs.check_cube_cores_given(num_cube_cores)
     if num_vector_cores == 0:
         raise ValueError("num_vector_cores (AIV num) should not be 0")
-    if batch_size < 0:
-        raise ValueError(f"batch_size should not be negative, but got {batch_size}")
-    if max_seqlen_q < 0:
-        raise ValueError(f"max_seqlen_q should not be negative, but got {max_seqlen_q}")
+    inputs.check_nonnegative(arguments, ("batch_size", "max_seqlen_q"))
     if num_heads_q not in (64, 128):
         raise ValueError(f"num_heads_q should be 64 or 128, but got {num_heads_q}")
-    if num_heads_kv != 1:
-        raise ValueError(f"num_heads_kv should only be 1, but got {num_heads_kv}")
-    if ori_mask_mode not in (MASK_NONE, MASK_CAUSAL, MASK_BAND):
-        raise ValueError(f"ori_mask_mode should be 0, 3 or 4, but got {ori_mask_mode}")
-    if ori_win_left < 0:
-        raise ValueError(f"ori_win_left should be non-negative, but got {ori_win_left}")
-    if layout_q not in LAYOUT_Q_CODES.values():
-        raise ValueError(f"layout_q must be TND or BSND, got code {layout_q}")
-    if layout_kv not in LAYOUT_KV_CODES.values():
-        raise ValueError(f"layout_kv must be TND, BSND or PA_ND, got code {layout_kv}")
-    if layout_q == LAYOUT_Q_TND and layout_kv == LAYOUT_KV_BSND:
-        raise ValueError("layout_kv must be PA_ND or TND when layout_q is TND, got BSND")
+    inputs.check_kv_heads_and_mask(arguments)
+    inputs.check_window_sign("ori_win_left", ori_win_left)
+    inputs.check_sas_layouts(arguments)
     if layout_q == LAYOUT_Q_BSND and layout_kv == LAYOUT_KV_TND:
         raise ValueError("layout_kv must be PA_ND or BSND when layout_q is BSND, got TND")
-    if layout_q == LAYOUT_Q_TND and not is_given(cu_seqlens_q):
-        raise ValueError("cu_seqlens_q must be provided for layout_q TND")
+    inputs.check_cu_seqlens_q(arguments)
     if not is_given(seqused_kv):
         raise ValueError("seqused_kv must be provided (the only KV length the kernel reads)")
     if has_cmp_kv:
-        if cmp_ratio not in (4, 128):
-            raise ValueError(f"cmp_ratio should only be 4 or 128 when has_cmp_kv, but got {cmp_ratio}")
-        if cmp_topk not in CMP_TOPKS:
-            raise ValueError(f"cmp_topk should be 0, 512 or 1024 when has_cmp_kv, but got {cmp_topk}")
+        inputs.check_cmp_ratio(cmp_ratio)
+        inputs.check_cmp_topk(cmp_topk)
 
     # Inputs on which the kernel's behaviour is undefined.
     plan = kv_quant_plan(num_heads_q, has_cmp_kv and cmp_topk > 0, ascend950, num_cube_cores, num_vector_cores)
@@ -104,20 +65,16 @@ def _check(
     if not (num_vector_cores >= 1 and plan.fd_entries <= MAX_VECTOR_CORES):
         raise ValueError(f"num_vector_cores (AIV num) must give at most {MAX_VECTOR_CORES} FD entries, got "
                          f"{num_vector_cores}")
-    if ori_win_left > MAX_WINDOW:
-        raise ValueError(f"ori_win_left must be at most 2^62 (a wider window sees every KV token; near 2^63 the "
-                         f"kernel's int64 window sums overflow), got {ori_win_left}")
-    batches = num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size)
-    source = "seqused_q" if is_given(seqused_q) else "cu_seqlens_q" if layout_q == LAYOUT_Q_TND else "batch_size"
-    if batches > INT32_MAX:
-        raise ValueError(f"{source} describes {batches} batches, more than 2^31 - 1")
+    inputs.check_window_bound("ori_win_left", ori_win_left)
+    batches = inputs.checked_batches(arguments)
     if seqused_kv.numel() < batches:
-        raise ValueError(f"seqused_kv must have at least B = {batches} entries (the batches of {source}), got "
-                         f"{seqused_kv.numel()}")
-    check_outputs_alias_nothing([(out, "out")], [(arguments[name], name) for name in _LENGTH_TENSORS])
+        raise ValueError(f"seqused_kv must have at least B = {batches} entries (the batches of "
+                         f"{inputs.batch_source(arguments)}), got {seqused_kv.numel()}")
+    inputs.check_lengths_alias_nothing(arguments, _LENGTH_TENSORS)
 
 
 _OP = SpecOp("kv_quant_sas_metadata", _check, _reference)
+_STRINGS = inputs.StringArguments(*inputs.SAS_STRINGS)
 
 
 def kv_quant_sas_metadata(
@@ -162,20 +119,12 @@ def kv_quant_sas_metadata(
     two identical entries per core pair with word 8 the most S2 blocks of a pair. Decode with
     `specops.decode_kv_quant_sas_metadata`.
     """
-    layout_q_code = LAYOUT_Q_CODES.get(layout_q) if isinstance(layout_q, str) else None
-    if layout_q_code is None:
-        raise ValueError(f"layout_q must be TND or BSND, got {layout_q!r}")
-    layout_kv_code = LAYOUT_KV_CODES.get(layout_kv) if isinstance(layout_kv, str) else None
-    if layout_kv_code is None:
-        raise ValueError(f"layout_kv must be TND, BSND or PA_ND, got {layout_kv!r}")
-    if not isinstance(soc_version, str):
-        raise ValueError(f"soc_version must be a str, got {type(soc_version).__name__}")
+    codes = _STRINGS(layout_q, layout_kv, soc_version)
     if out is None:
-        out = torch.empty(NUM_WORDS, dtype=torch.int32, device=_first_device(
-            cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv))
+        out = inputs.schedule_out(None, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
     _OP.select()(num_heads_q, num_heads_kv, head_dim, kv_quant_mode, cu_seqlens_q, cu_seqlens_ori_kv,
                  cu_seqlens_cmp_kv, seqused_q, seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk,
                  tile_size, rope_head_dim, cmp_ratio, ori_mask_mode, cmp_mask_mode, ori_win_left, ori_win_right,
-                 layout_q_code, layout_kv_code, has_ori_kv, has_cmp_kv, num_cube_cores, num_vector_cores,
-                 ASCEND950 in soc_version, out)
+                 codes.first_layout, codes.second_layout, has_ori_kv, has_cmp_kv, num_cube_cores, num_vector_cores,
+                 codes.ascend950, out)
     return out

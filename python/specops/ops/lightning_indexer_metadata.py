@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_outputs_alias_nothing, check_tensor
+from specops.ops import _sas_inputs as inputs
 from specops.ops._op import SpecOp
-from specops.ops.sas_metadata import _first_device
 from specops.reference.lightning_indexer_metadata import lightning_indexer_metadata as _reference
 from specops.sas_family_layout import (
     INT64_MAX,
@@ -22,11 +21,13 @@ from specops.sas_family_layout import (
     SPARSE_MODE_ALL,
     SPARSE_MODE_CAUSAL,
 )
-from specops.sas_layout import ASCEND950, INT32_MAX, INT32_MIN, MAX_CUBE_CORES, MAX_VECTOR_CORES, NUM_WORDS, is_given
+from specops.sas_layout import INT32_MAX, MAX_CUBE_CORES, MAX_VECTOR_CORES, is_given
 
 _LENGTH_TENSORS = ("actual_seq_lengths_query", "actual_seq_lengths_key")
 _INT32_ATTRIBUTES = ("num_heads_q", "num_heads_k", "head_dim", "query_quant_mode", "key_quant_mode", "batch_size",
                      "max_seqlen_q", "max_seqlen_k", "sparse_count", "sparse_mode", "cmp_ratio")
+_LAYOUT_QUERY_CHOICES = "TND or BSND"
+_LAYOUT_KEY_CHOICES = "PA_BSND, TND or BSND"
 
 
 def _check(
@@ -38,34 +39,21 @@ def _check(
 ) -> None:
     """Every rejection of the AI-CPU kernel, in its order, plus what would be undefined there
     (mirrors csrc/cpu/lightning_indexer_metadata.cpp)."""
-    check_tensor(out, "out", [torch.int32], 1)
-    if out.numel() != NUM_WORDS:
-        raise ValueError(f"out must have exactly {NUM_WORDS} int32 words, got {out.numel()}")
     arguments = locals()
-    for name in _LENGTH_TENSORS:
-        if arguments[name] is not None:
-            check_tensor(arguments[name], name, [torch.int32, torch.int64], 1, out.device)
-    for name in _INT32_ATTRIBUTES:
-        if not INT32_MIN <= arguments[name] <= INT32_MAX:
-            raise ValueError(f"{name} must fit int32 (the kernel's attribute type), got {arguments[name]}")
+    inputs.check_schedule_inputs(arguments, _LENGTH_TENSORS, _INT32_ATTRIBUTES)
 
     # The kernel's own checks.
-    if num_cube_cores == 0:
-        raise ValueError("num_cube_cores (AIC num) should not be 0")
+    inputs.check_cube_cores_given(num_cube_cores)
     if num_vector_cores == 0 or num_vector_cores % num_cube_cores != 0:
         raise ValueError(f"num_vector_cores (AIV num) must be a non-zero multiple of num_cube_cores "
                          f"({num_cube_cores}), got {num_vector_cores}")
-    for name in ("batch_size", "max_seqlen_q", "max_seqlen_k"):
-        if arguments[name] < 0:
-            raise ValueError(f"{name} should not be negative, but got {arguments[name]}")
+    inputs.check_nonnegative(arguments, ("batch_size", "max_seqlen_q", "max_seqlen_k"))
     if num_heads_q != LI_HEADS:
         raise ValueError(f"num_heads_q should only be 64, but got {num_heads_q}")
     if num_heads_k != 1:
         raise ValueError(f"num_heads_k should only be 1, but got {num_heads_k}")
-    if layout_query not in LAYOUT_QUERY_CODES.values():
-        raise ValueError(f"layout_query must be TND or BSND, got code {layout_query}")
-    if layout_key not in LAYOUT_KEY_CODES.values():
-        raise ValueError(f"layout_key must be PA_BSND, TND or BSND, got code {layout_key}")
+    inputs.check_layout_code(layout_query, LAYOUT_QUERY_CODES, "layout_query", _LAYOUT_QUERY_CHOICES)
+    inputs.check_layout_code(layout_key, LAYOUT_KEY_CODES, "layout_key", _LAYOUT_KEY_CHOICES)
     if layout_query == LAYOUT_QUERY_TND and layout_key == LAYOUT_KEY_BSND:
         raise ValueError("layout_key must be PA_BSND or TND when layout_query is TND, got BSND")
     if layout_query == LAYOUT_QUERY_BSND and layout_key == LAYOUT_KEY_TND:
@@ -104,10 +92,12 @@ def _check(
     if not has_key and max_seqlen_k * cmp_ratio > INT32_MAX:
         raise ValueError(f"max_seqlen_k * cmp_ratio ({max_seqlen_k * cmp_ratio}) must fit int32 (the kernel's key "
                          "length without a tensor)")
-    check_outputs_alias_nothing([(out, "out")], [(arguments[name], name) for name in _LENGTH_TENSORS])
+    inputs.check_lengths_alias_nothing(arguments, _LENGTH_TENSORS)
 
 
 _OP = SpecOp("lightning_indexer_metadata", _check, _reference)
+_STRINGS = inputs.StringArguments(("layout_query", LAYOUT_QUERY_CODES, _LAYOUT_QUERY_CHOICES),
+                                  ("layout_key", LAYOUT_KEY_CODES, _LAYOUT_KEY_CHOICES))
 
 
 def lightning_indexer_metadata(
@@ -144,19 +134,11 @@ def lightning_indexer_metadata(
     head_dim, the quant modes and sparse_count do not change the schedule. Decode with
     `specops.decode_lightning_indexer_metadata`.
     """
-    layout_query_code = LAYOUT_QUERY_CODES.get(layout_query) if isinstance(layout_query, str) else None
-    if layout_query_code is None:
-        raise ValueError(f"layout_query must be TND or BSND, got {layout_query!r}")
-    layout_key_code = LAYOUT_KEY_CODES.get(layout_key) if isinstance(layout_key, str) else None
-    if layout_key_code is None:
-        raise ValueError(f"layout_key must be PA_BSND, TND or BSND, got {layout_key!r}")
-    if not isinstance(soc_version, str):
-        raise ValueError(f"soc_version must be a str, got {type(soc_version).__name__}")
+    codes = _STRINGS(layout_query, layout_key, soc_version)
     if out is None:
-        out = torch.empty(NUM_WORDS, dtype=torch.int32,
-                          device=_first_device(actual_seq_lengths_query, actual_seq_lengths_key))
+        out = inputs.schedule_out(None, actual_seq_lengths_query, actual_seq_lengths_key)
     _OP.select()(num_heads_q, num_heads_k, head_dim, query_quant_mode, key_quant_mode, actual_seq_lengths_query,
-                 actual_seq_lengths_key, batch_size, max_seqlen_q, max_seqlen_k, layout_query_code, layout_key_code,
-                 sparse_count, sparse_mode, pre_tokens, next_tokens, cmp_ratio, num_cube_cores, num_vector_cores,
-                 ASCEND950 in soc_version, out)
+                 actual_seq_lengths_key, batch_size, max_seqlen_q, max_seqlen_k, codes.first_layout,
+                 codes.second_layout, sparse_count, sparse_mode, pre_tokens, next_tokens, cmp_ratio, num_cube_cores,
+                 num_vector_cores, codes.ascend950, out)
     return out

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from specops._spec_decode_sizes import SpecDecodeSizes, named_after_the_wrapper, pack_sizes
+from specops._spec_decode_sizes import SpecDecodeSizes, named_after_the_wrapper
 from specops.ops._accounting_checks import check_count_correction, check_positions_and_seq_lens
 from specops.ops._checks import (
     bools_per_group,
@@ -89,6 +89,7 @@ def _check(
 
 
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
+_new_tuple = tuple.__new__
 
 
 def _per_group(value: object, num_groups: int) -> list:
@@ -150,20 +151,30 @@ def prepare_spec_decode_inputs(
     table, as compute_slot_mapping takes it: a position past its row's allocated blocks is a
     ValueError naming the request, the position and the count on the host, PAD on device paths.
     """
+    # The common call (lists of plain tensors, one int or a list per group) takes the shortest
+    # path: at R=256 this Python costs as much as the op's whole C++ body.
     block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
-    if (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
-            and query_start_loc.dim() == 1 and query_start_loc.numel() > idx_mapping.numel() + 1):
+    if idx_mapping is not None and (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
+                                    and query_start_loc.dim() == 1
+                                    and query_start_loc.numel() > idx_mapping.numel() + 1):
         # The peer passes num_reqs_padded + 1 entries padded with T; R = idx_mapping.numel(), and
         # the entries past R are never read (a view, no copy).
         query_start_loc = query_start_loc[: idx_mapping.numel() + 1]
-    if not isinstance(block_sizes, list):
+    if type(block_sizes) is not list:
         block_sizes = _per_group(block_sizes, num_groups)
-    if not isinstance(blocks_per_kv_block, list):
+    if type(blocks_per_kv_block) is not list:
         blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
-    # Packed into the op's int[] as 0 and 1: checked here as every bool argument is.
-    cp_sharded = bools_per_group(cp_sharded, num_groups, "cp_sharded")
-    slot_mapping_enabled = bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
+    # Packed into the op's int[] as 0 and 1: checked here as every bool argument is (one bool
+    # for every group without the call).
+    if cp_sharded is True or cp_sharded is False:
+        cp_sharded = [cp_sharded] * num_groups
+    else:
+        cp_sharded = bools_per_group(cp_sharded, num_groups, "cp_sharded")
+    if slot_mapping_enabled is True or slot_mapping_enabled is False:
+        slot_mapping_enabled = [slot_mapping_enabled] * num_groups
+    else:
+        slot_mapping_enabled = bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
     if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == len(slot_mapping_enabled) == num_groups:
         for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
                              ("cp_sharded", cp_sharded), ("slot_mapping_enabled", slot_mapping_enabled)):
@@ -183,9 +194,17 @@ def prepare_spec_decode_inputs(
         num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
                          for _ in range(num_groups)]
-    slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
-    sizes = pack_sizes(num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes,
-                       blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
+    else:
+        slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
+    # pack_sizes, inline (the call alone costs a tenth of this wrapper), one group without a loop.
+    if num_groups == 1:
+        sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes[0],
+                 blocks_per_kv_block[0], 1 if cp_sharded[0] else 0, 1 if slot_mapping_enabled[0] else 0]
+    else:
+        sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave]
+        for g in range(num_groups):
+            sizes += (block_sizes[g], blocks_per_kv_block[g], 1 if cp_sharded[g] else 0,
+                      1 if slot_mapping_enabled[g] else 0)
     try:
         _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
             prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables,
@@ -193,4 +212,5 @@ def prepare_spec_decode_inputs(
     except ValueError as error:
         # A non-int packed into sizes is named by its place there: say which argument it was.
         raise named_after_the_wrapper(error, num_groups) from None
-    return SpecDecodeInputs(positions, seq_lens, slot_mappings)
+    # The NamedTuple without its Python-level __new__ frame.
+    return _new_tuple(SpecDecodeInputs, (positions, seq_lens, slot_mappings))

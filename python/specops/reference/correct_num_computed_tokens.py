@@ -40,9 +40,10 @@ def correct_num_computed_tokens(
     rows, continues = continued_rows(prev_positions, num_previous_rows, prev_num_draft_tokens)
     # Every value below is a new tensor, so all reads happen before the two stores, whichever
     # input aliases an output.
-    valid = gather_rows(valid_sampled_token_count, rows)
+    # int64 valid or host counts enter the int32 arithmetic by their low 32 bits (the peer's `.int()`).
+    valid = gather_rows(valid_sampled_token_count, rows).int()
     new_computed = torch.where(continues, gather_rows(num_computed_tokens, rows) + valid,
-                               cpu_num_computed_tokens[:num_rows])
+                               cpu_num_computed_tokens[:num_rows].int())
     new_accepted = torch.where(continues, valid, num_accepted_tokens[:num_rows])
     num_computed_tokens[:num_rows] = new_computed
     num_accepted_tokens[:num_rows] = new_accepted
