@@ -3,14 +3,18 @@
 // kernel writes (docs/sas_metadata.md), computed on the host.
 //
 // After a check of every batch's lengths, two passes over the batches. The first fills the cost
-// table: each batch's cost and last-block cost, the most costly M tile and the total. The second
-// is the kernel's greedy pass: core i gets the limit max(unassigned / (cores - i), most costly M
-// tile) and takes whole batches, then whole M tiles, while they fit the limit with half of their
-// last block to spare. Only the M tiles of the batch a core stops in are costed again.
+// table: running sums of the batches' costs (and what each needs to fit, with half its last
+// block), the most costly M tile and the total. The second is the kernel's greedy pass: core i
+// gets the limit max(unassigned / (cores - i), most costly M tile) and takes whole batches, then
+// whole M tiles, while they fit the limit with half of their last block to spare. A whole batch
+// costs one comparison; only the M tiles of the batch a core stops in are costed again, a run
+// of equal ones (TileCoster::equal_tiles) with one division.
 //
 // Plain C++ over raw pointers: no torch, no allocation (the caller lends the per-batch table),
 // so the body compiles for an AI CPU as well as for the host.
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/fast_divmod.h"
 
@@ -325,6 +329,29 @@ struct TileCoster {
     return cost_of(rows_cost_of_tile, hi - lo + 1, compressed_of(hi));
   }
 
+  // How many tiles from tile m on (m < tiles) cost exactly what tile m costs, as batch_cost's
+  // runs find them: for one-token tiles the rest of the batch without a mask, the rest of the
+  // compressed run in the full-window middle of a band; 1 elsewhere. The greedy pass takes such
+  // a run's tiles with one division instead of costing them one by one.
+  int64_t equal_tiles(const Batch& batch, int64_t m) const {
+    if constexpr (kOneTokenTiles && kMaskMode == kMaskNone) return batch.tiles - m;
+    if constexpr (kOneTokenTiles && kMaskMode == kMaskBand) {
+      const int64_t offset = batch.s2 - batch.s1;
+      const int64_t first_full = s.win_left - offset > 0 ? s.win_left - offset : 0;
+      const int64_t end_full = batch.s2 - s.win_right - offset < batch.tiles ? batch.s2 - s.win_right - offset
+                                                                              : batch.tiles;
+      if (m < first_full || m >= end_full) return 1;
+      int64_t run_end = end_full;
+      const int64_t compressed = compressed_of(m + offset + s.win_right);
+      if (compressed < s.cmp_cap && s.cmp_ratio_shift < 63) {
+        const int64_t next = ((compressed + 1) << s.cmp_ratio_shift) - offset - s.win_right - 1;
+        if (next < run_end) run_end = next;
+      }
+      return run_end - m;
+    }
+    return 1;
+  }
+
   // Adds `count` tiles of one cost.
   static void add(BatchCost* sum, const TileCost& tile, int64_t count) {
     sum->cost += tile.cost * count;
@@ -574,6 +601,13 @@ struct Assignment {
   int64_t max_blocks = 0;  // the most S2 blocks a core got (with table.blocks)
 };
 
+// Whether a coster tells runs of equal tiles (TileCoster::equal_tiles); the indexer's does not.
+template <typename Coster, typename = void>
+struct CountsEqualTiles : std::false_type {};
+template <typename Coster>
+struct CountsEqualTiles<Coster, std::void_t<decltype(std::declval<const Coster&>().equal_tiles(
+                                    std::declval<const Batch&>(), int64_t{0}))>> : std::true_type {};
+
 // The batches the greedy pass takes whole from batch b on (b < num_batches, its first M tile
 // unassigned), for a core whose load is `load` under `limit`: the first batch they leave, the
 // load after them and their blocks. A batch goes while the load with it stays within the limit
@@ -658,10 +692,21 @@ inline Assignment assign_cores_with(const SASShape& s, const Coster& coster, Bat
       const Batch batch = batch_of(s, table.s1[table.row(b)], table.s2[table.row(b)]);
       TileCost tile = tile_cost(batch, m);
       while (m < batch.tiles && load + tile.cost <= limit + tile.last_block_cost / 2) {
-        load += tile.cost;
-        remaining -= tile.cost;
-        blocks += tile.blocks;
-        remaining_blocks -= count_blocks ? tile.blocks : 0;
+        // Tile m fits; of the tiles that cost the same after it, those that fit too (the k-th
+        // while load + k * cost stays within the limit plus half its last block) go with it.
+        int64_t taken = 1;
+        if constexpr (CountsEqualTiles<Coster>::value) {
+          const int64_t equal = tile_cost.equal_tiles(batch, m);
+          if (equal > 1 && tile.cost > 0) {
+            const int64_t fitting = (limit + tile.last_block_cost / 2 - load) / tile.cost;
+            taken = fitting < equal ? fitting : equal;
+          }
+        }
+        load += taken * tile.cost;
+        remaining -= taken * tile.cost;
+        blocks += taken * tile.blocks;
+        remaining_blocks -= count_blocks ? taken * tile.blocks : 0;
+        m += taken - 1;
         do {
           tile = tile_cost(batch, ++m);
         } while (!tile.sees_kv && m < batch.tiles - 1);
