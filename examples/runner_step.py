@@ -1,27 +1,30 @@
-"""A speculative-decoding loop on two context-parallel ranks, three KV-cache groups.
+"""The runner's whole spec-decode step on specops' ops, checked against plain Python every step.
 
-Each step a plain-Python scheduler admits and retires requests, splits long prompts into
-chunks, and schedules 1 + 4 tokens for every decoding request (its last sampled token and
-its 4 drafts). Acceptance is asynchronous, as in a runner that schedules step N+1 while step
-N still runs: the scheduler counts every draft as accepted, and only the device knows how
-many were. On each rank, `PersistentMappings.prepare_step` then corrects the counts, writes
-positions, seq_lens, every group's slot mapping and gathered block table, and
-`PersistentMappings.draft_inputs` hands the drafting layer those buffers keyed by group name.
+Each step a plain-Python scheduler admits and retires requests, splits prompts into chunks
+(a partial chunk's sample is discarded) and schedules 1 + K tokens for every decoding request.
+Then, on the device side:
 
-Every step is checked against a ground truth computed here in plain Python (the true counts,
-positions, seq_lens, slots and block tables), on both ranks.
+    prepare_positions_and_seq_lens   positions and seq_lens into PersistentMappings' buffers
+    PersistentMappings.refresh       every group's slot mapping of the target step
+    prepare_input_ids                the input ids (prompt chunk, last sampled token, drafts), logits indices
+    (stand-in forward + sampler)     random tokens, a random number accepted per request
+    count_sampled_and_rejected       what the sampler kept
+    post_update_after_sampling       request state: tokens, last sampled, lengths, counts, penalty bins
+    prepare_next_token_ids           the drafter's next token, rejected count, token to sample from
+    draft pass 1                     the drafting layer's metadata on the target step's buffers
+    K - 1 x advance_draft_step       each later draft step's positions, seq_lens and both groups' slots
+                                     on PersistentMappings' own buffers, then the drafting layer's
+                                     metadata (draft pass 2 .. K) built from those same buffers
 
-The groups: "full" (full attention, block size 16, its KV sharded across the 2 ranks),
-"swa" (sliding window of 32, block size 8, every rank stores every token) and "dspark" (a
-DSpark group, block size 4: its indices address global slots, so it is never sharded).
+and every output is compared with the same step computed here in plain Python, including a
+request whose draft positions pass max_model_len, under either rule ("reset" or "clamp").
 
-Run: python examples/runner_step.py [--steps 100] [--seed 0]
+Run: python examples/runner_step.py [--steps 200] [--seed 0] [--rule reset|clamp]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import random
 
 import torch
@@ -29,244 +32,256 @@ import torch
 import specops
 from specops import MappingGroup, PersistentMappings, drafting
 
-NUM_RANKS = 2
-NUM_DRAFTS = 4  # draft tokens per decoding request and step
-CHUNK = 16  # the largest prefill chunk
-MAX_NUM_REQS = 6
-MAX_NUM_TOKENS = 64
-MAX_SEQ_LEN = 112  # prompt + generated tokens, lookahead included
+K = 3  # drafts per decoding request
+VOCAB = 50
+MAX_MODEL_LEN = 40
+CHUNK = 8
+MAX_REQS = 4  # request rows and batch rows
+BLOCK_SIZES = (16, 8)
+GROUP_NAMES = ("full", "swa")
+SLIDING_WINDOWS = (None, 16)
+PAD = specops.PAD_SLOT_ID
+I32 = torch.int32
 
 
-@dataclasses.dataclass(frozen=True)
-class Group:
-    name: str
-    block_size: int
-    cp_sharded: bool
-    sliding_window: int | None = None
-    dspark: bool = False
-
-
-GROUPS = [
-    Group("full", block_size=16, cp_sharded=True),
-    Group("swa", block_size=8, cp_sharded=False, sliding_window=32),
-    Group("dspark", block_size=4, cp_sharded=False, sliding_window=16, dspark=True),
-]
-
-
-def columns_needed(group: Group, num_tokens: int) -> int:
-    """Block-table columns that hold positions 0 .. num_tokens - 1 of one rank."""
-    tokens_per_column = group.block_size * (NUM_RANKS if group.cp_sharded else 1)
-    return -(-num_tokens // tokens_per_column)
-
-
-@dataclasses.dataclass
-class Request:
-    row: int
-    prompt_len: int
-    target_len: int
-    computed: int = 0  # true: tokens whose KV is written (the device's count)
-    scheduled: int = 0  # the scheduler's count: every draft counted as accepted
-    blocks: list[list[int]] = dataclasses.field(default_factory=lambda: [[] for _ in GROUPS])
-    drafts: int = 0  # drafts scheduled last step (verified this step)
-
-    @property
-    def prefilling(self) -> bool:
-        return self.scheduled < self.prompt_len
-
-
-def expected_slot(group: Group, blocks: list[int], position: int, rank: int) -> int:
-    """The slot of `position` on `rank` (PAD where another rank stores it): positions run
-    through the ranks one token at a time inside a block column's virtual block."""
-    if not group.cp_sharded:
-        return blocks[position // group.block_size] * group.block_size + position % group.block_size
-    virtual_block, offset = divmod(position, group.block_size * NUM_RANKS)
-    if offset % NUM_RANKS != rank:
-        return specops.PAD_SLOT_ID
-    local = offset // NUM_RANKS
-    return blocks[virtual_block] * group.block_size + local
-
-
-class Rank:
-    """One rank's persistent state: its mappings, its device counts, its draft builders."""
-
-    def __init__(self, rank: int, model: drafting.ModelConfig):
-        groups = [MappingGroup(g.block_size, cp_sharded=g.cp_sharded, name=g.name,
-                               sliding_window_reach=(g.sliding_window - 1) if g.sliding_window else 0)
-                  for g in GROUPS]
-        widths = [columns_needed(g, MAX_SEQ_LEN) for g in GROUPS]
-        self.rank = rank
-        self.mappings = PersistentMappings(groups, max_num_reqs=MAX_NUM_REQS, max_num_blocks_per_req=widths,
-                                           max_num_tokens=MAX_NUM_TOKENS, cp_world_size=NUM_RANKS, cp_rank=rank)
-        # Batch-indexed, in the previous step's layout on entry (prepare_step corrects them).
-        self.num_computed_tokens = torch.zeros(MAX_NUM_REQS, dtype=torch.int32)
-        self.num_accepted_tokens = torch.zeros(MAX_NUM_REQS, dtype=torch.int32)
-        self.builders = [
-            drafting.DraftMetadataBuilder(model, drafting.GroupConfig(g.name, block_size=g.block_size,
-                                                                      storage_block_size=g.block_size,
-                                                                      sliding_window=g.sliding_window, dspark=g.dspark),
-                                          max_num_reqs=MAX_NUM_REQS, max_num_tokens=MAX_NUM_TOKENS)
-            for g in GROUPS]
+def t32(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=I32)
 
 
 class Loop:
-    def __init__(self, seed: int):
+    """The runner's request state (request rows) as tensors, and the same state in plain Python."""
+
+    def __init__(self, seed: int, rule: str):
         self.rng = random.Random(seed)
-        rope = torch.rand(MAX_SEQ_LEN + 8, 8, generator=torch.Generator().manual_seed(seed))
-        self.ranks = [Rank(rank, drafting.ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64,
-                                                      rope_cos_sin_cache=rope, num_speculative_tokens=NUM_DRAFTS,
-                                                      cp_size=NUM_RANKS, cp_rank=rank, num_cube_cores=4,
-                                                      num_vector_cores=8))
-                      for rank in range(NUM_RANKS)]
-        self.requests: list[Request] = []
-        self.previous_batch: list[Request] = []
-        self.previous_valid: list[int] = []  # valid sampled tokens of each previous batch row
-        self.previous_drafts: list[int] = []  # drafts each previous batch row verified
-        self.next_block = [1] * len(GROUPS)  # block 0 is the null block
-        self.finished = 0
-        self.steps_with_drafts = 0
+        self.rule = rule
+        self.mappings = PersistentMappings(
+            [MappingGroup(block_size=bs, name=name) for bs, name in zip(BLOCK_SIZES, GROUP_NAMES)],
+            max_num_reqs=MAX_REQS, max_num_blocks_per_req=[-(-MAX_MODEL_LEN // bs) for bs in BLOCK_SIZES],
+            max_num_tokens=MAX_REQS * max(K + 1, CHUNK))
+        self.all_token_ids = torch.zeros(MAX_REQS, MAX_MODEL_LEN + K + 1, dtype=I32)
+        self.num_computed = torch.zeros(MAX_REQS, dtype=I32)
+        self.prefill_len = torch.zeros(MAX_REQS, dtype=I32)
+        self.total_len = torch.zeros(MAX_REQS, dtype=I32)
+        self.last_sampled = torch.zeros(MAX_REQS, dtype=torch.int64)
+        self.drafts = torch.zeros(MAX_REQS, K, dtype=torch.int64)
+        self.bins = torch.zeros(MAX_REQS, VOCAB, dtype=I32)
+        self.next_prefill = torch.zeros(1, MAX_REQS, dtype=I32)
+        self.draft_query_start_loc = torch.zeros(MAX_REQS + 1, dtype=I32)
+        # The drafting layer: one builder per KV-cache group, fed the mappings' buffers by name.
+        self.rope = torch.rand(MAX_MODEL_LEN + 1, 8, generator=torch.Generator().manual_seed(seed))
+        model = drafting.ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=self.rope,
+                                     num_speculative_tokens=K, num_cube_cores=4, num_vector_cores=8)
+        self.builders = [drafting.DraftMetadataBuilder(
+            model, drafting.GroupConfig(name, block_size=bs, storage_block_size=bs, sliding_window=window),
+            max_num_reqs=MAX_REQS, max_num_tokens=self.mappings.positions.numel())
+            for bs, name, window in zip(BLOCK_SIZES, GROUP_NAMES, SLIDING_WINDOWS)]
+        self.live: dict[int, dict] = {}  # row -> plain-Python request
+        self.next_block = 1
+        self.counts = dict(steps=0, drafted_past_limit=0, limit_mid_draft=0, discarded=0)
 
-    # ------------------------------------------------------------------ the scheduler
+    # ------------------------------------------------------------------ the scheduler (host)
+    def admit_and_retire(self) -> None:
+        for row in [row for row, req in self.live.items() if req["nc"] + K + 1 > MAX_MODEL_LEN]:
+            del self.live[row]
+        for row in range(MAX_REQS):
+            if row in self.live or self.rng.random() < 0.5:
+                continue
+            prompt = [self.rng.randrange(VOCAB) for _ in range(self.rng.randint(1, 20))]
+            # Blocks for every position below max_model_len, in both groups, at admission.
+            blocks = []
+            for bs in BLOCK_SIZES:
+                blocks.append(list(range(self.next_block, self.next_block + -(-MAX_MODEL_LEN // bs))))
+                self.next_block += len(blocks[-1])
+            self.mappings.append_blocks(row, blocks, overwrite=True)
+            self.live[row] = dict(prompt=prompt, tokens=list(prompt), nc=0, last=0, drafts=[0] * K, blocks=blocks,
+                                  bins=[0] * VOCAB)
+            self.all_token_ids[row].zero_()
+            self.all_token_ids[row, :len(prompt)] = t32(prompt)
+            self.num_computed[row], self.prefill_len[row], self.total_len[row] = 0, len(prompt), len(prompt)
+            self.bins[row].zero_()
+            self.last_sampled[row] = 0
+        self.mappings.apply_staged()
 
-    def _stage(self, request: Request, ids: list[list[int]], overwrite: bool = False) -> None:
-        for rank in self.ranks:
-            rank.mappings.append_blocks(request.row, ids, overwrite=overwrite)
+    def schedule(self) -> tuple[list[int], list[int], list[int]]:
+        """Batch rows (request rows in batch order), query lengths, logits per request."""
+        rows = list(self.live)
+        self.rng.shuffle(rows)
+        query_lens, num_logits = [], []
+        for row in rows:
+            req = self.live[row]
+            if req["nc"] < len(req["prompt"]):
+                query_lens.append(min(CHUNK, len(req["prompt"]) - req["nc"]))
+                num_logits.append(1)
+            else:
+                query_lens.append(1 + K)
+                num_logits.append(1 + K)
+        return rows, query_lens, num_logits
 
-    def _admit_and_retire(self) -> None:
-        for request in [r for r in self.requests if r.computed >= r.target_len]:
-            self.requests.remove(request)
-            self._stage(request, [[] for _ in GROUPS], overwrite=True)  # the row is freed
-            self.finished += 1
-        free_rows = sorted(set(range(MAX_NUM_REQS)) - {r.row for r in self.requests})
-        while free_rows and self.rng.random() < 0.5:
-            prompt_len = self.rng.randint(3, 50)
-            target = prompt_len + self.rng.randint(5, MAX_SEQ_LEN - prompt_len - 2 * (1 + NUM_DRAFTS))
-            self.requests.append(Request(free_rows.pop(self.rng.randrange(len(free_rows))), prompt_len, target))
-
-    def _allocate(self, request: Request, query_len: int) -> None:
-        """Blocks for every position the step may write: up to the scheduler's count (which
-        is never below the true one) plus the query, draft positions included."""
-        ids = []
-        for g, group in enumerate(GROUPS):
-            missing = columns_needed(group, request.scheduled + query_len) - len(request.blocks[g])
-            new = list(range(self.next_block[g], self.next_block[g] + max(missing, 0)))
-            self.next_block[g] += len(new)
-            request.blocks[g] += new
-            ids.append(new)
-        self._stage(request, ids)
-
+    # ------------------------------------------------------------------ one step
     def step(self) -> None:
-        self._admit_and_retire()
-        batch = list(self.requests)
-        self.rng.shuffle(batch)  # rows of the batch move from step to step
-        batch = batch[: self.rng.randint(max(len(batch) - 1, 0), len(batch))]  # one may sit out
-        for request in self.requests:
-            if request not in batch:  # the host learns its true count while it sits out
-                request.scheduled = request.computed
-        query_lens = []
-        for request in batch:
-            if request.prefilling:
-                query_len = min(self.rng.randint(1, CHUNK), request.prompt_len - request.scheduled)
+        self.admit_and_retire()
+        rows, query_lens, num_logits = self.schedule()
+        if not rows:
+            return
+        self.counts["steps"] += 1
+        idx = t32(rows)
+        qsl = t32([0] + [sum(query_lens[:i + 1]) for i in range(len(rows))])
+        cu = t32([0] + [sum(num_logits[:i + 1]) for i in range(len(rows))])
+        num_tokens, num_reqs = int(qsl[-1]), len(rows)
+        m = self.mappings
+        specops.prepare_positions_and_seq_lens(self.num_computed, qsl, positions=m.positions, seq_lens=m.seq_lens,
+                                               idx_mapping=idx, num_reqs_padded=MAX_REQS)
+        m.refresh(idx, qsl, m.positions[:num_tokens], num_reqs_padded=MAX_REQS)
+        target_positions = [self.live[row]["nc"] + j for r, row in enumerate(rows) for j in range(query_lens[r])]
+        assert m.positions[:num_tokens].tolist() == target_positions
+        target_rows = [row for r, row in enumerate(rows) for _ in range(query_lens[r])]
+        for g in range(len(BLOCK_SIZES)):
+            want = [self.slot(row, g, p) for row, p in zip(target_rows, target_positions)]
+            assert m.slot_mappings[g][:num_tokens].tolist() == want, (g, m.slot_mappings[g][:num_tokens].tolist(), want)
+        input_ids = torch.zeros(num_tokens, dtype=I32)
+        ids = specops.prepare_input_ids(input_ids, idx, qsl, self.num_computed, self.prefill_len, self.last_sampled,
+                                        self.drafts, cu, all_token_ids=self.all_token_ids,
+                                        next_prefill_tokens=self.next_prefill)
+        expected_ids, expected_logits = [], []
+        for r, row in enumerate(rows):
+            req = self.live[row]
+            if req["nc"] < len(req["prompt"]):
+                expected_ids += req["prompt"][req["nc"]:req["nc"] + query_lens[r]]
             else:
-                query_len = 1 + request.drafts
-            query_lens.append(query_len)
-            self._allocate(request, query_len)
-        for rank in self.ranks:
-            rank.mappings.apply_staged()
+                expected_ids += [req["last"]] + req["drafts"]
+            expected_logits += list(range(int(qsl[r + 1]) - num_logits[r], int(qsl[r + 1])))
+        assert input_ids.tolist() == expected_ids, (input_ids.tolist(), expected_ids)
+        assert ids.logits_indices.tolist() == expected_logits
 
-        # What the device knows from the previous step, in its batch layout.
-        previous_row = {id(request): p for p, request in enumerate(self.previous_batch)}
-        prev_positions = [previous_row.get(id(request), -1) for request in batch]
-        valid = self.previous_valid or [0]
-        prev_drafts = self.previous_drafts or [0]
-        cpu_counts = [request.scheduled for request in batch]
-        num_reqs, num_tokens = len(batch), sum(query_lens)
-        num_tokens_padded = -(-num_tokens // 8) * 8
-        query_start_loc = torch.tensor([0] + [sum(query_lens[: i + 1]) for i in range(num_reqs)], dtype=torch.int32)
-        idx_mapping = torch.tensor([request.row for request in batch], dtype=torch.int32)
+        # Stand-in forward and rejection sampler: the first `kept` logits' tokens are kept.
+        sampled = torch.full((num_reqs, K + 1), -1, dtype=torch.int64)
+        kept = []
+        for r in range(num_reqs):
+            count = self.rng.randint(1, num_logits[r])
+            sampled[r, :count] = torch.tensor([self.rng.randrange(VOCAB) for _ in range(count)])
+            kept.append(count)
+        num_sampled = t32(kept)
+        counts = specops.count_sampled_and_rejected(num_sampled, m.seq_lens, cu, idx, self.prefill_len)
+        partial = [self.live[row]["nc"] + query_lens[r] < len(self.live[row]["prompt"]) for r, row in enumerate(rows)]
+        want_sampled = [0 if partial[r] else kept[r] for r in range(num_reqs)]
+        want_rejected = [0 if partial[r] else num_logits[r] - kept[r] for r in range(num_reqs)]
+        assert counts.num_sampled.tolist() == want_sampled and counts.num_rejected.tolist() == want_rejected
+        self.counts["discarded"] += sum(partial)
+        target_seq_lens = [self.live[row]["nc"] + query_lens[r] for r, row in enumerate(rows)]
 
-        # The ground truth: a request that sat out a step (or was prefilling) has an exact host
-        # count; one that drafted last step continues from the device's count.
-        for request, p in zip(batch, prev_positions):
-            if p < 0 or prev_drafts[p] == 0:
-                request.computed = request.scheduled
-        positions = [request.computed + i for request, q in zip(batch, query_lens) for i in range(q)]
-        seq_lens = [request.computed + q for request, q in zip(batch, query_lens)]
+        specops.post_update_after_sampling(
+            idx, self.num_computed, query_start_loc=qsl, sampled_tokens=sampled, num_sampled=counts.num_sampled,
+            num_rejected=counts.num_rejected, last_sampled_tokens=self.last_sampled, all_token_ids=self.all_token_ids,
+            total_len=self.total_len, output_bin_counts=self.bins)
+        for r, row in enumerate(rows):
+            req = self.live[row]
+            new = sampled[r, :want_sampled[r]].tolist()
+            req["tokens"] += new
+            if new:
+                req["last"] = new[-1]
+            for token in new:
+                req["bins"][token] += 1
+            req["nc"] += query_lens[r] - want_rejected[r]
+            assert int(self.num_computed[row]) == req["nc"] and int(self.total_len[row]) == len(req["tokens"])
+            assert self.all_token_ids[row, :len(req["tokens"])].tolist() == req["tokens"]
+            assert int(self.last_sampled[row]) == req["last"]
+            assert self.bins[row].tolist() == req["bins"], (self.bins[row].tolist(), req["bins"], new)
 
-        for rank in self.ranks:
-            self._run_rank(rank, batch, query_lens, positions, seq_lens, query_start_loc, idx_mapping,
-                           torch.tensor(prev_positions, dtype=torch.int32), torch.tensor(valid, dtype=torch.int32),
-                           torch.tensor(prev_drafts, dtype=torch.int32), torch.tensor(cpu_counts, dtype=torch.int32),
-                           num_tokens_padded)
+        # The drafter's next token; a discarded partial prefill falls back to its last prompt token.
+        drafts_scheduled = t32([sum(num_logits[:i + 1]) - i - 1 for i in range(num_reqs)])
+        nxt = specops.prepare_next_token_ids(
+            sampled, VOCAB, discard_request_mask=torch.tensor(partial), token_ids=self.all_token_ids[idx],
+            num_tokens_no_spec=t32(target_seq_lens), cu_num_draft_tokens=drafts_scheduled, query_start_loc=qsl)
+        for r, row in enumerate(rows):
+            req = self.live[row]
+            backup = req["prompt"][target_seq_lens[r] - 1] if partial[r] else None
+            assert int(nxt.next_token_ids[r]) == (backup if partial[r] else int(sampled[r, kept[r] - 1]))
+            assert int(nxt.num_rejected_tokens[r]) == want_rejected[r]
+            assert int(nxt.token_indices_to_sample[r]) == int(qsl[r + 1]) - 1 - want_rejected[r]
 
-        # The step runs: prefill chunks advance; decodes verify their drafts, accept some, sample
-        # one token and draft again. The scheduler counts every draft as accepted.
-        self.previous_valid, self.previous_drafts = [], []
-        for request, query_len in zip(batch, query_lens):
-            self.previous_drafts.append(0 if request.prefilling else request.drafts)
-            if request.prefilling:
-                request.scheduled += query_len
-                request.computed = request.scheduled
-                done = not request.prefilling
-                request.drafts = NUM_DRAFTS if done else 0
-                self.previous_valid.append(1 if done else 0)
-            else:
-                accepted = self.rng.randint(0, request.drafts)
-                self.previous_valid.append(1 + accepted)
-                # The host learns the previous step's outcome now, this one's only after it.
-                request.scheduled = request.computed + query_len
-                request.computed += 1 + accepted
-                request.drafts = NUM_DRAFTS
-                self.steps_with_drafts += 1
-        self.previous_batch = batch
+        # Draft pass 1 runs on the target step's layout (padded drafting: rejected tokens stay in).
+        common = m.draft_inputs(qsl, qsl, t32(target_seq_lens), num_reqs=num_reqs, num_actual_tokens=num_tokens,
+                                num_input_tokens=-(-num_tokens // 8) * 8)
+        self.check_draft_pass(1, common, target_rows, target_positions,
+                              [s - q for s, q in zip(target_seq_lens, query_lens)])
+        self.draft(rows, idx, nxt, target_seq_lens, want_rejected)
 
-    # ------------------------------------------------------------------ one rank's step
+    def slot(self, row: int, g: int, position: int) -> int:
+        bs = BLOCK_SIZES[g]
+        return self.live[row]["blocks"][g][position // bs] * bs + position % bs
 
-    def _run_rank(self, rank: Rank, batch, query_lens, positions, seq_lens, query_start_loc, idx_mapping,
-                  prev_positions, valid, prev_drafts, cpu_counts, num_tokens_padded) -> None:
-        num_reqs, num_tokens = len(batch), len(positions)
-        mappings = rank.mappings
-        step = mappings.prepare_step(rank.num_computed_tokens, rank.num_accepted_tokens, prev_positions, valid,
-                                     prev_drafts, cpu_counts, query_start_loc, idx_mapping,
-                                     num_reqs_padded=num_reqs, num_tokens_padded=num_tokens_padded)
-        where = f"rank {rank.rank}"
-        assert step.positions[:num_tokens].tolist() == positions, f"{where}: positions"
-        assert step.seq_lens.tolist() == seq_lens, f"{where}: seq_lens"
-        for g, group in enumerate(GROUPS):
-            slots = [expected_slot(group, request.blocks[g], position, rank.rank)
-                     for request, q, start in zip(batch, query_lens, query_start_loc.tolist())
-                     for position in positions[start : start + q]]
-            slots += [specops.PAD_SLOT_ID] * (num_tokens_padded - num_tokens)
-            assert step.slot_mappings[group.name][:num_tokens_padded].tolist() == slots, f"{where}: {group.name} slots"
-            width = mappings.max_num_blocks_per_group[g]
-            table = [request.blocks[g] + [specops.NULL_BLOCK_ID] * (width - len(request.blocks[g]))
-                     for request in batch]
-            assert step.block_tables[group.name][:num_reqs].tolist() == table, f"{where}: {group.name} table"
+    def check_draft_pass(self, draft_index, common, token_rows, positions, start_pos, reset=()) -> None:
+        """The drafting layer's metadata of one draft pass, every group, against plain Python:
+        each token's position (0 on padding), RoPE rows, (block, offset) slot pair (PAD's pair
+        for a token reset past max_model_len) and each request's start position."""
+        metas = drafting.build_draft_attn_metadata(self.builders, common, draft_index)
+        num_tokens, half = len(positions), self.rope.size(1) // 2
+        padded = positions + [0] * (common.num_input_tokens - num_tokens)
+        for g, (meta, bs) in enumerate(zip(metas, BLOCK_SIZES)):
+            assert meta.input_positions.tolist() == padded, (draft_index, g)
+            assert torch.equal(meta.cos, self.rope[padded, :half]) and torch.equal(meta.sin, self.rope[padded, half:])
+            slots = [PAD if t in reset else self.slot(row, g, p)
+                     for t, (row, p) in enumerate(zip(token_rows, positions))]
+            pairs = [[slot // bs, slot % bs] for slot in slots]
+            assert meta.slot_mapping[:num_tokens].tolist() == pairs, (draft_index, g)
+            assert meta.start_pos[:len(start_pos)].tolist() == start_pos, (draft_index, g)
+            assert (meta.sas_metadata is None) == (SLIDING_WINDOWS[g] is None)
 
-        # The drafting layer reads the same buffers, by group name.
-        seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
-        common = mappings.draft_inputs(query_start_loc, query_start_loc.clone(), seq_lens_cpu, num_reqs=num_reqs,
-                                       num_actual_tokens=num_tokens, num_input_tokens=num_tokens_padded)
-        metas = drafting.build_draft_attn_metadata(rank.builders, common, draft_index=1)
-        for group, meta in zip(GROUPS, metas):
-            assert meta.input_positions[:num_tokens].tolist() == positions, f"{where}: {group.name} draft positions"
-            slots = step.slot_mappings[group.name][:num_tokens].tolist()
-            pairs = [[slot // group.block_size, slot % group.block_size] for slot in slots]
-            assert meta.slot_mapping[:num_tokens].tolist() == pairs, f"{where}: {group.name} draft slot pairs"
+    def draft(self, rows, idx, nxt, target_seq_lens, rejected) -> None:
+        """K - 1 draft steps after the first draft pass, each checked, each feeding the drafting
+        layer's next pass; then the step's drafts."""
+        m = self.mappings
+        positions = [target_seq_lens[r] - 1 - rejected[r] for r in range(len(rows))]
+        seq_lens = list(target_seq_lens)
+        was_over = [False] * len(rows)
+        for k in range(K - 1):
+            first = k == 0
+            step = m.advance_draft_step(idx, max_model_len=MAX_MODEL_LEN, past_max_model_len=self.rule,
+                                        token_indices=nxt.token_indices_to_sample if first else None,
+                                        num_rejected_tokens=nxt.num_rejected_tokens if first else None,
+                                        query_start_loc=self.draft_query_start_loc, num_reqs_padded=MAX_REQS)
+            reset = set()
+            for r, row in enumerate(rows):
+                p = positions[r] + 1
+                base = seq_lens[r] - (rejected[r] if first else 0)
+                over = p >= MAX_MODEL_LEN
+                self.counts["drafted_past_limit"] += over
+                # A request whose first draft steps fit and a later one reaches max_model_len.
+                self.counts["limit_mid_draft"] += over and not first and not was_over[r]
+                was_over[r] = over
+                if over and self.rule == "reset":
+                    reset.add(r)
+                if self.rule == "reset":
+                    positions[r], seq_lens[r] = (0, 1) if over else (p, min(base + 1, MAX_MODEL_LEN))
+                else:
+                    positions[r], seq_lens[r] = min(p, MAX_MODEL_LEN - 1), min(base + 1, MAX_MODEL_LEN)
+                assert int(step.positions[r]) == positions[r] and int(step.seq_lens[r]) == seq_lens[r]
+                for g in range(len(BLOCK_SIZES)):
+                    want = PAD if (over and self.rule == "reset") else self.slot(row, g, positions[r])
+                    assert int(step.slot_mappings[g][r]) == want, (g, r, int(step.slot_mappings[g][r]), want)
+            assert step.seq_lens[len(rows):].tolist() == [0] * (MAX_REQS - len(rows))
+            num_reqs = len(rows)
+            assert step.query_start_loc.tolist() == [min(i, num_reqs) for i in range(MAX_REQS + 1)]
+            # The next draft pass: one token per request, on the buffers the step just wrote.
+            common = m.draft_inputs(step.query_start_loc, step.query_start_loc, None, num_reqs=num_reqs,
+                                    num_actual_tokens=num_reqs, num_input_tokens=MAX_REQS, positions=step.positions)
+            self.check_draft_pass(k + 2, common, rows, positions, [s - 1 for s in seq_lens], reset)
+        for row in rows:  # the stand-in drafter's K drafts, request-indexed, for the next step
+            self.live[row]["drafts"] = [self.rng.randrange(VOCAB) for _ in range(K)]
+            self.drafts[row] = torch.tensor(self.live[row]["drafts"])
 
 
-def main(steps: int = 100, seed: int = 0) -> dict[str, int]:
-    """Runs the loop on the native backend; returns what it went through."""
-    loop = Loop(seed)
-    with specops.backend("native"):
-        for _ in range(steps):
-            loop.step()
-    return dict(steps=steps, finished=loop.finished, decode_rows=loop.steps_with_drafts,
-                blocks=sum(loop.next_block) - len(GROUPS))
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rule", choices=["reset", "clamp"], default="reset")
+    args = parser.parse_args()
+    loop = Loop(args.seed, args.rule)
+    for _ in range(args.steps):
+        loop.step()
+    print(f"{args.steps} steps clean ({args.rule}): {loop.counts}")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=0)
-    arguments = parser.parse_args()
-    print(main(arguments.steps, arguments.seed))
+    main()

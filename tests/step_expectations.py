@@ -1,7 +1,7 @@
 """The step-bookkeeping ops written from their contract in plain Python (lists and ints, valid
 input only): the independent oracle of test_prepare_input_ids.py, test_count_sampled_and_rejected.py,
 test_post_update_after_sampling.py, test_prepare_next_token_ids.py, test_advance_draft_step.py,
-test_expand_parallel_draft_inputs.py and the runner loop (examples/runner_step.py)."""
+and test_expand_parallel_draft_inputs.py."""
 
 from __future__ import annotations
 

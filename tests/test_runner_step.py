@@ -1,5 +1,5 @@
 """The runner step: positions past a request's allocated blocks, PersistentMappings.prepare_step
-and draft_inputs, and the example loop (examples/runner_step.py).
+and draft_inputs, and the example loop on two CP ranks (examples/async_cp_loop.py).
 
 Expectations are written out by hand or computed in plain Python from the slot formula (a
 position's block column is position // block_size on one rank), never from the ops.
@@ -20,7 +20,7 @@ from specops import MappingGroup, PersistentMappings, drafting
 
 NULL = specops.NULL_BLOCK_ID
 PAD = specops.PAD_SLOT_ID
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "runner_step.py"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "async_cp_loop.py"
 
 
 def i32(*values: int) -> torch.Tensor:
@@ -246,10 +246,35 @@ def test_draft_inputs_hand_the_same_buffers_by_name():
         assert common.slot_mappings[name] is mappings.slot_mappings[g]
 
 
+def test_draft_inputs_after_a_draft_step_read_its_positions(backend):
+    """A later draft pass: advance_draft_step writes the mappings' seq_lens and slot mappings,
+    and draft_inputs(positions=step.positions) hands them on with the step's one token per
+    request. Row 1 holds block 2 (full, 4 tokens) and 3, 4 (swa, 2 tokens); row 0 blocks 5, 7
+    and 6, 8, 9, 11."""
+    mappings = _two_groups()
+    mappings.append_blocks(0, [[5, 7], [6, 8, 9, 11]])
+    mappings.append_blocks(1, [[2], [3, 4]])
+    mappings.apply_staged()
+    mappings.positions[:3] = i64(1, 2, 5)
+    mappings.seq_lens[:2] = i32(3, 7)
+    query_start_loc = torch.full((4,), 9, dtype=torch.int32)
+    step = mappings.advance_draft_step(i32(1, 0), max_model_len=16, token_indices=i32(0, 2),
+                                       num_rejected_tokens=i32(0, 1), query_start_loc=query_start_loc,
+                                       num_reqs_padded=3)
+    common = mappings.draft_inputs(step.query_start_loc, step.query_start_loc.clone(), None, num_reqs=2,
+                                   num_actual_tokens=2, num_input_tokens=3, positions=step.positions)
+    assert common.positions is step.positions and common.positions.tolist() == [2, 6]
+    assert common.seq_lens is mappings.seq_lens and common.seq_lens.tolist() == [4, 7, 0]  # 3 + 1; 7 - 1 rejected + 1
+    assert common.query_start_loc.tolist() == [0, 1, 2, 2]
+    # full: position 2 of block 2 -> 10, position 6 of block 7 -> 30; swa: 2 of block 4 -> 8, 6 of block 11 -> 22.
+    assert common.slot_mappings["full"][:2].tolist() == [10, 30]
+    assert common.slot_mappings["swa"][:2].tolist() == [8, 22]
+
+
 # ------------------------------------------------------------ the example
 
 def test_the_example_loop_runs_100_steps_against_its_ground_truth():
-    spec = importlib.util.spec_from_file_location("runner_step_example", EXAMPLE)
+    spec = importlib.util.spec_from_file_location("async_cp_loop", EXAMPLE)
     example = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = example  # its dataclasses look their module up
     spec.loader.exec_module(example)

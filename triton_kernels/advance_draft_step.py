@@ -11,10 +11,13 @@ reads and writes offset 0 of its tensor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
 
+from specops._step_layout import draft_group_layouts
 from specops.triton_kernels._launch import nonempty, num_programs
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
@@ -35,6 +38,27 @@ def _store_group_slots(
                            blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave)
     in_buffer = r < slot_end
     tl.store(slot_ptr + tl.where(in_buffer, r, 0), narrowed_slot(slot, slot_ptr), mask=in_buffer)
+
+
+@triton.jit
+def _group_slots(
+    t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,
+    t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1,
+    t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2,
+    t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3,
+    index, row, position, mapped, NUM_GROUPS: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
+):
+    _store_group_slots(t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0, index, row, position,
+                       mapped, HAS_NUM_BLOCKS)
+    if NUM_GROUPS > 1:
+        _store_group_slots(t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1, index, row,
+                           position, mapped, HAS_NUM_BLOCKS)
+    if NUM_GROUPS > 2:
+        _store_group_slots(t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2, index, row,
+                           position, mapped, HAS_NUM_BLOCKS)
+    if NUM_GROUPS > 3:
+        _store_group_slots(t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3, index, row,
+                           position, mapped, HAS_NUM_BLOCKS)
 
 
 @triton.jit
@@ -80,17 +104,11 @@ def _advance_draft_step_kernel(
             row = tl.load(idx_mapping_ptr + safe_r, mask=real, other=-1).to(tl.int64)
         else:
             row = r.to(tl.int64)
-        _store_group_slots(t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0, r, row, position,
-                           mapped, HAS_NUM_BLOCKS)
-        if NUM_GROUPS > 1:
-            _store_group_slots(t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1, r, row,
-                               position, mapped, HAS_NUM_BLOCKS)
-        if NUM_GROUPS > 2:
-            _store_group_slots(t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2, r, row,
-                               position, mapped, HAS_NUM_BLOCKS)
-        if NUM_GROUPS > 3:
-            _store_group_slots(t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3, r, row,
-                               position, mapped, HAS_NUM_BLOCKS)
+        _group_slots(t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,
+                     t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1,
+                     t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2,
+                     t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3,
+                     r, row, position, mapped, NUM_GROUPS, HAS_NUM_BLOCKS)
         if WRITE_STEP:
             at_position = r < positions_end
             tl.store(out_positions_ptr + tl.where(at_position, r, 0),
@@ -111,13 +129,42 @@ def _group_arguments(table, slot_mapping, num_blocks, layout: tuple[int, ...], s
             block_size, blocks_per_kv_block, world, rank, interleave, enabled, slot_end]
 
 
+def draft_group_arguments(block_tables: list[torch.Tensor], slot_mappings: list[torch.Tensor],
+                          num_blocks: list[torch.Tensor], sizes: list[int], first: int, num_tokens: int,
+                          num_tokens_padded: int) -> list[list]:
+    """Every group's flattened arguments from a draft op's sizes (draft_group_layouts): slots PAD
+    in [num_tokens, num_tokens_padded), or to the buffer's end (-1); a group without num_blocks
+    passes its table in their place."""
+    groups = []
+    layouts = draft_group_layouts(sizes, first, len(block_tables))
+    for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):
+        slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(out.numel(), num_tokens)
+        groups.append(_group_arguments(table, out, num_blocks[g] if num_blocks else table,
+                                       (layout.block_size, layout.blocks_per_kv_block, *layout.cp,
+                                        int(layout.enabled)), slot_end))
+    return groups
+
+
+def launch_chunks(groups: list[list], stand_in: Callable[[], list]):
+    """The launches of a draft op: (groups, NUM_GROUPS, last, flat arguments) for the groups
+    past the first MAX_GROUPS first (slots only, while the step's inputs are still unwritten),
+    then the first MAX_GROUPS, the last launch. Unused groups repeat the first one's arguments
+    (never read: NUM_GROUPS stops them); no group at all: `stand_in()`, a disabled group whose
+    slot_end 0 masks every store (made only then: a step with groups allocates nothing)."""
+    chunks = [groups[i:i + MAX_GROUPS] for i in range(MAX_GROUPS, len(groups), MAX_GROUPS)] + [groups[:MAX_GROUPS]]
+    for index, chunk in enumerate(chunks):
+        flat = [argument for group in chunk for argument in group]
+        flat += (chunk[0] if chunk else stand_in()) * (MAX_GROUPS - len(chunk))
+        yield chunk, max(len(chunk), 1), index == len(chunks) - 1, flat
+
+
 def advance_draft_step(
     positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: list[torch.Tensor],
     token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None, idx_mapping: torch.Tensor | None,
     out_positions: torch.Tensor, slot_mappings: list[torch.Tensor], query_start_loc: torch.Tensor | None,
     num_blocks: list[torch.Tensor], sizes: list[int],
 ) -> None:
-    max_model_len, rule, num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[:7]
+    max_model_len, rule, num_tokens_padded, num_reqs_padded = sizes[:4]
     num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
     positions_end = out_positions.numel()
     if positions_end > num_reqs and num_tokens_padded >= 0:
@@ -126,29 +173,19 @@ def advance_draft_step(
     query_start_loc_end = 0
     if query_start_loc is not None:
         query_start_loc_end = query_start_loc.numel() if num_reqs_padded < 0 else num_reqs_padded + 1
-    groups = []
-    for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
-        block_size, kv_blocks, sharded, enabled = sizes[7 + 4 * g: 11 + 4 * g]
-        cp = (world, rank, interleave) if sharded else (1, 0, 1)
-        slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(out.numel(), num_reqs)
-        groups.append(_group_arguments(table, out, num_blocks[g] if num_blocks else table,
-                                       (block_size, kv_blocks, *cp, int(enabled != 0)), slot_end))
+    groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, sizes, 7, num_reqs, num_tokens_padded)
     step_end = max(positions_end, seq_lens_end, query_start_loc_end, num_reqs)
     common = dict(CLAMP=rule == 1, HAS_TOKEN_INDICES=token_indices is not None,
                   HAS_REJECTED=num_rejected_tokens is not None, HAS_IDX_MAPPING=idx_mapping is not None,
                   HAS_QUERY_START_LOC=query_start_loc is not None, HAS_NUM_BLOCKS=bool(num_blocks), BLOCK=BLOCK)
     # Groups past the first MAX_GROUPS first, while positions and seq_lens still hold the inputs.
-    chunks = [groups[i:i + MAX_GROUPS] for i in range(MAX_GROUPS, len(groups), MAX_GROUPS)] + [groups[:MAX_GROUPS]]
-    for chunk_index, chunk in enumerate(chunks):
-        write_step = chunk_index == len(chunks) - 1
+    def stand_in() -> list:
+        return _group_arguments(seq_lens.new_empty((0, 0)), seq_lens, seq_lens, (1, 1, 1, 0, 1, 0), 0)
+
+    for chunk, num_groups, write_step, flat in launch_chunks(groups, stand_in):
         end = max([step_end if write_step else num_reqs] + [group[-1] for group in chunk])
         if end == 0:
             continue
-        flat = [argument for group in chunk for argument in group]
-        # Unused groups repeat the first one's arguments (never read: NUM_GROUPS stops them).
-        stand_in = chunk[0] if chunk else _group_arguments(seq_lens.new_empty((0, 0)), seq_lens, seq_lens,
-                                                           (1, 1, 1, 0, 1, 0), 0)
-        flat += stand_in * (MAX_GROUPS - len(chunk))
         grid = (num_programs(seq_lens.device, triton.cdiv(end, BLOCK)),)
         _advance_draft_step_kernel[grid](
             positions, seq_lens, token_indices if token_indices is not None else positions,
@@ -156,5 +193,5 @@ def advance_draft_step(
             idx_mapping if idx_mapping is not None else seq_lens, out_positions,
             query_start_loc if query_start_loc is not None else seq_lens,
             num_reqs, positions.numel(), max_model_len, positions_end, seq_lens_end, query_start_loc_end, end,
-            *flat, NUM_GROUPS=max(len(chunk), 1), WRITE_STEP=write_step, **common,
+            *flat, NUM_GROUPS=num_groups, WRITE_STEP=write_step, **common,
         )

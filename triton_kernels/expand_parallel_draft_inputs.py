@@ -16,31 +16,16 @@ import torch
 import triton
 import triton.language as tl
 
+from specops._step_layout import ParallelDraftSizes, buffer_end
 from specops.triton_kernels._launch import nonempty, num_programs
-from specops.triton_kernels.advance_draft_step import MAX_GROUPS, _group_arguments, _store_group_slots
+from specops.triton_kernels.advance_draft_step import (
+    _group_arguments,
+    _group_slots,
+    draft_group_arguments,
+    launch_chunks,
+)
 
 BLOCK = 128
-
-
-@triton.jit
-def _group_slots(
-    t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,
-    t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1,
-    t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2,
-    t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3,
-    index, row, position, mapped, NUM_GROUPS: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
-):
-    _store_group_slots(t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0, index, row, position,
-                       mapped, HAS_NUM_BLOCKS)
-    if NUM_GROUPS > 1:
-        _store_group_slots(t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1, index, row,
-                           position, mapped, HAS_NUM_BLOCKS)
-    if NUM_GROUPS > 2:
-        _store_group_slots(t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2, index, row,
-                           position, mapped, HAS_NUM_BLOCKS)
-    if NUM_GROUPS > 3:
-        _store_group_slots(t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3, index, row,
-                           position, mapped, HAS_NUM_BLOCKS)
 
 
 @triton.jit
@@ -152,10 +137,6 @@ def _expand_parallel_draft_inputs_kernel(
                 _pad(out_seq_ptr, tl.zeros([BLOCK], dtype=tl.int32), i, seq_end, num_reqs)
 
 
-def _end(out: torch.Tensor, padded: int) -> int:
-    return padded if padded >= 0 else out.numel()
-
-
 def expand_parallel_draft_inputs(
     target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_token_ids: torch.Tensor,
     query_start_loc: torch.Tensor, block_tables: list[torch.Tensor], num_rejected_tokens: torch.Tensor | None,
@@ -165,47 +146,36 @@ def expand_parallel_draft_inputs(
     slot_mappings: list[torch.Tensor], out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor | None,
     sizes: list[int],
 ) -> None:
-    slots, shift, max_model_len, draft_token, padding_token = sizes[:5]
-    num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[5:10]
+    scalars = ParallelDraftSizes.unpack(sizes)
+    slots, shift, max_model_len, draft_token, padding_token, num_tokens_padded, num_reqs_padded = scalars
     num_reqs, num_tokens = next_token_ids.numel(), target_token_ids.numel()
-    new_tokens = slots - shift
-    num_out = num_tokens + num_reqs * new_tokens
-    groups = []
-    for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
-        block_size, kv_blocks, sharded, enabled = sizes[10 + 4 * g: 14 + 4 * g]
-        cp = (world, rank, interleave) if sharded else (1, 0, 1)
-        slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(out.numel(), num_out)
-        # _group_arguments passes an empty table as a placeholder element (it is read unmasked at a
-        # clamped offset), its sizes kept.
-        groups.append(_group_arguments(table, out, num_blocks[g] if num_blocks else table,
-                                       (block_size, kv_blocks, *cp, int(enabled != 0)), slot_end))
-    ends = dict(ids_end=_end(input_ids, num_tokens_padded), positions_end=_end(positions, num_tokens_padded),
-                rejected_end=_end(is_rejected_token_mask, num_tokens_padded),
-                masked_end=_end(is_masked_token_mask, num_tokens_padded),
+    new_tokens = scalars.new_tokens
+    num_out = scalars.num_out(num_tokens, num_reqs)
+    groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, sizes, ParallelDraftSizes.FIRST_GROUP,
+                                   num_out, num_tokens_padded)
+    ends = dict(ids_end=buffer_end(input_ids, num_tokens_padded),
+                positions_end=buffer_end(positions, num_tokens_padded),
+                rejected_end=buffer_end(is_rejected_token_mask, num_tokens_padded),
+                masked_end=buffer_end(is_masked_token_mask, num_tokens_padded),
                 indices_end=num_reqs_padded * slots if num_reqs_padded >= 0 else token_indices_to_sample.numel(),
                 hidden_end=hidden_state_mapping.numel() if hidden_state_mapping is not None else 0,
                 qsl_end=num_reqs_padded + 1 if num_reqs_padded >= 0 else out_query_start_loc.numel(),
-                seq_end=_end(out_seq_lens, num_reqs_padded) if out_seq_lens is not None else 0)
+                seq_end=buffer_end(out_seq_lens, num_reqs_padded) if out_seq_lens is not None else 0)
     token_end = max(num_out, ends["ids_end"], ends["positions_end"], ends["rejected_end"], ends["masked_end"])
     common = dict(SHIFT=shift, HAS_REJECTED=num_rejected_tokens is not None, HAS_IDX_MAPPING=idx_mapping is not None,
                   HAS_HIDDEN=hidden_state_mapping is not None, HAS_SEQ_LENS=out_seq_lens is not None,
                   HAS_NUM_BLOCKS=bool(num_blocks), BLOCK=BLOCK)
-    chunks = [groups[i:i + MAX_GROUPS] for i in range(MAX_GROUPS, len(groups), MAX_GROUPS)] + [groups[:MAX_GROUPS]]
-    for chunk_index, chunk in enumerate(chunks):
-        write_tokens = chunk_index == len(chunks) - 1
+    def stand_in() -> list:  # no group at all: a view of query_start_loc as the never-read table
+        return _group_arguments(query_start_loc.unsqueeze(0), out_query_start_loc, query_start_loc,
+                                (1, 1, 1, 0, 1, 0), 0)
+
+    for chunk, num_groups, write_tokens, flat in launch_chunks(groups, stand_in):
         pad_end = max([token_end if write_tokens else num_out] + [group[-1] for group in chunk])
         tasks = max(num_reqs, triton.cdiv(pad_end - num_out, BLOCK),
                     triton.cdiv(max(ends["indices_end"] - num_reqs * slots, ends["hidden_end"] - num_tokens,
                                     ends["qsl_end"], 0), BLOCK))
         if tasks == 0:
             continue
-        flat = [argument for group in chunk for argument in group]
-        # Unused groups repeat the first one's arguments (never read: NUM_GROUPS stops them); no
-        # group at all: a disabled stand-in (a view of query_start_loc as its never-read table) whose
-        # slot_end 0 masks every store.
-        stand_in = chunk[0] if chunk else _group_arguments(query_start_loc.unsqueeze(0), out_query_start_loc,
-                                                           query_start_loc, (1, 1, 1, 0, 1, 0), 0)
-        flat += stand_in * (MAX_GROUPS - len(chunk))
         grid = (num_programs(target_token_ids.device, tasks),)
         _expand_parallel_draft_inputs_kernel[grid](
             nonempty(target_token_ids), nonempty(target_positions), nonempty(next_token_ids), query_start_loc,
@@ -215,5 +185,5 @@ def expand_parallel_draft_inputs(
             hidden_state_mapping if hidden_state_mapping is not None else token_indices_to_sample,
             out_query_start_loc, out_seq_lens if out_seq_lens is not None else out_query_start_loc,
             num_reqs, num_tokens, num_out, slots, new_tokens, max_model_len, draft_token, padding_token,
-            *ends.values(), pad_end, *flat, NUM_GROUPS=max(len(chunk), 1), WRITE_TOKENS=write_tokens, **common,
+            *ends.values(), pad_end, *flat, NUM_GROUPS=num_groups, WRITE_TOKENS=write_tokens, **common,
         )

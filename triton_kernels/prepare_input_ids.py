@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from specops._step_layout import input_ids_request_rows, logits_ends
 from specops.triton_kernels._launch import num_programs
 
 BLOCK = 128
@@ -119,14 +120,11 @@ def prepare_input_ids(
 ) -> None:
     num_reqs = idx_mapping.numel()
     has_prefill = all_token_ids is not None
-    num_rows = min(num_computed_tokens.numel(), prefill_len.numel(), last_sampled_tokens.size(0),
-                   draft_tokens.size(0))
-    if has_prefill:
-        num_rows = min(num_rows, all_token_ids.size(0), next_prefill_tokens.size(1))
-    else:
+    num_rows = input_ids_request_rows(num_computed_tokens, prefill_len, last_sampled_tokens, draft_tokens,
+                                      all_token_ids, next_prefill_tokens)
+    if not has_prefill:
         all_token_ids = next_prefill_tokens = input_ids
-    ends = [out.numel() if num_logits_padded < 0 else num_logits_padded
-            for out in (logits_indices, expanded_idx_mapping, expanded_local_pos)]
+    ends = logits_ends(num_logits_padded, logits_indices, expanded_idx_mapping, expanded_local_pos)
     # Requests first, then a tile of padding per program at least (cheap when there is none).
     num_tasks = max(num_reqs, triton.cdiv(max(input_ids.numel(), *ends), BLOCK), 1)
     grid = (num_programs(input_ids.device, num_tasks),)

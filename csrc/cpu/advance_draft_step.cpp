@@ -17,10 +17,6 @@ namespace {
 constexpr size_t kNumScalars = 7;
 constexpr size_t kPerGroup = 4;
 
-using OptTensor = std::optional<at::Tensor>;
-
-const at::Tensor* ptr(const OptTensor& t) { return t.has_value() ? &*t : nullptr; }
-
 bool same_span(const at::Tensor& a, const at::Tensor& b) {
   return a.data_ptr() == b.data_ptr() && a.numel() == b.numel() && a.scalar_type() == b.scalar_type();
 }
@@ -49,31 +45,7 @@ void check_values(const at::Tensor& positions, const TokT* token_indices, const 
     for (size_t g = 0; g < groups.size(); ++g) {
       const kernels::DraftStepGroup& group = groups[g];
       if (!d.mapped || !group.enabled || row < 0) continue;
-      TORCH_CHECK_VALUE(row < group.shape.block_table_rows, "idx_mapping[", r, "] = ", row, " is past block_tables[",
-                        g, "], which has ", group.shape.block_table_rows, " rows");
-      const int64_t columns = kernels::usable_columns(group.shape, row);
-      bool past = d.position > INT32_MAX;
-      int64_t column = -1;
-      if (!past) {
-        const kernels::TokenPlacement p = kernels::place_token<kernels::CpLayout::kInterleaved>(
-            static_cast<uint32_t>(d.position), group.divisors);
-        past = p.local && p.column >= columns;
-        column = p.column;
-      }
-      if (past) {
-        std::ostringstream count;
-        if (group.shape.num_blocks != nullptr && column >= 0 && column < group.shape.block_table_cols) {
-          count << "num_blocks[" << g << "][" << row << "] = " << group.shape.num_blocks[row] << " allocated blocks";
-        } else {
-          count << "the " << group.shape.block_table_cols << " columns of block_tables[" << g << "]";
-        }
-        TORCH_CHECK_VALUE(false, "draft position ", d.position, " of request ", r, " (row ", row, ") in group ", g,
-                          " needs block column ", column < 0 ? std::string("past 2^31") : std::to_string(column),
-                          ", past ", count.str());
-      }
-      const int64_t slot = kernels::draft_slot(group, row, d.position, true);
-      TORCH_CHECK_VALUE(group.wide || slot <= INT32_MAX, "slot_mappings[", g, "] is int32, but request ",
-                        r, " has slot ", slot, ", past 2^31 - 1; pass an int64 slot mapping");
+      check_draft_position(group, g, r, row, d.position, checked_group_row(group, g, r, row));
     }
   }
 }
@@ -127,33 +99,9 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
                       "query_start_loc must have at least num_reqs_padded + 1 = ", std::max(query_start_loc_end, num_reqs + 1),
                       " entries, got ", query_start_loc->numel());
   }
-  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups,
-                    "slot_mappings must have one tensor per block table (len(block_tables) = ", num_groups, "), got ",
-                    slot_mappings.size());
-  TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == num_groups,
-                    "num_blocks must be empty or hold one tensor per block table (len(block_tables) = ", num_groups,
-                    "), got ", num_blocks.size());
-  std::vector<kernels::DraftStepGroup> groups;
-  groups.reserve(num_groups);
-  for (size_t g = 0; g < num_groups; ++g) {
-    const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
-    const int64_t block_size = sizes[kNumScalars + kPerGroup * g];
-    const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
-    const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
-    const bool enabled = sizes[kNumScalars + kPerGroup * g + 3] != 0;
-    const at::Tensor& out = slot_mappings[g];
-    const int64_t slot_end = num_tokens_padded >= 0 ? num_tokens_padded : std::max(out.numel(), num_reqs);
-    kernels::SlotMappingShape shape = check_slot_mapping_args(
-        block_tables[g], block_size, out, blocks_per_kv_block, sharded ? cp_world_size : 1, sharded ? cp_rank : 0,
-        sharded ? cp_interleave : 1, num_reqs, num_reqs, slot_end, names);
-    if (!num_blocks.empty()) {
-      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
-                     block_tables[g], names.block_table, shape);
-    }
-    const bool wide = out.scalar_type() == c10::kLong;
-    groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
-                        wide ? nullptr : out.data_ptr<int32_t>(), wide, shape, enabled, slot_end);
-  }
+  std::vector<kernels::DraftStepGroup> groups =
+      draft_step_groups(block_tables, slot_mappings, num_blocks, sizes, kNumScalars, cp_world_size, cp_rank,
+                        cp_interleave, num_reqs, num_reqs, num_tokens_padded);
   // out_positions may be positions itself (in place, element by element), never a part of it,
   // nor share anything with positions when token_indices gathers (another request's position).
   const bool in_place = !token_indices.has_value() && same_span(out_positions, positions);
@@ -163,11 +111,7 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
   std::vector<NamedTensor> inputs = {{ptr(token_indices), {"token_indices"}},
                                      {ptr(num_rejected_tokens), {"num_rejected_tokens"}},
                                      {ptr(idx_mapping), {"idx_mapping"}}};
-  for (size_t g = 0; g < num_groups; ++g) {
-    outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
-    inputs.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
-    if (!num_blocks.empty()) inputs.push_back({&num_blocks[g], {"num_blocks", static_cast<int64_t>(g)}});
-  }
+  add_group_tensors(outputs, inputs, slot_mappings, block_tables, num_blocks);
   check_outputs_alias_nothing(outputs, inputs);
   for (const NamedTensor& out : outputs) {
     if (out.tensor != nullptr && out.tensor != &out_positions) check_no_overlap(*out.tensor, out.name, positions, "positions");

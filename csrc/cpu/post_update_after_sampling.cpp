@@ -11,10 +11,6 @@
 namespace specops::cpu {
 namespace {
 
-using OptTensor = std::optional<at::Tensor>;
-
-const at::Tensor* ptr(const OptTensor& t) { return t.has_value() ? &*t : nullptr; }
-
 void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor& num_computed_tokens,
                                 const OptTensor& query_start_loc, const OptTensor& sampled_tokens,
                                 const OptTensor& num_sampled, const OptTensor& num_rejected,

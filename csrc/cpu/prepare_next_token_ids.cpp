@@ -9,10 +9,6 @@
 namespace specops::cpu {
 namespace {
 
-using OptTensor = std::optional<at::Tensor>;
-
-const at::Tensor* ptr(const OptTensor& t) { return t.has_value() ? &*t : nullptr; }
-
 void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_size,
                             const OptTensor& discard_request_mask, const OptTensor& backup_next_token_ids,
                             const OptTensor& token_ids, const OptTensor& num_tokens_no_spec,

@@ -26,6 +26,8 @@ from specops.bench import (  # the step-bookkeeping ops
     advance_draft_step,
     count_sampled_and_rejected,
     expand_parallel_draft_inputs,
+    post_update_after_sampling,
+    prepare_input_ids,
     prepare_next_token_ids,
 )
 from specops.bench import pcp_gathered_slot_mappings, pcp_partition  # docs/pcp.md
@@ -51,7 +53,9 @@ BENCHMARKS = {
     "sas_metadata": sas_metadata,
     "drafting": drafting,
     # the step-bookkeeping ops
+    "prepare_input_ids": prepare_input_ids,
     "count_sampled_and_rejected": count_sampled_and_rejected,
+    "post_update_after_sampling": post_update_after_sampling,
     "prepare_next_token_ids": prepare_next_token_ids,
     "advance_draft_step": advance_draft_step,
     "expand_parallel_draft_inputs": expand_parallel_draft_inputs,

@@ -14,18 +14,22 @@ from specops.ops._checks import (
     check_outputs_alias_nothing,
     check_positive,
     check_tensor,
-    checked_bool,
     checked_int,
     checked_size,
-    ints_per_group,
 )
 from specops.ops._op import SpecOp
-from specops.ops._step_checks import padded_argument, padded_end
-from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
+from specops.ops._step_checks import (
+    PER_GROUP,
+    check_draft_groups,
+    group_settings,
+    group_tensors,
+    pack_group_sizes,
+    padded_argument,
+    padded_end,
+)
 from specops.reference.advance_draft_step import advance_draft_step as _reference
 
 NUM_SCALARS = 7
-PER_GROUP = 4
 RULES = {"reset": 0, "clamp": 1}
 
 
@@ -44,10 +48,7 @@ def pack_draft_step_sizes(max_model_len: int, rule: int, num_tokens_padded: int,
     [max_model_len, rule (0 reset, 1 clamp), num_tokens_padded, num_reqs_padded (-1: each
     buffer's end), cp_world_size, cp_rank, cp_interleave] then four ints per group."""
     sizes = [max_model_len, rule, num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave]
-    for block_size, kv_blocks, sharded, enabled in zip(block_sizes, blocks_per_kv_block, cp_sharded,
-                                                       slot_mapping_enabled):
-        sizes += (block_size, kv_blocks, 1 if sharded else 0, 1 if enabled else 0)
-    return sizes
+    return sizes + pack_group_sizes(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
 
 
 def _same_span(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -102,31 +103,16 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
         if not num_reqs + 1 <= end <= query_start_loc.numel():
             raise ValueError(f"query_start_loc must have at least num_reqs_padded + 1 = {max(end, num_reqs + 1)} "
                              f"entries, got {query_start_loc.numel()}")
-    if len(slot_mappings) != num_groups:
-        raise ValueError(f"slot_mappings must have one tensor per block table (len(block_tables) = {num_groups}), "
-                         f"got {len(slot_mappings)}")
-    if len(num_blocks) not in (0, num_groups):
-        raise ValueError(f"num_blocks must be empty or hold one tensor per block table (len(block_tables) = "
-                         f"{num_groups}), got {len(num_blocks)}")
-    for g in range(num_groups):
-        block_size, kv_blocks, sharded, _ = sizes[NUM_SCALARS + PER_GROUP * g: NUM_SCALARS + PER_GROUP * (g + 1)]
-        cp = (world, rank, interleave) if sharded else (1, 0, 1)
-        out = slot_mappings[g]
-        slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(out.numel() if isinstance(
-            out, torch.Tensor) else 0, num_reqs)
-        check_slot_mapping_args(block_tables[g], block_size, out, kv_blocks, *cp, num_reqs, slot_end, device,
-                                SlotMappingArgNames.of_group(g), device_of="positions")
-        if num_blocks:
-            check_num_blocks(num_blocks[g], f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
-                             device_of="positions")
+    check_draft_groups(block_tables, slot_mappings, num_blocks, sizes, NUM_SCALARS, (world, rank, interleave),
+                       num_reqs, num_tokens_padded, device, "positions")
     if token_indices is not None or not _same_span(out_positions, positions):
         check_no_overlap(out_positions, "out_positions", positions, "positions")
     outputs = [(seq_lens, "seq_lens"), (out_positions, "out_positions"), (query_start_loc, "query_start_loc")]
-    outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
     inputs = [(token_indices, "token_indices"), (num_rejected_tokens, "num_rejected_tokens"),
               (idx_mapping, "idx_mapping")]
-    inputs += [(table, f"block_tables[{g}]") for g, table in enumerate(block_tables)]
-    inputs += [(counts, f"num_blocks[{g}]") for g, counts in enumerate(num_blocks)]
+    group_outputs, group_inputs = group_tensors(slot_mappings, block_tables, num_blocks)
+    outputs += group_outputs
+    inputs += group_inputs
     check_outputs_alias_nothing(outputs, inputs)
     for out, name in outputs:
         if out is not None and out is not out_positions:
@@ -134,12 +120,6 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
 
 
 _OP = SpecOp("advance_draft_step", _check, _reference)
-
-
-def _per_group(value: object, num_groups: int) -> list:
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return list(value)
-    return [value] * num_groups
 
 
 def advance_draft_step(
@@ -188,15 +168,7 @@ def advance_draft_step(
     max_model_len = checked_int(max_model_len, "max_model_len")
     cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
     cp_interleave = checked_int(cp_interleave, "cp_interleave")
-    per_group = [ints_per_group(block_sizes, num_groups, "block_sizes"),
-                 ints_per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block"),
-                 [checked_bool(v, f"cp_sharded[{g}]") for g, v in enumerate(_per_group(cp_sharded, num_groups))],
-                 [checked_bool(v, f"slot_mapping_enabled[{g}]")
-                  for g, v in enumerate(_per_group(slot_mapping_enabled, num_groups))]]
-    for name, values in zip(("block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled"), per_group):
-        if len(values) != num_groups:
-            raise ValueError(f"{name} must have one entry per block table (len(block_tables) = {num_groups}), "
-                             f"got {len(values)}")
+    per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else (
         positions.numel() if isinstance(positions, torch.Tensor) else 0)
     if out_positions is None:

@@ -18,15 +18,20 @@ from specops.ops._checks import (
     check_tensor,
     checked_bool,
     checked_int,
-    ints_per_group,
 )
 from specops.ops._op import SpecOp
-from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
-from specops.ops._step_checks import padded_argument, padded_end
+from specops.ops._step_checks import (
+    PER_GROUP,
+    check_draft_groups,
+    group_settings,
+    group_tensors,
+    pack_group_sizes,
+    padded_argument,
+    padded_end,
+)
 from specops.reference.expand_parallel_draft_inputs import expand_parallel_draft_inputs as _reference
 
 NUM_SCALARS = 10
-PER_GROUP = 4
 INT32_MAX = 2**31 - 1
 
 
@@ -58,10 +63,7 @@ def pack_sizes(slots_per_request: int, shift: bool, max_model_len: int, parallel
     buffer's end), cp_world_size, cp_rank, cp_interleave] then four ints per group."""
     sizes = [slots_per_request, 1 if shift else 0, max_model_len, parallel_drafting_token_id, padding_token_id,
              num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave]
-    for block_size, kv_blocks, sharded, enabled in zip(block_sizes, blocks_per_kv_block, cp_sharded,
-                                                       slot_mapping_enabled):
-        sizes += (block_size, kv_blocks, 1 if sharded else 0, 1 if enabled else 0)
-    return sizes
+    return sizes + pack_group_sizes(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
 
 
 def _check(target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_token_ids: torch.Tensor,
@@ -149,23 +151,8 @@ def _check(target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_
         tensor(out_seq_lens, "out_seq_lens", [torch.int32])
         check_entries(out_seq_lens, "out_seq_lens", num_reqs, "R = next_token_ids.numel()")
         padded_end(out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R")
-    if len(slot_mappings) != num_groups:
-        raise ValueError(f"slot_mappings must have one tensor per block table (len(block_tables) = {num_groups}), "
-                         f"got {len(slot_mappings)}")
-    if len(num_blocks) not in (0, num_groups):
-        raise ValueError(f"num_blocks must be empty or hold one tensor per block table (len(block_tables) = "
-                         f"{num_groups}), got {len(num_blocks)}")
-    for g in range(num_groups):
-        block_size, kv_blocks, sharded, _ = sizes[NUM_SCALARS + PER_GROUP * g: NUM_SCALARS + PER_GROUP * (g + 1)]
-        cp = (world, rank, interleave) if sharded else (1, 0, 1)
-        out = slot_mappings[g]
-        slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(
-            out.numel() if isinstance(out, torch.Tensor) else 0, num_out)
-        check_slot_mapping_args(block_tables[g], block_size, out, kv_blocks, *cp, num_out, slot_end, device,
-                                SlotMappingArgNames.of_group(g), device_of="target_token_ids")
-        if num_blocks:
-            check_num_blocks(num_blocks[g], f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
-                             device_of="target_token_ids")
+    check_draft_groups(block_tables, slot_mappings, num_blocks, sizes, NUM_SCALARS, (world, rank, interleave),
+                       num_out, num_tokens_padded, device, "target_token_ids")
     outputs = [(input_ids, "input_ids"), (positions, "positions"), (is_rejected_token_mask, "is_rejected_token_mask"),
                (is_masked_token_mask, "is_masked_token_mask"), (token_indices_to_sample, "token_indices_to_sample"),
                (hidden_state_mapping, "hidden_state_mapping"), (out_query_start_loc, "out_query_start_loc"),
@@ -173,21 +160,13 @@ def _check(target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_
     inputs = [(target_token_ids, "target_token_ids"), (target_positions, "target_positions"),
               (next_token_ids, "next_token_ids"), (query_start_loc, "query_start_loc"),
               (num_rejected_tokens, "num_rejected_tokens"), (seq_lens, "seq_lens"), (idx_mapping, "idx_mapping")]
-    outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
-    for g, table in enumerate(block_tables):
-        inputs.append((table, f"block_tables[{g}]"))
-        if num_blocks:
-            inputs.append((num_blocks[g], f"num_blocks[{g}]"))
+    group_outputs, group_inputs = group_tensors(slot_mappings, block_tables, num_blocks)
+    outputs += group_outputs
+    inputs += group_inputs
     check_outputs_alias_nothing(outputs, inputs)
 
 
 _OP = SpecOp("expand_parallel_draft_inputs", _check, _reference)
-
-
-def _per_group(value: object, num_groups: int) -> list:
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return list(value)
-    return [value] * num_groups
 
 
 def expand_parallel_draft_inputs(
@@ -251,15 +230,7 @@ def expand_parallel_draft_inputs(
     shift = checked_bool(shift_input_ids, "shift_input_ids")
     cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
     cp_interleave = checked_int(cp_interleave, "cp_interleave")
-    per_group = [ints_per_group(block_sizes, num_groups, "block_sizes"),
-                 ints_per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block"),
-                 [checked_bool(v, f"cp_sharded[{g}]") for g, v in enumerate(_per_group(cp_sharded, num_groups))],
-                 [checked_bool(v, f"slot_mapping_enabled[{g}]")
-                  for g, v in enumerate(_per_group(slot_mapping_enabled, num_groups))]]
-    for name, values in zip(("block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled"), per_group):
-        if len(values) != num_groups:
-            raise ValueError(f"{name} must have one entry per block table (len(block_tables) = {num_groups}), "
-                             f"got {len(values)}")
+    per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     tokens_padded = padded_argument(num_tokens_padded, "num_tokens_padded")
     reqs_padded = padded_argument(num_reqs_padded, "num_reqs_padded")
     num_tokens = target_token_ids.numel() if isinstance(target_token_ids, torch.Tensor) else 0

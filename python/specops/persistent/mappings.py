@@ -410,13 +410,17 @@ class PersistentMappings:
         num_actual_tokens: int,
         num_input_tokens: int,
         causal: bool = True,
+        positions: torch.Tensor | None = None,
     ) -> CommonDraftInputs:
         """The drafting layer's inputs for the step `prepare_step` (or `refresh` with
         `positions` filled by the caller) wrote: this object's positions, seq_lens, block tables
-        and slot mappings, keyed by group name as `CommonDraftInputs` keys them (no copy)."""
+        and slot mappings, keyed by group name as `CommonDraftInputs` keys them (no copy).
+        After `advance_draft_step`, pass its `DraftStep.positions` (and `query_start_loc`): the
+        seq_lens and slot mappings it wrote are this object's own buffers already."""
         return CommonDraftInputs(
             query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc_cpu, seq_lens=self.seq_lens,
-            seq_lens_cpu=seq_lens_cpu, positions=self.positions, num_reqs=num_reqs,
+            seq_lens_cpu=seq_lens_cpu, positions=self.positions if positions is None else positions,
+            num_reqs=num_reqs,
             num_actual_tokens=num_actual_tokens, num_input_tokens=num_input_tokens, causal=causal,
             block_tables=self.block_tables_by_name, slot_mappings=self.slot_mappings_by_name)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
+from specops._step_layout import draft_group_layouts
 from specops.reference._slot_math import kv_placement
 
 INT32_MAX = 2**31 - 1
@@ -36,7 +37,7 @@ def advance_draft_step(
     out_positions: torch.Tensor, slot_mappings: list[torch.Tensor], query_start_loc: torch.Tensor | None,
     num_blocks: list[torch.Tensor], sizes: list[int],
 ) -> None:
-    max_model_len, rule, num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[:7]
+    max_model_len, rule, num_tokens_padded, num_reqs_padded = sizes[:4]
     if token_indices is not None:
         num_reqs = token_indices.numel()
         index = token_indices.long()
@@ -60,11 +61,10 @@ def advance_draft_step(
         seq_len = (base + 1).where(~over, 1).clamp(max=max_model_len)
         mapped = ok & ~over
     row = idx_mapping.long() if idx_mapping is not None else torch.arange(num_reqs)
-    for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
-        block_size, kv_blocks, sharded, enabled = sizes[7 + 4 * g: 11 + 4 * g]
-        cp = (world, rank, interleave) if sharded else (1, 0, 1)
-        slots = _slots(table, num_blocks[g] if num_blocks else None, row, position, mapped & bool(enabled),
-                       block_size, kv_blocks, *cp)
+    layouts = draft_group_layouts(sizes, 7, len(block_tables))
+    for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):
+        slots = _slots(table, num_blocks[g] if num_blocks else None, row, position, mapped & layout.enabled,
+                       layout.block_size, layout.blocks_per_kv_block, *layout.cp)
         if out.dtype == torch.int32:
             slots = slots.where(slots <= INT32_MAX, PAD_SLOT_ID)
         out[:num_reqs] = slots.to(out.dtype)

@@ -9,13 +9,10 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
+from specops._step_layout import ParallelDraftSizes, buffer_end, draft_group_layouts
 from specops.reference.advance_draft_step import _slots
 
 INT32_MAX = 2**31 - 1
-
-
-def _ends(out: torch.Tensor, padded: int) -> int:
-    return padded if padded >= 0 else out.numel()
 
 
 def expand_parallel_draft_inputs(
@@ -27,11 +24,11 @@ def expand_parallel_draft_inputs(
     slot_mappings: list[torch.Tensor], out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor | None,
     sizes: list[int],
 ) -> None:
-    slots, shift, max_model_len, draft_token, padding_token = sizes[:5]
-    num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[5:10]
+    scalars = ParallelDraftSizes.unpack(sizes)
+    slots, shift, max_model_len, draft_token, padding_token, num_tokens_padded, num_reqs_padded = scalars
     num_reqs, num_tokens = next_token_ids.numel(), target_token_ids.numel()
-    n = slots - shift
-    num_out = num_tokens + num_reqs * n
+    n = scalars.new_tokens
+    num_out = scalars.num_out(num_tokens, num_reqs)
     device = target_token_ids.device
     qsl = query_start_loc[:num_reqs + 1].long()
     q0, q = qsl[:-1], qsl[1:] - qsl[:-1]
@@ -73,19 +70,18 @@ def expand_parallel_draft_inputs(
         hidden_state_mapping[(q0[req] + j)[hidden]] = o[hidden].to(torch.int32)
     row = idx_mapping.long()[req] if idx_mapping is not None else req
     mapped = ~is_rejected & (position < max_model_len)
-    for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
-        block_size, kv_blocks, sharded, enabled = sizes[10 + 4 * g: 14 + 4 * g]
-        cp = (world, rank, interleave) if sharded else (1, 0, 1)
-        slot = _slots(table, num_blocks[g] if num_blocks else None, row, position, mapped & bool(enabled), block_size,
-                      kv_blocks, *cp)
+    layouts = draft_group_layouts(sizes, ParallelDraftSizes.FIRST_GROUP, len(block_tables))
+    for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):
+        slot = _slots(table, num_blocks[g] if num_blocks else None, row, position, mapped & layout.enabled,
+                      layout.block_size, layout.blocks_per_kv_block, *layout.cp)
         if out.dtype == torch.int32:
             slot = slot.where(slot <= INT32_MAX, PAD_SLOT_ID)
         out[o] = slot.to(out.dtype)
-        out[num_out:_ends(out, num_tokens_padded)] = PAD_SLOT_ID
-    input_ids[num_out:_ends(input_ids, num_tokens_padded)] = 0
-    positions[num_out:_ends(positions, num_tokens_padded)] = 0
-    is_rejected_token_mask[num_out:_ends(is_rejected_token_mask, num_tokens_padded)] = False
-    is_masked_token_mask[num_out:_ends(is_masked_token_mask, num_tokens_padded)] = False
+        out[num_out:buffer_end(out, num_tokens_padded)] = PAD_SLOT_ID
+    input_ids[num_out:buffer_end(input_ids, num_tokens_padded)] = 0
+    positions[num_out:buffer_end(positions, num_tokens_padded)] = 0
+    is_rejected_token_mask[num_out:buffer_end(is_rejected_token_mask, num_tokens_padded)] = False
+    is_masked_token_mask[num_out:buffer_end(is_masked_token_mask, num_tokens_padded)] = False
     indices_end = num_reqs_padded * slots if num_reqs_padded >= 0 else token_indices_to_sample.numel()
     token_indices_to_sample[num_reqs * slots:indices_end] = 0
     if hidden_state_mapping is not None:
@@ -95,4 +91,4 @@ def expand_parallel_draft_inputs(
     out_query_start_loc[num_reqs:qsl_end] = num_out
     if out_seq_lens is not None:
         out_seq_lens[:num_reqs] = (seq_lens[:num_reqs] + n).to(torch.int32)
-        out_seq_lens[num_reqs:_ends(out_seq_lens, num_reqs_padded)] = 0
+        out_seq_lens[num_reqs:buffer_end(out_seq_lens, num_reqs_padded)] = 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from specops._step_layout import input_ids_request_rows, logits_ends
+
 
 def _int32(value: int) -> int:
     """value as a store into an int32 tensor keeps it (the low 32 bits, as the kernels' casts)."""
@@ -20,12 +22,10 @@ def prepare_input_ids(
 ) -> None:
     num_reqs = idx_mapping.numel()
     has_prefill = all_token_ids is not None
-    num_rows = min(num_computed_tokens.numel(), prefill_len.numel(), last_sampled_tokens.size(0), draft_tokens.size(0))
-    if has_prefill:
-        num_rows = min(num_rows, all_token_ids.size(0), next_prefill_tokens.size(1))
+    num_rows = input_ids_request_rows(num_computed_tokens, prefill_len, last_sampled_tokens, draft_tokens,
+                                      all_token_ids, next_prefill_tokens)
     width = all_token_ids.size(1) if has_prefill else 0
-    ends = [out.numel() if num_logits_padded < 0 else num_logits_padded
-            for out in (logits_indices, expanded_idx_mapping, expanded_local_pos)]
+    ends = logits_ends(num_logits_padded, logits_indices, expanded_idx_mapping, expanded_local_pos)
     qsl, cu = query_start_loc.tolist(), cu_num_logits.tolist()
     last = last_sampled_tokens.reshape(last_sampled_tokens.size(0), -1)[:, 0] if last_sampled_tokens.numel() else None
     for r in range(num_reqs):
