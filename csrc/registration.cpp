@@ -175,3 +175,4 @@ TORCH_LIBRARY(specops, m) {
 // Every op that writes a caller's tensor bumps its version (csrc/written_versions.h). Defined
 // here, after the schemas (initializers of one file run in order), so that it sees them all.
 TORCH_LIBRARY_IMPL(specops, ADInplaceOrView, m) { specops::register_written_version_bumps(m); }
+TORCH_LIBRARY_IMPL(specops, Autograd, m) { specops::register_autograd_kernels(m); }

@@ -78,8 +78,10 @@ def _expand_parallel_draft_inputs_kernel(
             is_rejected = j >= nv + slots
             is_masked = (j > nv) & (is_rejected == 0)
             source = q0 + j + SHIFT
-            copy = lane & (j < nv) & (source >= 0) & (source < num_tokens)
-            ids = tl.load(target_ids_ptr + tl.where(copy, source, 0), mask=copy, other=0).to(tl.int64)
+            # A mask of more than two comparisons makes triton-ascend's adapter read freed memory: each
+            # mask below is one comparison of an offset that is -1 where the lane is off.
+            copy_at = tl.where(lane & (j < nv) & (source >= 0) & (source < num_tokens), source, -1)
+            ids = tl.load(target_ids_ptr + tl.maximum(copy_at, 0), mask=copy_at >= 0, other=0).to(tl.int64)
             ids = tl.where(j < nv, ids, tl.where(j == nv, next_token,
                                                  tl.where(is_masked, draft_token, padding_token)))
             position = tl.where(is_rejected, 0, start + j)
@@ -88,12 +90,11 @@ def _expand_parallel_draft_inputs_kernel(
                 tl.store(positions_ptr + safe_o, position.to(positions_ptr.dtype.element_ty), mask=lane)
                 tl.store(rejected_mask_ptr + safe_o, is_rejected, mask=lane)
                 tl.store(masked_mask_ptr + safe_o, is_masked, mask=lane)
-                new = lane & (j >= nv) & (is_rejected == 0)
-                index = r * slots + j - nv
-                tl.store(indices_ptr + tl.where(new, index, 0), o.to(tl.int32), mask=new)
+                new_at = tl.where(lane & (j >= nv) & (is_rejected == 0), r * slots + j - nv, -1)
+                tl.store(indices_ptr + tl.maximum(new_at, 0), o.to(tl.int32), mask=new_at >= 0)
                 if HAS_HIDDEN:
-                    hidden = lane & (j < q) & (q0 + j >= 0) & (q0 + j < num_tokens)
-                    tl.store(hidden_ptr + tl.where(hidden, q0 + j, 0), o.to(tl.int32), mask=hidden)
+                    hidden_at = tl.where(lane & (j < q) & (q0 + j >= 0) & (q0 + j < num_tokens), q0 + j, -1)
+                    tl.store(hidden_ptr + tl.maximum(hidden_at, 0), o.to(tl.int32), mask=hidden_at >= 0)
             mapped = lane & (is_rejected == 0) & (position < max_model_len)
             # Masked lanes index past every slot mapping's end (se >= T'): _store_group_slots masks them.
             _group_slots(t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,

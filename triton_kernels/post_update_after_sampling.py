@@ -40,10 +40,12 @@ def _post_update_kernel(
             if HAS_DRAFTS:
                 for start in range(0, draft_cols, BLOCK):
                     k = start + lanes
-                    live = tl.where(has_row, k < draft_cols, False)
-                    safe_k = tl.where(live, k, 0)
-                    draft = tl.load(draft_ptr + r * draft_stride + safe_k, mask=live, other=0)
-                    tl.store(draft_out_ptr + row * draft_out_stride + safe_k, draft, mask=live)
+                    # One comparison per mask, of an offset that is -1 where the lane is off: a mask
+                    # of more than two makes triton-ascend's adapter read freed memory.
+                    k_at = tl.where(has_row & (k < draft_cols), k, -1)
+                    safe_k = tl.maximum(k_at, 0)
+                    draft = tl.load(draft_ptr + r * draft_stride + safe_k, mask=k_at >= 0, other=0)
+                    tl.store(draft_out_ptr + row * draft_out_stride + safe_k, draft, mask=k_at >= 0)
             ns = tl.minimum(tl.maximum(tl.load(num_sampled_ptr + r).to(tl.int64), 0), sampled_cols)
             ns = tl.where(has_row, ns, 0)
             n0 = tl.load(total_len_ptr + row, mask=has_row, other=0).to(tl.int64)
@@ -55,9 +57,9 @@ def _post_update_kernel(
                 kept = i < ns
                 token = tl.load(sampled_ptr + r * sampled_stride + tl.where(kept, i, 0), mask=kept, other=0)
                 column = n0 + i
-                in_table = kept & (column >= 0) & (column < token_cols)
-                tl.store(all_token_ids_ptr + row * token_stride + tl.where(in_table, column, 0), token.to(tl.int32),
-                         mask=in_table)
+                column_at = tl.where(kept & (column >= 0) & (column < token_cols), column, -1)
+                tl.store(all_token_ids_ptr + row * token_stride + tl.maximum(column_at, 0), token.to(tl.int32),
+                         mask=column_at >= 0)
             if HAS_BINS:
                 for i in range(0, ns):
                     token = tl.load(sampled_ptr + r * sampled_stride + i).to(tl.int64)

@@ -51,13 +51,15 @@ def _prepare_input_ids_kernel(
             j = start + lanes
             o = c0 + j
             live = (j < stop) & (o >= 0)
-            at_logit = live & (o < logits_end)
-            tl.store(logits_indices_ptr + tl.where(at_logit, o, 0), q1 - n_log + j, mask=at_logit)
-            at_idx = live & (o < expanded_end)
-            tl.store(expanded_idx_ptr + tl.where(at_idx, o, 0), row.to(expanded_idx_ptr.dtype.element_ty),
-                     mask=at_idx)
-            at_pos = live & (o < local_pos_end)
-            tl.store(local_pos_ptr + tl.where(at_pos, o, 0), j.to(tl.int32), mask=at_pos)
+            # Each mask below is one comparison of an offset that is -1 where the lane is off:
+            # triton-ascend's adapter misreads freed memory on masks of more than two comparisons.
+            at_logit = tl.where(live & (o < logits_end), o, -1)
+            tl.store(logits_indices_ptr + tl.maximum(at_logit, 0), q1 - n_log + j, mask=at_logit >= 0)
+            at_idx = tl.where(live & (o < expanded_end), o, -1)
+            tl.store(expanded_idx_ptr + tl.maximum(at_idx, 0), row.to(expanded_idx_ptr.dtype.element_ty),
+                     mask=at_idx >= 0)
+            at_pos = tl.where(live & (o < local_pos_end), o, -1)
+            tl.store(local_pos_ptr + tl.maximum(at_pos, 0), j.to(tl.int32), mask=at_pos >= 0)
 
         nc = tl.load(num_computed_tokens_ptr + safe_row, mask=has_row, other=0).to(tl.int64)
         prefill_len = tl.load(prefill_len_ptr + safe_row, mask=has_row, other=0).to(tl.int64)
@@ -72,26 +74,28 @@ def _prepare_input_ids_kernel(
             live = tl.where(has_row, (i < token_stop) & (i >= 0), False)
             draft = i - (q1 - n_draft)
             is_draft = tl.where(generated, live & (draft >= 0) & (draft < draft_cols), False)
-            draft_token = tl.load(draft_ptr + safe_row * draft_stride + tl.where(is_draft, draft, 0), mask=is_draft,
+            draft_at = tl.where(is_draft, draft, -1)
+            draft_token = tl.load(draft_ptr + safe_row * draft_stride + tl.maximum(draft_at, 0), mask=draft_at >= 0,
                                   other=0).to(tl.int32)
             is_bonus = tl.where(bonus, live & (i == q1 - n_log) & (is_draft == 0), False)
             is_prompt = tl.where(prefilling, live & (is_draft == 0) & (is_bonus == 0), False)
             column = nc + (i - q0)
-            in_table = is_prompt & (column >= 0) & (column < token_cols)
-            prompt = tl.load(all_token_ids_ptr + safe_row * token_stride + tl.where(in_table, column, 0),
-                             mask=in_table, other=0)
+            column_at = tl.where(is_prompt & (column >= 0) & (column < token_cols), column, -1)
+            prompt = tl.load(all_token_ids_ptr + safe_row * token_stride + tl.maximum(column_at, 0),
+                             mask=column_at >= 0, other=0)
             value = tl.where(is_draft, draft_token, tl.where(is_bonus, last, prompt))
-            written = is_draft | is_bonus | is_prompt
-            tl.store(input_ids_ptr + tl.where(written, i, 0), value, mask=written)
+            written = tl.where(is_draft | is_bonus | is_prompt, i, -1)
+            tl.store(input_ids_ptr + tl.maximum(written, 0), value, mask=written >= 0)
         if HAS_PREFILL:
             for start in range(0, num_lookahead, BLOCK):
                 k = start + lanes
                 live = tl.where(prefilling, k < num_lookahead, False)
                 column = seq_len + k
-                in_table = live & (column >= 0) & (column < prefill_len) & (column < token_cols)
-                token = tl.load(all_token_ids_ptr + safe_row * token_stride + tl.where(in_table, column, 0),
-                                mask=in_table, other=0)
-                tl.store(next_prefill_ptr + tl.where(live, k * lookahead_stride + safe_row, 0), token, mask=live)
+                column_at = tl.where(live & (column >= 0) & (column < prefill_len) & (column < token_cols), column, -1)
+                token = tl.load(all_token_ids_ptr + safe_row * token_stride + tl.maximum(column_at, 0),
+                                mask=column_at >= 0, other=0)
+                next_at = tl.where(live, k * lookahead_stride + safe_row, -1)
+                tl.store(next_prefill_ptr + tl.maximum(next_at, 0), token, mask=next_at >= 0)
 
     # Padding, dealt out in tiles after the requests.
     num_tokens = tl.minimum(tl.maximum(tl.load(query_start_loc_ptr + num_reqs), 0), input_numel)

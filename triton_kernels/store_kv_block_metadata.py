@@ -24,7 +24,8 @@ def _store_kv_block_metadata_kernel(slot_ptr, len_ptr, key_idx_ptr, cache_idx_pt
         token = first + offsets
         live = token < num_slots
         slot = tl.load(slot_ptr + tl.minimum(token, num_slots - 1), mask=live, other=-1).to(tl.int64)
-        previous = tl.load(slot_ptr + tl.maximum(token - 1, 0), mask=live & (token > 0), other=-2).to(tl.int64)
+        previous_at = tl.where(live & (token > 0), token - 1, -1)
+        previous = tl.load(slot_ptr + tl.maximum(previous_at, 0), mask=previous_at >= 0, other=-2).to(tl.int64)
         after = token + 1
         following = tl.load(slot_ptr + tl.minimum(after, num_slots - 1), mask=after < num_slots, other=-1).to(tl.int64)
         valid = live & (slot >= 0)
@@ -36,19 +37,23 @@ def _store_kv_block_metadata_kernel(slot_ptr, len_ptr, key_idx_ptr, cache_idx_pt
         run_start = tl.where(start_here >= 0, start_here, open_start)
         fits = (group >= 0) & (group < capacity)
         at = tl.minimum(tl.maximum(group, 0), capacity - 1)  # masked lanes at in-bounds offsets
-        tl.store(key_idx_ptr + at, token.to(tl.int32), mask=starts & fits)
-        tl.store(cache_idx_ptr + at, slot.to(tl.int32), mask=starts & fits)
-        tl.store(len_ptr + at, (token + 1 - run_start).to(tl.int32), mask=ends & fits)
+        # Each mask is one comparison of an offset that is -1 where the lane is off: on masks of
+        # more comparisons triton-ascend's adapter reads freed memory (docs/device_readiness.md).
+        start_at = tl.where(starts & fits, at, -1)
+        end_at = tl.where(ends & fits, at, -1)
+        tl.store(key_idx_ptr + at, token.to(tl.int32), mask=start_at >= 0)
+        tl.store(cache_idx_ptr + at, slot.to(tl.int32), mask=start_at >= 0)
+        tl.store(len_ptr + at, (token + 1 - run_start).to(tl.int32), mask=end_at >= 0)
         groups += tl.sum(starts.to(tl.int64), 0)
         open_start = tl.maximum(open_start, tl.max(tl.where(starts, token, -1), 0))
     for g0 in range(0, capacity, BLOCK):
         g = g0 + offsets
-        rest = (g >= groups) & (g < capacity)
-        at = tl.minimum(g, capacity - 1)
+        rest_at = tl.where((g >= groups) & (g < capacity), g, -1)
+        at = tl.maximum(rest_at, 0)
         zeros = tl.zeros([BLOCK], tl.int32)
-        tl.store(len_ptr + at, zeros, mask=rest)
-        tl.store(key_idx_ptr + at, zeros, mask=rest)
-        tl.store(cache_idx_ptr + at, zeros, mask=rest)
+        tl.store(len_ptr + at, zeros, mask=rest_at >= 0)
+        tl.store(key_idx_ptr + at, zeros, mask=rest_at >= 0)
+        tl.store(cache_idx_ptr + at, zeros, mask=rest_at >= 0)
 
 
 def store_kv_block_metadata(slot_mapping: torch.Tensor, group_len: torch.Tensor, group_key_idx: torch.Tensor,

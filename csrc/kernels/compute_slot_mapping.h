@@ -2,14 +2,13 @@
 // KV-cache slot of every token, with context-parallel (CP) interleave (docs/slot_mapping.md); the
 // per-position math is kernels/slot_math.h.
 //
-// The host op makes two passes: check_slot_mapping_batch reads the positions (are a request's
-// consecutive, and below its row's covered_positions bound), then compute_slot_mapping writes.
-// When every request's positions are consecutive (a decode's query tokens, a prefill chunk) and
-// inside, the write pass reads one position per request and stores its slots in runs, one
-// placement and one block-id load per run (walk_consecutive_slots); otherwise each token is
-// placed alone, branch-free where the check proved it inside its row. Every loop is compiled
-// per layout and per divisor kind (shifts when the sizes are powers of two), so none branches on
-// the sizes.
+// The host op makes two passes: check_slot_mapping_batch reads the positions (are they below
+// their rows' covered_positions bounds: without per-row counts one OR over all of them usually
+// proves it), then compute_slot_mapping writes. A request whose positions are consecutive (a
+// decode's query tokens, a prefill chunk) is stored in runs, one placement and one block-id load
+// per run (walk_consecutive_slots) and a few vector stores per run; otherwise each token is placed
+// alone, branch-free where the check proved it inside its row. Every loop is compiled per layout
+// and per divisor kind (shifts when the sizes are powers of two), so none branches on the sizes.
 #include <algorithm>
 #include <cstdint>
 
@@ -17,47 +16,72 @@
 
 namespace specops::kernels {
 
-// Whether positions[k] == positions[0] + k for every k < n (n >= 1). Requests are a few tokens
-// long and their test usually passes: a scalar loop, two tokens a step.
+// Whether positions[k] == positions[0] + k for every k < n (n >= 1): the OR of
+// positions[k] ^ (positions[0] + k) over the request, without an exit per token (requests are a
+// few tokens long and their test usually passes). `readable`: how many positions from
+// positions[0] on may be read; int64 positions of a request of at most 8 tokens with 8 readable
+// are tested in four vector steps, the lanes past the request masked off.
+constexpr int64_t kConsecutiveWidth = 8;
+alignas(64) inline constexpr int64_t kConsecutiveLanes[2 * kConsecutiveWidth] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                                                0,  0,  0,  0,  0,  0,  0,  0};
+
 template <typename PosT>
-inline bool positions_are_consecutive(const PosT* positions, int64_t n) {
+SPECOPS_HOT_INLINE bool positions_are_consecutive(const PosT* positions, int64_t n, int64_t readable) {
   const int64_t first = static_cast<int64_t>(positions[0]);
-  int64_t k = 1;
-  for (; k + 2 <= n; k += 2) {
-    const int64_t a = static_cast<int64_t>(positions[k]) ^ (first + k);
-    const int64_t b = static_cast<int64_t>(positions[k + 1]) ^ (first + k + 1);
-    if ((a | b) != 0) return false;
+#if defined(__GNUC__)
+  if constexpr (sizeof(PosT) == sizeof(int64_t)) {
+    if (n <= kConsecutiveWidth && readable >= kConsecutiveWidth) {
+      const int64_t* lanes = kConsecutiveLanes + kConsecutiveWidth - n;  // lanes[k]: all ones for k < n
+      // The pointer as one value (no instruction): otherwise the compiler recomputes each
+      // lane's address from n.
+      asm("" : "+r"(lanes));
+      SlotLanes expected = SlotLanes{first, first + 1};
+      SlotLanes differ = SlotLanes{0, 0};
+      for (int64_t k = 0; k < kConsecutiveWidth; k += 2) {
+        SlotLanes got;
+        SlotLanes mask;
+        __builtin_memcpy(&got, positions + k, sizeof(got));
+        __builtin_memcpy(&mask, lanes + k, sizeof(mask));
+        differ |= (got ^ expected) & mask;
+        expected += 2;
+      }
+      return (differ[0] | differ[1]) == 0;
+    }
   }
-  return k == n || static_cast<int64_t>(positions[k]) == first + k;
+#endif
+  (void)readable;
+  uint64_t differ = 0;
+  for (int64_t k = 1; k < n; ++k) differ |= static_cast<uint64_t>(static_cast<int64_t>(positions[k]) ^ (first + k));
+  return differ == 0;
 }
 
 // What the read-only pass found.
 struct SlotMappingCheck {
-  int64_t bad_token = -1;       // the first token to reject, or -1
-  bool all_covered = true;      // every position of a mapped row below its covered_positions
-  bool all_consecutive = true;  // and every mapped request's positions consecutive: runs
+  int64_t bad_token = -1;        // the first token to reject, or -1
+  bool all_covered = true;       // every position of a mapped row below its covered_positions
+  bool all_consecutive = false;  // and every mapped request's positions found consecutive
 };
 
 constexpr int64_t kMinTokensPerRequestForRuns = 3;
 
+// Whether the write pass stores in runs: from a few tokens per request (a decode without drafts,
+// one or two tokens, is placed token by token).
+inline bool slot_runs_pay(const SlotMappingShape& s) { return s.num_tokens >= kMinTokensPerRequestForRuns * s.num_reqs; }
+
 // The check pass, reads only: the first token whose lookup would leave the block table or its
 // row's allocated blocks (the host wrapper rejects the batch before anything is written), and
-// how the write pass may run. A request whose positions are consecutive is inside its row when
-// its first and last are; only the others are tested token by token. Rows must be inside the
-// table (check_rows_inside_table runs first).
+// how the write pass may run. Without per-row counts one sweep over the positions (their OR,
+// all_positions_below) accepts the usual batch; the write pass then tests each request's
+// positions for runs itself. Otherwise each request is checked: one whose positions are
+// consecutive is inside its row when its first and last are; only the others are tested token
+// by token. Rows must be inside the table (check_rows_inside_table runs first).
 template <typename D, typename PosT, typename IdxT>
 SlotMappingCheck check_slot_mapping_batch(const int32_t* query_start_loc, const PosT* positions,
                                           const IdxT* idx_mapping, const SlotMappingShape& s, const D& d) {
   SlotMappingCheck found;
   const uint64_t table_covered = covered_positions(s, s.block_table_cols);
-  // Runs pay from a few tokens per request; below that (a decode without drafts) the tokens
-  // are placed one by one, and without per-row counts one branch-free sweep over the positions
-  // accepts the usual batch.
-  found.all_consecutive = s.num_tokens >= kMinTokensPerRequestForRuns * s.num_reqs;
-  if (!found.all_consecutive && s.num_blocks == nullptr &&
-      all_positions_below(positions, s.num_tokens, table_covered)) {
-    return found;
-  }
+  if (s.num_blocks == nullptr && all_positions_below(positions, s.num_tokens, table_covered)) return found;
+  found.all_consecutive = slot_runs_pay(s);
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     const int64_t begin = query_start_loc[r], end = query_start_loc[r + 1];
@@ -65,7 +89,7 @@ SlotMappingCheck check_slot_mapping_batch(const int32_t* query_start_loc, const 
     const int64_t columns = usable_columns(s, row);
     const uint64_t covered = s.num_blocks == nullptr ? table_covered : covered_positions(s, columns);
     const PosT* request = positions + begin;
-    if (found.all_consecutive && positions_are_consecutive(request, end - begin)) {
+    if (found.all_consecutive && positions_are_consecutive(request, end - begin, s.num_tokens - begin)) {
       // first < covered and first + count <= covered, without the sum wrapping (a negative first is huge).
       const uint64_t first = unsigned_position(request[0]);
       if (first < covered && covered - first >= static_cast<uint64_t>(end - begin)) continue;
@@ -92,9 +116,10 @@ SlotMappingCheck check_slot_mapping_batch(const int32_t* query_start_loc, const 
   return found;
 }
 
-// How the write pass runs, from what the check pass proved: kRuns (all covered and consecutive),
-// kCovered (all covered), kChecked (no check, or some position past its row's bound: each token
-// is bounds-checked).
+// How the write pass runs, from what the check pass proved: kRuns (all covered, a few tokens a
+// request: each request whose positions are consecutive is stored in runs, any other token by
+// token), kCovered (all covered: token by token, branch-free), kChecked (no check, or some
+// position past its row's bound: each token is bounds-checked).
 enum class SlotMappingPath { kRuns, kCovered, kChecked };
 
 // Writes out[0, num_tokens_padded) and returns the largest slot written (PAD if none), which an
@@ -102,8 +127,10 @@ enum class SlotMappingPath { kRuns, kCovered, kChecked };
 // rows < 0 and tokens whose block id is negative get PAD; so does the tail [num_tokens,
 // num_tokens_padded). On the kChecked path, positions outside the table or past their row's
 // allocated blocks also get PAD, so the body never reads out of bounds (nor the null block a row
-// holds past its count) even if called without the host-side check.
-template <CpLayout kLayout, SlotMappingPath kPath, typename D, typename PosT, typename IdxT, typename OutT>
+// holds past its count) even if called without the host-side check. kKnownConsecutive (kRuns
+// only): the check pass found every request's positions consecutive, so none is tested again.
+template <CpLayout kLayout, SlotMappingPath kPath, bool kKnownConsecutive, typename D, typename PosT, typename IdxT,
+          typename OutT>
 int64_t compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* positions, const int32_t* block_table,
                                   const IdxT* idx_mapping, OutT* out, const SlotMappingShape& shape, const D& divisors) {
   // Copies the stores through `out` cannot alias (an int64 store may write any int64 the
@@ -125,16 +152,17 @@ int64_t compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* po
     }
     const int32_t* block_row = block_table + row * s.block_table_stride;
     if constexpr (kPath == SlotMappingPath::kRuns) {
-      if (token_begin == token_end) continue;
-      OutT* request_out = out + token_begin;
-      walk_consecutive_slots<kLayout>(static_cast<uint32_t>(positions[token_begin]), token_end - token_begin,
-                                      block_row, s, d, [&](int64_t begin, int64_t length, int64_t base, int64_t step) {
-                                        if constexpr (kTrackLargest) {
-                                          largest = std::max(largest, base + step * (length - 1));
-                                        }
-                                        store_slot_run(request_out + begin, length, base, step);
-                                      });
-      continue;
+      const int64_t count = token_end - token_begin;
+      if (count == 0) continue;
+      if (kKnownConsecutive || positions_are_consecutive(positions + token_begin, count, s.num_tokens - token_begin)) {
+        // A run may be stored in whole chunks while they end inside out: what a chunk writes past
+        // its run belongs to a later run, request or the padding, each written after it.
+        const int64_t request_largest = store_consecutive_slots<kLayout, kTrackLargest>(
+            static_cast<uint32_t>(positions[token_begin]), count, block_row, s.block_size, d, out + token_begin,
+            s.num_tokens_padded - token_begin);
+        if constexpr (kTrackLargest) largest = std::max(largest, request_largest);
+        continue;
+      }
     }
     constexpr bool kAllCovered = kPath != SlotMappingPath::kChecked;
     const int64_t columns = kAllCovered ? 0 : usable_columns(s, row);
@@ -170,18 +198,21 @@ int64_t compute_slot_mapping(const int32_t* query_start_loc, const PosT* positio
                              const SlotMappingCheck* checked = nullptr) {
   return with_cp_layout(s, [&](auto layout) {
     constexpr CpLayout kLayout = decltype(layout)::value;
-    const auto run = [&](auto path) {
-      return compute_slot_mapping_impl<kLayout, decltype(path)::value>(query_start_loc, positions, block_table,
-                                                                      idx_mapping, out, s, d);
+    const auto run = [&](auto path, auto known_consecutive) {
+      return compute_slot_mapping_impl<kLayout, decltype(path)::value, decltype(known_consecutive)::value>(
+          query_start_loc, positions, block_table, idx_mapping, out, s, d);
     };
     using Path = SlotMappingPath;
+    using Known = std::true_type;
+    using Unknown = std::false_type;
     if constexpr (kLayout != CpLayout::kContextParallel) {
-      if (checked != nullptr && checked->all_covered && checked->all_consecutive) {
-        return run(std::integral_constant<Path, Path::kRuns>{});
+      if (checked != nullptr && checked->all_covered && slot_runs_pay(s)) {
+        if (checked->all_consecutive) return run(std::integral_constant<Path, Path::kRuns>{}, Known{});
+        return run(std::integral_constant<Path, Path::kRuns>{}, Unknown{});
       }
     }
-    if (checked != nullptr && checked->all_covered) return run(std::integral_constant<Path, Path::kCovered>{});
-    return run(std::integral_constant<Path, Path::kChecked>{});
+    if (checked != nullptr && checked->all_covered) return run(std::integral_constant<Path, Path::kCovered>{}, Unknown{});
+    return run(std::integral_constant<Path, Path::kChecked>{}, Unknown{});
   });
 }
 

@@ -26,6 +26,8 @@ class FastDivmod {
 
   uint32_t mod(uint32_t dividend) const { return dividend - div(dividend) * divisor_; }
 
+  uint32_t times(uint32_t factor) const { return factor * divisor_; }
+
  private:
   uint32_t divisor_ = 1;
   uint64_t multiplier_ = uint64_t{1} << 31;
@@ -48,6 +50,8 @@ class Pow2Divmod {
   uint32_t div(uint32_t dividend) const { return dividend >> shift_; }
 
   uint32_t mod(uint32_t dividend) const { return dividend & (divisor_ - 1); }
+
+  uint32_t times(uint32_t factor) const { return factor << shift_; }
 
  private:
   uint32_t divisor_ = 1;

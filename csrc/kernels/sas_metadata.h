@@ -3,16 +3,28 @@
 // kernel writes (docs/sas_metadata.md), computed on the host.
 //
 // After a check of every batch's lengths, two passes over the batches. The first fills the cost
-// table: each batch's cost and last-block cost, the most costly M tile and the total. The second
-// is the kernel's greedy pass: core i gets the limit max(unassigned / (cores - i), most costly M
-// tile) and takes whole batches, then whole M tiles, while they fit the limit with half of their
-// last block to spare. Only the M tiles of the batch a core stops in are costed again.
+// table: running sums of the batches' costs (and what each needs to fit, with half its last
+// block), the most costly M tile and the total. The second is the kernel's greedy pass: core i
+// gets the limit max(unassigned / (cores - i), most costly M tile) and takes whole batches, then
+// whole M tiles, while they fit the limit with half of their last block to spare. A whole batch
+// costs one comparison; only the M tiles of the batch a core stops in are costed again, a run
+// of equal ones (TileCoster::equal_tiles) with one division.
 //
 // Plain C++ over raw pointers: no torch, no allocation (the caller lends the per-batch table),
 // so the body compiles for an AI CPU as well as for the host.
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/fast_divmod.h"
+
+// For the per-batch and per-tile helpers of the two passes: without it the extension's LTO
+// build kept some of them out of line (a dozen instantiations each), a call per batch.
+#if defined(__GNUC__)
+#define SPECOPS_SAS_INLINE inline __attribute__((always_inline))
+#else
+#define SPECOPS_SAS_INLINE inline
+#endif
 
 namespace specops::kernels::sas {
 
@@ -169,21 +181,40 @@ struct Batch {
 };
 
 // The per-batch table, lent by the caller (4 * batch_table_rows values): the lengths as check_lengths
-// read them, then each batch's cost and the cost of its last block (of its last M tile that sees
-// KV), which pass 1 fills and the greedy pass reads.
+// read them, then what pass 1 fills for the greedy pass. For the greedy pass's whole-batch scan
+// to cost one comparison a batch, pass 1 stores running sums, not each batch's own values:
+// cost[b] is the cost of batches 0 .. b (so batch b costs cost[b] - cost[b - 1]), fit[b] is
+// cost[b] minus half of batch b's last-block cost (the greedy pass takes batch b whole when
+// fit[b] is within the core's limit plus what the cores before took; a batch without cost has
+// INT64_MIN: it always goes), and blocks[b] the S2 blocks of batches 0 .. b.
 //
 // When both lengths are constants (max_seqlen_q, max_seqlen_kv) every batch is batch 0: the
 // table then has one row, whatever num_batches is (`uniform`), so a large batch_size costs no
-// memory, and no time either where there is no work.
+// memory, and no time either where there is no work. That row holds batch 0's own values (its
+// cost, half of its last-block cost in fit, its blocks), from which every sum is a product.
 struct BatchTable {
   int64_t* s1;
   int64_t* s2;
   int64_t* cost;
-  int64_t* last_block_cost;
-  int64_t* blocks = nullptr;  // each batch's S2 blocks, for a paired layout's s2_max_num
+  int64_t* fit;
+  int64_t* blocks = nullptr;  // for a paired layout's s2_max_num
   bool uniform = false;
 
   int64_t row(int64_t b) const { return uniform ? 0 : b; }
+
+  // The cost of batches 0 .. b - 1, and their blocks (b <= num_batches; the uniform table's
+  // products are below the cost bound, which pass 1 checked for all of them).
+  int64_t cost_before(int64_t b) const {
+    if (uniform) return b * cost[0];
+    return b == 0 ? 0 : cost[b - 1];
+  }
+  int64_t blocks_before(int64_t b) const {
+    if (blocks == nullptr) return 0;
+    if (uniform) return b * blocks[0];
+    return b == 0 ? 0 : blocks[b - 1];
+  }
+  // Half of batch b's last-block cost, for a batch with a cost.
+  int64_t half_last_block_cost(int64_t b) const { return uniform ? fit[0] : cost[b] - fit[b]; }
 };
 
 // Rows of the table a call needs.
@@ -242,7 +273,9 @@ struct BatchCost {
 // compressed KV.
 template <int64_t kMaskMode, bool kOneTokenTiles, int kS2TileShift>
 struct TileCoster {
-  const SASShape& s;
+  // A copy: the passes store through int64 pointers (the cost table), which the compiler could
+  // not tell from the shape's fields behind a reference, so it reloaded them after every store.
+  SASShape s;
 
   // Compressed KV tokens of a tile that sees up to position hi.
   int64_t compressed_of(int64_t hi) const {
@@ -253,7 +286,7 @@ struct TileCoster {
   // A tile of `rows_cost_of_tile` that sees `window` KV tokens and `compressed` compressed ones.
   // The S2 tile is a multiple of 64, so the 10 ceil(t / 64) of a range's blocks add up to
   // 10 ceil(range / 64).
-  static TileCost cost_of(int64_t rows_cost_of_tile, int64_t window, int64_t compressed) {
+  SPECOPS_SAS_INLINE static TileCost cost_of(int64_t rows_cost_of_tile, int64_t window, int64_t compressed) {
     TileCost result;
     const int64_t blocks = ceil_shift(window, kS2TileShift) + ceil_shift(compressed, kS2TileShift);
     result.cost = rows_cost_of_tile * blocks + 10 * (ceil_shift(window, 6) + ceil_shift(compressed, 6));
@@ -265,7 +298,7 @@ struct TileCoster {
     return result;
   }
 
-  TileCost operator()(const Batch& batch, int64_t m) const {
+  SPECOPS_SAS_INLINE TileCost operator()(const Batch& batch, int64_t m) const {
     int64_t first_token = m;
     int64_t last_token = m;
     int64_t rows_cost_of_tile = s.tile_rows_cost;
@@ -296,6 +329,29 @@ struct TileCoster {
     return cost_of(rows_cost_of_tile, hi - lo + 1, compressed_of(hi));
   }
 
+  // How many tiles from tile m on (m < tiles) cost exactly what tile m costs, as batch_cost's
+  // runs find them: for one-token tiles the rest of the batch without a mask, the rest of the
+  // compressed run in the full-window middle of a band; 1 elsewhere. The greedy pass takes such
+  // a run's tiles with one division instead of costing them one by one.
+  int64_t equal_tiles(const Batch& batch, int64_t m) const {
+    if constexpr (kOneTokenTiles && kMaskMode == kMaskNone) return batch.tiles - m;
+    if constexpr (kOneTokenTiles && kMaskMode == kMaskBand) {
+      const int64_t offset = batch.s2 - batch.s1;
+      const int64_t first_full = s.win_left - offset > 0 ? s.win_left - offset : 0;
+      const int64_t end_full = batch.s2 - s.win_right - offset < batch.tiles ? batch.s2 - s.win_right - offset
+                                                                              : batch.tiles;
+      if (m < first_full || m >= end_full) return 1;
+      int64_t run_end = end_full;
+      const int64_t compressed = compressed_of(m + offset + s.win_right);
+      if (compressed < s.cmp_cap && s.cmp_ratio_shift < 63) {
+        const int64_t next = ((compressed + 1) << s.cmp_ratio_shift) - offset - s.win_right - 1;
+        if (next < run_end) run_end = next;
+      }
+      return run_end - m;
+    }
+    return 1;
+  }
+
   // Adds `count` tiles of one cost.
   static void add(BatchCost* sum, const TileCost& tile, int64_t count) {
     sum->cost += tile.cost * count;
@@ -306,7 +362,7 @@ struct TileCoster {
   // Every tile of a batch with tiles > 0 and s2 > 0. Tile costs are below 2^52 and a batch's
   // sum is checked against the bound after every tile (or run of equal tiles), so no sum can
   // overflow; past the bound the result is only known to be above it.
-  BatchCost batch_cost(const Batch& batch) const {
+  SPECOPS_SAS_INLINE BatchCost batch_cost(const Batch& batch) const {
     BatchCost sum;
     TileCost tile;
     int64_t m = 0;
@@ -316,6 +372,27 @@ struct TileCoster {
       // every cmp_ratio positions (or never: no compressed KV, or capped at cmp_topk). Those
       // cost one run at a time; the tokens near either end are costed one by one.
       const int64_t offset = batch.s2 - batch.s1;
+      if (s.win_right == 0 && offset >= s.win_left) {
+        // The usual decode batch: every token's window [p - win_left, p] fits (so win_left is
+        // below 2^31), and token m's compressed KV is that of the first m + offset + 1
+        // positions: the runs alone, without the bounds of the general case below.
+        const int64_t window = s.win_left + 1;
+        const int64_t seen = offset + 1;  // positions token 0 sees, its own included
+        while (m < batch.tiles) {
+          const int64_t compressed = compressed_of(seen + m - 1);
+          int64_t run_end = batch.tiles;
+          if (compressed < s.cmp_cap && s.cmp_ratio_shift < 63) {
+            const int64_t next = ((compressed + 1) << s.cmp_ratio_shift) - seen;
+            if (next < run_end) run_end = next;
+          }
+          tile = cost_of(s.tile_rows_cost, window, compressed);
+          add(&sum, tile, run_end - m);
+          if (sum.cost > kMaxTotalCost) return sum;
+          m = run_end;
+        }
+        sum.last_block_cost = tile.last_block_cost;
+        return sum;
+      }
       const int64_t first_full = s.win_left - offset > 0 ? s.win_left - offset : 0;
       const int64_t end_full = batch.s2 - s.win_right - offset < batch.tiles ? batch.s2 - s.win_right - offset
                                                                               : batch.tiles;
@@ -421,8 +498,22 @@ inline SASStatus check_lengths(const SASShape& s, BatchTable table) {
   if (query_outside >= 0) return SASStatus{SASError::kOutsideInt32, true, query_outside, 0};
   const int64_t kv_outside = read_lengths(s.kv, rows, table.s2);
   if (kv_outside >= 0) return SASStatus{SASError::kOutsideInt32, false, kv_outside, 0};
+  // One pass without a branch per batch for the usual call (the lengths are int32 values, so
+  // none of its sums and products overflows); only a call it refuses is walked again, batch by
+  // batch, for the first refusal in the kernel's order.
+  int64_t signs = 0;
+  int64_t most_rows = 0;
   int64_t tiles = 0;
   for (int64_t b = 0; b < rows; ++b) {
+    const int64_t s1 = table.s1[b];
+    const int64_t s2 = table.s2[b];
+    signs |= s1 | s2;
+    most_rows = s1 > most_rows ? s1 : most_rows;
+    tiles += batch_of(s, s1, s2).tiles;
+  }
+  const bool refused = signs < 0 || most_rows * s.group > kInt32Max || tiles > kInt32Max;
+  tiles = 0;
+  for (int64_t b = 0; refused && b < rows; ++b) {
     const int64_t s1 = table.s1[b];
     const int64_t s2 = table.s2[b];
     if (s1 < 0) return SASStatus{SASError::kNegativeLength, true, b, s1};
@@ -431,6 +522,7 @@ inline SASStatus check_lengths(const SASShape& s, BatchTable table) {
     tiles += batch_of(s, s1, s2).tiles;
     if (tiles > kInt32Max) return SASStatus{SASError::kTooManyTiles, true, b, tiles};
   }
+  if (!refused) tiles = rows == 1 ? batch_of(s, table.s1[0], table.s2[0]).tiles : 0;
   if (table.uniform && tiles > 0 && s.num_batches > kInt32Max / tiles) {
     // The batch at which the running sum of equal batches passes 2^31 - 1, as the loop finds it.
     const int64_t b = kInt32Max / tiles;
@@ -442,15 +534,19 @@ inline SASStatus check_lengths(const SASShape& s, BatchTable table) {
 // Pass 1, for lengths that passed check_lengths: fills the table and sums the costs. Stops when
 // the total passes kMaxTotalCost.
 template <typename Coster>
-inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
+inline SASStatus fill_costs_with(const SASShape& s, const Coster& coster, BatchTable table,
                                  CostSummary* summary) {
+  // A local copy (TileCoster holds its shape by value), so that the shape's fields stay in
+  // registers across the table's int64 stores, which could otherwise write them.
+  const Coster tile_cost = coster;
   *summary = CostSummary{};
   int64_t total = 0;
+  int64_t total_blocks = 0;
   int64_t max_tile = 0;
   const int64_t rows = table.uniform ? 1 : s.num_batches;
   int64_t* const blocks = table.blocks;
   for (int64_t b = 0; b < rows; ++b) {
-    const Batch batch = batch_of(s, table.s1[b], table.s2[b]);
+    const Batch batch = batch_of(tile_cost.s, table.s1[b], table.s2[b]);
     BatchCost sum;
     if (batch.tiles > 0 && batch.s2 > 0) {
       sum = tile_cost.batch_cost(batch);
@@ -462,10 +558,19 @@ inline SASStatus fill_costs_with(const SASShape& s, const Coster& tile_cost, Bat
       }
       if (sum.max_tile > max_tile) max_tile = sum.max_tile;
     }
-    table.cost[b] = sum.cost;
-    table.last_block_cost[b] = sum.last_block_cost;
-    if (blocks != nullptr) blocks[b] = sum.blocks;
+    table.cost[b] = total;
+    // A batch without cost gets the sign bit (a fit below any bound: it always goes), set
+    // without a branch: cost - 1 is negative exactly for cost 0 (costs are >= 0).
+    const uint64_t without_cost = static_cast<uint64_t>(sum.cost - 1) & (uint64_t{1} << 63);
+    table.fit[b] = static_cast<int64_t>(static_cast<uint64_t>(total - (sum.last_block_cost >> 1)) | without_cost);
+    if (blocks != nullptr) {
+      total_blocks += sum.blocks;
+      blocks[b] = total_blocks;
+    }
   }
+  // The uniform table's one row: its sums are batch 0's own values, its fit half of its
+  // last-block cost.
+  if (table.uniform && rows == 1) table.fit[0] = total > 0 ? total - table.fit[0] : 0;
   // A batch with query rows and KV costs something in every variant (its last tile sees KV).
   summary->any_work = total > 0;
   if (table.uniform && total > 0) {
@@ -496,19 +601,65 @@ struct Assignment {
   int64_t max_blocks = 0;  // the most S2 blocks a core got (with table.blocks)
 };
 
+// Whether a coster tells runs of equal tiles (TileCoster::equal_tiles); the indexer's does not.
+template <typename Coster, typename = void>
+struct CountsEqualTiles : std::false_type {};
+template <typename Coster>
+struct CountsEqualTiles<Coster, std::void_t<decltype(std::declval<const Coster&>().equal_tiles(
+                                    std::declval<const Batch&>(), int64_t{0}))>> : std::true_type {};
+
+// The batches the greedy pass takes whole from batch b on (b < num_batches, its first M tile
+// unassigned), for a core whose load is `load` under `limit`: the first batch they leave, the
+// load after them and their blocks. A batch goes while the load with it stays within the limit
+// plus half of its last-block cost; a batch without cost always goes. Over the running sums of
+// pass 1 that is one comparison a batch, and for equal batches one division.
+struct WholeBatches {
+  int64_t end;
+  int64_t load;
+  int64_t blocks;
+};
+
+inline WholeBatches take_whole_batches(const BatchTable& table, int64_t num_batches, int64_t b, int64_t load,
+                                       int64_t limit) {
+  int64_t end = b;
+  if (table.uniform) {
+    const int64_t cost = table.cost[0];
+    if (cost == 0) {
+      end = num_batches;
+    } else {
+      // load + k * cost <= limit + half, k = 1, 2, ...: the load never passes the limit plus half
+      // of a last block, so the bound is >= -cost and the quotient in range.
+      const int64_t room = limit + table.fit[0] - load;
+      const int64_t fitting = room >= cost ? room / cost : 0;
+      end = b + (fitting < num_batches - b ? fitting : num_batches - b);
+    }
+  } else {
+    // Batch e goes when load + (cost of b .. e) <= limit + half of its last block, that is when
+    // fit[e] <= limit - load + (cost of batches before b).
+    const int64_t bound = limit - load + table.cost_before(b);
+    const int64_t* fit = table.fit;
+    while (end < num_batches && fit[end] <= bound) ++end;
+  }
+  return WholeBatches{end, load + table.cost_before(end) - table.cost_before(b),
+                      table.blocks_before(end) - table.blocks_before(b)};
+}
+
 // Pass 2: the (batch, M tile) cursor after each core, written as FA entries.
 template <typename Coster>
-inline Assignment assign_cores_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
+inline Assignment assign_cores_with(const SASShape& s, const Coster& coster, BatchTable table,
                                     const CostSummary& summary, int32_t* out) {
+  const Coster tile_cost = coster;  // as in fill_costs_with
   const int64_t cores = s.num_cube_cores;
+  const int64_t num_batches = s.num_batches;
   const bool count_blocks = table.blocks != nullptr;
   int64_t unassigned = summary.total;
   int64_t b = 0;
   int64_t m = 0;
-  int64_t remaining = table.cost[table.row(0)];  // of batch b, from M tile m on
-  int64_t remaining_blocks = count_blocks ? table.blocks[table.row(0)] : 0;
+  // Of batch b, from M tile m on: its cost and blocks.
+  int64_t remaining = table.cost_before(1);
+  int64_t remaining_blocks = table.blocks_before(1);
   Assignment result;
-  for (int64_t core = 0; core < cores && b < s.num_batches && unassigned > 0; ++core) {
+  for (int64_t core = 0; core < cores && b < num_batches && unassigned > 0; ++core) {
     const int64_t average = unassigned / (cores - core);
     const int64_t limit = average > summary.max_tile ? average : summary.max_tile;
     int64_t load = 0;
@@ -517,26 +668,45 @@ inline Assignment assign_cores_with(const SASShape& s, const Coster& tile_cost, 
     entry[kFaCoreEnable] = 1;
     entry[kFaBn2Start] = static_cast<int32_t>(b);
     entry[kFaMStart] = static_cast<int32_t>(m);
-    // Whole batches; a batch without cost always goes.
-    while (remaining == 0 || load + remaining <= limit + table.last_block_cost[table.row(b)] / 2) {
+    // Whole batches: the one the cursor is in (from M tile m on), then those after it; a batch
+    // without cost always goes.
+    if (remaining == 0 || load + remaining <= limit + table.half_last_block_cost(table.row(b))) {
       load += remaining;
       blocks += remaining_blocks;
       m = 0;
-      if (++b == s.num_batches) break;
-      remaining = table.cost[table.row(b)];
-      remaining_blocks = count_blocks ? table.blocks[table.row(b)] : 0;
+      if (++b < num_batches) {
+        const WholeBatches whole = take_whole_batches(table, num_batches, b, load, limit);
+        b = whole.end;
+        load = whole.load;
+        blocks += whole.blocks;
+      }
+      if (b < num_batches) {
+        remaining = table.cost_before(b + 1) - table.cost_before(b);
+        remaining_blocks = table.blocks_before(b + 1) - table.blocks_before(b);
+      }
     }
-    if (b < s.num_batches) {
+    if (b < num_batches) {
       // Whole M tiles. After a tile the cursor skips the tiles that see no KV. The batch's
       // last tile sees KV and fails the very test the whole batch failed, so the cursor stays
       // inside the batch.
       const Batch batch = batch_of(s, table.s1[table.row(b)], table.s2[table.row(b)]);
       TileCost tile = tile_cost(batch, m);
       while (m < batch.tiles && load + tile.cost <= limit + tile.last_block_cost / 2) {
-        load += tile.cost;
-        remaining -= tile.cost;
-        blocks += tile.blocks;
-        remaining_blocks -= count_blocks ? tile.blocks : 0;
+        // Tile m fits; of the tiles that cost the same after it, those that fit too (the k-th
+        // while load + k * cost stays within the limit plus half its last block) go with it.
+        int64_t taken = 1;
+        if constexpr (CountsEqualTiles<Coster>::value) {
+          const int64_t equal = tile_cost.equal_tiles(batch, m);
+          if (equal > 1 && tile.cost > 0) {
+            const int64_t fitting = (limit + tile.last_block_cost / 2 - load) / tile.cost;
+            taken = fitting < equal ? fitting : equal;
+          }
+        }
+        load += taken * tile.cost;
+        remaining -= taken * tile.cost;
+        blocks += taken * tile.blocks;
+        remaining_blocks -= count_blocks ? taken * tile.blocks : 0;
+        m += taken - 1;
         do {
           tile = tile_cost(batch, ++m);
         } while (!tile.sees_kv && m < batch.tiles - 1);

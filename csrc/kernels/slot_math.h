@@ -13,6 +13,16 @@
 
 #include "kernels/fast_divmod.h"
 
+// For the few helpers a request's loop calls (positions_are_consecutive, store_consecutive_slots
+// and theirs): in the extension's LTO build the inliner kept them out of line (several
+// instantiations each), which cost a call, a spill of the loop's values and ~50 instructions per
+// request.
+#if defined(__GNUC__)
+#define SPECOPS_HOT_INLINE inline __attribute__((always_inline))
+#else
+#define SPECOPS_HOT_INLINE inline
+#endif
+
 namespace specops::kernels {
 
 constexpr int64_t kPadSlotId = -1;
@@ -64,13 +74,24 @@ inline uint64_t unsigned_position(PosT position) {
   return static_cast<uint64_t>(static_cast<int64_t>(position));
 }
 
-// Whether every positions[t], t < n, is in [0, bound) (bound <= 2^31), without a branch per
-// token: bit 63 of (p - bound) & ~p (unsigned) is set exactly when 0 <= p < bound, so it
-// survives the AND over all tokens only if each one is inside. The loop vectorizes.
+// Whether every positions[t], t < n, is in [0, bound) (bound <= 2^31). First the OR of the
+// positions, one vector OR per pair of tokens: it is at least the largest of them as unsigned
+// values (a negative one is huge), so an OR below the bound proves them all inside; only a batch
+// whose OR reaches the bound (one with positions near it, or a bad one) is tested exactly,
+// without a branch per token: bit 63 of (p - bound) & ~p (unsigned) is set exactly when
+// 0 <= p < bound, so it survives the AND over all tokens only if each one is inside.
 template <typename PosT>
 inline bool all_positions_below(const PosT* positions, int64_t n, uint64_t bound) {
+  // Four accumulators, so the vector loop is not one OR waiting on the last.
+  uint64_t any_bits[4] = {0, 0, 0, 0};
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (int64_t j = 0; j < 4; ++j) any_bits[j] |= unsigned_position(positions[t + j]);
+  }
+  for (; t < n; ++t) any_bits[0] |= unsigned_position(positions[t]);
+  if ((any_bits[0] | any_bits[1] | any_bits[2] | any_bits[3]) < bound) return true;
   uint64_t all = ~uint64_t{0};
-  for (int64_t t = 0; t < n; ++t) {
+  for (t = 0; t < n; ++t) {
     const uint64_t p = unsigned_position(positions[t]);
     all &= (p - bound) & ~p;
   }
@@ -87,6 +108,12 @@ struct SlotDivisors {
   Div rank_stride;    // W * I
   Div block;          // block_size
   uint32_t rank = 0;
+  // With powers of two (start_run): a position's rank is the log2(W) bits above its offset in its
+  // run of I, and a run of consecutive slots ends at a multiple of min(I, block_size).
+  uint32_t rank_bits_mask = 0;  // (W - 1) << log2(I)
+  uint32_t rank_bits = 0;       // rank << log2(I)
+  uint32_t world_shift = 0;     // log2(W)
+  uint32_t run_span = 1;        // min(I, block_size)
 
   explicit SlotDivisors(const SlotMappingShape& s)
       : virtual_block(static_cast<uint32_t>(s.block_size * s.blocks_per_kv_block * s.cp_world_size)),
@@ -94,7 +121,15 @@ struct SlotDivisors {
         world(static_cast<uint32_t>(s.cp_world_size)),
         rank_stride(static_cast<uint32_t>(s.cp_world_size * s.cp_interleave)),
         block(static_cast<uint32_t>(s.block_size)),
-        rank(static_cast<uint32_t>(s.cp_rank)) {}
+        rank(static_cast<uint32_t>(s.cp_rank)) {
+    if constexpr (std::is_same_v<Div, Pow2Divmod>) {
+      const uint32_t interleave_shift = static_cast<uint32_t>(__builtin_ctz(static_cast<uint32_t>(s.cp_interleave)));
+      rank_bits_mask = static_cast<uint32_t>(s.cp_world_size - 1) << interleave_shift;
+      rank_bits = rank << interleave_shift;
+      world_shift = static_cast<uint32_t>(__builtin_ctz(static_cast<uint32_t>(s.cp_world_size)));
+      run_span = static_cast<uint32_t>(std::min(s.cp_interleave, s.block_size));
+    }
+  }
 };
 using SlotMappingDivisors = SlotDivisors<FastDivmod>;
 using SlotMappingShifts = SlotDivisors<Pow2Divmod>;
@@ -224,7 +259,7 @@ inline void walk_consecutive_slots(uint32_t first, int64_t count, const int32_t*
 // its stores save, so the loop is kept scalar (an empty asm that claims to change the value:
 // no instruction, no memory clobber) and does two tokens per step.
 template <typename OutT>
-inline void store_slot_run(OutT* out, int64_t length, int64_t base, int64_t step) {
+SPECOPS_HOT_INLINE void store_slot_run(OutT* out, int64_t length, int64_t base, int64_t step) {
   int64_t k = 0;
   for (; k + 2 <= length; k += 2) {
     out[k] = static_cast<OutT>(base);
@@ -235,6 +270,109 @@ inline void store_slot_run(OutT* out, int64_t length, int64_t base, int64_t step
 #endif
   }
   if (k < length) out[k] = static_cast<OutT>(base);
+}
+
+// Values of a run store_slot_run_padded writes at a time.
+constexpr int64_t kSlotRunChunk = 8;
+
+#if defined(__GNUC__)
+// Two int64 lanes: GCC and Clang lower operations on it to one vector instruction where the
+// target has them (SSE2, NEON) and to scalar code elsewhere.
+typedef int64_t SlotLanes __attribute__((vector_size(16)));
+#endif
+
+// out[k] = base + step * k for k < length (step 0 or 1), like store_slot_run, in whole chunks of
+// kSlotRunChunk: it may also write out[length, length rounded up to the chunk), which the caller
+// owns and rewrites later (the next run or request, the padding). An int64 chunk is four vector
+// stores: a decode's run costs one chunk, whatever its length.
+template <typename OutT>
+SPECOPS_HOT_INLINE void store_slot_run_padded(OutT* out, int64_t length, int64_t base, int64_t step) {
+#if defined(__GNUC__)
+  if constexpr (sizeof(OutT) == sizeof(int64_t)) {
+    SlotLanes first = SlotLanes{base, base + step};
+    const SlotLanes pair = SlotLanes{2 * step, 2 * step};
+    int64_t k = 0;
+    do {  // length >= 1
+      for (int64_t j = 0; j < kSlotRunChunk; j += 2) {
+        __builtin_memcpy(out + k + j, &first, sizeof(first));
+        first += pair;
+      }
+      k += kSlotRunChunk;
+    } while (k < length);
+    return;
+  }
+#endif
+  for (int64_t k = 0; k < length; k += kSlotRunChunk) {
+    for (int64_t j = 0; j < kSlotRunChunk; ++j) out[k + j] = static_cast<OutT>(base + step * j);
+    base += kSlotRunChunk * step;
+  }
+}
+
+// The first position of a run (walk_consecutive_slots): whether this rank stores it, its local
+// position, and how many positions from it on the run may span (to the end of this rank's run
+// of I, and of its kernel block).
+struct RunStart {
+  bool local;
+  uint32_t local_position;
+  uint32_t span;
+};
+
+template <CpLayout kLayout, typename Div>
+SPECOPS_HOT_INLINE RunStart start_run(uint32_t position, const SlotDivisors<Div>& d) {
+  static_assert(kLayout != CpLayout::kContextParallel, "CP without interleave is placed token by token");
+  if constexpr (std::is_same_v<Div, Pow2Divmod>) {
+    if constexpr (kLayout == CpLayout::kInterleaved) {
+      // (position / (W * I)) * I + position % I, as two masks and one shift; the run's end is
+      // the next multiple of min(I, block_size), whichever of the two divides the other.
+      const uint32_t in_run_mask = d.interleave.divisor() - 1;
+      return RunStart{(position & d.rank_bits_mask) == d.rank_bits,
+                      ((position >> d.world_shift) & ~in_run_mask) | (position & in_run_mask),
+                      d.run_span - (position & (d.run_span - 1))};
+    }
+    return RunStart{true, position, d.block.divisor() - d.block.mod(position)};
+  } else {
+    RunStart start{true, position, 0};
+    uint32_t span = UINT32_MAX;
+    if constexpr (kLayout == CpLayout::kInterleaved) {
+      const uint32_t in_run = d.interleave.mod(position);
+      start.local = d.world.mod(d.interleave.div(position)) == d.rank;
+      start.local_position = d.interleave.times(d.rank_stride.div(position)) + in_run;
+      span = d.interleave.divisor() - in_run;
+    }
+    start.span = std::min(span, d.block.divisor() - d.block.mod(start.local_position));
+    return start;
+  }
+}
+
+// The slots of the consecutive positions first .. first + count - 1 (count >= 1), all below
+// covered_positions(s, columns), stored into out[0, count): the runs of walk_consecutive_slots,
+// each by store_slot_run_padded where `room` (the values out holds from out[0] on; those past
+// `count` the caller rewrites later) takes its chunks, else by store_slot_run. Written out
+// rather than through walk_consecutive_slots' callback, so that a request's loop keeps its
+// values in registers. Returns the largest slot stored (PAD if none) when kTrackLargest.
+template <CpLayout kLayout, bool kTrackLargest, typename D, typename OutT>
+SPECOPS_HOT_INLINE int64_t store_consecutive_slots(uint32_t first, int64_t count, const int32_t* block_row, int64_t block_size,
+                                       const D& d, OutT* out, int64_t room) {
+  int64_t largest = kPadSlotId;
+  uint32_t position = first;
+  int64_t done = 0;
+  do {
+    const RunStart start = start_run<kLayout>(position, d);
+    const int64_t length = std::min<int64_t>(count - done, start.span);
+    const int64_t block_id = block_row[d.block.div(start.local_position)];
+    const bool stored = start.local & (block_id >= 0);
+    const int64_t base = stored ? block_id * block_size + d.block.mod(start.local_position) : kPadSlotId;
+    const int64_t step = static_cast<int64_t>(stored);
+    if constexpr (kTrackLargest) largest = std::max(largest, base + step * (length - 1));
+    if (room - done >= length + kSlotRunChunk - 1) {
+      store_slot_run_padded(out + done, length, base, step);
+    } else {
+      store_slot_run(out + done, length, base, step);
+    }
+    done += length;
+    position += static_cast<uint32_t>(length);
+  } while (done < count);
+  return largest;
 }
 
 // First entry of slots[0, n) that an int32 output cannot hold, or -1. Stored there it would

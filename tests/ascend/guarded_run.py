@@ -14,7 +14,9 @@ differ from the reference's).
 from __future__ import annotations
 
 import json
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,20 +41,30 @@ class Executor:
         self.lowered = _LOWERED
         self.launches = 0
 
-    def kernel_for(self, launch: capture.Launch) -> x86_lowering.LoweredKernel:
-        key = launch.kernel + launch.specialization.key()
-        if key not in self.lowered:
-            (build,) = npu_compile.compile_all([(launch.kernel, launch.specialization)])
+    @staticmethod
+    def prepare(jobs: list[tuple[str, capture.NpuSpecialization]]) -> None:
+        """Compiles and lowers the specializations of `jobs` in one go (one compile process at most)."""
+        jobs = [(kernel, spec) for kernel, spec in jobs if kernel + spec.key() not in _LOWERED]
+        builds = npu_compile.compile_all(jobs)
+        for (kernel, _), build in zip(jobs, builds):
             if build.failed_stage in ("frontend", "adapter"):
-                raise RuntimeError(f"{capture.kernel_name(launch.kernel)} has no linalg to lower "
+                raise RuntimeError(f"{capture.kernel_name(kernel)} has no linalg to lower "
                                    f"({build.failed_stage}): {build.error}")
-            self.lowered[key] = x86_lowering.lower(build.linalg)
-        return self.lowered[key]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the tools run as processes
+            lowered = list(pool.map(lambda build: x86_lowering.lower(build.linalg), builds))
+        for (kernel, spec), kernel_code in zip(jobs, lowered):
+            _LOWERED[kernel + spec.key()] = kernel_code
+
+    def kernel_for(self, launch: capture.Launch) -> x86_lowering.LoweredKernel:
+        specialization = capture.specialization(launch)
+        self.prepare([(launch.kernel, specialization)])
+        return self.lowered[launch.kernel + specialization.key()]
 
     def __call__(self, launch: capture.Launch) -> None:
         lowered = self.kernel_for(launch)
         values = launch.args
-        names = [name for name in launch.specialization.signature if name not in launch.specialization.constants]
+        specialization = capture.specialization(launch)
+        names = [name for name in specialization.signature if name not in specialization.constants]
         guarded = x86_lowering.GuardedLaunch(lowered, names, [values[name] for name in names], self.placement)
         self.report({"launch": capture.kernel_name(launch.kernel), "grid": list(launch.grid),
                      "layout": guarded.layout()})
@@ -86,8 +98,18 @@ def main(op_name: str, draws: int, report_path: str) -> int:
         def report(event: dict) -> None:
             out.write(json.dumps(event) + "\n")
 
+        calls = capture.op_calls(op, draws)
+        jobs = {}
+        for label, call in calls:  # every specialization first, to compile them together
+            with assumed_npu(), specops.backend("triton"), capture.capture_launches(label) as launched:
+                op.wrapper(**capture.clone_call(call))
+            for launch in launched:
+                if capture.specialization(launch) is not None:
+                    jobs[launch.kernel + capture.specialization(launch).key()] = (launch.kernel,
+                                                                                 capture.specialization(launch))
+        Executor.prepare(list(jobs.values()))
         launches = 0
-        for label, call in capture.op_calls(op, draws):
+        for label, call in calls:
             expected = capture.clone_call(call)
             with specops.backend("reference"):
                 op.wrapper(**expected)

@@ -13,9 +13,12 @@
    pass and stops before hivmc, CANN's backend, which is not installed: the HIVMC_STOP message
    means every pass before it accepted the kernel.
 
-Each result is cached under the SHA-256 of its input text (the TTIR for the adapter, the linalg
-for bishengir) in CACHE, so a kernel that did not change is not recompiled. The frontend needs
-JITFunctions, so `compile_all` runs in a child process without TRITON_INTERPRET.
+Each result is cached in CACHE: the TTIR under the kernel, its specialization and a digest of
+every kernel source file and of the installed Triton; the adapter's and bishengir's results under
+the SHA-256 of their input text (the TTIR, the linalg). A kernel that did not change is not
+recompiled, and `compile_all` answers from the cache alone when it can. The frontend needs
+JITFunctions, so what is not cached is compiled in a child process without TRITON_INTERPRET: the
+frontends one after the other (triton.compile is patched for them), the tools in parallel.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +40,9 @@ CACHE = Path(os.environ.get("SPECOPS_ASCEND_CACHE", HERE.parents[1] / "build" / 
 ATTEMPTS = 5
 HIVMC_STOP = "External hivmc run fails, returning module before running external compiler"
 STAGES = ("frontend", "adapter", "bishengir")
+# The compile options the adapter and bishengir command lines read (what the TTIR cache keeps).
+_TOOL_OPTIONS = ("compile_on_910_95", "force_simt_template", "enable_nd2nz_on_vector", "enable_select_analysis",
+                 "enable_linearize", "multibuffer", "enable_auto_bind_sub_block")
 
 
 @dataclasses.dataclass
@@ -43,7 +50,7 @@ class NpuBuild:
     """One kernel at one specialization through the NPU route."""
 
     kernel: str
-    specialization: str  # Specialization.describe()
+    specialization: str  # NpuSpecialization.describe()
     failed_stage: str | None = None  # one of STAGES, None when every stage passed
     error: str = ""
     linalg: str = ""  # the adapter's output (input of bishengir and of the x86 lowering)
@@ -142,19 +149,47 @@ def _tail(text: bytes | str, lines: int = 6) -> str:
     return "\n".join((telling or all_lines)[-lines:])
 
 
-def _cached(stage: str, key: str, compute) -> dict:
+def _cached(stage: str, key: str, compute=None) -> dict | None:
+    """The cached result of `stage` under `key`; computed and stored when missing (None when
+    missing and there is no `compute`)."""
     path = CACHE / stage / f"{key}.json"
     if path.exists():
         return json.loads(path.read_text())
+    if compute is None:
+        return None
     result = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
     return result
 
 
-def run_adapter(ttir: str, metadata: dict) -> dict:
+def _sources_digest() -> str:
+    """What a kernel's TTIR depends on besides its specialization: every kernel source file (a
+    kernel calls helpers of other modules) and the Triton that compiles it."""
+    import triton
+
+    import specops.triton_kernels as package
+
+    files = sorted(Path(package.__path__[0]).glob("*.py"))
+    return _digest(triton.__version__, *(f"{f.name}\0{f.read_text()}" for f in files))
+
+
+def frontend(kernel: str, specialization, compute: bool = True) -> dict | None:
+    """{"ttir": text, "metadata": the tool options} or {"error": why} (cached)."""
+    def run() -> dict:
+        try:
+            ttir, metadata = ttir_of(kernel, specialization)
+        except Exception as exc:  # the compile error is the result
+            return {"error": f"{type(exc).__name__}: {_tail(str(exc), 12)}"}
+        return {"ttir": ttir, "metadata": {k: metadata.get(k) for k in _TOOL_OPTIONS}}
+
+    key = _digest(_sources_digest(), kernel, specialization.key())
+    return _cached("ttir", key, run if compute else None)
+
+
+def run_adapter(ttir: str, metadata: dict, compute: bool = True) -> dict | None:
     """{"linalg": text} or {"error": why}: ATTEMPTS runs, each must pass and agree."""
-    def compute() -> dict:
+    def run() -> dict:
         outputs = []
         with tempfile.TemporaryDirectory() as folder:
             source = Path(folder) / "kernel.ttir.mlir"
@@ -180,15 +215,16 @@ def run_adapter(ttir: str, metadata: dict) -> dict:
         return {"linalg": outputs[0]}
 
     keyed = {k: metadata[k] for k in ("compile_on_910_95", "force_simt_template", "enable_nd2nz_on_vector",
-                                      "enable_select_analysis")}
-    return _cached("adapter", _digest(ttir, repr(sorted(keyed.items())), str(ATTEMPTS), "memcheck"), compute)
+                                      "enable_select_analysis", "enable_linearize")}
+    return _cached("adapter", _digest(ttir, repr(sorted(keyed.items())), str(ATTEMPTS), "memcheck"),
+                   run if compute else None)
 
 
-def run_bishengir(linalg: str, metadata: dict) -> dict:
+def run_bishengir(linalg: str, metadata: dict, compute: bool = True) -> dict | None:
     """{} when every BiShengIR pass ran (it stopped at hivmc), else {"error": why}."""
     stripped = re.sub(r', mix_mode\s*=\s*"[^"]*"', "", linalg)
 
-    def compute() -> dict:
+    def run() -> dict:
         with tempfile.TemporaryDirectory() as folder:
             source = Path(folder) / "kernel.ttadapter.mlir"
             source.write_text(stripped)
@@ -200,41 +236,76 @@ def run_bishengir(linalg: str, metadata: dict) -> dict:
         return {"error": f"exit {result.returncode} before hivmc\n{_tail(log)}"}
 
     keyed = repr((metadata["multibuffer"], metadata["enable_auto_bind_sub_block"]))
-    return _cached("bishengir", _digest(stripped, keyed), compute)
+    return _cached("bishengir", _digest(stripped, keyed), run if compute else None)
 
 
-def compile_one(kernel: str, specialization) -> NpuBuild:
-    build = NpuBuild(kernel, specialization.describe())
-    try:
-        ttir, metadata = ttir_of(kernel, specialization)
-    except Exception as exc:  # the compile error is the result
-        build.failed_stage, build.error = "frontend", f"{type(exc).__name__}: {_tail(str(exc), 12)}"
-        return build
-    adapted = run_adapter(ttir, metadata)
+def _tools(build: NpuBuild, ttir: str, metadata: dict, compute: bool = True) -> NpuBuild | None:
+    """The adapter and bishengir stages of `build` (None when compute=False and one is not cached)."""
+    adapted = run_adapter(ttir, metadata, compute)
+    if adapted is None:
+        return None
     if "error" in adapted:
         build.failed_stage, build.error = "adapter", adapted["error"]
         return build
     build.linalg = adapted["linalg"]
-    verdict = run_bishengir(build.linalg, metadata)
+    verdict = run_bishengir(build.linalg, metadata, compute)
+    if verdict is None:
+        return None
     if "error" in verdict:
         build.failed_stage, build.error = "bishengir", verdict["error"]
     return build
 
 
+def cached_build(kernel: str, specialization) -> NpuBuild | None:
+    """The build from the cache alone (no JIT needed), or None when some stage is not cached."""
+    build = NpuBuild(kernel, specialization.describe())
+    front = frontend(kernel, specialization, compute=False)
+    if front is None:
+        return None
+    if "error" in front:
+        build.failed_stage, build.error = "frontend", front["error"]
+        return build
+    return _tools(build, front["ttir"], front["metadata"], compute=False)
+
+
+def compile_jobs(jobs: list[tuple[str, object]]) -> list[NpuBuild]:
+    """Every stage of each job in this process (its kernels must be JITFunctions): the frontends
+    in turn, then the tools of all jobs on as many threads as there are CPUs."""
+    builds, fronts = [], []
+    for kernel, specialization in jobs:
+        builds.append(NpuBuild(kernel, specialization.describe()))
+        fronts.append(frontend(kernel, specialization))
+
+    def tools(index: int) -> NpuBuild:
+        build, front = builds[index], fronts[index]
+        if "error" in front:
+            build.failed_stage, build.error = "frontend", front["error"]
+            return build
+        return _tools(build, front["ttir"], front["metadata"])
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(tools, range(len(jobs))))
+
+
 def compile_all(jobs: list[tuple[str, object]]) -> list[NpuBuild]:
-    """compile_one for each (kernel, specialization), in a child process without TRITON_INTERPRET."""
-    if not jobs:
-        return []
+    """The build of each (kernel, specialization): from the cache where every stage is there, the
+    rest compiled in a child process without TRITON_INTERPRET."""
+    builds = [cached_build(kernel, specialization) for kernel, specialization in jobs]
+    missing = [index for index, build in enumerate(builds) if build is None]
+    if not missing:
+        return builds
     with tempfile.TemporaryDirectory() as folder:
         request, reply = Path(folder) / "jobs.pickle", Path(folder) / "builds.pickle"
-        request.write_bytes(pickle.dumps(jobs))
+        request.write_bytes(pickle.dumps([jobs[index] for index in missing]))
         env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]),
                    TRITON_CACHE_DIR=str(CACHE / "triton"))
         result = subprocess.run([sys.executable, __file__, str(request), str(reply)], env=env,
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"the NPU compile process failed ({result.returncode}):\n{result.stderr[-4000:]}")
-        return pickle.loads(reply.read_bytes())
+        for index, build in zip(missing, pickle.loads(reply.read_bytes())):
+            builds[index] = build
+    return builds
 
 
 if __name__ == "__main__":
@@ -242,4 +313,4 @@ if __name__ == "__main__":
     import npu_compile  # the results pickle under the module's own name, not __main__
 
     jobs = pickle.loads(Path(sys.argv[1]).read_bytes())
-    Path(sys.argv[2]).write_bytes(pickle.dumps([npu_compile.compile_one(kernel, spec) for kernel, spec in jobs]))
+    Path(sys.argv[2]).write_bytes(pickle.dumps(npu_compile.compile_jobs(jobs)))

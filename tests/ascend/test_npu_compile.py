@@ -24,7 +24,8 @@ def npu_builds(captured_launches) -> list[npu_compile.NpuBuild]:
     for launch in captured_launches:
         if launch.error:
             continue
-        jobs.setdefault((launch.kernel, launch.specialization.key()), (launch.kernel, launch.specialization))
+        specialization = capture.specialization(launch)
+        jobs.setdefault((launch.kernel, specialization.key()), (launch.kernel, specialization))
     builds = npu_compile.compile_all(list(jobs.values()))
     counts = {stage: sum(b.failed_stage == stage for b in builds) for stage in npu_compile.STAGES}
     print(f"\nNPU route: {len(builds)} specializations of {len({b.kernel for b in builds})} kernels; "
@@ -69,3 +70,17 @@ def test_kernel_passes_the_npu_route(kernel, captured_launches, npu_builds):
                 for build in builds if build.failed_stage]
     assert not failures, (f"{capture.kernel_name(kernel)}: {len(failures)} of {len(builds)} specializations "
                           "fail triton-ascend's NPU route:\n" + "\n".join(failures))
+
+
+def test_the_docs_state_the_route_figures(npu_builds):
+    """docs/device_readiness.md's figures of this check, at the default number of draws."""
+    from docs_figures import assert_docs_say
+
+    if capture.DRAWS != capture.DEFAULT_DRAWS:
+        pytest.skip(f"the docs state the figures of {capture.DEFAULT_DRAWS} draws per op, this run has {capture.DRAWS}")
+    kernels = {build.kernel for build in npu_builds}
+    routed = sorted(capture.kernel_name(k) for k in KERNELS if capture.host_routed(k))
+    assert_docs_say("device_readiness.md", f"{len(npu_builds)} distinct specializations of the {len(kernels)} "
+                                           f"kernels launched on the NPU route")
+    assert_docs_say("device_readiness.md", f"{len(KERNELS)} kernels, {len(routed)} of them "
+                                           f"({', '.join(f'`{name}`' for name in routed)}) never launched there")

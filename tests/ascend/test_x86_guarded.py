@@ -82,3 +82,11 @@ ctypes.c_int32.from_address(span.address + 16).value  # one past it: the guard p
     assert result.stdout.strip() == "3"
     assert result.returncode == x86_lowering.FAULT_EXIT, result.stderr
     assert x86_lowering.FAULT_LINE.search(result.stderr)
+
+
+def test_the_docs_state_the_guarded_runs():
+    from docs_figures import assert_docs_say
+
+    calls = capture.DEFAULT_DRAWS + 1
+    assert_docs_say("device_readiness.md", f"{calls * len(x86_lowering.PLACEMENTS)} guarded runs per op ({calls} calls, "
+                                           f"{len(x86_lowering.PLACEMENTS)} placements)")

@@ -69,6 +69,22 @@ void install_fault_handler(void) {
 }
 """.replace("%d);", f"{FAULT_EXIT});", 1)
 
+# What LLVM calls for a float-to-bfloat16 conversion and Debian's GCC 12 runtime lacks: round to
+# nearest even, NaN kept quiet (as torch converts). LLVM returns a bfloat16 in xmm0 as a _Float16.
+_RUNTIME_C = r"""
+#include <stdint.h>
+#include <string.h>
+_Float16 __truncsfbf2(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    uint16_t half = (bits & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((bits >> 16) | 0x40u)
+                                                       : (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    _Float16 out;
+    memcpy(&out, &half, sizeof out);
+    return out;
+}
+"""
+
 FAULT_LINE = re.compile(r"guard fault: signal (\d+) at address (0x[0-9a-f]+|\(nil\))")
 
 
@@ -78,15 +94,25 @@ def _run(command: list[str], what: str) -> None:
         raise RuntimeError(f"{what} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
 
 
-def fault_handler_library() -> Path:
-    path = CACHE / "x86" / f"fault-{hashlib.sha256(_FAULT_HANDLER_C.encode()).hexdigest()[:12]}.so"
+def _compiled_c(name: str, code: str, suffix: str, flag: str) -> Path:
+    """`code` compiled by cc with `flag` (-shared: a library, -c: an object), cached by its text."""
+    path = CACHE / "x86" / f"{name}-{hashlib.sha256(code.encode()).hexdigest()[:12]}{suffix}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as folder:
-            source = Path(folder) / "fault.c"
-            source.write_text(_FAULT_HANDLER_C)
-            _run(["cc", "-shared", "-fPIC", "-O1", "-o", str(path), str(source)], "cc (fault handler)")
+            source = Path(folder) / f"{name}.c"
+            source.write_text(code)
+            _run(["cc", flag, "-fPIC", "-O1", "-o", str(path), str(source)], f"cc ({name})")
     return path
+
+
+def fault_handler_library() -> Path:
+    return _compiled_c("fault", _FAULT_HANDLER_C, ".so", "-shared")
+
+
+def runtime_object() -> Path:
+    """The object of _RUNTIME_C, linked into every lowered kernel."""
+    return _compiled_c("runtime", _RUNTIME_C, ".o", "-c")
 
 
 def install_fault_handler() -> None:
@@ -108,12 +134,49 @@ def _signature(linalg: str) -> tuple[str, tuple[str, ...]]:
     return match.group(1), tuple(kind.strip() for kind in types)
 
 
+_SCAN_CALL = re.compile(r"(%[\w#]+) = (?:func\.)?call @(triton_cumsum_\w+)\((%[\w#]+), (%[\w#]+), (%[\w#]+)\) : "
+                        r"\(tensor<(\d+)x(\w+)>, i32, i1\) -> tensor<\d+x\w+>")
+
+
+def inline_scans(text: str) -> str:
+    """`tl.cumsum` reaches the adapter's output as a call of `triton_cumsum_N(tensor, dim, reverse)`,
+    a function BiShengIR provides; here each 1-D call becomes an inclusive scan loop (a scan
+    of another rank fails the lowering)."""
+    count = iter(range(1 << 30))
+
+    def scan(match: re.Match) -> str:
+        result, _, source, _, reverse, size, kind = match.groups()
+        k = f"%scan{next(count)}"
+        tensor = f"tensor<{size}x{kind}>"
+        zero = "0.0" if kind.startswith("f") else "0"
+        add = "arith.addf" if kind.startswith("f") else "arith.addi"
+        return "\n".join([
+            f"{k}_c0 = arith.constant 0 : index", f"{k}_c1 = arith.constant 1 : index",
+            f"{k}_n = arith.constant {size} : index", f"{k}_last = arith.constant {int(size) - 1} : index",
+            f"{k}_zero = arith.constant {zero} : {kind}",
+            f"{k}_r:2 = scf.for {k}_i = {k}_c0 to {k}_n step {k}_c1 iter_args({k}_acc = {source}, "
+            f"{k}_sum = {k}_zero) -> ({tensor}, {kind}) {{",
+            f"  {k}_back = arith.subi {k}_last, {k}_i : index",
+            f"  {k}_at = arith.select {reverse}, {k}_back, {k}_i : index",
+            f"  {k}_v = tensor.extract {source}[{k}_at] : {tensor}",
+            f"  {k}_s = {add} {k}_sum, {k}_v : {kind}",
+            f"  {k}_t = tensor.insert {k}_s into {k}_acc[{k}_at] : {tensor}",
+            f"  scf.yield {k}_t, {k}_s : {tensor}, {kind}",
+            "}",
+            f"{result} = tensor.cast {k}_r#0 : {tensor} to {tensor}",
+        ])
+
+    text = _SCAN_CALL.sub(scan, text)
+    return re.sub(r"^\s*func\.func private @triton_cumsum_\w+\(.*$", "", text, flags=re.M)
+
+
 def lower(linalg: str) -> LoweredKernel:
     """The shared object of one adapter output (cached under the digest of the text)."""
     name, parameters = _signature(linalg)
     text = re.sub(r', mix_mode\s*=\s*"[^"]*"', "", linalg)
     text = "\n".join(line for line in text.splitlines() if "gpu.barrier" not in line)
-    key = hashlib.sha256(text.encode()).hexdigest()[:24]
+    text = inline_scans(text)
+    key = hashlib.sha256((text + _RUNTIME_C).encode()).hexdigest()[:24]
     library = CACHE / "x86" / f"{key}.so"
     if not library.exists():
         library.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +191,7 @@ def lower(linalg: str) -> LoweredKernel:
                  "mlir-translate-19")
             _run(["llc-19", "-O2", "-filetype=obj", "-relocation-model=pic", str(work / "kernel.ll"),
                   "-o", str(work / "kernel.o")], "llc-19")
-            _run(["cc", "-shared", "-o", str(library), str(work / "kernel.o"), f"-L{MLIR_LIB}",
+            _run(["cc", "-shared", "-o", str(library), str(work / "kernel.o"), str(runtime_object()), f"-L{MLIR_LIB}",
                   f"-Wl,-rpath,{MLIR_LIB}", "-l:libmlir_c_runner_utils.so.19.1"], "cc (link)")
     return LoweredKernel(library, name, parameters)
 

@@ -9,6 +9,14 @@ whose offsets fit 32 bits). None of that is written by hand here: `capture_launc
 the launchers' own `kernel[grid](...)` calls and passes each call's arguments through Triton's
 own JIT binder, once per target backend, so the specializations are exactly the ones a device
 run would compile (kernel_compile.py compiles them).
+
+Two Tritons bind arguments differently, and both are served here: upstream Triton 3.9 (CUDA and
+AMD targets: `create_function_from_signature` plus `JITFunction._pack_args`, `Specialization`)
+and triton-ascend 3.2, which is Triton 3.2 (the NPU target, tests/ascend: the binder returns the
+cache key parts and an `AscendAttrsDescriptor` derives divisibility and the ints equal to 1,
+`NpuSpecialization`). Launches are intercepted at `kernel[grid]` (`__getitem__`), the one entry
+point both share: in 3.2 the interpreter's `run` is an instance attribute and its
+`InterpretedFunction` is no `KernelInterface`.
 """
 
 from __future__ import annotations
@@ -26,10 +34,16 @@ from typing import Any
 from specops.devtools.targets import TARGETS, Target
 
 
-def _is_jit(obj: Any) -> bool:
-    from triton.runtime.jit import KernelInterface
+def _kernel_classes() -> tuple[type, ...]:
+    """The classes a launch `kernel[grid](...)` goes through: the JIT's and the interpreter's."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
 
-    return isinstance(obj, KernelInterface) and callable(getattr(obj, "fn", None))
+    return JITFunction, InterpretedFunction
+
+
+def _is_jit(obj: Any) -> bool:
+    return isinstance(obj, _kernel_classes()) and callable(getattr(obj, "fn", None))
 
 
 def kernel_id(fn: Callable) -> str:
@@ -39,6 +53,12 @@ def kernel_id(fn: Callable) -> str:
 
 def kernel_name(kernel: str) -> str:
     return kernel.partition(":")[2]
+
+
+def kernel_function(kernel: str) -> Callable:
+    """The Python function of a kernel id (its module imported in this process)."""
+    module_name, _, qualname = kernel.partition(":")
+    return functools.reduce(getattr, qualname.split("."), importlib.import_module(module_name))
 
 
 def _callees(fn: Callable) -> set[str]:
@@ -137,15 +157,47 @@ class Specialization:
         return ", ".join(parts)
 
 
+@dataclasses.dataclass(frozen=True)
+class NpuSpecialization:
+    """What triton.compile needs for one launch on triton-ascend 3.2, derived as its
+    JITFunction.run derives it: the signature of the non-constexpr parameters, the constants
+    (declared constexprs, ints equal to 1, None), the divisibility attributes and the options."""
+
+    signature: dict[str, str]
+    constants: dict[str, Any]
+    properties: tuple[tuple[str, tuple[int, ...]], ...]  # the descriptor's (property, parameter indices)
+    options: dict[str, Any]
+
+    def key(self) -> str:
+        return repr((sorted(self.signature.items()), sorted((k, repr(v)) for k, v in self.constants.items()),
+                     self.properties, sorted((k, repr(v)) for k, v in self.options.items())))
+
+    def descriptor(self):
+        """The AscendAttrsDescriptor triton.compile takes."""
+        from specops.devtools.targets import NPU_TARGET
+
+        descriptor = type(_backend(NPU_TARGET).get_attrs_descriptor([], []))()
+        descriptor.arg_properties = {name: list(indices) for name, indices in self.properties}
+        descriptor._init_slots()
+        return descriptor
+
+    def describe(self) -> str:
+        parts = [f"{name}:{kind}" for name, kind in self.signature.items() if name not in self.constants]
+        parts += [f"{name}={value!r}" for name, value in self.constants.items()]
+        return ", ".join(parts)
+
+
 @dataclasses.dataclass
 class Launch:
     """One `kernel[grid](...)` call: its grid and its specialization for each target."""
 
     kernel: str
     grid: tuple[int, ...]
-    specializations: dict[str, Specialization]
+    specializations: dict[str, Specialization | NpuSpecialization]  # by target name
     label: str = ""
     grid_target: str = ""  # the target whose device the grid was sized for ("" for this machine)
+    error: str | None = None  # why a specialization could not be derived (keep_going=True)
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)  # by parameter, while `run` runs it
 
 
 @functools.lru_cache(maxsize=None)
@@ -184,8 +236,10 @@ def binder_supported() -> str | None:
     return None
 
 
-def specialize(fn: Callable, args: tuple, kwargs: dict, target: Target) -> Specialization:
+def specialize(fn: Callable, args: tuple, kwargs: dict, target: Target) -> Specialization | NpuSpecialization:
     """The specialization JITFunction.run would compile for these launch arguments on `target`."""
+    if target.backend == "npu":
+        return _specialize_npu(fn, args, kwargs, target)
     from triton import knobs
 
     jit = _jit_view(fn)
@@ -201,6 +255,24 @@ def specialize(fn: Callable, args: tuple, kwargs: dict, target: Target) -> Speci
     return Specialization(dict(signature), dict(constexprs), dict(attrs), dict(options.__dict__), declared)
 
 
+def _specialize_npu(fn: Callable, args: tuple, kwargs: dict, target: Target) -> NpuSpecialization:
+    """triton-ascend 3.2's JITFunction.run derivation, without compiling."""
+    jit = _jit_view(fn)
+    backend = _backend(target)
+    kwargs = dict(kwargs)
+    kwargs["debug"] = kwargs.get("debug", False)
+    bound_args, sig_and_spec, _, _, _ = _binder(fn, target)(*args, **kwargs)
+    names = [p.name for p in jit.params if not p.is_constexpr]
+    signature = {name: ("*i8" if kind == "none" else kind) for name, kind in zip(names, sig_and_spec[:len(names)])}
+    values = tuple(bound_args.values())
+    descriptor = backend.get_attrs_descriptor(jit.params, values)
+    constant_params = descriptor.get_constants()
+    constants = {p.name: v for v, p in zip(values, jit.params)
+                 if p.is_constexpr or p.num in constant_params or v is None}
+    properties = tuple(sorted((name, tuple(sorted(indices))) for name, indices in descriptor.arg_properties.items()))
+    return NpuSpecialization(signature, constants, properties, dict(backend.parse_options(kwargs).__dict__))
+
+
 def _launch_grid(grid: Any, fn: Callable, args: tuple, kwargs: dict) -> tuple[int, ...]:
     if callable(grid):
         bound = inspect.signature(fn).bind(*args, **kwargs)
@@ -208,59 +280,66 @@ def _launch_grid(grid: Any, fn: Callable, args: tuple, kwargs: dict) -> tuple[in
     return tuple(int(size) for size in grid)
 
 
+def bound_arguments(fn: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Every parameter's value, launch options (num_warps, ...) left out."""
+    parameters = inspect.signature(fn).parameters
+    bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items() if k in parameters})
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
 @contextlib.contextmanager
-def capture_launches(targets: Iterable[Target] = TARGETS, *, execute: bool = True,
-                     label: str = "") -> Iterator[list[Launch]]:
+def capture_launches(targets: Iterable[Target] = TARGETS, *, execute: bool = True, label: str = "",
+                     run: Callable[[Launch], None] | None = None, keep_going: bool = False) -> Iterator[list[Launch]]:
     """Records every Triton kernel launch made inside the block, specialized for `targets`.
 
     execute=False records without running the kernel (launchers never read what a kernel wrote:
     that would be a device-to-host sync), so shapes too large for the interpreter can be captured.
-    The launch entry points are replaced process-wide for the block: one capture at a time.
+    run(launch), if given, is called in place of the kernel, with `launch.args` set. keep_going:
+    a launch whose specialization cannot be derived is recorded with its `error` (and not run)
+    instead of raising. The launch entry points are replaced process-wide for the block: one
+    capture at a time.
     """
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
     targets = tuple(targets)
     launches: list[Launch] = []
+    originals = {cls: cls.__dict__.get("__getitem__") for cls in _kernel_classes()}
+    inherited = {cls: cls.__getitem__ for cls in originals}
 
-    def record(fn: Callable, grid: Any, args: tuple, kwargs: dict) -> None:
-        launches.append(Launch(kernel_id(fn), _launch_grid(grid, fn, args, kwargs),
-                               {target.name: specialize(fn, args, kwargs, target) for target in targets}, label))
-
-    def recorder(original):
-        def run(self, *args, grid, warmup, **kwargs):
-            if not warmup:
-                record(self.fn, grid, args, kwargs)
-            if execute or warmup:
-                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+    def getitem(self, grid):
+        def launch(*args, **kwargs):
+            record = Launch(kernel_id(self.fn), _launch_grid(grid, self.fn, args, kwargs), {}, label)
+            try:
+                record.specializations = {target.name: specialize(self.fn, args, kwargs, target)
+                                          for target in targets}
+            except Exception as exc:
+                if not keep_going:
+                    raise
+                record.error = f"{type(exc).__name__}: {exc}"
+                launches.append(record)
+                if run is not None:
+                    raise
+                return None
+            launches.append(record)
+            if run is not None:
+                record.args = bound_arguments(self.fn, args, kwargs)
+                try:
+                    return run(record)
+                finally:
+                    record.args = {}
+            if execute:
+                original = next(inherited[cls] for cls in type(self).__mro__ if cls in inherited)
+                return original(self, grid)(*args, **kwargs)
             return None
 
-        return run
+        return launch
 
-    def indexer(original):
-        def getitem(self, grid):
-            launch = original(self, grid)
-
-            def run(*args, **kwargs):
-                record(self.fn, grid, args, kwargs)
-                return launch(*args, **kwargs) if execute else None
-
-            return run
-
-        return getitem
-
-    # Triton 3.9 launches every kernel through its class's `run`; triton-ascend 3.2's interpreter
-    # sets `run` per instance and launches through `InterpretedFunction.__getitem__`.
-    originals = {}
-    for cls in (JITFunction, InterpretedFunction):
-        if "run" in vars(cls):
-            originals[cls, "run"] = cls.run
-        else:
-            originals[cls, "__getitem__"] = cls.__getitem__
-    for (cls, name), original in originals.items():
-        setattr(cls, name, recorder(original) if name == "run" else indexer(original))
+    for cls in originals:
+        cls.__getitem__ = getitem
     try:
         yield launches
     finally:
-        for (cls, name), original in originals.items():
-            setattr(cls, name, original)
+        for cls, original in originals.items():
+            if original is None:
+                del cls.__getitem__
+            else:
+                cls.__getitem__ = original

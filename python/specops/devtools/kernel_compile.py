@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import importlib
 import io
 import os
 import pickle
@@ -25,7 +23,7 @@ import traceback
 from collections.abc import Iterable
 from pathlib import Path
 
-from specops.devtools.kernel_capture import Launch, Specialization
+from specops.devtools.kernel_capture import Launch, Specialization, kernel_function
 from specops.devtools.targets import Target
 
 PTXAS_USAGE = re.compile(r"Used (\d+) registers")
@@ -114,8 +112,7 @@ def compile_one(kernel: str, target: Target, specialization: Specialization) -> 
     from triton import knobs
     from triton.compiler import ASTSource
 
-    module_name, _, qualname = kernel.partition(":")
-    fn = functools.reduce(getattr, qualname.split("."), importlib.import_module(module_name))
+    fn = kernel_function(kernel)
     build = KernelBuild(kernel, target.name, specialization.describe(), specialization.summary())
     started = time.perf_counter()
     try:
