@@ -21,19 +21,16 @@ Needs valgrind, its callgrind.h and a C compiler; takes a few minutes.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 
-from drafting_instructions import instructions_per_call, run_counted
+from drafting_instructions import count_loops, counted_main, instructions_per_call, parse_counted_args
 
 IMPLS = ("specops", "native-unfused", "restore")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=300, help="calls counted per implementation")
-    parser.add_argument("--measure", metavar="TOGGLE_LIBRARY", help=argparse.SUPPRESS)  # the run under valgrind
-    return parser.parse_args(argv)
+    return parse_counted_args(parser, argv, calls=300)
 
 
 def _floors():
@@ -91,22 +88,12 @@ def _goal_cases():
 
 
 def measure(args: argparse.Namespace) -> None:
-    import torch
-
-    toggle = ctypes.CDLL(args.measure)
-    torch.set_num_threads(1)
-    runs = {name: fn for name, fn in _floors().items()}
+    runs = dict(_floors())
     for case in _goal_cases():
         for name in IMPLS:
             runs[f"{case.label}|{name}"] = case.impls[name]
         runs[f"{case.label}|fused body + restore"] = _fused_body(case)
-    for name, fn in runs.items():
-        for _ in range(10):
-            fn()
-        toggle.measure_start()
-        for _ in range(args.calls):
-            fn()
-        toggle.measure_stop(name.encode())
+    count_loops(args, runs)
 
 
 def report(dumps: list[str], args: argparse.Namespace) -> None:
@@ -124,12 +111,7 @@ def report(dumps: list[str], args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.measure:
-        measure(args)
-        return 0
-    run_counted(__file__, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
-    return 0
+    return counted_main(__file__, argv, parse_args, measure, report)
 
 
 if __name__ == "__main__":

@@ -17,19 +17,16 @@ Needs valgrind, its callgrind.h and a C compiler; takes a minute or two.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 
-from drafting_instructions import instructions_per_call, run_counted
+from drafting_instructions import count_loops, counted_main, instructions_per_call, parse_counted_args
 
 IMPLS = ("specops", "specops W=1", "empty-op")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200, help="calls counted per implementation")
-    parser.add_argument("--measure", metavar="TOGGLE_LIBRARY", help=argparse.SUPPRESS)  # the run under valgrind
-    return parser.parse_args(argv)
+    return parse_counted_args(parser, argv, calls=200)
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -37,17 +34,8 @@ def measure(args: argparse.Namespace) -> None:
 
     from specops.bench import compute_slot_mapping
 
-    toggle = ctypes.CDLL(args.measure)
-    torch.set_num_threads(1)
     case = compute_slot_mapping._cp_case(torch.device("cpu"), *compute_slot_mapping.CP_CASE)
-    for name in IMPLS:
-        fn = case.impls[name]
-        for _ in range(10):
-            fn()
-        toggle.measure_start()
-        for _ in range(args.calls):
-            fn()
-        toggle.measure_stop(name.encode())
+    count_loops(args, {name: case.impls[name] for name in IMPLS})
 
 
 def report(dumps: list[str], args: argparse.Namespace) -> None:
@@ -58,12 +46,7 @@ def report(dumps: list[str], args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.measure:
-        measure(args)
-        return 0
-    run_counted(__file__, list(argv or sys.argv[1:]), lambda dumps: report(dumps, args))
-    return 0
+    return counted_main(__file__, argv, parse_args, measure, report)
 
 
 if __name__ == "__main__":
