@@ -33,6 +33,11 @@ class Case:
     references: tuple[str, ...] = ()
     # Figures computed from this run's medians (impl -> µs), added to extras after timing.
     derive: Callable[[dict[str, float]], dict[str, float]] | None = None
+    # (a, b) pairs whose difference a - b derive needs: passed to it under "a - b" as the median,
+    # over the rounds, of a's sample minus b's sample of the same round (a round times every
+    # implementation once, so the two samples ran seconds apart at most, under the same load; on
+    # a device, whose samples are three quantiles, it is their differences' median).
+    paired: tuple[tuple[str, str], ...] = ()
     plotted: tuple[str, ...] | None = None  # implementations drawn in the plot (default: all)
     # The host clock: wall time, or a thread's CPU time (time.thread_time) for host-only cases whose
     # figures are small differences that other processes' preemption on a shared host would swamp.
@@ -130,7 +135,11 @@ def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.d
     else:
         times = time_device(case.impls, samples)
     if case.derive is not None:
-        case.extras.update(case.derive({name: statistics.median(values) for name, values in times.items()}))
+        medians = {name: statistics.median(values) for name, values in times.items()}
+        for minuend, subtrahend in case.paired:
+            medians[f"{minuend} - {subtrahend}"] = statistics.median(
+                [a - b for a, b in zip(times[minuend], times[subtrahend])])
+        case.extras.update(case.derive(medians))
     # Counted after timing, on one more call: the counter's Python hook never runs inside a timed loop.
     # On a device, ops on host tensors only (the runner's *_cpu copies) are host work, not launches.
     counts = {name: count_launches(fn, None if device.type == "cpu" else device.type)
