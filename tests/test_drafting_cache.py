@@ -357,6 +357,63 @@ def test_a_new_shape_and_a_later_group_add_few_python_calls():
     assert 0 < figures["(a) python calls per later sharing group"] <= 4
 
 
+def test_a_shapes_cp_split_is_cp_token_splits():
+    """InvariantViews writes cp_token_split's arithmetic out (a new shape skips its dataclass):
+    the same four fields, in CPLocalMetadata's order, for every size, CP size and rank."""
+    from specops._cp import cp_token_split
+    from specops.drafting.buffers import InvariantViews
+
+    for cp_size in (1, 2, 3, 4):
+        model = make_model(2, cp_size, cp_size - 1)
+        builder = make_builders(model, [SWA])[0]
+        for cp_rank in range(cp_size):
+            for num_input_tokens in (0, 1, 5, 8, 13, MAX_NUM_TOKENS):
+                views = InvariantViews(builder.buffers(1), 2, min(num_input_tokens, 3), num_input_tokens, cp_size,
+                                       cp_rank)
+                assert views.split == dataclasses.astuple(cp_token_split(num_input_tokens, cp_size, cp_rank))
+
+
+def test_the_bench_times_a_sharing_group_on_a_small_step_after_the_groups_it_shares_with():
+    """Figure (a) of specops-bench: each later group that shares everything is timed as a step
+    over g0 and the first group of its kind, with and without it, never after a DSpark group
+    that builds its own indices; the two steps of each pair are timed next to each other."""
+    from specops.bench import drafting as bench
+
+    cpu = torch.device("cpu")
+    builders = bench._builders(bench.make_model(7, 1, cpu), bench.GROUPS, cpu)
+    pairs = {causal: [(pair.group, pair.base, pair.base_name, pair.with_name)
+                      for pair in bench.sharing_pairs(bench.GROUPS, builders, causal)] for causal in (True, False)}
+    # swa64 shares with swa (g0), the full-attention groups with c4 (g2); on a causal step the
+    # DSpark groups have no indices and swa's sas_metadata.
+    assert pairs[False] == [(3, (0, 2), "step g0+g2", "step g0+g2+g3"), (4, (0,), "step g0", "step g0+g4"),
+                            (5, (0, 2), "step g0+g2", "step g0+g2+g5"), (7, (0, 2), "step g0+g2", "step g0+g2+g7")]
+    assert pairs[True] == [(1, (0,), "step g0", "step g0-g1"), *pairs[False][:3], (6, (0,), "step g0", "step g0+g6"),
+                           pairs[False][3]]
+    case = bench._case(8, 8, 1, False, 1, cpu)
+    names = list(case.impls)
+    assert case.paired == (("step g0+g2+g3", "step g0+g2"), ("step g0+g4", "step g0"),
+                           ("step g0+g2+g5", "step g0+g2"), ("step g0+g2+g7", "step g0+g2"))
+    assert names.index("step g0+g2+g3") == names.index("step g0+g2") + 1
+    assert names.index("step g0+g4") == names.index("step g0") + 1
+    metadata = case.impls["step g0+g2+g3"]()
+    assert [m.window for m in metadata] == [b.step_windows[False] for b in (builders[0], builders[2], builders[3])]
+
+
+def test_a_paired_figure_is_the_median_of_the_differences_within_rounds(monkeypatch):
+    """Case.paired: derive gets the median over rounds of a's sample minus b's of the same
+    round, which a load that moves whole rounds does not move (the difference of the two
+    medians here would be 6)."""
+    from specops.bench import _harness
+
+    samples = {"base": [5.0, 1.0, 9.0, 2.0, 8.0], "with": [7.0, 3.0, 11.0, 40.0, 40.0]}
+    monkeypatch.setattr(_harness, "time_host", lambda impls, *args: samples)
+    seen = {}
+    case = _harness.Case("x", "y", 1, 1, {"base": lambda: None, "with": lambda: None}, subject="with",
+                         baselines=(), paired=(("with", "base"),), derive=lambda medians: seen.update(medians) or {})
+    _harness.run_case(case, samples=5, sample_seconds=1e-3, device=torch.device("cpu"))
+    assert seen["with - base"] == 2.0 and seen["with"] - seen["base"] == 6.0
+
+
 # ---------------------------------------------------------------- fresh-cache paths
 
 
