@@ -376,7 +376,8 @@ def test_a_shapes_cp_split_is_cp_token_splits():
 def test_the_bench_times_a_sharing_group_on_a_small_step_after_the_groups_it_shares_with():
     """Figure (a) of specops-bench: each later group that shares everything is timed as a step
     over g0 and the first group of its kind, with and without it, never after a DSpark group
-    that builds its own indices; the two steps of each pair are timed next to each other."""
+    that builds its own indices; the two steps of each pair are listed together and paired
+    (Case.paired), and so are figure (d)'s first and repeat builds."""
     from specops.bench import drafting as bench
 
     cpu = torch.device("cpu")
@@ -392,26 +393,40 @@ def test_the_bench_times_a_sharing_group_on_a_small_step_after_the_groups_it_sha
     case = bench._case(8, 8, 1, False, 1, cpu)
     names = list(case.impls)
     assert case.paired == (("step g0+g2+g3", "step g0+g2"), ("step g0+g4", "step g0"),
-                           ("step g0+g2+g5", "step g0+g2"), ("step g0+g2+g7", "step g0+g2"))
+                           ("step g0+g2+g5", "step g0+g2"), ("step g0+g2+g7", "step g0+g2"),
+                           ("first build", "repeat build")) + tuple(
+        (bench._layer_name(count + 1), bench._layer_name(count)) for count in range(1, 8))
     assert names.index("step g0+g2+g3") == names.index("step g0+g2") + 1
     assert names.index("step g0+g4") == names.index("step g0") + 1
     metadata = case.impls["step g0+g2+g3"]()
     assert [m.window for m in metadata] == [b.step_windows[False] for b in (builders[0], builders[2], builders[3])]
 
 
-def test_a_paired_figure_is_the_median_of_the_differences_within_rounds(monkeypatch):
-    """Case.paired: derive gets the median over rounds of a's sample minus b's of the same
-    round, which a load that moves whole rounds does not move (the difference of the two
-    medians here would be 6)."""
+def test_a_paired_figure_is_the_median_over_adjacent_calls():
+    """Case.paired on the host: derive gets the median, over rounds of one call of each timed
+    one after the other (the order alternating, so a drift within a round cancels), of a's µs
+    minus b's. Here on a clock the calls advance: 5 µs a call of a, 3 of b, except that the
+    host is ten times slower for one round in three; the median keeps the 2 µs."""
     from specops.bench import _harness
 
-    samples = {"base": [5.0, 1.0, 9.0, 2.0, 8.0], "with": [7.0, 3.0, 11.0, 40.0, 40.0]}
-    monkeypatch.setattr(_harness, "time_host", lambda impls, *args: samples)
-    seen = {}
-    case = _harness.Case("x", "y", 1, 1, {"base": lambda: None, "with": lambda: None}, subject="with",
-                         baselines=(), paired=(("with", "base"),), derive=lambda medians: seen.update(medians) or {})
-    _harness.run_case(case, samples=5, sample_seconds=1e-3, device=torch.device("cpu"))
-    assert seen["with - base"] == 2.0 and seen["with"] - seen["base"] == 6.0
+    now, order, slow_rounds = [0.0], [], [True]
+
+    def costs(name: str, microseconds: float):
+        def run() -> None:
+            order.append(name)
+            # Both calls of every third round (the warm-up is round 0).
+            slow = slow_rounds[0] and (len(order) - 1) // 2 % 3 == 2
+            now[0] += microseconds * 1e-6 * (10 if slow else 1)
+        return run
+
+    impls = {"base": costs("base", 3.0), "with": costs("with", 5.0)}
+    assert _harness.time_paired(impls["with"], impls["base"], 6, lambda: now[0]) == pytest.approx(2.0)
+    assert order == ["with", "base"] + ["with", "base", "base", "with"] * 3
+    seen, slow_rounds[0] = {}, False  # through run_case, whose own timing calls come first
+    case = _harness.Case("x", "y", 1, 1, impls, subject="with", baselines=(), paired=(("with", "base"),),
+                         derive=lambda medians: seen.update(medians) or {}, clock=lambda: now[0])
+    _harness.run_case(case, samples=5, sample_seconds=1e-4, device=torch.device("cpu"))
+    assert seen["with - base"] == pytest.approx(2.0)
 
 
 # ---------------------------------------------------------------- fresh-cache paths

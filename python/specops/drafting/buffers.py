@@ -70,14 +70,14 @@ class InvariantViews:
                 bounds += (0, num_reqs)
         views = row_views(tensors, bounds)
         (self.input_positions, self.cos_sin_padded, self.cos, self.sin, self.local_query_start_loc,
-         self.local_seq_lens, self.start_pos, self.local_cos_sin, self.local_cos, self.local_sin) = views[:10]
+         self.local_seq_lens, self.start_pos, self.local_cos_sin, self.local_cos, self.local_sin, *rest) = views
         if not optional:
             # No padding, no CP, host tensors: every optional view is one of the fixed ones or absent.
             self.positions_real = self.positions_padded = self.input_positions
             self.local_source = self.cos_sin_padded
             self.positions_tail = self.local_padding = self.seq_lens_host = None
             return
-        rest = iter(views[10:])
+        rest = iter(rest)
         self.positions_real = next(rest) if padded else self.input_positions
         self.positions_tail = next(rest) if tail else None
         self.positions_padded = next(rest) if unpadded else self.input_positions

@@ -89,12 +89,11 @@ class StepPlan:
     distinct sas_metadata entry (the others share it), the groups' static op arguments, and,
     per num_input_tokens, the output views. Only views are made per shape; a repeat finds them."""
 
-    __slots__ = ("builders", "num_groups", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
-                 "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of", "sas_calls",
-                 "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
+    __slots__ = ("builders", "num_groups", "buffers", "names", "storage_block_sizes", "invariant_firsts",
+                 "invariant_later", "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of",
+                 "sas_calls", "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
                  "actual_slot_groups", "max_num_tokens", "output_bases", "dspark_at", "dspark_lens_at", "no_dspark",
-                 "format_arguments",
-                 "by_tokens", "compressed")
+                 "one_rank", "format_arguments", "by_tokens", "compressed")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
@@ -148,6 +147,7 @@ class StepPlan:
                 self.dspark_at[index], self.dspark_lens_at[index] = len(self.output_bases), len(self.output_bases) + 1
                 self.output_bases += (self.buffers[index].dspark_indices, self.buffers[index].dspark_lens)
         self.no_dspark = [None] * len(builders)
+        self.one_rank = all(call.cp_size == 1 for call in self.dspark_calls)
         self.format_arguments = format_arguments(self.storage_block_sizes)
         self.by_tokens: dict[int, ShapeOutputs] = {}
         # Compressed groups' lightning-indexer schedule and compressor metadata (None without any).
@@ -172,10 +172,13 @@ class StepPlan:
         num_groups = self.num_groups
         # The slot mappings of every group, then the indices and lens of each DSpark call's groups
         # (its rows are this rank's slice of the padded stream): self.output_bases' order.
-        bounds = [0, num_input_tokens] * num_groups
-        for call in self.dspark_calls:
-            rows = -(-num_input_tokens // call.cp_size)
-            bounds += (0, rows, 0, rows) * call.count
+        if self.one_rank:
+            bounds = [0, num_input_tokens] * len(self.output_bases)  # every view has num_input_tokens rows
+        else:
+            bounds = [0, num_input_tokens] * num_groups
+            for call in self.dspark_calls:
+                rows = -(-num_input_tokens // call.cp_size)
+                bounds += (0, rows, 0, rows) * call.count
         views = row_views(self.output_bases, bounds)
         format_call = self.format_arguments.copy()
         # Each row a plain tuple of MetadataRow's fields, made by zip (in C, one tuple a group): a
