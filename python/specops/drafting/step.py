@@ -53,8 +53,7 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
     # The groups' own inputs before anything is written: a missing one is a clear error.
     try:
         slot_mappings = [common.slot_mappings[name] for name in plan.names]
-        # map in C: a comprehension per DSpark call would be a Python frame of its own.
-        dspark_tables = [list(map(common.block_tables.__getitem__, call.names)) for call in plan.dspark_calls]
+        dspark_tables = [[common.block_tables[name] for name in call.names] for call in plan.dspark_calls]
         compressed_tables = plan.compressed.tables(common) if plan.compressed is not None else None
     except KeyError as missing:
         field = "slot_mappings" if missing.args[0] not in common.slot_mappings else "block_tables"
