@@ -1,5 +1,9 @@
 #include "fast_call.h"
 
+#if PY_VERSION_HEX < 0x030B0000
+#include <longintrepr.h>  // PyLongObject's digits (Python.h includes it from 3.11 on)
+#endif
+
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Exceptions.h>
