@@ -89,12 +89,105 @@ PyMethodDef row_views_def = {
     "row_views(tensors, bounds, /)\n\n[t[bounds[2i]:bounds[2i + 1]] for the i-th tensor t], along the first "
     "dimension, in one call: aliases that share t's storage and version counter (as detach() does)"};
 
+// [mapping[key] for key in keys], KeyError and all, as a new list (nullptr with the error set).
+PyObject* items_of(PyObject* mapping, PyObject* keys) {
+  PyObject* key_items = PySequence_Fast(keys, "keys must be a sequence");
+  if (key_items == nullptr) return nullptr;
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(key_items);
+  PyObject* const* key = PySequence_Fast_ITEMS(key_items);
+  PyObject* values = PyList_New(count);
+  for (Py_ssize_t i = 0; values != nullptr && i < count; ++i) {
+    PyObject* value = PyObject_GetItem(mapping, key[i]);
+    if (value == nullptr) {
+      Py_CLEAR(values);  // its unset items are NULL, which a list's dealloc skips
+    } else {
+      PyList_SET_ITEM(values, i, value);
+    }
+  }
+  Py_DECREF(key_items);
+  return values;
+}
+
+// items(mapping, keys, /): [mapping[key] for key in keys].
+PyObject* items(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "items takes 2 positional arguments (mapping, keys), got %zd", nargs);
+    return nullptr;
+  }
+  return items_of(args[0], args[1]);
+}
+
+// items_each(mapping, key_lists, /): [items(mapping, keys) for keys in key_lists].
+PyObject* items_each(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "items_each takes 2 positional arguments (mapping, key_lists), got %zd", nargs);
+    return nullptr;
+  }
+  PyObject* lists = PySequence_Fast(args[1], "key_lists must be a sequence");
+  if (lists == nullptr) return nullptr;
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(lists);
+  PyObject* const* keys = PySequence_Fast_ITEMS(lists);
+  PyObject* values = PyList_New(count);
+  for (Py_ssize_t i = 0; values != nullptr && i < count; ++i) {
+    PyObject* value = items_of(args[0], keys[i]);
+    if (value == nullptr) {
+      Py_CLEAR(values);
+    } else {
+      PyList_SET_ITEM(values, i, value);
+    }
+  }
+  Py_DECREF(lists);
+  return values;
+}
+
+// rows_below(values, minimum, /): whether a tensor among values may have fewer than `minimum`
+// rows: True for a plain dense tensor with no dimension or fewer rows, and for any other tensor
+// (a subclass, a wrapper, symbolic sizes), whose rows only its own size() tells; entries that are
+// not tensors are skipped. The caller then checks in Python, which raises what it always raised.
+PyObject* rows_below(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs == 2, "rows_below takes 2 positional arguments (values, minimum), got ", nargs);
+  const int64_t minimum = PyLong_AsLongLong(args[1]);
+  if (minimum == -1 && PyErr_Occurred()) return nullptr;
+  py::object value_items = py::reinterpret_steal<py::object>(PySequence_Fast(args[0], "values must be a sequence"));
+  if (!value_items) return nullptr;
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(value_items.ptr());
+  PyObject* const* values = PySequence_Fast_ITEMS(value_items.ptr());
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    if (!THPVariable_Check(values[i])) continue;
+    if (!THPVariable_CheckExact(values[i])) Py_RETURN_TRUE;
+    const at::Tensor& tensor = THPVariable_Unpack(values[i]);
+    if (!plain(tensor)) Py_RETURN_TRUE;
+    const c10::TensorImpl& impl = *tensor.unsafeGetTensorImpl();
+    if (impl.dim() == 0 || impl.size(0) < minimum) Py_RETURN_TRUE;
+  }
+  Py_RETURN_FALSE;
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef items_def = {
+    "items", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(items)), METH_FASTCALL,
+    "items(mapping, keys, /)\n\n[mapping[key] for key in keys], in one call"};
+PyMethodDef items_each_def = {
+    "items_each", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(items_each)), METH_FASTCALL,
+    "items_each(mapping, key_lists, /)\n\n[items(mapping, keys) for keys in key_lists], in one call"};
+PyMethodDef rows_below_def = {
+    "rows_below", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(rows_below)), METH_FASTCALL,
+    "rows_below(values, minimum, /)\n\nWhether a tensor among values may have fewer than minimum rows (no "
+    "dimension, fewer rows, or a tensor other than a plain dense one); other values are skipped"};
+
+void add_function(py::module_& module, PyMethodDef* definition) {
+  PyObject* function = PyCFunction_NewEx(definition, nullptr, module.attr("__name__").ptr());
+  if (function == nullptr) throw py::error_already_set();
+  module.add_object(definition->ml_name, py::reinterpret_steal<py::object>(function));
+}
+
 }  // namespace
 
 void bind_row_views(py::module_& module) {
-  PyObject* function = PyCFunction_NewEx(&row_views_def, nullptr, module.attr("__name__").ptr());
-  if (function == nullptr) throw py::error_already_set();
-  module.add_object("row_views", py::reinterpret_steal<py::object>(function));
+  for (PyMethodDef* definition : {&row_views_def, &items_def, &items_each_def, &rows_below_def}) {
+    add_function(module, definition);
+  }
 }
 
 }  // namespace specops

@@ -9,6 +9,11 @@
 // autograd view record (these buffers never require grad). A plain dense buffer's alias is made
 // as aten's view kernels make one (a view TensorImpl, one contiguity refresh, sizes on the
 // stack); a call is a METH_FASTCALL function that reads its two sequences in place.
+//
+// Beside it, the step's per-group lookups, each one call where Python would loop with a frame of
+// its own: items (the groups' tensors from a mapping by name), items_each (the same per DSpark
+// call) and rows_below (whether a tensor may be short of rows, for a check that then runs in
+// Python and raises its usual error).
 #pragma once
 
 #include <pybind11/pybind11.h>

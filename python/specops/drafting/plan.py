@@ -91,7 +91,7 @@ class StepPlan:
 
     __slots__ = ("builders", "num_groups", "buffers", "names", "storage_block_sizes", "invariant_firsts",
                  "invariant_later", "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of",
-                 "sas_calls", "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
+                 "sas_calls", "sas_outputs", "windows", "dspark_calls", "dspark_names", "dspark_checks", "causal", "slot_buffers",
                  "actual_slot_groups", "max_num_tokens", "output_bases", "dspark_at", "dspark_lens_at", "no_dspark",
                  "one_rank", "format_arguments", "by_tokens", "compressed")
 
@@ -124,6 +124,7 @@ class StepPlan:
             model = builders[i].model
             calls.setdefault((model.cp_size, model.cp_rank, model.num_speculative_tokens), []).append(i)
         self.dspark_calls = [DSparkCall(builders, members, self.invariant_of[members[0]]) for members in calls.values()]
+        self.dspark_names = [call.names for call in self.dspark_calls]  # whose block tables each call reads
         # The DSpark groups whose widths each invariant entry's batch is checked against.
         self.dspark_checks = []
         for slot in range(len(self.invariant_firsts)):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specops.drafting.buffers import items, items_each, rows_below
 from specops.drafting.cache import StepCache, logger
 from specops.drafting.calls import (
     DSPARK,
@@ -50,19 +51,20 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
         return []
     plan = step_plan(builders, draft_index, common.causal)
     outputs = plan.outputs(common.num_input_tokens)
-    # The groups' own inputs before anything is written: a missing one is a clear error.
+    # The groups' own inputs before anything is written: a missing one is a clear error. Looked
+    # up natively (buffers.items), one call for all groups where a comprehension is a frame each.
     try:
-        slot_mappings = [common.slot_mappings[name] for name in plan.names]
-        dspark_tables = [[common.block_tables[name] for name in call.names] for call in plan.dspark_calls]
+        slot_mappings = items(common.slot_mappings, plan.names)
+        dspark_tables = items_each(common.block_tables, plan.dspark_names)
         compressed_tables = plan.compressed.tables(common) if plan.compressed is not None else None
     except KeyError as missing:
         field = "slot_mappings" if missing.args[0] not in common.slot_mappings else "block_tables"
         _group_input(getattr(common, field), missing.args[0], field)
         raise
-    for name, slot_mapping in zip(plan.names, slot_mappings):
-        if isinstance(slot_mapping, torch.Tensor) and slot_mapping.size(0) < common.num_actual_tokens:
-            raise ValueError(f"slot_mappings[{name!r}] must have at least num_actual_tokens = "
-                             f"{common.num_actual_tokens} entries, got {slot_mapping.size(0)}")
+    # One native pass says whether any slot mapping may be short (a size() call per group costs
+    # a fifth of an empty op); only then does the check that names it run.
+    if rows_below(slot_mappings, common.num_actual_tokens):
+        _check_slot_mapping_rows(plan.names, slot_mappings, common.num_actual_tokens)
 
     # Hits are counted in a runner's cache and written to the debug log, if anyone looks.
     counted = shared is not None or logger.isEnabledFor(logging.DEBUG)
@@ -178,6 +180,13 @@ def step_fingerprints(builders: Sequence[DraftMetadataBuilder], common: CommonDr
             if fingerprints[id(rope)] is None:
                 return None
     return fingerprints
+
+
+def _check_slot_mapping_rows(names: list[str], slot_mappings: list, num_actual_tokens: int) -> None:
+    for name, slot_mapping in zip(names, slot_mappings):
+        if isinstance(slot_mapping, torch.Tensor) and slot_mapping.size(0) < num_actual_tokens:
+            raise ValueError(f"slot_mappings[{name!r}] must have at least num_actual_tokens = "
+                             f"{num_actual_tokens} entries, got {slot_mapping.size(0)}")
 
 
 def _group_input(tensors: Mapping[str, torch.Tensor], name: str, field: str) -> torch.Tensor:
