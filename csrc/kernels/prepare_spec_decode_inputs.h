@@ -7,14 +7,15 @@
 // A rejected call writes nothing: the corrected counts are gathered into scratch and every
 // group's positions validated from them (read-only) before the first store; one branch-free
 // pass finds the range of every request's positions, which decides for each group without
-// per-row counts (the usual case) with no loop of its own. Then one pass over
-// the requests stores everything: a request's corrected count, its positions, its seq_len and
-// its slots in every group, while its count and block-table rows are hot. The op made the
-// positions itself, so it knows a request's positions are consecutive: each group's slots come
-// in runs (walk_consecutive_slots), one placement and one block-id load per run, and a group
-// under CP without interleave, whose runs are single tokens, is placed token by token without
-// a branch. Runs are stored two int64 (four int32) at a time (store_run). Each group's loop is compiled per layout and per divisor kind (shifts when its sizes
-// are powers of two), chosen once per group.
+// per-row counts (the usual case) with no loop of its own, and marks it covered. Then one pass
+// over the requests stores everything, a block of them at a time: the first group's loop
+// stores each request's positions and seq_len too, while its count is in a register, and each
+// covered group places a request without a bounds test (kernels/spec_decode_slots.h): a decode
+// request whose positions lie in one kernel block costs one block-id load and one run stored in
+// whole vector chunks, whose values past the request the next request or the padding rewrites.
+// Groups not proven covered take the bounds-tested loop (request_slots). Each group's loop is
+// compiled per layout and per divisor kind (shifts when its sizes are powers of two), chosen
+// once per group and block.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -22,123 +23,9 @@
 #include "kernels/correct_num_computed_tokens.h"
 #include "kernels/prepare_positions_and_seq_lens.h"
 #include "kernels/slot_math.h"
+#include "kernels/spec_decode_slots.h"
 
 namespace specops::kernels {
-
-// A group's token loop: its layout and whether its sizes allow shifts, fixed per call.
-enum class SlotGroupKind : uint8_t {
-  kDisabled,  // slot mapping off: PAD for every token, the table never read
-  kSingleRankShifts,
-  kSingleRank,
-  kContextParallelShifts,
-  kContextParallel,
-  kInterleavedShifts,
-  kInterleaved,
-};
-
-// One KV-cache group: its table, its output (exactly one of out64 / out32 is set) and its
-// slot-mapping sizes (cp_world_size 1 for a group that is not CP-sharded).
-struct SlotMappingGroup {
-  const int32_t* block_table = nullptr;
-  int64_t* out64 = nullptr;
-  int32_t* out32 = nullptr;
-  SlotMappingShape shape;
-  SlotMappingDivisors divisors;
-  SlotMappingShifts shifts;  // meaningful for the *Shifts kinds
-  SlotGroupKind kind = SlotGroupKind::kDisabled;
-  uint64_t table_covered = 0;  // covered_positions of a whole row (rows without a count)
-  // Set by the host op once its checks proved every position of the batch below table_covered
-  // (no per-row counts): the store pass then places each request without a bounds test.
-  bool all_covered = false;
-
-  SlotMappingGroup(const int32_t* table, int64_t* out_int64, int32_t* out_int32, const SlotMappingShape& s,
-                   bool slot_mapping_enabled = true)
-      : block_table(table), out64(out_int64), out32(out_int32), shape(s), divisors(s), shifts(s),
-        kind(kind_of(s, slot_mapping_enabled)), table_covered(covered_positions(s, s.block_table_cols)) {}
-
-  bool enabled() const { return kind != SlotGroupKind::kDisabled; }
-
-  // Positions below this lie in virtual blocks whose every column `row` may use.
-  uint64_t covered(int64_t row) const {
-    return shape.num_blocks == nullptr ? table_covered : covered_positions(shape, usable_columns(shape, row));
-  }
-
- private:
-  static SlotGroupKind kind_of(const SlotMappingShape& s, bool enabled) {
-    if (!enabled) return SlotGroupKind::kDisabled;
-    const bool shifts = slot_sizes_are_powers_of_two(s);
-    if (s.cp_world_size == 1) return shifts ? SlotGroupKind::kSingleRankShifts : SlotGroupKind::kSingleRank;
-    if (s.cp_interleave == 1) return shifts ? SlotGroupKind::kContextParallelShifts : SlotGroupKind::kContextParallel;
-    return shifts ? SlotGroupKind::kInterleavedShifts : SlotGroupKind::kInterleaved;
-  }
-};
-
-// out[k] = base + step * k for k < length (step 1: a run of positions or slots; 0: a run of
-// PAD), in the output's width (int32 outputs take the low 32 bits, as a cast of each would).
-// The fused op writes every position and every group's slots this way, so it stores two int64
-// (or four int32) values a step with the compiler's portable vector types (SSE2 on x86-64, NEON
-// on AArch64), unaligned, and finishes the run element by element.
-template <typename OutT>
-inline void store_run(OutT* out, int64_t length, int64_t base, int64_t step) {
-  static_assert(sizeof(OutT) == 8 || sizeof(OutT) == 4, "int64 or int32 outputs");
-#if defined(__GNUC__)
-  using Lane = std::conditional_t<sizeof(OutT) == 8, uint64_t, uint32_t>;  // unsigned: wrapping
-  constexpr int64_t kLanes = 16 / sizeof(OutT);
-  typedef Lane Vector __attribute__((vector_size(16)));
-  Vector value;
-  for (int64_t lane = 0; lane < kLanes; ++lane) value[lane] = static_cast<Lane>(base + step * lane);
-  const Lane increment_lane = static_cast<Lane>(step * kLanes);
-  const Vector increment = Vector{} + increment_lane;
-  int64_t k = 0;
-  for (; k + kLanes <= length; k += kLanes) {
-    __builtin_memcpy(out + k, &value, sizeof(value));
-    value += increment;
-  }
-  base += step * k;
-  for (; k < length; ++k, base += step) out[k] = static_cast<OutT>(base);
-#else
-  for (int64_t k = 0; k < length; ++k) out[k] = static_cast<OutT>(base + step * k);
-#endif
-}
-
-// Values store_run_padded writes at a time: two vectors, four int64 or eight int32.
-template <typename OutT>
-constexpr int64_t kRunChunk = 32 / sizeof(OutT);
-
-// Whether out[0, room) takes store_run_padded's chunks for a run of `length` values.
-template <typename OutT>
-SPECOPS_HOT_INLINE bool run_chunks_fit(int64_t length, int64_t room) {
-  return room - length >= kRunChunk<OutT> - 1;
-}
-
-// out[k] = base + step * k for k < length (>= 1), like store_run, in whole chunks
-// (run_chunks_fit): it also writes out[length, length rounded up to the chunk), which the
-// caller owns and rewrites later (the next request's run, the padding). A decode's query is one
-// chunk: two vector stores where a loop of stores and its tail would cost several times more.
-template <typename OutT>
-SPECOPS_HOT_INLINE void store_run_padded(OutT* out, int64_t length, int64_t base, int64_t step) {
-  static_assert(sizeof(OutT) == 8 || sizeof(OutT) == 4, "int64 or int32 outputs");
-#if defined(__GNUC__)
-  using Lane = std::conditional_t<sizeof(OutT) == 8, uint64_t, uint32_t>;  // unsigned: wrapping
-  constexpr int64_t kLanes = 16 / sizeof(OutT);
-  typedef Lane Vector __attribute__((vector_size(16)));
-  Vector value;
-  for (int64_t lane = 0; lane < kLanes; ++lane) value[lane] = static_cast<Lane>(base + step * lane);
-  const Vector increment = Vector{} + static_cast<Lane>(step * kLanes);
-  int64_t k = 0;
-  do {
-    __builtin_memcpy(out + k, &value, sizeof(value));
-    value += increment;
-    __builtin_memcpy(out + k + kLanes, &value, sizeof(value));
-    value += increment;
-    k += 2 * kLanes;
-  } while (k < length);
-#else
-  for (int64_t k = 0; k < kRunChunk<OutT> * ((length + kRunChunk<OutT> - 1) / kRunChunk<OutT>); ++k) {
-    out[k] = static_cast<OutT>(base + step * k);
-  }
-#endif
-}
 
 // The count row r will hold after the correction: gathered for rows < num_corrected, untouched
 // (so read from the buffer) above.
@@ -326,110 +213,20 @@ int64_t find_group_slot_past_int32(const int32_t* query_start_loc, const int32_t
   return find_slot_past_int32(wide, query_start_loc[num_reqs]);
 }
 
-#if defined(__GNUC__)
-#define SPECOPS_COLD __attribute__((noinline, cold))
-#else
-#define SPECOPS_COLD
-#endif
-
-// One covered request's slots in the general way (positions crossing a kernel block, a run
-// without room for its chunks): out of line, so the request loop below keeps its values in
-// registers (inlined, this path made the loop spill seven of them around every request).
-template <CpLayout kLayout, typename D, typename OutT>
-SPECOPS_COLD void covered_request_slots(uint32_t first, int64_t count, const int32_t* block_row,
-                                        const SlotMappingShape& s, const D& d, OutT* out, int64_t room) {
-  if constexpr (kLayout == CpLayout::kContextParallel) {
-    for (int64_t k = 0; k < count; ++k) {
-      out[k] = static_cast<OutT>(slot_of_covered_position<kLayout>(first + static_cast<uint32_t>(k), block_row, s, d));
-    }
-  } else {
-    store_consecutive_slots<kLayout, false>(first, count, block_row, s.block_size, d, out, room);
-  }
-}
-
-// One group's slots for requests [r_begin, r_end) of a group whose every position is below
-// table_covered (SlotMappingGroup::all_covered): no bounds test per request. The usual request,
-// whose positions (this rank's, under CP) lie in one kernel block, costs one block-id load: on
-// a single rank its slots are one run, stored in whole chunks (store_run_padded); under CP
-// without interleave this rank's tokens alternate with the others', each its slot or PAD.
-// kMapped: requests read rows through idx_mapping. Requests whose row is unmapped (< 0) or past
-// the table get PAD after the loop.
-template <CpLayout kLayout, bool kMapped, typename D, typename IdxT, typename OutT>
-void covered_group_slots_of_requests(const SlotMappingGroup& g, const D& divisors, const int32_t* query_start_loc,
-                                     const int32_t* counts, const IdxT* idx_mapping, int64_t r_begin, int64_t r_end,
-                                     OutT* out) {
-  const SlotMappingShape s = g.shape;
-  const D d = divisors;
-  const int32_t* const block_table = g.block_table;
-  const uint64_t rows = static_cast<uint64_t>(s.block_table_rows);
-  const int64_t stride = s.block_table_stride;
-  const int64_t block_size = s.block_size;
-  const int64_t room = s.num_tokens_padded;
-  bool any_unmapped = false;
-  int64_t begin = query_start_loc[r_begin];
-  for (int64_t r = r_begin; r < r_end; ++r) {
-    const int64_t end = query_start_loc[r + 1];
-    const int64_t count = end - begin;
-    const int64_t row = kMapped ? static_cast<int64_t>(idx_mapping[r]) : r;
-    const int64_t token = begin;
-    begin = end;
-    if (count == 0) continue;
-    if (static_cast<uint64_t>(row) >= rows) {
-      any_unmapped = true;
-      continue;
-    }
-    const int32_t* block_row = block_table + row * stride;
-    const uint32_t first = static_cast<uint32_t>(counts[r]);  // in [0, table_covered): checked
-    OutT* request_out = out + token;
-    if constexpr (kLayout == CpLayout::kSingleRank) {
-      const uint32_t in_block = d.block.mod(first);
-      if (static_cast<int64_t>(in_block) + count <= block_size && run_chunks_fit<OutT>(count, room - token)) {
-        const int64_t block_id = block_row[d.block.div(first)];
-        const bool stored = block_id >= 0;
-        store_run_padded(request_out, count, stored ? block_id * block_size + in_block : kPadSlotId,
-                         static_cast<int64_t>(stored));
-        continue;
-      }
-    } else if constexpr (kLayout == CpLayout::kContextParallel) {
-      // Token k's local position is (first + k) / W; all of them in one kernel block: one id.
-      const uint32_t last = first + static_cast<uint32_t>(count - 1);
-      const uint32_t local_first = d.world.div(first);
-      const uint32_t column = d.block.div(local_first);
-      if (d.block.div(d.world.div(last)) == column) {
-        const int64_t block_id = block_row[column];
-        // slot = block_id * block_size + local % block_size = origin + local in this block.
-        const int64_t origin = block_id >= 0 ? (block_id - column) * block_size : kPadSlotId;
-        const uint32_t world = d.world.divisor();
-        for (int64_t k = 0; k < count; ++k) {
-          const uint32_t position = first + static_cast<uint32_t>(k);
-          const uint32_t local = d.world.div(position);
-          const bool mine = (position - local * world == d.rank) & (block_id >= 0);
-          request_out[k] = static_cast<OutT>(mine ? origin + local : kPadSlotId);
-        }
-        continue;
-      }
-    }
-    covered_request_slots<kLayout>(first, count, block_row, s, d, request_out, room - token);
-  }
-  for (int64_t r = r_begin; any_unmapped && r < r_end; ++r) {
-    const int64_t row = kMapped ? static_cast<int64_t>(idx_mapping[r]) : r;
-    if (static_cast<uint64_t>(row) >= rows) {
-      std::fill(out + query_start_loc[r], out + query_start_loc[r + 1], static_cast<OutT>(kPadSlotId));
-    }
-  }
-}
-
 // One group's slots for requests [r_begin, r_end): the covered loop of the group's kind when its
-// positions were proven covered, else the bounds-tested one.
-template <typename IdxT, typename OutT>
+// positions were proven covered, else the bounds-tested one; per_request as in
+// covered_group_slots_of_requests, run for every request either way.
+template <typename IdxT, typename OutT, typename PerRequest>
 void store_group_slots(const SlotMappingGroup& g, const int32_t* query_start_loc, const int32_t* counts,
-                       const IdxT* idx_mapping, int64_t r_begin, int64_t r_end, OutT* out) {
+                       const IdxT* idx_mapping, int64_t r_begin, int64_t r_end, OutT* out, PerRequest per_request) {
   const auto run = [&](auto layout, const auto& d) {
     constexpr CpLayout kLayout = decltype(layout)::value;
     if (idx_mapping == nullptr) {
-      covered_group_slots_of_requests<kLayout, false>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out);
+      covered_group_slots_of_requests<kLayout, false>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out,
+                                                      per_request);
     } else {
-      covered_group_slots_of_requests<kLayout, true>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out);
+      covered_group_slots_of_requests<kLayout, true>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out,
+                                                     per_request);
     }
   };
   using L = CpLayout;
@@ -451,6 +248,12 @@ void store_group_slots(const SlotMappingGroup& g, const int32_t* query_start_loc
         return run(std::integral_constant<L, L::kInterleaved>{}, g.divisors);
     }
   }
+  int64_t begin = query_start_loc[r_begin];
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const int64_t end = query_start_loc[r + 1];
+    per_request(r, begin, end - begin, counts[r]);
+    begin = end;
+  }
   group_slots_of_requests(g, query_start_loc, counts, idx_mapping, r_begin, r_end, out);
 }
 
@@ -460,7 +263,8 @@ constexpr int64_t kRequestsPerBlock = 64;
 
 // Every store of the fused op, after the caller gathered the corrected counts into
 // new_computed / new_accepted and validated them: the correction, then one pass over the
-// requests, a block of them at a time. request_counts: every request's corrected count.
+// requests, a block of them at a time, whose positions and seq_lens are stored in the first
+// group's loop. request_counts: every request's corrected count.
 template <typename PosT, typename IdxT>
 void store_spec_decode_inputs(const int32_t* new_computed, const int32_t* new_accepted, int64_t num_corrected,
                               const int32_t* request_counts, int32_t* num_computed_tokens, int32_t* num_accepted_tokens,
@@ -471,28 +275,43 @@ void store_spec_decode_inputs(const int32_t* new_computed, const int32_t* new_ac
   const int64_t positions_room = positions_shape.num_tokens_padded;
   std::copy(new_computed, new_computed + num_corrected, num_computed_tokens);
   std::copy(new_accepted, new_accepted + num_corrected, num_accepted_tokens);
+  // By value: the loops' stores cannot reach a copy, so the pointers stay in registers.
+  const auto store_positions = [positions, seq_lens, positions_room](int64_t r, int64_t token, int64_t query_len,
+                                                                     int32_t count) {
+    if (query_len > 0 && run_chunks_fit<PosT>(query_len, positions_room - token)) {
+      store_run_padded(positions + token, query_len, count, 1);  // count, count + 1, ...
+    } else {
+      store_run(positions + token, query_len, count, 1);
+    }
+    seq_lens[r] = static_cast<int32_t>(static_cast<uint32_t>(count) + static_cast<uint32_t>(query_len));
+  };
+  const auto nothing = [](int64_t, int64_t, int64_t, int32_t) {};
   for (int64_t block = 0; block < num_reqs; block += kRequestsPerBlock) {
     const int64_t block_end = std::min(block + kRequestsPerBlock, num_reqs);
-    int64_t begin = query_start_loc[block];
-    for (int64_t r = block; r < block_end; ++r) {
-      const int32_t count = request_counts[r];
-      const int64_t end = query_start_loc[r + 1];
-      const int64_t query_len = end - begin;
-      if (query_len > 0 && run_chunks_fit<PosT>(query_len, positions_room - begin)) {
-        store_run_padded(positions + begin, query_len, count, 1);  // count, count + 1, ...
-      } else {
-        store_run(positions + begin, query_len, count, 1);
+    if (num_groups == 0) {
+      int64_t begin = query_start_loc[block];
+      for (int64_t r = block; r < block_end; ++r) {
+        const int64_t end = query_start_loc[r + 1];
+        store_positions(r, begin, end - begin, request_counts[r]);
+        begin = end;
       }
-      seq_lens[r] = static_cast<int32_t>(static_cast<uint32_t>(count) + static_cast<uint32_t>(query_len));
-      begin = end;
     }
     for (int64_t g = 0; g < num_groups; ++g) {
       const SlotMappingGroup& group = groups[g];
       if (group.out64 != nullptr) {
-        store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out64);
+        if (g == 0) {
+          store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out64,
+                            store_positions);
+        } else {
+          store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out64,
+                            nothing);
+        }
+      } else if (g == 0) {  // int32: checked to fit
+        store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out32,
+                          store_positions);
       } else {
-        store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end,
-                          group.out32);  // checked to fit
+        store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out32,
+                          nothing);
       }
     }
   }
