@@ -110,14 +110,16 @@ SPECOPS_HOT_INLINE void store_run_padded(OutT* out, int64_t length, int64_t base
   Vector value;
   for (int64_t lane = 0; lane < kLanes; ++lane) value[lane] = static_cast<Lane>(base + step * lane);
   const Vector increment = Vector{} + static_cast<Lane>(step * kLanes);
-  int64_t k = 0;
-  do {
+  // The first chunk without a loop (a decode's whole run): a loop's bound costs as much as it.
+  __builtin_memcpy(out, &value, sizeof(value));
+  value += increment;
+  __builtin_memcpy(out + kLanes, &value, sizeof(value));
+  for (int64_t k = 2 * kLanes; k < length; k += 2 * kLanes) {
+    value += increment;
     __builtin_memcpy(out + k, &value, sizeof(value));
     value += increment;
     __builtin_memcpy(out + k + kLanes, &value, sizeof(value));
-    value += increment;
-    k += 2 * kLanes;
-  } while (k < length);
+  }
 #else
   for (int64_t k = 0; k < kRunChunk<OutT> * ((length + kRunChunk<OutT> - 1) / kRunChunk<OutT>); ++k) {
     out[k] = static_cast<OutT>(base + step * k);
