@@ -221,12 +221,18 @@ void store_group_slots(const SlotMappingGroup& g, const int32_t* query_start_loc
                        const IdxT* idx_mapping, int64_t r_begin, int64_t r_end, OutT* out, PerRequest per_request) {
   const auto run = [&](auto layout, const auto& d) {
     constexpr CpLayout kLayout = decltype(layout)::value;
+    // The requests whose chunks fit without a test, then the rest (the batch's last few).
+    const int64_t fit_end = requests_with_room(query_start_loc, r_begin, r_end, g.shape.num_tokens_padded);
     if (idx_mapping == nullptr) {
-      covered_group_slots_of_requests<kLayout, false>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out,
-                                                      per_request);
+      covered_group_slots_of_requests<kLayout, false, true>(g, d, query_start_loc, counts, idx_mapping, r_begin,
+                                                            fit_end, out, per_request);
+      covered_group_slots_of_requests<kLayout, false, false>(g, d, query_start_loc, counts, idx_mapping, fit_end,
+                                                             r_end, out, per_request);
     } else {
-      covered_group_slots_of_requests<kLayout, true>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out,
-                                                     per_request);
+      covered_group_slots_of_requests<kLayout, true, true>(g, d, query_start_loc, counts, idx_mapping, r_begin,
+                                                           fit_end, out, per_request);
+      covered_group_slots_of_requests<kLayout, true, false>(g, d, query_start_loc, counts, idx_mapping, fit_end,
+                                                            r_end, out, per_request);
     }
   };
   using L = CpLayout;
@@ -251,7 +257,7 @@ void store_group_slots(const SlotMappingGroup& g, const int32_t* query_start_loc
   int64_t begin = query_start_loc[r_begin];
   for (int64_t r = r_begin; r < r_end; ++r) {
     const int64_t end = query_start_loc[r + 1];
-    per_request(r, begin, end - begin, counts[r]);
+    per_request(std::false_type{}, r, begin, end - begin, counts[r]);
     begin = end;
   }
   group_slots_of_requests(g, query_start_loc, counts, idx_mapping, r_begin, r_end, out);
@@ -275,24 +281,27 @@ void store_spec_decode_inputs(const int32_t* new_computed, const int32_t* new_ac
   const int64_t positions_room = positions_shape.num_tokens_padded;
   std::copy(new_computed, new_computed + num_corrected, num_computed_tokens);
   std::copy(new_accepted, new_accepted + num_corrected, num_accepted_tokens);
-  // By value: the loops' stores cannot reach a copy, so the pointers stay in registers.
-  const auto store_positions = [positions, seq_lens, positions_room](int64_t r, int64_t token, int64_t query_len,
-                                                                     int32_t count) {
-    if (query_len > 0 && run_chunks_fit<PosT>(query_len, positions_room - token)) {
+  // By value: the loops' stores cannot reach a copy, so the pointers stay in registers. `fits`:
+  // the group's loop found room for the request's chunks in outputs of the group's
+  // num_tokens_padded values, which is positions' too (one size of the call); a request without
+  // tokens may then write a chunk as well, which later ones and the padding rewrite.
+  const auto store_positions = [positions, seq_lens, positions_room](auto fits, int64_t r, int64_t token,
+                                                                     int64_t query_len, int32_t count) {
+    if (decltype(fits)::value || (query_len > 0 && run_chunks_fit<PosT>(query_len, positions_room - token))) {
       store_run_padded(positions + token, query_len, count, 1);  // count, count + 1, ...
     } else {
       store_run(positions + token, query_len, count, 1);
     }
     seq_lens[r] = static_cast<int32_t>(static_cast<uint32_t>(count) + static_cast<uint32_t>(query_len));
   };
-  const auto nothing = [](int64_t, int64_t, int64_t, int32_t) {};
+  const auto nothing = [](auto, int64_t, int64_t, int64_t, int32_t) {};
   for (int64_t block = 0; block < num_reqs; block += kRequestsPerBlock) {
     const int64_t block_end = std::min(block + kRequestsPerBlock, num_reqs);
     if (num_groups == 0) {
       int64_t begin = query_start_loc[block];
       for (int64_t r = block; r < block_end; ++r) {
         const int64_t end = query_start_loc[r + 1];
-        store_positions(r, begin, end - begin, request_counts[r]);
+        store_positions(std::false_type{}, r, begin, end - begin, request_counts[r]);
         begin = end;
       }
     }

@@ -90,6 +90,18 @@ inline void store_run(OutT* out, int64_t length, int64_t base, int64_t step) {
 template <typename OutT>
 constexpr int64_t kRunChunk = 32 / sizeof(OutT);
 
+// The largest chunk store_run_padded writes, of any output width.
+constexpr int64_t kMaxRunChunk = 8;
+
+// The end of the requests of [r_begin, r_end) whose every run's chunks fit in outputs of `room`
+// values: the requests before it end at most kMaxRunChunk - 1 values before `room` (their
+// ends grow, so it is one test for a block that ends there, usually all but the batch's last).
+inline int64_t requests_with_room(const int32_t* query_start_loc, int64_t r_begin, int64_t r_end, int64_t room) {
+  int64_t fit_end = r_end;
+  while (fit_end > r_begin && query_start_loc[fit_end] > room - (kMaxRunChunk - 1)) --fit_end;
+  return fit_end;
+}
+
 // Whether out[0, room) takes store_run_padded's chunks for a run of `length` values.
 template <typename OutT>
 SPECOPS_HOT_INLINE bool run_chunks_fit(int64_t length, int64_t room) {
@@ -154,10 +166,11 @@ SPECOPS_COLD void covered_request_slots(uint32_t first, int64_t count, const int
 // a single rank its slots are one run, stored in whole chunks (store_run_padded); under CP
 // without interleave this rank's tokens alternate with the others', each its slot or PAD.
 // kMapped: requests read rows through idx_mapping. Requests whose row is unmapped (< 0) or past
-// the table get PAD after the loop. per_request(r, first_token, query_len, count) runs for every
-// request first (the fused op stores its positions and seq_len there, while they are in
-// registers; the other groups pass one that does nothing).
-template <CpLayout kLayout, bool kMapped, typename D, typename IdxT, typename OutT, typename PerRequest>
+// the table get PAD after the loop. per_request(fits, r, first_token, query_len, count) runs for
+// every request first (the fused op stores its positions and seq_len there, while they are in
+// registers; the other groups pass one that does nothing). kFits: the caller found that every
+// request's chunks fit (requests_with_room), so no request tests its room.
+template <CpLayout kLayout, bool kMapped, bool kFits, typename D, typename IdxT, typename OutT, typename PerRequest>
 void covered_group_slots_of_requests(const SlotMappingGroup& g, const D& divisors, const int32_t* query_start_loc,
                                      const int32_t* counts, const IdxT* idx_mapping, int64_t r_begin, int64_t r_end,
                                      OutT* out, PerRequest per_request) {
@@ -177,7 +190,7 @@ void covered_group_slots_of_requests(const SlotMappingGroup& g, const D& divisor
     const int64_t token = begin;
     const int32_t request_count = counts[r];
     begin = end;
-    per_request(r, token, count, request_count);
+    per_request(std::bool_constant<kFits>{}, r, token, count, request_count);
     if (count == 0) continue;
     if (static_cast<uint64_t>(row) >= rows) {
       any_unmapped = true;
@@ -188,7 +201,8 @@ void covered_group_slots_of_requests(const SlotMappingGroup& g, const D& divisor
     OutT* request_out = out + token;
     if constexpr (kLayout == CpLayout::kSingleRank) {
       const uint32_t in_block = d.block.mod(first);
-      if (static_cast<int64_t>(in_block) + count <= block_size && run_chunks_fit<OutT>(count, room - token)) {
+      const bool fits = kFits || run_chunks_fit<OutT>(count, room - token);
+      if (static_cast<int64_t>(in_block) + count <= block_size && fits) {
         const int64_t block_id = block_row[d.block.div(first)];
         // Two calls with constant steps: the usual stored run needs no step arithmetic.
         if (block_id >= 0) {
