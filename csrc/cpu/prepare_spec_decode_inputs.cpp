@@ -31,11 +31,14 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                     " entries (see specops._spec_decode_sizes), got ", sizes.size());
   const int64_t num_tokens_padded = sizes[0], num_reqs_padded = sizes[1];
   const int64_t cp_world_size = sizes[2], cp_rank = sizes[3], cp_interleave = sizes[4];
+  // The pairs of outputs (and query_start_loc) these would test are tested with the op's others
+  // below, each tensor's span computed once.
   const kernels::CountCorrectionShape correction =
       check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
-                             prev_num_draft_tokens, cpu_num_computed_tokens);
-  const int64_t num_tokens = check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens,
-                                                          num_tokens_padded, num_reqs_padded);
+                             prev_num_draft_tokens, cpu_num_computed_tokens, /*check_outputs_apart=*/false);
+  const int64_t num_tokens =
+      check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
+                                   num_reqs_padded, /*request_indexed=*/false, /*check_outputs_apart=*/false);
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");

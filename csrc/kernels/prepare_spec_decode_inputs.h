@@ -37,35 +37,36 @@ struct CorrectedCounts {
   int32_t operator()(int64_t r) const { return r < num_corrected ? gathered[r] : buffer[r]; }
 };
 
-// The lowest first position and the highest last position of the requests with tokens (their
-// corrected counts in counts[0, num_reqs)), in one branch-free pass shared by every group: a
-// group without per-row counts whose table covers [lowest, highest] in every row accepts the
-// batch without a loop of its own.
+// Whether any request with tokens starts at a negative position, and the highest last position
+// of them (their corrected counts in counts[0, num_reqs)), in one branch-free pass shared by
+// every group: a group without per-row counts whose table covers [0, highest] in every row
+// accepts the batch without a loop of its own.
 struct RequestPositionRange {
-  int64_t lowest = 0;
-  int64_t highest = -1;  // below lowest: no request has tokens
+  bool any_negative = false;
+  int64_t highest = -1;  // no request has tokens
 
   // Whether every position lies in [0, covered) (covered <= 2^31).
-  bool inside(uint64_t covered) const { return highest < lowest || (lowest >= 0 && static_cast<uint64_t>(highest) < covered); }
+  bool inside(uint64_t covered) const {
+    return !any_negative && (highest < 0 || static_cast<uint64_t>(highest) < covered);
+  }
 };
 
 inline RequestPositionRange request_position_range(const int32_t* query_start_loc, const int32_t* counts,
                                                    int64_t num_reqs) {
-  int64_t lowest = INT64_MAX, highest = INT64_MIN;
+  int64_t highest = -1;
+  int32_t negative = 0;  // the OR of the first positions: its sign bit
   int64_t begin = num_reqs > 0 ? query_start_loc[0] : 0;
   for (int64_t r = 0; r < num_reqs; ++r) {
     const int64_t end = query_start_loc[r + 1];
-    const int64_t first = counts[r];
+    const int32_t first = counts[r];
     const bool with_tokens = end != begin;
-    lowest = std::min(lowest, with_tokens ? first : INT64_MAX);
-    highest = std::max(highest, with_tokens ? first + (end - begin) - 1 : INT64_MIN);
+    highest = std::max(highest, with_tokens ? first + (end - begin) - 1 : int64_t{-1});
+    negative |= with_tokens ? first : 0;
     begin = end;
   }
   RequestPositionRange range;
-  if (highest >= lowest) {
-    range.lowest = lowest;
-    range.highest = highest;
-  }
+  range.any_negative = negative < 0;
+  range.highest = highest;
   return range;
 }
 
