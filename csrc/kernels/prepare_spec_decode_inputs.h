@@ -173,6 +173,36 @@ void group_slots_of_requests(const SlotMappingGroup& g, const D& divisors, const
   }
 }
 
+// Calls run(layout, divisors) with the group's layout as a constant and its divisors of the kind
+// its sizes allow (shifts or reciprocals), and returns true; false for a disabled group.
+template <typename Run>
+bool with_group_kind(const SlotMappingGroup& g, Run&& run) {
+  using L = CpLayout;
+  switch (g.kind) {
+    case SlotGroupKind::kDisabled:
+      return false;
+    case SlotGroupKind::kSingleRankShifts:
+      run(std::integral_constant<L, L::kSingleRank>{}, g.shifts);
+      return true;
+    case SlotGroupKind::kSingleRank:
+      run(std::integral_constant<L, L::kSingleRank>{}, g.divisors);
+      return true;
+    case SlotGroupKind::kContextParallelShifts:
+      run(std::integral_constant<L, L::kContextParallel>{}, g.shifts);
+      return true;
+    case SlotGroupKind::kContextParallel:
+      run(std::integral_constant<L, L::kContextParallel>{}, g.divisors);
+      return true;
+    case SlotGroupKind::kInterleavedShifts:
+      run(std::integral_constant<L, L::kInterleaved>{}, g.shifts);
+      return true;
+    case SlotGroupKind::kInterleaved:
+      run(std::integral_constant<L, L::kInterleaved>{}, g.divisors);
+      return true;
+  }
+  return false;
+}
+
 // The same through the group's kind, chosen once per call of this (a block of requests).
 template <typename IdxT, typename OutT>
 void group_slots_of_requests(const SlotMappingGroup& g, const int32_t* query_start_loc, const int32_t* counts,
@@ -180,26 +210,10 @@ void group_slots_of_requests(const SlotMappingGroup& g, const int32_t* query_sta
   const auto run = [&](auto layout, const auto& d) {
     group_slots_of_requests<decltype(layout)::value>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out);
   };
-  using L = CpLayout;
-  switch (g.kind) {
-    case SlotGroupKind::kDisabled:
-      for (int64_t r = r_begin; r < r_end; ++r) {
-        const int64_t begin = query_start_loc[r];
-        store_slot_run(out + begin, query_start_loc[r + 1] - begin, kPadSlotId, 0);
-      }
-      return;
-    case SlotGroupKind::kSingleRankShifts:
-      return run(std::integral_constant<L, L::kSingleRank>{}, g.shifts);
-    case SlotGroupKind::kSingleRank:
-      return run(std::integral_constant<L, L::kSingleRank>{}, g.divisors);
-    case SlotGroupKind::kContextParallelShifts:
-      return run(std::integral_constant<L, L::kContextParallel>{}, g.shifts);
-    case SlotGroupKind::kContextParallel:
-      return run(std::integral_constant<L, L::kContextParallel>{}, g.divisors);
-    case SlotGroupKind::kInterleavedShifts:
-      return run(std::integral_constant<L, L::kInterleaved>{}, g.shifts);
-    case SlotGroupKind::kInterleaved:
-      return run(std::integral_constant<L, L::kInterleaved>{}, g.divisors);
+  if (with_group_kind(g, run)) return;
+  for (int64_t r = r_begin; r < r_end; ++r) {  // disabled: PAD
+    const int64_t begin = query_start_loc[r];
+    store_slot_run(out + begin, query_start_loc[r + 1] - begin, kPadSlotId, 0);
   }
 }
 
@@ -236,25 +250,7 @@ void store_group_slots(const SlotMappingGroup& g, const int32_t* query_start_loc
                                                             r_end, out, per_request);
     }
   };
-  using L = CpLayout;
-  if (g.all_covered) {
-    switch (g.kind) {
-      case SlotGroupKind::kDisabled:
-        break;
-      case SlotGroupKind::kSingleRankShifts:
-        return run(std::integral_constant<L, L::kSingleRank>{}, g.shifts);
-      case SlotGroupKind::kSingleRank:
-        return run(std::integral_constant<L, L::kSingleRank>{}, g.divisors);
-      case SlotGroupKind::kContextParallelShifts:
-        return run(std::integral_constant<L, L::kContextParallel>{}, g.shifts);
-      case SlotGroupKind::kContextParallel:
-        return run(std::integral_constant<L, L::kContextParallel>{}, g.divisors);
-      case SlotGroupKind::kInterleavedShifts:
-        return run(std::integral_constant<L, L::kInterleaved>{}, g.shifts);
-      case SlotGroupKind::kInterleaved:
-        return run(std::integral_constant<L, L::kInterleaved>{}, g.divisors);
-    }
-  }
+  if (g.all_covered && with_group_kind(g, run)) return;
   int64_t begin = query_start_loc[r_begin];
   for (int64_t r = r_begin; r < r_end; ++r) {
     const int64_t end = query_start_loc[r + 1];
