@@ -120,15 +120,41 @@ SPECOPS_HOT_INLINE void store_run_chunk(OutT* out, int64_t base, int64_t pad) {
   for (int64_t k = 0; k < kSlotRunChunk; ++k) out[k] = static_cast<OutT>((base + k) | pad);
 }
 
+// out[k] = (base + k) | pad | (lanes[k] ^ flip) for k < kSlotRunChunk: one run's chunk with the
+// lanes a mask picks (lanes: kConsecutiveLanes from some offset on) made PAD.
+template <typename OutT>
+SPECOPS_HOT_INLINE void store_masked_run_chunk(OutT* out, int64_t base, int64_t pad, const int64_t* lanes,
+                                               int64_t flip) {
+#if defined(__GNUC__)
+  if constexpr (sizeof(OutT) == sizeof(int64_t)) {
+    static_assert(kSlotRunChunk == kConsecutiveWidth, "one mask lane per stored lane");
+    asm("" : "+r"(lanes));  // one pointer, not an address per lane recomputed from its offset
+    const SlotLanes pad_lanes = SlotLanes{pad, pad};
+    const SlotLanes flip_lanes = SlotLanes{flip, flip};
+    SlotLanes slots = SlotLanes{base, base + 1};
+    for (int64_t k = 0; k < kSlotRunChunk; k += 2) {
+      SlotLanes mask;
+      __builtin_memcpy(&mask, lanes + k, sizeof(mask));
+      const SlotLanes stored = slots | pad_lanes | (mask ^ flip_lanes);
+      __builtin_memcpy(out + k, &stored, sizeof(stored));
+      slots += 2;
+    }
+    return;
+  }
+#endif
+  for (int64_t k = 0; k < kSlotRunChunk; ++k) out[k] = static_cast<OutT>((base + k) | pad | (lanes[k] ^ flip));
+}
+
 // The slots of a request of consecutive positions first .. first + count - 1, all below
-// covered_positions (1 <= count <= short_request_limit), into out[0, count): its first run as a
-// whole chunk at out[0], its second over it from the split on (a request of one run stores that
-// run twice). Branch-free wherever the split falls and whichever rank stores each run: under CP
-// interleave about half of the requests split, each run on a random rank, and as branches they
-// mispredicted about one request in two. Under CP at most one of the two runs is this rank's
-// (consecutive runs of I belong to consecutive ranks), so only that one is placed. Writes
-// out[0, count + kSlotRunChunk - 1), the values past `count` belonging to later requests or the
-// padding, written after it. Returns the largest slot stored (PAD if none) when kTrackLargest.
+// covered_positions (1 <= count <= short_request_limit), into out[0, count), branch-free wherever
+// the split falls and whichever rank stores each run (under CP interleave about half of the
+// requests split, each run on a random rank: as branches they mispredicted about one request in
+// two). On a single rank the first run is stored as a whole chunk at out[0] and the second over
+// it from the split on (a request of one run stores that run twice). Under CP at most one of the
+// two runs is this rank's (consecutive runs of I belong to consecutive ranks): only that one is
+// placed, and stored as one chunk whose other lanes are PAD. Writes out[0, count + kSlotRunChunk
+// - 1), the values past `count` belonging to later requests or the padding, written after it.
+// Returns the largest slot stored (PAD if none) when kTrackLargest.
 template <CpLayout kLayout, bool kTrackLargest, typename OutT>
 SPECOPS_HOT_INLINE int64_t store_short_request(uint32_t first, int64_t count, const int32_t* block_row,
                                                int64_t block_size, const SlotMappingShifts& d, OutT* out) {
@@ -141,16 +167,17 @@ SPECOPS_HOT_INLINE int64_t store_short_request(uint32_t first, int64_t count, co
   int64_t largest = kPadSlotId;
   if constexpr (kLayout == CpLayout::kInterleaved) {
     // The run this rank may store: the first if it does, else the second (or the first again
-    // when there is none: not stored either).
+    // when there is none: not stored either). One chunk holds it, counted from the request's
+    // first token; the other run's lanes are PAD: those from the split on when the first run is
+    // this rank's, those before it otherwise (lanes past `count` belong to later tokens).
     const int64_t first_here = on_this_rank<kLayout>(first, d);
     const uint32_t offset = second_begin & ~static_cast<uint32_t>(first_here);
     const RunSlots run = place_run<kLayout>(first + offset, block_row, block_size, d);
-    // Both chunks hold that run's slots, each PAD where the run is not the chunk's.
-    store_run_chunk(out, run.base, run.pad | ~first_here);
-    store_run_chunk(out + second_begin, run.base, run.pad | (first_here & splits));
+    const int64_t* before_split = kConsecutiveLanes + kConsecutiveWidth - std::min<int64_t>(first_run, kSlotRunChunk);
+    store_masked_run_chunk(out, run.base - offset, run.pad, before_split, first_here);
     if constexpr (kTrackLargest) {
-      const int64_t last = first_here != 0 ? std::min<int64_t>(first_run, count) - 1 : count - 1 - offset;
-      largest = run.pad != 0 ? kPadSlotId : run.base + last;
+      const int64_t last = first_here != 0 ? std::min<int64_t>(first_run, count) - 1 : count - 1;
+      largest = run.pad != 0 ? kPadSlotId : run.base - offset + last;
     }
   } else {
     const RunSlots a = place_run<kLayout>(first, block_row, block_size, d);
