@@ -6,8 +6,10 @@
 // their rows' covered_positions bounds: without per-row counts one OR over all of them usually
 // proves it), then compute_slot_mapping writes. A request whose positions are consecutive (a
 // decode's query tokens, a prefill chunk) is stored in runs, one placement and one block-id load
-// per run (walk_consecutive_slots) and a few vector stores per run; otherwise each token is placed
-// alone, branch-free where the check proved it inside its row. Every loop is compiled per layout
+// per run (walk_consecutive_slots) and a few vector stores per run, or, for a request of up to 8
+// positions under power-of-two sizes, as whole chunks without a branch on its runs
+// (store_short_request); otherwise each token is placed alone, branch-free where the check
+// proved it inside its row. Every loop is compiled per layout
 // and per divisor kind (shifts when the sizes are powers of two), so none branches on the sizes.
 #include <algorithm>
 #include <cstdint>
