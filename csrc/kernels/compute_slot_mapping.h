@@ -9,8 +9,8 @@
 // per run (walk_consecutive_slots) and a few vector stores per run, or, for a request of up to 8
 // positions under power-of-two sizes, as whole chunks without a branch on its runs
 // (store_short_request); otherwise each token is placed alone, branch-free where the check
-// proved it inside its row. Every loop is compiled per layout
-// and per divisor kind (shifts when the sizes are powers of two), so none branches on the sizes.
+// proved it inside its row. Every loop is compiled per layout and per divisor kind (shifts when
+// the sizes are powers of two), so none branches on the sizes.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
