@@ -1,8 +1,9 @@
 """compute_slot_mapping on batches of short requests of consecutive positions (the decode batches
 of speculative decoding), placed where their runs split: at kernel-block ends and, under CP with
-interleave, where a rank's run of I positions ends. The host body stores such requests as whole
-chunks of slots, two runs at most, without a branch on the split; every backend is held to the
-independent expectation (tests/expectations.py)."""
+interleave, where a rank's run of I positions ends. Under CP interleave with power-of-two sizes
+the host body stores such a request as one chunk of slots without a branch on the split (the
+other layouts in runs); every backend is held to the independent expectation
+(tests/expectations.py)."""
 
 from __future__ import annotations
 

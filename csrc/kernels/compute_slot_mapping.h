@@ -7,8 +7,8 @@
 // proves it), then compute_slot_mapping writes. A request whose positions are consecutive (a
 // decode's query tokens, a prefill chunk) is stored in runs, one placement and one block-id load
 // per run (walk_consecutive_slots) and a few vector stores per run, or, for a request of up to 8
-// positions under power-of-two sizes, as whole chunks without a branch on its runs
-// (store_short_request); otherwise each token is placed alone, branch-free where the check
+// positions under CP interleave with power-of-two sizes, as one chunk without a branch on its
+// runs (store_short_request); otherwise each token is placed alone, branch-free where the check
 // proved it inside its row. Every loop is compiled per layout and per divisor kind (shifts when
 // the sizes are powers of two), so none branches on the sizes.
 #include <algorithm>
@@ -58,72 +58,29 @@ SPECOPS_HOT_INLINE bool positions_are_consecutive(const PosT* positions, int64_t
   return differ == 0;
 }
 
-// Requests of a few consecutive positions under power-of-two sizes (store_short_request), the
-// decode batches of speculative decoding. Such a request is one run of consecutive slots or two,
-// split where the first run ends: at a kernel block's end on a single rank; under CP interleave
-// where this rank's run of I positions ends, when I <= block_size (a kernel block then holds whole
-// runs of I). A larger interleave is left to store_consecutive_slots (limit 0).
-template <CpLayout kLayout>
+// Requests of a few consecutive positions under CP interleave with power-of-two sizes
+// (store_short_request), the decode batches of speculative decoding. With I <= block_size a
+// kernel block holds whole runs of I, so such a request is one run of consecutive slots or two,
+// split where the first run of I ends, and at most one of them is this rank's (consecutive runs
+// of I belong to consecutive ranks). A larger interleave is left to store_consecutive_slots
+// (limit 0), and so is a single rank, whose requests seldom split (one in 16 at 8 tokens a
+// request and 128-token blocks): there the runs loop predicts well and stores each run once.
 inline int64_t short_request_limit(const SlotMappingShifts& d) {
-  static_assert(kLayout != CpLayout::kContextParallel, "CP without interleave is placed token by token");
-  if constexpr (kLayout == CpLayout::kInterleaved) {
-    if (d.interleave.divisor() > d.block.divisor()) return 0;
-    return std::min<int64_t>(kSlotRunChunk, d.interleave.divisor());
-  }
-  return std::min<int64_t>(kSlotRunChunk, d.block.divisor());
+  if (d.interleave.divisor() > d.block.divisor()) return 0;
+  return std::min<int64_t>(kSlotRunChunk, d.interleave.divisor());
 }
 
-// The placement of a run from `position` on (below covered_positions): the slot of its first
-// position, and all ones in `pad` when this rank does not store it or its block id is negative.
-// The conditions are all-ones masks in 64-bit registers, not bools: spilled as bytes and reloaded
-// wide, bools stalled each request on a failed store forwarding.
-struct RunSlots {
-  int64_t base;
-  int64_t pad;  // ORed into the run's slots: all ones make them PAD
-};
-
-// All ones when this rank stores `position` (under CP interleave: the rank bits above its offset
-// in its run of I are this rank's, so their XOR minus one is negative).
-template <CpLayout kLayout>
+// All ones when this rank stores `position`: the rank bits above its offset in its run of I are
+// this rank's, so their XOR minus one is negative. The conditions here are all-ones masks in
+// 64-bit registers, not bools: spilled as bytes and reloaded wide, bools stalled each request
+// on a failed store forwarding.
 SPECOPS_HOT_INLINE int64_t on_this_rank(uint32_t position, const SlotMappingShifts& d) {
-  if constexpr (kLayout == CpLayout::kSingleRank) return -1;
   return (static_cast<int64_t>((position & d.rank_bits_mask) ^ d.rank_bits) - 1) >> 63;
 }
 
-template <CpLayout kLayout>
-SPECOPS_HOT_INLINE RunSlots place_run(uint32_t position, const int32_t* block_row, int64_t block_size,
-                                      const SlotMappingShifts& d) {
-  uint32_t local_position = position;
-  if constexpr (kLayout == CpLayout::kInterleaved) {
-    // (position / (W * I)) * I + position % I.
-    const uint32_t in_run_mask = d.interleave.divisor() - 1;
-    local_position = ((position >> d.world_shift) & ~in_run_mask) | (position & in_run_mask);
-  }
-  const int64_t block_id = block_row[d.block.div(local_position)];
-  return RunSlots{block_id * block_size + d.block.mod(local_position),
-                  ~(on_this_rank<kLayout>(position, d) & ~(block_id >> 63))};
-}
-
-// out[k] = (base + k) | pad for k < kSlotRunChunk: four vector stores for an int64 out.
-template <typename OutT>
-SPECOPS_HOT_INLINE void store_run_chunk(OutT* out, int64_t base, int64_t pad) {
-#if defined(__GNUC__)
-  if constexpr (sizeof(OutT) == sizeof(int64_t)) {
-    const SlotLanes pad_lanes = SlotLanes{pad, pad};
-    SlotLanes slots = SlotLanes{base, base + 1};
-    for (int64_t k = 0; k < kSlotRunChunk; k += 2) {
-      const SlotLanes stored = slots | pad_lanes;
-      __builtin_memcpy(out + k, &stored, sizeof(stored));
-      slots += 2;
-    }
-    return;
-  }
-#endif
-  for (int64_t k = 0; k < kSlotRunChunk; ++k) out[k] = static_cast<OutT>((base + k) | pad);
-}
-
 // out[k] = (base + k) | pad | (lanes[k] ^ flip) for k < kSlotRunChunk: one run's chunk with the
-// lanes a mask picks (lanes: kConsecutiveLanes from some offset on) made PAD.
+// lanes a mask picks (lanes: kConsecutiveLanes from some offset on) made PAD, four vector stores
+// for an int64 out.
 template <typename OutT>
 SPECOPS_HOT_INLINE void store_masked_run_chunk(OutT* out, int64_t base, int64_t pad, const int64_t* lanes,
                                                int64_t flip) {
@@ -148,50 +105,36 @@ SPECOPS_HOT_INLINE void store_masked_run_chunk(OutT* out, int64_t base, int64_t 
 }
 
 // The slots of a request of consecutive positions first .. first + count - 1, all below
-// covered_positions (1 <= count <= short_request_limit), into out[0, count), branch-free wherever
-// the split falls and whichever rank stores each run (under CP interleave about half of the
-// requests split, each run on a random rank: as branches they mispredicted about one request in
-// two). On a single rank the first run is stored as a whole chunk at out[0] and the second over
-// it from the split on (a request of one run stores that run twice). Under CP at most one of the
-// two runs is this rank's (consecutive runs of I belong to consecutive ranks): only that one is
-// placed, and stored as one chunk whose other lanes are PAD. Writes out[0, count + kSlotRunChunk
-// - 1), the values past `count` belonging to later requests or the padding, written after it.
+// covered_positions (1 <= count <= short_request_limit), under CP interleave, into out[0,
+// count): the run this rank may store (the first if it does, else the second, or the first again
+// when there is none: not stored either) is placed, and stored as one chunk counted from the
+// request's first token whose other lanes are PAD, without a branch on where the split falls or
+// which rank stores each run (about half of the requests split, each run on a random rank: as
+// branches, the runs loop mispredicted about one request in two). Writes out[0, kSlotRunChunk),
+// the values past `count` belonging to later requests or the padding, written after it.
 // Returns the largest slot stored (PAD if none) when kTrackLargest.
-template <CpLayout kLayout, bool kTrackLargest, typename OutT>
+template <bool kTrackLargest, typename OutT>
 SPECOPS_HOT_INLINE int64_t store_short_request(uint32_t first, int64_t count, const int32_t* block_row,
                                                int64_t block_size, const SlotMappingShifts& d, OutT* out) {
-  const uint32_t period = kLayout == CpLayout::kInterleaved ? d.interleave.divisor() : d.block.divisor();
-  const uint32_t first_run = period - (first & (period - 1));
-  // All ones when the request splits; the second run's offset is then first_run, else 0 (masked:
-  // a select here compiled to a branch).
+  const uint32_t in_run_mask = d.interleave.divisor() - 1;
+  const uint32_t first_run = d.interleave.divisor() - (first & in_run_mask);
+  // All ones when the request splits (masked: a select here compiled to a branch).
   const int64_t splits = (static_cast<int64_t>(first_run) - count) >> 63;
-  const uint32_t second_begin = first_run & static_cast<uint32_t>(splits);
-  int64_t largest = kPadSlotId;
-  if constexpr (kLayout == CpLayout::kInterleaved) {
-    // The run this rank may store: the first if it does, else the second (or the first again
-    // when there is none: not stored either). One chunk holds it, counted from the request's
-    // first token; the other run's lanes are PAD: those from the split on when the first run is
-    // this rank's, those before it otherwise (lanes past `count` belong to later tokens).
-    const int64_t first_here = on_this_rank<kLayout>(first, d);
-    const uint32_t offset = second_begin & ~static_cast<uint32_t>(first_here);
-    const RunSlots run = place_run<kLayout>(first + offset, block_row, block_size, d);
-    const int64_t* before_split = kConsecutiveLanes + kConsecutiveWidth - std::min<int64_t>(first_run, kSlotRunChunk);
-    store_masked_run_chunk(out, run.base - offset, run.pad, before_split, first_here);
-    if constexpr (kTrackLargest) {
-      const int64_t last = first_here != 0 ? std::min<int64_t>(first_run, count) - 1 : count - 1;
-      largest = run.pad != 0 ? kPadSlotId : run.base - offset + last;
-    }
-  } else {
-    const RunSlots a = place_run<kLayout>(first, block_row, block_size, d);
-    const RunSlots b = place_run<kLayout>(first + second_begin, block_row, block_size, d);
-    store_run_chunk(out, a.base, a.pad);
-    store_run_chunk(out + second_begin, b.base, b.pad);
-    if constexpr (kTrackLargest) {
-      largest = std::max(a.pad != 0 ? kPadSlotId : a.base + std::min<int64_t>(first_run, count) - 1,
-                         b.pad != 0 ? kPadSlotId : b.base + count - 1 - second_begin);
-    }
-  }
-  return largest;
+  const int64_t first_here = on_this_rank(first, d);
+  const uint32_t offset = first_run & static_cast<uint32_t>(splits & ~first_here);
+  const uint32_t position = first + offset;
+  // (position / (W * I)) * I + position % I.
+  const uint32_t local_position = ((position >> d.world_shift) & ~in_run_mask) | (position & in_run_mask);
+  const int64_t block_id = block_row[d.block.div(local_position)];
+  const int64_t base = block_id * block_size + d.block.mod(local_position) - offset;
+  const int64_t pad = ~(on_this_rank(position, d) & ~(block_id >> 63));
+  // Lanes from the split on are the second run's: PAD when the first is this rank's, else those
+  // before it are.
+  const int64_t* before_split = kConsecutiveLanes + kConsecutiveWidth - std::min<int64_t>(first_run, kSlotRunChunk);
+  store_masked_run_chunk(out, base, pad, before_split, first_here);
+  if constexpr (!kTrackLargest) return kPadSlotId;
+  const int64_t last = first_here != 0 ? std::min<int64_t>(first_run, count) - 1 : count - 1;
+  return pad != 0 ? kPadSlotId : base + last;
 }
 
 // What the read-only pass found.
@@ -280,10 +223,11 @@ int64_t compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* po
   constexpr bool kTrackLargest = sizeof(OutT) < sizeof(int64_t);
   int64_t largest = kPadSlotId;
   bool any_unmapped = false;
+  // Short requests (store_short_request): under CP interleave with power-of-two sizes.
+  constexpr bool kShortRequests = kPath == SlotMappingPath::kRuns && kLayout == CpLayout::kInterleaved &&
+                                  std::is_same_v<D, SlotMappingShifts>;
   int64_t short_limit = 0;
-  if constexpr (kPath == SlotMappingPath::kRuns && std::is_same_v<D, SlotMappingShifts>) {
-    short_limit = short_request_limit<kLayout>(d);
-  }
+  if constexpr (kShortRequests) short_limit = short_request_limit(d);
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     const int64_t token_begin = query_start_loc[r];
@@ -297,12 +241,11 @@ int64_t compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* po
     if constexpr (kPath == SlotMappingPath::kRuns) {
       const int64_t count = token_end - token_begin;
       if (count == 0) continue;
-      if constexpr (std::is_same_v<D, SlotMappingShifts>) {
-        // A request of one chunk whose chunks fit in out and whose positions' chunk is readable.
+      if constexpr (kShortRequests) {
+        // A request of one chunk whose positions' chunk is readable (then out holds its chunk).
         if (count <= short_limit && s.num_tokens - token_begin >= kConsecutiveWidth &&
-            s.num_tokens_padded - token_end >= kSlotRunChunk - 1 &&
             (kKnownConsecutive || positions_are_consecutive(positions + token_begin, count, kConsecutiveWidth))) {
-          const int64_t request_largest = store_short_request<kLayout, kTrackLargest>(
+          const int64_t request_largest = store_short_request<kTrackLargest>(
               static_cast<uint32_t>(positions[token_begin]), count, block_row, s.block_size, d, out + token_begin);
           if constexpr (kTrackLargest) largest = std::max(largest, request_largest);
           continue;
