@@ -1,10 +1,16 @@
 #include "fast_call.h"
 
+#if PY_VERSION_HEX < 0x030B0000
+#include <longintrepr.h>  // PyLongObject's digits (Python.h includes it from 3.11 on)
+#endif
+
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <cstddef>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -20,12 +26,63 @@ bool is_list_of(const c10::TypePtr& type, c10::TypeKind element) {
 }
 
 // A Python int that fits int64; anything else (bool, numpy ints, SymInt) is the generic path's.
+// Most arguments are small ints (sizes, codes, flags), held in one digit: read it directly,
+// without PyLong_AsLongLongAndOverflow's general loop (18 of sas_metadata's 26 arguments).
 bool read_int(PyObject* value, int64_t* number) {
   if (!PyLong_CheckExact(value)) return false;
+#if PY_VERSION_HEX >= 0x030C0000
+  if (PyUnstable_Long_IsCompact(reinterpret_cast<PyLongObject*>(value))) {
+    *number = PyUnstable_Long_CompactValue(reinterpret_cast<PyLongObject*>(value));
+    return true;
+  }
+#else
+  const Py_ssize_t digits = Py_SIZE(value);  // signed: the sign is the int's
+  if (digits >= -1 && digits <= 1) {
+    *number = digits * static_cast<int64_t>(reinterpret_cast<PyLongObject*>(value)->ob_digit[0]);
+    return true;
+  }
+#endif
   int overflow = 0;
   *number = PyLong_AsLongLongAndOverflow(value, &overflow);
   return overflow == 0;
 }
+
+// The boxed stacks of this thread's calls in flight. The outermost call takes the first one, call
+// after call, with the capacity its last call left (so boxing allocates nothing); a call made
+// from inside another (a dispatch mode's or a fake kernel's Python calling a wrapper) takes the
+// next, and past kPooled nested calls one of its own.
+class PooledStack {
+ public:
+  PooledStack() : pool_(pool()) {
+    stack_ = pool_.depth < kPooled ? &pool_.stacks[pool_.depth] : &own_;
+    ++pool_.depth;
+  }
+  // Runs with the GIL held (after the release scope): the tensors it drops may be tied to Python
+  // objects.
+  ~PooledStack() {
+    stack_->clear();
+    --pool_.depth;
+  }
+  PooledStack(const PooledStack&) = delete;
+  PooledStack& operator=(const PooledStack&) = delete;
+
+  std::vector<c10::IValue>& get() { return *stack_; }
+
+ private:
+  static constexpr size_t kPooled = 4;
+  struct Pool {
+    std::vector<c10::IValue> stacks[kPooled];
+    size_t depth = 0;
+  };
+  static Pool& pool() {
+    static thread_local Pool pool;
+    return pool;
+  }
+
+  Pool& pool_;
+  std::vector<c10::IValue>* stack_;
+  std::vector<c10::IValue> own_;
+};
 
 }  // namespace
 
@@ -116,7 +173,8 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
     case ArgKind::kIntList: {
       if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
       const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
-      std::vector<int64_t> numbers;
+      // Straight into the IValue's list (a std::vector would be copied into one).
+      c10::List<int64_t> numbers;
       numbers.reserve(size);
       for (Py_ssize_t i = 0; i < size; ++i) {
         int64_t number = 0;
@@ -213,20 +271,31 @@ py::object FastOp::returned(const std::vector<c10::IValue>& stack) const {
   return std::move(values);
 }
 
-py::object FastOp::operator()(const py::args& args) const {
-  if (args.size() < num_required_ || args.size() > kinds_.size() || at::impl::torch_function_mode_enabled()) {
-    return generic_entry_(*args);
+PyObject* FastOp::generic_call(PyObject* const* args, size_t nargs, PyObject* kwnames) const {
+  return PyObject_Vectorcall(generic_entry_.ptr(), args, nargs, kwnames);
+}
+
+PyObject* FastOp::call(PyObject* const* args, size_t nargs, PyObject* kwnames) const {
+  if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) > 0) || nargs < num_required_ || nargs > kinds_.size() ||
+      at::impl::torch_function_mode_enabled()) {
+    return generic_call(args, nargs, kwnames);
   }
-  std::vector<c10::IValue> stack;
+  HANDLE_TH_ERRORS
+  PooledStack pooled;
+  std::vector<c10::IValue>& stack = pooled.get();
   stack.reserve(kinds_.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (!push_argument(args[i].ptr(), kinds_[i], stack)) {
-      reject_unusable(args[i].ptr(), i);
-      return generic_entry_(*args);
+  for (size_t i = 0; i < nargs; ++i) {
+    if (!push_argument(args[i], kinds_[i], stack)) {
+      try {
+        reject_unusable(args[i], i);
+      } catch (const py::builtin_exception& error) {
+        error.set_error();
+        return nullptr;
+      }
+      return generic_call(args, nargs, kwnames);
     }
   }
-  for (size_t i = args.size(); i < kinds_.size(); ++i) stack.push_back(defaults_[i - num_required_]);
-  HANDLE_TH_ERRORS
+  for (size_t i = nargs; i < kinds_.size(); ++i) stack.push_back(defaults_[i - num_required_]);
   {
     // A second reference to every tensor argument, dropped only once the GIL is held again. A
     // tensor that Python also holds has its Python object tied to its C++ references: the
@@ -234,7 +303,7 @@ py::object FastOp::operator()(const py::args& args) const {
     // that tie, which takes the GIL. The op drops the stack's copies while the GIL is released,
     // so without these each tensor argument cost a GIL round trip (about 1,100 instructions,
     // 3,300 of sas_metadata's call).
-    c10::SmallVector<c10::IValue, 8> held;
+    c10::SmallVector<c10::IValue, 16> held;
     for (const c10::IValue& value : stack) {
       if (value.isTensor() || value.isTensorList()) held.push_back(value);
     }
@@ -244,16 +313,71 @@ py::object FastOp::operator()(const py::args& args) const {
       op_.callBoxed(stack);
     }
   }
-  return returned(stack);
-  END_HANDLE_TH_ERRORS_PYBIND
+  if (return_kinds_.empty()) Py_RETURN_NONE;
+  return returned(stack).release().ptr();
+  END_HANDLE_TH_ERRORS
 }
 
+namespace {
+
+// The Python object: a FastOp behind the vectorcall protocol.
+struct FastOpObject {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  FastOp* op;
+};
+
+PyObject* fast_op_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  return reinterpret_cast<FastOpObject*>(self)->op->call(args, PyVectorcall_NARGS(nargsf), kwnames);
+}
+
+PyObject* fast_op_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"qualified_name", "generic_entry", nullptr};
+  const char* qualified_name = nullptr;
+  PyObject* generic_entry = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO:FastOp", const_cast<char**>(keywords), &qualified_name,
+                                   &generic_entry)) {
+    return nullptr;
+  }
+  try {
+    auto op = std::make_unique<FastOp>(qualified_name, py::reinterpret_borrow<py::object>(generic_entry));
+    PyObject* self = type->tp_alloc(type, 0);
+    if (self == nullptr) return nullptr;
+    auto* object = reinterpret_cast<FastOpObject*>(self);
+    object->vectorcall = fast_op_vectorcall;
+    object->op = op.release();
+    return self;
+  } catch (const std::invalid_argument& error) {
+    PyErr_SetString(PyExc_ValueError, error.what());
+  } catch (const std::exception&) {
+    torch::translate_exception_to_python(std::current_exception());
+  }
+  return nullptr;
+}
+
+void fast_op_dealloc(PyObject* self) {
+  delete reinterpret_cast<FastOpObject*>(self)->op;
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyTypeObject fast_op_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+}  // namespace
+
 void bind_fast_call(py::module_& module) {
-  py::class_<FastOp>(module, "FastOp",
-                     "Calls one specops op through the dispatcher, boxing its arguments without torch's generic "
-                     "parser; takes the schema's arguments positionally")
-      .def(py::init<const std::string&, py::object>(), py::arg("qualified_name"), py::arg("generic_entry"))
-      .def("__call__", &FastOp::operator());
+  fast_op_type.tp_name = "specops._C.FastOp";
+  fast_op_type.tp_doc =
+      "FastOp(qualified_name, generic_entry): calls one specops op through the dispatcher, boxing its arguments "
+      "without torch's generic parser; takes the schema's arguments positionally";
+  fast_op_type.tp_basicsize = sizeof(FastOpObject);
+  fast_op_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  fast_op_type.tp_new = fast_op_new;
+  fast_op_type.tp_dealloc = fast_op_dealloc;
+  fast_op_type.tp_call = PyVectorcall_Call;
+  fast_op_type.tp_vectorcall_offset = offsetof(FastOpObject, vectorcall);
+  if (PyType_Ready(&fast_op_type) < 0) throw py::error_already_set();
+  Py_INCREF(&fast_op_type);
+  module.add_object("FastOp", reinterpret_cast<PyObject*>(&fast_op_type));
 }
 
 }  // namespace specops

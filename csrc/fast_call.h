@@ -8,13 +8,21 @@
 // fake tensor, dispatch mode and autograd fallback sees exactly what the generic path gives it,
 // and like torch's entry it releases the GIL while the op runs (0.2 us of the call's 0.8 us).
 // Any argument it does not recognise exactly but torch converts (a tensor subclass, a SymInt, a
-// NumPy integer), or an active torch-function mode, sends the call down the generic path. An
-// argument of the wrong kind (None or a float for an int, None for a tensor, a string) is a
-// ValueError naming the argument, as on the Python backends: torch would take None for an
-// undefined tensor and fail later with "tensor does not have a device", and a float for a bool.
+// NumPy integer), an active torch-function mode, or a keyword argument sends the call down the
+// generic path. An argument of the wrong kind (None or a float for an int, None for a tensor, a
+// string) is a ValueError naming the argument, as on the Python backends: torch would take None
+// for an undefined tensor and fail later with "tensor does not have a device", and a float for a
+// bool.
+//
+// The Python object is a plain CPython type with the vectorcall protocol, not a pybind11 class:
+// pybind11's call of a method taking `py::args` built an argument tuple and two heap vectors per
+// call (a sixth of sas_metadata's boxing). The boxed stack is reused from call to call (a
+// per-thread pool, so a call made from inside another, as a dispatch mode's Python may, gets
+// its own), so a call allocates only what an IValue needs (int and tensor lists).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <Python.h>
 #include <pybind11/pybind11.h>
 
 #include <string>
@@ -25,10 +33,11 @@ namespace specops {
 class FastOp {
  public:
   // `generic_entry` is the overload's own C++ entry (OpOverload._op), used for every call the
-  // fast path does not take. The op may return nothing, ints and lists of ints.
+  // fast path does not take. The op may return nothing, ints and lists of ints or tensors.
   FastOp(const std::string& qualified_name, pybind11::object generic_entry);
 
-  pybind11::object operator()(const pybind11::args& args) const;
+  // The vectorcall: a new reference, or nullptr with the Python error set.
+  PyObject* call(PyObject* const* args, size_t nargs, PyObject* kwnames) const;
 
  private:
   enum class ArgKind { kTensor, kOptionalTensor, kTensorList, kInt, kBool, kIntList };
@@ -37,6 +46,7 @@ class FastOp {
   // Throws a ValueError for an argument of the wrong kind (see the file comment); returns for
   // one the generic path converts.
   void reject_unusable(PyObject* value, size_t position) const;
+  PyObject* generic_call(PyObject* const* args, size_t nargs, PyObject* kwnames) const;
   pybind11::object returned(const std::vector<c10::IValue>& stack) const;
 
   c10::OperatorHandle op_;
@@ -48,6 +58,7 @@ class FastOp {
   pybind11::object generic_entry_;
 };
 
+// Adds the FastOp type to the module.
 void bind_fast_call(pybind11::module_& module);
 
 }  // namespace specops

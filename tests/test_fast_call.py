@@ -220,3 +220,57 @@ def test_int_list_returns_match_the_generic_entry():
 def test_unconvertible_returns_are_refused():
     with pytest.raises(ValueError, match="returns a Tensor"):
         specops._C.FastOp("aten::relu", torch.ops.aten.relu.default._op)
+
+
+def _slot_outcome(entry, args):
+    try:
+        entry(*args)
+    except Exception as error:  # noqa: BLE001  (comparing whatever is raised)
+        return type(error), str(error)
+    return args[4].tolist()
+
+
+@pytest.mark.parametrize("value", [0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**30 + 1, 2**31 + 5, -(2**62), 2**63 - 1,
+                                   -(2**63)])
+def test_ints_of_every_size_are_read_as_the_generic_entry_reads_them(value):
+    """Small ints are read from their one digit, larger ones through CPython's conversion: the
+    same value either way (the slots, or the message quoting the value)."""
+    expected = _slot_outcome(SLOT_MAPPING._op, _slot_args(block_size=value))
+    assert _slot_outcome(_fast_slot_mapping(), _slot_args(block_size=value)) == expected
+    assert expected != [7] * 5  # the value was read: written, or quoted in a refusal
+
+
+def test_keyword_arguments_get_torchs_own_answer():
+    """FastOp takes the schema's arguments positionally; a keyword call goes down the generic path."""
+    names = [argument.name for argument in SLOT_MAPPING._schema.arguments]
+    args = _slot_args()
+    keywords = dict(zip(names[4:], args[4:]))
+    _fast_slot_mapping()(*args[:4], **keywords)
+    assert args[4].tolist() == EXPECTED
+
+
+class _NestedCallMode(TorchDispatchMode):
+    """Calls a second op through FastOp from inside the first one's dispatch, as a mode's Python may."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.inner is not None:
+            inner, self.inner = self.inner, None
+            _fast_slot_mapping()(*inner)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_call_from_inside_a_call_gets_its_own_stack():
+    """The boxed stack is reused from call to call; a call made while another is in flight must
+    not disturb the outer call's arguments."""
+    inner = _slot_args(positions=torch.tensor([1, 2, 3]))
+    outer = _slot_args()
+    with _NestedCallMode(inner):
+        _fast_slot_mapping()(*outer)
+    assert outer[4].tolist() == EXPECTED
+    assert inner[4].tolist() == [17, 18, 51, -1, 7]  # row 0: 1, 2 -> block 1; row 1: 3 -> block 3
+    _fast_slot_mapping()(*outer)  # and the pooled stacks are usable again afterwards
+    assert outer[4].tolist() == EXPECTED

@@ -13,6 +13,7 @@
 // Plain C++ over raw pointers: no torch, no allocation (the caller lends the per-batch table),
 // so the body compiles for an AI CPU as well as for the host.
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -276,6 +277,21 @@ struct TileCoster {
   // A copy: the passes store through int64 pointers (the cost table), which the compiler could
   // not tell from the shape's fields behind a reference, so it reloaded them after every store.
   SASShape s;
+  // A full window's part of a tile's cost and blocks, and the last-block cost of a tile that sees
+  // no compressed KV: the same for every decode token of the call (cost_of is linear in the
+  // window's and the compressed KV's blocks), so decode batches cost only their compressed KV.
+  int64_t window_cost = 0;
+  int64_t window_blocks = 0;
+  int64_t window_last_block_cost = 0;
+
+  explicit TileCoster(const SASShape& shape) : s(shape) {
+    if (kMaskMode == kMaskBand && kOneTokenTiles && s.win_right == 0 && s.win_left < kInt32Max) {
+      const TileCost window = cost_of(s.tile_rows_cost, s.win_left + 1, 0);
+      window_cost = window.cost;
+      window_blocks = window.blocks;
+      window_last_block_cost = window.last_block_cost;
+    }
+  }
 
   // Compressed KV tokens of a tile that sees up to position hi.
   int64_t compressed_of(int64_t hi) const {
@@ -290,12 +306,21 @@ struct TileCoster {
     TileCost result;
     const int64_t blocks = ceil_shift(window, kS2TileShift) + ceil_shift(compressed, kS2TileShift);
     result.cost = rows_cost_of_tile * blocks + 10 * (ceil_shift(window, 6) + ceil_shift(compressed, 6));
-    const int64_t last_range = compressed > 0 ? compressed : window;
-    const int64_t last_block = ((last_range - 1) & ((int64_t{1} << kS2TileShift) - 1)) + 1;
-    result.last_block_cost = rows_cost_of_tile + 10 * ceil_shift(last_block, 6);
+    result.last_block_cost = last_block_cost_of(rows_cost_of_tile, compressed > 0 ? compressed : window);
     result.sees_kv = true;
     result.blocks = blocks;
     return result;
+  }
+
+  // The cost of the last block of a range of `range` > 0 KV tokens.
+  SPECOPS_SAS_INLINE static int64_t last_block_cost_of(int64_t rows_cost_of_tile, int64_t range) {
+    const int64_t last_block = ((range - 1) & ((int64_t{1} << kS2TileShift) - 1)) + 1;
+    return rows_cost_of_tile + 10 * ceil_shift(last_block, 6);
+  }
+
+  // What `compressed` compressed KV tokens add to a full-window decode tile's cost.
+  SPECOPS_SAS_INLINE int64_t decode_compressed_cost(int64_t compressed) const {
+    return s.tile_rows_cost * ceil_shift(compressed, kS2TileShift) + 10 * ceil_shift(compressed, 6);
   }
 
   SPECOPS_SAS_INLINE TileCost operator()(const Batch& batch, int64_t m) const {
@@ -376,6 +401,19 @@ struct TileCoster {
         // The usual decode batch: every token's window [p - win_left, p] fits (so win_left is
         // below 2^31), and token m's compressed KV is that of the first m + offset + 1
         // positions: the runs alone, without the bounds of the general case below.
+        const int64_t first_compressed = compressed_of(offset);
+        const int64_t last_compressed = compressed_of(batch.s2 - 1);
+        if (first_compressed == last_compressed) {
+          // One run (a few tokens that cross no multiple of cmp_ratio, or no compressed KV, or
+          // capped at cmp_topk): every token costs what the last does, a product.
+          const int64_t cost = window_cost + decode_compressed_cost(last_compressed);
+          sum.cost = batch.tiles * cost;
+          sum.max_tile = cost;
+          sum.last_block_cost = last_compressed > 0 ? last_block_cost_of(s.tile_rows_cost, last_compressed)
+                                                    : window_last_block_cost;
+          sum.blocks = batch.tiles * (window_blocks + ceil_shift(last_compressed, kS2TileShift));
+          return sum;
+        }
         const int64_t window = s.win_left + 1;
         const int64_t seen = offset + 1;  // positions token 0 sees, its own included
         while (m < batch.tiles) {
@@ -431,9 +469,9 @@ struct TileCoster {
 // Calls fn with the TileCoster of the call's mask mode and tile shapes.
 template <bool kOneTokenTiles, int kS2TileShift, typename Fn>
 inline auto with_mask_mode(const SASShape& s, Fn&& fn) {
-  if (s.mask_mode == kMaskNone) return fn(TileCoster<kMaskNone, kOneTokenTiles, kS2TileShift>{s});
-  if (s.mask_mode == kMaskCausal) return fn(TileCoster<kMaskCausal, kOneTokenTiles, kS2TileShift>{s});
-  return fn(TileCoster<kMaskBand, kOneTokenTiles, kS2TileShift>{s});
+  if (s.mask_mode == kMaskNone) return fn(TileCoster<kMaskNone, kOneTokenTiles, kS2TileShift>(s));
+  if (s.mask_mode == kMaskCausal) return fn(TileCoster<kMaskCausal, kOneTokenTiles, kS2TileShift>(s));
+  return fn(TileCoster<kMaskBand, kOneTokenTiles, kS2TileShift>(s));
 }
 
 template <typename Fn>
@@ -745,7 +783,7 @@ inline void finish_pairs(const SASShape& s, int64_t max_blocks, int32_t* out) {
 template <typename Coster>
 inline void write_schedule_with(const SASShape& s, const Coster& tile_cost, BatchTable table,
                                 const CostSummary& summary, int32_t* out) {
-  for (int64_t w = 0; w < kNumWords; ++w) out[w] = 0;
+  std::memset(out, 0, kNumWords * sizeof(int32_t));
   int64_t max_blocks = 0;
   if (!summary.any_work) {
     // Core 0 covers every batch at once.

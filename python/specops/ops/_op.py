@@ -30,7 +30,11 @@ _IMPL_LIBRARY = torch.library.Library("specops", "IMPL") if EXTENSION.loaded els
 
 DEVICE_DISPATCH_KEYS = ("CUDA", "PrivateUse1")
 
-_is_compiling = torch.compiler.is_compiling
+# torch.compiler.is_compiling() is these two (its torch.jit.is_scripting() is False outside
+# TorchScript), one Python call fewer on every eager call: Dynamo folds is_dynamo_compiling() to
+# True (so it never reads the flag), and torch.export's non-strict tracing sets the flag.
+_is_dynamo_compiling = torch.compiler.is_dynamo_compiling
+_torch_compiler = torch.compiler
 
 
 def triton_launcher(op_name: str) -> Callable[..., None]:
@@ -129,7 +133,7 @@ class SpecOp:
         Python frame stands between the wrapper and the dispatcher."""
         # Compiled graphs always call the registered op, which dispatches by device; the
         # backend switch is an eager-mode tool (and a ContextVar cannot be traced).
-        if _is_compiling():
+        if _is_dynamo_compiling() or _torch_compiler._is_compiling_flag:
             return self._native
         if _current_backend.get() == "native" and self._native_entry is not None:
             return self._native_entry

@@ -154,23 +154,23 @@ class StringCodes(NamedTuple):
 class StringArguments:
     """Resolves a member's two layout strings and soc_version, each rejected by name as the
     wrappers always have; the answers for the few combinations a runner passes are kept, so the
-    hot path is one dict lookup."""
+    hot path is one dict lookup (`kept`, which a wrapper may look in itself, saving the call)."""
 
     _KEPT = 64  # combinations kept (a runner passes one or two)
 
     def __init__(self, first: tuple[str, Mapping[str, int], str], second: tuple[str, Mapping[str, int], str]):
         self._layouts = (first, second)  # (name, codes, choices as the messages name them)
-        self._kept: dict[tuple[object, object, object], StringCodes] = {}
+        self.kept: dict[tuple[object, object, object], StringCodes] = {}
 
     def __call__(self, first: object, second: object, soc_version: object) -> StringCodes:
         try:
-            return self._kept[first, second, soc_version]
+            return self.kept[first, second, soc_version]
         except (KeyError, TypeError):  # TypeError: an unhashable value, rejected below
             pass
         codes = StringCodes(*(layout_code(value, *layout) for value, layout in zip((first, second), self._layouts)),
                             is_ascend950(soc_version))
-        if len(self._kept) < self._KEPT:
-            self._kept[first, second, soc_version] = codes
+        if len(self.kept) < self._KEPT:
+            self.kept[first, second, soc_version] = codes
         return codes
 
 

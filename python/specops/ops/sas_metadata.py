@@ -93,6 +93,7 @@ def _check(
 
 _OP = SpecOp("sas_metadata", _check, _reference)
 _STRINGS = inputs.StringArguments(*inputs.SAS_STRINGS)
+_KEPT_STRINGS = _STRINGS.kept
 
 
 def sas_metadata(
@@ -139,15 +140,19 @@ def sas_metadata(
     `specops.decode_sas_metadata`. On a device the values are not checked (that would sync):
     invalid values give 1024 zero words instead of an error.
     """
-    codes = _STRINGS(layout_q, layout_kv, soc_version)
+    # The strings a runner passes were resolved before: one dict lookup, no Python call.
+    try:
+        layout_q_code, layout_kv_code, ascend950 = _KEPT_STRINGS[layout_q, layout_kv, soc_version]
+    except (KeyError, TypeError):  # TypeError: an unhashable value, which _STRINGS rejects by name
+        layout_q_code, layout_kv_code, ascend950 = _STRINGS(layout_q, layout_kv, soc_version)
     if device is not None:
         device = _checked_device(device, out)
     if out is None:
         out = inputs.schedule_out(device, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
     _OP.select()(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
                  seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
-                 cmp_mask_mode, ori_win_left, ori_win_right, codes.first_layout, codes.second_layout, has_ori_kv,
-                 has_cmp_kv, num_cube_cores, num_vector_cores, codes.ascend950, out)
+                 cmp_mask_mode, ori_win_left, ori_win_right, layout_q_code, layout_kv_code, has_ori_kv, has_cmp_kv,
+                 num_cube_cores, num_vector_cores, ascend950, out)
     return out
 
 
