@@ -6,7 +6,9 @@
 // not seen before needs a dozen. row_views makes them all in one call, each as
 // `detach()` makes an alias: the same storage, sizes and strides, the buffer's version counter
 // (so an in-place write through any of them is seen by the version-based checks), and no
-// autograd view record (these buffers never require grad).
+// autograd view record (these buffers never require grad). A plain dense buffer's alias is made
+// as aten's view kernels make one (a view TensorImpl, one contiguity refresh, sizes on the
+// stack); a call is a METH_FASTCALL function that reads its two sequences in place.
 #pragma once
 
 #include <pybind11/pybind11.h>

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import warnings
 
 import pytest
 import torch
@@ -315,6 +316,40 @@ def test_row_views_are_slices_that_share_storage_and_version():
         specops._C.row_views([buffer], [3, 11])
     with pytest.raises(ValueError, match="bounds"):
         specops._C.row_views([buffer], [0])
+    with pytest.raises(TypeError, match=r"bounds\[1\] must be an int"):
+        specops._C.row_views([buffer], [0, 2.0])
+    with pytest.raises(ValueError, match=r"tensors\[1\] must be a tensor"):
+        specops._C.row_views((buffer, "buffer"), (0, 1, 0, 1))
+    with pytest.raises(TypeError, match="tensors must be a sequence"):
+        specops._C.row_views(5, [0, 1])
+    with pytest.raises(TypeError, match="2 positional arguments"):
+        specops._C.row_views([buffer])
+
+
+@pytest.mark.skipif("native" not in specops.available_backends(), reason="native extension not built")
+def test_row_views_of_every_kind_of_base():
+    """A plain dense buffer's alias is made as aten's view kernels make one, anything else (here
+    a quantized tensor, whose TensorImpl is a subclass carrying its quantizer) through a detached
+    copy: each view equals the slice, in the base's storage, with its dtype and kind, and an
+    inference tensor's view is one too (it has no version counter to share)."""
+    with torch.inference_mode():
+        inference = torch.arange(12, dtype=torch.int32).view(6, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors are deprecated, and still a TensorImpl subclass
+        quantized = torch.quantize_per_tensor(torch.linspace(0, 1, 12).view(6, 2), 0.1, 3, torch.quint8)
+    bases = [torch.arange(24, dtype=torch.float64).view(4, 3, 2), torch.ones(5, dtype=torch.bool), inference,
+             torch.arange(10).as_strided((5,), (2,)), quantized]
+    spans = [(1, 3), (0, 5), (2, 6), (1, 4), (2, 5)]
+    views = specops._C.row_views(bases, [bound for span in spans for bound in span])
+    for view, base, (start, end) in zip(views, bases, spans):
+        expected = base[start:end]
+        assert view.shape == expected.shape and view.stride() == expected.stride() and view.dtype == base.dtype
+        assert view.data_ptr() == expected.data_ptr() and view.is_inference() == base.is_inference()
+        assert torch.equal(view.int_repr(), expected.int_repr()) if base.is_quantized else torch.equal(view, expected)
+    assert views[4].q_scale() == 0.1 and views[4].q_zero_point() == 3
+    version = bases[0]._version
+    views[0].zero_()
+    assert bases[0]._version == version + 1 and not bases[0][1:3].any()
 
 
 # ---------------------------------------------------------------- bad input

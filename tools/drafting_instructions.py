@@ -4,7 +4,8 @@ On a shared host the timed figures of `specops-bench --op drafting` (small diffe
 steps) move with the load. This tool runs the same implementations of one case under
 valgrind's callgrind, counting only the instructions of N calls of each (instrumentation is
 switched on around each loop through callgrind's client requests), and prints the contract's
-figures from those counts: (a) a later group that shares everything over the first group, (b)
+figures from those counts: (a) a later group that shares everything over the first group (both
+from its prefix steps and, as the benchmark takes it, from its pair of small steps), (b)
 each later group's layer work over one empty op, (d) a first build over a repeat. Instructions
 are not time (memory-bound work, such as the DSpark rows, costs more time per instruction), so
 this is a check of the layer's own work, which is Python and dispatcher code like the empty op.
@@ -90,12 +91,17 @@ def instructions_per_call(dumps: list[str], calls: int) -> dict[str, float]:
 
 
 def report(dumps: list[str], args: argparse.Namespace) -> None:
-    counts = instructions_per_call(dumps, args.calls)
-    from specops.bench.drafting import _layer_name, _step_name
+    import torch
 
+    from specops.bench import drafting
+
+    counts = instructions_per_call(dumps, args.calls)
+    groups = drafting.GROUPS[:args.groups]
+    builders = drafting._builders(drafting.make_model(args.k, 1, torch.device("cpu")), groups, torch.device("cpu"))
+    pairs = {pair.group: pair for pair in drafting.sharing_pairs(groups, builders, not args.non_causal)}
     empty = counts["empty-op"]
-    steps = [_step_name(count, args.groups) for count in range(1, args.groups + 1)]
-    layers = [_layer_name(count) for count in range(1, args.groups + 1)]
+    steps = [drafting._step_name(count, args.groups) for count in range(1, args.groups + 1)]
+    layers = [drafting._layer_name(count) for count in range(1, args.groups + 1)]
     first = counts["step g0"]
     kind = "non-causal" if args.non_causal else "causal"
     print(f"G={args.groups} R={args.reqs} k={args.k} {kind}: empty op {empty:.0f} instructions, "
@@ -103,7 +109,12 @@ def report(dumps: list[str], args: argparse.Namespace) -> None:
     for k in range(1, len(steps)):
         step = (counts[steps[k]] - counts[steps[k - 1]]) / first
         layer = (counts[layers[k]] - counts[layers[k - 1]]) / empty
-        print(f"  g{k}: later/first {step:.3f}, layer/empty-op {layer:.2f}")
+        line = f"  g{k}: later/first {step:.3f}, layer/empty-op {layer:.2f}"
+        if k in pairs:  # figure (a) as the benchmark takes it: the group's pair of small steps
+            pair = pairs[k]
+            line += f", shares everything: ({pair.with_name} - {pair.base_name})/first " \
+                    f"{(counts[pair.with_name] - counts[pair.base_name]) / first:.3f}"
+        print(line)
 
 
 def run_counted(script: str, argv: list[str], on_dumps: Callable[[list[str]], None]) -> None:

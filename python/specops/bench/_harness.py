@@ -33,6 +33,10 @@ class Case:
     references: tuple[str, ...] = ()
     # Figures computed from this run's medians (impl -> µs), added to extras after timing.
     derive: Callable[[dict[str, float]], dict[str, float]] | None = None
+    # (a, b) pairs whose difference a - b derive needs, passed to it under "a - b": on the host
+    # the median over adjacent single calls of the two (time_paired), on a device the
+    # difference of their medians.
+    paired: tuple[tuple[str, str], ...] = ()
     plotted: tuple[str, ...] | None = None  # implementations drawn in the plot (default: all)
     # The host clock: wall time, or a thread's CPU time (time.thread_time) for host-only cases whose
     # figures are small differences that other processes' preemption on a shared host would swamp.
@@ -113,6 +117,32 @@ def time_host(impls: dict[str, Callable[[], object]], samples: int, sample_secon
     return times
 
 
+def time_paired(minuend: Callable[[], object], subtrahend: Callable[[], object], rounds: int,
+                clock: Callable[[], float] = time.perf_counter) -> float:
+    """The median over `rounds` rounds of one minuend call's microseconds minus one subtrahend
+    call's, the two timed one after the other, in the order a b, b a, a b, ...: a difference of a
+    few µs between steps whose samples spread by tens resolves, since a load that changes slower
+    than two calls hits both alike (and the order alternates, so a drift within a round cancels).
+    The clock read around each call (under a µs) is on both sides."""
+    minuend()
+    subtrahend()
+    differences = []
+    for index in range(rounds):
+        if index % 2:
+            start = clock()
+            subtrahend()
+            middle = clock()
+            minuend()
+            differences.append((clock() - middle) - (middle - start))
+        else:
+            start = clock()
+            minuend()
+            middle = clock()
+            subtrahend()
+            differences.append((middle - start) - (clock() - middle))
+    return statistics.median(differences) * 1e6
+
+
 def time_device(impls: dict[str, Callable[[], object]], samples: int) -> dict[str, list[float]]:
     """Device implementations through triton.testing.do_bench (kernel time, synchronized)."""
     import triton.testing
@@ -130,7 +160,17 @@ def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.d
     else:
         times = time_device(case.impls, samples)
     if case.derive is not None:
-        case.extras.update(case.derive({name: statistics.median(values) for name, values in times.items()}))
+        medians = {name: statistics.median(values) for name, values in times.items()}
+        for minuend, subtrahend in case.paired:
+            if device.type == "cpu":
+                # As many call pairs as half the case's samples of the two take (at least 100).
+                budget = samples * sample_seconds * 1e6 / 2 / (medians[minuend] + medians[subtrahend])
+                difference = time_paired(case.impls[minuend], case.impls[subtrahend], max(100, int(budget)),
+                                         case.clock)
+            else:
+                difference = medians[minuend] - medians[subtrahend]
+            medians[f"{minuend} - {subtrahend}"] = difference
+        case.extras.update(case.derive(medians))
     # Counted after timing, on one more call: the counter's Python hook never runs inside a timed loop.
     # On a device, ops on host tensors only (the runner's *_cpu copies) are host work, not launches.
     counts = {name: count_launches(fn, None if device.type == "cpu" else device.type)

@@ -13,10 +13,21 @@ Timed, in interleaved rounds (host tensors, native ops), as CPU time of the benc
 not counted; the figures are differences of a few percent of a step, which wall time on a
 shared host does not resolve):
 - `step g0`, `step g0-g1`, ..., `step shared`: build_draft_attn_metadata over the first 1, 2, ...
-  groups. Group K costs step(g0..gK) - step(g0..gK-1).
+  groups. Group K costs about step(g0..gK) - step(g0..gK-1), too coarse for figure (a): at 8
+  groups a step costs 100-350 µs with a spread of tens of µs between samples (the DSpark
+  groups' indices are megabytes of stores), while a later sharing group adds a few µs.
+- For each later group K that shares everything, a pair of small steps: over the groups it
+  shares with (g0, which resolves the group-invariant entry, and the first group of K's kind,
+  whose sas_metadata K shares: `step g0+g2`, or `step g0` when that is g0), and the same groups
+  then K (`step g0+g2+g3`). K's cost is their paired difference (Case.paired, the harness's
+  time_paired): the median, over several hundred rounds of one call of each timed one after
+  the other (order alternating), of the two calls' difference: what K adds to a step after the
+  groups it shares with, on steps of two or three groups without the DSpark groups' noise, each
+  round's load hitting both sides.
 - `layer g0`, ..., `layer g0-gK`: the same steps with the launches of the ops a group runs for
   itself (the format, the DSpark indices, sas_metadata, each with the assembly of its arguments)
-  replaced by no-ops: what remains is the layer's own work. What the layer adds for group K is layer(g0..gK) - layer(g0..gK-1).
+  replaced by no-ops: what remains is the layer's own work. What the layer adds for group K is
+  layer(g0..gK) - layer(g0..gK-1), that difference paired like (a)'s.
   (Timing those ops apart and subtracting them from the step instead credits the layer with
   their slowdown inside the step, where the rest of the step has cooled the caches they use.)
 - `first build`: build_draft_attn_metadata over every group after the step dropped every view
@@ -29,7 +40,8 @@ shared host does not resolve):
 
 Figures (extras of `step shared`), goal in brackets, met or not:
 - (a) `shared later/first`: the costliest later group that shares everything (no sas_metadata,
-  no DSpark indices of its own this step) over step g0 [<= 0.12];
+  no DSpark indices of its own this step), its pair's paired difference, over step g0 [<= 0.12]
+  (each such group's follows, `(a) gK`);
 - (b) `layer/empty-op`: the largest, over later groups, of what the layer adds beyond the
   group's own ops, layer(K) - layer(K-1), over one empty op [<= 1.0] (each group's follows);
 - (c) `launches`: op launches of the whole step (specops.devtools.launch_count: specops ops and
@@ -37,11 +49,12 @@ Figures (extras of `step shared`), goal in brackets, met or not:
   too), and `extra launches`: that count minus the count of a step over one group of each kind
   (same sas_metadata arguments and DSpark or not) [0: the count does not grow with groups that
   share arguments]. Every row's own launch counts are in the table's launch columns.
-- (d) `first/repeat`: first build over repeat build [<= 1.3].
+- (d) `first/repeat`: first build over repeat build, as 1 + (first - repeat) / repeat with the
+  difference paired like (a)'s [<= 1.3]. The table's two medians stay.
 
 Secondary figures, without goals, counted (not timed), so the load does not move them: the
 Python-level calls (functions and builtins, `sys.setprofile`) that the costliest later sharing
-group adds to a step, and that a first build makes beyond a repeat.
+group adds to its pair's base step, and that a first build makes beyond a repeat.
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ import itertools
 import sys
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -170,6 +184,40 @@ def _layer_only(builders: list[DraftMetadataBuilder], common: CommonDraftInputs)
     return run
 
 
+class SharingPair(NamedTuple):
+    """How a later group K that shares everything is timed: a step over the groups it shares
+    with (g0, which resolves the group-invariant entry, and the first group of K's kind, which
+    computes the sas_metadata K shares), and the same step with K after them."""
+
+    group: int  # K
+    base: tuple[int, ...]  # the groups K shares with, in step order
+    base_name: str  # the implementation timing a step over them
+    with_name: str  # ... and over them and K
+
+
+def sharing_pairs(groups, builders: list[DraftMetadataBuilder], causal: bool) -> list[SharingPair]:
+    """One pair per later group that shares everything (no sas_metadata and no DSpark indices of
+    its own: a DSpark group on a non-causal step builds indices whatever it shares). A base that
+    is a prefix of the groups is the prefix step's implementation (`step g0`, `step g0-g1`)."""
+    num_groups = len(groups)
+    kinds = [_kind(g, b, causal) for g, b in zip(groups, builders)]
+    pairs = []
+    for group in range(1, num_groups):
+        if kinds[group] in kinds[:group] and not kinds[group][1]:
+            partner = kinds.index(kinds[group])
+            base = (0,) if partner == 0 else (0, partner)
+            pairs.append(SharingPair(group, base, _groups_name(base, num_groups), _groups_name(base + (group,),
+                                                                                                num_groups)))
+    return pairs
+
+
+def _groups_name(groups: tuple[int, ...], num_groups: int) -> str:
+    """The step over these groups: a prefix by its step name, else `step g0+g2+g3`."""
+    if groups == tuple(range(len(groups))):
+        return _step_name(len(groups), num_groups)
+    return "step " + "+".join(f"g{index}" for index in groups)
+
+
 def _step_name(count: int, num_groups: int) -> str:
     return "step shared" if count == num_groups else ("step g0" if count == 1 else f"step g0-g{count - 1}")
 
@@ -183,23 +231,23 @@ def _verdict(name: str, value: float, goal: float) -> tuple[str, float]:
     return f"{name} [goal <= {goal}: {met}]", value
 
 
-def _derive(num_groups: int, shares_everything: list[bool]) -> Callable[[dict[str, float]], dict[str, float]]:
+def _derive(num_groups: int, pairs: list[SharingPair]) -> Callable[[dict[str, float]], dict[str, float]]:
     def derive(medians: dict[str, float]) -> dict[str, float]:
         first = medians[_step_name(1, num_groups)]
         empty = medians["empty-op"]
-        shared_ratios, layer = [], []
-        for k in range(1, num_groups):
-            cost = medians[_step_name(k + 1, num_groups)] - medians[_step_name(k, num_groups)]
-            layer.append((medians[_layer_name(k + 1)] - medians[_layer_name(k)]) / empty)
-            if shares_everything[k]:
-                shared_ratios.append(cost / first)
+        layer = [medians[f"{_layer_name(k + 1)} - {_layer_name(k)}"] / empty for k in range(1, num_groups)]
+        # Each sharing group's cost: the paired difference of its pair's two steps (Case.paired).
+        shared = {pair.group: medians[f"{pair.with_name} - {pair.base_name}"] / first for pair in pairs}
         figures = {}
-        if shared_ratios:
-            figures.update([_verdict("(a) shared later/first", max(shared_ratios), GOALS["a"])])
+        if shared:
+            figures.update([_verdict("(a) shared later/first", max(shared.values()), GOALS["a"])])
         else:
             figures["(a) shared later/first [no later group shares everything]"] = float("nan")
         figures.update([_verdict("(b) layer/empty-op", max(layer), GOALS["b"]),
-                        _verdict("(d) first/repeat", medians["first build"] / medians["repeat build"], GOALS["d"])])
+                        _verdict("(d) first/repeat",
+                                 1 + medians["first build - repeat build"] / medians["repeat build"], GOALS["d"])])
+        for group, value in shared.items():
+            figures[f"(a) g{group}"] = value
         for k, value in enumerate(layer, 1):
             figures[f"(b) g{k}"] = value
         return figures
@@ -244,12 +292,11 @@ def python_calls(fn: Callable[[], object], repeats: int = 3) -> float:
     return round(calls / repeats, 1)
 
 
-def _python_call_figures(impls: dict[str, Callable[[], object]], num_groups: int,
-                         shares_everything: list[bool]) -> dict[str, float]:
+def _python_call_figures(impls: dict[str, Callable[[], object]], pairs: list[SharingPair]) -> dict[str, float]:
     """The secondary, noise-free figures of (a) and (d): the Python calls a later group that
-    shares everything adds (the most of any), and a first build's over a repeat's."""
-    steps = [python_calls(impls[_step_name(count, num_groups)]) for count in range(1, num_groups + 1)]
-    later = [steps[k] - steps[k - 1] for k in range(1, num_groups) if shares_everything[k]]
+    shares everything adds to the step over the groups it shares with (the most of any), and a
+    first build's over a repeat's."""
+    later = [python_calls(impls[pair.with_name]) - python_calls(impls[pair.base_name]) for pair in pairs]
     figures = {"(a) python calls per later sharing group": max(later)} if later else {}
     figures["(d) python calls first - repeat"] = python_calls(impls["first build"]) - python_calls(
         impls["repeat build"])
@@ -264,9 +311,20 @@ def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: b
     common = make_decode_inputs(groups, num_reqs, query_len, device, causal=causal)
     step_builders = _builders(model, groups, device)
     impls: dict[str, Callable[[], object]] = {"empty-op": empty_op_call(device)}
+
+    def add_step(name: str, members: tuple[int, ...]) -> None:
+        if name not in impls:
+            subset = [step_builders[index] for index in members]
+            impls[name] = lambda: build_draft_attn_metadata(subset, common, DRAFT_INDEX)
+
+    # Each sharing pair's two steps first, its base just before it, so the table shows them
+    # together (their difference is timed apart, call against call: Case.paired).
+    pairs = sharing_pairs(groups, step_builders, causal)
+    for pair in pairs:
+        add_step(pair.base_name, pair.base)
+        add_step(pair.with_name, pair.base + (pair.group,))
     for count in range(1, num_groups + 1):
-        impls[_step_name(count, num_groups)] = (
-            lambda prefix=step_builders[:count]: build_draft_attn_metadata(prefix, common, DRAFT_INDEX))
+        add_step(_step_name(count, num_groups), tuple(range(count)))
         impls[_layer_name(count)] = _layer_only(step_builders[:count], common)
 
     impls["first build"] = _first_build(_builders(model, groups, device), common)
@@ -276,21 +334,21 @@ def _case(num_groups: int, num_reqs: int, num_speculative_tokens: int, causal: b
     impls["step no-cache"] = lambda: [b.build_for_drafting(common, DRAFT_INDEX) for b in alone]
 
     kinds = [_kind(g, b, causal) for g, b in zip(groups, step_builders)]
-    # A DSpark group on a non-causal step builds indices of its own whatever it shares.
-    shares_everything = [index > 0 and kinds[index] in kinds[:index] and not kinds[index][1]
-                         for index in range(num_groups)]
     one_per_kind = [b for index, b in enumerate(_builders(model, groups, device)) if kinds[index] not in kinds[:index]]
     launches, kind_launches = (_step_launches(builders, common) for builders in (step_builders, one_per_kind))
     extra = launches - kind_launches
     extras = {"(c) launches": float(launches),
               f"(c) extra launches [goal 0: {'met' if extra <= GOALS['c'] else 'NOT MET'}]": float(extra)}
-    extras.update(_python_call_figures(impls, num_groups, shares_everything))
+    extras.update(_python_call_figures(impls, pairs))
 
     cp = f" C={cp_size}" if cp_size > 1 else ""
     label = f"G={num_groups} R={num_reqs} k={num_speculative_tokens} {'causal' if causal else 'non-causal'}{cp}"
     return Case("drafting", label, num_reqs, common.num_actual_tokens, impls, subject="step shared",
                 baselines=("step no-cache",), extras=extras, family=f"G={num_groups}{cp}",
-                derive=_derive(num_groups, shares_everything), plotted=("step shared", "step no-cache"),
+                derive=_derive(num_groups, pairs),
+                paired=tuple((pair.with_name, pair.base_name) for pair in pairs) + (("first build", "repeat build"),)
+                + tuple((_layer_name(count + 1), _layer_name(count)) for count in range(1, num_groups)),
+                plotted=("step shared", "step no-cache"),
                 references=tuple(name for name in impls if name == "empty-op" or name.startswith("layer")),
                 clock=time.thread_time)
 

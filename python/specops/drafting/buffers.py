@@ -9,12 +9,6 @@ from specops._extension import EXTENSION
 from specops.drafting.configs import DRAFT_NAMESPACE, ModelConfig
 from specops.sas_layout import NUM_WORDS
 
-if EXTENSION.loaded:
-    from specops import _C
-
-    _NATIVE_ROW_VIEWS = _C.row_views
-else:
-    _NATIVE_ROW_VIEWS = None
 
 # Distinct (num_reqs, num_actual_tokens, num_input_tokens) shapes whose buffer views a builder
 # keeps per draft index; a runner with graph padding sees a handful.
@@ -37,49 +31,61 @@ class InvariantViews:
 
     def __init__(self, buffers: DraftBuffers, num_reqs: int, num_tokens: int, num_input_tokens: int,
                  cp_size: int, cp_rank: int):
-        split = cp_token_split(num_input_tokens, cp_size, cp_rank)
-        self.split = split
-        pad, per_rank, local_start = split.num_tokens_pad, split.tokens_per_rank, split.local_start
+        # cp_token_split's fields, in CPLocalMetadata's order, from its arithmetic written out: its
+        # frozen dataclass would cost a new shape a microsecond (tests/test_drafting_bench.py holds
+        # the two equal).
+        per_rank = -(-num_input_tokens // cp_size)
+        pad, local_start = per_rank * cp_size, cp_rank * per_rank
+        self.split = (pad, per_rank, local_start, local_start + per_rank)
         # The local rows of real tokens; the rows past them are padding, zeroed.
-        real = min(max(num_tokens - local_start, 0), per_rank)
+        real = num_tokens - local_start
+        real = 0 if real < 0 else per_rank if real > per_rank else real
         # The fixed views first (in InvariantViews' order of DraftBuffers.view_bases), then the
-        # optional ones.
+        # optional ones, in the order they are read back below.
         bounds = [0, num_input_tokens, 0, pad, 0, num_input_tokens, 0, num_input_tokens, 0, num_reqs + 1,
                   0, num_reqs, 0, num_reqs, 0, per_rank, 0, per_rank, 0, per_rank]
         tensors = buffers.view_bases
-        extra = []
-        if num_tokens != num_input_tokens:
-            extra.append(buffers.positions)
-            bounds += (0, num_tokens)
-        if pad > num_tokens:
-            extra.append(buffers.positions)
-            bounds += (num_tokens, pad)
-        if pad != num_input_tokens:
-            extra.append(buffers.positions)
-            bounds += (0, pad)
-        if cp_size > 1:
-            extra.append(buffers.cos_sin)
-            bounds += (local_start, split.local_end)
-        if real < per_rank:
-            extra.append(buffers.local_cos_sin)
-            bounds += (real, per_rank)
-        if buffers.seq_lens_host is not None:
-            extra.append(buffers.seq_lens_host)
-            bounds += (0, num_reqs)
-        if extra:
-            tensors = tensors + extra
+        padded, tail, unpadded = num_tokens != num_input_tokens, pad > num_tokens, pad != num_input_tokens
+        local_padding, host = real < per_rank, buffers.seq_lens_host is not None
+        optional = padded or tail or unpadded or cp_size > 1 or local_padding or host
+        if optional:
+            tensors = list(tensors)
+            if padded:
+                tensors.append(buffers.positions)
+                bounds += (0, num_tokens)
+            if tail:
+                tensors.append(buffers.positions)
+                bounds += (num_tokens, pad)
+            if unpadded:
+                tensors.append(buffers.positions)
+                bounds += (0, pad)
+            if cp_size > 1:
+                tensors.append(buffers.cos_sin)
+                bounds += (local_start, local_start + per_rank)
+            if local_padding:
+                tensors.append(buffers.local_cos_sin)
+                bounds += (real, per_rank)
+            if host:
+                tensors.append(buffers.seq_lens_host)
+                bounds += (0, num_reqs)
         views = row_views(tensors, bounds)
         (self.input_positions, self.cos_sin_padded, self.cos, self.sin, self.local_query_start_loc,
-         self.local_seq_lens, self.start_pos, self.local_cos_sin, self.local_cos, self.local_sin) = views[:10]
-        rest = iter(views[10:])
-        self.positions_real = next(rest) if num_tokens != num_input_tokens else self.input_positions
-        self.positions_tail = next(rest) if pad > num_tokens else None
-        self.positions_padded = next(rest) if pad != num_input_tokens else self.input_positions
+         self.local_seq_lens, self.start_pos, self.local_cos_sin, self.local_cos, self.local_sin, *rest) = views
+        if not optional:
+            # No padding, no CP, host tensors: every optional view is one of the fixed ones or absent.
+            self.positions_real = self.positions_padded = self.input_positions
+            self.local_source = self.cos_sin_padded
+            self.positions_tail = self.local_padding = self.seq_lens_host = None
+            return
+        rest = iter(rest)
+        self.positions_real = next(rest) if padded else self.input_positions
+        self.positions_tail = next(rest) if tail else None
+        self.positions_padded = next(rest) if unpadded else self.input_positions
         # This rank's rows of the padded stream, copied into a buffer of their own (one address
         # whatever the step); without CP they are the whole stream.
         self.local_source = next(rest) if cp_size > 1 else self.cos_sin_padded
-        self.local_padding = next(rest) if real < per_rank else None
-        self.seq_lens_host = next(rest) if buffers.seq_lens_host is not None else None
+        self.local_padding = next(rest) if local_padding else None
+        self.seq_lens_host = next(rest) if host else None
 
 
 class Generation:
@@ -140,9 +146,16 @@ class DraftBuffers:
         self.sas_writes = Generation()
 
 
-def row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:
-    """tensors[i][bounds[2i]:bounds[2i + 1]] for every i: one native call (views that cost a
-    fraction of Python's slicing, csrc/row_views.h) when the extension is loaded."""
-    if _NATIVE_ROW_VIEWS is not None:
-        return _NATIVE_ROW_VIEWS(tensors, bounds)
+def _sliced_row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:
     return [t[bounds[2 * i]:bounds[2 * i + 1]] for i, t in enumerate(tensors)]
+
+
+# row_views(tensors, bounds): tensors[i][bounds[2i]:bounds[2i + 1]] for every i. With the extension
+# loaded, the native function itself (csrc/row_views.h: one call, views that cost a fraction of
+# Python's slicing, and no Python frame of its own); else Python's slicing.
+if EXTENSION.loaded:
+    from specops import _C
+
+    row_views = _C.row_views
+else:
+    row_views = _sliced_row_views

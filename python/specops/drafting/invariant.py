@@ -237,10 +237,8 @@ def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: 
     )
     # Both built positionally, in their fields' order: keyword arguments cost this step over a
     # microsecond more (tests/test_drafting.py checks every field against the naive form).
-    split = views.split
-    cp = CPLocalMetadata(views.local_query_start_loc, views.local_seq_lens, views.start_pos, split.num_tokens_pad,
-                         split.tokens_per_rank, split.local_start, split.local_end, full.max_local_query_len,
-                         full.max_local_seq_len)
+    cp = CPLocalMetadata(views.local_query_start_loc, views.local_seq_lens, views.start_pos, *views.split,
+                         full.max_local_query_len, full.max_local_seq_len)
     head = (num_decodes, num_reqs - num_decodes, num_decode_tokens, total - num_decode_tokens, views.input_positions,
             views.cos, views.sin, cp, views.local_cos, views.local_sin, cp.start_pos, seq_lens_cpu)
     invariant.shared = SharedFields._make(head)

@@ -63,11 +63,12 @@ class DSparkCall:
     """One dspark_swa_indices_multi call of a step: the DSpark groups that share a CP split and
     a draft length (all of them when the builders share one model)."""
 
-    __slots__ = ("members", "names", "windows", "num_speculative_tokens", "block_sizes", "widths", "cp_size",
-                 "cp_rank", "invariant_slot", "arguments")
+    __slots__ = ("members", "count", "names", "windows", "num_speculative_tokens", "block_sizes", "widths", "cp_size",
+                 "cp_rank", "invariant_slot", "arguments", "out_views", "lens_views")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int], invariant_slot: int):
         self.members = members
+        self.count = len(members)
         self.invariant_slot = invariant_slot  # the group-invariant entry whose batch views it reads
         groups = [builders[i].group for i in members]
         model = builders[members[0]].model
@@ -78,6 +79,8 @@ class DSparkCall:
         self.num_speculative_tokens = model.num_speculative_tokens
         self.cp_size, self.cp_rank = model.cp_size, model.cp_rank
         self.arguments = dspark_arguments(self)
+        # Where the plan's views of its groups' indices and lens are (StepPlan sets them).
+        self.out_views = self.lens_views = slice(0)
 
 
 class StepPlan:
@@ -86,14 +89,15 @@ class StepPlan:
     distinct sas_metadata entry (the others share it), the groups' static op arguments, and,
     per num_input_tokens, the output views. Only views are made per shape; a repeat finds them."""
 
-    __slots__ = ("builders", "buffers", "names", "storage_block_sizes", "invariant_firsts", "invariant_later",
-                 "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of", "sas_calls",
-                 "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
-                 "actual_slot_groups", "max_num_tokens", "row_slots", "output_bases", "dspark_at", "format_arguments",
-                 "by_tokens", "compressed")
+    __slots__ = ("builders", "num_groups", "buffers", "names", "storage_block_sizes", "invariant_firsts",
+                 "invariant_later", "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of",
+                 "sas_calls", "sas_outputs", "windows", "dspark_calls", "dspark_checks", "causal", "slot_buffers",
+                 "actual_slot_groups", "max_num_tokens", "output_bases", "dspark_at", "dspark_lens_at", "no_dspark",
+                 "one_rank", "format_arguments", "by_tokens", "compressed")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
         self.builders = tuple(builders)
+        self.num_groups = len(builders)
         self.causal = causal
         self.buffers = [builder.buffers(draft_index) for builder in builders]
         self.names = [builder.group.name for builder in builders]
@@ -130,16 +134,20 @@ class StepPlan:
         self.actual_slot_groups = [index for index, builder in enumerate(builders)
                                    if builder.group.slot_mapping_format == "int32_actual"]
         self.max_num_tokens = min(builder.max_num_tokens for builder in builders)
-        # What a metadata row takes from the plan at every size: window, invariant slot, sas slot.
-        self.row_slots = list(zip(self.windows, self.invariant_of, self.sas_of))
         # What a size's views are made of (_make_outputs): every group's slot mapping buffer, then
         # each DSpark call's groups' indices and lens; per group, where its indices' view is.
+        # -1: a group without DSpark indices (the None _make_outputs puts past the views).
         self.output_bases = list(self.slot_buffers)
-        self.dspark_at: list[int | None] = [None] * len(builders)
+        self.dspark_at = [-1] * len(builders)
+        self.dspark_lens_at = [-1] * len(builders)
         for call in self.dspark_calls:
+            start, end = len(self.output_bases), len(self.output_bases) + 2 * call.count
+            call.out_views, call.lens_views = slice(start, end, 2), slice(start + 1, end, 2)
             for index in call.members:
-                self.dspark_at[index] = len(self.output_bases)
+                self.dspark_at[index], self.dspark_lens_at[index] = len(self.output_bases), len(self.output_bases) + 1
                 self.output_bases += (self.buffers[index].dspark_indices, self.buffers[index].dspark_lens)
+        self.no_dspark = [None] * len(builders)
+        self.one_rank = all(call.cp_size == 1 for call in self.dspark_calls)
         self.format_arguments = format_arguments(self.storage_block_sizes)
         self.by_tokens: dict[int, ShapeOutputs] = {}
         # Compressed groups' lightning-indexer schedule and compressor metadata (None without any).
@@ -161,31 +169,39 @@ class StepPlan:
         if not 0 <= num_input_tokens <= self.max_num_tokens:
             raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {self.max_num_tokens}], "
                              f"got {num_input_tokens}")
-        num_groups = len(self.builders)
+        num_groups = self.num_groups
         # The slot mappings of every group, then the indices and lens of each DSpark call's groups
         # (its rows are this rank's slice of the padded stream): self.output_bases' order.
-        bounds = [0, num_input_tokens] * num_groups
-        for call in self.dspark_calls:
-            rows = -(-num_input_tokens // call.cp_size)
-            bounds += (0, rows, 0, rows) * len(call.members)
+        if self.one_rank:
+            bounds = [0, num_input_tokens] * len(self.output_bases)  # every view has num_input_tokens rows
+        else:
+            bounds = [0, num_input_tokens] * num_groups
+            for call in self.dspark_calls:
+                rows = -(-num_input_tokens // call.cp_size)
+                bounds += (0, rows, 0, rows) * call.count
         views = row_views(self.output_bases, bounds)
-        per_call = []
-        position = num_groups
-        for call in self.dspark_calls:
-            end = position + 2 * len(call.members)
-            arguments = call.arguments.copy()
-            arguments[DSPARK.num_tokens], arguments[DSPARK.out], arguments[DSPARK.out_lens] = (
-                num_input_tokens, views[position:end:2], views[position + 1:end:2])
-            per_call.append(arguments)
-            position = end
-        # Each row as a plain tuple of MetadataRow's fields: a step's loop over the groups unpacks
-        # an exact tuple in a few instructions, a NamedTuple through an iterator (0.04 of an empty
-        # op per group, under callgrind).
-        rows = [(views[index], None, None) + tail if at is None else (views[index], views[at], views[at + 1]) + tail
-                for index, (at, tail) in enumerate(zip(self.dspark_at, self.row_slots))]
         format_call = self.format_arguments.copy()
+        # Each row a plain tuple of MetadataRow's fields, made by zip (in C, one tuple a group): a
+        # step's loop over the groups unpacks an exact tuple in a few instructions, a NamedTuple
+        # through an iterator (0.04 of an empty op per group, under callgrind).
+        if not self.dspark_calls:
+            format_call[FORMAT.out] = views
+            rows = list(zip(views, self.no_dspark, self.no_dspark, self.windows, self.invariant_of, self.sas_of))
+            # A NamedTuple's generated __new__ is a Python frame; tuple.__new__ is not.
+            return tuple.__new__(ShapeOutputs, (format_call, [], rows))
+        per_call = []
+        for call in self.dspark_calls:
+            arguments = call.arguments.copy()
+            arguments[DSPARK.num_tokens] = num_input_tokens
+            arguments[DSPARK.out] = views[call.out_views]
+            arguments[DSPARK.out_lens] = views[call.lens_views]
+            per_call.append(arguments)
         format_call[FORMAT.out] = views[:num_groups]
-        return ShapeOutputs(format_call, per_call, rows)
+        views.append(None)  # what dspark_at's -1 (a group without DSpark indices) reads
+        view = views.__getitem__
+        rows = list(zip(views, map(view, self.dspark_at), map(view, self.dspark_lens_at), self.windows,
+                        self.invariant_of, self.sas_of))
+        return tuple.__new__(ShapeOutputs, (format_call, per_call, rows))
 
     def forget_shapes(self) -> None:
         """Drops what was made per batch shape: the output views and the group-invariant views."""
