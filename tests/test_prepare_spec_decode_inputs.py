@@ -161,6 +161,27 @@ def test_long_requests_cross_runs_kernel_blocks_and_virtual_blocks(backend, layo
     assert (outputs["slot_mappings"][0] != PAD).any()
 
 
+@pytest.mark.parametrize("world,rank", [(1, 0), (2, 1)])
+def test_decode_batch_without_padding_or_idx_mapping(backend, world, rank):
+    """The bench's shape of call: one run of a few tokens a request, outputs of exactly T tokens
+    (the last request's chunk has no room past it), no idx_mapping, and a table with fewer rows
+    than requests (the last ones get PAD). Some block ids are negative."""
+    groups = [(16, 1, True), (8, 1, True), (4, 1, False)]
+    step = make_spec_decode_step(torch.Generator().manual_seed(11 + world), num_reqs=70, num_prev_rows=70,
+                                 max_query_len=5, groups=groups, cp_world_size=world)
+    step.block_tables = [table[:67] for table in step.block_tables]
+    step.block_tables[1][torch.rand(step.block_tables[1].shape, generator=torch.Generator().manual_seed(3)) < 0.1] = -1
+    outputs = fresh_outputs(step, step.num_tokens, 70)
+    unfused_step, unfused = clone_step(step), clone_outputs(outputs)
+    expected_step, expected = expectation(step, outputs, world, rank, 1, [True] * 3, step.num_tokens, 70)
+    run_unfused(unfused_step, unfused, world, rank)
+    run_fused(step, outputs, world, rank)
+    assert_same_step(step, outputs, unfused_step, unfused, backend)
+    assert_same_step(step, outputs, expected_step, expected, f"{backend} expectation")
+    last = step.query_start_loc[67].item()
+    assert all((slots[last:] == PAD).all() for slots in outputs["slot_mappings"])
+
+
 def test_without_groups_it_is_correction_and_positions(backend):
     step = make_spec_decode_step(torch.Generator().manual_seed(2), num_reqs=7, num_prev_rows=9, max_query_len=5,
                                  groups=[])

@@ -14,7 +14,8 @@ inline kernels::CountCorrectionShape check_count_correction(const at::Tensor& nu
                                                             const at::Tensor& prev_positions,
                                                             const at::Tensor& valid_sampled_token_count,
                                                             const at::Tensor& prev_num_draft_tokens,
-                                                            const at::Tensor& cpu_num_computed_tokens) {
+                                                            const at::Tensor& cpu_num_computed_tokens,
+                                                            bool check_outputs_apart = true) {
   check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
   check_tensor(num_accepted_tokens, "num_accepted_tokens", {c10::kInt}, 1);
   check_tensor(prev_positions, "prev_positions", {c10::kInt, c10::kLong}, 1);
@@ -27,8 +28,11 @@ inline kernels::CountCorrectionShape check_count_correction(const at::Tensor& nu
   check_min_numel(num_computed_tokens, "num_computed_tokens", num_rows, n);
   check_min_numel(num_accepted_tokens, "num_accepted_tokens", num_rows, n);
   check_min_numel(cpu_num_computed_tokens, "cpu_num_computed_tokens", num_rows, n);
-  // Inputs may alias the outputs (every read comes before every write); the two outputs may not.
-  check_no_overlap(num_accepted_tokens, "num_accepted_tokens", num_computed_tokens, "num_computed_tokens");
+  // Inputs may alias the outputs (every read comes before every write); the two outputs may not
+  // (checked here unless the caller checks every output of its own at once).
+  if (check_outputs_apart) {
+    check_no_overlap(num_accepted_tokens, "num_accepted_tokens", num_computed_tokens, "num_computed_tokens");
+  }
   kernels::CountCorrectionShape shape;
   shape.num_rows = num_rows;
   shape.num_previous_rows = std::min({valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
@@ -65,7 +69,7 @@ void with_correction_inputs(const at::Tensor& prev_positions, const at::Tensor& 
 inline int64_t check_positions_and_seq_lens(const at::Tensor& num_computed_tokens, const at::Tensor& query_start_loc,
                                             const at::Tensor& positions, const at::Tensor& seq_lens,
                                             int64_t num_tokens_padded, int64_t num_reqs_padded,
-                                            bool request_indexed = false) {
+                                            bool request_indexed = false, bool check_outputs_apart = true) {
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
   const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
@@ -81,6 +85,7 @@ inline int64_t check_positions_and_seq_lens(const at::Tensor& num_computed_token
                     ", positions.numel() = ", positions.numel(), "], got ", num_tokens_padded);
   TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs && num_reqs_padded <= seq_lens.numel(), "num_reqs_padded must be in [R = ",
                     num_reqs, ", seq_lens.numel() = ", seq_lens.numel(), "], got ", num_reqs_padded);
+  if (!check_outputs_apart) return num_tokens;  // the caller checks these pairs with its others
   check_no_overlap(positions, "positions", seq_lens, "seq_lens");
   for (const auto& [output, output_name] : {std::pair{&positions, "positions"}, std::pair{&seq_lens, "seq_lens"}}) {
     check_no_overlap(*output, output_name, num_computed_tokens, "num_computed_tokens");

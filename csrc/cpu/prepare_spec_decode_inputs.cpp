@@ -31,11 +31,14 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                     " entries (see specops._spec_decode_sizes), got ", sizes.size());
   const int64_t num_tokens_padded = sizes[0], num_reqs_padded = sizes[1];
   const int64_t cp_world_size = sizes[2], cp_rank = sizes[3], cp_interleave = sizes[4];
+  // The pairs of outputs (and query_start_loc) these would test are tested with the op's others
+  // below, each tensor's span computed once.
   const kernels::CountCorrectionShape correction =
       check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
-                             prev_num_draft_tokens, cpu_num_computed_tokens);
-  const int64_t num_tokens = check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens,
-                                                          num_tokens_padded, num_reqs_padded);
+                             prev_num_draft_tokens, cpu_num_computed_tokens, /*check_outputs_apart=*/false);
+  const int64_t num_tokens =
+      check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
+                                   num_reqs_padded, /*request_indexed=*/false, /*check_outputs_apart=*/false);
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
@@ -90,12 +93,15 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     read_while_storing.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
     if (!num_blocks.empty()) read_while_storing.push_back({&num_blocks[g], {"num_blocks", static_cast<int64_t>(g)}});
   }
-  check_outputs_alias_nothing(outputs, read_while_storing);
+  check_outputs_alias_nothing_once(outputs, read_while_storing);
 
-  // The gathered counts, and room for every request's corrected count.
-  int32_t* new_computed = int32_scratch(2 * correction.num_rows + num_reqs);
+  // The gathered counts, and room for every request's corrected count (the gathered ones
+  // themselves when the correction covers every request, as it usually does).
+  const int64_t gathered_requests = std::min(num_reqs, correction.num_rows);
+  const int64_t request_room = gathered_requests == num_reqs ? 0 : num_reqs;
+  int32_t* new_computed = int32_scratch(2 * correction.num_rows + request_room);
   int32_t* new_accepted = new_computed + correction.num_rows;
-  int32_t* request_counts = new_accepted + correction.num_rows;
+  int32_t* request_counts = request_room == 0 ? new_computed : new_accepted + correction.num_rows;
   int32_t* counts = num_computed_tokens.data_ptr<int32_t>();
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   kernels::PositionsShape positions_shape;
@@ -112,20 +118,22 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   const kernels::CorrectedCounts corrected{new_computed, correction.num_rows, counts};
   // Every request's corrected count (gathered rows, then the untouched ones), and the range of
   // positions they give: one pass that most groups' checks need nothing beyond.
-  const int64_t gathered_requests = std::min(num_reqs, correction.num_rows);
-  std::copy(new_computed, new_computed + gathered_requests, request_counts);
-  std::copy(counts + gathered_requests, counts + num_reqs, request_counts + gathered_requests);
+  if (request_counts != new_computed) {
+    std::copy(new_computed, new_computed + gathered_requests, request_counts);
+    std::copy(counts + gathered_requests, counts + num_reqs, request_counts + gathered_requests);
+  }
   const kernels::RequestPositionRange range = kernels::request_position_range(qsl, request_counts, num_reqs);
 
   with_idx_mapping(idx_mapping, [&](auto* idx) {
     using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
     for (size_t g = 0; g < num_groups; ++g) {
-      const kernels::SlotMappingGroup& group = groups[g];
+      kernels::SlotMappingGroup& group = groups[g];
       if (!group.enabled()) continue;  // its table is never read
       check_rows_inside_table(idx, num_reqs, group.shape.block_table_rows,
                               ArgName{"block_tables", static_cast<int64_t>(g)});
       // Without per-row counts every row covers table_covered positions: the shared range decides.
       const bool all_inside = group.shape.num_blocks == nullptr && range.inside(group.table_covered);
+      group.all_covered = all_inside;
       const int64_t bad = all_inside ? -1 : kernels::find_request_beyond_block_table<IdxT>(qsl, corrected, idx, group);
       if (bad >= 0) {
         const int64_t first = corrected(bad), query_len = qsl[bad + 1] - qsl[bad];
@@ -157,7 +165,8 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     }
     AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "prepare_spec_decode_inputs", [&] {
       kernels::store_spec_decode_inputs<index_t, IdxT>(
-          new_computed, new_accepted, correction.num_rows, counts, num_accepted_tokens.data_ptr<int32_t>(), qsl,
+          new_computed, new_accepted, correction.num_rows, request_counts, counts,
+          num_accepted_tokens.data_ptr<int32_t>(), qsl,
           positions.data_ptr<index_t>(), seq_lens.data_ptr<int32_t>(), positions_shape, idx, groups.data(),
           static_cast<int64_t>(num_groups));
     });

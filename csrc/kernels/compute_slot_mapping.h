@@ -6,11 +6,14 @@
 // their rows' covered_positions bounds: without per-row counts one OR over all of them usually
 // proves it), then compute_slot_mapping writes. A request whose positions are consecutive (a
 // decode's query tokens, a prefill chunk) is stored in runs, one placement and one block-id load
-// per run (walk_consecutive_slots) and a few vector stores per run; otherwise each token is placed
-// alone, branch-free where the check proved it inside its row. Every loop is compiled per layout
-// and per divisor kind (shifts when the sizes are powers of two), so none branches on the sizes.
+// per run (walk_consecutive_slots) and a few vector stores per run, or, for a request of up to 8
+// positions under CP interleave with power-of-two sizes, as one chunk without a branch on its
+// runs (store_short_request); otherwise each token is placed alone, branch-free where the check
+// proved it inside its row. Every loop is compiled per layout and per divisor kind (shifts when
+// the sizes are powers of two), so none branches on the sizes.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/slot_math.h"
 
@@ -53,6 +56,85 @@ SPECOPS_HOT_INLINE bool positions_are_consecutive(const PosT* positions, int64_t
   uint64_t differ = 0;
   for (int64_t k = 1; k < n; ++k) differ |= static_cast<uint64_t>(static_cast<int64_t>(positions[k]) ^ (first + k));
   return differ == 0;
+}
+
+// Requests of a few consecutive positions under CP interleave with power-of-two sizes
+// (store_short_request), the decode batches of speculative decoding. With I <= block_size a
+// kernel block holds whole runs of I, so such a request is one run of consecutive slots or two,
+// split where the first run of I ends, and at most one of them is this rank's (consecutive runs
+// of I belong to consecutive ranks). A larger interleave is left to store_consecutive_slots
+// (limit 0), and so is a single rank, whose requests seldom split (one in 16 at 8 tokens a
+// request and 128-token blocks): there the runs loop predicts well and stores each run once.
+inline int64_t short_request_limit(const SlotMappingShifts& d) {
+  if (d.interleave.divisor() > d.block.divisor()) return 0;
+  return std::min<int64_t>(kSlotRunChunk, d.interleave.divisor());
+}
+
+// All ones when this rank stores `position`: the rank bits above its offset in its run of I are
+// this rank's, so their XOR minus one is negative. The conditions here are all-ones masks in
+// 64-bit registers, not bools: spilled as bytes and reloaded wide, bools stalled each request
+// on a failed store forwarding.
+SPECOPS_HOT_INLINE int64_t on_this_rank(uint32_t position, const SlotMappingShifts& d) {
+  return (static_cast<int64_t>((position & d.rank_bits_mask) ^ d.rank_bits) - 1) >> 63;
+}
+
+// out[k] = (base + k) | pad | (lanes[k] ^ flip) for k < kSlotRunChunk: one run's chunk with the
+// lanes a mask picks (lanes: kConsecutiveLanes from some offset on) made PAD, four vector stores
+// for an int64 out.
+template <typename OutT>
+SPECOPS_HOT_INLINE void store_masked_run_chunk(OutT* out, int64_t base, int64_t pad, const int64_t* lanes,
+                                               int64_t flip) {
+#if defined(__GNUC__)
+  if constexpr (sizeof(OutT) == sizeof(int64_t)) {
+    static_assert(kSlotRunChunk == kConsecutiveWidth, "one mask lane per stored lane");
+    asm("" : "+r"(lanes));  // one pointer, not an address per lane recomputed from its offset
+    const SlotLanes pad_lanes = SlotLanes{pad, pad};
+    const SlotLanes flip_lanes = SlotLanes{flip, flip};
+    SlotLanes slots = SlotLanes{base, base + 1};
+    for (int64_t k = 0; k < kSlotRunChunk; k += 2) {
+      SlotLanes mask;
+      __builtin_memcpy(&mask, lanes + k, sizeof(mask));
+      const SlotLanes stored = slots | pad_lanes | (mask ^ flip_lanes);
+      __builtin_memcpy(out + k, &stored, sizeof(stored));
+      slots += 2;
+    }
+    return;
+  }
+#endif
+  for (int64_t k = 0; k < kSlotRunChunk; ++k) out[k] = static_cast<OutT>((base + k) | pad | (lanes[k] ^ flip));
+}
+
+// The slots of a request of consecutive positions first .. first + count - 1, all below
+// covered_positions (1 <= count <= short_request_limit), under CP interleave, into out[0,
+// count): the run this rank may store (the first if it does, else the second, or the first again
+// when there is none: not stored either) is placed, and stored as one chunk counted from the
+// request's first token whose other lanes are PAD, without a branch on where the split falls or
+// which rank stores each run (about half of the requests split, each run on a random rank: as
+// branches, the runs loop mispredicted about one request in two). Writes out[0, kSlotRunChunk),
+// the values past `count` belonging to later requests or the padding, written after it.
+// Returns the largest slot stored (PAD if none) when kTrackLargest.
+template <bool kTrackLargest, typename OutT>
+SPECOPS_HOT_INLINE int64_t store_short_request(uint32_t first, int64_t count, const int32_t* block_row,
+                                               int64_t block_size, const SlotMappingShifts& d, OutT* out) {
+  const uint32_t in_run_mask = d.interleave.divisor() - 1;
+  const uint32_t first_run = d.interleave.divisor() - (first & in_run_mask);
+  // All ones when the request splits (masked: a select here compiled to a branch).
+  const int64_t splits = (static_cast<int64_t>(first_run) - count) >> 63;
+  const int64_t first_here = on_this_rank(first, d);
+  const uint32_t offset = first_run & static_cast<uint32_t>(splits & ~first_here);
+  const uint32_t position = first + offset;
+  // (position / (W * I)) * I + position % I.
+  const uint32_t local_position = ((position >> d.world_shift) & ~in_run_mask) | (position & in_run_mask);
+  const int64_t block_id = block_row[d.block.div(local_position)];
+  const int64_t base = block_id * block_size + d.block.mod(local_position) - offset;
+  const int64_t pad = ~(on_this_rank(position, d) & ~(block_id >> 63));
+  // Lanes from the split on are the second run's: PAD when the first is this rank's, else those
+  // before it are.
+  const int64_t* before_split = kConsecutiveLanes + kConsecutiveWidth - std::min<int64_t>(first_run, kSlotRunChunk);
+  store_masked_run_chunk(out, base, pad, before_split, first_here);
+  if constexpr (!kTrackLargest) return kPadSlotId;
+  const int64_t last = first_here != 0 ? std::min<int64_t>(first_run, count) - 1 : count - 1;
+  return pad != 0 ? kPadSlotId : base + last;
 }
 
 // What the read-only pass found.
@@ -141,6 +223,11 @@ int64_t compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* po
   constexpr bool kTrackLargest = sizeof(OutT) < sizeof(int64_t);
   int64_t largest = kPadSlotId;
   bool any_unmapped = false;
+  // Short requests (store_short_request): under CP interleave with power-of-two sizes.
+  constexpr bool kShortRequests = kPath == SlotMappingPath::kRuns && kLayout == CpLayout::kInterleaved &&
+                                  std::is_same_v<D, SlotMappingShifts>;
+  int64_t short_limit = 0;
+  if constexpr (kShortRequests) short_limit = short_request_limit(d);
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     const int64_t row = idx_mapping ? static_cast<int64_t>(idx_mapping[r]) : r;
     const int64_t token_begin = query_start_loc[r];
@@ -154,6 +241,16 @@ int64_t compute_slot_mapping_impl(const int32_t* query_start_loc, const PosT* po
     if constexpr (kPath == SlotMappingPath::kRuns) {
       const int64_t count = token_end - token_begin;
       if (count == 0) continue;
+      if constexpr (kShortRequests) {
+        // A request of one chunk whose positions' chunk is readable (then out holds its chunk).
+        if (count <= short_limit && s.num_tokens - token_begin >= kConsecutiveWidth &&
+            (kKnownConsecutive || positions_are_consecutive(positions + token_begin, count, kConsecutiveWidth))) {
+          const int64_t request_largest = store_short_request<kTrackLargest>(
+              static_cast<uint32_t>(positions[token_begin]), count, block_row, s.block_size, d, out + token_begin);
+          if constexpr (kTrackLargest) largest = std::max(largest, request_largest);
+          continue;
+        }
+      }
       if (kKnownConsecutive || positions_are_consecutive(positions + token_begin, count, s.num_tokens - token_begin)) {
         // A run may be stored in whole chunks while they end inside out: what a chunk writes past
         // its run belongs to a later run, request or the padding, each written after it.

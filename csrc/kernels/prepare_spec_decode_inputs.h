@@ -7,14 +7,15 @@
 // A rejected call writes nothing: the corrected counts are gathered into scratch and every
 // group's positions validated from them (read-only) before the first store; one branch-free
 // pass finds the range of every request's positions, which decides for each group without
-// per-row counts (the usual case) with no loop of its own. Then one pass over
-// the requests stores everything: a request's corrected count, its positions, its seq_len and
-// its slots in every group, while its count and block-table rows are hot. The op made the
-// positions itself, so it knows a request's positions are consecutive: each group's slots come
-// in runs (walk_consecutive_slots), one placement and one block-id load per run, and a group
-// under CP without interleave, whose runs are single tokens, is placed token by token without
-// a branch. Runs are stored two int64 (four int32) at a time (store_run). Each group's loop is compiled per layout and per divisor kind (shifts when its sizes
-// are powers of two), chosen once per group.
+// per-row counts (the usual case) with no loop of its own, and marks it covered. Then one pass
+// over the requests stores everything, a block of them at a time: the first group's loop
+// stores each request's positions and seq_len too, while its count is in a register, and each
+// covered group places a request without a bounds test (kernels/spec_decode_slots.h): a decode
+// request whose positions lie in one kernel block costs one block-id load and one run stored in
+// whole vector chunks, whose values past the request the next request or the padding rewrites.
+// Groups not proven covered take the bounds-tested loop (request_slots). Each group's loop is
+// compiled per layout and per divisor kind (shifts when its sizes are powers of two), chosen
+// once per group and block.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -22,81 +23,9 @@
 #include "kernels/correct_num_computed_tokens.h"
 #include "kernels/prepare_positions_and_seq_lens.h"
 #include "kernels/slot_math.h"
+#include "kernels/spec_decode_slots.h"
 
 namespace specops::kernels {
-
-// A group's token loop: its layout and whether its sizes allow shifts, fixed per call.
-enum class SlotGroupKind : uint8_t {
-  kDisabled,  // slot mapping off: PAD for every token, the table never read
-  kSingleRankShifts,
-  kSingleRank,
-  kContextParallelShifts,
-  kContextParallel,
-  kInterleavedShifts,
-  kInterleaved,
-};
-
-// One KV-cache group: its table, its output (exactly one of out64 / out32 is set) and its
-// slot-mapping sizes (cp_world_size 1 for a group that is not CP-sharded).
-struct SlotMappingGroup {
-  const int32_t* block_table = nullptr;
-  int64_t* out64 = nullptr;
-  int32_t* out32 = nullptr;
-  SlotMappingShape shape;
-  SlotMappingDivisors divisors;
-  SlotMappingShifts shifts;  // meaningful for the *Shifts kinds
-  SlotGroupKind kind = SlotGroupKind::kDisabled;
-  uint64_t table_covered = 0;  // covered_positions of a whole row (rows without a count)
-
-  SlotMappingGroup(const int32_t* table, int64_t* out_int64, int32_t* out_int32, const SlotMappingShape& s,
-                   bool slot_mapping_enabled = true)
-      : block_table(table), out64(out_int64), out32(out_int32), shape(s), divisors(s), shifts(s),
-        kind(kind_of(s, slot_mapping_enabled)), table_covered(covered_positions(s, s.block_table_cols)) {}
-
-  bool enabled() const { return kind != SlotGroupKind::kDisabled; }
-
-  // Positions below this lie in virtual blocks whose every column `row` may use.
-  uint64_t covered(int64_t row) const {
-    return shape.num_blocks == nullptr ? table_covered : covered_positions(shape, usable_columns(shape, row));
-  }
-
- private:
-  static SlotGroupKind kind_of(const SlotMappingShape& s, bool enabled) {
-    if (!enabled) return SlotGroupKind::kDisabled;
-    const bool shifts = slot_sizes_are_powers_of_two(s);
-    if (s.cp_world_size == 1) return shifts ? SlotGroupKind::kSingleRankShifts : SlotGroupKind::kSingleRank;
-    if (s.cp_interleave == 1) return shifts ? SlotGroupKind::kContextParallelShifts : SlotGroupKind::kContextParallel;
-    return shifts ? SlotGroupKind::kInterleavedShifts : SlotGroupKind::kInterleaved;
-  }
-};
-
-// out[k] = base + step * k for k < length (step 1: a run of positions or slots; 0: a run of
-// PAD), in the output's width (int32 outputs take the low 32 bits, as a cast of each would).
-// The fused op writes every position and every group's slots this way, so it stores two int64
-// (or four int32) values a step with the compiler's portable vector types (SSE2 on x86-64, NEON
-// on AArch64), unaligned, and finishes the run element by element.
-template <typename OutT>
-inline void store_run(OutT* out, int64_t length, int64_t base, int64_t step) {
-  static_assert(sizeof(OutT) == 8 || sizeof(OutT) == 4, "int64 or int32 outputs");
-#if defined(__GNUC__)
-  using Lane = std::conditional_t<sizeof(OutT) == 8, uint64_t, uint32_t>;  // unsigned: wrapping
-  constexpr int64_t kLanes = 16 / sizeof(OutT);
-  typedef Lane Vector __attribute__((vector_size(16)));
-  Vector value;
-  for (int64_t lane = 0; lane < kLanes; ++lane) value[lane] = static_cast<Lane>(base + step * lane);
-  const Lane increment_lane = static_cast<Lane>(step * kLanes);
-  const Vector increment = Vector{} + increment_lane;
-  int64_t k = 0;
-  for (; k + kLanes <= length; k += kLanes) {
-    __builtin_memcpy(out + k, &value, sizeof(value));
-    value += increment;
-  }
-  base += step * k;
-  for (; k < length; ++k, base += step) out[k] = static_cast<OutT>(base);
-#else
-  for (int64_t k = 0; k < length; ++k) out[k] = static_cast<OutT>(base + step * k);
-#endif
-}
 
 // The count row r will hold after the correction: gathered for rows < num_corrected, untouched
 // (so read from the buffer) above.
@@ -108,35 +37,36 @@ struct CorrectedCounts {
   int32_t operator()(int64_t r) const { return r < num_corrected ? gathered[r] : buffer[r]; }
 };
 
-// The lowest first position and the highest last position of the requests with tokens (their
-// corrected counts in counts[0, num_reqs)), in one branch-free pass shared by every group: a
-// group without per-row counts whose table covers [lowest, highest] in every row accepts the
-// batch without a loop of its own.
+// Whether any request with tokens starts at a negative position, and the highest last position
+// of them (their corrected counts in counts[0, num_reqs)), in one branch-free pass shared by
+// every group: a group without per-row counts whose table covers [0, highest] in every row
+// accepts the batch without a loop of its own.
 struct RequestPositionRange {
-  int64_t lowest = 0;
-  int64_t highest = -1;  // below lowest: no request has tokens
+  bool any_negative = false;
+  int64_t highest = -1;  // no request has tokens
 
   // Whether every position lies in [0, covered) (covered <= 2^31).
-  bool inside(uint64_t covered) const { return highest < lowest || (lowest >= 0 && static_cast<uint64_t>(highest) < covered); }
+  bool inside(uint64_t covered) const {
+    return !any_negative && (highest < 0 || static_cast<uint64_t>(highest) < covered);
+  }
 };
 
 inline RequestPositionRange request_position_range(const int32_t* query_start_loc, const int32_t* counts,
                                                    int64_t num_reqs) {
-  int64_t lowest = INT64_MAX, highest = INT64_MIN;
+  int64_t highest = -1;
+  int32_t negative = 0;  // the OR of the first positions: its sign bit
   int64_t begin = num_reqs > 0 ? query_start_loc[0] : 0;
   for (int64_t r = 0; r < num_reqs; ++r) {
     const int64_t end = query_start_loc[r + 1];
-    const int64_t first = counts[r];
+    const int32_t first = counts[r];
     const bool with_tokens = end != begin;
-    lowest = std::min(lowest, with_tokens ? first : INT64_MAX);
-    highest = std::max(highest, with_tokens ? first + (end - begin) - 1 : INT64_MIN);
+    highest = std::max(highest, with_tokens ? first + (end - begin) - 1 : int64_t{-1});
+    negative |= with_tokens ? first : 0;
     begin = end;
   }
   RequestPositionRange range;
-  if (highest >= lowest) {
-    range.lowest = lowest;
-    range.highest = highest;
-  }
+  range.any_negative = negative < 0;
+  range.highest = highest;
   return range;
 }
 
@@ -243,6 +173,36 @@ void group_slots_of_requests(const SlotMappingGroup& g, const D& divisors, const
   }
 }
 
+// Calls run(layout, divisors) with the group's layout as a constant and its divisors of the kind
+// its sizes allow (shifts or reciprocals), and returns true; false for a disabled group.
+template <typename Run>
+bool with_group_kind(const SlotMappingGroup& g, Run&& run) {
+  using L = CpLayout;
+  switch (g.kind) {
+    case SlotGroupKind::kDisabled:
+      return false;
+    case SlotGroupKind::kSingleRankShifts:
+      run(std::integral_constant<L, L::kSingleRank>{}, g.shifts);
+      return true;
+    case SlotGroupKind::kSingleRank:
+      run(std::integral_constant<L, L::kSingleRank>{}, g.divisors);
+      return true;
+    case SlotGroupKind::kContextParallelShifts:
+      run(std::integral_constant<L, L::kContextParallel>{}, g.shifts);
+      return true;
+    case SlotGroupKind::kContextParallel:
+      run(std::integral_constant<L, L::kContextParallel>{}, g.divisors);
+      return true;
+    case SlotGroupKind::kInterleavedShifts:
+      run(std::integral_constant<L, L::kInterleaved>{}, g.shifts);
+      return true;
+    case SlotGroupKind::kInterleaved:
+      run(std::integral_constant<L, L::kInterleaved>{}, g.divisors);
+      return true;
+  }
+  return false;
+}
+
 // The same through the group's kind, chosen once per call of this (a block of requests).
 template <typename IdxT, typename OutT>
 void group_slots_of_requests(const SlotMappingGroup& g, const int32_t* query_start_loc, const int32_t* counts,
@@ -250,26 +210,10 @@ void group_slots_of_requests(const SlotMappingGroup& g, const int32_t* query_sta
   const auto run = [&](auto layout, const auto& d) {
     group_slots_of_requests<decltype(layout)::value>(g, d, query_start_loc, counts, idx_mapping, r_begin, r_end, out);
   };
-  using L = CpLayout;
-  switch (g.kind) {
-    case SlotGroupKind::kDisabled:
-      for (int64_t r = r_begin; r < r_end; ++r) {
-        const int64_t begin = query_start_loc[r];
-        store_slot_run(out + begin, query_start_loc[r + 1] - begin, kPadSlotId, 0);
-      }
-      return;
-    case SlotGroupKind::kSingleRankShifts:
-      return run(std::integral_constant<L, L::kSingleRank>{}, g.shifts);
-    case SlotGroupKind::kSingleRank:
-      return run(std::integral_constant<L, L::kSingleRank>{}, g.divisors);
-    case SlotGroupKind::kContextParallelShifts:
-      return run(std::integral_constant<L, L::kContextParallel>{}, g.shifts);
-    case SlotGroupKind::kContextParallel:
-      return run(std::integral_constant<L, L::kContextParallel>{}, g.divisors);
-    case SlotGroupKind::kInterleavedShifts:
-      return run(std::integral_constant<L, L::kInterleaved>{}, g.shifts);
-    case SlotGroupKind::kInterleaved:
-      return run(std::integral_constant<L, L::kInterleaved>{}, g.divisors);
+  if (with_group_kind(g, run)) return;
+  for (int64_t r = r_begin; r < r_end; ++r) {  // disabled: PAD
+    const int64_t begin = query_start_loc[r];
+    store_slot_run(out + begin, query_start_loc[r + 1] - begin, kPadSlotId, 0);
   }
 }
 
@@ -284,41 +228,96 @@ int64_t find_group_slot_past_int32(const int32_t* query_start_loc, const int32_t
   return find_slot_past_int32(wide, query_start_loc[num_reqs]);
 }
 
-// Requests stored together: their counts, positions and seq_lens, then every group's slots
-// while those are still in L1; one dispatch per group and block instead of one per request.
+// One group's slots for requests [r_begin, r_end): the covered loop of the group's kind when its
+// positions were proven covered, else the bounds-tested one; per_request as in
+// covered_group_slots_of_requests, run for every request either way.
+template <typename IdxT, typename OutT, typename PerRequest>
+void store_group_slots(const SlotMappingGroup& g, const int32_t* query_start_loc, const int32_t* counts,
+                       const IdxT* idx_mapping, int64_t r_begin, int64_t r_end, OutT* out, PerRequest per_request) {
+  const auto run = [&](auto layout, const auto& d) {
+    constexpr CpLayout kLayout = decltype(layout)::value;
+    // The requests whose chunks fit without a test, then the rest (the batch's last few).
+    const int64_t fit_end = requests_with_room(query_start_loc, r_begin, r_end, g.shape.num_tokens_padded);
+    if (idx_mapping == nullptr) {
+      covered_group_slots_of_requests<kLayout, false, true>(g, d, query_start_loc, counts, idx_mapping, r_begin,
+                                                            fit_end, out, per_request);
+      covered_group_slots_of_requests<kLayout, false, false>(g, d, query_start_loc, counts, idx_mapping, fit_end,
+                                                             r_end, out, per_request);
+    } else {
+      covered_group_slots_of_requests<kLayout, true, true>(g, d, query_start_loc, counts, idx_mapping, r_begin,
+                                                           fit_end, out, per_request);
+      covered_group_slots_of_requests<kLayout, true, false>(g, d, query_start_loc, counts, idx_mapping, fit_end,
+                                                            r_end, out, per_request);
+    }
+  };
+  if (g.all_covered && with_group_kind(g, run)) return;
+  int64_t begin = query_start_loc[r_begin];
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const int64_t end = query_start_loc[r + 1];
+    per_request(std::false_type{}, r, begin, end - begin, counts[r]);
+    begin = end;
+  }
+  group_slots_of_requests(g, query_start_loc, counts, idx_mapping, r_begin, r_end, out);
+}
+
+// Requests stored together: their positions and seq_lens, then every group's slots while those
+// are still in L1; one dispatch per group and block instead of one per request.
 constexpr int64_t kRequestsPerBlock = 64;
 
 // Every store of the fused op, after the caller gathered the corrected counts into
-// new_computed / new_accepted and validated them: one pass over the requests, a block of them
-// at a time.
+// new_computed / new_accepted and validated them: the correction, then one pass over the
+// requests, a block of them at a time, whose positions and seq_lens are stored in the first
+// group's loop. request_counts: every request's corrected count.
 template <typename PosT, typename IdxT>
 void store_spec_decode_inputs(const int32_t* new_computed, const int32_t* new_accepted, int64_t num_corrected,
-                              int32_t* num_computed_tokens, int32_t* num_accepted_tokens,
+                              const int32_t* request_counts, int32_t* num_computed_tokens, int32_t* num_accepted_tokens,
                               const int32_t* query_start_loc, PosT* positions, int32_t* seq_lens,
                               const PositionsShape& positions_shape, const IdxT* idx_mapping,
                               const SlotMappingGroup* groups, int64_t num_groups) {
   const int64_t num_reqs = positions_shape.num_reqs;
-  for (int64_t i = 0; i < num_corrected; ++i) num_computed_tokens[i] = new_computed[i];
-  for (int64_t i = 0; i < num_corrected; ++i) num_accepted_tokens[i] = new_accepted[i];
+  const int64_t positions_room = positions_shape.num_tokens_padded;
+  std::copy(new_computed, new_computed + num_corrected, num_computed_tokens);
+  std::copy(new_accepted, new_accepted + num_corrected, num_accepted_tokens);
+  // By value: the loops' stores cannot reach a copy, so the pointers stay in registers. `fits`:
+  // the group's loop found room for the request's chunks in outputs of the group's
+  // num_tokens_padded values, which is positions' too (one size of the call); a request without
+  // tokens may then write a chunk as well, which later ones and the padding rewrite.
+  const auto store_positions = [positions, seq_lens, positions_room](auto fits, int64_t r, int64_t token,
+                                                                     int64_t query_len, int32_t count) {
+    if (decltype(fits)::value || (query_len > 0 && run_chunks_fit<PosT>(query_len, positions_room - token))) {
+      store_run_padded(positions + token, query_len, count, 1);  // count, count + 1, ...
+    } else {
+      store_run(positions + token, query_len, count, 1);
+    }
+    seq_lens[r] = static_cast<int32_t>(static_cast<uint32_t>(count) + static_cast<uint32_t>(query_len));
+  };
+  const auto nothing = [](auto, int64_t, int64_t, int64_t, int32_t) {};
   for (int64_t block = 0; block < num_reqs; block += kRequestsPerBlock) {
     const int64_t block_end = std::min(block + kRequestsPerBlock, num_reqs);
-    int64_t begin = query_start_loc[block];
-    for (int64_t r = block; r < block_end; ++r) {
-      const int32_t count = num_computed_tokens[r];  // corrected (rows past the correction: untouched)
-      const int64_t end = query_start_loc[r + 1];
-      const int64_t query_len = end - begin;
-      store_run(positions + begin, query_len, count, 1);  // count, count + 1, ...
-      seq_lens[r] = static_cast<int32_t>(static_cast<uint32_t>(count) + static_cast<uint32_t>(query_len));
-      begin = end;
+    if (num_groups == 0) {
+      int64_t begin = query_start_loc[block];
+      for (int64_t r = block; r < block_end; ++r) {
+        const int64_t end = query_start_loc[r + 1];
+        store_positions(std::false_type{}, r, begin, end - begin, request_counts[r]);
+        begin = end;
+      }
     }
     for (int64_t g = 0; g < num_groups; ++g) {
       const SlotMappingGroup& group = groups[g];
       if (group.out64 != nullptr) {
-        group_slots_of_requests(group, query_start_loc, num_computed_tokens, idx_mapping, block, block_end,
-                                group.out64);
+        if (g == 0) {
+          store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out64,
+                            store_positions);
+        } else {
+          store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out64,
+                            nothing);
+        }
+      } else if (g == 0) {  // int32: checked to fit
+        store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out32,
+                          store_positions);
       } else {
-        group_slots_of_requests(group, query_start_loc, num_computed_tokens, idx_mapping, block, block_end,
-                                group.out32);  // checked to fit
+        store_group_slots(group, query_start_loc, request_counts, idx_mapping, block, block_end, group.out32,
+                          nothing);
       }
     }
   }

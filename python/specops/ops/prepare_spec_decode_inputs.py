@@ -90,6 +90,7 @@ def _check(
 
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
 _new_tuple = tuple.__new__
+_TENSOR = torch.Tensor
 
 
 def _per_group(value: object, num_groups: int) -> list:
@@ -152,8 +153,15 @@ def prepare_spec_decode_inputs(
     ValueError naming the request, the position and the count on the host, PAD on device paths.
     """
     # The common call (lists of plain tensors, one int or a list per group) takes the shortest
-    # path: at R=256 this Python costs as much as the op's whole C++ body.
-    block_tables = checked_tensor_list(block_tables, "block_tables")
+    # path, with no helper call (each costs about as much as the op's checks of a group): at
+    # R=256 this Python once cost a third of the whole call.
+    if type(block_tables) is list:
+        for table in block_tables:
+            if type(table) is not _TENSOR:
+                block_tables = checked_tensor_list(block_tables, "block_tables")
+                break
+    else:
+        block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
     if idx_mapping is not None and (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
                                     and query_start_loc.dim() == 1
@@ -164,17 +172,30 @@ def prepare_spec_decode_inputs(
     if type(block_sizes) is not list:
         block_sizes = _per_group(block_sizes, num_groups)
     if type(blocks_per_kv_block) is not list:
-        blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
+        if type(blocks_per_kv_block) is int:
+            blocks_per_kv_block = [blocks_per_kv_block] * num_groups
+        else:
+            blocks_per_kv_block = _per_group(blocks_per_kv_block, num_groups)
     # Packed into the op's int[] as 0 and 1: checked here as every bool argument is (one bool
-    # for every group without the call).
+    # for every group, or a list of True / False, without the call).
     if cp_sharded is True or cp_sharded is False:
         cp_sharded = [cp_sharded] * num_groups
-    else:
+    elif type(cp_sharded) is not list:
         cp_sharded = bools_per_group(cp_sharded, num_groups, "cp_sharded")
+    else:
+        for entry in cp_sharded:
+            if entry is not True and entry is not False:
+                cp_sharded = bools_per_group(cp_sharded, num_groups, "cp_sharded")
+                break
     if slot_mapping_enabled is True or slot_mapping_enabled is False:
         slot_mapping_enabled = [slot_mapping_enabled] * num_groups
-    else:
+    elif type(slot_mapping_enabled) is not list:
         slot_mapping_enabled = bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
+    else:
+        for entry in slot_mapping_enabled:
+            if entry is not True and entry is not False:
+                slot_mapping_enabled = bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
+                break
     if not len(block_sizes) == len(blocks_per_kv_block) == len(cp_sharded) == len(slot_mapping_enabled) == num_groups:
         for name, values in (("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block),
                              ("cp_sharded", cp_sharded), ("slot_mapping_enabled", slot_mapping_enabled)):
@@ -194,6 +215,14 @@ def prepare_spec_decode_inputs(
         num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
                          for _ in range(num_groups)]
+    elif type(slot_mappings) is list:
+        # A list of its own: the result's, which the caller's list may not change later.
+        for out in slot_mappings:
+            if type(out) is not _TENSOR:
+                slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
+                break
+        else:
+            slot_mappings = slot_mappings[:]
     else:
         slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
     # pack_sizes, inline (the call alone costs a tenth of this wrapper), one group without a loop.
