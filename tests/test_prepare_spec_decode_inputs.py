@@ -48,6 +48,30 @@ def test_hand_computed(backend):
     assert result.slot_mappings[1].tolist() == [51, PAD, PAD, PAD]
 
 
+@pytest.mark.parametrize("positions_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("slots_dtype", [torch.int32, torch.int64])
+def test_requests_without_tokens_near_the_end_write_nothing_past_the_padding(backend, positions_dtype, slots_dtype):
+    # The host body writes runs in whole chunks (8 int32 or 4 int64 values) and lets the next
+    # request rewrite the excess: a request without tokens ending just before num_tokens_padded
+    # once wrote one int32 position past the output. The outputs are views of longer buffers
+    # whose tail must stay as it was, for every place the empty request can end at.
+    room = 16
+    table = torch.arange(1, 9, dtype=torch.int32).reshape(2, 4)
+    for first_len in range(room + 1):
+        position_buffer = torch.full((room + 8,), 777, dtype=positions_dtype)
+        slot_buffer = torch.full((room + 8,), 777, dtype=slots_dtype)
+        result = specops.prepare_spec_decode_inputs(
+            i32([10, 20]), i32([0, 0]), i32([-1, -1]), i32([1]), i32([1]), i32([3, 5]),
+            i32([0, first_len, first_len]), [table], 16, positions=position_buffer[:room],
+            slot_mappings=[slot_buffer[:room]], num_tokens_padded=room, num_reqs_padded=2)
+        assert position_buffer[room:].tolist() == [777] * 8, first_len
+        assert slot_buffer[room:].tolist() == [777] * 8, first_len
+        assert result.positions.tolist() == list(range(3, 3 + first_len)) + [0] * (room - first_len)
+        expected_slots = [1 * 16 + 3 + k if 3 + k < 16 else 2 * 16 + 3 + k - 16 for k in range(first_len)]
+        assert result.slot_mappings[0].tolist() == expected_slots + [PAD] * (room - first_len)
+        assert result.seq_lens.tolist() == [3 + first_len, 5]
+
+
 def test_a_disabled_group_gets_pad_and_its_table_is_never_read(backend):
     # Group 1 has no slot mapping (a group whose attention reads no slots): its table has no
     # columns at all, so any read or position check against it would fail.

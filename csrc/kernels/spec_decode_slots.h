@@ -94,11 +94,13 @@ constexpr int64_t kRunChunk = 32 / sizeof(OutT);
 constexpr int64_t kMaxRunChunk = 8;
 
 // The end of the requests of [r_begin, r_end) whose every run's chunks fit in outputs of `room`
-// values: the requests before it end at most kMaxRunChunk - 1 values before `room` (their
-// ends grow, so it is one test for a block that ends there, usually all but the batch's last).
+// values: the requests before it end at least kMaxRunChunk values before `room` (their ends
+// grow, so it is one test for a block that ends there, usually all but the batch's last). A
+// whole chunk, not one value less: a request without tokens still writes one chunk of
+// positions from its end.
 inline int64_t requests_with_room(const int32_t* query_start_loc, int64_t r_begin, int64_t r_end, int64_t room) {
   int64_t fit_end = r_end;
-  while (fit_end > r_begin && query_start_loc[fit_end] > room - (kMaxRunChunk - 1)) --fit_end;
+  while (fit_end > r_begin && query_start_loc[fit_end] > room - kMaxRunChunk) --fit_end;
   return fit_end;
 }
 
