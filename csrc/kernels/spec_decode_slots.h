@@ -58,6 +58,24 @@ struct SlotMappingGroup {
   }
 };
 
+#if defined(__GNUC__)
+// The first 16 bytes of the run base, base + step, ... in the output's width, and the step
+// between one such vector and the next: what store_run and store_run_padded write from.
+template <typename OutT>
+struct RunVectors {
+  using Lane = std::conditional_t<sizeof(OutT) == 8, uint64_t, uint32_t>;  // unsigned: wrapping
+  static constexpr int64_t kLanes = 16 / sizeof(OutT);
+  typedef Lane Vector __attribute__((vector_size(16)));
+  Vector first;
+  Vector increment;
+
+  SPECOPS_HOT_INLINE RunVectors(int64_t base, int64_t step) {
+    for (int64_t lane = 0; lane < kLanes; ++lane) first[lane] = static_cast<Lane>(base + step * lane);
+    increment = Vector{} + static_cast<Lane>(step * kLanes);
+  }
+};
+#endif
+
 // out[k] = base + step * k for k < length (step 1: a run of positions or slots; 0: a run of
 // PAD), in the output's width (int32 outputs take the low 32 bits, as a cast of each would).
 // The fused op writes every position and every group's slots this way, so it stores two int64
@@ -67,13 +85,10 @@ template <typename OutT>
 inline void store_run(OutT* out, int64_t length, int64_t base, int64_t step) {
   static_assert(sizeof(OutT) == 8 || sizeof(OutT) == 4, "int64 or int32 outputs");
 #if defined(__GNUC__)
-  using Lane = std::conditional_t<sizeof(OutT) == 8, uint64_t, uint32_t>;  // unsigned: wrapping
-  constexpr int64_t kLanes = 16 / sizeof(OutT);
-  typedef Lane Vector __attribute__((vector_size(16)));
-  Vector value;
-  for (int64_t lane = 0; lane < kLanes; ++lane) value[lane] = static_cast<Lane>(base + step * lane);
-  const Lane increment_lane = static_cast<Lane>(step * kLanes);
-  const Vector increment = Vector{} + increment_lane;
+  constexpr int64_t kLanes = RunVectors<OutT>::kLanes;
+  const RunVectors<OutT> vectors(base, step);
+  auto value = vectors.first;
+  const auto increment = vectors.increment;
   int64_t k = 0;
   for (; k + kLanes <= length; k += kLanes) {
     __builtin_memcpy(out + k, &value, sizeof(value));
@@ -118,12 +133,10 @@ template <typename OutT>
 SPECOPS_HOT_INLINE void store_run_padded(OutT* out, int64_t length, int64_t base, int64_t step) {
   static_assert(sizeof(OutT) == 8 || sizeof(OutT) == 4, "int64 or int32 outputs");
 #if defined(__GNUC__)
-  using Lane = std::conditional_t<sizeof(OutT) == 8, uint64_t, uint32_t>;  // unsigned: wrapping
-  constexpr int64_t kLanes = 16 / sizeof(OutT);
-  typedef Lane Vector __attribute__((vector_size(16)));
-  Vector value;
-  for (int64_t lane = 0; lane < kLanes; ++lane) value[lane] = static_cast<Lane>(base + step * lane);
-  const Vector increment = Vector{} + static_cast<Lane>(step * kLanes);
+  constexpr int64_t kLanes = RunVectors<OutT>::kLanes;
+  const RunVectors<OutT> vectors(base, step);
+  auto value = vectors.first;
+  const auto increment = vectors.increment;
   // The first chunk without a loop (a decode's whole run): a loop's bound costs as much as it.
   __builtin_memcpy(out, &value, sizeof(value));
   value += increment;
