@@ -206,6 +206,27 @@ def test_decode_batch_without_padding_or_idx_mapping(backend, world, rank):
     assert all((slots[last:] == PAD).all() for slots in outputs["slot_mappings"])
 
 
+@pytest.mark.parametrize("slot_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("world,rank", [(1, 0), (2, 1), (4, 2)])
+def test_decode_runs_across_kernel_blocks_and_ranks(backend, world, rank, slot_dtype):
+    """Decode queries of 1-7 tokens on kernel blocks of 2 to 8: many runs go on into the next
+    block (whose id is sometimes negative), and under CP without interleave each request's
+    tokens alternate between ranks (the native op stores both a vector at a time). Outputs of
+    exactly T tokens, so the batch's last requests have no room for whole vectors."""
+    groups = [(4, 1, True), (2, 1, False), (8, 1, True), (2, 1, True)]
+    step = make_spec_decode_step(torch.Generator().manual_seed(world + rank), num_reqs=90, num_prev_rows=90,
+                                 max_query_len=7, groups=groups, cp_world_size=world)
+    pad_blocks = torch.Generator().manual_seed(17)
+    for table in step.block_tables:
+        table[torch.rand(table.shape, generator=pad_blocks) < 0.15] = -1
+    outputs = fresh_outputs(step, step.num_tokens, 90, torch.int64, [slot_dtype] * len(groups))
+    expected_step, expected = expectation(step, outputs, world, rank, 1, [True] * len(groups), step.num_tokens, 90)
+    run_fused(step, outputs, world, rank)
+    assert_same_step(step, outputs, expected_step, expected, f"{backend} W={world} {slot_dtype}")
+    for slots in outputs["slot_mappings"]:
+        assert (slots != PAD).any() and (slots == PAD).any()
+
+
 def test_without_groups_it_is_correction_and_positions(backend):
     step = make_spec_decode_step(torch.Generator().manual_seed(2), num_reqs=7, num_prev_rows=9, max_query_len=5,
                                  groups=[])

@@ -37,36 +37,36 @@ struct CorrectedCounts {
   int32_t operator()(int64_t r) const { return r < num_corrected ? gathered[r] : buffer[r]; }
 };
 
-// Whether any request with tokens starts at a negative position, and the highest last position
-// of them (their corrected counts in counts[0, num_reqs)), in one branch-free pass shared by
-// every group: a group without per-row counts whose table covers [0, highest] in every row
+// Whether any request with tokens starts at a negative position, and the end (highest last
+// position + 1) of them (their corrected counts in counts[0, num_reqs)), in one branch-free pass
+// shared by every group: a group without per-row counts whose table covers [0, end) in every row
 // accepts the batch without a loop of its own.
 struct RequestPositionRange {
   bool any_negative = false;
-  int64_t highest = -1;  // no request has tokens
+  uint32_t end = 0;  // 0: no request has tokens
 
   // Whether every position lies in [0, covered) (covered <= 2^31).
-  bool inside(uint64_t covered) const {
-    return !any_negative && (highest < 0 || static_cast<uint64_t>(highest) < covered);
-  }
+  bool inside(uint64_t covered) const { return !any_negative && end <= covered; }
 };
 
+// query_start_loc is checked (0 first, non-decreasing), so each query_len is in [0, 2^31) and for
+// a first position in [0, 2^31) first + query_len does not wrap in 32 unsigned bits; a negative
+// first position sets any_negative, whatever its sum. No value carries from one request to the
+// next but the two reductions, so the compiler vectorizes the loop.
 inline RequestPositionRange request_position_range(const int32_t* query_start_loc, const int32_t* counts,
                                                    int64_t num_reqs) {
-  int64_t highest = -1;
+  uint32_t end = 0;
   int32_t negative = 0;  // the OR of the first positions: its sign bit
-  int64_t begin = num_reqs > 0 ? query_start_loc[0] : 0;
   for (int64_t r = 0; r < num_reqs; ++r) {
-    const int64_t end = query_start_loc[r + 1];
+    const uint32_t query_len = static_cast<uint32_t>(query_start_loc[r + 1]) - static_cast<uint32_t>(query_start_loc[r]);
     const int32_t first = counts[r];
-    const bool with_tokens = end != begin;
-    highest = std::max(highest, with_tokens ? first + (end - begin) - 1 : int64_t{-1});
+    const bool with_tokens = query_len != 0;
+    end = std::max(end, with_tokens ? static_cast<uint32_t>(first) + query_len : 0u);
     negative |= with_tokens ? first : 0;
-    begin = end;
   }
   RequestPositionRange range;
   range.any_negative = negative < 0;
-  range.highest = highest;
+  range.end = end;
   return range;
 }
 

@@ -59,8 +59,8 @@ struct SlotMappingGroup {
 };
 
 #if defined(__GNUC__)
-// The first 16 bytes of the run base, base + step, ... in the output's width, and the step
-// between one such vector and the next: what store_run and store_run_padded write from.
+// The first 16 bytes of the run base, base + step, ... (step 0 or 1) in the output's width, and
+// the step between one such vector and the next: what store_run and store_run_padded write from.
 template <typename OutT>
 struct RunVectors {
   using Lane = std::conditional_t<sizeof(OutT) == 8, uint64_t, uint32_t>;  // unsigned: wrapping
@@ -69,8 +69,20 @@ struct RunVectors {
   Vector first;
   Vector increment;
 
+  // Lane k's offset k from the run's first value.
+  static SPECOPS_HOT_INLINE Vector lane_index() {
+    if constexpr (kLanes == 2) {
+      return Vector{0, 1};
+    } else {
+      return Vector{0, 1, 2, 3};
+    }
+  }
+
+  // A broadcast and a masked add, all in vector registers: set lane by lane, the compiler built
+  // the vector in memory and reloaded it whole, a store-forwarding stall on every run.
   SPECOPS_HOT_INLINE RunVectors(int64_t base, int64_t step) {
-    for (int64_t lane = 0; lane < kLanes; ++lane) first[lane] = static_cast<Lane>(base + step * lane);
+    const Vector steps = Vector{} - static_cast<Lane>(step);  // all ones for step 1, zero for 0
+    first = (Vector{} + static_cast<Lane>(base)) + (lane_index() & steps);
     increment = Vector{} + static_cast<Lane>(step * kLanes);
   }
 };
@@ -155,6 +167,53 @@ SPECOPS_HOT_INLINE void store_run_padded(OutT* out, int64_t length, int64_t base
 }
 
 #if defined(__GNUC__)
+// Under CP without interleave, with W a power of two: a request's slots when its positions lie in
+// one kernel block whose block id is stored, a vector of them at a time. Position p is this
+// rank's when p % W == rank, and then its slot is origin + p / W (origin: the block's first slot
+// minus its first local position); the others get PAD. Built once per group and block of
+// requests, so a request costs its two broadcasts and the vectors.
+template <typename OutT>
+struct ContextParallelRuns {
+  using Vectors = RunVectors<OutT>;
+  using Vector = typename Vectors::Vector;
+  using Lane = typename Vectors::Lane;
+  static constexpr int64_t kLanes = Vectors::kLanes;
+  Vector rank{};
+  Vector rank_mask{};
+  uint32_t world_shift = 0;
+
+  template <typename D>
+  explicit ContextParallelRuns(const D& d) {
+    if constexpr (std::is_same_v<D, SlotMappingShifts>) {
+      rank += static_cast<Lane>(d.rank);
+      rank_mask += static_cast<Lane>(d.world.divisor() - 1);
+      world_shift = d.world_shift;
+    }
+  }
+
+  // Writes out[0, count rounded up to a chunk of two vectors) (run_chunks_fit).
+  SPECOPS_HOT_INLINE void store(OutT* out, int64_t count, uint32_t first, int64_t origin) const {
+    static_assert(kPadSlotId == -1, "PAD is all ones");
+    constexpr int kTopBit = 8 * sizeof(Lane) - 1;
+    const Vector origins = Vector{} + static_cast<Lane>(origin);
+    Vector positions = (Vector{} + static_cast<Lane>(first)) + Vectors::lane_index();
+    for (int64_t k = 0; k < count; k += 2 * kLanes) {
+      for (int64_t half = 0; half < 2 * kLanes; half += kLanes) {
+        // 0 on this rank's positions, below W elsewhere: offset - 1 has its top bit set exactly
+        // at this rank's, so `other` is all ones elsewhere and zero here, and ORed with it the
+        // slot becomes PAD (all ones). Shifts and subtractions: SSE2 has no 64-bit compare.
+        const Vector offset = (positions & rank_mask) ^ rank;
+        const Vector other = ((offset - 1) >> kTopBit) - 1;
+        const Vector slots = (origins + (positions >> world_shift)) | other;
+        __builtin_memcpy(out + k + half, &slots, sizeof(slots));
+        positions += static_cast<Lane>(kLanes);
+      }
+    }
+  }
+};
+#endif
+
+#if defined(__GNUC__)
 #define SPECOPS_COLD __attribute__((noinline, cold))
 #else
 #define SPECOPS_COLD
@@ -196,6 +255,9 @@ void covered_group_slots_of_requests(const SlotMappingGroup& g, const D& divisor
   const int64_t stride = s.block_table_stride;
   const int64_t block_size = s.block_size;
   const int64_t room = s.num_tokens_padded;
+#if defined(__GNUC__)
+  [[maybe_unused]] const ContextParallelRuns<OutT> cp_runs(d);
+#endif
   bool any_unmapped = false;
   int64_t begin = query_start_loc[r_begin];
   for (int64_t r = r_begin; r < r_end; ++r) {
@@ -217,13 +279,25 @@ void covered_group_slots_of_requests(const SlotMappingGroup& g, const D& divisor
     if constexpr (kLayout == CpLayout::kSingleRank) {
       const uint32_t in_block = d.block.mod(first);
       const bool fits = kFits || run_chunks_fit<OutT>(count, room - token);
-      if (static_cast<int64_t>(in_block) + count <= block_size && fits) {
-        const int64_t block_id = block_row[d.block.div(first)];
+      if (static_cast<int64_t>(in_block) + count <= 2 * block_size && fits) {
+        const uint32_t column = d.block.div(first);
+        const int64_t block_id = block_row[column];
         // Two calls with constant steps: the usual stored run needs no step arithmetic.
         if (block_id >= 0) {
           store_run_padded(request_out, count, block_id * block_size + in_block, 1);
         } else {
           store_run_padded(request_out, count, kPadSlotId, 0);
+        }
+        const int64_t split = block_size - static_cast<int64_t>(in_block);
+        if (split < count) {
+          // The run goes on in the next kernel block (a column inside the row: every position is
+          // covered) and rewrites the first run's values from there on.
+          const int64_t next_id = block_row[column + 1];
+          if (next_id >= 0) {
+            store_run_padded(request_out + split, count - split, next_id * block_size, 1);
+          } else {
+            store_run_padded(request_out + split, count - split, kPadSlotId, 0);
+          }
         }
         continue;
       }
@@ -236,6 +310,18 @@ void covered_group_slots_of_requests(const SlotMappingGroup& g, const D& divisor
         const int64_t block_id = block_row[column];
         // slot = block_id * block_size + local % block_size = origin + local in this block.
         const int64_t origin = block_id >= 0 ? (block_id - column) * block_size : kPadSlotId;
+#if defined(__GNUC__)
+        if constexpr (std::is_same_v<D, SlotMappingShifts>) {
+          if (kFits || run_chunks_fit<OutT>(count, room - token)) {
+            if (block_id >= 0) {
+              cp_runs.store(request_out, count, first, origin);
+            } else {
+              store_run_padded(request_out, count, kPadSlotId, 0);
+            }
+            continue;
+          }
+        }
+#endif
         const uint32_t world = d.world.divisor();
         for (int64_t k = 0; k < count; ++k) {
           const uint32_t position = first + static_cast<uint32_t>(k);
