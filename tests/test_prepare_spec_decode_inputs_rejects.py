@@ -200,3 +200,49 @@ def test_a_negative_token_count_is_written_whole_or_not_at_all():
         assert result.positions.tolist() == [0, 0, 0, 0], backend
         assert result.seq_lens.tolist() == [22 + 2, 11 - 3, 0], backend
         assert result.slot_mappings[0].tolist() == [PAD] * 4, backend
+
+
+def _new_requests(counts: list[int], query_lens: list[int], columns: int = 2):
+    """New requests (no row continues a previous one: each takes its host count) on one group of
+    kernel blocks of 4, `columns` per row: every position below 4 * columns has a block."""
+    num_reqs = len(counts)
+    starts = [0]
+    for query_len in query_lens:
+        starts.append(starts[-1] + query_len)
+    table = torch.arange(num_reqs * columns, dtype=torch.int32).reshape(num_reqs, columns)
+    return dict(num_computed_tokens=i32([0] * num_reqs), num_accepted_tokens=i32([0] * num_reqs),
+                prev_positions=i32([-1] * num_reqs), valid_sampled_token_count=i32([0] * num_reqs),
+                prev_num_draft_tokens=i32([0] * num_reqs), cpu_num_computed_tokens=i32(counts),
+                query_start_loc=i32(starts), block_tables=[table], block_sizes=4,
+                positions=torch.full((starts[-1],), 55, dtype=torch.int64),
+                seq_lens=torch.full((num_reqs,), 55, dtype=torch.int32),
+                slot_mappings=[torch.full((starts[-1],), 55, dtype=torch.int64)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_requests_without_tokens_bound_no_position(backend):
+    # Counts of requests without tokens (negative, past int32 once a token is added, past the
+    # table) say nothing about the batch's positions; the one with tokens ends on the table's
+    # last covered position.
+    call = _new_requests([-5, 2**31 - 1, 5, 99], [0, 0, 3, 0])
+    with specops.backend(backend):
+        result = specops.prepare_spec_decode_inputs(**call)
+    assert result.positions.tolist() == [5, 6, 7]
+    block_id = 2 * 2 + 1  # row 2, column 1 (positions 4 to 7)
+    assert result.slot_mappings[0].tolist() == [block_id * 4 + 1, block_id * 4 + 2, block_id * 4 + 3]
+    assert result.seq_lens.tolist() == [-5, 2**31 - 1, 8, 99]
+
+
+@pytest.mark.parametrize("counts,query_lens,message", [
+    ([-5, 2, 5], [1, 0, 3], r"request 0 .*num_computed_tokens = -5"),
+    ([0, 2, 5], [0, 2, 4], r"request 2 .*beyond block_tables\[0\]"),
+    ([0, 2**31 - 2, 5], [0, 3, 0], r"request 1 "),
+])
+def test_native_rejects_the_first_position_outside_and_writes_nothing(counts, query_lens, message):
+    call = _new_requests(counts, query_lens)
+    before = {name: value.clone() for name, value in call.items() if isinstance(value, torch.Tensor)}
+    with pytest.raises(ValueError, match=message):
+        specops.prepare_spec_decode_inputs(**call)
+    for name, value in before.items():
+        assert torch.equal(call[name], value), name
+    assert (call["slot_mappings"][0] == 55).all()

@@ -52,7 +52,8 @@ struct RequestPositionRange {
 // query_start_loc is checked (0 first, non-decreasing), so each query_len is in [0, 2^31) and for
 // a first position in [0, 2^31) first + query_len does not wrap in 32 unsigned bits; a negative
 // first position sets any_negative, whatever its sum. No value carries from one request to the
-// next but the two reductions, so the compiler vectorizes the loop.
+// next but the two reductions, and a request without tokens is masked out rather than skipped,
+// so the compiler vectorizes the loop (it keeps a loop with selects or std::max scalar).
 inline RequestPositionRange request_position_range(const int32_t* query_start_loc, const int32_t* counts,
                                                    int64_t num_reqs) {
   uint32_t end = 0;
@@ -60,9 +61,10 @@ inline RequestPositionRange request_position_range(const int32_t* query_start_lo
   for (int64_t r = 0; r < num_reqs; ++r) {
     const uint32_t query_len = static_cast<uint32_t>(query_start_loc[r + 1]) - static_cast<uint32_t>(query_start_loc[r]);
     const int32_t first = counts[r];
-    const bool with_tokens = query_len != 0;
-    end = std::max(end, with_tokens ? static_cast<uint32_t>(first) + query_len : 0u);
-    negative |= with_tokens ? first : 0;
+    const uint32_t with_tokens = -static_cast<uint32_t>(query_len != 0);  // all ones or zero
+    const uint32_t request_end = (static_cast<uint32_t>(first) + query_len) & with_tokens;
+    end = end > request_end ? end : request_end;
+    negative |= first & static_cast<int32_t>(with_tokens);
   }
   RequestPositionRange range;
   range.any_negative = negative < 0;
