@@ -5,7 +5,7 @@ the words are those of its AI-CPU metadata kernel (`npu_sparse_attn_sharedkv_met
 layout and the field names are those of the consumer's header `sparse_attn_sharedkv_metadata.h`:
 FA entry c (cube core c) at word 8c, FD entry v (vector core v) at word 288 + 8v, room for 36
 cube and 72 vector cores. The constants here serve the wrapper, the reference, the Triton kernel
-and the tests; csrc/kernels/sas_metadata.h holds the same values for the C++ body.
+and the tests; csrc/kernels/sas_shape.h holds the same values for the C++ body.
 """
 
 from __future__ import annotations
