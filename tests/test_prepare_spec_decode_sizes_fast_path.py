@@ -318,12 +318,13 @@ def _usual_call_on_the_fast_path() -> dict:
 def test_the_fast_path_runs_the_selected_backend(monkeypatch):
     # Eager on the native backend: the op's FastOp.
     calls = []
-    entry = wrapper_module._NATIVE_ENTRY
-    monkeypatch.setattr(wrapper_module, "_NATIVE_ENTRY", lambda *args: calls.append("entry") or entry(*args))
+    op = wrapper_module._OP
+    entry = op._native_entry
+    assert isinstance(entry, specops._C.FastOp)
+    monkeypatch.setattr(op, "_native_entry", lambda *args: calls.append("entry") or entry(*args))
     specops.prepare_spec_decode_inputs(**_usual_call_on_the_fast_path())
     assert calls == ["entry"]
     # The reference backend: the reference, not the native op.
-    op = wrapper_module._OP
     reference = op.reference
     monkeypatch.setattr(op, "reference", lambda *args: calls.append("reference") or reference(*args))
     with specops.backend("reference"):

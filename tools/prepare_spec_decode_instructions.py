@@ -57,17 +57,17 @@ def _fused_body(case):
 
     captured = {}
     # What the wrapper calls on the usual arguments, eager on the native backend.
-    entry = wrapper_module._NATIVE_ENTRY
+    entry = wrapper_module._OP._native_entry
 
     def record(*args):
         captured["args"] = args
         return entry(*args)
 
-    wrapper_module._NATIVE_ENTRY = record
+    wrapper_module._OP._native_entry = record
     try:
         case.impls["specops"]()
     finally:
-        wrapper_module._NATIVE_ENTRY = entry
+        wrapper_module._OP._native_entry = entry
     args = captured["args"]
     op = wrapper_module._OP._native_entry
     restore = case.impls["restore"]

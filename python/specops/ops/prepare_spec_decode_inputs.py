@@ -111,7 +111,6 @@ _native_sizes = getattr(_C, "spec_decode_sizes", None) if EXTENSION.loaded else 
 # Dynamo cannot trace the native helper: while it traces the wrapper, the Python packs.
 _is_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _torch_compiler = torch.compiler
-_NATIVE_ENTRY = _OP._native_entry
 
 
 def _per_group(value: object, num_groups: int) -> list:
@@ -298,7 +297,7 @@ def prepare_spec_decode_inputs(
         # _OP.select()'s eager native case without its frame (about 900 instructions a call), its
         # Dynamo test made above; every other case asks select().
         if _current_backend.get() == "native" and not _torch_compiler._is_compiling_flag:
-            op = _NATIVE_ENTRY
+            op = _OP._native_entry
         else:
             op = _OP.select()
     try:
