@@ -130,20 +130,22 @@ PyObject* spec_decode_sizes(PyObject* /*module*/, PyObject* const* args, Py_ssiz
   for (Py_ssize_t i = kCpWorldSize; i <= kCpInterleave; ++i) {
     if (!exact_int64(args[i])) Py_RETURN_NONE;
   }
+  // Allocated before the per-group lists are read: a list's allocation may collect garbage, and
+  // a finalizer could change them. Nothing after it runs Python code.
+  PyObject* sizes = PyList_New(kNumScalars + kPerGroup * num_groups);
+  if (sizes == nullptr) return nullptr;
   PerGroup block_sizes, blocks_per_kv_block, cp_sharded, enabled;
   if (!block_sizes.read_ints(args[kBlockSizes], num_groups) ||
       !blocks_per_kv_block.read_ints(args[kBlocksPerKvBlock], num_groups) ||
       !cp_sharded.read_bools(args[kCpSharded], num_groups) ||
       !enabled.read_bools(args[kSlotMappingEnabled], num_groups)) {
+    Py_DECREF(sizes);  // its unset items are NULL, which a list's dealloc skips
     Py_RETURN_NONE;
   }
-
-  PyObject* sizes = PyList_New(kNumScalars + kPerGroup * num_groups);
-  if (sizes == nullptr) return nullptr;
   for (int k = 0; k < 2; ++k) {
     PyObject* value = read_padded[k] ? PyLong_FromLongLong(padded[k]) : Py_NewRef(args[kNumTokensPadded + k]);
     if (value == nullptr) {
-      Py_DECREF(sizes);  // its unset items are NULL, which a list's dealloc skips
+      Py_DECREF(sizes);
       return nullptr;
     }
     PyList_SET_ITEM(sizes, k, value);

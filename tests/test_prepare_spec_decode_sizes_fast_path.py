@@ -7,6 +7,7 @@ has it."""
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 
@@ -190,7 +191,8 @@ def test_a_torch_function_mode_sees_the_numel_calls():
 
 @pytest.fixture
 def python_path(monkeypatch):
-    """A context in which the wrapper packs in Python, as without the extension."""
+    """A call that takes the helper away for the rest of the test: the wrapper then packs in
+    Python, as without the extension."""
     def take_the_helper_away():
         monkeypatch.setattr(wrapper_module, "_native_sizes", None)
     return take_the_helper_away
@@ -235,12 +237,26 @@ def _outcomes_on_both_paths(call: dict, python_path, monkeypatch):
     return fast, returned, _outcome(twin)
 
 
-@pytest.mark.parametrize("argument,change", BAD_INPUTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_INPUTS)])
+# Values in int64 that the op rejects, which the helper packs as they are.
+LARGE_VALUES = [
+    ("block_sizes", dict(block_sizes=[2**40, 8])),
+    ("blocks_per_kv_block", dict(blocks_per_kv_block=2**31)),
+    ("num_tokens_padded", dict(num_tokens_padded=2**62)),
+    ("num_reqs_padded", dict(num_reqs_padded=INT64_MIN)),
+    ("cp_interleave", dict(cp_interleave=-1)),
+    ("cp_rank", dict(cp_rank=INT64_MAX)),
+]
+BOTH_PATHS_BAD_INPUTS = BAD_INPUTS + LARGE_VALUES
+
+
+@pytest.mark.parametrize("argument,change", BOTH_PATHS_BAD_INPUTS,
+                         ids=[f"{a}-{i}" for i, (a, _) in enumerate(BOTH_PATHS_BAD_INPUTS)])
 def test_bad_input_raises_the_same_error_on_both_paths(backend, argument, change, python_path, monkeypatch):
     fast, returned, python = _outcomes_on_both_paths({**_valid_call(), **change}, python_path, monkeypatch)
     assert len(returned) == 1
     assert fast == python
     assert isinstance(fast[0], type) and issubclass(fast[0], (ValueError, RuntimeError))
+    assert re.search(argument, fast[1]), fast[1]
 
 
 # Forms the Python converts or names (the helper declines each): the same outcome on both

@@ -274,7 +274,8 @@ def prepare_spec_decode_inputs(
                                     and query_start_loc.dim() == 1
                                     and query_start_loc.numel() > idx_mapping.numel() + 1):
         # The peer passes num_reqs_padded + 1 entries padded with T; R = idx_mapping.numel(), and
-        # the entries past R are never read (a view, no copy).
+        # the entries past R are never read (a view, no copy). Before either path below: the
+        # Python one sizes outputs it allocates from it.
         query_start_loc = query_start_loc[: idx_mapping.numel() + 1]
     # The usual arguments (lists of plain tensors, the outputs given, ints, True / False, lists of
     # one per group) are packed in one native call, which returns None for every other form:
