@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/frontend/tracer.h>
 
 #include <exception>
+#include <optional>
 
 namespace specops {
 
