@@ -15,7 +15,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-explore test-asan test-peers test-ascend test-cann-wheel wheel clean
+.PHONY: all install bench test test-explore test-asan test-peers test-vllm-integration test-ascend test-cann-wheel wheel clean
 
 all: install
 
@@ -103,6 +103,13 @@ $(PEERS)/.deps: tests/peers/requirements.txt | $(VENV)/.deps
 
 test-peers: install $(PEERS)/.site $(PEERS)/.deps
 	cd tests && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
+
+# vLLM's own model runner V2 driven without and with the specops plugin (docs/integrations.md):
+# each configuration in two fresh processes, buffers compared on every step, launches and host
+# syncs counted. Same vLLM as test-peers; the plugin is found through specops' installed entry point.
+test-vllm-integration: install $(PEERS)/.site $(PEERS)/.deps
+	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps TRITON_INTERPRET=1 \
+	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
 
 # The NPU route without an NPU (docs/device_readiness.md, tests/ascend): a venv of its own,
 # build/ascend-venv, because triton-ascend is the `triton` module itself and cannot share one

@@ -1,0 +1,5 @@
+"""Runner integrations: each makes a runner use specops without edits to the runner (SPEC 1.1).
+
+`specops.integrations.vllm` is a vLLM general plugin (docs/integrations.md). Nothing here is
+imported by `import specops`; the runner's plugin loader imports it.
+"""

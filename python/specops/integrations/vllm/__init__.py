@@ -1,0 +1,163 @@
+"""specops as a vLLM general plugin (entry point group `vllm.general_plugins`; docs/integrations.md).
+
+Installing specops changes nothing: the plugin is off unless SPECOPS_VLLM is set ("1" for every
+point, or a comma list of point names). vLLM calls `register()` in every process it starts
+(front end, engine core, each worker); it never raises: vLLM does not guard plugin functions,
+and a raise would kill every worker. Before it patches anything it checks the exact vLLM version
+and the fingerprint of every target of the points switched on (_guard.py); on any mismatch it
+patches nothing at all and logs one warning naming the first differing target.
+
+Functions are rebound in the module that defines them and in every loaded vLLM module that
+imported them by name; methods are patched on vLLM's base classes, so subclasses (vllm-ascend's
+among them) inherit them. `status()` says whether the plugin is active in this process and why
+not; `python -m specops` prints it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+
+from specops.integrations.vllm import _switch
+
+logger = logging.getLogger(__name__)
+
+_IB = "vllm.v1.worker.gpu.input_batch"
+_MR = "vllm.v1.worker.gpu.model_runner"
+_CP = "vllm.v1.worker.gpu.cp_utils"
+# Modules whose names bound at import are rebound too (imported before the scan).
+IMPORTERS = (_MR, "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
+             "vllm.v1.worker.gpu.spec_decode.speculator", "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+             "vllm.v1.worker.gpu.pcp_manager")
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    target: str  # module:qualname of what is replaced
+    make: Callable  # make(original, *originals of `also`) -> adapter
+    also: tuple[str, ...] = ()  # further originals the adapter falls back on
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    name: str
+    patches: tuple[Patch, ...]
+    reads: tuple[str, ...] = ()  # targets whose attributes the adapters read (fingerprinted, not patched)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(p.target for p in self.patches) + self.reads
+
+
+def _points() -> tuple[Point, ...]:
+    from specops.integrations.vllm import mrv2
+
+    return (
+        Point("input_ids", (
+            Patch(f"{_MR}:GPUModelRunner.prepare_inputs", mrv2.make_prepare_inputs),
+            Patch(f"{_IB}:expand_idx_mapping", mrv2.make_expand_idx_mapping),
+            Patch(f"{_IB}:prepare_prefill_inputs", mrv2.make_prepare_prefill_inputs),
+            Patch(f"{_IB}:combine_sampled_and_draft_tokens", mrv2.make_combine_sampled_and_draft_tokens,
+                  (f"{_IB}:prepare_prefill_inputs", f"{_IB}:expand_idx_mapping")),
+        ), reads=(f"{_IB}:prepare_pos_seq_lens", "vllm.v1.worker.gpu.states:RequestState")),
+        Point("sampled_counts", (Patch(f"{_IB}:get_num_sampled_and_rejected", mrv2.make_get_num_sampled_and_rejected),)),
+        Point("post_update", (
+            Patch(f"{_IB}:post_update", mrv2.make_post_update),
+            Patch(f"{_IB}:post_update_num_computed_tokens", mrv2.make_post_update_num_computed_tokens),
+        ), reads=(f"{_MR}:GPUModelRunner.postprocess_sampled",)),
+        Point("dcp_local_seq_lens", (Patch(f"{_CP}:prepare_dcp_local_seq_lens", mrv2.make_prepare_dcp_local_seq_lens),)),
+    )
+
+
+POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens")
+
+
+@dataclasses.dataclass
+class Status:
+    active: bool = False
+    points: tuple[str, ...] = ()
+    reason: str = "register() has not run in this process"
+
+
+_STATUS = Status()
+
+
+def status() -> Status:
+    return _STATUS
+
+
+def _install(points: tuple[Point, ...]) -> list[str]:
+    """Replaces every target, all or nothing; returns where each adapter went."""
+    from specops.integrations.vllm._guard import resolve
+
+    for name in IMPORTERS:
+        importlib.import_module(name)
+    originals = {patch.target: resolve(patch.target) for p in points for patch in p.patches}
+    planned = []  # (owner, attribute, adapter, original, where)
+    for p in points:
+        for patch in p.patches:
+            original = originals[patch.target]
+            adapter = patch.make(original, *(originals.get(t) or resolve(t) for t in patch.also))
+            module_name, qualname = patch.target.split(":")
+            if "." in qualname:
+                class_name, attribute = qualname.split(".")
+                owner = getattr(sys.modules[module_name], class_name)
+                planned.append((owner, attribute, adapter, vars(owner)[attribute], patch.target))
+                continue
+            # A function: every loaded vLLM module holding the original under that name.
+            for loaded_name, module in list(sys.modules.items()):
+                if (loaded_name == "vllm" or loaded_name.startswith("vllm.")) and getattr(module, qualname, None) is original:
+                    planned.append((module, qualname, adapter, original, f"{loaded_name}:{qualname}"))
+    done = []
+    try:
+        for owner, attribute, adapter, original, _ in planned:
+            setattr(owner, attribute, adapter)
+            done.append((owner, attribute, original))
+    except Exception:
+        for owner, attribute, original in reversed(done):
+            setattr(owner, attribute, original)
+        raise
+    return [where for *_, where in planned]
+
+
+def activate(environ: dict | None = None) -> Status:
+    """Checks and installs; returns the status. Raises nothing it can catch."""
+    global _STATUS
+    if _STATUS.active:
+        return _STATUS
+    try:
+        selection = _switch.selected_points(POINT_NAMES, environ)
+        if not selection.points:
+            _STATUS = Status(False, (), selection.reason)
+            return _STATUS
+        points = tuple(p for p in _points() if p.name in selection.points)
+        from specops.integrations.vllm._guard import Mismatch, check
+
+        try:
+            check([target for p in points for target in p.targets])
+        except Mismatch as mismatch:
+            _STATUS = Status(False, (), f"patched nothing: {mismatch}")
+            logger.warning("specops: %s", _STATUS.reason)
+            return _STATUS
+        except ImportError as exc:
+            _STATUS = Status(False, (), f"patched nothing: vLLM cannot be imported ({exc})")
+            logger.warning("specops: %s", _STATUS.reason)
+            return _STATUS
+        installed = _install(points)
+        _STATUS = Status(True, selection.points, f"{selection.reason}: {len(installed)} targets patched")
+        logger.info("specops: active (%s)", ", ".join(selection.points))
+    except Exception as exc:  # never into vLLM
+        _STATUS = Status(False, (), f"patched nothing: {type(exc).__name__}: {exc}")
+        logger.warning("specops: %s", _STATUS.reason)
+    return _STATUS
+
+
+def register() -> None:
+    """vLLM's entry point (vllm.general_plugins)."""
+    try:
+        activate()
+    except Exception:  # a plugin must never raise into vLLM
+        pass

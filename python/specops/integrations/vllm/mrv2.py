@@ -1,0 +1,171 @@
+"""Model runner V2's points (vllm/v1/worker/gpu): adapters with vLLM's signatures that run
+specops ops into the buffers vLLM hands them (docs/integrations.md lists each point).
+
+Every adapter takes the original it replaces (`make_*(original)`), reads no device value on the
+host, allocates only what vLLM's function allocates (and returns it as vLLM does), and writes
+nothing else.
+
+The step-input seam (point "input_ids"). `GPUModelRunner.prepare_inputs` calls, in this order,
+`expand_idx_mapping` (only when drafts are scheduled), `prepare_prefill_inputs` (only when the
+batch has a prefill), `prepare_pos_seq_lens` and `combine_sampled_and_draft_tokens`; specops'
+prepare_input_ids does the first, second and fourth in one launch. The one sound place for that
+launch is the last call, the only one that sees every input (the drafts, the last sampled tokens,
+the logits layout): the method is wrapped so that, inside it, the first two record their
+arguments and hand back vLLM's own freshly allocated outputs unfilled, and the fourth fills them
+all. That is sound because nothing between reads what the first two write: prepare_pos_seq_lens
+reads the counts and query_start_loc only, and the expanded mapping is first read after
+prepare_inputs returns. prepare_input_ids computes each row's seq_len from the counts itself, so
+it does not depend on prepare_pos_seq_lens either. Outside prepare_inputs (another caller), or
+with adaptive verification (which reshapes the logits layout between the calls), the functions
+are vLLM's. The per-call record lives in a ContextVar set by the wrapper, so nothing leaks
+across calls or threads.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+
+import torch
+
+import specops
+
+
+def point(name: str):
+    """Marks an adapter with the point it belongs to (the proof harness finds adapters by it)."""
+    def mark(function):
+        function.__specops_point__ = name
+        return function
+    return mark
+
+
+class _Pending:
+    """What prepare_inputs' first calls recorded for its last one."""
+
+    __slots__ = ("num_computed_tokens", "expanded", "prefill")
+
+    def __init__(self, num_computed_tokens: torch.Tensor):
+        self.num_computed_tokens = num_computed_tokens
+        self.expanded: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.prefill: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+
+_pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("specops_vllm_pending", default=None)
+
+
+def make_prepare_inputs(original):
+    @point("input_ids")
+    @functools.wraps(original)
+    def prepare_inputs(self, scheduler_output, batch_req_state, batch_desc, num_active_loras):
+        if self.adaptive_verification is not None or self.model_state.num_new_sampled_tokens_per_step not in (0, 1):
+            return original(self, scheduler_output, batch_req_state, batch_desc, num_active_loras)
+        token = _pending.set(_Pending(self.req_states.num_computed_tokens.gpu))
+        try:
+            return original(self, scheduler_output, batch_req_state, batch_desc, num_active_loras)
+        finally:
+            _pending.reset(token)
+    return prepare_inputs
+
+
+def make_expand_idx_mapping(original):
+    @point("input_ids")
+    @functools.wraps(original)
+    def expand_idx_mapping(idx_mapping, total_num_logits, cu_num_logits, max_expand_len):
+        pending = _pending.get()
+        if pending is None or pending.expanded is not None:
+            return original(idx_mapping, total_num_logits, cu_num_logits, max_expand_len)
+        # vLLM's allocations, filled by the combine adapter's launch.
+        expanded = idx_mapping.new_empty(total_num_logits)
+        local_pos = torch.empty(total_num_logits, dtype=torch.int32, device=idx_mapping.device)
+        pending.expanded = (expanded, local_pos)
+        return expanded, local_pos
+    return expand_idx_mapping
+
+
+def make_prepare_prefill_inputs(original):
+    @point("input_ids")
+    @functools.wraps(original)
+    def prepare_prefill_inputs(input_ids, next_prefill_tokens, idx_mapping, query_start_loc, all_token_ids,
+                               prefill_len, num_computed_tokens):
+        pending = _pending.get()
+        if pending is None or pending.prefill is not None or num_computed_tokens is not pending.num_computed_tokens:
+            return original(input_ids, next_prefill_tokens, idx_mapping, query_start_loc, all_token_ids, prefill_len,
+                            num_computed_tokens)
+        pending.prefill = (input_ids, next_prefill_tokens, all_token_ids)
+        return None
+    return prepare_prefill_inputs
+
+
+def make_combine_sampled_and_draft_tokens(original, prepare_prefill_original, expand_original):
+    @point("input_ids")
+    @functools.wraps(original)
+    def combine_sampled_and_draft_tokens(input_ids, idx_mapping, last_sampled_tokens, query_start_loc, seq_lens,
+                                         prefill_len, draft_tokens, cu_num_logits, num_logits,
+                                         num_new_sampled_tokens=1):
+        pending = _pending.get()
+        if pending is None:
+            return original(input_ids, idx_mapping, last_sampled_tokens, query_start_loc, seq_lens, prefill_len,
+                            draft_tokens, cu_num_logits, num_logits, num_new_sampled_tokens)
+        prefill, pending.prefill = pending.prefill, None
+        expanded, pending.expanded = pending.expanded, None
+        if prefill is not None and prefill[0] is not input_ids:
+            # Not the buffers this seam knows: run what was deferred as vLLM would have.
+            prepare_prefill_original(prefill[0], prefill[1], idx_mapping, query_start_loc, prefill[2], prefill_len,
+                                     pending.num_computed_tokens)
+            prefill = None
+        logits_indices = torch.empty(num_logits, dtype=torch.int64, device=input_ids.device)
+        specops.prepare_input_ids(
+            input_ids, idx_mapping, query_start_loc, pending.num_computed_tokens, prefill_len, last_sampled_tokens,
+            draft_tokens, cu_num_logits, num_new_sampled_tokens=num_new_sampled_tokens,
+            all_token_ids=None if prefill is None else prefill[2],
+            next_prefill_tokens=None if prefill is None else prefill[1], logits_indices=logits_indices,
+            expanded_idx_mapping=None if expanded is None else expanded[0],
+            expanded_local_pos=None if expanded is None else expanded[1], num_logits=num_logits)
+        return logits_indices
+    return combine_sampled_and_draft_tokens
+
+
+def make_get_num_sampled_and_rejected(original):
+    @point("sampled_counts")
+    @functools.wraps(original)
+    def get_num_sampled_and_rejected(num_sampled, seq_lens, cu_num_logits, idx_mapping, prefill_len):
+        num_rejected = torch.empty_like(num_sampled)
+        specops.count_sampled_and_rejected(num_sampled, seq_lens, cu_num_logits, idx_mapping, prefill_len,
+                                           num_rejected=num_rejected)
+        return num_sampled, num_rejected
+    return get_num_sampled_and_rejected
+
+
+def make_post_update(original):
+    @point("post_update")
+    @functools.wraps(original)
+    def post_update(idx_mapping, num_computed_tokens, last_sampled_tokens, output_bin_counts, sampled_tokens,
+                    num_sampled, num_rejected, query_start_loc, all_token_ids, total_len, draft_tokens=None,
+                    draft_tokens_out=None):
+        # vLLM passes its draft buffer as draft_tokens_out on every call and the received drafts
+        # only on a non-last pipeline rank: without them, nothing is stored there.
+        specops.post_update_after_sampling(
+            idx_mapping, num_computed_tokens, query_start_loc=query_start_loc, sampled_tokens=sampled_tokens,
+            num_sampled=num_sampled, num_rejected=num_rejected, last_sampled_tokens=last_sampled_tokens,
+            all_token_ids=all_token_ids, total_len=total_len, output_bin_counts=output_bin_counts,
+            draft_tokens=draft_tokens, draft_tokens_out=None if draft_tokens is None else draft_tokens_out)
+    return post_update
+
+
+def make_post_update_num_computed_tokens(original):
+    @point("post_update")
+    @functools.wraps(original)
+    def post_update_num_computed_tokens(idx_mapping, num_computed_tokens, query_start_loc):
+        specops.post_update_after_sampling(idx_mapping, num_computed_tokens, query_start_loc=query_start_loc)
+    return post_update_num_computed_tokens
+
+
+def make_prepare_dcp_local_seq_lens(original):
+    @point("dcp_local_seq_lens")
+    @functools.wraps(original)
+    def prepare_dcp_local_seq_lens(dcp_local_seq_lens, seq_lens, num_reqs, dcp_size, dcp_rank, cp_interleave, *,
+                                   num_reqs_padded=None):
+        # Entries past num_reqs are 0 to the buffer's end, as vLLM's kernel writes them.
+        specops.dcp_local_seq_lens(seq_lens[:num_reqs], dcp_size, dcp_rank, cp_interleave, out=dcp_local_seq_lens)
+        return dcp_local_seq_lens[:num_reqs_padded]
+    return prepare_dcp_local_seq_lens

@@ -1,0 +1,434 @@
+"""Drives vLLM 0.33's model runner V2 on this host for N steps and records everything.
+
+Run in a fresh process (tests/vllm_integration/test_vllm_integration.py does, once without and
+once with SPECOPS_VLLM=1):
+
+    TRITON_INTERPRET=1 python drive_mrv2.py CONFIG_JSON OUT_FILE
+
+vLLM's own classes and methods do the work: `GPUModelRunner` (an instance made with `__new__`;
+its `finish_requests`, `add_requests`, `update_requests`, `gather_batch_req_state`,
+`prepare_inputs`, `prepare_attn`, `postprocess_sampled`), the real `RequestState`, `BlockTables`,
+`InputBuffers`, `EagleSpeculator.propose`, `PCPManager`, and the module-level functions the
+runner calls (`prepare_dcp_local_seq_lens`, `get_num_sampled_and_rejected`), looked up in the
+module that calls them, as vLLM does, so that a plugin's rebinding is what runs. What stands in:
+the model (hidden states a fixed function of input ids, positions and input hidden states), the
+sampler (tokens and acceptance drawn from a seeded RNG, then vLLM's own counts), the drafter's
+sampling (a fixed function of the hidden state row), the scheduler (below), attention metadata
+(none is built). Plugins are loaded by vLLM's `load_general_plugins()`; the driver never imports
+specops.
+
+Recorded: after every step, every persistent buffer (`end`); at every forward (target, draft
+prefill, each draft decode step), the inputs the model reads (input ids, positions, hidden
+states rows, every group's slot mapping, block tables, query_start_loc, seq_lens); the launches
+and host syncs of each step (instruments.py).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import types
+
+import numpy as np
+
+import host
+
+host.apply()
+
+import torch  # noqa: E402
+from instruments import Instruments, watch_adapters  # noqa: E402
+from vllm.config.compilation import CUDAGraphMode  # noqa: E402
+from vllm.plugins import load_general_plugins  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput  # noqa: E402
+from vllm.v1.worker.gpu import block_table, cp_utils, input_batch, model_runner, pcp_manager  # noqa: E402
+from vllm.v1.worker.gpu.block_table import BlockTables  # noqa: E402
+from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor  # noqa: E402
+from vllm.v1.worker.gpu.input_batch import InputBuffers  # noqa: E402
+from vllm.v1.worker.gpu.lora_utils import LoraState  # noqa: E402
+from vllm.v1.worker.gpu.model_runner import GPUModelRunner  # noqa: E402
+from vllm.v1.worker.gpu.sample import sampler as sampler_module  # noqa: E402
+from vllm.v1.worker.gpu.spec_decode import rejection_sampler  # noqa: E402
+from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator  # noqa: E402
+from vllm.v1.worker.gpu.spec_decode.target_dependent_ar import speculator as tdar  # noqa: E402
+from vllm.v1.worker.gpu.states import RequestState  # noqa: E402
+
+CPU = torch.device("cpu")
+HIDDEN = 8
+VOCAB = 97
+MAX_NUM_REQS = 8
+MAX_NUM_TOKENS = 96
+MAX_MODEL_LEN = 192
+TOKEN_BUDGET = 64
+# The three KV-cache groups: full attention (CP-sharded), sliding window (replicated, reach 24),
+# and a group without a slot mapping (a state-space layer's table, gathered but never mapped).
+BLOCK_SIZES = [16, 16, 32]
+DCP_SHARDED = [True, False, True]
+SLOT_MAPPING_ENABLED = [True, True, False]
+SLIDING_WINDOW_REACH = [0, 24, 0]
+
+# Where the runner and its helpers look up what they call: the driver wraps any attribute the
+# plugin installed there (instruments.watch_adapters) to count host syncs inside it.
+ADAPTER_OWNERS = [model_runner, input_batch, block_table, cp_utils, pcp_manager, rejection_sampler, sampler_module,
+                  tdar, GPUModelRunner, BlockTables, pcp_manager.PCPManager, tdar.TargetDependentARSpeculator]
+
+
+class Config(types.SimpleNamespace):
+    """name, seed, steps, k (drafts), dcp (size), dcp_rank, pcp (size), pcp_rank."""
+
+
+def _groups_blocks(num_tokens: int, dcp: int) -> list[int]:
+    """Blocks each group's table needs for positions [0, num_tokens)."""
+    return [-(-num_tokens // (bs * (dcp if sharded else 1))) for bs, sharded in zip(BLOCK_SIZES, DCP_SHARDED)]
+
+
+class Scheduler:
+    """A deterministic scheduler: joins and leaves, chunked prefill under a token budget, a
+    prefix-cache hit now and then, decodes with 0..K drafts; blocks allocated per group ahead of
+    what the step and its draft steps write; block ids never reused (slots stay below 2^31)."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.reqs: dict[str, dict] = {}
+        self.next_id = 0
+        self.next_block = [1, 1, 1]
+        self.finished: set[str] = set()
+
+    def _allocate(self, req: dict, num_tokens: int) -> list[list[int]]:
+        new = []
+        for g, need in enumerate(_groups_blocks(num_tokens, self.cfg.dcp)):
+            have = len(req["blocks"][g])
+            ids = list(range(self.next_block[g], self.next_block[g] + max(need - have, 0)))
+            self.next_block[g] += len(ids)
+            req["blocks"][g] += ids
+            new.append(ids)
+        return new
+
+    def schedule(self, step: int) -> SchedulerOutput:
+        rng, k = self.rng, self.cfg.k
+        finished, self.finished = self.finished, set()
+        for req_id in finished:
+            del self.reqs[req_id]
+        joining = []
+        while len(self.reqs) + len(joining) < MAX_NUM_REQS and (step == 0 or rng.random() < 0.35):
+            req_id = f"r{self.next_id}"
+            self.next_id += 1
+            prompt_len = rng.randint(3, 70)
+            cached = 16 * rng.randint(0, (prompt_len - 1) // 16) if rng.random() < 0.3 else 0
+            joining.append(req_id)
+            self.reqs[req_id] = dict(prompt=[rng.randrange(VOCAB) for _ in range(prompt_len)], computed=cached,
+                                     outputs=0, max_tokens=rng.randint(2, 30), blocks=[[], [], []], new=True)
+            if step > 0 and rng.random() < 0.5:
+                break
+        budget = TOKEN_BUDGET
+        num_scheduled, drafts, new_reqs = {}, {}, []
+        cached = CachedRequestData.make_empty()
+        for req_id, req in self.reqs.items():
+            prompt_len = len(req["prompt"])
+            if req["computed"] < prompt_len:
+                chunk = min(prompt_len - req["computed"], budget, rng.randint(4, 40))
+                num_drafts = 0
+            else:
+                num_drafts = min(rng.randint(0, k) if rng.random() < 0.3 else k,
+                                 MAX_MODEL_LEN - 1 - req["computed"] - k)
+                chunk = 1 + num_drafts
+            if chunk <= 0 or chunk > budget:
+                continue
+            budget -= chunk
+            num_scheduled[req_id] = chunk
+            if num_drafts:
+                drafts[req_id] = [0] * num_drafts
+            new_blocks = self._allocate(req, req["computed"] + chunk + k + 1)
+            if req.pop("new", False):
+                new_reqs.append(NewRequestData(
+                    req_id=req_id, prompt_token_ids=req["prompt"], mm_features=[],
+                    sampling_params=SamplingParams(max_tokens=req["max_tokens"]), pooling_params=None,
+                    block_ids=tuple(list(b) for b in req["blocks"]), num_computed_tokens=req["computed"],
+                    lora_request=None, prefill_token_ids=req["prompt"]))
+            else:
+                cached.req_ids.append(req_id)
+                cached.new_block_ids.append(tuple(new_blocks) if any(new_blocks) else None)
+                cached.num_computed_tokens.append(req["computed"])
+                cached.num_output_tokens.append(req["outputs"])
+                cached.new_token_ids.append([])
+        return SchedulerOutput(
+            scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached, num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=sum(num_scheduled.values()), scheduled_spec_decode_tokens=drafts,
+            scheduled_encoder_inputs={}, num_common_prefix_blocks=[0, 0, 0], finished_req_ids=finished,
+            free_encoder_mm_hashes=[])
+
+    def update(self, req_ids: list[str], query_lens: list[int], num_sampled: list[int], num_rejected: list[int]):
+        for req_id, query, sampled, rejected in zip(req_ids, query_lens, num_sampled, num_rejected):
+            req = self.reqs[req_id]
+            req["computed"] += query - rejected
+            req["outputs"] += sampled
+            if req["outputs"] >= req["max_tokens"] or self.rng.random() < 0.04:
+                self.finished.add(req_id)
+
+
+class _Stub(types.SimpleNamespace):
+    pass
+
+
+def _noop(*args, **kwargs):
+    return None
+
+
+def _model_state():
+    return _Stub(num_new_sampled_tokens_per_step=1, add_request=_noop, remove_request=_noop,
+                 apply_staged_writes=_noop, postprocess_state=_noop, preprocess_state=_noop)
+
+
+def _hidden(input_ids: torch.Tensor, positions: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
+    """The stand-in model: a fixed function of what the model reads."""
+    base = input_ids.to(torch.float32)[:, None] * 0.25 + positions.to(torch.float32)[:, None] * 0.5
+    base = base + torch.arange(HIDDEN, dtype=torch.float32)[None, :]
+    if previous is not None:
+        base = base + previous * 0.125
+    return base
+
+
+def build(cfg: Config):
+    runner = GPUModelRunner.__new__(GPUModelRunner)
+    cp_size, cp_rank = cfg.dcp, cfg.dcp_rank
+    runner.device = CPU
+    runner.max_num_reqs, runner.max_num_tokens, runner.max_model_len = MAX_NUM_REQS, MAX_NUM_TOKENS, MAX_MODEL_LEN
+    runner.num_speculative_steps = cfg.k
+    runner.decode_query_len = cfg.k + 1
+    runner.dcp_size, runner.dcp_rank, runner.cp_interleave = cp_size, cp_rank, 1
+    runner.use_pp, runner.is_last_pp_rank = False, True
+    runner.model_config = _Stub(rswa_window=None)
+    runner.req_states = RequestState(MAX_NUM_REQS, MAX_MODEL_LEN, MAX_NUM_TOKENS, cfg.k, VOCAB, CPU)
+    widths = _groups_blocks(MAX_MODEL_LEN + cfg.k + 1, cp_size)
+    runner.block_tables = BlockTables(BLOCK_SIZES, MAX_NUM_REQS, MAX_NUM_TOKENS, widths, CPU, cp_size=cp_size,
+                                      cp_rank=cp_rank, cp_interleave=1, slot_mapping_enabled=SLOT_MAPPING_ENABLED,
+                                      dcp_sharded=DCP_SHARDED, sliding_window_reach=SLIDING_WINDOW_REACH)
+    runner.input_buffers = InputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU)
+    runner.lora_state = LoraState(MAX_NUM_REQS)
+    for name in ("adaptive_verification", "pooling_runner", "encoder_cache", "pp_handler", "fast_prefill",
+                 "kv_block_zeroer", "pcp_manager"):
+        setattr(runner, name, None)
+    runner.model_state = _model_state()
+    bins = torch.zeros(MAX_NUM_REQS, VOCAB, dtype=torch.int32)
+
+    def add_request(req_index, sampling_params):
+        bins[req_index].zero_()
+
+    runner.sampler = _Stub(add_request=add_request, apply_staged_writes=_noop,
+                           penalties_state=_Stub(output_bin_counts=bins),
+                           sampling_states=_Stub(temperature=_Stub(gpu=torch.zeros(MAX_NUM_REQS)),
+                                                 seeds=_Stub(gpu=torch.arange(MAX_NUM_REQS, dtype=torch.int64))))
+    runner.prompt_logprobs_worker = _Stub(add_request=_noop, remove_request=_noop)
+    if cfg.pcp > 1:
+        pcp_manager.get_pcp_group = lambda: host.FakePCPGroup(cfg.pcp, cfg.pcp_rank)
+        runner.pcp_manager = pcp_manager.PCPManager(cfg.pcp, cfg.pcp_rank, CPU, shard_decode_requests=False,
+                                                    max_num_reqs=MAX_NUM_REQS, max_num_tokens=MAX_NUM_TOKENS,
+                                                    block_tables=runner.block_tables, dcp_world_size=cp_size,
+                                                    dcp_rank=cp_rank)
+    runner.speculator = _speculator(cfg, runner)
+    return runner, bins
+
+
+def _speculator(cfg: Config, runner) -> EagleSpeculator:
+    spec = EagleSpeculator.__new__(EagleSpeculator)
+    spec.vllm_config = _Stub(model_config=_Stub(max_model_len=MAX_MODEL_LEN))
+    spec.device, spec.method = CPU, "eagle"
+    spec.num_speculative_steps, spec.max_num_reqs, spec.max_num_tokens = cfg.k, MAX_NUM_REQS, MAX_NUM_TOKENS
+    spec.draft_max_seq_len, spec.hidden_size, spec.vocab_size, spec.dtype = MAX_MODEL_LEN, HIDDEN, VOCAB, torch.float32
+    spec.dp_size, spec.dp_rank, spec.dcp_size = 1, 0, cfg.dcp
+    spec.input_buffers = InputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU)
+    spec.idx_mapping = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    spec.temperature = torch.zeros(MAX_NUM_REQS, dtype=torch.float32)
+    spec.seeds = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    spec.draft_tokens = torch.zeros(MAX_NUM_REQS, cfg.k, dtype=torch.int64)
+    spec.draft_logits = None
+    spec.hidden_states = torch.zeros(MAX_NUM_TOKENS, HIDDEN, dtype=torch.float32)
+    spec.current_draft_step = torch.tensor(0, dtype=torch.int64)
+    spec.last_token_indices = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    spec.sample_src_positions = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
+    spec.inputs_embeds, spec.supports_mm_inputs, spec.supports_decode_metadata_update = None, False, False
+    spec.prefill_cudagraph_manager = spec.decode_cudagraph_manager = None
+    spec.eplb_state = None
+    spec.block_tables, spec.pcp_manager = runner.block_tables, runner.pcp_manager
+    spec.arange_np = np.arange(MAX_NUM_REQS + 1, dtype=np.int32)
+    return spec
+
+
+class Recorder:
+    def __init__(self):
+        self.records = []  # (step, phase, {name: tensor})
+
+    def add(self, step: int, phase: str, buffers: dict) -> None:
+        self.records.append((step, phase, {name: t.detach().clone() for name, t in buffers.items()}))
+
+
+def _persistent(runner, bins) -> dict:
+    rs, bt, ib, spec = runner.req_states, runner.block_tables, runner.input_buffers, runner.speculator
+    out = {
+        "req.all_token_ids": rs.all_token_ids.gpu, "req.total_len": rs.total_len.gpu,
+        "req.num_computed_tokens": rs.num_computed_tokens.gpu, "req.last_sampled_tokens": rs.last_sampled_tokens,
+        "req.draft_tokens": rs.draft_tokens, "req.next_prefill_tokens": rs.next_prefill_tokens,
+        "req.prefill_len": rs.prefill_len.gpu, "req.output_bin_counts": bins,
+        "bt.num_blocks": bt.num_blocks.gpu, "bt.slot_mappings": bt.slot_mappings,
+        "in.input_ids": ib.input_ids, "in.positions": ib.positions, "in.query_start_loc": ib.query_start_loc,
+        "in.seq_lens": ib.seq_lens, "in.dcp_local_seq_lens": ib.dcp_local_seq_lens,
+        "spec.input_ids": spec.input_buffers.input_ids, "spec.positions": spec.input_buffers.positions,
+        "spec.query_start_loc": spec.input_buffers.query_start_loc, "spec.seq_lens": spec.input_buffers.seq_lens,
+        "spec.idx_mapping": spec.idx_mapping, "spec.draft_tokens": spec.draft_tokens,
+        "spec.hidden_states": spec.hidden_states, "spec.last_token_indices": spec.last_token_indices,
+        "spec.sample_src_positions": spec.sample_src_positions, "spec.current_draft_step": spec.current_draft_step,
+    }
+    for g in range(bt.num_kv_cache_groups):
+        out[f"bt.block_tables[{g}]"] = bt.block_tables[g].gpu
+        out[f"bt.input_block_tables[{g}]"] = bt.input_block_tables[g]
+    if runner.pcp_manager is not None:
+        pb = runner.pcp_manager.input_buffers
+        out.update({"pcp.input_ids": pb.input_ids, "pcp.positions": pb.positions,
+                    "pcp.query_start_loc": pb.query_start_loc, "pcp.seq_lens": pb.seq_lens,
+                    "pcp.dcp_local_seq_lens": pb.dcp_local_seq_lens})
+    return out
+
+
+def _fake_for_the_guard(cfg: Config) -> None:
+    """The guard's tests: a faked vLLM version, or one target's signature altered."""
+    if getattr(cfg, "fake_version", None):
+        import vllm.version
+
+        vllm.version.__version__ = cfg.fake_version
+    if getattr(cfg, "alter", None):
+        import functools
+        import importlib
+
+        module_name, name = cfg.alter.split(":")
+        module = importlib.import_module(module_name)
+        original = getattr(module, name)
+
+        @functools.wraps(original)
+        def altered(*args, new_argument=None, **kwargs):
+            return original(*args, **kwargs)
+
+        del altered.__wrapped__  # the new signature is what a reader sees
+        setattr(module, name, altered)
+
+
+def run(cfg: Config) -> dict:
+    _fake_for_the_guard(cfg)
+    load_general_plugins()
+    points = watch_adapters(ADAPTER_OWNERS)
+    runner, bins = build(cfg)
+    spec = runner.speculator
+    sched = Scheduler(cfg)
+    recorder = Recorder()
+    rng = random.Random(cfg.seed * 7919 + 1)
+    step_counts = []
+    state = {"step": 0, "draft": 0}
+
+    def run_model(self, num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp,
+                  cudagraph_runtime_mode=CUDAGraphMode.NONE, mm_inputs=None):
+        buffers = self.input_buffers
+        if self.pcp_manager is not None:
+            buffers, _ = self.pcp_manager.get_draft_input_buffers(self.input_buffers, num_tokens)
+        ids, pos = buffers.input_ids[:num_tokens], buffers.positions[:num_tokens]
+        phase = f"draft{state['draft']}"
+        state["draft"] += 1
+        recorder.add(state["step"], phase, {"input_ids": ids, "positions": pos,
+                                            "hidden_states": self.hidden_states[:num_tokens],
+                                            "slot_mappings": self.block_tables.slot_mappings,
+                                            "query_start_loc": self.input_buffers.query_start_loc,
+                                            "seq_lens": self.input_buffers.seq_lens})
+        out = _hidden(ids, pos, self.hidden_states[:num_tokens])
+        return out, out
+
+    def sample_draft(self, hidden, src_positions, idx_mapping, *args, **kwargs):
+        value = hidden[:, 0] * 4 + hidden[:, 3] * 2 + src_positions.to(torch.float32)
+        return value.to(torch.int64).remainder(VOCAB)
+
+    spec._run_model = types.MethodType(run_model, spec)
+    spec.sample_draft = types.MethodType(sample_draft, spec)
+    spec._build_uniform_attn_metadata = lambda *args, **kwargs: None
+
+    instruments = Instruments()
+    with instruments:
+        for step in range(cfg.steps):
+            state["step"], state["draft"] = step, 0
+            so = sched.schedule(step)
+            runner.finish_requests(so)
+            runner.add_requests(so)
+            runner.update_requests(so)
+            runner.block_tables.apply_staged_writes()
+            if so.total_num_scheduled_tokens == 0:
+                step_counts.append(instruments.step_counts().as_dict())
+                recorder.add(step, "end", _persistent(runner, bins))
+                continue
+            batch_state, _ = runner.gather_batch_req_state(so, dummy_run=False)
+            num_tokens = batch_state.num_tokens
+            num_reqs = len(batch_state.req_ids)
+            if cfg.pcp > 1:
+                # PCP pads tokens only (a piecewise graph): the rank-local batch is padded to it.
+                local = runner.pcp_manager.get_num_tokens_for_dispatch(batch_state.num_scheduled_tokens,
+                                                                      batch_state.is_prefilling_np)
+                desc = BatchExecutionDescriptor(CUDAGraphMode.PIECEWISE, -(-local // 8) * 8 + 8 * (step % 2), None)
+            else:
+                # A full-graph-like descriptor: tokens and requests padded.
+                desc = BatchExecutionDescriptor(CUDAGraphMode.FULL, min(-(-num_tokens // 8) * 8 + 8 * (step % 2),
+                                                                        MAX_NUM_TOKENS),
+                                                min(num_reqs + step % 3, MAX_NUM_REQS))
+            batch = runner.prepare_inputs(so, batch_state, desc, 0)
+            tables, slots = runner.prepare_attn(batch)
+            if runner.dcp_size > 1:
+                buffers = runner.input_buffers if runner.pcp_manager is None else runner.pcp_manager.input_buffers
+                batch.dcp_local_seq_lens = model_runner.prepare_dcp_local_seq_lens(
+                    buffers.dcp_local_seq_lens, batch.seq_lens, batch.num_reqs, runner.dcp_size, runner.dcp_rank,
+                    runner.cp_interleave, num_reqs_padded=batch.num_reqs_after_padding)
+            seen = {"input_ids": batch.input_ids, "positions": batch.positions, "slot_mappings": slots,
+                    "query_start_loc": batch.query_start_loc, "seq_lens": batch.seq_lens,
+                    "idx_mapping": batch.idx_mapping}
+            for g, table in enumerate(tables):
+                seen[f"block_tables[{g}]"] = table
+            if batch.dcp_local_seq_lens is not None:
+                seen["dcp_local_seq_lens"] = batch.dcp_local_seq_lens
+            recorder.add(step, "forward", seen)
+            hidden = _hidden(batch.input_ids, batch.positions, None)
+            draft_hidden = hidden
+            if runner.pcp_manager is not None:
+                hidden, _, batch = runner.pcp_manager.restore_for_sampling(hidden, None)
+            # The stand-in sampler: acceptance from the RNG, then vLLM's own counts.
+            cu = batch.cu_num_logits_np
+            sampled = torch.full((batch.num_reqs, cfg.k + 1), -1, dtype=torch.int64)
+            num_sampled = torch.ones(batch.num_reqs, dtype=torch.int32)
+            for r in range(batch.num_reqs):
+                n = int(cu[r + 1] - cu[r])
+                kept = rng.randint(1, n)
+                num_sampled[r] = kept
+                sampled[r, :kept] = torch.tensor([rng.randrange(VOCAB) for _ in range(kept)])
+            owner = rejection_sampler if batch.num_draft_tokens > 0 else sampler_module
+            num_sampled, num_rejected = owner.get_num_sampled_and_rejected(
+                num_sampled, batch.seq_lens, batch.cu_num_logits, batch.idx_mapping, runner.req_states.prefill_len.gpu)
+            recorder.add(step, "sampled", {"num_sampled": num_sampled, "num_rejected": num_rejected,
+                                           "logits_indices": batch.logits_indices,
+                                           "expanded_idx_mapping": batch.expanded_idx_mapping,
+                                           "expanded_local_pos": batch.expanded_local_pos})
+            runner.postprocess_sampled(batch.idx_mapping, sampled, num_sampled, num_rejected, batch.query_start_loc)
+            drafts = spec.propose(batch, None, None, draft_hidden, None, num_sampled, num_rejected,
+                                  runner.req_states.last_sampled_tokens, runner.req_states.next_prefill_tokens,
+                                  runner.sampler.sampling_states.temperature.gpu,
+                                  runner.sampler.sampling_states.seeds.gpu, is_profile=True,
+                                  num_speculative_tokens=cfg.k)
+            runner.req_states.draft_tokens[batch.idx_mapping] = drafts
+            recorder.add(step, "end", _persistent(runner, bins))
+            step_counts.append(instruments.step_counts().as_dict())
+            sched.update(batch.req_ids, [int(q) for q in batch.num_scheduled_tokens], num_sampled.tolist(),
+                         num_rejected.tolist())
+    return {"records": recorder.records, "counts": step_counts, "points": points}
+
+
+def main() -> None:
+    cfg = Config(**json.loads(sys.argv[1]))
+    result = run(cfg)
+    torch.save(result, sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""vLLM 0.33's GPU model-runner code on a CPU-only host: the shims of tests/peers/conftest.py, as
+a function a fresh driver process calls before it imports any vLLM kernel module.
+
+None of them changes what a kernel computes (tests/peers/conftest.py says why each is needed):
+the real Triton for vllm.triton_utils (kernels run under TRITON_INTERPRET=1), the interpreter's
+masked load / store given a bool mask, host buffers that are their own "UVA" device view, no
+pinned memory. The PCP group's all_gather (PCPManager.restore_hidden_states) is a stand-in that
+concatenates the local rows once per rank: the drivers replace the model, and the rows it restores
+only feed the stand-in sampler and drafter, identically in both runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+_APPLIED = False
+
+
+def apply() -> None:
+    global _APPLIED
+    if _APPLIED:
+        return
+    _APPLIED = True
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("the vLLM drivers need TRITON_INTERPRET=1 set before the process starts")
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    masked_load = interpreter.InterpreterBuilder.create_masked_load
+    masked_store = interpreter.InterpreterBuilder.create_masked_store
+
+    def as_bool(mask):
+        return interpreter.TensorHandle(mask.data.astype(bool), tl.int1)
+
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        return masked_load(self, ptrs, as_bool(mask), other, cache_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        return masked_store(self, ptrs, value, as_bool(mask), cache_policy)
+
+    interpreter.InterpreterBuilder.create_masked_load = create_masked_load
+    interpreter.InterpreterBuilder.create_masked_store = create_masked_store
+
+    import vllm.triton_utils
+
+    vllm.triton_utils.triton, vllm.triton_utils.tl, vllm.triton_utils.HAS_TRITON = triton, tl, True
+
+    import vllm.utils.torch_utils
+    from vllm.v1.worker.gpu import buffer_utils
+
+    vllm.utils.torch_utils.PIN_MEMORY = False
+
+    class HostUvaBuffer:
+        """vLLM's UvaBuffer on a CPU host: the host tensor is its own device view."""
+
+        def __init__(self, size, dtype: torch.dtype):
+            self.cpu = torch.zeros(size, dtype=dtype, device="cpu")
+            self.np = self.cpu.numpy()
+
+        def uva(self, n: int | None = None) -> torch.Tensor:
+            return self.cpu[:n] if n is not None else self.cpu
+
+    buffer_utils.UvaBuffer = HostUvaBuffer
+
+
+class FakePCPGroup:
+    """get_pcp_group() for one process standing in for every PCP rank (see the module docstring)."""
+
+    def __init__(self, world_size: int, rank: int):
+        self.world_size = world_size
+        self.rank_in_group = rank
+
+    def all_gather(self, tensor, dim: int = 0):
+        import torch
+
+        return torch.cat([tensor] * self.world_size, dim=dim)

@@ -1,0 +1,135 @@
+"""What the drivers measure besides the buffers: kernel launches and host syncs.
+
+Launches. vLLM's kernels run under Triton's interpreter: each launch is one call of
+`InterpretedFunction.run`, wrapped here. specops' ops reach the dispatcher as
+`torch.ops.specops.*` (the native backend: on a GPU one Triton launch each) or, with the triton
+backend, launch through the same interpreter entry; a TorchDispatchMode counts the first kind.
+The two never overlap (a native op on CPU tensors runs C++, no interpreter), so their sum is
+the step's kernel launches in either run. aten ops are counted apart (`aten`), for information:
+neither vLLM's counts nor specops' goals include them.
+
+Host syncs. On a GPU a host read of a device value is `aten::_local_scalar_dense` (`.item()`,
+`int(t)`, `bool(t)`), a device-to-host copy (`copy_` / `_to_copy` into host memory), or
+`.tolist()` / `.numpy()` of a device tensor. On this host every tensor of the runner stands for
+a device tensor, so inside an adapter (a function or method the plugin installed, recognised by
+its `__specops_point__` attribute) each of these counts as one host sync: `_local_scalar_dense`,
+`copy_` and `_to_copy` seen by the dispatch mode, and `Tensor.tolist`, `Tensor.numpy`,
+`Tensor.__array__` called from Python (they bypass the dispatcher). An adapter is meant to launch
+ops into buffers vLLM handed it and nothing else, so the rule has no exception.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import functools
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_in_adapter: contextvars.ContextVar[str | None] = contextvars.ContextVar("in_adapter", default=None)
+_SYNC_OPS = ("aten::_local_scalar_dense", "aten::copy_", "aten::_to_copy")
+
+
+class Counts:
+    def __init__(self):
+        self.triton = collections.Counter()  # kernel name -> launches
+        self.specops = collections.Counter()  # op name -> calls
+        self.aten = 0
+        self.adapter_syncs = collections.Counter()  # "point: op" -> count
+
+    @property
+    def launches(self) -> int:
+        return sum(self.triton.values()) + sum(self.specops.values())
+
+    def as_dict(self) -> dict:
+        return {"triton": dict(self.triton), "specops": dict(self.specops), "aten": self.aten,
+                "adapter_syncs": dict(self.adapter_syncs), "launches": self.launches}
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, counts: Counts):
+        super().__init__()
+        self.counts = counts
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.name()
+        if func.namespace == "specops":
+            self.counts.specops[name.split("::")[1].split(".")[0]] += 1
+        elif not func.is_view:
+            self.counts.aten += 1
+        point = _in_adapter.get()
+        if point is not None and name in _SYNC_OPS:
+            self.counts.adapter_syncs[f"{point}: {name}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class Instruments:
+    """Installs the counters; `step_counts()` hands out the counts since the last call."""
+
+    def __init__(self):
+        self.counts = Counts()
+        from triton.runtime import interpreter
+
+        original_run = interpreter.InterpretedFunction.run
+        instruments = self
+
+        def run(self, *args, **kwargs):
+            instruments.counts.triton[getattr(self.fn, "__name__", repr(self.fn))] += 1
+            return original_run(self, *args, **kwargs)
+
+        interpreter.InterpretedFunction.run = run
+        for name in ("tolist", "numpy", "__array__"):
+            self._wrap_host_read(name)
+        self.mode = _Mode(self.counts)
+
+    def _wrap_host_read(self, name: str) -> None:
+        original = getattr(torch.Tensor, name)
+        counts = self.counts
+
+        @functools.wraps(original)
+        def host_read(tensor, *args, **kwargs):
+            point = _in_adapter.get()
+            if point is not None:
+                counts.adapter_syncs[f"{point}: Tensor.{name}"] += 1
+            return original(tensor, *args, **kwargs)
+
+        setattr(torch.Tensor, name, host_read)
+
+    def step_counts(self) -> Counts:
+        counts, self.counts = self.counts, Counts()
+        self.mode.counts = self.counts
+        return counts
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def _watched(function, point: str):
+    @functools.wraps(function)
+    def watched(*args, **kwargs):
+        token = _in_adapter.set(point)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _in_adapter.reset(token)
+
+    return watched
+
+
+def watch_adapters(owners) -> list[str]:
+    """Wraps every attribute of `owners` (modules and classes) that the plugin installed, so
+    that host syncs inside it are counted; returns the names of the points found."""
+    found = []
+    for owner in owners:
+        for name, value in list(vars(owner).items()):
+            point = getattr(value, "__specops_point__", None)
+            if point is None:
+                continue
+            found.append(f"{owner.__name__}.{name}")
+            setattr(owner, name, _watched(value, point))
+    return sorted(set(found))

@@ -1,0 +1,144 @@
+"""vLLM 0.33's own model runner V2, driven on this host, without and with the specops plugin
+(docs/integrations.md, docs/conformance.md). `make test-vllm-integration` runs it.
+
+Each configuration runs twice in fresh processes (drive_mrv2.py): SPECOPS_VLLM unset, then
+SPECOPS_VLLM=1, where vLLM's load_general_plugins() loads the plugin through the installed entry
+point (this file never imports it). Then:
+- every recorded buffer of every step and forward is bitwise equal, bar the named masks of
+  masks.py, each checked in both directions; a difference names the buffer, step, phase, index;
+- the plugin's run launches strictly fewer kernels;
+- no host sync inside any adapter (instruments.py says what counts as one on this host);
+- the plugin actually patched the points (and the run without it patched none).
+The guard: a faked vLLM 0.34.0, and one altered signature, each patch nothing and log one
+warning naming what differed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from masks import MASKS
+
+HERE = Path(__file__).resolve().parent
+
+# (name, drafts K, DCP size, DCP rank, PCP size, PCP rank); 30 steps per seed.
+CONFIGS = {
+    "k3_dcp1": dict(k=3, dcp=1, dcp_rank=0, pcp=1, pcp_rank=0),
+    "k1_dcp1": dict(k=1, dcp=1, dcp_rank=0, pcp=1, pcp_rank=0),
+    "k3_dcp2_rank0": dict(k=3, dcp=2, dcp_rank=0, pcp=1, pcp_rank=0),
+    "k3_dcp2_rank1": dict(k=3, dcp=2, dcp_rank=1, pcp=1, pcp_rank=0),
+    "k1_dcp4_rank2": dict(k=1, dcp=4, dcp_rank=2, pcp=1, pcp_rank=0),
+    "k3_pcp2_rank0": dict(k=3, dcp=1, dcp_rank=0, pcp=2, pcp_rank=0),
+    "k3_pcp2_rank1": dict(k=3, dcp=1, dcp_rank=0, pcp=2, pcp_rank=1),
+}
+STEPS = int(os.environ.get("SPECOPS_VLLM_STEPS", "30"))
+SEED = 1
+
+
+def _drive(cfg: dict, plugin: bool, tmp: Path) -> tuple[dict, str]:
+    env = {k: v for k, v in os.environ.items() if k != "SPECOPS_VLLM"}
+    env["TRITON_INTERPRET"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    if plugin:
+        env["SPECOPS_VLLM"] = "1"
+    out = tmp / f"{'plugin' if plugin else 'vllm'}.pt"
+    proc = subprocess.run([sys.executable, str(HERE / "drive_mrv2.py"), json.dumps(cfg), str(out)], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"driver failed ({'plugin' if plugin else 'vLLM alone'}):\n{proc.stderr[-6000:]}")
+    return torch.load(out, weights_only=False), proc.stderr
+
+
+@functools.cache
+def _runs(name: str) -> tuple[dict, dict]:
+    import tempfile
+
+    cfg = dict(CONFIGS[name], seed=SEED, steps=STEPS)
+    tmp = Path(tempfile.mkdtemp(prefix=f"specops_vllm_{name}_"))
+    return _drive(cfg, False, tmp)[0], _drive(cfg, True, tmp)[0]
+
+
+def compare(theirs: dict, ours: dict) -> dict[str, int]:
+    """Bitwise comparison of every record, bar the masks; returns each mask's excused entries."""
+    hits = {mask.name: 0 for mask in MASKS}
+    assert [(s, p) for s, p, _ in theirs["records"]] == [(s, p) for s, p, _ in ours["records"]], "the runs diverged"
+    for (step, phase, their_buffers), (_, _, our_buffers) in zip(theirs["records"], ours["records"]):
+        assert their_buffers.keys() == our_buffers.keys(), f"step {step} {phase}: recorded buffers differ"
+        for name, t in their_buffers.items():
+            o = our_buffers[name]
+            where = f"step {step} {phase} {name}"
+            assert (t.shape, t.dtype) == (o.shape, o.dtype), f"{where}: {t.shape}/{t.dtype} vs {o.shape}/{o.dtype}"
+            differ = t != o if not t.is_floating_point() else ~((t == o) | (t.isnan() & o.isnan()))
+            excused = torch.zeros_like(differ)
+            for mask in MASKS:
+                if mask.applies(name):
+                    mine = mask.excused(t, o) & differ
+                    bad = mine & ~mask.documented(o)
+                    assert not bad.any(), (f"{where}: mask {mask.name} excuses index {bad.nonzero()[0].tolist()} "
+                                           f"where the plugin's value is not the documented one")
+                    hits[mask.name] += int(mine.sum())
+                    excused |= mine
+            left = differ & ~excused
+            if left.any():
+                index = left.nonzero()[0].tolist()
+                raise AssertionError(f"{where}: index {index}: vLLM {t[tuple(index)].item()}, "
+                                     f"plugin {o[tuple(index)].item()} ({int(left.sum())} entries differ)")
+    return hits
+
+
+def _launches(run: dict) -> int:
+    return sum(step["launches"] for step in run["counts"])
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_buffers_equal_on_every_step(name):
+    theirs, ours = _runs(name)
+    assert theirs["points"] == [], "vLLM alone found adapters installed"
+    assert ours["points"], "the plugin installed no adapter (is specops installed with its entry point?)"
+    compare(theirs, ours)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_fewer_launches_and_no_host_sync(name):
+    theirs, ours = _runs(name)
+    vllm_launches, our_launches = _launches(theirs), _launches(ours)
+    steps = len(theirs["counts"])
+    print(f"{name}: {vllm_launches / steps:.2f} launches a step with vLLM alone, {our_launches / steps:.2f} with the "
+          f"plugin ({steps} steps)")
+    assert our_launches < vllm_launches
+    syncs = {}
+    for step in ours["counts"]:
+        for where, count in step["adapter_syncs"].items():
+            syncs[where] = syncs.get(where, 0) + count
+    assert syncs == {}, f"host syncs inside adapters: {syncs}"
+
+
+def test_compare_fails_on_a_changed_entry():
+    """The comparison is not vacuous: one entry changed in one record is named."""
+    theirs, ours = _runs("k3_dcp1")
+    step, phase, buffers = ours["records"][-1]
+    tampered = dict(buffers)
+    tampered["req.num_computed_tokens"] = buffers["req.num_computed_tokens"].clone()
+    tampered["req.num_computed_tokens"][3] += 1
+    changed = dict(ours, records=ours["records"][:-1] + [(step, phase, tampered)])
+    with pytest.raises(AssertionError, match=r"req.num_computed_tokens: index \[3\]"):
+        compare(theirs, changed)
+
+
+@pytest.mark.parametrize("how", [dict(fake_version="0.34.0"),
+                                 dict(alter="vllm.v1.worker.gpu.input_batch:post_update")])
+def test_guard_patches_nothing_and_warns_once(how, tmp_path):
+    cfg = dict(CONFIGS["k1_dcp1"], seed=SEED, steps=2, **how)
+    run, stderr = _drive(cfg, True, tmp_path)
+    assert run["points"] == []
+    warnings = [line for line in stderr.splitlines() if "specops:" in line]
+    assert len(warnings) == 1, stderr[-3000:]
+    expected = "0.34.0 is not supported" if "fake_version" in how else "input_batch:post_update differs"
+    assert expected in warnings[0]
