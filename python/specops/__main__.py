@@ -41,6 +41,10 @@ def environment_report() -> str:
     lines += ["", "backends (what specops.backend(name) can select here)"]
     for name, state in specops.backend_report().items():
         lines.append(f"  {name:<16} {state}")
+    from specops.integrations.vllm import diagnose
+
+    lines += ["", "vLLM plugin (docs/integrations.md)", f"  vllm             {_version('vllm')}",
+              f"  plugin           {diagnose()}"]
     return "\n".join(lines)
 
 

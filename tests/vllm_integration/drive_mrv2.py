@@ -252,6 +252,7 @@ def _speculator(cfg: Config, runner) -> EagleSpeculator:
     spec.prefill_cudagraph_manager = spec.decode_cudagraph_manager = None
     spec.eplb_state = None
     spec.block_tables, spec.pcp_manager = runner.block_tables, runner.pcp_manager
+    spec.kv_cache_config = _Stub(kv_cache_groups=[_Stub(layer_names=[f"layer{g}"]) for g in range(len(BLOCK_SIZES))])
     spec.arange_np = np.arange(MAX_NUM_REQS + 1, dtype=np.int32)
     return spec
 

@@ -12,7 +12,8 @@ Host syncs. On a GPU a host read of a device value is `aten::_local_scalar_dense
 `int(t)`, `bool(t)`), a device-to-host copy (`copy_` / `_to_copy` into host memory), or
 `.tolist()` / `.numpy()` of a device tensor. On this host every tensor of the runner stands for
 a device tensor, so inside an adapter (a function or method the plugin installed, recognised by
-its `__specops_point__` attribute) each of these counts as one host sync: `_local_scalar_dense`,
+its `__specops_point__` attribute; a seam, which wraps one of vLLM's own methods and runs its
+body, is not watched itself: the adapters it calls are) each of these counts as one host sync: `_local_scalar_dense`,
 `copy_` and `_to_copy` seen by the dispatch mode, and `Tensor.tolist`, `Tensor.numpy`,
 `Tensor.__array__` called from Python (they bypass the dispatcher). An adapter is meant to launch
 ops into buffers vLLM handed it and nothing else, so the rule has no exception.
@@ -131,5 +132,6 @@ def watch_adapters(owners) -> list[str]:
             if point is None:
                 continue
             found.append(f"{owner.__name__}.{name}")
-            setattr(owner, name, _watched(value, point))
+            if not getattr(value, "__specops_seam__", False):
+                setattr(owner, name, _watched(value, point))
     return sorted(set(found))

@@ -42,27 +42,42 @@ STEPS = int(os.environ.get("SPECOPS_VLLM_STEPS", "30"))
 SEED = 1
 
 
-def _drive(cfg: dict, plugin: bool, tmp: Path) -> tuple[dict, str]:
+def _start(cfg: dict, plugin: bool, tmp: Path) -> tuple[subprocess.Popen, Path]:
     env = {k: v for k, v in os.environ.items() if k != "SPECOPS_VLLM"}
     env["TRITON_INTERPRET"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     if plugin:
         env["SPECOPS_VLLM"] = "1"
     out = tmp / f"{'plugin' if plugin else 'vllm'}.pt"
-    proc = subprocess.run([sys.executable, str(HERE / "drive_mrv2.py"), json.dumps(cfg), str(out)], env=env,
-                          capture_output=True, text=True)
+    # Output to a file: two drivers run at once, and a full pipe would stall one.
+    with open(out.with_suffix(".log"), "w") as log:
+        proc = subprocess.Popen([sys.executable, str(HERE / "drive_mrv2.py"), json.dumps(cfg), str(out)], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    return proc, out
+
+
+def _finish(started: tuple[subprocess.Popen, Path], plugin: bool) -> tuple[dict, str]:
+    proc, out = started
+    proc.wait()
+    stderr = out.with_suffix(".log").read_text()
     if proc.returncode != 0:
-        raise AssertionError(f"driver failed ({'plugin' if plugin else 'vLLM alone'}):\n{proc.stderr[-6000:]}")
-    return torch.load(out, weights_only=False), proc.stderr
+        raise AssertionError(f"driver failed ({'plugin' if plugin else 'vLLM alone'}):\n{stderr[-6000:]}")
+    return torch.load(out, weights_only=False), stderr
+
+
+def _drive(cfg: dict, plugin: bool, tmp: Path) -> tuple[dict, str]:
+    return _finish(_start(cfg, plugin, tmp), plugin)
 
 
 @functools.cache
 def _runs(name: str) -> tuple[dict, dict]:
+    """Both runs of a configuration, in two processes at once."""
     import tempfile
 
     cfg = dict(CONFIGS[name], seed=SEED, steps=STEPS)
     tmp = Path(tempfile.mkdtemp(prefix=f"specops_vllm_{name}_"))
-    return _drive(cfg, False, tmp)[0], _drive(cfg, True, tmp)[0]
+    alone, with_plugin = _start(cfg, False, tmp), _start(cfg, True, tmp)
+    return _finish(alone, False)[0], _finish(with_plugin, True)[0]
 
 
 def compare(theirs: dict, ours: dict) -> dict[str, int]:
@@ -142,3 +157,26 @@ def test_guard_patches_nothing_and_warns_once(how, tmp_path):
     assert len(warnings) == 1, stderr[-3000:]
     expected = "0.34.0 is not supported" if "fake_version" in how else "input_batch:post_update differs"
     assert expected in warnings[0]
+
+
+def test_instruments_count_host_reads_inside_adapters_only():
+    """The sync counter is not vacuous: .item() and .tolist() inside a marked adapter count,
+    the same calls outside it do not."""
+    import types
+
+    from instruments import Instruments, watch_adapters
+
+    def adapter(t):
+        return t.sum().item() + len(t.tolist())
+
+    adapter.__specops_point__ = "probe"
+    owner = types.ModuleType("probe_owner")
+    owner.adapter = adapter
+    assert watch_adapters([owner]) == ["probe_owner.adapter"]
+    with Instruments() as instruments:
+        t = torch.arange(4)
+        owner.adapter(t)
+        t.sum().item()
+        t.tolist()
+        counts = instruments.step_counts()
+    assert counts.adapter_syncs == {"probe: aten::_local_scalar_dense": 1, "probe: Tensor.tolist": 1}

@@ -155,6 +155,31 @@ def activate(environ: dict | None = None) -> Status:
     return _STATUS
 
 
+def diagnose(environ: dict | None = None) -> str:
+    """Whether the plugin would be active in a vLLM process started with this environment, and
+    why not; installs nothing (`python -m specops` prints it)."""
+    if _STATUS.active:
+        return f"active in this process: {_STATUS.reason}"
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            return "inactive: vLLM is not installed"
+        selection = _switch.selected_points(POINT_NAMES, environ)
+        if not selection.points:
+            return f"inactive: {selection.reason}"
+        from specops.integrations.vllm._guard import Mismatch, check
+
+        points = tuple(p for p in _points() if p.name in selection.points)
+        try:
+            check([target for p in points for target in p.targets])
+        except Mismatch as mismatch:
+            return f"inactive (would patch nothing): {mismatch}"
+        return f"would be active: {selection.reason}"
+    except Exception as exc:
+        return f"inactive: {type(exc).__name__}: {exc}"
+
+
 def register() -> None:
     """vLLM's entry point (vllm.general_plugins)."""
     try:

@@ -31,10 +31,13 @@ import torch
 import specops
 
 
-def point(name: str):
-    """Marks an adapter with the point it belongs to (the proof harness finds adapters by it)."""
+def point(name: str, *, seam: bool = False):
+    """Marks an adapter with the point it belongs to (the proof harness finds adapters by it).
+    A seam wraps one of vLLM's own methods and runs its body (with vLLM's own host-to-device
+    copies): its extent is vLLM's, and only the adapters it calls are specops'."""
     def mark(function):
         function.__specops_point__ = name
+        function.__specops_seam__ = seam
         return function
     return mark
 
@@ -54,7 +57,7 @@ _pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("spec
 
 
 def make_prepare_inputs(original):
-    @point("input_ids")
+    @point("input_ids", seam=True)
     @functools.wraps(original)
     def prepare_inputs(self, scheduler_output, batch_req_state, batch_desc, num_active_loras):
         if self.adaptive_verification is not None or self.model_state.num_new_sampled_tokens_per_step not in (0, 1):
