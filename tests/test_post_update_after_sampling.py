@@ -42,6 +42,38 @@ def test_example_spec_decode(backend):
     assert state["draft_tokens_out"].tolist() == [[4, 3], [9, 8]]
 
 
+def test_draft_tokens_out_without_draft_tokens_stores_nothing(backend):
+    """vLLM's post_update is handed its draft buffer on every call, the drafts only on a non-last
+    pipeline rank: the pair without drafts is the call without both, the buffer untouched."""
+    results = []
+    for with_buffer in (False, True):
+        state = _example_state()
+        state["draft_tokens_out"].fill_(7)
+        specops.post_update_after_sampling(
+            t32([1, -1, 0]), state["num_computed_tokens"], query_start_loc=t32([0, 3, 4, 7]),
+            sampled_tokens=torch.tensor([[3, 5, -1], [7, -1, -1], [2, 2, 6]]), num_sampled=t32([2, 1, 3]),
+            num_rejected=t32([1, 0, 0]), last_sampled_tokens=state["last_sampled_tokens"],
+            all_token_ids=state["all_token_ids"], total_len=state["total_len"],
+            output_bin_counts=state["output_bin_counts"],
+            draft_tokens_out=state["draft_tokens_out"] if with_buffer else None)
+        results.append({name: value.tolist() for name, value in state.items()})
+    assert results[0] == results[1]
+    assert results[1]["draft_tokens_out"] == [[7, 7], [7, 7]]
+    assert results[1]["num_computed_tokens"] == [7, 8]
+
+
+def test_draft_tokens_need_draft_tokens_out(backend):
+    state = _example_state()
+    with pytest.raises(ValueError, match="draft_tokens_out"):
+        specops.post_update_after_sampling(
+            t32([1, -1, 0]), state["num_computed_tokens"], query_start_loc=t32([0, 3, 4, 7]),
+            sampled_tokens=torch.tensor([[3, 5, -1], [7, -1, -1], [2, 2, 6]]), num_sampled=t32([2, 1, 3]),
+            num_rejected=t32([1, 0, 0]), last_sampled_tokens=state["last_sampled_tokens"],
+            all_token_ids=state["all_token_ids"], total_len=state["total_len"],
+            draft_tokens=torch.tensor([[9, 8], [1, 1], [4, 3]]))
+    assert state["num_computed_tokens"].tolist() == [4, 6]
+
+
 def test_example_without_query_start_loc(backend):
     counts, last, total = t32([10, 20]), t32([0, 0]), t32([3, 4])
     tokens = torch.zeros(2, 8, dtype=torch.int32)

@@ -58,8 +58,13 @@ void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor&
     TORCH_CHECK_VALUE(!output_bin_counts.has_value() && !draft_tokens.has_value() && !draft_tokens_out.has_value(),
                       "output_bin_counts, draft_tokens and draft_tokens_out need sampling mode (sampled_tokens)");
   }
-  TORCH_CHECK_VALUE(draft_tokens.has_value() == draft_tokens_out.has_value(),
-                    "draft_tokens and draft_tokens_out must be given together");
+  TORCH_CHECK_VALUE(!draft_tokens.has_value() || draft_tokens_out.has_value(),
+                    "draft_tokens needs draft_tokens_out (the buffer its rows are stored into)");
+  if (draft_tokens_out.has_value() && !draft_tokens.has_value()) {
+    // vLLM's post_update is handed its draft buffer on every call and the received drafts only on
+    // a non-last pipeline rank: without drafts nothing is stored there.
+    check_tensor(*draft_tokens_out, "draft_tokens_out", {c10::kInt, c10::kLong}, 2);
+  }
   if (draft_tokens.has_value()) {
     check_tensor(*draft_tokens, "draft_tokens", {c10::kInt, c10::kLong}, 2);
     check_tensor(*draft_tokens_out, "draft_tokens_out", {draft_tokens->scalar_type()}, 2);

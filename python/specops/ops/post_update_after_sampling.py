@@ -51,8 +51,12 @@ def _check(idx_mapping: torch.Tensor, num_computed_tokens: torch.Tensor, query_s
             check_rows_disjoint(output_bin_counts, "output_bin_counts")
     elif output_bin_counts is not None or draft_tokens is not None or draft_tokens_out is not None:
         raise ValueError("output_bin_counts, draft_tokens and draft_tokens_out need sampling mode (sampled_tokens)")
-    if (draft_tokens is None) != (draft_tokens_out is None):
-        raise ValueError("draft_tokens and draft_tokens_out must be given together")
+    if draft_tokens is not None and draft_tokens_out is None:
+        raise ValueError("draft_tokens needs draft_tokens_out (the buffer its rows are stored into)")
+    if draft_tokens_out is not None and draft_tokens is None:
+        # vLLM's post_update is handed its draft buffer on every call and the received drafts only
+        # on a non-last pipeline rank: without drafts nothing is stored there.
+        check_tensor(draft_tokens_out, "draft_tokens_out", [torch.int32, torch.int64], 2, device, "idx_mapping")
     if draft_tokens is not None:
         check_tensor(draft_tokens, "draft_tokens", [torch.int32, torch.int64], 2, device, "idx_mapping")
         check_tensor(draft_tokens_out, "draft_tokens_out", [draft_tokens.dtype], 2, device, "idx_mapping")
@@ -95,7 +99,8 @@ def post_update_after_sampling(
     appended to all_token_ids[row] at total_len[row] and counted in output_bin_counts (if given),
     the last one becomes last_sampled_tokens[row], total_len grows by ns, and
     num_computed_tokens[row] grows by the query length (0 without query_start_loc) minus
-    num_rejected[r]; draft_tokens[r] is stored as draft_tokens_out[row] when given. Pooling mode
+    num_rejected[r]; draft_tokens[r] is stored as draft_tokens_out[row] when given
+    (draft_tokens_out alone, as vLLM's post_update passes it without drafts: nothing is stored). Pooling mode
     (those six None): num_computed_tokens[row] grows by the query length. The host op rejects a
     repeated request row, a kept count outside [0, S], tokens past W and, with bins, a kept token
     outside the vocabulary.

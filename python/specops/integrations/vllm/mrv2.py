@@ -146,12 +146,12 @@ def make_post_update(original):
                     num_sampled, num_rejected, query_start_loc, all_token_ids, total_len, draft_tokens=None,
                     draft_tokens_out=None):
         # vLLM passes its draft buffer as draft_tokens_out on every call and the received drafts
-        # only on a non-last pipeline rank: without them, nothing is stored there.
+        # only on a non-last pipeline rank; the op takes the pair as vLLM passes it.
         specops.post_update_after_sampling(
             idx_mapping, num_computed_tokens, query_start_loc=query_start_loc, sampled_tokens=sampled_tokens,
             num_sampled=num_sampled, num_rejected=num_rejected, last_sampled_tokens=last_sampled_tokens,
             all_token_ids=all_token_ids, total_len=total_len, output_bin_counts=output_bin_counts,
-            draft_tokens=draft_tokens, draft_tokens_out=None if draft_tokens is None else draft_tokens_out)
+            draft_tokens=draft_tokens, draft_tokens_out=draft_tokens_out)
     return post_update
 
 
