@@ -6,6 +6,7 @@ compute-sanitizer (`sanitizer`), a whole runner step captured in a device graph 
 the host-planned schedule hook (`schedules`); without a device, every step that can run on the
 CPU (the Triton interpreter) and the others marked skipped with their reason (`run`)."""
 
-from specops.devtools.device_check.run import CSV_NAME, REPORT_NAME, STEPS, run_in_process
+from specops.devtools.device_check.report import CSV_NAME, REPORT_NAME, STEPS
+from specops.devtools.device_check.run import run_in_process
 
 __all__ = ["CSV_NAME", "REPORT_NAME", "STEPS", "run_in_process"]

@@ -194,7 +194,9 @@ def _oracle_outputs(spec, call: dict, oracle: str) -> tuple[dict[str, torch.Tens
             result = spec.wrapper(**args)
     except (ValueError, RuntimeError, IndexError):
         return None
-    return {key: _get(args, key) for key in spec.outputs if _present(args, key)}, _host_values(result)
+    outputs = {key: _get(args, key) for key in spec.outputs if _present(args, key)}
+    # Optional outputs a call leaves out (None) are not compared.
+    return {key: value for key, value in outputs.items() if isinstance(value, torch.Tensor)}, _host_values(result)
 
 
 def run_example(spec, example: Example, target: Target) -> str | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+import specops
 from specops.devtools.device_check._common import Deadline, Target, error_text, skipped
 from specops.devtools.device_check.runner_step import BOOKKEEPING, DRAFT_PASSES, GROUPS, K, NUM_REQS, RunnerStep
 
@@ -64,10 +65,11 @@ def structure() -> dict[str, list[str]]:
 def run(target: Target, deadline: Deadline) -> dict[str, Any]:
     started = time.monotonic()
     if target.device is None:
-        step = RunnerStep(torch.device("cpu"))
-        for index in range(2):
-            step.write_inputs(index)
-            outputs = step.run()
+        with specops.backend("native" if target.native else "reference"):
+            step = RunnerStep(torch.device("cpu"))
+            for index in range(2):
+                step.write_inputs(index)
+                outputs = step.run()
         return skipped(f"{target.reason}: a graph needs a CUDA or NPU device",
                        plumbing=f"ok: 2 eager steps on the CPU ({len(outputs)} output tensors)", captured=structure())
     api = GraphApi(target)
@@ -157,6 +159,9 @@ def run(target: Target, deadline: Deadline) -> dict[str, Any]:
 def run_isolated(target: Target, deadline: Deadline) -> dict[str, Any]:
     """run(), with a failure (a capture that syncs or allocates, say) reported, not raised."""
     try:
-        return run(target, deadline)
+        if target.device is None:
+            return run(target, deadline)
+        with specops.backend(target.device_backend):
+            return run(target, deadline)
     except Exception as error:  # noqa: BLE001
         return {"status": "failed", "reason": error_text(error), "captured": structure()}

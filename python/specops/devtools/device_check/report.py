@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Every step after the build, in order, with its cap in seconds (the driver also bounds each by
-# what is left of the whole budget) and whether it needs a device.
+# Every step after the build, in order, with its cap in seconds and whether it needs a device. The
+# driver gives each step its cap's share of what is left of the whole budget (at most the cap),
+# so a slow build squeezes every later step alike; a step's child process counts its imports.
 STEPS: dict[str, dict[str, Any]] = {
     "device_path": {"cap": 130, "device_only": False,
                     "what": "every op's device path on the op specs' inputs vs the native CPU op (step 2)"},
@@ -25,7 +26,7 @@ STEPS: dict[str, dict[str, Any]] = {
                       "what": "a whole runner step captured in a device graph, 50 replays vs eager (step 4)"},
     "timing": {"cap": 110, "device_only": True,
                "what": "each op timed on the device vs torch eager and vLLM's kernels (step 5)"},
-    "host_planned_schedules": {"cap": 20, "device_only": True,
+    "host_planned_schedules": {"cap": 40, "device_only": True,
                                "what": "sas_metadata: CPU lengths, device out, pinned non-blocking copy (hook)"},
 }
 SANITIZER_TOOLS = {"sanitizer_memcheck": "memcheck", "sanitizer_racecheck": "racecheck"}

@@ -186,8 +186,8 @@ class RunnerStep:
         _tensors(views, "prepare_step", found)
         for step in BOOKKEEPING:
             _tensors(step(self), step.__name__, found)
-        for index, draft_pass in enumerate(DRAFT_PASSES):
-            _tensors(draft_pass(self), f"{draft_pass.__name__}{index}", found)
+        for draft_pass in DRAFT_PASSES:
+            _tensors(draft_pass(self), draft_pass.__name__, found)
         _tensors(self.inputs, "inputs", found)  # the state and the counts the step updated in place
         _tensors(self.outputs, "outputs", found)
         return found
@@ -197,7 +197,7 @@ def input_ids(step: RunnerStep) -> Any:
     x, out, shape = step.inputs, step.outputs, step.shape
     return specops.prepare_input_ids(
         out["input_ids"], x["idx_mapping"], x["query_start_loc"], x["req_num_computed"], x["prefill_len"],
-        x["last_sampled"], x["draft_tokens"], x["cu_num_logits"], all_token_ids=x["all_token_ids"],
+        x["last_sampled"], x["draft_tokens"], x["cu_num_logits"],
         logits_indices=out["logits_indices"], expanded_idx_mapping=out["expanded_idx_mapping"],
         expanded_local_pos=out["expanded_local_pos"], num_tokens_padded=shape.num_tokens_padded)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import specops
 from specops.devtools.device_check._common import Deadline, Target, error_text, write_json
-
 
 
 def run_body(target: Target, deadline: Deadline, progress_path: Path) -> dict[str, Any]:
@@ -26,17 +26,22 @@ def run_body(target: Target, deadline: Deadline, progress_path: Path) -> dict[st
     from specops.bench import BENCHMARKS
 
     reached: dict[str, str] = {}
-    for name, module in BENCHMARKS.items():
-        if deadline.passed():
-            reached[name] = "skipped: time budget"
-            continue
-        try:
-            cases = module.cases(target.device, False)
-            case = max(cases, key=lambda c: (c.num_tokens, c.batch_size))
-            case.impls[case.subject]()
-            target.synchronize()
-            reached[name] = f"ran: {case.label}"
-        except Exception as error:  # noqa: BLE001  (reported; the sanitizer's log says the rest)
-            reached[name] = f"raised {error_text(error)}"
-        write_json(progress_path, {"ops": reached})
+    with specops.backend(target.device_backend):
+        for name, module in BENCHMARKS.items():
+            _run_one(name, module, target, deadline, reached)
+            write_json(progress_path, {"ops": reached})
     return {"ops": reached}
+
+
+def _run_one(name: str, module, target: Target, deadline: Deadline, reached: dict[str, str]) -> None:
+    if deadline.passed():
+        reached[name] = "skipped: time budget"
+        return
+    try:
+        cases = module.cases(target.device, False)
+        case = max(cases, key=lambda c: (c.num_tokens, c.batch_size))
+        case.impls[case.subject]()
+        target.synchronize()
+        reached[name] = f"ran: {case.label}"
+    except Exception as error:  # noqa: BLE001  (reported; the sanitizer's log says the rest)
+        reached[name] = f"raised {error_text(error)}"
