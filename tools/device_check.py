@@ -122,8 +122,12 @@ def run_steps(python: str, out: Path, env: dict[str, str], deadline: float, opti
             log = out / f"sanitizer-{tool}.log"
             wrapper = sanitizer_command(tool, log) if device and device.startswith("cuda") else None
             if wrapper is None:
-                reason = (environment.get("no_device_reason") or "no device" if not device else "compute-sanitizer is CUDA's; none on an NPU"
-                          if not device.startswith("cuda") else "compute-sanitizer is not installed here")
+                if not device:
+                    reason = environment.get("no_device_reason") or "no device"
+                elif not device.startswith("cuda"):
+                    reason = "compute-sanitizer is CUDA's; none on an NPU"
+                else:
+                    reason = "compute-sanitizer is not installed here"
                 steps[name] = {"status": "skipped", "reason": reason}
                 continue
             body = out / "steps" / f"{name}.body.json"
@@ -150,7 +154,8 @@ def sanitizer_result(tool: str, status: int | None, output: str, wall: float, lo
     result["ops"] = json.loads(body.read_text()).get("ops", {}) if body.is_file() else {}
     unreached = [name for name, what in result["ops"].items() if not what.startswith("ran")]
     if result["count"]:
-        result.update(status="failed", reason=f"{result['count']} {tool} reports in {', '.join(result['kernels']) or 'kernels'}")
+        where = ", ".join(result["kernels"]) or "kernels"
+        result.update(status="failed", reason=f"{result['count']} {tool} reports in {where}")
     elif status is None:
         result.update(status="partial", reason="timed out: the sanitizer run was killed at its limit")
     elif status != 0 or not result["summary_found"]:

@@ -49,7 +49,8 @@ def _first_difference(name: str, got: torch.Tensor, want: torch.Tensor) -> str:
         return f"{name}: shape {tuple(got.shape)} vs eager {tuple(want.shape)}"
     mismatch = (got != want).nonzero()
     index = tuple(mismatch[0].tolist())
-    return f"{name}: {mismatch.size(0)} entries differ, first at {index}: {got[index].item()} vs eager {want[index].item()}"
+    return (f"{name}: {mismatch.size(0)} entries differ, first at {index}: {got[index].item()} vs eager "
+            f"{want[index].item()}")
 
 
 def _snapshot(outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

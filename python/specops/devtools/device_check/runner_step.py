@@ -153,7 +153,8 @@ class RunnerStep:
         values = {
             # A decode that did not draft last step: the correction takes the host counts.
             "num_computed_tokens": counts, "num_accepted_tokens": torch.zeros(num_reqs, dtype=I32),
-            "prev_positions": torch.arange(num_reqs, dtype=I32), "valid_sampled_token_count": torch.ones(num_reqs, dtype=I32),
+            "prev_positions": torch.arange(num_reqs, dtype=I32),
+            "valid_sampled_token_count": torch.ones(num_reqs, dtype=I32),
             "prev_num_draft_tokens": torch.zeros(num_reqs, dtype=I32), "cpu_num_computed_tokens": counts,
             "query_start_loc": self.query_start_loc_cpu, "idx_mapping": rows,
             "cu_num_logits": self.query_start_loc_cpu,

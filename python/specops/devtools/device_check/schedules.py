@@ -34,11 +34,16 @@ SCHEDULE_CALL: Callable[..., Any] = specops.sas_metadata
 
 
 def _arguments(out: torch.Tensor) -> dict[str, Any]:
-    seqused_q = torch.tensor([2, 1, 4, 1], dtype=I32)
-    seqused_kv = torch.tensor([10, 300, 4096, 77], dtype=I32)
-    return dict(num_heads_q=64, num_heads_kv=1, head_dim=512, seqused_q=seqused_q, seqused_kv=seqused_kv,
-                batch_size=4, max_seqlen_q=4, max_seqlen_kv=4096, cmp_topk=512, ori_win_left=127,
-                layout_q="TND", layout_kv="PA_ND", num_cube_cores=24, num_vector_cores=48, out=out)
+    """A decode batch of 4 requests (the op spec's valid call, one request longer)."""
+    return dict(num_heads_q=64, num_heads_kv=1, head_dim=512, cu_seqlens_q=torch.tensor([0, 2, 3, 7, 8], dtype=I32),
+                cu_seqlens_ori_kv=torch.tensor([0, 10, 310, 4406, 4483], dtype=I32),
+                cu_seqlens_cmp_kv=torch.tensor([0, 2, 77, 1101, 1120], dtype=I32),
+                seqused_q=torch.tensor([2, 1, 4, 1], dtype=I32),
+                seqused_kv=torch.tensor([10, 300, 4096, 77], dtype=I32),
+                batch_size=4, max_seqlen_q=4, max_seqlen_kv=4096, ori_topk=0, cmp_topk=512, cmp_ratio=4,
+                ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=127, ori_win_right=0, layout_q="TND",
+                layout_kv="PA_ND", has_ori_kv=True, has_cmp_kv=True, num_cube_cores=4, num_vector_cores=8,
+                soc_version="Ascend910B1", out=out)
 
 
 def run(target: Target) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import specops
 from specops.devtools.device_check._common import Deadline, Target, error_text, round_robin, skipped
 from specops.devtools.device_check import vllm_peers
 
-HOST_ONLY = ("numpy",)  # implementations that run on the host whatever the case's device
+HOST_ONLY = ("numpy", "lean-numpy", "python", "python-rows")  # implementations that run on the host whatever the device
 PEER_BATCHES = (64, 512)
 
 
@@ -138,7 +138,8 @@ def run(target: Target, deadline: Deadline, carry_dir: str | Path) -> dict[str, 
     summary = {"torch_eager_over_specops_median": round(statistics.median(speedups), 3) if speedups else None}
     partial = [name for name, entry in ops.items() if entry.get("status") == "partial"]
     status = "failed" if problems else "partial" if partial else "ok"
-    reason = "; ".join(problems[:5]) if problems else f"time budget: not every case of {', '.join(partial)}" if partial else ""
+    reason = ("; ".join(problems[:5]) if problems
+              else f"time budget: not every case of {', '.join(partial)}" if partial else "")
     return {"status": status, "reason": reason, "ops": ops, "vllm": peers, "summary": summary, "csv_rows": rows,
             "wall_s": round(time.monotonic() - started, 1)}
 
