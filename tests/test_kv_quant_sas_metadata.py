@@ -102,7 +102,8 @@ def test_zero_requests_give_the_empty_schedule(backend):
     # METADATA_FAMILY section 6: cu_seqlens_q = [0] and a one-element seqused_kv (never read).
     out = specops.kv_quant_sas_metadata(64, 1, 512, 1, cu_seqlens_q=torch.tensor([0], dtype=torch.int32),
                                         seqused_kv=torch.tensor([0], dtype=torch.int32), layout_q="TND",
-                                        has_cmp_kv=False)
+                                        has_cmp_kv=False, num_cube_cores=24, num_vector_cores=48,
+                                        soc_version="Ascend950PR_9599")
     assert out.tolist() == [1] + [0] * 1023
 
 
@@ -144,7 +145,8 @@ def test_compiles_without_graph_break():
 
     def step(cu, kv, out):
         specops.kv_quant_sas_metadata(128, 1, 512, 1, cu_seqlens_q=cu, seqused_kv=kv + 0, cmp_ratio=4, cmp_topk=512,
-                                      layout_q="TND", num_cube_cores=8, num_vector_cores=16, out=out)
+                                      layout_q="TND", num_cube_cores=8, num_vector_cores=16,
+                                      soc_version="Ascend950PR_9599", out=out)
         return out + 1
 
     check_schedule_compiles(step, cu, kv)

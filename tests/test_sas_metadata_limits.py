@@ -20,6 +20,7 @@ import textwrap
 import pytest
 import torch
 from conftest import BACKENDS
+from golden_cases import PLATFORM
 from strategies import assert_same, query_start_loc_of
 
 import specops
@@ -97,7 +98,8 @@ def test_equal_batches_with_work_match_per_batch_lengths(backend_name):
         assert_same(_words(backend_name, **constant), _words(backend_name, **per_batch), f"B = {batch_size}")
     # 2^17 equal batches of 2^14 query tokens: more than 2^31 - 1 M tiles in all.
     with specops.backend("native"), pytest.raises(ValueError, match="max_seqlen_q"):
-        specops.sas_metadata(64, 1, 512, batch_size=2**17, max_seqlen_q=2**14, max_seqlen_kv=1, layout_kv="TND")
+        specops.sas_metadata(64, 1, 512, batch_size=2**17, max_seqlen_q=2**14, max_seqlen_kv=1, layout_kv="TND",
+                             **PLATFORM)
 
 
 @pytest.mark.skipif(specops.EXTENSION.sanitize, reason="ASan reserves more address space than the limit allows")
@@ -113,7 +115,8 @@ def test_a_table_that_cannot_be_allocated_names_the_argument():
         resource.setrlimit(resource.RLIMIT_AS, (used + (256 << 20), resource.RLIM_INFINITY))
         try:
             with specops.backend("native"):
-                specops.sas_metadata(64, 1, 512, seqused_q=seqused_q, seqused_kv=seqused_kv)
+                specops.sas_metadata(64, 1, 512, seqused_q=seqused_q, seqused_kv=seqused_kv, num_cube_cores=24,
+                                     num_vector_cores=48, soc_version="Ascend910B1")
         except ValueError as error:
             print("ValueError:", error)
     """)
@@ -203,14 +206,15 @@ def test_the_dsa_builders_call_is_taken(backend, cmp_ratio, query_lens):
 
 def test_device_places_the_output_and_must_match_a_given_one(backend):
     kv = torch.tensor([10], dtype=torch.int32)
-    assert specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, device="cpu").device == torch.device("cpu")
-    assert specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1,
+    assert specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, device="cpu",
+                                **PLATFORM).device == torch.device("cpu")
+    assert specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, **PLATFORM,
                                 device=torch.device("cpu")).device == torch.device("cpu")
     if backend == "native":  # the Python backends run the reference or the launcher on any device
-        meta = specops.sas_metadata(64, 1, 512, seqused_kv=kv.to("meta"), batch_size=1, device="meta")
+        meta = specops.sas_metadata(64, 1, 512, seqused_kv=kv.to("meta"), batch_size=1, device="meta", **PLATFORM)
         assert meta.device.type == "meta"
     out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
     for device in ("meta", "npu:0", "no-such-device", 0):
         with pytest.raises(ValueError, match=r"\bdevice\b"):
-            specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, device=device, out=out)
+            specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, device=device, out=out, **PLATFORM)
         assert out.eq(UNTOUCHED).all()

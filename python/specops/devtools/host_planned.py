@@ -85,7 +85,7 @@ def check_host_planned_copies(device: str | torch.device, *, calls: int = 64, ba
     for name, (op, arguments) in _calls(batch, seed=0).items():
         words = op(**arguments, device=device)
         assert words.device.type == device.type, f"{name}: words on {words.device}, not {device}"
-        assert torch.equal(words.cpu(), _host_words(op, arguments)), f"{name}: the device words differ from the host op's"
+        assert torch.equal(words.cpu(), _host_words(op, arguments)), f"{name}: the words differ from the host op's"
 
         per_call = [_calls(batch, seed=1 + i)[name][1] for i in range(calls)]
         expected = [_host_words(op, call) for call in per_call]
@@ -103,8 +103,9 @@ def check_host_planned_copies(device: str | torch.device, *, calls: int = 64, ba
         still_busy = not busy_done.query()
         module.synchronize(device)
         assert still_busy, (f"{name}: the stream had drained when {calls} host-planned calls returned "
-                            f"({host_seconds * 1e3:.2f} ms): a call waited for the device, or the busy work was too short")
-        wrong = [i for i, (result, want) in enumerate(zip(results, expected)) if not torch.equal(result.cpu(), want)]
-        assert not wrong, f"{name}: calls {wrong[:8]} ended with other words (staging reused before its copy completed?)"
+                            f"({host_seconds * 1e3:.2f} ms): a call waited for the device, or the busy work was "
+                            "too short")
+        wrong = [i for i, (got, want) in enumerate(zip(results, expected)) if not torch.equal(got.cpu(), want)]
+        assert not wrong, f"{name}: calls {wrong[:8]} ended with other words (staging reused before its copy ran?)"
         report[name] = {"calls": calls, "host_us_per_call": round(host_seconds / calls * 1e6, 2)}
     return report

@@ -132,8 +132,9 @@ def lightning_indexer_metadata(
 
     Tensors: int32 (int64 accepted); None and an empty tensor both mean not provided. On a
     device, the host copies, as for `specops.sas_metadata` (one non-blocking copy of the words,
-    no device read); `device=`, and the core counts and SoC from the NPU when None, as there. TND query lengths are prefix sums (a leading 0 when the query tensor is one longer
-    than the key tensor), TND key lengths prefix sums without it, other layouts per batch.
+    no device read); `device=`, and the core counts and SoC from the NPU when None, as there.
+    TND query lengths are prefix sums (a leading 0 when the query tensor is one longer than the
+    key tensor), TND key lengths prefix sums without it, other layouts per batch.
     head_dim, the quant modes and sparse_count do not change the schedule. Decode with
     `specops.decode_lightning_indexer_metadata`.
     """
