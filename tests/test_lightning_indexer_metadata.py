@@ -63,7 +63,7 @@ def test_golden_python_restatement(case, source):
 def _call(query, key, **change):
     call = dict(actual_seq_lengths_query=torch.tensor(query, dtype=torch.int32),
                 actual_seq_lengths_key=torch.tensor(key, dtype=torch.int32), layout_query="TND",
-                layout_key="PA_BSND", cmp_ratio=4, num_cube_cores=2, num_vector_cores=4)
+                layout_key="PA_BSND", cmp_ratio=4, num_cube_cores=2, num_vector_cores=4, soc_version="Ascend910B1")
     call.update(change)
     return call
 

@@ -144,7 +144,7 @@ def test_checker_catches_broken_schedules():
     # The checker is the oracle of the random tests: each corruption must fail it.
     call = dict(num_heads_q=64, num_heads_kv=1, head_dim=512, cu_seqlens_q=query_start_loc_of([3, 1, 4, 0, 2]),
                 seqused_kv=torch.tensor([900, 50, 4000, 7, 300], dtype=torch.int32), layout_q="TND",
-                num_cube_cores=8)
+                **{**PLATFORM, "num_cube_cores": 8})
     words = specops.sas_metadata(**call).tolist()
     check_call(words, call)
     used = sum(words[0:64:8])
@@ -183,7 +183,7 @@ def test_invalid_values(argument, change):
     """The host op raises naming the argument and writes nothing; the device paths (Triton, and
     the reference that stands for them) write 1024 zeros."""
     call = dict(num_heads_q=64, num_heads_kv=1, head_dim=512, cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32),
-                seqused_kv=torch.tensor([10, 20], dtype=torch.int32), layout_q="TND")
+                seqused_kv=torch.tensor([10, 20], dtype=torch.int32), layout_q="TND", **PLATFORM)
     call.update(change)
     out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
     with pytest.raises(ValueError, match=rf"\b{argument}\b"):
@@ -200,7 +200,7 @@ def test_invalid_values(argument, change):
 def test_none_and_empty_tensors_are_not_provided(backend):
     empty = torch.zeros(0, dtype=torch.int32)
     base = dict(cu_seqlens_q=query_start_loc_of([2, 1]), seqused_kv=torch.tensor([500, 9], dtype=torch.int32),
-                layout_q="TND", ori_win_left=127)
+                layout_q="TND", ori_win_left=127, **PLATFORM)
     expected = specops.sas_metadata(64, 1, 512, **base)
     for name in ("cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q"):
         assert_same(specops.sas_metadata(64, 1, 512, **base, **{name: empty}), expected, name)
@@ -210,7 +210,7 @@ def test_none_and_empty_tensors_are_not_provided(backend):
 
 def test_int64_lengths_read_as_int32(backend):
     call = dict(cu_seqlens_q=query_start_loc_of([1, 4, 2]), seqused_kv=torch.tensor([70, 4000, 99999], dtype=torch.int32),
-                layout_q="TND", cmp_ratio=128)
+                layout_q="TND", cmp_ratio=128, **PLATFORM)
     expected = specops.sas_metadata(64, 1, 512, **call)
     wide = {k: v.long() if isinstance(v, torch.Tensor) else v for k, v in call.items()}
     assert_same(specops.sas_metadata(64, 1, 512, **wide), expected)
@@ -232,7 +232,7 @@ def test_string_arguments_are_checked_by_the_wrapper(argument, value):
     out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
     with pytest.raises(ValueError, match=argument):
         specops.sas_metadata(64, 1, 512, seqused_kv=torch.tensor([10], dtype=torch.int32), batch_size=1,
-                             **{argument: value}, out=out)
+                             **{**PLATFORM, argument: value}, out=out)
     assert out.eq(UNTOUCHED).all()
 
 

@@ -34,7 +34,8 @@ HOST_BACKENDS = [backend for backend in BACKENDS if backend != "triton"]
 
 def _words(backend: str, **call) -> torch.Tensor:
     with specops.backend(backend):
-        return specops.sas_metadata(64, 1, 512, **call, out=torch.full((1024,), UNTOUCHED, dtype=torch.int32))
+        return specops.sas_metadata(64, 1, 512, **{**PLATFORM, **call},
+                                    out=torch.full((1024,), UNTOUCHED, dtype=torch.int32))
 
 
 # Batches where some token sees a full window (a long KV with a decode), none does, and the KV is
@@ -135,7 +136,7 @@ def _base() -> dict:
     # BSND with the KV lengths from seqused_kv: each tensor left out is then "not provided" with
     # a defined fallback (max_seqlen_q, batch_size), so an empty one must give the same words.
     return dict(seqused_kv=torch.tensor([500, 9], dtype=torch.int32), batch_size=2, max_seqlen_q=1,
-                max_seqlen_kv=500, ori_win_left=127)
+                max_seqlen_kv=500, ori_win_left=127, **PLATFORM)
 
 
 @pytest.mark.parametrize("dtype,shape", EMPTY_KINDS, ids=[f"{str(d)[6:]}{list(s)}" for d, s in EMPTY_KINDS])
@@ -182,7 +183,7 @@ def _dsa_builder_call(seq_lens: torch.Tensor, query_lens: list[int], device: str
                 cu_seqlens_ori_kv=placeholder, seqused_q=placeholder, seqused_kv=seq_lens,
                 max_seqlen_q=max(query_lens), max_seqlen_kv=int(seq_lens.max()), batch_size=len(query_lens),
                 ori_mask_mode=4, ori_win_left=127, ori_win_right=0, layout_q="TND", layout_kv="PA_ND",
-                has_ori_kv=True, device=device)
+                has_ori_kv=True, device=device, **PLATFORM)  # the platform's, which the AI-CPU op reads itself
     if cmp_ratio > 1:
         compressed = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(seq_lens.long() // cmp_ratio, 0)])
         call.update(has_cmp_kv=True, cmp_ratio=cmp_ratio, cmp_mask_mode=3, cu_seqlens_cmp_kv=compressed,

@@ -228,11 +228,12 @@ def host_inputs(inputs: list[object]) -> list[object]:
 
 def plans_on_host(inputs: list[object], out: torch.Tensor) -> bool:
     """Whether a call takes the host route: always on the NPU (where the kernel does not compile),
-    and on any device when the lengths are host tensors (the recommended form: nothing to launch
-    but one copy, nothing read back)."""
+    and for any device output when the lengths are host tensors (the recommended form: nothing
+    to launch but one copy, nothing read back). All on the CPU, the kernel runs (the interpreter)."""
     if on_npu(out.device):
         return True
-    return any(isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.numel() for value in inputs)
+    return out.device.type != "cpu" and any(
+        isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.numel() for value in inputs)
 
 
 def host_route(op_name: str, *arguments: object) -> None:
