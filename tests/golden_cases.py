@@ -1,5 +1,5 @@
 """The golden vectors of the DSA metadata family's AI-CPU kernels (produced by the kernels' own
-code), read from the shared folder beside the repository (sas_checker.golden_dir), and the
+code), read from tests/golden (sas_checker.golden_dir), and the
 argument each kernel message is about. A missing file is one failing case naming where it
 looked."""
 
