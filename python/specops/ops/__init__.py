@@ -25,6 +25,8 @@ from specops.ops.expand_parallel_draft_inputs import ParallelDraftInputs, expand
 # The rest of the DSA metadata family (docs/kv_quant_sas_metadata.md and beside it).
 from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
 from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
+# sgl-kernel-npu's call form of sas_metadata (docs/sas_metadata.md).
+from specops.ops.sparse_attn_sharedkv_metadata_host import sparse_attn_sharedkv_metadata_host
 from specops.ops.store_kv_block_metadata import StoreKvBlockGroups, store_kv_block_metadata
 from specops.ops.compressor_metadata import CompressorMetadata, compressor_metadata
 # docs/pcp.md: prefill context parallelism
@@ -67,6 +69,7 @@ __all__ = [
     "compressor_metadata",
     "kv_quant_sas_metadata",
     "lightning_indexer_metadata",
+    "sparse_attn_sharedkv_metadata_host",
     "store_kv_block_metadata",
     # docs/pcp.md
     "PCPDeviceLayout",

@@ -10,10 +10,12 @@ length tensors and a device `out`, behind a kernel that keeps the stream busy
   "unsupported" when it is not, which fails nothing;
 - whether the host waited: the stream is still busy when the call returns (no wait), or idle
   (the call synchronized, or copied from pageable memory);
-- whether `out` then holds the host op's words.
+- whether `out` then holds the host op's words;
+- `family`: `specops.devtools.host_planned.check_host_planned_copies` on the device: every
+  member of the family and sgl-kernel-npu's call form, 64 calls each into outputs of their own
+  behind a busy stream (no host wait, and the pinned staging not reused before its copy ran).
 
-`SCHEDULE_CALL` is the function called; the pinned host-to-device path may expose its own
-entry, which goes here in its place.
+`SCHEDULE_CALL` is the function called by the first part.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 import specops
 from specops.devtools.device_check._common import Target, error_text, skipped
+from specops.devtools.host_planned import check_host_planned_copies
 
 I32 = torch.int32
 SLEEP_CYCLES = 50_000_000  # tens of milliseconds of a busy stream on a current GPU
@@ -78,6 +81,10 @@ def run(target: Target) -> dict[str, Any]:
         problems.append("out differs from the host op's words")
     if result["host_waited"]:
         problems.append("the call returned with the stream idle: the host waited for the device")
+    try:
+        result["family"] = check_host_planned_copies(target.device)
+    except AssertionError as error:
+        problems.append(f"check_host_planned_copies: {error}")
     result.update(status="failed" if problems else "ok", reason="; ".join(problems))
     return result
 
