@@ -37,7 +37,7 @@ def make_setup(kinds: list[str], *, num_steps: int, max_model_len: int, cp_size:
               128: torch.randn(rope_rows, ROT_DIM, generator=gen).to(device)}
     model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=rope,
                         num_speculative_tokens=num_steps, cp_size=cp_size, cp_rank=cp_rank, num_cube_cores=4,
-                        num_vector_cores=8, index_topk=16, compress_rope_cos_sin_caches=tables,
+                        num_vector_cores=8, index_topk=512, compress_rope_cos_sin_caches=tables,
                         sas_variant=sas_variant)
     names = [f"{kind}{i}" for i, kind in enumerate(kinds)]
     groups = [MappingGroup(block_size=KINDS[kind][0], name=name) for kind, name in zip(kinds, names)]
