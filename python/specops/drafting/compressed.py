@@ -273,12 +273,11 @@ def _run_qli(call: QliCall, invariant: GroupInvariant) -> None:
     """The lightning-indexer schedule of the step's CP-local batch (query ends, KV lengths)."""
     call.writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
     cp = invariant.shared.cp
-    local_starts, local_seq_lens = invariant.host_local  # host copies on every device
-    num_reqs = local_seq_lens.numel()
+    num_reqs = cp.local_seq_lens.numel()
     arguments = call.arguments
     if num_reqs:
-        arguments[QLI.actual_seq_lengths_query] = local_starts[1:]
-        arguments[QLI.actual_seq_lengths_key] = local_seq_lens
+        arguments[QLI.actual_seq_lengths_query] = cp.local_query_start_loc[1:]
+        arguments[QLI.actual_seq_lengths_key] = cp.local_seq_lens
         arguments[QLI.max_seqlen_q], arguments[QLI.max_seqlen_k] = cp.max_local_query_len, cp.max_local_seq_len
         arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY
     else:

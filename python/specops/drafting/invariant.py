@@ -12,7 +12,6 @@ import torch
 from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, InvariantViews
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import CommonDraftInputs, SharedFields
-from specops.drafting.loop_schedules import local_lengths
 from specops.ops._checks import checked_int
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
@@ -28,7 +27,7 @@ class GroupInvariant:
     an exact tuple at once, a NamedTuple item by item (a tenth of an empty op per group)."""
 
     __slots__ = ("shared", "metadata_head", "query_lens", "all_decodes", "_max_query_len", "seq_lens_cpu",
-                 "query_start_loc", "seq_lens", "host_local")
+                 "query_start_loc", "seq_lens")
 
     def __init__(self, query_lens: np.ndarray, all_decodes: bool, seq_lens_cpu: torch.Tensor,
                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor):
@@ -40,9 +39,6 @@ class GroupInvariant:
         self.seq_lens_cpu = seq_lens_cpu
         self.query_start_loc = query_start_loc  # [R + 1] and [R] views of the runner's tensors
         self.seq_lens = seq_lens
-        # The CP-local query starts and seq_lens as host tensors, what the host-planned schedule
-        # ops take on every device (set with `shared`; on the host, the CP metadata's own).
-        self.host_local: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def max_query_len(self) -> int:
@@ -243,14 +239,6 @@ def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: 
     # microsecond more (tests/test_drafting.py checks every field against the naive form).
     cp = CPLocalMetadata(views.local_query_start_loc, views.local_seq_lens, views.start_pos, *views.split,
                          full.max_local_query_len, full.max_local_seq_len)
-    if views.local_query_start_loc.device.type == "cpu":
-        invariant.host_local = (cp.local_query_start_loc, cp.local_seq_lens)
-    else:
-        # From the host copies the step already has: no device value is read back for them.
-        starts = query_start_loc_cpu.numpy().astype(np.int64)
-        local_starts, local_seq = local_lengths(starts, seq_lens_cpu.numpy().astype(np.int64), *views.split[2:])
-        invariant.host_local = (torch.from_numpy(local_starts.astype(np.int32)),
-                                torch.from_numpy(local_seq.astype(np.int32)))
     head = (num_decodes, num_reqs - num_decodes, num_decode_tokens, total - num_decode_tokens, views.input_positions,
             views.cos, views.sin, cp, views.local_cos, views.local_sin, cp.start_pos, seq_lens_cpu)
     invariant.shared = SharedFields._make(head)

@@ -137,14 +137,11 @@ def _run_sas(calls: Sequence[SasCall], invariants: list[GroupInvariant]) -> None
     CP-local query starts and KV lengths; the rest: calls.sas_arguments)."""
     for call in calls:
         call.writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
-        invariant = invariants[call.invariant_slot]
-        cp = invariant.shared.cp
-        # Host copies on every device: the schedule op plans on the host and copies its words.
-        local_starts, local_seq_lens = invariant.host_local
-        num_reqs = local_seq_lens.numel()
+        cp = invariants[call.invariant_slot].shared.cp
+        num_reqs = cp.local_seq_lens.numel()
         arguments, slots = call.arguments, call.slots  # calls.SAS, or calls.KV_QUANT_SAS on A5
-        arguments[slots.cu_seqlens_q] = local_starts
-        arguments[slots.seqused_kv] = local_seq_lens
+        arguments[slots.cu_seqlens_q] = cp.local_query_start_loc
+        arguments[slots.seqused_kv] = cp.local_seq_lens
         arguments[slots.batch_size] = num_reqs
         arguments[slots.max_seqlen_q] = cp.max_local_query_len
         arguments[slots.max_seqlen_kv] = cp.max_local_seq_len
