@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes
 
 import specops
-from specops.ops.advance_draft_steps import empty_draft_steps
+from specops.ops.advance_draft_steps import empty_draft_steps, pack_draft_steps_sizes
 from specops.reference.cp_local_metadata import cp_local_metadata
 
 PAD = specops.PAD_SLOT_ID
@@ -211,7 +211,7 @@ def _opcheck_args():
                 pair_dtype=torch.int32)
     call = _build(case)
     out = _outputs(call, case)
-    sizes = specops.ops.advance_draft_steps.pack_draft_steps_sizes(
+    sizes = pack_draft_steps_sizes(
         3, call["num_actual_tokens"], call["num_input_tokens"], call["num_reqs_padded"], 20, 1, 1, 0, 1, 2, 1,
         [4, 8], [1, 1], [True, True], [True, True], [16, 8])
     return (call["query_start_loc"], call["positions"], call["seq_lens"], call["token_indices"],
@@ -256,7 +256,10 @@ def _call(**change):
     (dict(num_rejected_tokens=t32([8, 0])), "num_rejected_tokens"),
     (dict(num_actual_tokens=2), "num_actual_tokens"),
     (dict(query_start_loc=t32([0, 3, 2])), "query_start_loc"),
-    (dict(max_model_len=20), "draft position 17"),  # past the 2-column table of block size 8
+    # Past the 2-column table of block size 8 in pass 2 (position 16), inside the RoPE cache.
+    (dict(positions=torch.tensor([5, 6, 15]), max_model_len=30, rope_cos_sin_cache=rope_cache(40)),
+     "draft position 16 of request 1"),
+    (dict(positions=torch.tensor([5, 6, 15]), max_model_len=30), "rope_cos_sin_cache"),
 ])
 def test_native_rejects_invalid_values_and_writes_nothing(change, argument):
     call = _call(**change)
