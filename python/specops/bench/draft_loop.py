@@ -57,7 +57,10 @@ def _setup(num_reqs: int, num_steps: int, mix: str, device: torch.device):
     token_indices = torch.tensor(starts[1:], dtype=torch.int32, device=device) - 1 - rejected
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
     plan = DraftLoopPlan(mappings, builders, num_speculative_tokens=num_steps, max_model_len=max_model_len)
-    return dict(mappings=mappings, builders=builders, plan=plan, qsl=qsl, qsl_cpu=qsl_cpu, idx=idx,
+    # The later passes' host seq_lens as a runner would hold them (made here, not in the timed path).
+    later_seq_lens_cpu = [seq_lens_cpu + k for k in range(num_steps)]
+    return dict(later_seq_lens_cpu=later_seq_lens_cpu, mappings=mappings, builders=builders, plan=plan, qsl=qsl,
+                qsl_cpu=qsl_cpu, idx=idx,
                 rejected=rejected, token_indices=token_indices, seq_lens_cpu=seq_lens_cpu, num_tokens=num_tokens,
                 num_reqs=num_reqs, num_steps=num_steps, max_model_len=max_model_len, seq_lens=seq_lens)
 
@@ -81,13 +84,13 @@ def _later_passes(s: dict) -> None:
 
     m, num_reqs = s["mappings"], s["num_reqs"]
     draft_qsl = s.setdefault("draft_qsl", torch.zeros(num_reqs + 1, dtype=torch.int32, device=s["qsl"].device))
-    draft_qsl_cpu = torch.arange(num_reqs + 1, dtype=torch.int32)
+    draft_qsl_cpu = s.setdefault("draft_qsl_cpu", torch.arange(num_reqs + 1, dtype=torch.int32))
     for k in range(2, s["num_steps"] + 1):
         first = k == 2
         step = m.advance_draft_step(s["idx"], max_model_len=s["max_model_len"],
                                     token_indices=s["token_indices"] if first else None,
                                     num_rejected_tokens=s["rejected"] if first else None, query_start_loc=draft_qsl)
-        common = m.draft_inputs(draft_qsl, draft_qsl_cpu, s["seq_lens_cpu"] + (k - 1), num_reqs=num_reqs,
+        common = m.draft_inputs(draft_qsl, draft_qsl_cpu, s["later_seq_lens_cpu"][k - 1], num_reqs=num_reqs,
                                 num_actual_tokens=num_reqs, num_input_tokens=num_reqs, positions=step.positions)
         build_draft_attn_metadata(s["builders"], common, k)
 
