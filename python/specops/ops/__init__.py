@@ -21,6 +21,7 @@ from specops.ops.prepare_input_ids import StepInputIds, prepare_input_ids
 from specops.ops.post_update_after_sampling import post_update_after_sampling
 from specops.ops.prepare_next_token_ids import NextTokens, prepare_next_token_ids
 from specops.ops.advance_draft_step import DraftStep, advance_draft_step
+from specops.ops.advance_draft_steps import DraftSteps, advance_draft_steps
 from specops.ops.expand_parallel_draft_inputs import ParallelDraftInputs, expand_parallel_draft_inputs
 # The rest of the DSA metadata family (docs/kv_quant_sas_metadata.md and beside it).
 from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
@@ -60,7 +61,9 @@ __all__ = [
     "NextTokens",
     "prepare_next_token_ids",
     "DraftStep",
+    "DraftSteps",
     "advance_draft_step",
+    "advance_draft_steps",
     "ParallelDraftInputs",
     "expand_parallel_draft_inputs",
     # the rest of the DSA metadata family
