@@ -15,7 +15,8 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-explore test-asan test-peers test-vllm-integration test-ascend test-cann-wheel wheel clean
+.PHONY: all install bench test test-explore test-asan test-peers test-vllm-integration test-ascend test-cann-wheel wheel clean \
+	device-check device-carry
 
 all: install
 
@@ -110,6 +111,24 @@ test-peers: install $(PEERS)/.site $(PEERS)/.deps
 test-vllm-integration: install $(PEERS)/.site $(PEERS)/.deps
 	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps TRITON_INTERPRET=1 \
 	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
+
+# The first minutes on a lent GPU or NPU (docs/device_readiness.md, "The first minutes on a
+# device"): tools/device_check.py builds the extension against the torch installed there
+# (offline, into $OUT/site or build/device-check/site), then runs every op's device path against
+# the native CPU op, compute-sanitizer over multi-program launches, a runner step captured in a
+# device graph and the timings, each step in a process of its own within one budget, and writes
+# device-check.json and device-check.csv into $OUT (else build/device-check). Without a device
+# the device-only steps are skipped with their reason. The Python is the venv's when there is
+# one (this machine), else $(PYTHON) (a lent machine, which has torch installed and no venv).
+# device-carry cuts vLLM's kernels for the timings out of the unpacked wheel of test-peers into
+# build/device-carry, which the device run carries.
+DEVICE_CHECK_PY ?= $(if $(wildcard $(VPY)),$(VPY),$(PYTHON))
+DEVICE_CHECK_ARGS ?=
+device-check:
+	$(DEVICE_CHECK_PY) tools/device_check.py $(DEVICE_CHECK_ARGS)
+
+device-carry: $(PEERS)/.site
+	$(VPY) tools/device_carry.py --site $(PEERS)/site --out build/device-carry
 
 # The NPU route without an NPU (docs/device_readiness.md, tests/ascend): a venv of its own,
 # build/ascend-venv, because triton-ascend is the `triton` module itself and cannot share one

@@ -142,6 +142,16 @@ TORCH_LIBRARY(specops, m) {
       "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
       "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
       "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int[] sizes) -> ()");
+  // sizes = [num_steps, num_actual_tokens, num_input_tokens, num_reqs_padded, max_model_len, rule, split_size,
+  // split_rank, cp_world_size, cp_rank, cp_interleave], then (block_size, blocks_per_kv_block, cp_sharded,
+  // slot_mapping_enabled) per group, then each group's storage block size; row k - 1 of every output is pass k.
+  m.def(
+      "advance_draft_steps(Tensor query_start_loc, Tensor positions, Tensor seq_lens, Tensor token_indices, "
+      "Tensor num_rejected_tokens, Tensor? idx_mapping, Tensor[] block_tables, Tensor[] num_blocks, "
+      "Tensor[] target_slot_mappings, Tensor rope_cos_sin_cache, Tensor(a!) out_positions, Tensor(b!) out_seq_lens, "
+      "Tensor(c!) out_query_start_loc, Tensor(d!) out_cos_sin, Tensor(e!) out_local_cos_sin, "
+      "Tensor(f!) out_local_query_start_loc, Tensor(g!) out_local_seq_lens, Tensor(h!) out_start_pos, "
+      "Tensor(i!)[] out_slots, Tensor(j!)[] out_slot_pairs, int[] sizes) -> ()");
   // sizes = [slots_per_request, shift_input_ids, max_model_len, parallel_drafting_token_id, padding_token_id,
   // num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave] then (block_size,
   // blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group.

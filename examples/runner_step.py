@@ -11,10 +11,12 @@ Then, on the device side:
     count_sampled_and_rejected       what the sampler kept
     post_update_after_sampling       request state: tokens, last sampled, lengths, counts, penalty bins
     prepare_next_token_ids           the drafter's next token, rejected count, token to sample from
-    draft pass 1                     the drafting layer's metadata on the target step's buffers
-    K - 1 x advance_draft_step       each later draft step's positions, seq_lens and both groups' slots
-                                     on PersistentMappings' own buffers, then the drafting layer's
-                                     metadata (draft pass 2 .. K) built from those same buffers
+    DraftLoopPlan.plan_step          host only: every draft pass's host lengths and schedules, from the
+                                     scheduler's host copies (the query layout, a seq_lens upper bound)
+    DraftLoopPlan.advance_all        one launch: every draft pass's positions, seq_lens, both groups'
+                                     slots and formatted pairs, RoPE and CP rows (pass 1 on the target
+                                     step's layout, passes 2 .. K one token per request)
+    DraftLoopPlan.metadata(k)        each draft pass's metadata, views of its own buffers
 
 and every output is compared with the same step computed here in plain Python, including a
 request whose draft positions pass max_model_len, under either rule ("reset" or "clamp").
@@ -66,7 +68,6 @@ class Loop:
         self.drafts = torch.zeros(MAX_REQS, K, dtype=torch.int64)
         self.bins = torch.zeros(MAX_REQS, VOCAB, dtype=I32)
         self.next_prefill = torch.zeros(1, MAX_REQS, dtype=I32)
-        self.draft_query_start_loc = torch.zeros(MAX_REQS + 1, dtype=I32)
         # The drafting layer: one builder per KV-cache group, fed the mappings' buffers by name.
         self.rope = torch.rand(MAX_MODEL_LEN + 1, 8, generator=torch.Generator().manual_seed(seed))
         model = drafting.ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=self.rope,
@@ -75,6 +76,9 @@ class Loop:
             model, drafting.GroupConfig(name, block_size=bs, storage_block_size=bs, sliding_window=window),
             max_num_reqs=MAX_REQS, max_num_tokens=self.mappings.positions.numel())
             for bs, name, window in zip(BLOCK_SIZES, GROUP_NAMES, SLIDING_WINDOWS)]
+        # The whole draft loop of a step: one host plan, one device launch for every pass.
+        self.plan = drafting.DraftLoopPlan(self.mappings, self.builders, num_speculative_tokens=K,
+                                           max_model_len=MAX_MODEL_LEN, past_max_model_len=rule)
         self.live: dict[int, dict] = {}  # row -> plain-Python request
         self.next_block = 1
         self.counts = dict(steps=0, drafted_past_limit=0, limit_mid_draft=0, discarded=0)
@@ -199,24 +203,30 @@ class Loop:
             assert int(nxt.num_rejected_tokens[r]) == want_rejected[r]
             assert int(nxt.token_indices_to_sample[r]) == int(qsl[r + 1]) - 1 - want_rejected[r]
 
-        # Draft pass 1 runs on the target step's layout (padded drafting: rejected tokens stay in).
-        common = m.draft_inputs(qsl, qsl, t32(target_seq_lens), num_reqs=num_reqs, num_actual_tokens=num_tokens,
-                                num_input_tokens=-(-num_tokens // 8) * 8)
-        self.check_draft_pass(1, common, target_rows, target_positions,
+        # The draft loop. The host plan reads host copies only: the query layout the scheduler
+        # built and its upper bound of each request's seq_len (optimistic: every draft accepted),
+        # never a device tensor. Pass 1 runs on the target step's layout (padded drafting: the
+        # rejected tokens stay in); passes 2 .. K have one token per request.
+        qsl_cpu = qsl.clone()  # the scheduler's host copy (qsl stands for the device tensor)
+        bound = t32([s + self.rng.randint(0, 2) for s in target_seq_lens])
+        num_input_tokens = -(-num_tokens // 8) * 8
+        self.plan.plan_step(qsl_cpu, bound, num_reqs, num_input_tokens, num_reqs_padded=MAX_REQS)
+        self.plan.advance_all(qsl, nxt.token_indices_to_sample, nxt.num_rejected_tokens, idx)
+        self.check_draft_pass(1, num_input_tokens, target_rows, target_positions,
                               [s - q for s, q in zip(target_seq_lens, query_lens)])
-        self.draft(rows, idx, nxt, target_seq_lens, want_rejected)
+        self.draft(rows, target_seq_lens, want_rejected)
 
     def slot(self, row: int, g: int, position: int) -> int:
         bs = BLOCK_SIZES[g]
         return self.live[row]["blocks"][g][position // bs] * bs + position % bs
 
-    def check_draft_pass(self, draft_index, common, token_rows, positions, start_pos, reset=()) -> None:
-        """The drafting layer's metadata of one draft pass, every group, against plain Python:
-        each token's position (0 on padding), RoPE rows, (block, offset) slot pair (PAD's pair
-        for a token reset past max_model_len) and each request's start position."""
-        metas = drafting.build_draft_attn_metadata(self.builders, common, draft_index)
+    def check_draft_pass(self, draft_index, num_input_tokens, token_rows, positions, start_pos, reset=()) -> None:
+        """The plan's metadata of one draft pass, every group, against plain Python: each
+        token's position (0 on padding), RoPE rows, (block, offset) slot pair (PAD's pair for a
+        token reset past max_model_len) and each request's start position."""
+        metas = self.plan.metadata(draft_index)
         num_tokens, half = len(positions), self.rope.size(1) // 2
-        padded = positions + [0] * (common.num_input_tokens - num_tokens)
+        padded = positions + [0] * (num_input_tokens - num_tokens)
         for g, (meta, bs) in enumerate(zip(metas, BLOCK_SIZES)):
             assert meta.input_positions.tolist() == padded, (draft_index, g)
             assert torch.equal(meta.cos, self.rope[padded, :half]) and torch.equal(meta.sin, self.rope[padded, half:])
@@ -227,19 +237,15 @@ class Loop:
             assert meta.start_pos[:len(start_pos)].tolist() == start_pos, (draft_index, g)
             assert (meta.sas_metadata is None) == (SLIDING_WINDOWS[g] is None)
 
-    def draft(self, rows, idx, nxt, target_seq_lens, rejected) -> None:
-        """K - 1 draft steps after the first draft pass, each checked, each feeding the drafting
-        layer's next pass; then the step's drafts."""
-        m = self.mappings
+    def draft(self, rows, target_seq_lens, rejected) -> None:
+        """Draft passes 2 .. K, all written by the one advance_all launch, each checked against
+        plain Python under the rule; then the step's drafts."""
         positions = [target_seq_lens[r] - 1 - rejected[r] for r in range(len(rows))]
         seq_lens = list(target_seq_lens)
         was_over = [False] * len(rows)
-        for k in range(K - 1):
-            first = k == 0
-            step = m.advance_draft_step(idx, max_model_len=MAX_MODEL_LEN, past_max_model_len=self.rule,
-                                        token_indices=nxt.token_indices_to_sample if first else None,
-                                        num_rejected_tokens=nxt.num_rejected_tokens if first else None,
-                                        query_start_loc=self.draft_query_start_loc, num_reqs_padded=MAX_REQS)
+        num_reqs = len(rows)
+        for k in range(2, K + 1):
+            first = k == 2
             reset = set()
             for r, row in enumerate(rows):
                 p = positions[r] + 1
@@ -255,17 +261,12 @@ class Loop:
                     positions[r], seq_lens[r] = (0, 1) if over else (p, min(base + 1, MAX_MODEL_LEN))
                 else:
                     positions[r], seq_lens[r] = min(p, MAX_MODEL_LEN - 1), min(base + 1, MAX_MODEL_LEN)
-                assert int(step.positions[r]) == positions[r] and int(step.seq_lens[r]) == seq_lens[r]
-                for g in range(len(BLOCK_SIZES)):
-                    want = PAD if (over and self.rule == "reset") else self.slot(row, g, positions[r])
-                    assert int(step.slot_mappings[g][r]) == want, (g, r, int(step.slot_mappings[g][r]), want)
-            assert step.seq_lens[len(rows):].tolist() == [0] * (MAX_REQS - len(rows))
-            num_reqs = len(rows)
-            assert step.query_start_loc.tolist() == [min(i, num_reqs) for i in range(MAX_REQS + 1)]
-            # The next draft pass: one token per request, on the buffers the step just wrote.
-            common = m.draft_inputs(step.query_start_loc, step.query_start_loc, None, num_reqs=num_reqs,
-                                    num_actual_tokens=num_reqs, num_input_tokens=MAX_REQS, positions=step.positions)
-            self.check_draft_pass(k + 2, common, rows, positions, [s - 1 for s in seq_lens], reset)
+            assert self.plan.positions(k)[:num_reqs].tolist() == positions, k
+            assert self.plan.seq_lens(k).tolist() == seq_lens, k
+            for g, slots in enumerate(self.plan.slot_mappings(k)):
+                want = [PAD if r in reset else self.slot(row, g, positions[r]) for r, row in enumerate(rows)]
+                assert slots.tolist() == want + [PAD] * (MAX_REQS - num_reqs), (k, g, slots.tolist(), want)
+            self.check_draft_pass(k, MAX_REQS, rows, positions, [s - 1 for s in seq_lens], reset)
         for row in rows:  # the stand-in drafter's K drafts, request-indexed, for the next step
             self.live[row]["drafts"] = [self.rng.randrange(VOCAB) for _ in range(K)]
             self.drafts[row] = torch.tensor(self.live[row]["drafts"])

@@ -1,5 +1,5 @@
 """The golden vectors of the DSA metadata family's AI-CPU kernels (produced by the kernels' own
-code), read from the shared folder beside the repository (sas_checker.golden_dir), and the
+code), read from tests/golden (sas_checker.golden_dir), and the
 argument each kernel message is about. A missing file is one failing case naming where it
 looked."""
 
@@ -14,6 +14,9 @@ from sas_checker import golden_dir
 from strategies import assert_same
 
 UNTOUCHED = 0x0BADF00D
+# The platform arguments of an A2/A3 call planned on the host for no particular device: a
+# schedule not bound for an NPU must be given all three (docs/sas_metadata.md).
+PLATFORM = dict(num_cube_cores=24, num_vector_cores=48, soc_version="Ascend910B1")
 # The length tensors of sas_metadata and kv_quant_sas_metadata, in their schema order.
 SAS_TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
 

@@ -1,4 +1,4 @@
-"""Invariant checker for sas_metadata words, and the golden vectors' location.
+"""Invariant checker for sas_metadata words, and the golden vectors' location (tests/golden).
 
 Written from the consumer's layout alone: it reads the raw 1024 words itself (not through
 specops.decode_sas_metadata) and counts each batch's M tiles from the lengths, without any
@@ -16,7 +16,6 @@ implementation's cost arithmetic:
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 NUM_WORDS = 1024
@@ -27,20 +26,13 @@ TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 
 
+GOLDEN_DIR = TESTS_DIR / "golden"
+
+
 def golden_dir() -> tuple[Path | None, list[str]]:
-    """$SPECOPS_GOLDEN_DIR if set, else the first shared/golden in the repository root's parent
-    directories; and every place looked at."""
-    looked = []
-    configured = os.environ.get("SPECOPS_GOLDEN_DIR")
-    if configured:
-        looked.append(f"$SPECOPS_GOLDEN_DIR = {configured}")
-        return (Path(configured) if Path(configured).is_dir() else None), looked
-    for parent in REPO_ROOT.parents:
-        candidate = parent / "shared" / "golden"
-        looked.append(str(candidate))
-        if candidate.is_dir():
-            return candidate, looked
-    return None, looked
+    """The golden vectors' folder inside the repository (tests/golden), and where it looked.
+    Nothing is read from outside the repository: a clone is all the suite needs."""
+    return (GOLDEN_DIR if GOLDEN_DIR.is_dir() else None), [str(GOLDEN_DIR)]
 
 
 @dataclasses.dataclass(frozen=True)

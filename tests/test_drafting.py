@@ -165,7 +165,7 @@ def test_dspark_indices_only_on_non_causal_steps():
         8, 1, 64, cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32),
         seqused_kv=torch.tensor([9, 4], dtype=torch.int32), batch_size=2, max_seqlen_q=2, max_seqlen_kv=9,
         cmp_ratio=1, ori_win_left=4, ori_win_right=0, layout_q="TND", has_cmp_kv=False, num_cube_cores=4,
-        num_vector_cores=8))
+        num_vector_cores=8, soc_version="Ascend910B1"))
     # Request 0 sees positions max(9 - 2 - 3, 0) = 4 .. 8 (block 11 holds 4..7, block 12 holds 8);
     # request 1 sees positions 0 .. 3 (block 20). Rows are 3 + 2 rounded up to 128 wide.
     row_0 = [44, 45, 46, 47, 48] + [-1] * 123

@@ -56,7 +56,8 @@ def test_golden_python_restatement(case, source):
 
 def _a5(**change):
     call = dict(cu_seqlens_q=query_start_loc_of([3]), seqused_kv=torch.tensor([10000], dtype=torch.int32),
-                layout_q="TND", has_cmp_kv=False, cmp_ratio=1)
+                layout_q="TND", has_cmp_kv=False, cmp_ratio=1, num_cube_cores=24, num_vector_cores=48,
+                soc_version="Ascend950PR_9599")
     call.update(change)
     return call
 
@@ -68,7 +69,7 @@ def test_paired_entries_worked_by_hand(backend):
     # 68) = 102; the batch 204 > 102 + 34; tile 0: 68 <= 136, taken; tile 1: 136 > 136? no,
     # 136 <= 136: taken; tile 2: 204 > 136: pair 0 ends at (0, 2) with 2 blocks. Pair 1 takes
     # the rest, 1 block. Word 8 of every entry of both pairs: 2.
-    out = specops.kv_quant_sas_metadata(128, 1, 512, 1, **_a5(), num_cube_cores=4, num_vector_cores=8)
+    out = specops.kv_quant_sas_metadata(128, 1, 512, 1, **_a5(num_cube_cores=4, num_vector_cores=8))
     words = out.tolist()
     assert words[0:9] == words[9:18] == [1, 0, 0, 0, 0, 2, 0, 0, 2]
     assert words[18:27] == words[27:36] == [1, 0, 2, 0, 1, 0, 0, 0, 2]
@@ -79,8 +80,8 @@ def test_paired_entries_worked_by_hand(backend):
 
 def test_disabled_pairs_write_words_0_and_8(backend):
     # 8 cube cores: 4 pairs, one used; the three others write only enable 0 and word 8.
-    out = specops.kv_quant_sas_metadata(128, 1, 512, 1, **_a5(cu_seqlens_q=query_start_loc_of([1])),
-                                        num_cube_cores=8, num_vector_cores=8).tolist()
+    out = specops.kv_quant_sas_metadata(128, 1, 512, 1, **_a5(cu_seqlens_q=query_start_loc_of([1]),
+                                                               num_cube_cores=8, num_vector_cores=8)).tolist()
     assert out[0:9] == out[9:18] == [1, 0, 0, 0, 1, 0, 0, 0, 1]
     for entry in range(2, 8):
         assert out[9 * entry: 9 * entry + 9] == [0] * 8 + [1]
@@ -93,7 +94,8 @@ def test_64_heads_on_ascend950_match_the_a2_kernels_ascend950_path(backend):
     call = dict(cu_seqlens_q=query_start_loc_of([2, 5, 1]), seqused_kv=torch.tensor([900, 4000, 77], dtype=torch.int32),
                 layout_q="TND", cmp_ratio=4, cmp_topk=0, num_cube_cores=6, num_vector_cores=12)
     sas = specops.sas_metadata(64, 1, 512, **call, ori_win_left=127, soc_version="Ascend950PR").tolist()
-    kvq = specops.kv_quant_sas_metadata(64, 1, 512, 1, **call, ori_win_right=5).tolist()
+    kvq = specops.kv_quant_sas_metadata(64, 1, 512, 1, **call, ori_win_right=5,
+                                        soc_version="Ascend950PR_9599").tolist()
     assert [sas[8 * c: 8 * c + 8] for c in range(6)] == [kvq[9 * c: 9 * c + 8] for c in range(6)]
     assert [kvq[9 * c + 8] for c in range(6)] == [0] * 6
 
@@ -102,7 +104,8 @@ def test_zero_requests_give_the_empty_schedule(backend):
     # METADATA_FAMILY section 6: cu_seqlens_q = [0] and a one-element seqused_kv (never read).
     out = specops.kv_quant_sas_metadata(64, 1, 512, 1, cu_seqlens_q=torch.tensor([0], dtype=torch.int32),
                                         seqused_kv=torch.tensor([0], dtype=torch.int32), layout_q="TND",
-                                        has_cmp_kv=False)
+                                        has_cmp_kv=False, num_cube_cores=24, num_vector_cores=48,
+                                        soc_version="Ascend950PR_9599")
     assert out.tolist() == [1] + [0] * 1023
 
 
@@ -144,7 +147,8 @@ def test_compiles_without_graph_break():
 
     def step(cu, kv, out):
         specops.kv_quant_sas_metadata(128, 1, 512, 1, cu_seqlens_q=cu, seqused_kv=kv + 0, cmp_ratio=4, cmp_topk=512,
-                                      layout_q="TND", num_cube_cores=8, num_vector_cores=16, out=out)
+                                      layout_q="TND", num_cube_cores=8, num_vector_cores=16,
+                                      soc_version="Ascend950PR_9599", out=out)
         return out + 1
 
     check_schedule_compiles(step, cu, kv)

@@ -63,7 +63,7 @@ def test_golden_python_restatement(case, source):
 def _call(query, key, **change):
     call = dict(actual_seq_lengths_query=torch.tensor(query, dtype=torch.int32),
                 actual_seq_lengths_key=torch.tensor(key, dtype=torch.int32), layout_query="TND",
-                layout_key="PA_BSND", cmp_ratio=4, num_cube_cores=2, num_vector_cores=4)
+                layout_key="PA_BSND", cmp_ratio=4, num_cube_cores=2, num_vector_cores=4, soc_version="Ascend910B1")
     call.update(change)
     return call
 
@@ -100,7 +100,8 @@ def test_query_prefix_sums_with_a_leading_zero(backend):
 def test_zero_requests_give_the_empty_schedule(backend):
     # METADATA_FAMILY section 6: BSND/BSND without tensors and batch_size 0.
     out = specops.lightning_indexer_metadata(64, 1, 128, 0, 0, layout_query="BSND", layout_key="BSND", batch_size=0,
-                                             cmp_ratio=4)
+                                             cmp_ratio=4, num_cube_cores=24, num_vector_cores=48,
+                                             soc_version="Ascend910B1")
     assert out.tolist() == [1] + [0] * 1023
 
 
@@ -128,7 +129,8 @@ def test_compiles_without_graph_break():
     def step(query, key, out):
         specops.lightning_indexer_metadata(64, 1, 128, 0, 0, actual_seq_lengths_query=query,
                                            actual_seq_lengths_key=key + 0, layout_query="TND", layout_key="PA_BSND",
-                                           cmp_ratio=4, soc_version="Ascend950PR", out=out)
+                                           cmp_ratio=4, soc_version="Ascend950PR", num_cube_cores=24,
+                                           num_vector_cores=48, out=out)
         return out + 1
 
     check_schedule_compiles(step, query, key)

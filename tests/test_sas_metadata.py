@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from golden_cases import SAS_TENSORS as TENSORS
 from golden_cases import UNTOUCHED, check_golden_schedule, check_schedule_compiles, golden_cases, tensor_call
-from golden_cases import with_words
+from golden_cases import PLATFORM, with_words
 from sas_checker import check_call
 from strategies import assert_same, query_start_loc_of, sas_calls
 
@@ -68,7 +68,7 @@ def test_decode_split_by_tiles_worked_by_hand(backend):
     # taken, ends at (0, 2). Core 2: unassigned 44, the rest of the batch, 44 <= 66: ends at (1, 0).
     out = specops.sas_metadata(64, 1, 512, cu_seqlens_q=query_start_loc_of([3]), seqused_kv=torch.tensor(
         [10000], dtype=torch.int32), batch_size=1, max_seqlen_q=3, max_seqlen_kv=10000, ori_win_left=127,
-        layout_q="TND", has_cmp_kv=False)
+        layout_q="TND", has_cmp_kv=False, **PLATFORM)
     assert _entries(out) == [[1, 0, 0, 0, 0, 1, 0, 0], [1, 0, 1, 0, 0, 2, 0, 0], [1, 0, 2, 0, 1, 0, 0, 0]]
     assert out[24:].tolist() == [0] * 1000
 
@@ -81,7 +81,8 @@ def test_whole_batches_within_half_a_block_over_the_limit(backend):
     # taken; its tile 1: 222 > 185: ends at (1, 1). Core 1: the rest, 148 <= 148 + 37: (3, 0).
     out = specops.sas_metadata(64, 1, 512, cu_seqlens_q=query_start_loc_of([1, 2, 1]),
                                seqused_kv=torch.tensor([300, 300, 300], dtype=torch.int32), ori_mask_mode=3,
-                               layout_q="TND", has_cmp_kv=False, num_cube_cores=2, num_vector_cores=2)
+                               layout_q="TND", has_cmp_kv=False, num_cube_cores=2, num_vector_cores=2,
+                               soc_version="Ascend910B1")
     assert _entries(out) == [[1, 0, 0, 0, 1, 1, 0, 0], [1, 1, 1, 0, 3, 0, 0, 0]]
     # Three cores, batches of 2, 1 and 2 tokens: 148, 74, 148, total 370. Core 0: limit
     # max(370 // 3, 74) = 123; batch 0 fits only with the tolerance (148 <= 123 + 37); batch 1:
@@ -89,7 +90,8 @@ def test_whole_batches_within_half_a_block_over_the_limit(backend):
     # then batch 2: 222 > 148; its tile 0: 148 <= 148, taken; tile 1: 222, not. Core 2: the rest.
     out = specops.sas_metadata(64, 1, 512, cu_seqlens_q=query_start_loc_of([2, 1, 2]),
                                seqused_kv=torch.tensor([300, 300, 300], dtype=torch.int32), ori_mask_mode=3,
-                               layout_q="TND", has_cmp_kv=False, num_cube_cores=3, num_vector_cores=3)
+                               layout_q="TND", has_cmp_kv=False, num_cube_cores=3, num_vector_cores=3,
+                               soc_version="Ascend910B1")
     assert _entries(out) == [[1, 0, 0, 0, 1, 0, 0, 0], [1, 1, 0, 0, 2, 1, 0, 0], [1, 2, 1, 0, 3, 0, 0, 0]]
 
 
@@ -115,7 +117,7 @@ def test_batches_without_work(backend):
         out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
         specops.sas_metadata(8, 1, 128, cu_seqlens_q=query_start_loc_of(query_lens),
                              seqused_kv=torch.tensor(kv_lens, dtype=torch.int32), layout_q="TND",
-                             layout_kv="TND" if not kv_lens else "PA_ND", out=out)
+                             layout_kv="TND" if not kv_lens else "PA_ND", out=out, **PLATFORM)
         assert out.tolist() == [1, 0, 0, 0, len(query_lens)] + [0] * 1019
 
 
@@ -142,7 +144,7 @@ def test_checker_catches_broken_schedules():
     # The checker is the oracle of the random tests: each corruption must fail it.
     call = dict(num_heads_q=64, num_heads_kv=1, head_dim=512, cu_seqlens_q=query_start_loc_of([3, 1, 4, 0, 2]),
                 seqused_kv=torch.tensor([900, 50, 4000, 7, 300], dtype=torch.int32), layout_q="TND",
-                num_cube_cores=8)
+                **{**PLATFORM, "num_cube_cores": 8})
     words = specops.sas_metadata(**call).tolist()
     check_call(words, call)
     used = sum(words[0:64:8])
@@ -181,7 +183,7 @@ def test_invalid_values(argument, change):
     """The host op raises naming the argument and writes nothing; the device paths (Triton, and
     the reference that stands for them) write 1024 zeros."""
     call = dict(num_heads_q=64, num_heads_kv=1, head_dim=512, cu_seqlens_q=torch.tensor([0, 2, 3], dtype=torch.int32),
-                seqused_kv=torch.tensor([10, 20], dtype=torch.int32), layout_q="TND")
+                seqused_kv=torch.tensor([10, 20], dtype=torch.int32), layout_q="TND", **PLATFORM)
     call.update(change)
     out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
     with pytest.raises(ValueError, match=rf"\b{argument}\b"):
@@ -198,7 +200,7 @@ def test_invalid_values(argument, change):
 def test_none_and_empty_tensors_are_not_provided(backend):
     empty = torch.zeros(0, dtype=torch.int32)
     base = dict(cu_seqlens_q=query_start_loc_of([2, 1]), seqused_kv=torch.tensor([500, 9], dtype=torch.int32),
-                layout_q="TND", ori_win_left=127)
+                layout_q="TND", ori_win_left=127, **PLATFORM)
     expected = specops.sas_metadata(64, 1, 512, **base)
     for name in ("cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q"):
         assert_same(specops.sas_metadata(64, 1, 512, **base, **{name: empty}), expected, name)
@@ -208,7 +210,7 @@ def test_none_and_empty_tensors_are_not_provided(backend):
 
 def test_int64_lengths_read_as_int32(backend):
     call = dict(cu_seqlens_q=query_start_loc_of([1, 4, 2]), seqused_kv=torch.tensor([70, 4000, 99999], dtype=torch.int32),
-                layout_q="TND", cmp_ratio=128)
+                layout_q="TND", cmp_ratio=128, **PLATFORM)
     expected = specops.sas_metadata(64, 1, 512, **call)
     wide = {k: v.long() if isinstance(v, torch.Tensor) else v for k, v in call.items()}
     assert_same(specops.sas_metadata(64, 1, 512, **wide), expected)
@@ -216,10 +218,11 @@ def test_int64_lengths_read_as_int32(backend):
 
 def test_output_goes_to_the_first_tensors_device():
     out = specops.sas_metadata(64, 1, 512, seqused_kv=torch.tensor([10], dtype=torch.int32), batch_size=1,
-                               max_seqlen_q=1)
+                               max_seqlen_q=1, **PLATFORM)
     assert out.device.type == "cpu" and out.dtype == torch.int32 and out.shape == (1024,)
     with torch.device("meta"):
-        meta = specops.sas_metadata(64, 1, 512, seqused_kv=torch.tensor([10], dtype=torch.int32), batch_size=1)
+        meta = specops.sas_metadata(64, 1, 512, seqused_kv=torch.tensor([10], dtype=torch.int32), batch_size=1,
+                                    **PLATFORM)
     assert meta.device.type == "meta"
 
 
@@ -229,7 +232,7 @@ def test_string_arguments_are_checked_by_the_wrapper(argument, value):
     out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
     with pytest.raises(ValueError, match=argument):
         specops.sas_metadata(64, 1, 512, seqused_kv=torch.tensor([10], dtype=torch.int32), batch_size=1,
-                             **{argument: value}, out=out)
+                             **{**PLATFORM, argument: value}, out=out)
     assert out.eq(UNTOUCHED).all()
 
 

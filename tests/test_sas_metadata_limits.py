@@ -20,6 +20,7 @@ import textwrap
 import pytest
 import torch
 from conftest import BACKENDS
+from golden_cases import PLATFORM
 from strategies import assert_same, query_start_loc_of
 
 import specops
@@ -33,7 +34,8 @@ HOST_BACKENDS = [backend for backend in BACKENDS if backend != "triton"]
 
 def _words(backend: str, **call) -> torch.Tensor:
     with specops.backend(backend):
-        return specops.sas_metadata(64, 1, 512, **call, out=torch.full((1024,), UNTOUCHED, dtype=torch.int32))
+        return specops.sas_metadata(64, 1, 512, **{**PLATFORM, **call},
+                                    out=torch.full((1024,), UNTOUCHED, dtype=torch.int32))
 
 
 # Batches where some token sees a full window (a long KV with a decode), none does, and the KV is
@@ -97,7 +99,8 @@ def test_equal_batches_with_work_match_per_batch_lengths(backend_name):
         assert_same(_words(backend_name, **constant), _words(backend_name, **per_batch), f"B = {batch_size}")
     # 2^17 equal batches of 2^14 query tokens: more than 2^31 - 1 M tiles in all.
     with specops.backend("native"), pytest.raises(ValueError, match="max_seqlen_q"):
-        specops.sas_metadata(64, 1, 512, batch_size=2**17, max_seqlen_q=2**14, max_seqlen_kv=1, layout_kv="TND")
+        specops.sas_metadata(64, 1, 512, batch_size=2**17, max_seqlen_q=2**14, max_seqlen_kv=1, layout_kv="TND",
+                             **PLATFORM)
 
 
 @pytest.mark.skipif(specops.EXTENSION.sanitize, reason="ASan reserves more address space than the limit allows")
@@ -113,7 +116,8 @@ def test_a_table_that_cannot_be_allocated_names_the_argument():
         resource.setrlimit(resource.RLIMIT_AS, (used + (256 << 20), resource.RLIM_INFINITY))
         try:
             with specops.backend("native"):
-                specops.sas_metadata(64, 1, 512, seqused_q=seqused_q, seqused_kv=seqused_kv)
+                specops.sas_metadata(64, 1, 512, seqused_q=seqused_q, seqused_kv=seqused_kv, num_cube_cores=24,
+                                     num_vector_cores=48, soc_version="Ascend910B1")
         except ValueError as error:
             print("ValueError:", error)
     """)
@@ -132,7 +136,7 @@ def _base() -> dict:
     # BSND with the KV lengths from seqused_kv: each tensor left out is then "not provided" with
     # a defined fallback (max_seqlen_q, batch_size), so an empty one must give the same words.
     return dict(seqused_kv=torch.tensor([500, 9], dtype=torch.int32), batch_size=2, max_seqlen_q=1,
-                max_seqlen_kv=500, ori_win_left=127)
+                max_seqlen_kv=500, ori_win_left=127, **PLATFORM)
 
 
 @pytest.mark.parametrize("dtype,shape", EMPTY_KINDS, ids=[f"{str(d)[6:]}{list(s)}" for d, s in EMPTY_KINDS])
@@ -179,7 +183,7 @@ def _dsa_builder_call(seq_lens: torch.Tensor, query_lens: list[int], device: str
                 cu_seqlens_ori_kv=placeholder, seqused_q=placeholder, seqused_kv=seq_lens,
                 max_seqlen_q=max(query_lens), max_seqlen_kv=int(seq_lens.max()), batch_size=len(query_lens),
                 ori_mask_mode=4, ori_win_left=127, ori_win_right=0, layout_q="TND", layout_kv="PA_ND",
-                has_ori_kv=True, device=device)
+                has_ori_kv=True, device=device, **PLATFORM)  # the platform's, which the AI-CPU op reads itself
     if cmp_ratio > 1:
         compressed = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(seq_lens.long() // cmp_ratio, 0)])
         call.update(has_cmp_kv=True, cmp_ratio=cmp_ratio, cmp_mask_mode=3, cu_seqlens_cmp_kv=compressed,
@@ -203,14 +207,15 @@ def test_the_dsa_builders_call_is_taken(backend, cmp_ratio, query_lens):
 
 def test_device_places_the_output_and_must_match_a_given_one(backend):
     kv = torch.tensor([10], dtype=torch.int32)
-    assert specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, device="cpu").device == torch.device("cpu")
-    assert specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1,
+    assert specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, device="cpu",
+                                **PLATFORM).device == torch.device("cpu")
+    assert specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, **PLATFORM,
                                 device=torch.device("cpu")).device == torch.device("cpu")
     if backend == "native":  # the Python backends run the reference or the launcher on any device
-        meta = specops.sas_metadata(64, 1, 512, seqused_kv=kv.to("meta"), batch_size=1, device="meta")
+        meta = specops.sas_metadata(64, 1, 512, seqused_kv=kv.to("meta"), batch_size=1, device="meta", **PLATFORM)
         assert meta.device.type == "meta"
     out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
     for device in ("meta", "npu:0", "no-such-device", 0):
         with pytest.raises(ValueError, match=r"\bdevice\b"):
-            specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, device=device, out=out)
+            specops.sas_metadata(64, 1, 512, seqused_kv=kv, batch_size=1, device=device, out=out, **PLATFORM)
         assert out.eq(UNTOUCHED).all()

@@ -2,7 +2,7 @@
 sized for the worst case, the capacity vllm-ascend gives them (too small when a request crosses a
 block), random slot mappings against the plain-Python restatement, opcheck and compile.
 
-The golden vectors are read from the shared folder beside the repository (sas_checker.golden_dir);
+The golden vectors are read from tests/golden (sas_checker.golden_dir);
 the tests fail, naming where they looked, when it is missing."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 where each batch's lengths come from, a tile's cost by each member's tile rule (sas_metadata's,
 and the lightning indexer's of csrc/kernels/lightning_indexer_metadata.h), and the second launch
 of a paired layout (kv_quant_sas_metadata with 128 heads): the S2 blocks of each core pair's tiles
-and the pair's second entry; and the family's NPU route, which launches neither kernel."""
+and the pair's second entry; and the family's host route (on the NPU, and on any device given host
+lengths), which launches neither kernel."""
 
 from __future__ import annotations
 
@@ -194,24 +195,71 @@ def _finish_pairs_kernel(
         tl.store(first + ENTRY_WIDTH + ENTRY_WORDS, most.to(tl.int32))
 
 
+def pinned_words() -> torch.Tensor:
+    """1024 words of page-locked host memory from torch's caching host allocator (CUDA's, or
+    torch_npu's through the accelerator hooks). That allocator records an event on the stream of
+    every non-blocking copy out of the block and hands the block out again only once the event
+    has completed, so a block released right after its copy is never overwritten while the
+    copy is still pending. Pageable memory would make the copy synchronous (torch_npu drains the
+    stream first)."""
+    return torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=True)
+
+
+# What stands for a device tensor that holds no values (vllm-ascend's empty placeholders): an
+# empty tensor means "not provided" whatever its dtype, shape and device, so the host op gets
+# this one instead of a copy.
+_NOT_PROVIDED = torch.empty(0, dtype=torch.int32)
+
+
+def host_inputs(inputs: list[object]) -> list[object]:
+    """The op's arguments for its C++ host op: host tensors as they are, a device tensor that
+    holds no values as the empty host placeholder. A device tensor with values is never read
+    on the host (that would sync the stream): the member's check refuses it before this point
+    (_sas_inputs.check_schedule_inputs), and this refuses it again."""
+    converted = list(inputs)
+    for position, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            if value.numel():
+                raise ValueError(f"argument {position} is a length tensor on {value.device}: the schedule is planned "
+                                 "on the host and reads host copies of the lengths only")
+            converted[position] = _NOT_PROVIDED
+    return converted
+
+
+def plans_on_host(inputs: list[object], out: torch.Tensor) -> bool:
+    """Whether a call takes the host route: always on the NPU (where the kernel does not compile),
+    and for any device output when the lengths are host tensors (the recommended form: nothing
+    to launch but one copy, nothing read back). All on the CPU, the kernel runs (the interpreter)."""
+    if on_npu(out.device):
+        return True
+    return out.device.type != "cpu" and any(
+        isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.numel() for value in inputs)
+
+
 def host_route(op_name: str, *arguments: object) -> None:
-    """The NPU route of the family's op `op_name`: its C++ host op on host copies of the length
-    tensors, into a pinned staging buffer, then one asynchronous copy into `out` (the last argument)."""
+    """The host route of the family's op `op_name`: its C++ host op on the host length tensors,
+    then, for a device `out` (the last argument), one non-blocking copy of the 1024 words from
+    pinned staging on the current stream. Nothing waits for the device and nothing is read from
+    it; the words are in `out` for every kernel enqueued after this call on that stream (a reader
+    on another stream waits on an event, as for any producer)."""
     *inputs, out = arguments
-    host_inputs = [value.cpu() if isinstance(value, torch.Tensor) else value for value in inputs]
-    staged = torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=out.device.type != "cpu")
-    getattr(torch.ops.specops, op_name).default(*host_inputs, staged)
+    host_op = getattr(torch.ops.specops, op_name).default
+    if out.device.type == "cpu":
+        host_op(*host_inputs(inputs), out)
+        return
+    staged = pinned_words()
+    host_op(*host_inputs(inputs), staged)
     out.copy_(staged, non_blocking=True)
 
 
 def npu_host_routed(op_name: str) -> Callable[[Launcher], Launcher]:
-    """A family member's launcher that takes `host_route` on the NPU (where the kernel does not
-    compile: triton_kernels/sas_metadata.py says why) and launches the kernel everywhere else;
-    all three members use it."""
+    """A family member's launcher that takes `host_route` where `plans_on_host` says so (on the
+    NPU, where the kernel does not compile: triton_kernels/sas_metadata.py says why; on any device
+    given host lengths) and launches the kernel everywhere else; all three members use it."""
     def route(launcher: Launcher) -> Launcher:
         @functools.wraps(launcher)
         def routed(*arguments: object) -> None:
-            if on_npu(arguments[-1].device):
+            if plans_on_host(arguments[:-1], arguments[-1]):
                 host_route(op_name, *arguments)
             else:
                 launcher(*arguments)

@@ -100,6 +100,7 @@ KV_QUANT_SAS = OpSpec(
         Corruption("decreasing cu_seqlens_q", _decreasing("cu_seqlens_q", first=1)),
     ),
     guard_examples=8,
+    host_tensors=("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv"),
     # ori_win_right is not listed: the kernel ignores it, so no value of it is rejected.
     scalars=("num_heads_q", "num_heads_kv", "head_dim", "kv_quant_mode", "batch_size", "max_seqlen_q",
              "max_seqlen_kv", "ori_topk", "cmp_topk", "tile_size", "rope_head_dim", "cmp_ratio", "ori_mask_mode",

@@ -95,6 +95,7 @@ LIGHTNING_INDEXER = OpSpec(
     draw_call=_li_draw(),
     corruptions=(Corruption("negative key length", _one_entry("actual_seq_lengths_key", _negative, native_raises=True)),),
     guard_examples=8,
+    host_tensors=("actual_seq_lengths_query", "actual_seq_lengths_key"),
     scalars=("num_heads_q", "num_heads_k", "head_dim", "query_quant_mode", "key_quant_mode", "batch_size",
              "max_seqlen_q", "max_seqlen_k", "sparse_count", "sparse_mode", "pre_tokens", "next_tokens", "cmp_ratio",
              "num_cube_cores", "num_vector_cores"),

@@ -108,6 +108,8 @@ SAS = OpSpec(
         Corruption("negative query length", _sas_negative_query_length),
     ),
     guard_examples=10,  # about 0.3 s per interpreted call
+    # On a device the runner passes the host copies of the lengths (the host-planned form).
+    host_tensors=("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv"),
     scalars=("num_heads_q", "num_heads_kv", "head_dim", "batch_size", "max_seqlen_q", "max_seqlen_kv", "ori_topk",
              "cmp_topk", "cmp_ratio", "ori_mask_mode", "cmp_mask_mode", "ori_win_left", "ori_win_right",
              "num_cube_cores", "num_vector_cores"),

@@ -11,6 +11,7 @@ from specops.bench import (
     correct_optimistic_seq_lens,
     cp_local_metadata,
     dcp_local_seq_lens,
+    draft_loop,
     drafting,
     dspark_swa_indices,
     dspark_swa_indices_multi,
@@ -52,6 +53,7 @@ BENCHMARKS = {
     "dspark_swa_indices_multi": dspark_swa_indices_multi,
     "sas_metadata": sas_metadata,
     "drafting": drafting,
+    "draft_loop": draft_loop,
     # the step-bookkeeping ops
     "prepare_input_ids": prepare_input_ids,
     "count_sampled_and_rejected": count_sampled_and_rejected,

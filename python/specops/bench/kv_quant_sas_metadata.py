@@ -84,7 +84,8 @@ def python_kv_quant_sas_metadata(num_heads_q: int, num_heads_kv: int, head_dim: 
 def _case(layer: str, heads: int, num_reqs: int) -> Case:
     cu_seqlens_q, seqused_kv = decode_batch(num_reqs, seed=num_reqs)
     kwargs = dict(cu_seqlens_q=cu_seqlens_q, seqused_kv=seqused_kv, batch_size=num_reqs, ori_win_left=127,
-                  layout_q="TND", layout_kv="PA_ND", **LAYERS[layer])
+                  layout_q="TND", layout_kv="PA_ND", **LAYERS[layer], num_cube_cores=24, num_vector_cores=48,
+                  soc_version="Ascend950PR_9599")
     out = torch.empty(1024, dtype=torch.int32)
 
     def run(backend: str):

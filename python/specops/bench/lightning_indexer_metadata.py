@@ -74,7 +74,7 @@ def _case(soc: str, num_reqs: int) -> Case:
     cu_seqlens_q, seq_lens = decode_batch(num_reqs, seed=num_reqs)
     kwargs = dict(actual_seq_lengths_query=cu_seqlens_q[1:].clone(), actual_seq_lengths_key=seq_lens,
                   batch_size=num_reqs, layout_query="TND", layout_key="PA_BSND", sparse_count=512, cmp_ratio=4,
-                  soc_version=SOCS[soc])
+                  soc_version=SOCS[soc], num_cube_cores=24, num_vector_cores=48)
     out = torch.empty(1024, dtype=torch.int32)
 
     def reference():

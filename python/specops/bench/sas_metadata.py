@@ -2,7 +2,13 @@
 straightforward Python restatement of the AI-CPU kernel (what a runner would otherwise run on
 the host), at decode batches of 1, 8, 64 and 256 requests with 1..8 query tokens each, for the
 two compressed-KV layers of the model (SCFA: cmp_ratio 4, cmp_topk 512; CFA: cmp_ratio 128) and
-its sliding-window layer. The empty aten call is the floor a dispatcher call costs."""
+its sliding-window layer. The empty aten call is the floor a dispatcher call costs.
+
+Beside specops' own call form, sgl-kernel-npu's (`specops.sparse_attn_sharedkv_metadata_host`,
+positional, a new output each call, as SGLang calls the port), and the staging's host cost: on a
+device, the host-planned call into a device output (the host op, pinned staging and one
+non-blocking copy) and the staged copy alone; on the CPU, where nothing can be pinned, the copy
+of the 1024 words from a new host block, the floor of that cost."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import specops
 import time
 
 from specops.bench._harness import Case, empty_op_call, goal_figure
+from specops.triton_kernels._sas_family import pinned_words
 from specops.reference.sas_metadata import sas_metadata as reference_sas_metadata
 from specops.reference.sas_metadata_python import python_sas_metadata
 from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES, NUM_WORDS
@@ -42,11 +49,15 @@ def decode_batch(num_reqs: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return cu_seqlens_q, seqused_kv
 
 
-def _case(layer: str, num_reqs: int) -> Case:
+# The platform arguments, given: the bench plans for that chip whatever runs it.
+PLATFORM = dict(num_cube_cores=24, num_vector_cores=48, soc_version="Ascend910B1")
+
+
+def _case(layer: str, num_reqs: int, device: torch.device) -> Case:
     cu_seqlens_q, seqused_kv = decode_batch(num_reqs, seed=num_reqs)
     kwargs = dict(**HEADS, cu_seqlens_q=cu_seqlens_q, seqused_kv=seqused_kv, batch_size=num_reqs,
                   max_seqlen_q=int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max()), max_seqlen_kv=int(seqused_kv.max()),
-                  ori_win_left=127, ori_win_right=0, layout_q="TND", layout_kv="PA_ND", **LAYERS[layer])
+                  ori_win_left=127, ori_win_right=0, layout_q="TND", layout_kv="PA_ND", **LAYERS[layer], **PLATFORM)
     out = torch.empty(NUM_WORDS, dtype=torch.int32)
     reference_out = torch.empty_like(out)
     schema_args = (HEADS["num_heads_q"], HEADS["num_heads_kv"], HEADS["head_dim"], cu_seqlens_q, None, None, None,
@@ -57,7 +68,18 @@ def _case(layer: str, num_reqs: int) -> Case:
     def run_specops():
         specops.sas_metadata(**kwargs, out=out)
 
+    # sgl-kernel-npu's form, positional as SGLang calls the port: its output on `device`.
+    form_args = (HEADS["num_heads_q"], HEADS["num_heads_kv"], HEADS["head_dim"], "TND", "PA_ND", cu_seqlens_q,
+                 seqused_kv, num_reqs, kwargs["cmp_topk"], kwargs["cmp_ratio"], 4, 3, 127, 0, True,
+                 kwargs["has_cmp_kv"])
+
+    def run_sgl_form():
+        return specops.sparse_attn_sharedkv_metadata_host(*form_args, **PLATFORM, device=device)
+
+    staging = _staging(device, kwargs)
     run_specops()
+    if not torch.equal(run_sgl_form().cpu(), out):
+        raise RuntimeError(f"sas_metadata {layer} R={num_reqs}: the sgl-kernel-npu call form disagrees")
     reference_sas_metadata(*schema_args)
     if out.tolist() != reference_out.tolist() or out.tolist() != python_sas_metadata(**kwargs):
         raise RuntimeError(f"sas_metadata {layer} R={num_reqs}: specops, the reference and the Python restatement "
@@ -70,16 +92,30 @@ def _case(layer: str, num_reqs: int) -> Case:
 
     return Case(
         "sas_metadata", f"{layer} R={num_reqs} q=1-{MAX_QUERY_LEN}", num_reqs, int(cu_seqlens_q[-1]),
-        {"specops": run_specops, "reference": lambda: reference_sas_metadata(*schema_args),
-         "python": lambda: python_sas_metadata(**kwargs), "empty-op": empty_op_call(torch.device("cpu"))},
-        baselines=("reference", "python"), floors=("empty-op",), extras={"cores": used}, family=layer,
+        {"specops": run_specops, "sgl-form": run_sgl_form, **staging,
+         "reference": lambda: reference_sas_metadata(*schema_args), "python": lambda: python_sas_metadata(**kwargs),
+         "empty-op": empty_op_call(torch.device("cpu"))},
+        baselines=("reference", "python"), floors=("empty-op", "staged-copy"), extras={"cores": used}, family=layer,
         plotted=("specops", "reference", "python"), derive=derive if goal else None,
         # The goal case is a ratio of two host calls of a few µs: timed in the thread's CPU time.
         clock=time.thread_time if goal else time.perf_counter,
     )
 
 
+def _staging(device: torch.device, kwargs: dict) -> dict:
+    """The staging's implementations: on a device, "host-planned" (the call a runner makes: host
+    lengths, a device output) and "staged-copy" (a pinned block and its non-blocking copy
+    alone); on the CPU, "staged-copy" as a new host block copied into 1024 words (no pinning
+    exists there: the floor of the cost)."""
+    if device.type == "cpu":
+        words = torch.empty(NUM_WORDS, dtype=torch.int32)
+        return {"staged-copy": lambda: words.copy_(torch.empty(NUM_WORDS, dtype=torch.int32))}
+    device_out = torch.empty(NUM_WORDS, dtype=torch.int32, device=device)
+    return {"host-planned": lambda: specops.sas_metadata(**kwargs, out=device_out),
+            "staged-copy": lambda: device_out.copy_(pinned_words(), non_blocking=True)}
+
+
 def cases(device: torch.device, quick: bool) -> list[Case]:
     """Host tensors whatever `device` is: the schedule is computed on the host (the runner has
-    host copies of the lengths) and copied to the device."""
-    return [_case(layer, num_reqs) for layer in LAYERS for num_reqs in (QUICK_BATCHES if quick else BATCHES)]
+    host copies of the lengths) and, on a device, copied there."""
+    return [_case(layer, num_reqs, device) for layer in LAYERS for num_reqs in (QUICK_BATCHES if quick else BATCHES)]

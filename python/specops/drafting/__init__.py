@@ -28,12 +28,14 @@ compressor metadata) and `step` (one draft step over every builder).
 from specops.drafting.builder import DraftMetadataBuilder
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import DRAFT_NAMESPACE, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig
+from specops.drafting.loop_plan import DraftLoopPlan
 from specops.drafting.step import build_draft_attn_metadata
 
 __all__ = [
     "DRAFT_NAMESPACE",
     "CommonDraftInputs",
     "DraftAttnMetadata",
+    "DraftLoopPlan",
     "DraftMetadataBuilder",
     "GroupConfig",
     "ModelConfig",

@@ -69,6 +69,35 @@ def rope_halves(model: ModelConfig, ratio: int) -> tuple[torch.Tensor, torch.Ten
     return found[1], found[2]
 
 
+class StagingBlocks:
+    """Two reused host staging blocks (pinned on CUDA / NPU) for a per-step host-to-device copy:
+    `next_block()` waits for the event recorded behind the copy that last read the block it
+    hands out (so a queued copy never reads the next step's values), `copied(device)` records
+    that event after the caller's copy. No allocation per step."""
+
+    __slots__ = ("blocks", "events", "turn")
+
+    def __init__(self, size: int, device: torch.device):
+        pinned = device.type in ("cuda", "npu")
+        self.blocks = [torch.zeros(size, dtype=torch.int32, pin_memory=pinned) for _ in range(2)]
+        self.events: list[object | None] = [None, None]
+        self.turn = 0
+
+    def next_block(self) -> torch.Tensor:
+        self.turn ^= 1
+        event = self.events[self.turn]
+        if event is not None:
+            event.synchronize()
+        return self.blocks[self.turn]
+
+    def copied(self, device: torch.device) -> None:
+        module = getattr(torch, device.type, None)
+        if module is not None and hasattr(module, "Event"):
+            event = module.Event()
+            event.record()
+            self.events[self.turn] = event
+
+
 class QliCall:
     """The step's one lightning-indexer schedule of the C4 groups sharing a model, computed by
     the first of them into its buffer."""
@@ -91,7 +120,8 @@ class CompressorBatch:
     they have one width, as a runner's persistent tables do)."""
 
     __slots__ = ("members", "names", "ratio", "block_size", "format", "rope_cos", "rope_sin", "max_reqs",
-                 "out_cos", "out_sin", "out_slots", "stacks", "host", "device_arrays", "invariant_slot", "arguments")
+                 "out_cos", "out_sin", "out_slots", "stacks", "host", "device_arrays", "invariant_slot", "arguments",
+                 "staging")
 
     def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int], invariant_slot: int):
         first = builders[members[0]]
@@ -116,6 +146,9 @@ class CompressorBatch:
         self.host = torch.zeros(2 * entries + 1, dtype=torch.int32) if device.type == "cpu" else None
         self.device_arrays = self.host if device.type == "cpu" else torch.zeros(2 * entries + 1, dtype=torch.int32,
                                                                                device=device)
+        # On a device: two reused pinned staging blocks, each rewritten only once the copy that
+        # last read it has completed (the event recorded behind it; normally a step ago).
+        self.staging = StagingBlocks(2 * entries + 1, device) if device.type != "cpu" else None
         self.arguments = [None] * len(COMPRESSOR)
         self.arguments[COMPRESSOR.rope_cos], self.arguments[COMPRESSOR.rope_sin] = self.rope_cos, self.rope_sin
         self.arguments[COMPRESSOR.kv_block_size] = self.block_size
@@ -276,17 +309,16 @@ def _run_batch(batch: CompressorBatch, common: CommonDraftInputs, invariant: Gro
     per_group = num_reqs + 1
     entries = len(tables) * per_group
     arrays = batch.device_arrays
-    # On a device: a new pinned staging tensor per step, as the sas host route stages its words
-    # (the host allocator keeps it until the asynchronous copy has read it; a persistent one
-    # could be rewritten under a copy still queued).
-    staged = batch.host if batch.host is not None else torch.empty(
-        2 * entries + 1, dtype=torch.int32, pin_memory=arrays.device.type in ("cuda", "npu"))
+    # On a device: the next of the batch's two pinned staging blocks, free once the copy that
+    # last read it has completed (StagingBlocks), then one asynchronous copy.
+    staged = batch.host if batch.host is not None else batch.staging.next_block()
     host = staged.numpy()
     host[0] = 0
     np.cumsum(np.tile(np.append(query_lens, filler * ratio), len(tables)), out=host[1:entries + 1])
     host[entries + 1:2 * entries + 1] = np.tile(np.append(starts, 0), len(tables))
     if batch.host is None:
-        arrays[:2 * entries + 1].copy_(staged, non_blocking=True)
+        arrays[:2 * entries + 1].copy_(staged[:2 * entries + 1], non_blocking=True)
+        batch.staging.copied(arrays.device)
     # By width: a stack is one torch.cat, which needs one width.
     by_width: dict[int, list[int]] = {}
     for j, table in enumerate(tables):

@@ -21,10 +21,13 @@ from specops.ops.prepare_input_ids import StepInputIds, prepare_input_ids
 from specops.ops.post_update_after_sampling import post_update_after_sampling
 from specops.ops.prepare_next_token_ids import NextTokens, prepare_next_token_ids
 from specops.ops.advance_draft_step import DraftStep, advance_draft_step
+from specops.ops.advance_draft_steps import DraftSteps, advance_draft_steps
 from specops.ops.expand_parallel_draft_inputs import ParallelDraftInputs, expand_parallel_draft_inputs
 # The rest of the DSA metadata family (docs/kv_quant_sas_metadata.md and beside it).
 from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
 from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
+# sgl-kernel-npu's call form of sas_metadata (docs/sas_metadata.md).
+from specops.ops.sparse_attn_sharedkv_metadata_host import sparse_attn_sharedkv_metadata_host
 from specops.ops.store_kv_block_metadata import StoreKvBlockGroups, store_kv_block_metadata
 from specops.ops.compressor_metadata import CompressorMetadata, compressor_metadata
 # docs/pcp.md: prefill context parallelism
@@ -58,7 +61,9 @@ __all__ = [
     "NextTokens",
     "prepare_next_token_ids",
     "DraftStep",
+    "DraftSteps",
     "advance_draft_step",
+    "advance_draft_steps",
     "ParallelDraftInputs",
     "expand_parallel_draft_inputs",
     # the rest of the DSA metadata family
@@ -67,6 +72,7 @@ __all__ = [
     "compressor_metadata",
     "kv_quant_sas_metadata",
     "lightning_indexer_metadata",
+    "sparse_attn_sharedkv_metadata_host",
     "store_kv_block_metadata",
     # docs/pcp.md
     "PCPDeviceLayout",

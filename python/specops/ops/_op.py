@@ -89,12 +89,14 @@ def written_arguments(name: str, check: Callable[..., None]) -> list[int]:
 
 
 def _check_triton_can_run(op_name: str, args: tuple[Any, ...]) -> None:
-    for arg in args:
-        if isinstance(arg, torch.Tensor) and arg.device.type == "cpu" and not triton_interpreter_enabled():
-            raise RuntimeError(
-                f"specops.{op_name}: the Triton backend got CPU tensors; set TRITON_INTERPRET=1 before "
-                "importing specops to run Triton kernels on the CPU interpreter"
-            )
+    # Host tensors beside a device one (the checks accept that only for the host-planned sas
+    # family: host lengths, device out) launch nothing on the host.
+    devices = {arg.device.type for arg in args if isinstance(arg, torch.Tensor)}
+    if devices == {"cpu"} and not triton_interpreter_enabled():
+        raise RuntimeError(
+            f"specops.{op_name}: the Triton backend got CPU tensors; set TRITON_INTERPRET=1 before "
+            "importing specops to run Triton kernels on the CPU interpreter"
+        )
 
 
 class SpecOp:

@@ -42,6 +42,7 @@ def check_schedule_inputs(arguments: Mapping[str, object], length_tensors: Seque
     check_tensor(out, "out", [torch.int32], 1)
     if out.numel() != NUM_WORDS:
         raise ValueError(f"out must have exactly {NUM_WORDS} int32 words, got {out.numel()}")
+    host_lengths = device_lengths = None  # the first of each that holds values
     for name in length_tensors:
         tensor = arguments[name]
         if tensor is None:
@@ -49,14 +50,46 @@ def check_schedule_inputs(arguments: Mapping[str, object], length_tensors: Seque
         if not isinstance(tensor, torch.Tensor):
             raise ValueError(f"{name} must be a tensor or None, got {type(tensor).__name__}")
         # An empty tensor is not provided, whatever its dtype and shape (vllm-ascend passes empty
-        # float32 placeholders); its device counts, as it selects the kernel.
-        if tensor.device != out.device:
-            raise ValueError(f"{name} must be on {out.device} like out, got {tensor.device}")
+        # float32 placeholders); its device counts, as it selects the kernel. With out on a
+        # device, a length tensor is on out's device or on the host (the host-planned form).
+        on_host = tensor.device.type == "cpu"
+        if tensor.device != out.device and not on_host:
+            also = "" if out.device.type == "cpu" else ", or on the host"
+            raise ValueError(f"{name} must be on {out.device} like out{also}, got {tensor.device}")
         if tensor.numel():
-            check_tensor(tensor, name, [torch.int32, torch.int64], 1, out.device)
+            check_tensor(tensor, name, [torch.int32, torch.int64], 1)
+            if on_host:
+                host_lengths = host_lengths or name
+            else:
+                device_lengths = device_lengths or name
+    if device_lengths is not None:
+        check_device_lengths(device_lengths, host_lengths, out.device)
     for name in int32_attributes:
         if not INT32_MIN <= arguments[name] <= INT32_MAX:
             raise ValueError(f"{name} must fit int32 (the kernel's attribute type), got {arguments[name]}")
+
+
+def check_device_lengths(name: str, host_name: str | None, device: torch.device) -> None:
+    """A length tensor that holds values on out's device. The host-routed devices (the NPU) plan
+    the schedule on the host, and reading a device tensor there would drain the stream on every
+    call: refused, naming the host copy to pass instead (docs/sas_metadata.md says why this is an
+    error, not a silent copy). Elsewhere the kernel reads the lengths on the device, all of them:
+    it cannot read a host tensor beside them."""
+    if host_name is not None:
+        raise ValueError(f"{name} is on {device} but {host_name} is on the host: pass every length tensor on the "
+                         "host (the host-planned form) or every one on out's device")
+    if plans_on_host(device):
+        raise ValueError(f"{name} is on {device}: on this device the schedule is planned on the host, which would "
+                         f"read {name} back with a blocking copy that drains the stream; pass its host copy instead "
+                         f"(the runner's query_start_loc_cpu / seq_lens_cpu, or {name}.cpu() where a sync is wanted)")
+
+
+def plans_on_host(device: torch.device) -> bool:
+    """Whether the family plans every schedule for `device` on the host (the NPU, where the
+    kernel does not compile; `specops.triton_kernels._launch.assumed_npu` makes any device one)."""
+    from specops.triton_kernels._launch import on_npu  # Triton-free; imported on device calls only
+
+    return on_npu(device)
 
 
 def check_lengths_alias_nothing(arguments: Mapping[str, object], length_tensors: Sequence[str]) -> None:
@@ -201,3 +234,19 @@ def schedule_out(device: torch.device | None, *tensors: torch.Tensor | None) -> 
         holding = [tensor for tensor in given if tensor.numel()]
         device = (holding or given)[0].device if given else torch.device("cpu")
     return torch.empty(NUM_WORDS, dtype=torch.int32, device=device)
+
+
+def checked_device(device: object, out: torch.Tensor | None) -> torch.device:
+    """`device=` as a torch.device; with out given, out's device (an index-less "npu" names any
+    NPU, as torch.device does)."""
+    if not isinstance(device, (str, torch.device)):
+        raise ValueError(f"device must be a str or torch.device, got {type(device).__name__}")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device must name a device, got {device!r}: {error}") from None
+    if isinstance(out, torch.Tensor) and (
+            out.device.type != resolved.type or resolved.index is not None and out.device.index != resolved.index):
+        raise ValueError(f"device is {device!r} but out is on {out.device}")
+    return resolved
+

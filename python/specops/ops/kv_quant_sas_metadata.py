@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from specops.ops import _sas_inputs as inputs
+from specops.ops._ascend_platform import resolved_platform
 from specops.ops._op import SpecOp
 from specops.reference.kv_quant_sas_metadata import kv_quant_sas_metadata as _reference
 from specops.sas_family_layout import kv_quant_plan
@@ -104,24 +105,31 @@ def kv_quant_sas_metadata(
     layout_kv: str = "PA_ND",
     has_ori_kv: bool = True,
     has_cmp_kv: bool = True,
-    num_cube_cores: int = 24,
-    num_vector_cores: int = 48,
-    soc_version: str = "Ascend950PR_9599",
+    num_cube_cores: int | None = None,
+    num_vector_cores: int | None = None,
+    soc_version: str | None = None,
+    device: str | torch.device | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The schedule of vllm-ascend's `npu_kv_quant_sparse_attn_sharedkv` (A5): the 1024 int32
     words its AI-CPU kernel `npu_kv_quant_sparse_attn_sharedkv_metadata` computes for the same
     arguments (unwritten words 0), or a ValueError naming the argument it rejects.
 
-    As `specops.sas_metadata`, with this kernel's arguments and defaults: `kv_quant_mode`
+    As `specops.sas_metadata` (host lengths for a device output, `device=`, the core counts and
+    SoC from the NPU when None), with this kernel's arguments and defaults: `kv_quant_mode`
     required, `seqused_kv` required in every layout and the only KV length read,
     `ori_win_right` ignored; 9-word FA entries (FD entries from word 324) and, with 128 heads,
     two identical entries per core pair with word 8 the most S2 blocks of a pair. Decode with
     `specops.decode_kv_quant_sas_metadata`.
     """
-    codes = _STRINGS(layout_q, layout_kv, soc_version)
+    if device is not None:
+        device = inputs.checked_device(device, out)
     if out is None:
-        out = inputs.schedule_out(None, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
+        out = inputs.schedule_out(device, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q, seqused_kv)
+    if num_cube_cores is None or num_vector_cores is None or soc_version is None:
+        num_cube_cores, num_vector_cores, soc_version = resolved_platform(num_cube_cores, num_vector_cores,
+                                                                          soc_version, out.device)
+    codes = _STRINGS(layout_q, layout_kv, soc_version)
     _OP.select()(num_heads_q, num_heads_kv, head_dim, kv_quant_mode, cu_seqlens_q, cu_seqlens_ori_kv,
                  cu_seqlens_cmp_kv, seqused_q, seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk,
                  tile_size, rope_head_dim, cmp_ratio, ori_mask_mode, cmp_mask_mode, ori_win_left, ori_win_right,

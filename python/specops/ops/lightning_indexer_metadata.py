@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from specops.ops import _sas_inputs as inputs
+from specops.ops._ascend_platform import resolved_platform
 from specops.ops._op import SpecOp
 from specops.reference.lightning_indexer_metadata import lightning_indexer_metadata as _reference
 from specops.sas_family_layout import (
@@ -119,24 +120,32 @@ def lightning_indexer_metadata(
     pre_tokens: int = INT64_MAX,
     next_tokens: int = INT64_MAX,
     cmp_ratio: int = 1,
-    num_cube_cores: int = 24,
-    num_vector_cores: int = 48,
-    soc_version: str = "Ascend910B1",
+    num_cube_cores: int | None = None,
+    num_vector_cores: int | None = None,
+    soc_version: str | None = None,
+    device: str | torch.device | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The schedule of vllm-ascend's `npu_vllm_quant_lightning_indexer`: the 1024 int32 words
     (`qli_metadata`) its AI-CPU kernel `npu_vllm_quant_lightning_indexer_metadata` computes for
     the same arguments (unwritten words 0), or a ValueError naming the argument it rejects.
 
-    Tensors: int32 (int64 accepted), on out's device; None and an empty tensor both mean not
-    provided. TND query lengths are prefix sums (a leading 0 when the query tensor is one longer
-    than the key tensor), TND key lengths prefix sums without it, other layouts per batch.
+    Tensors: int32 (int64 accepted); None and an empty tensor both mean not provided. On a
+    device, the host copies, as for `specops.sas_metadata` (one non-blocking copy of the words,
+    no device read); `device=`, and the core counts and SoC from the NPU when None, as there.
+    TND query lengths are prefix sums (a leading 0 when the query tensor is one longer than the
+    key tensor), TND key lengths prefix sums without it, other layouts per batch.
     head_dim, the quant modes and sparse_count do not change the schedule. Decode with
     `specops.decode_lightning_indexer_metadata`.
     """
-    codes = _STRINGS(layout_query, layout_key, soc_version)
+    if device is not None:
+        device = inputs.checked_device(device, out)
     if out is None:
-        out = inputs.schedule_out(None, actual_seq_lengths_query, actual_seq_lengths_key)
+        out = inputs.schedule_out(device, actual_seq_lengths_query, actual_seq_lengths_key)
+    if num_cube_cores is None or num_vector_cores is None or soc_version is None:
+        num_cube_cores, num_vector_cores, soc_version = resolved_platform(num_cube_cores, num_vector_cores,
+                                                                          soc_version, out.device)
+    codes = _STRINGS(layout_query, layout_key, soc_version)
     _OP.select()(num_heads_q, num_heads_k, head_dim, query_quant_mode, key_quant_mode, actual_seq_lengths_query,
                  actual_seq_lengths_key, batch_size, max_seqlen_q, max_seqlen_k, codes.first_layout,
                  codes.second_layout, sparse_count, sparse_mode, pre_tokens, next_tokens, cmp_ratio, num_cube_cores,

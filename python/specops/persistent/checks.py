@@ -86,3 +86,14 @@ def check_refresh(mappings: PersistentMappings, idx_mapping: torch.Tensor, query
         CHECK_POSITIONS(query_start_loc, positions, mappings._checked_tables, idx_mapping,
                         mappings._check_positions_sizes, mappings._checked_counts)
     return num_reqs_padded, num_tokens_padded, windowed
+
+
+def check_host_copies(*, query_start_loc_cpu: object, seq_lens_cpu: object, device: torch.device) -> None:
+    """`draft_inputs` on a device: the runner's host copies, so that no schedule of the draft step
+    is planned from a device read."""
+    for name, tensor in (("query_start_loc_cpu", query_start_loc_cpu), ("seq_lens_cpu", seq_lens_cpu)):
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+            got = tensor.device if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"{name} must be the runner's host copy (a CPU tensor) when the mappings are on {device}, "
+                             f"got {got}: the draft step's schedules are planned on the host, and without it the "
+                             "drafting layer would read the device tensor back")

@@ -27,7 +27,8 @@ from specops.ops._checks import INT32_MAX, check_context_parallel, check_positiv
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
 from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
-from specops.persistent.checks import CHECK_POSITIONS, check_refresh, check_shares_no_captured_buffer, padded_extents
+from specops.persistent.checks import (CHECK_POSITIONS, check_host_copies, check_refresh,
+                                       check_shares_no_captured_buffer, padded_extents)
 from specops.persistent.extents import EndPadding, peer_batch
 from specops.persistent.groups import MappingGroup, slot_mapping_args, widths_per_group
 from specops.persistent.staging import StagedBlockWrites
@@ -416,7 +417,16 @@ class PersistentMappings:
         `positions` filled by the caller) wrote: this object's positions, seq_lens, block tables
         and slot mappings, keyed by group name as `CommonDraftInputs` keys them (no copy).
         After `advance_draft_step`, pass its `DraftStep.positions` (and `query_start_loc`): the
-        seq_lens and slot mappings it wrote are this object's own buffers already."""
+        seq_lens and slot mappings it wrote are this object's own buffers already.
+
+        `query_start_loc_cpu` and `seq_lens_cpu` are the runner's host copies, and on a device
+        both are required: the drafting layer plans the sparse-attention schedules on the host
+        from them, and without them it would read `seq_lens` back from the device (a blocking
+        copy every draft step). This object keeps no host mirror of `seq_lens`: the device writes
+        it (rejected tokens, the max_model_len rule), so only the runner's copy is exact. On the
+        CPU, `seq_lens_cpu=None` means this object's `seq_lens`, already on the host."""
+        if self.device.type != "cpu":
+            check_host_copies(query_start_loc_cpu=query_start_loc_cpu, seq_lens_cpu=seq_lens_cpu, device=self.device)
         return CommonDraftInputs(
             query_start_loc=query_start_loc, query_start_loc_cpu=query_start_loc_cpu, seq_lens=self.seq_lens,
             seq_lens_cpu=seq_lens_cpu, positions=self.positions if positions is None else positions,

@@ -1,0 +1,277 @@
+// CPU op for advance_draft_steps: validates everything (every later pass's position against each
+// group's table and the RoPE cache included), then writes every draft pass's rows.
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include <vector>
+
+#include "cpu/slot_mapping_checks.h"
+#include "cpu/step_checks.h"
+#include "kernels/advance_draft_steps.h"
+
+namespace specops::cpu {
+namespace {
+
+// The layout of `sizes`: see python/specops/ops/advance_draft_steps.py (pack_draft_steps_sizes).
+constexpr size_t kNumScalars = 11;
+constexpr size_t kPerGroup = 4;
+
+// An output: contiguous, with at least the given rows and entries (the last dimension exactly
+// `last` when it is >= 0).
+template <typename Name>
+void check_rows(const at::Tensor& t, const Name& name, std::initializer_list<c10::ScalarType> dtypes,
+                std::initializer_list<int64_t> shape, int64_t last = -1) {
+  check_tensor(t, name, dtypes, static_cast<int64_t>(shape.size()));
+  TORCH_CHECK_VALUE(t.is_contiguous(), name, " must be contiguous, got strides ", t.strides());
+  TORCH_CHECK_VALUE(last < 0 || t.size(-1) == last, name, " must have ", last,
+                    " entries in its last dimension, got shape ", t.sizes());
+  int64_t d = 0;
+  for (int64_t least : shape) {
+    TORCH_CHECK_VALUE(t.size(d) >= least, name, " must have at least shape ", c10::IntArrayRef(shape), ", got ",
+                      t.sizes());
+    ++d;
+  }
+}
+
+void stream_rows(int64_t input_tokens, int64_t split_size, int64_t* per_rank, int64_t* pad) {
+  kernels::split_of(input_tokens, split_size, per_rank, pad);
+}
+
+template <typename PosT, typename TokT, typename IdxT>
+void check_values(const int32_t* qsl, const PosT* positions, const int32_t* seq_lens, const TokT* token_indices,
+                  const int32_t* num_rejected, const IdxT* idx, const std::vector<kernels::DraftStepsGroup>& groups,
+                  const kernels::DraftStepsShape& s) {
+  const int64_t R = s.num_reqs;
+  TORCH_CHECK_VALUE(qsl[0] >= 0, "query_start_loc[0] = ", qsl[0], " must be >= 0");
+  for (int64_t r = 0; r < R; ++r) {
+    TORCH_CHECK_VALUE(qsl[r + 1] >= qsl[r], "query_start_loc must be non-decreasing, got query_start_loc[", r + 1,
+                      "] = ", qsl[r + 1], " < query_start_loc[", r, "] = ", qsl[r]);
+  }
+  TORCH_CHECK_VALUE(qsl[R] == s.num_tokens, "num_actual_tokens must equal query_start_loc[R = ", R, "] = ", qsl[R],
+                    ", got ", s.num_tokens);
+  for (int64_t t = 0; t < s.num_tokens; ++t) {
+    const int64_t p = static_cast<int64_t>(positions[t]);
+    TORCH_CHECK_VALUE(p >= 0 && p < s.rope_rows, "positions[", t, "] = ", p,
+                      " must be in [0, rope_cos_sin_cache.size(0) = ", s.rope_rows, ")");
+  }
+  kernels::DraftStepShape rule;
+  rule.num_reqs = R;
+  rule.num_positions = s.num_positions;
+  rule.max_model_len = s.max_model_len;
+  rule.clamp = s.clamp;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t index = static_cast<int64_t>(token_indices[r]);
+    TORCH_CHECK_VALUE(index >= 0 && index < s.num_positions, "token_indices[", r, "] = ", index,
+                      " is outside positions, which has ", s.num_positions, " entries");
+    TORCH_CHECK_VALUE(positions[index] >= 0, "positions[", index, "] = ", static_cast<int64_t>(positions[index]),
+                      " (token_indices[", r, "]) must be >= 0");
+    TORCH_CHECK_VALUE(static_cast<int64_t>(seq_lens[r]) - num_rejected[r] >= 0, "num_rejected_tokens[", r, "] = ",
+                      num_rejected[r], " is more than seq_lens[", r, "] = ", seq_lens[r]);
+    if (s.num_steps < 2) continue;
+    const int64_t row = kernels::draft_row(idx, r);
+    kernels::DraftPosition d = kernels::draft_position(positions, token_indices, seq_lens, num_rejected, r, rule);
+    for (int64_t k = 1; k < s.num_steps; ++k) {
+      if (k > 1) {
+        const int64_t p = d.position + 1;
+        const bool over = !s.clamp && p >= s.max_model_len;
+        d = {s.clamp ? std::min(p, s.max_model_len - 1) : (over ? 0 : p), 0, !over};
+      }
+      TORCH_CHECK_VALUE(d.position < s.rope_rows, "draft position ", d.position, " of request ", r, " (pass ", k + 1,
+                        ") must be below rope_cos_sin_cache.size(0) = ", s.rope_rows);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const kernels::DraftStepGroup& group = groups[g].step;
+        if (!d.mapped || !group.enabled || row < 0) continue;
+        check_draft_position(group, g, r, row, d.position, checked_group_row(group, g, r, row));
+      }
+    }
+  }
+}
+
+void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& positions, const at::Tensor& seq_lens,
+                         const at::Tensor& token_indices, const at::Tensor& num_rejected_tokens,
+                         const OptTensor& idx_mapping, at::TensorList block_tables, at::TensorList num_blocks,
+                         at::TensorList target_slot_mappings, const at::Tensor& rope_cos_sin_cache,
+                         const at::Tensor& out_positions, const at::Tensor& out_seq_lens,
+                         const at::Tensor& out_query_start_loc, const at::Tensor& out_cos_sin,
+                         const at::Tensor& out_local_cos_sin, const at::Tensor& out_local_query_start_loc,
+                         const at::Tensor& out_local_seq_lens, const at::Tensor& out_start_pos,
+                         at::TensorList out_slots, at::TensorList out_slot_pairs, c10::IntArrayRef sizes) {
+  const size_t num_groups = block_tables.size();
+  TORCH_CHECK_VALUE(sizes.size() == kNumScalars + (kPerGroup + 1) * num_groups, "sizes must have ", kNumScalars,
+                    " + ", kPerGroup + 1, " * len(block_tables) = ", kNumScalars + (kPerGroup + 1) * num_groups,
+                    " entries, got ", sizes.size());
+  const int64_t num_steps = sizes[0], num_tokens = sizes[1], num_input_tokens = sizes[2], num_reqs_padded = sizes[3];
+  const int64_t max_model_len = sizes[4], rule = sizes[5], split_size = sizes[6], split_rank = sizes[7];
+  const int64_t world = sizes[8], rank = sizes[9], interleave = sizes[10];
+  check_positive(num_steps, "num_steps");
+  check_non_negative(num_tokens, "num_actual_tokens");
+  TORCH_CHECK_VALUE(num_input_tokens >= num_tokens, "num_input_tokens must be >= num_actual_tokens = ", num_tokens,
+                    ", got ", num_input_tokens);
+  check_positive(max_model_len, "max_model_len");
+  TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
+  check_cp_rank(world, rank, "cp_world_size");
+  check_positive(interleave, "cp_interleave");
+  check_cp_rank(split_size, split_rank, "split_size");
+  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
+  check_tensor(token_indices, "token_indices", {c10::kInt, c10::kLong}, 1);
+  const int64_t num_reqs = token_indices.numel();
+  TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs, "num_reqs_padded must be >= R = token_indices.numel() = ", num_reqs,
+                    ", got ", num_reqs_padded);
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  check_min_numel(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1");
+  check_min_numel(positions, "positions", num_tokens, "num_actual_tokens");
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
+  check_min_numel(seq_lens, "seq_lens", num_reqs, "R");
+  check_tensor(num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1);
+  TORCH_CHECK_VALUE(num_rejected_tokens.numel() == num_reqs, "num_rejected_tokens must have R = token_indices.numel() = ",
+                    num_reqs, " entries, got ", num_rejected_tokens.numel());
+  if (idx_mapping.has_value()) {
+    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = token_indices.numel() = ",
+                      num_reqs, " entries, got ", idx_mapping->numel());
+  }
+  check_tensor(rope_cos_sin_cache, "rope_cos_sin_cache", {c10::kFloat, c10::kHalf, c10::kBFloat16}, 2);
+  TORCH_CHECK_VALUE(rope_cos_sin_cache.size(0) >= 1 && rope_cos_sin_cache.is_contiguous(),
+                    "rope_cos_sin_cache must be a contiguous [>= 1, rot_dim] tensor, got shape ",
+                    rope_cos_sin_cache.sizes(), " strides ", rope_cos_sin_cache.strides());
+  const int64_t rot_dim = rope_cos_sin_cache.size(1);
+  const c10::ScalarType rope_dtype = rope_cos_sin_cache.scalar_type();
+  int64_t per_rank = 0, pad = 0, later_rank = 0, later_pad = 0;
+  stream_rows(num_input_tokens, split_size, &per_rank, &pad);
+  int64_t slot_entries = num_input_tokens;
+  if (num_steps > 1) {
+    stream_rows(num_reqs_padded, split_size, &later_rank, &later_pad);
+    per_rank = std::max(per_rank, later_rank);
+    pad = std::max(pad, later_pad);
+    slot_entries = std::max(slot_entries, num_reqs_padded);
+  }
+  check_rows(out_positions, "out_positions", {c10::kLong}, {num_steps, pad});
+  check_rows(out_cos_sin, "out_cos_sin", {rope_dtype}, {num_steps, pad, rot_dim}, rot_dim);
+  check_rows(out_local_cos_sin, "out_local_cos_sin", {rope_dtype}, {num_steps, per_rank, rot_dim}, rot_dim);
+  check_rows(out_seq_lens, "out_seq_lens", {c10::kInt}, {num_steps, num_reqs});
+  const int64_t reqs_end = out_seq_lens.size(1);
+  check_rows(out_query_start_loc, "out_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1});
+  check_rows(out_local_query_start_loc, "out_local_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1});
+  check_rows(out_local_seq_lens, "out_local_seq_lens", {c10::kInt}, {num_steps, reqs_end});
+  check_rows(out_start_pos, "out_start_pos", {c10::kInt}, {num_steps, reqs_end});
+  const std::pair<size_t, const char*> lists[] = {{num_blocks.size(), "num_blocks"},
+                                                  {target_slot_mappings.size(), "target_slot_mappings"},
+                                                  {out_slots.size(), "out_slots"},
+                                                  {out_slot_pairs.size(), "out_slot_pairs"}};
+  for (const auto& [count, name] : lists) {
+    const bool optional = std::string(name) == "num_blocks";
+    TORCH_CHECK_VALUE(count == num_groups || (optional && count == 0), name,
+                      " must hold one tensor per block table (len(block_tables) = ", num_groups, ")",
+                      optional ? ", or none" : "", ", got ", count);
+  }
+  std::vector<NamedTensor> outputs = {{&out_positions, {"out_positions"}},
+                                      {&out_seq_lens, {"out_seq_lens"}},
+                                      {&out_query_start_loc, {"out_query_start_loc"}},
+                                      {&out_cos_sin, {"out_cos_sin"}},
+                                      {&out_local_cos_sin, {"out_local_cos_sin"}},
+                                      {&out_local_query_start_loc, {"out_local_query_start_loc"}},
+                                      {&out_local_seq_lens, {"out_local_seq_lens"}},
+                                      {&out_start_pos, {"out_start_pos"}}};
+  std::vector<NamedTensor> inputs = {{&query_start_loc, {"query_start_loc"}}, {&positions, {"positions"}},
+                                     {&seq_lens, {"seq_lens"}}, {&token_indices, {"token_indices"}},
+                                     {&num_rejected_tokens, {"num_rejected_tokens"}}, {ptr(idx_mapping), {"idx_mapping"}},
+                                     {&rope_cos_sin_cache, {"rope_cos_sin_cache"}}};
+  std::vector<kernels::DraftStepsGroup> groups;
+  groups.reserve(num_groups);
+  std::vector<at::Tensor> first_rows;
+  first_rows.reserve(num_groups);
+  for (size_t g = 0; g < num_groups; ++g) {
+    const int64_t gi = static_cast<int64_t>(g);
+    const int64_t* group_sizes = sizes.data() + kNumScalars + kPerGroup * g;
+    const int64_t storage = sizes[kNumScalars + kPerGroup * num_groups + g];
+    const bool sharded = group_sizes[2] != 0;
+    check_rows(out_slots[g], ArgName{"out_slots", gi}, {c10::kLong, c10::kInt}, {num_steps, slot_entries});
+    first_rows.push_back(out_slots[g].select(0, 0));
+    const at::Tensor& first = first_rows.back();
+    SlotMappingArgNames names = SlotMappingArgNames::of_group(gi);
+    names.out = ArgName{"out_slots", gi};
+    kernels::SlotMappingShape shape = check_slot_mapping_args(
+        block_tables[g], group_sizes[0], first, group_sizes[1], sharded ? world : 1, sharded ? rank : 0,
+        sharded ? interleave : 1, num_reqs, num_reqs, num_reqs_padded, names);
+    if (!num_blocks.empty()) {
+      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", gi}, block_tables[g],
+                     names.block_table, shape);
+      inputs.push_back({&num_blocks[g], {"num_blocks", gi}});
+    }
+    check_positive(storage, ArgName{"storage_block_sizes", gi});
+    check_tensor(target_slot_mappings[g], ArgName{"target_slot_mappings", gi}, {c10::kLong, c10::kInt}, 1);
+    TORCH_CHECK_VALUE(target_slot_mappings[g].numel() >= num_tokens, "target_slot_mappings[", g,
+                      "] must have at least num_actual_tokens = ", num_tokens, " entries, got ",
+                      target_slot_mappings[g].numel());
+    check_rows(out_slot_pairs[g], ArgName{"out_slot_pairs", gi}, {c10::kLong, c10::kInt}, {num_steps, slot_entries, 2},
+               2);
+    outputs.push_back({&out_slots[g], {"out_slots", gi}});
+    outputs.push_back({&out_slot_pairs[g], {"out_slot_pairs", gi}});
+    inputs.push_back({&block_tables[g], {"block_tables", gi}});
+    inputs.push_back({&target_slot_mappings[g], {"target_slot_mappings", gi}});
+    const bool wide = first.scalar_type() == c10::kLong;
+    const at::Tensor& target = target_slot_mappings[g];
+    const bool pairs_wide = out_slot_pairs[g].scalar_type() == c10::kLong;
+    groups.push_back(kernels::DraftStepsGroup{
+        kernels::DraftStepGroup(block_tables[g].data_ptr<int32_t>(), wide ? first.data_ptr<int64_t>() : nullptr,
+                                wide ? nullptr : first.data_ptr<int32_t>(), wide, shape, group_sizes[3] != 0,
+                                num_reqs_padded),
+        target.scalar_type() == c10::kLong ? target.data_ptr<int64_t>() : nullptr,
+        target.scalar_type() == c10::kLong ? nullptr : target.data_ptr<int32_t>(), out_slots[g].stride(0),
+        pairs_wide ? out_slot_pairs[g].data_ptr<int64_t>() : nullptr,
+        pairs_wide ? nullptr : out_slot_pairs[g].data_ptr<int32_t>(), out_slot_pairs[g].stride(0), storage});
+  }
+  check_outputs_alias_nothing(outputs, inputs);
+
+  kernels::DraftStepsShape s;
+  s.num_steps = num_steps;
+  s.num_reqs = num_reqs;
+  s.num_tokens = num_tokens;
+  s.num_input_tokens = num_input_tokens;
+  s.num_reqs_padded = num_reqs_padded;
+  s.num_positions = positions.numel();
+  s.max_model_len = max_model_len;
+  s.clamp = rule == 1;
+  s.split_size = split_size;
+  s.split_rank = split_rank;
+  s.reqs_end = reqs_end;
+  s.positions_stride = out_positions.stride(0);
+  s.seq_lens_stride = out_seq_lens.stride(0);
+  s.query_start_loc_stride = out_query_start_loc.stride(0);
+  s.local_query_start_loc_stride = out_local_query_start_loc.stride(0);
+  s.local_seq_lens_stride = out_local_seq_lens.stride(0);
+  s.start_pos_stride = out_start_pos.stride(0);
+  const int64_t element = rope_cos_sin_cache.element_size();
+  s.rope = static_cast<const uint8_t*>(rope_cos_sin_cache.data_ptr());
+  s.rope_rows = rope_cos_sin_cache.size(0);
+  s.row_bytes = rot_dim * element;
+  s.cos_sin = static_cast<uint8_t*>(out_cos_sin.data_ptr());
+  s.cos_sin_stride = out_cos_sin.stride(0) * element;
+  s.local_cos_sin = static_cast<uint8_t*>(out_local_cos_sin.data_ptr());
+  s.local_cos_sin_stride = out_local_cos_sin.stride(0) * element;
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  const int32_t* rejected = num_rejected_tokens.data_ptr<int32_t>();
+  with_idx_mapping(idx_mapping, [&](auto* idx) {
+    using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
+    AT_DISPATCH_INDEX_TYPES(token_indices.scalar_type(), "advance_draft_steps", [&] {
+      using TokT = index_t;
+      const TokT* tokens = token_indices.data_ptr<TokT>();
+      AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "advance_draft_steps", [&] {
+        const index_t* pos = positions.data_ptr<index_t>();
+        check_values<index_t, TokT, IdxT>(qsl, pos, lens, tokens, rejected, idx, groups, s);
+        kernels::advance_draft_steps<index_t, TokT, IdxT>(
+            qsl, pos, lens, tokens, rejected, idx, out_positions.data_ptr<int64_t>(), out_seq_lens.data_ptr<int32_t>(),
+            out_query_start_loc.data_ptr<int32_t>(), out_local_query_start_loc.data_ptr<int32_t>(),
+            out_local_seq_lens.data_ptr<int32_t>(), out_start_pos.data_ptr<int32_t>(), groups.data(),
+            static_cast<int64_t>(num_groups), s);
+      });
+    });
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("advance_draft_steps", &advance_draft_steps); }
+
+}  // namespace specops::cpu

@@ -1,0 +1,192 @@
+"""The host half of a DraftLoopPlan step (loop_plan.py): every draft pass's host lengths, CP-split
+maxima and schedules (sas / A5 / lightning indexer), planned from the runner's host values only,
+into one reused host block that one non-blocking copy takes to the device.
+
+Pass 1 is planned from its exact query layout (query_start_loc_cpu) and the seq_lens bound;
+pass k >= 2 (one token per request) from the bound plus k - 1, clamped to max_model_len, never
+reset. A schedule is a work partition: the consumer kernels re-read the real KV lengths at run
+time, so a plan made for lengths at least the real ones covers the real work (docs/sas_metadata.md,
+"Planning from an upper bound"). Passes whose bounds are equal share one computation (the words
+are copied); `shared` plans every pass k >= 2 once, for the largest bound (pass K's).
+
+The host block is double-buffered: each is rewritten only after the event recorded behind its
+last copy has completed (normally long before: a step apart), so a copy still queued never reads
+words of the next step. Without a device (CPU) the host block is the device block: no copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import torch
+
+from specops.drafting.calls import (
+    LAYOUT_KV_EMPTY_BATCH,
+    LAYOUT_KV_PAGED,
+    LIGHTNING_INDEXER_METADATA,
+    QLI,
+    QLI_LAYOUT_EMPTY,
+    QLI_LAYOUT_KEY,
+    QLI_LAYOUT_QUERY,
+    indexer_arguments,
+    sas_arguments,
+)
+from specops.sas_layout import NUM_WORDS
+
+if TYPE_CHECKING:
+    from specops.drafting.builder import DraftMetadataBuilder, SasArguments
+
+
+class PassHost(NamedTuple):
+    """The host values of one draft pass (DraftAttnMetadata's host fields)."""
+
+    num_decodes: int
+    num_prefills: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+    num_tokens: int  # the pass's real tokens
+    num_input_tokens: int  # its padded token count
+    split: tuple[int, int, int, int]  # num_tokens_pad, tokens_per_rank, local_start, local_end
+    max_local_query_len: int
+    max_local_seq_len: int
+
+
+def split_of(num_input_tokens: int, cp_size: int, cp_rank: int) -> tuple[int, int, int, int]:
+    """cp_token_split's (num_tokens_pad, tokens_per_rank, local_start, local_end)."""
+    per_rank = -(-num_input_tokens // cp_size)
+    return per_rank * cp_size, per_rank, cp_rank * per_rank, (cp_rank + 1) * per_rank
+
+
+def local_lengths(starts: np.ndarray, seq_lens: np.ndarray, local_start: int,
+                  local_end: int) -> tuple[np.ndarray, np.ndarray]:
+    """cp_local_metadata's local query starts [R + 1] and causal local seq_lens [R], on the host."""
+    clamped = np.clip(starts, local_start, local_end)
+    local_starts = clamped - clamped[0]
+    local_lens = clamped[1:] - clamped[:-1]
+    beyond = starts[1:] - clamped[1:]  # each request's tokens on later ranks
+    local_seq = np.where((local_lens > 0) & (seq_lens > 0), np.maximum(seq_lens - beyond, 0), 0)
+    return local_starts, local_seq
+
+
+class SasSlot:
+    """One distinct sas schedule of the groups (their fixed arguments are equal), per pass and
+    per host block its argument list with its output there."""
+
+    __slots__ = ("fixed", "op", "slots", "arguments", "empty_kv")
+
+    def __init__(self, fixed: SasArguments, outputs: list[list[torch.Tensor]]):
+        self.fixed = fixed
+        self.arguments = []
+        for block in outputs:
+            per_pass = []
+            for out in block:
+                self.op, self.slots, arguments = sas_arguments(fixed, out)
+                per_pass.append(arguments)
+            self.arguments.append(per_pass)
+        # The A5 op wants seqused_kv in every layout: one host entry it never reads (B = 0).
+        self.empty_kv = torch.zeros(1, dtype=torch.int32) if fixed.a5 else None
+
+
+class LoopSchedules:
+    """The host block of every pass's schedules and the host arrays they are planned from."""
+
+    def __init__(self, builders: Sequence[DraftMetadataBuilder], num_steps: int, max_num_reqs: int,
+                 device: torch.device, shared: bool):
+        self.num_steps, self.shared = num_steps, shared
+        self.sas_of: list[int | None] = []
+        fixed_slots: dict = {}
+        for builder in builders:
+            fixed = builder.sas_arguments[True] if builder.sas_arguments is not None else None
+            if fixed is not None and fixed not in fixed_slots:
+                fixed_slots[fixed] = len(fixed_slots)
+            self.sas_of.append(None if fixed is None else fixed_slots[fixed])
+        self.qli_slot = len(fixed_slots) if any(b.group.compress_ratio == 4 for b in builders) else None
+        num_slots = len(fixed_slots) + (self.qli_slot is not None)
+        shape = (num_steps, max(num_slots, 1), NUM_WORDS)
+        self.device_block = torch.zeros(shape, dtype=torch.int32, device=device)
+        self.on_host = device.type == "cpu"
+        pinned = device.type in ("cuda", "npu")
+        self.host_blocks = [self.device_block] if self.on_host else [
+            torch.zeros(shape, dtype=torch.int32, pin_memory=pinned) for _ in range(2)]
+        self.events: list[object | None] = [None] * len(self.host_blocks)
+        self.turn = 0
+        self.sas = [SasSlot(fixed, [[block[k, slot] for k in range(num_steps)] for block in self.host_blocks])
+                    for fixed, slot in fixed_slots.items()]
+        self.qli_arguments = None
+        if self.qli_slot is not None:
+            model = builders[0].model
+            self.qli_arguments = [[indexer_arguments(model, block[k, self.qli_slot]) for k in range(num_steps)]
+                                  for block in self.host_blocks]
+        # Host arrays each pass's schedules read: local query starts and local seq_lens.
+        self.local_starts = torch.zeros((num_steps, max_num_reqs + 1), dtype=torch.int32)
+        self.local_seq_lens = torch.zeros((num_steps, max_num_reqs), dtype=torch.int32)
+
+    def plan(self, num_reqs: int, passes: list[PassHost], equal_to_previous: list[bool]) -> None:
+        """Every pass's schedules into the next host block, then its one copy to the device
+        (local_starts / local_seq_lens rows filled by the caller). equal_to_previous[k]: pass k's
+        arguments are pass k - 1's (its words are copied, not recomputed)."""
+        index = self.turn
+        self.turn = (self.turn + 1) % len(self.host_blocks)
+        event = self.events[index]
+        if event is not None:
+            event.synchronize()  # the copy that last read this block (a step ago) has completed
+        block = self.host_blocks[index]
+        words = block.numpy()
+        for k, host in enumerate(passes):
+            if k and (equal_to_previous[k] or (self.shared and k > 1)):
+                words[k] = words[k - 1]
+                continue
+            starts = self.local_starts[k, :num_reqs + 1]
+            seq_lens = self.local_seq_lens[k, :num_reqs]
+            for slot in self.sas:
+                _plan_sas(slot, slot.arguments[index][k], starts, seq_lens, num_reqs, host)
+            if self.qli_arguments is not None:
+                _plan_qli(self.qli_arguments[index][k], starts, seq_lens, num_reqs, host)
+        if not self.on_host:
+            self.device_block.copy_(block, non_blocking=True)
+            self.events[index] = _record(self.device_block.device)
+
+    def view(self, draft_index: int, slot: int) -> torch.Tensor:
+        return self.device_block[draft_index - 1, slot]
+
+
+def _record(device: torch.device) -> object | None:
+    """An event on the current stream behind the copy (None where the device has no events)."""
+    module = getattr(torch, device.type, None)
+    if module is None or not hasattr(module, "Event"):
+        return None
+    event = module.Event()
+    event.record()
+    return event
+
+
+def _plan_sas(slot: SasSlot, arguments: list, starts: torch.Tensor, seq_lens: torch.Tensor, num_reqs: int,
+              host: PassHost) -> None:
+    """One sas (A5: kv_quant_sas) schedule of a pass, host tensors in, host words out."""
+    slots = slot.slots
+    arguments[slots.cu_seqlens_q] = starts
+    arguments[slots.seqused_kv] = seq_lens
+    arguments[slots.batch_size] = num_reqs
+    arguments[slots.max_seqlen_q] = host.max_local_query_len
+    arguments[slots.max_seqlen_kv] = host.max_local_seq_len
+    arguments[slots.layout_kv] = LAYOUT_KV_PAGED if num_reqs else LAYOUT_KV_EMPTY_BATCH
+    if not num_reqs and slot.empty_kv is not None:
+        arguments[slots.seqused_kv], arguments[slots.layout_kv] = slot.empty_kv, LAYOUT_KV_PAGED
+    slot.op.select()(*arguments)
+
+
+def _plan_qli(arguments: list, starts: torch.Tensor, seq_lens: torch.Tensor, num_reqs: int, host: PassHost) -> None:
+    """The lightning-indexer schedule of a pass (TND query ends, paged keys), host in and out."""
+    if num_reqs:
+        arguments[QLI.actual_seq_lengths_query] = starts[1:]
+        arguments[QLI.actual_seq_lengths_key] = seq_lens
+        arguments[QLI.max_seqlen_q], arguments[QLI.max_seqlen_k] = host.max_local_query_len, host.max_local_seq_len
+        arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY
+    else:
+        arguments[QLI.actual_seq_lengths_query] = arguments[QLI.actual_seq_lengths_key] = None
+        arguments[QLI.max_seqlen_q] = arguments[QLI.max_seqlen_k] = 0
+        arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_EMPTY
+    arguments[QLI.batch_size] = num_reqs
+    LIGHTNING_INDEXER_METADATA.select()(*arguments)

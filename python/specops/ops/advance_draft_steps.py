@@ -1,0 +1,286 @@
+"""advance_draft_steps: every draft pass's device metadata of a chain-drafting step in one op call.
+
+Pass 1 runs on the target step's layout (padded drafting: the rejected tokens stay in); passes
+k = 2..K have one token per request, whose position and seq_len are advance_draft_step's rule
+applied k - 1 times. None of them depends on a draft token, so all K are written right after the
+target step: positions, seq_lens, query starts, RoPE rows (the split rank's too), the CP-split
+local query starts / seq_lens / start positions, and every group's slots and formatted slot
+pairs, each pass in its own row of every output (docs/draft_loop.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from specops.ops._checks import (
+    check_cp_rank,
+    check_non_negative,
+    check_outputs_alias_nothing,
+    check_positive,
+    check_tensor,
+    checked_int,
+    ints_per_group,
+)
+from specops.ops._op import SpecOp
+from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
+from specops.ops._step_checks import PER_GROUP, group_settings, pack_group_sizes
+from specops.ops.advance_draft_step import RULES
+from specops.reference.advance_draft_steps import NUM_SCALARS
+from specops.reference.advance_draft_steps import advance_draft_steps as _reference
+
+ROPE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class DraftSteps(NamedTuple):
+    """The outputs, row k - 1 of each holding draft pass k."""
+
+    positions: torch.Tensor  # int64 [>= K, P]: each pass's padded stream of positions
+    seq_lens: torch.Tensor  # int32 [>= K, Rb]
+    query_start_loc: torch.Tensor  # int32 [>= K, >= Rb + 1]
+    cos_sin: torch.Tensor  # [>= K, P, rot_dim]: RoPE rows of the padded stream
+    local_cos_sin: torch.Tensor  # [>= K, P / split_size, rot_dim]: the split rank's rows, zero past the real tokens
+    local_query_start_loc: torch.Tensor  # int32 [>= K, >= Rb + 1]
+    local_seq_lens: torch.Tensor  # int32 [>= K, >= Rb]
+    start_pos: torch.Tensor  # int32 [>= K, >= Rb]
+    slots: list[torch.Tensor]  # per group int64 / int32 [>= K, S]
+    slot_pairs: list[torch.Tensor]  # per group int64 / int32 [>= K, S, 2]
+
+
+def stream_rows(num_input_tokens: int, split_size: int) -> tuple[int, int]:
+    """(rows per split rank, padded stream rows) of a pass of num_input_tokens tokens."""
+    per_rank = -(-num_input_tokens // split_size)
+    return per_rank, per_rank * split_size
+
+
+def pass_extents(num_steps: int, num_input_tokens: int, num_reqs_padded: int, split_size: int) -> tuple[int, int, int]:
+    """(stream rows, rows per split rank, slot entries) the outputs need for every pass."""
+    per_rank, pad = stream_rows(num_input_tokens, split_size)
+    slots = num_input_tokens
+    if num_steps > 1:
+        later_rank, later_pad = stream_rows(num_reqs_padded, split_size)
+        per_rank, pad, slots = max(per_rank, later_rank), max(pad, later_pad), max(slots, num_reqs_padded)
+    return pad, per_rank, slots
+
+
+def pack_draft_steps_sizes(num_steps: int, num_actual_tokens: int, num_input_tokens: int, num_reqs_padded: int,
+                           max_model_len: int, rule: int, cp_world_size: int, cp_rank: int, cp_interleave: int,
+                           split_size: int, split_rank: int, block_sizes: Sequence[int],
+                           blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
+                           slot_mapping_enabled: Sequence[bool], storage_block_sizes: Sequence[int]) -> list[int]:
+    """The schema's int[] sizes: the NUM_SCALARS scalars (ending in the CP layout of the slots, as
+    the draft ops' do), four ints per group (the draft ops'), then each group's storage block size."""
+    sizes = [num_steps, num_actual_tokens, num_input_tokens, num_reqs_padded, max_model_len, rule, split_size,
+             split_rank, cp_world_size, cp_rank, cp_interleave]
+    sizes += pack_group_sizes(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
+    return sizes + list(storage_block_sizes)
+
+
+def _check_rows(t: object, name: str, dtypes: Sequence[torch.dtype], shape: Sequence[int], device: torch.device,
+                last: int | None = None) -> None:
+    """An output: contiguous, at least `shape` (the last dimension exactly `last` when given)."""
+    check_tensor(t, name, dtypes, len(shape), device, "positions")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {list(t.stride())}")
+    if last is not None and t.size(-1) != last:
+        raise ValueError(f"{name} must have {last} entries in its last dimension, got shape {list(t.shape)}")
+    if any(t.size(d) < least for d, least in enumerate(shape)):
+        raise ValueError(f"{name} must have at least shape {list(shape)}, got {list(t.shape)}")
+
+
+def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor,
+           token_indices: torch.Tensor, num_rejected_tokens: torch.Tensor, idx_mapping: torch.Tensor | None,
+           block_tables: Sequence[torch.Tensor], num_blocks: Sequence[torch.Tensor],
+           target_slot_mappings: Sequence[torch.Tensor], rope_cos_sin_cache: torch.Tensor,
+           out_positions: torch.Tensor, out_seq_lens: torch.Tensor, out_query_start_loc: torch.Tensor,
+           out_cos_sin: torch.Tensor, out_local_cos_sin: torch.Tensor, out_local_query_start_loc: torch.Tensor,
+           out_local_seq_lens: torch.Tensor, out_start_pos: torch.Tensor, out_slots: Sequence[torch.Tensor],
+           out_slot_pairs: Sequence[torch.Tensor], sizes: Sequence[int]) -> None:
+    """Mirrors csrc/cpu/advance_draft_steps.cpp (metadata only)."""
+    num_groups = len(block_tables)
+    if len(sizes) != NUM_SCALARS + (PER_GROUP + 1) * num_groups:
+        raise ValueError(f"sizes must have {NUM_SCALARS} + {PER_GROUP + 1} * len(block_tables) = "
+                         f"{NUM_SCALARS + (PER_GROUP + 1) * num_groups} entries, got {len(sizes)}")
+    num_steps, num_tokens, num_input_tokens, num_reqs_padded, max_model_len, rule = sizes[:6]
+    split_size, split_rank, world, rank, interleave = sizes[6:NUM_SCALARS]
+    check_positive(num_steps, "num_steps")
+    check_non_negative(num_tokens, "num_actual_tokens")
+    if num_input_tokens < num_tokens:
+        raise ValueError(f"num_input_tokens must be >= num_actual_tokens = {num_tokens}, got {num_input_tokens}")
+    check_positive(max_model_len, "max_model_len")
+    if rule not in (0, 1):
+        raise ValueError(f"past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got {rule}")
+    check_cp_rank(world, rank, "cp_world_size")
+    check_positive(interleave, "cp_interleave")
+    check_cp_rank(split_size, split_rank, "split_size")
+    check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
+    device = positions.device
+    check_tensor(token_indices, "token_indices", [torch.int32, torch.int64], 1, device, "positions")
+    num_reqs = token_indices.numel()
+    if num_reqs_padded < num_reqs:
+        raise ValueError(f"num_reqs_padded must be >= R = token_indices.numel() = {num_reqs}, got {num_reqs_padded}")
+    check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device, "positions")
+    for tensor, name, least, what in ((query_start_loc, "query_start_loc", num_reqs + 1, "R + 1"),
+                                      (positions, "positions", num_tokens, "num_actual_tokens"),
+                                      (seq_lens, "seq_lens", num_reqs, "R")):
+        if name == "seq_lens":
+            check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "positions")
+        if tensor.numel() < least:
+            raise ValueError(f"{name} must have at least {what} = {least} entries, got {tensor.numel()}")
+    for tensor, name in ((num_rejected_tokens, "num_rejected_tokens"), (idx_mapping, "idx_mapping")):
+        if tensor is None and name == "idx_mapping":
+            continue
+        check_tensor(tensor, name, [torch.int32] if name == "num_rejected_tokens" else [torch.int32, torch.int64], 1,
+                     device, "positions")
+        if tensor.numel() != num_reqs:
+            raise ValueError(f"{name} must have R = token_indices.numel() = {num_reqs} entries, got {tensor.numel()}")
+    check_tensor(rope_cos_sin_cache, "rope_cos_sin_cache", list(ROPE_DTYPES), 2, device, "positions")
+    if rope_cos_sin_cache.size(0) < 1 or not rope_cos_sin_cache.is_contiguous():
+        raise ValueError(f"rope_cos_sin_cache must be a contiguous [>= 1, rot_dim] tensor, got shape "
+                         f"{list(rope_cos_sin_cache.shape)} strides {list(rope_cos_sin_cache.stride())}")
+    rot_dim = rope_cos_sin_cache.size(1)
+    pad, per_rank, slot_entries = pass_extents(num_steps, num_input_tokens, num_reqs_padded, split_size)
+    _check_rows(out_positions, "out_positions", [torch.int64], (num_steps, pad), device)
+    _check_rows(out_cos_sin, "out_cos_sin", [rope_cos_sin_cache.dtype], (num_steps, pad, rot_dim), device, rot_dim)
+    _check_rows(out_local_cos_sin, "out_local_cos_sin", [rope_cos_sin_cache.dtype], (num_steps, per_rank, rot_dim),
+                device, rot_dim)
+    _check_rows(out_seq_lens, "out_seq_lens", [torch.int32], (num_steps, num_reqs), device)
+    reqs_end = out_seq_lens.size(1)
+    for out, name, least in ((out_query_start_loc, "out_query_start_loc", reqs_end + 1),
+                             (out_local_query_start_loc, "out_local_query_start_loc", reqs_end + 1),
+                             (out_local_seq_lens, "out_local_seq_lens", reqs_end),
+                             (out_start_pos, "out_start_pos", reqs_end)):
+        _check_rows(out, name, [torch.int32], (num_steps, least), device)
+    for values, name in ((num_blocks, "num_blocks"), (target_slot_mappings, "target_slot_mappings"),
+                         (out_slots, "out_slots"), (out_slot_pairs, "out_slot_pairs")):
+        if len(values) != num_groups and not (name == "num_blocks" and not values):
+            raise ValueError(f"{name} must hold one tensor per block table (len(block_tables) = {num_groups})"
+                             f"{', or none' if name == 'num_blocks' else ''}, got {len(values)}")
+    outputs = [(out_positions, "out_positions"), (out_seq_lens, "out_seq_lens"),
+               (out_query_start_loc, "out_query_start_loc"), (out_cos_sin, "out_cos_sin"),
+               (out_local_cos_sin, "out_local_cos_sin"), (out_local_query_start_loc, "out_local_query_start_loc"),
+               (out_local_seq_lens, "out_local_seq_lens"), (out_start_pos, "out_start_pos")]
+    inputs = [(query_start_loc, "query_start_loc"), (positions, "positions"), (seq_lens, "seq_lens"),
+              (token_indices, "token_indices"), (num_rejected_tokens, "num_rejected_tokens"),
+              (idx_mapping, "idx_mapping"), (rope_cos_sin_cache, "rope_cos_sin_cache")]
+    for g in range(num_groups):
+        block_size, kv_blocks, sharded, _ = sizes[NUM_SCALARS + PER_GROUP * g: NUM_SCALARS + PER_GROUP * (g + 1)]
+        storage = sizes[NUM_SCALARS + PER_GROUP * num_groups + g]
+        _check_rows(out_slots[g], f"out_slots[{g}]", [torch.int64, torch.int32], (num_steps, slot_entries), device)
+        names = SlotMappingArgNames(f"block_tables[{g}]", f"out_slots[{g}]", f"block_sizes[{g}]",
+                                    f"blocks_per_kv_block[{g}]")
+        check_slot_mapping_args(block_tables[g], block_size, out_slots[g][0], kv_blocks,
+                                *((world, rank, interleave) if sharded else (1, 0, 1)), num_reqs, num_reqs_padded,
+                                device, names, device_of="positions")
+        if num_blocks:
+            check_num_blocks(num_blocks[g], f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
+                             device_of="positions")
+            inputs.append((num_blocks[g], f"num_blocks[{g}]"))
+        check_positive(storage, f"storage_block_sizes[{g}]")
+        check_tensor(target_slot_mappings[g], f"target_slot_mappings[{g}]", [torch.int64, torch.int32], 1, device,
+                     "positions")
+        if target_slot_mappings[g].numel() < num_tokens:
+            raise ValueError(f"target_slot_mappings[{g}] must have at least num_actual_tokens = {num_tokens} "
+                             f"entries, got {target_slot_mappings[g].numel()}")
+        _check_rows(out_slot_pairs[g], f"out_slot_pairs[{g}]", [torch.int64, torch.int32], (num_steps, slot_entries, 2),
+                    device, 2)
+        outputs += [(out_slots[g], f"out_slots[{g}]"), (out_slot_pairs[g], f"out_slot_pairs[{g}]")]
+        inputs += [(block_tables[g], f"block_tables[{g}]"), (target_slot_mappings[g], f"target_slot_mappings[{g}]")]
+    check_outputs_alias_nothing(outputs, inputs)
+
+
+_OP = SpecOp("advance_draft_steps", _check, _reference)
+
+
+def advance_draft_steps(
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    seq_lens: torch.Tensor,
+    token_indices: torch.Tensor,
+    num_rejected_tokens: torch.Tensor,
+    block_tables: Sequence[torch.Tensor],
+    block_sizes: Sequence[int] | int,
+    rope_cos_sin_cache: torch.Tensor,
+    *,
+    num_steps: int,
+    num_actual_tokens: int,
+    num_input_tokens: int,
+    max_model_len: int,
+    target_slot_mappings: Sequence[torch.Tensor],
+    past_max_model_len: str = "reset",
+    idx_mapping: torch.Tensor | None = None,
+    num_blocks: Sequence[torch.Tensor] | None = None,
+    storage_block_sizes: Sequence[int] | int | None = None,
+    blocks_per_kv_block: Sequence[int] | int = 1,
+    cp_sharded: Sequence[bool] | bool = True,
+    slot_mapping_enabled: Sequence[bool] | bool = True,
+    cp_world_size: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
+    split_size: int = 1,
+    split_rank: int = 0,
+    num_reqs_padded: int | None = None,
+    out: DraftSteps | None = None,
+) -> DraftSteps:
+    """Every draft pass k = 1..num_steps of a chain-drafting step, row k - 1 of each output.
+
+    Pass 1: the target layout (query_start_loc [R + 1], positions [num_actual_tokens], seq_lens
+    [R] before rejection, target_slot_mappings per group), padded to num_input_tokens. Passes
+    k >= 2: one token per request, R = token_indices.numel(), padded to num_reqs_padded; request
+    r continues from positions[token_indices[r]] with seq_lens[r] - num_rejected_tokens[r], each
+    pass under advance_draft_step's rule ("reset" or "clamp") and its slots in every group
+    (block_tables request-indexed through idx_mapping, or batch-indexed). The token split
+    (split_size ranks, this one split_rank: the drafting layer's cp_size / cp_rank) pads each
+    pass's stream to a multiple of split_size. `out`: the buffers to write (default: new ones,
+    sized for this call, with Rb = num_reqs_padded request rows).
+    """
+    if past_max_model_len not in RULES:
+        raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
+    num_groups = len(block_tables)
+    ints = {name: checked_int(value, name) for name, value in (
+        ("num_steps", num_steps), ("num_actual_tokens", num_actual_tokens), ("num_input_tokens", num_input_tokens),
+        ("max_model_len", max_model_len), ("cp_world_size", cp_world_size), ("cp_rank", cp_rank),
+        ("cp_interleave", cp_interleave), ("split_size", split_size), ("split_rank", split_rank))}
+    per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
+    storage = per_group[0] if storage_block_sizes is None else ints_per_group(storage_block_sizes, num_groups,
+                                                                            "storage_block_sizes")
+    num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else 0
+    padded = num_reqs if num_reqs_padded is None else checked_int(num_reqs_padded, "num_reqs_padded")
+    if out is None:
+        out = empty_draft_steps(ints["num_steps"], ints["num_input_tokens"], padded, padded, ints["split_size"],
+                                rope_cos_sin_cache, [t.dtype for t in target_slot_mappings], positions.device)
+    sizes = pack_draft_steps_sizes(ints["num_steps"], ints["num_actual_tokens"], ints["num_input_tokens"], padded,
+                                   ints["max_model_len"], RULES[past_max_model_len], ints["cp_world_size"],
+                                   ints["cp_rank"], ints["cp_interleave"], ints["split_size"], ints["split_rank"],
+                                   *per_group, storage)
+    _OP.select()(query_start_loc, positions, seq_lens, token_indices, num_rejected_tokens, idx_mapping,
+                 list(block_tables), [] if num_blocks is None else list(num_blocks), list(target_slot_mappings),
+                 rope_cos_sin_cache, out.positions, out.seq_lens, out.query_start_loc, out.cos_sin,
+                 out.local_cos_sin, out.local_query_start_loc, out.local_seq_lens, out.start_pos, list(out.slots),
+                 list(out.slot_pairs), sizes)
+    return out
+
+
+def empty_draft_steps(num_steps: int, num_input_tokens: int, num_reqs_padded: int, max_num_reqs: int,
+                      split_size: int, rope_cos_sin_cache: torch.Tensor, slot_dtypes: Sequence[torch.dtype],
+                      device: torch.device, pair_dtypes: Sequence[torch.dtype] | None = None) -> DraftSteps:
+    """Zeroed outputs for num_steps passes: pass 1 of num_input_tokens tokens, the others of
+    num_reqs_padded, max_num_reqs request rows; one slot and one pair buffer per slot dtype."""
+    pad, per_rank, slot_entries = pass_extents(num_steps, num_input_tokens, num_reqs_padded, split_size)
+    int32 = dict(dtype=torch.int32, device=device)
+    rot_dim = rope_cos_sin_cache.size(1)
+    rope = dict(dtype=rope_cos_sin_cache.dtype, device=device)
+    pair_dtypes = slot_dtypes if pair_dtypes is None else pair_dtypes
+    return DraftSteps(
+        positions=torch.zeros((num_steps, pad), dtype=torch.int64, device=device),
+        seq_lens=torch.zeros((num_steps, max_num_reqs), **int32),
+        query_start_loc=torch.zeros((num_steps, max_num_reqs + 1), **int32),
+        cos_sin=torch.zeros((num_steps, pad, rot_dim), **rope),
+        local_cos_sin=torch.zeros((num_steps, per_rank, rot_dim), **rope),
+        local_query_start_loc=torch.zeros((num_steps, max_num_reqs + 1), **int32),
+        local_seq_lens=torch.zeros((num_steps, max_num_reqs), **int32),
+        start_pos=torch.zeros((num_steps, max_num_reqs), **int32),
+        slots=[torch.zeros((num_steps, slot_entries), dtype=dtype, device=device) for dtype in slot_dtypes],
+        slot_pairs=[torch.zeros((num_steps, slot_entries, 2), dtype=dtype, device=device) for dtype in pair_dtypes])

@@ -1,0 +1,143 @@
+"""The device check (`make device-check`, docs/device_readiness.md) on this machine, without a
+device: its in-process entry runs every step it can on the CPU (every op's device path through
+the Triton interpreter against the native CPU op) and marks the device-only ones skipped with
+their reason; the report names every op. Also the pieces the driver uses around the steps: the
+compute-sanitizer log parser, the step table the driver reads by path, and the cut of vLLM's
+kernels out of an unpacked wheel."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import BACKENDS
+from op_table import OP_TABLE
+
+from specops.devtools.device_check import CSV_NAME, REPORT_NAME, STEPS, run_in_process
+from specops.devtools.device_check.report import parse_log
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICE_ONLY = [name for name, step in STEPS.items() if step["device_only"]]
+
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def cpu_report(tmp_path_factory):
+    if "triton" not in BACKENDS or "native" not in BACKENDS:
+        pytest.skip("the CPU run compares the Triton interpreter with the native op: both must run here")
+    out = tmp_path_factory.mktemp("device-check")
+    report = run_in_process(out, op_specs=Path(__file__).parent, carry=out / "no-carry", random_calls=1,
+                            edge_cases=1, cpu_only=True)
+    return out, report
+
+
+def test_the_cpu_run_names_every_op_and_checks_each_device_path(cpu_report):
+    out, report = cpu_report
+    assert json.loads((out / REPORT_NAME).read_text())["ops"] == report["ops"]
+    assert report["ops"] == [spec.name for spec in OP_TABLE]
+    step = report["steps"]["device_path"]
+    assert step["status"] == "ok", step["reason"]
+    for spec in OP_TABLE:
+        entry = step["ops"][spec.name]
+        assert entry["status"] == "ok", (spec.name, entry["failures"])
+        # The valid call, a random call and an edge case each ran.
+        assert entry["calls"] >= 3 and "valid" in entry["kinds"] and "random" in entry["kinds"], (spec.name, entry)
+
+
+def test_the_cpu_run_skips_every_device_only_step_with_its_reason(cpu_report):
+    out, report = cpu_report
+    assert set(report["steps"]) == {"build", *STEPS}
+    for name in DEVICE_ONLY:
+        step = report["steps"][name]
+        assert step["status"] == "skipped", (name, step)
+        assert step["reason"].startswith("no device"), (name, step["reason"])
+        assert report["summary"]["skipped"][name] == step["reason"]
+    assert report["summary"]["failed"] == []
+    # The graph step still ran its runner step eagerly on the CPU.
+    assert report["steps"]["graph_capture"]["plumbing"].startswith("ok")
+    with open(out / CSV_NAME) as handle:
+        assert csv.DictReader(handle).fieldnames[:3] == ["source", "op", "label"]
+
+
+def test_a_wrong_device_path_fails_its_op_and_only_its_op(tmp_path, monkeypatch):
+    """The check can fail: dcp_local_seq_lens' Triton launcher made to write one entry wrong."""
+    if "triton" not in BACKENDS or "native" not in BACKENDS:
+        pytest.skip("the CPU run compares the Triton interpreter with the native op: both must run here")
+    from specops.devtools.device_check import device_path
+    from specops.ops.dcp_local_seq_lens import _OP
+
+    launcher = _OP.triton
+
+    def off_by_one(*args):
+        launcher(*args)
+        args[-1][:1] += 1
+
+    monkeypatch.setattr(_OP, "triton", off_by_one)
+    specs = [spec for spec in OP_TABLE if spec.name in ("dcp_local_seq_lens", "cp_local_metadata")]
+    from specops.devtools.device_check._common import Deadline, Target
+
+    result = device_path.run(Target(None, "no device: test", True), tuple(specs), Deadline.after(600),
+                             random_calls=1, edge_cases=0)
+    assert result["status"] == "failed"
+    assert result["ops"]["dcp_local_seq_lens"]["status"] == "failed"
+    assert "out differs from the native CPU op" in result["ops"]["dcp_local_seq_lens"]["failures"][0]
+    assert result["ops"]["cp_local_metadata"]["status"] == "ok"
+
+
+MEMCHECK_LOG = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at _gather_block_tables_kernel+0x1f0 in /tmp/gather.py:88
+=========     by thread (3,0,0) in block (131,0,0)
+=========     Address 0x7f0000001000 is out of bounds
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_the_sanitizer_logs_are_read():
+    found = parse_log(MEMCHECK_LOG.replace("1 error\n", "1 errors\n"), "memcheck")
+    assert found["count"] == 1 and found["kernels"] == ["_gather_block_tables_kernel"]
+    assert found["first_reports"][0].startswith("========= Invalid __global__ write")
+    clean = parse_log("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n", "racecheck")
+    assert clean["summary_found"] and clean["count"] == 0
+
+
+def test_the_driver_reads_the_step_table_and_judges_a_sanitizer_run(tmp_path):
+    driver = _tool("device_check")
+    assert list(driver.STEP_CAPS) == list(STEPS)
+    log = tmp_path / "memcheck.log"
+    log.write_text(MEMCHECK_LOG.replace("1 error\n", "1 errors\n"))
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"ops": {"gather_block_tables": "ran: R=1024"}}))
+    result = driver.sanitizer_result("memcheck", 0, "", 3.0, log, body)
+    assert result["status"] == "failed" and "_gather_block_tables_kernel" in result["reason"]
+    log.write_text("========= ERROR SUMMARY: 0 errors\n")
+    assert driver.sanitizer_result("memcheck", 0, "", 3.0, log, body)["status"] == "ok"
+    assert driver.sanitizer_result("memcheck", None, "", 3.0, log, body)["status"] == "partial"
+
+
+def test_the_carry_cuts_vllms_kernels_with_their_decorators(tmp_path):
+    carry = _tool("device_carry")
+    site = tmp_path / "site"
+    for module, names in carry.KERNELS:
+        path = site / module
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = "from vllm.triton_utils import tl, triton\n\nPAD = -1\n\n\n"
+        for name in names:
+            body += f"@triton.jit(do_not_specialize=['n'])\ndef {name}(n, X: tl.constexpr):\n    pass\n\n\n"
+        path.write_text(body + "def launcher():\n    pass\n")
+    (site / "vllm-0.33.0.dist-info").mkdir()
+    assert carry.main(["--site", str(site), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "vllm_kernels.py").read_text()
+    assert "vLLM 0.33.0" in text and "import triton.language as tl" in text and "launcher" not in text
+    assert text.count("@triton.jit(do_not_specialize=['n'])") == sum(len(names) for _, names in carry.KERNELS)
