@@ -122,6 +122,12 @@ def prepare_input_ids(
             size = checked_size(num_logits, "num_logits", 0)
         else:
             size = max(int(cu_num_logits[-1]), 0) if cu_num_logits.numel() else 0
+        padded = padded_argument(num_logits_padded, "num_logits_padded")
+        if padded > size:
+            # Said here, naming what the caller passed, not later as "past logits_indices".
+            default = "" if num_logits is not None else " (default cu_num_logits[R])"
+            raise ValueError(f"num_logits_padded must be <= num_logits = {size}{default}: absent logits outputs are "
+                             f"allocated with num_logits entries, got {padded}")
         device = input_ids.device
         if logits_indices is None:
             logits_indices = torch.empty(size, dtype=torch.int64, device=device)
