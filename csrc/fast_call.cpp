@@ -190,15 +190,20 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
 
 namespace {
 
-// What torch takes for an int (a bool, a NumPy integer, a one-element tensor, a SymInt: all
-// have __index__); the generic path converts them. None, floats and strings are not.
-bool has_index(PyObject* value) { return PyIndex_Check(value) != 0; }
-
 // NumPy's bool scalar, by its type's name (as pybind11 finds it): numpy.bool (NumPy 2) or
 // numpy.bool_ (NumPy 1), without importing NumPy.
 bool is_numpy_bool(PyObject* value) {
   const std::string name = Py_TYPE(value)->tp_name;
   return name == "numpy.bool" || name == "numpy.bool_";
+}
+
+// What an int argument takes besides a Python int (docs/hardening.md, "Scalar types"): what has
+// __index__ (a NumPy integer, a one-element integer tensor, a SymInt), which the generic path
+// converts, except the bools torch would read as 1 or 0 (True, a NumPy bool, a bool tensor):
+// the mirror of is_boolean below. None, floats and strings have no __index__.
+bool is_int_like(PyObject* value) {
+  if (PyBool_Check(value) || is_numpy_bool(value) || PyIndex_Check(value) == 0) return false;
+  return !THPVariable_Check(value) || THPVariable_Unpack(value).scalar_type() != c10::kBool;
 }
 
 // What a bool argument takes besides True and False (docs/hardening.md, "Scalar types"): the
@@ -229,7 +234,7 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
       if (value != Py_None && !THPVariable_Check(value)) reject(name, "a tensor or None", value);
       break;
     case ArgKind::kInt:
-      if (!has_index(value)) reject(name, "an int", value);
+      if (!is_int_like(value)) reject(name, "an int", value);
       break;
     case ArgKind::kBool:
       if (!is_boolean(value)) reject(name, "a bool (True, False, a NumPy bool or a one-element bool tensor)", value);
@@ -241,7 +246,7 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
       const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
       for (Py_ssize_t i = 0; i < size; ++i) {
         PyObject* item = PySequence_Fast_GET_ITEM(value, i);
-        if (tensors ? !THPVariable_Check(item) : !has_index(item)) {
+        if (tensors ? !THPVariable_Check(item) : !is_int_like(item)) {
           reject(name + "[" + std::to_string(i) + "]", tensors ? "a tensor" : "an int", item);
         }
       }

@@ -13,10 +13,12 @@ TORCH_LIBRARY(specops, m) {
   // Host-only: compute_slot_mapping's value checks for several tables, writing nothing (so that
   // PersistentMappings.refresh rejects a batch before it rewrites any group). sizes: (block_size,
   // blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave) per table; num_blocks: empty, or
-  // the blocks allocated to each row, one tensor per table.
+  // the blocks allocated to each row, one tensor per table; slot_mappings: empty, or the output
+  // each table's slots go to, one per table (never written: an int32 one has its slots checked
+  // to fit, as compute_slot_mapping checks its int32 out).
   m.def(
       "check_slot_mapping_positions(Tensor query_start_loc, Tensor positions, Tensor[] block_tables, "
-      "Tensor? idx_mapping, int[] sizes, Tensor[] num_blocks) -> ()");
+      "Tensor? idx_mapping, int[] sizes, Tensor[] num_blocks, Tensor[] slot_mappings) -> ()");
 
   // docs/persistent_buffers.md
   m.def(

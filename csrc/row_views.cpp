@@ -47,6 +47,23 @@ PyObject* row_view(const at::Tensor& base, int64_t start, int64_t end, Py_ssize_
   return THPVariable_Wrap(at::Tensor(std::move(view)));
 }
 
+// `sequence` as a tuple (a new reference; nullptr with a TypeError saying `message`): a tuple is
+// returned as it is, anything else copied. The lookups below read the items through the
+// tuple's own array while calling code that can run Python (a key's __hash__ and __eq__, a
+// mapping's __getitem__, a bound's __index__): a list's array could be resized or freed under
+// them, a tuple's cannot, and the tuple keeps every item alive.
+PyObject* fixed_sequence(PyObject* sequence, const char* message) {
+  if (PyTuple_CheckExact(sequence)) {
+    Py_INCREF(sequence);
+    return sequence;
+  }
+  PyObject* fast = PySequence_Fast(sequence, message);  // the message for a non-sequence
+  if (fast == nullptr) return nullptr;
+  PyObject* tuple = PySequence_Tuple(fast);
+  Py_DECREF(fast);
+  return tuple;
+}
+
 int64_t bound_at(PyObject* const* bounds, Py_ssize_t index) {
   const int64_t value = PyLong_AsLongLong(bounds[index]);
   if (value == -1 && PyErr_Occurred()) {
@@ -61,11 +78,13 @@ int64_t bound_at(PyObject* const* bounds, Py_ssize_t index) {
 PyObject* row_views(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 2, "row_views takes 2 positional arguments (tensors, bounds), got ", nargs);
-  py::object tensor_items = py::reinterpret_steal<py::object>(
-      PySequence_Fast(args[0], "tensors must be a sequence of tensors"));
+  // Tuples (a tuple argument is taken as it is, a list copied): a bound's __index__ runs Python,
+  // which could resize a list whose item array the loop reads.
+  py::object tensor_items =
+      py::reinterpret_steal<py::object>(fixed_sequence(args[0], "tensors must be a sequence of tensors"));
   if (!tensor_items) throw py::error_already_set();
-  py::object bound_items = py::reinterpret_steal<py::object>(
-      PySequence_Fast(args[1], "bounds must be a sequence of ints"));
+  py::object bound_items =
+      py::reinterpret_steal<py::object>(fixed_sequence(args[1], "bounds must be a sequence of ints"));
   if (!bound_items) throw py::error_already_set();
   const Py_ssize_t count = PySequence_Fast_GET_SIZE(tensor_items.ptr());
   const Py_ssize_t num_bounds = PySequence_Fast_GET_SIZE(bound_items.ptr());
@@ -91,7 +110,7 @@ PyMethodDef row_views_def = {
 
 // [mapping[key] for key in keys], KeyError and all, as a new list (nullptr with the error set).
 PyObject* items_of(PyObject* mapping, PyObject* keys) {
-  PyObject* key_items = PySequence_Fast(keys, "keys must be a sequence");
+  PyObject* key_items = fixed_sequence(keys, "keys must be a sequence");
   if (key_items == nullptr) return nullptr;
   const Py_ssize_t count = PySequence_Fast_GET_SIZE(key_items);
   PyObject* const* key = PySequence_Fast_ITEMS(key_items);
@@ -123,7 +142,7 @@ PyObject* items_each(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
     PyErr_Format(PyExc_TypeError, "items_each takes 2 positional arguments (mapping, key_lists), got %zd", nargs);
     return nullptr;
   }
-  PyObject* lists = PySequence_Fast(args[1], "key_lists must be a sequence");
+  PyObject* lists = fixed_sequence(args[1], "key_lists must be a sequence");
   if (lists == nullptr) return nullptr;
   const Py_ssize_t count = PySequence_Fast_GET_SIZE(lists);
   PyObject* const* keys = PySequence_Fast_ITEMS(lists);
@@ -149,7 +168,7 @@ PyObject* rows_below(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
   TORCH_CHECK_TYPE(nargs == 2, "rows_below takes 2 positional arguments (values, minimum), got ", nargs);
   const int64_t minimum = PyLong_AsLongLong(args[1]);
   if (minimum == -1 && PyErr_Occurred()) return nullptr;
-  py::object value_items = py::reinterpret_steal<py::object>(PySequence_Fast(args[0], "values must be a sequence"));
+  py::object value_items = py::reinterpret_steal<py::object>(fixed_sequence(args[0], "values must be a sequence"));
   if (!value_items) return nullptr;
   const Py_ssize_t count = PySequence_Fast_GET_SIZE(value_items.ptr());
   PyObject* const* values = PySequence_Fast_ITEMS(value_items.ptr());

@@ -266,7 +266,7 @@ def _takes_none(spec: OpSpec, name: str) -> bool:
     return parameter is not None and parameter.default is None
 
 
-NON_INTS = (0.5, 7.9, None, "3")
+NON_INTS = (0.5, 7.9, None, "3", True)  # a bool is not an int either (torch's schema reads True as 1)
 SCALAR_CASES = [(spec, name, value) for spec in WITH_INTS for name in _scalars(spec) for value in NON_INTS
                 if not (value is None and _takes_none(spec, name))]
 
@@ -352,6 +352,78 @@ def test_wrappers_check_a_size_before_they_allocate_from_it(backend, case):
     with pytest.raises(ValueError) as error:
         call()
     assert re.search(_names_pattern(name), str(error.value)), f"the error does not name {name}: {error.value}"
+
+
+# The allocation-size rule (docs/hardening.md, "Sizes an op allocates from"): every size an op
+# allocates an output from, per op, with the values past its bound (default: past int32
+# indexing, 2^31 and 2^40). The call is the op table's valid call with every output the wrapper
+# may allocate left out.
+PAST_INT32 = (2**31, 2**40)
+ALLOCATION_SIZES: dict[str, dict[str, tuple[object, ...]]] = {
+    "compute_slot_mapping": {"num_tokens_padded": PAST_INT32},
+    "prepare_positions_and_seq_lens": {"num_tokens_padded": PAST_INT32, "num_reqs_padded": PAST_INT32},
+    "prepare_spec_decode_inputs": {"num_tokens_padded": PAST_INT32},
+    "advance_draft_step": {"num_tokens_padded": PAST_INT32},
+    "expand_parallel_draft_inputs": {"num_tokens_padded": PAST_INT32, "num_reqs_padded": PAST_INT32,
+                                     # 2^30 is inside the argument's own bound; T' and R * S are not
+                                     "slots_per_request": (2**30, *PAST_INT32)},
+    "prepare_input_ids": {"num_logits": PAST_INT32},
+    "count_sampled_and_rejected": {"num_reqs_padded": PAST_INT32},
+    "prepare_next_token_ids": {"num_reqs_padded": PAST_INT32},
+    "pcp_local_inputs": {"num_reqs_padded": PAST_INT32},
+    "pcp_gathered_slot_mappings": {"num_tokens_padded": PAST_INT32},
+    "compressor_metadata": {"num_compressed_tokens": (2**30, *PAST_INT32)},  # 2^30 rows of rope_dim values
+    "format_slot_mapping_blocks_multi": {"num_slots": (2**30, *PAST_INT32)},  # [num_slots, 2] outputs
+    "dspark_swa_indices": {"width": PAST_INT32},
+    "dspark_swa_indices_multi": {"widths": PAST_INT32},
+}
+# Ops that allocate nothing (every output given), or only from the sizes of tensors that exist
+# (a copy's worth) or a fixed size (the schedules' 1024 words).
+ALLOCATES_FROM_NO_ARGUMENT = {"gather_block_tables", "apply_staged_writes", "correct_num_computed_tokens",
+                              "correct_optimistic_seq_lens", "post_update_after_sampling", "dcp_local_seq_lens",
+                              "format_slot_mapping_blocks", "cp_local_metadata", "store_kv_block_metadata",
+                              "sas_metadata", "kv_quant_sas_metadata", "lightning_indexer_metadata"}
+SIZE_CASES = [(spec, name, value) for spec in OP_TABLE for name, values in ALLOCATION_SIZES.get(spec.name, {}).items()
+              for value in values]
+
+
+def _with_outputs_left_out(spec: OpSpec) -> Call:
+    call = spec.valid_call()
+    for key in {key.split("[")[0] for key in spec.outputs}:
+        if _takes_none(spec, key):
+            call[key] = None
+    return call
+
+
+def test_every_allocating_op_has_a_size_row():
+    described = set(ALLOCATION_SIZES) | ALLOCATES_FROM_NO_ARGUMENT
+    assert {spec.name for spec in OP_TABLE} == described, "add the op to ALLOCATION_SIZES or ALLOCATES_FROM_NO_ARGUMENT"
+
+
+@pytest.mark.parametrize("spec,name,value", SIZE_CASES, ids=[f"{s.name}-{n}-{v}" for s, n, v in SIZE_CASES])
+def test_every_size_an_op_allocates_from_is_bounded(backend, spec, name, value):
+    """Once: 2**40 died in torch's allocator naming nothing, 2**31 - 1 quietly asked for 8 GiB an
+    output. A size past its bound is a ValueError naming it, before anything is allocated."""
+    call = _with_outputs_left_out(spec)
+    call[name] = [value] * len(call[name]) if isinstance(call.get(name), list) else value
+    with pytest.raises(ValueError) as error:
+        spec.wrapper(**call)
+    assert re.search(_names_pattern(name), str(error.value)), f"the error does not name {name}: {error.value}"
+
+
+@pytest.mark.parametrize("name,value", [("padded_num_tokens", 2**40), ("padded_num_tokens", 2**30),
+                                        ("pcp_world_size", 2**30 - 1), ("pcp_world_size", 65537)])
+def test_pcp_partition_bounds_what_it_allocates_from_on_every_backend(backend, name, value):
+    """Once: padded_num_tokens=2**40 was a ValueError natively and a MemoryError on the reference;
+    pcp_world_size=2**30 - 1 passed the native check and ended in std::bad_alloc."""
+    arguments = dict(pcp_world_size=2, padded_num_tokens=None)
+    arguments[name] = value
+    counts = (torch.tensor([3, 1], dtype=torch.int32), torch.tensor([0, 4], dtype=torch.int32),
+              torch.tensor([True, False]))
+    with pytest.raises(ValueError) as error:
+        specops.pcp_partition(*counts, arguments.pop("pcp_world_size"), **arguments)
+    assert re.search(_names_pattern(name), str(error.value)), f"the error does not name {name}: {error.value}"
+    specops.pcp_partition(*counts, 65536 if name == "pcp_world_size" else 2, padded_num_tokens=4)
 
 
 def test_every_schema_has_a_row():

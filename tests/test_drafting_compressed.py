@@ -235,7 +235,7 @@ def test_the_variant_follows_the_soc_as_device_operator_picks_it():
     (lambda: GroupConfig("c", 16, 16, 8, compress_ratio=4.0), "compress_ratio"),
     (lambda: ModelConfig(8, 1, 64, torch.zeros(8, 4), 1, sas_variant="a5"), "num_heads_q"),
     (lambda: ModelConfig(64, 1, 64, torch.zeros(8, 4), 1, sas_variant="a7"), "sas_variant"),
-    (lambda: ModelConfig(64, 1, 64, torch.zeros(8, 4), 1, index_topk=0), "index_topk"),
+    (lambda: ModelConfig(64, 1, 64, torch.zeros(8, 4), 1, index_topk=-1), "index_topk"),  # 0: no top-k
     (lambda: ModelConfig(64, 1, 64, torch.zeros(8, 4), 1, compress_rope_cos_sin_caches={4: torch.zeros(8, 6)}),
      "compress_rope_cos_sin_caches[4]"),
     (lambda: ModelConfig(64, 1, 64, torch.zeros(8, 4), 1, compress_rope_cos_sin_caches={16: torch.zeros(8, 4)}),

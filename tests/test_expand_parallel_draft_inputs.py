@@ -231,9 +231,6 @@ def test_kept_positions_past_max_model_len_need_no_table_column():
     (dict(num_reqs_padded=2**62 + 1), "num_reqs_padded"),
     (dict(slots_per_request=2**62), "slots_per_request"),
     (dict(token_indices_to_sample=torch.zeros(5, dtype=torch.int32)), "token_indices_to_sample"),
-    (dict(hidden_state_mapping=torch.zeros(7, dtype=torch.int32), shift_input_ids=False, slots_per_request=2),
-     "hidden_state_mapping"),
-    (dict(out_seq_lens=torch.zeros(2, dtype=torch.int32), seq_lens=None), "out_seq_lens"),
     (dict(out_query_start_loc=torch.zeros(2, dtype=torch.int32)), "out_query_start_loc"),
     (dict(slot_mappings=[torch.full((11,), 5, dtype=torch.int16)]), "slot_mappings"),
 ])

@@ -153,6 +153,72 @@ def test_no_register_spills_on_sm90(kernel, builds):
     assert not spilled, f"{kernel_name(kernel)} spills registers on {SPILL_TARGET}:\n" + "\n".join(spilled)
 
 
+# Calls from the launchers' real argument ranges, where Triton specializes a kernel on the values
+# of its int arguments (an int equal to 1 becomes a constant, one divisible by 16 gets a hint):
+# the op table's few draws, compiled once per variant, never launched the DSpark multi-group
+# kernel with a window of 1, block size 16 and one request, which spilled on sm_90. Every
+# distinct specialization these calls give is compiled (not one per variant).
+def _dspark_multi_range_calls() -> list[dict]:
+    from specops.ops.dspark_swa_indices import default_width
+
+    calls = []
+    for num_groups in range(1, 5):
+        for window, block_size, num_reqs, query_len, explicit_width in [
+                (1, 16, 1, 4, False), (127, 64, 1, 1, False), (128, 128, 3, 2, False), (5, 1, 2, 3, True),
+                (4096, 16, 1, 4, True)]:
+            seq_len = 300
+            cols = -(-seq_len // block_size)
+            widths = [default_width(window, 3) if not explicit_width else window + 3 + query_len] * num_groups
+            calls.append(dict(
+                block_tables=[torch.randint(0, 1000, (num_reqs, cols), dtype=torch.int32) for _ in range(num_groups)],
+                query_start_loc=torch.arange(0, (num_reqs + 1) * query_len, query_len, dtype=torch.int32),
+                seq_lens=torch.full((num_reqs,), seq_len, dtype=torch.int32), windows=[window] * num_groups,
+                num_speculative_tokens=3, block_sizes=[block_size] * num_groups, num_tokens=num_reqs * query_len,
+                widths=widths, cp_size=1, cp_rank=0))
+    return calls
+
+
+def _dspark_range_calls() -> list[dict]:
+    """The multi-group calls' first group, as the single op takes it (a window and block size of 1
+    with one request spilled here)."""
+    calls = []
+    for call in _dspark_multi_range_calls() + [dict(_dspark_multi_range_calls()[0], windows=[1], block_sizes=[1],
+                                                    block_tables=[torch.zeros((1, 300), dtype=torch.int32)])]:
+        if len(call["block_tables"]) == 1:
+            calls.append(dict(block_table=call["block_tables"][0], query_start_loc=call["query_start_loc"],
+                              seq_lens=call["seq_lens"], window=call["windows"][0],
+                              num_speculative_tokens=call["num_speculative_tokens"], block_size=call["block_sizes"][0],
+                              num_tokens=call["num_tokens"], width=call["widths"][0]))
+    return calls
+
+
+RANGE_CALLS = {"dspark_swa_indices_multi": _dspark_multi_range_calls, "dspark_swa_indices": _dspark_range_calls}
+
+
+@pytest.fixture(scope="session")
+def range_builds(tmp_path_factory):
+    target = next(t for t in TARGETS if t.name == SPILL_TARGET)
+    if not target.installed() or kernel_capture.binder_supported() is not None:
+        pytest.skip(f"{SPILL_TARGET}: not compiled by this Triton")
+    captured: list[Launch] = []
+    for op_name, make_calls in RANGE_CALLS.items():
+        wrapper = getattr(specops, op_name)
+        for index, call in enumerate(make_calls()):
+            with specops.backend("triton"), \
+                    kernel_capture.capture_launches([target], execute=False, label=f"{op_name} range {index}") as calls:
+                wrapper(**call)
+            captured += calls
+    cache = _session_folder(tmp_path_factory) / "range-triton-cache"
+    return kernel_compile.compile_jobs(kernel_compile.distinct_jobs(captured, [target]), cache_dir=str(cache))
+
+
+def test_no_register_spills_at_the_launchers_argument_ranges(range_builds):
+    assert range_builds, "the range calls launched nothing"
+    spilled = [f"{kernel_name(b.kernel)}: {b.spill_bytes} B stores, {b.registers} registers: {b.specialization}"
+               for b in range_builds if b.spill_bytes or b.error]
+    assert not spilled, f"spills (or errors) on {SPILL_TARGET}:\n" + "\n".join(spilled)
+
+
 def test_npu_target_as_far_as_the_toolchain_allows(builds):
     if not NPU_TARGET.installed():
         pytest.skip("npu: this venv's Triton has no 'ascend' backend; the NPU route is checked by "

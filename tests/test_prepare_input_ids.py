@@ -118,7 +118,8 @@ def test_random_steps_match_the_contract(backend, step):
     prompt = dict(all_token_ids=tokens, next_prefill_tokens=next_prefill) if step["prompt"] else {}
     result = specops.prepare_input_ids(
         input_ids, t32(step["idx"]), t32(step["qsl"]), t32(step["computed"]), t32(step["prefill"]), last, drafts,
-        t32(step["cu"]), num_new_sampled_tokens=step["num_new"], num_logits_padded=num_logits + step["extra"],
+        t32(step["cu"]), num_new_sampled_tokens=step["num_new"], num_logits=num_logits + step["extra"],
+        num_logits_padded=num_logits + step["extra"],
         num_tokens_padded=num_tokens + step["extra"], **prompt)
     ids, nxt, logits, expanded, local = expected_input_ids(
         step["idx"], step["qsl"], step["computed"], step["prefill"], last.tolist(), drafts.tolist(), step["cu"],

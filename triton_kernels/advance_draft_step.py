@@ -87,16 +87,18 @@ def _advance_draft_step_kernel(
         else:
             ok = real
             current = tl.load(positions_ptr + safe_r, mask=real, other=-1).to(tl.int64)
-        p = tl.where(ok, current + 1, 0)
+        # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum
+        # wraps to -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
+        over = ok & (current >= max_model_len - 1)
+        p = tl.where(ok & (over == 0), current + 1, 0)
         base = tl.load(seq_lens_ptr + safe_r, mask=real, other=0).to(tl.int64)
         if HAS_REJECTED:
             base = base - tl.load(num_rejected_ptr + safe_r, mask=real, other=0)
         if CLAMP:
-            position = tl.minimum(p, max_model_len - 1)
+            position = tl.where(over, max_model_len - 1, p)
             seq_len = tl.minimum(base + 1, max_model_len)
             mapped = ok
         else:
-            over = p >= max_model_len
             position = tl.where(over, 0, p)
             seq_len = tl.minimum(tl.where(over, 1, base + 1), max_model_len)
             mapped = ok & (over == 0)

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from specops.triton_kernels._launch import nonempty
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, continued_rows, correction_scratch
 
 
@@ -67,8 +68,10 @@ def correct_optimistic_seq_lens(
         return
     num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel())
     scratch, one_tile = correction_scratch(seq_lens_cpu, num_rows, 1, seq_lens_cpu.dtype)
+    # nonempty: a previous step of no rows (every row new) leaves these empty, and triton-ascend
+    # issues a masked gather at every lane's offset, 0 included (the lowered code read past them).
     _correct_optimistic_seq_lens_kernel[(1,)](
-        seq_lens_cpu, prev_positions, valid_sampled_token_count, prev_num_draft_tokens, scratch,
+        seq_lens_cpu, prev_positions, nonempty(valid_sampled_token_count), nonempty(prev_num_draft_tokens), scratch,
         num_rows, num_previous_rows,
         BLOCK=BLOCK, ONE_TILE=one_tile,
     )

@@ -21,11 +21,21 @@ from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels.dspark_swa_indices import BLOCK_ROWS, BLOCK_W, rows_of_task, store_visible_slots
 
 # At 4 warps the specialization with a window of 1 (a compile-time constant) reaches ptxas's 255
-# registers and spills 36 bytes on sm_90; at 8 warps every specialization fits (about 170).
+# registers and spills 36 bytes on sm_90; at 8 warps the generic code fits (about 170).
 NUM_WARPS = 8
 
+# Scalars Triton would otherwise specialize on (an int equal to 1 becomes a constant, one
+# divisible by 16 gets a hint), each value the launcher passes making another kernel: a window
+# of 1 with a block size of 16 and one request spilled on sm_90 at 8 warps, a specialization the
+# op table's draws never launched. None of them shapes an access a hint could widen (the table
+# is gathered; the output rows keep out_stride's hint), so each launch compiles the one code
+# per NUM_GROUPS and output stride (tests/test_kernel_compile.py compiles each of them).
+UNSPECIALIZED = ["num_reqs", "rows_begin", "num_rows", "num_chunks", "num_search_steps"] + [
+    f"{name}_{g}" for g in range(4)
+    for name in ("width", "window", "block_size", "table_rows", "table_cols", "table_stride")]
 
-@triton.jit
+
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def _dspark_swa_indices_multi_kernel(
     query_start_loc_ptr, seq_lens_ptr, num_reqs, rows_begin, num_rows, num_chunks, num_search_steps,
     block_table_0, out_0, out_lens_0, width_0, window_0, block_size_0,

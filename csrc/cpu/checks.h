@@ -50,7 +50,8 @@ inline void check_tensor(const at::Tensor& t, const Name& name, std::initializer
   TORCH_CHECK_VALUE(dtype_ok, name, " must have dtype ", dtype_list(dtypes), ", got ", dtype_name(t.scalar_type()));
   TORCH_CHECK_VALUE(t.dim() == dim, name, " must be ", dim, "-D, got shape ", t.sizes());
   // A 1-D tensor is contiguous exactly when its last dimension is: one message for every rank.
-  TORCH_CHECK_VALUE(dim == 0 || t.stride(dim - 1) == 1 || t.size(dim - 1) <= 1, name,
+  // An empty tensor holds no element to lay out (NumPy makes [0, n] arrays with strides [0, 0]).
+  TORCH_CHECK_VALUE(dim == 0 || t.stride(dim - 1) == 1 || t.size(dim - 1) <= 1 || t.numel() == 0, name,
                     " must be contiguous in its last dimension, got strides ", t.strides());
 }
 

@@ -76,10 +76,12 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
 // The value checks of compute_slot_mapping for several tables at once, writing nothing: a caller
 // that maps one batch through several tables (PersistentMappings.refresh) rejects a batch before
 // it rewrites the first group. sizes: (block_size, blocks_per_kv_block, cp_world_size, cp_rank,
-// cp_interleave) per table.
+// cp_interleave) per table. slot_mappings (empty, or one per table): the outputs the slots will
+// go to, read for their dtype only: an int32 one must hold every slot, which is computed wide
+// into scratch and checked here, as compute_slot_mapping checks its int32 out.
 void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::Tensor& positions,
                                   at::TensorList block_tables, const std::optional<at::Tensor>& idx_mapping,
-                                  c10::IntArrayRef sizes, at::TensorList num_blocks) {
+                                  c10::IntArrayRef sizes, at::TensorList num_blocks, at::TensorList slot_mappings) {
   constexpr size_t kPerTable = 5;
   TORCH_CHECK_VALUE(sizes.size() == kPerTable * block_tables.size(), "sizes must have ", kPerTable,
                     " entries per block table (", block_tables.size(), "), got ", sizes.size());
@@ -90,6 +92,12 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
   TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == block_tables.size(),
                     "num_blocks must be empty or hold one tensor per block table (", block_tables.size(), "), got ",
                     num_blocks.size());
+  TORCH_CHECK_VALUE(slot_mappings.empty() || slot_mappings.size() == block_tables.size(),
+                    "slot_mappings must be empty or hold one tensor per block table (", block_tables.size(),
+                    "), got ", slot_mappings.size());
+  for (size_t g = 0; g < slot_mappings.size(); ++g) {
+    check_tensor(slot_mappings[g], ArgName{"slot_mappings", static_cast<int64_t>(g)}, {c10::kLong, c10::kInt}, 1);
+  }
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   for (size_t g = 0; g < block_tables.size(); ++g) {
     const ArgName table_name{"block_tables", static_cast<int64_t>(g)};
@@ -124,7 +132,8 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
       with_idx_mapping(idx_mapping, [&](auto* idx) {
         check_rows_inside_table(idx, num_reqs, shape.block_table_rows, table_name);
         const kernels::SlotMappingDivisors divisors(shape);
-        const int64_t bad = kernels::check_slot_mapping_batch(qsl, pos, idx, shape, divisors).bad_token;
+        const kernels::SlotMappingCheck found = kernels::check_slot_mapping_batch(qsl, pos, idx, shape, divisors);
+        const int64_t bad = found.bad_token;
         if (bad >= 0) {
           const int64_t request = request_of_token(qsl, num_reqs, bad);
           const int64_t row = idx ? static_cast<int64_t>(idx[request]) : request;
@@ -134,6 +143,16 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
                             position_outside_message(pos[bad], request, row, shape, divisors, table_name,
                                                      counts_name.str()));
         }
+        if (slot_mappings.empty() || slot_mappings[g].scalar_type() != c10::kInt) return;
+        // Every slot, wide, into scratch (an int64 output tracks no largest slot: scanned), the
+        // first past int32 named.
+        int64_t* wide = int64_scratch(shape.num_tokens_padded);
+        kernels::compute_slot_mapping(qsl, pos, block_tables[g].data_ptr<int32_t>(), idx, wide, shape, divisors, &found);
+        const int64_t past = kernels::find_slot_past_int32(wide, shape.num_tokens_padded);
+        if (past < 0) return;
+        TORCH_CHECK_VALUE(false, "slot_mappings[", g, "] is int32, but the slot of positions[", past, "] = ",
+                          static_cast<int64_t>(pos[past]), " is ", wide[past], " (its block id in ", table_name,
+                          " times block_size = ", shape.block_size, "), past 2^31 - 1; pass an int64 slot mapping");
       });
     });
   }

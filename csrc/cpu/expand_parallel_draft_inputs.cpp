@@ -43,14 +43,18 @@ void check_values(const kernels::ParallelDraftBuffers& b, const std::vector<kern
                       d.q - 1, "] (request ", r, " has ", d.q, " tokens)");
     TORCH_CHECK_VALUE(d.start >= 0, "target_positions[", d.q0, "] = ", d.start, " (request ", r, ") must be >= 0");
     for (int64_t j = 1; j < d.q; ++j) {
-      TORCH_CHECK_VALUE(b.target_positions[d.q0 + j] == d.start + j, "target_positions[", d.q0 + j, "] = ",
-                        b.target_positions[d.q0 + j], " must be ", d.start + j, ": the positions of request ", r,
-                        " must be consecutive");
+      // start + j past int64 (start near 2^63 - 1) equals no int64 position: compared as
+      // offsets from start, and printed in 64 unsigned bits, where it exists.
+      const int64_t position = b.target_positions[d.q0 + j];
+      TORCH_CHECK_VALUE(position >= d.start && position - d.start == j, "target_positions[", d.q0 + j, "] = ",
+                        position, " must be ", static_cast<uint64_t>(d.start) + static_cast<uint64_t>(j),
+                        ": the positions of request ", r, " must be consecutive");
     }
     const int64_t row = b.idx_mapping.data != nullptr ? b.idx_mapping[r] : r;
     // The kept positions run from start to start + nv + S - 1; the highest below max_model_len
-    // needs the most columns, and the slot of every kept position must fit its output.
-    const int64_t last = std::min(d.start + d.valid + s.slots - 1, s.max_model_len - 1);
+    // needs the most columns, and the slot of every kept position must fit its output. As an
+    // offset from start (>= 0): start + nv + S - 1 overflows int64 for a start near 2^63 - 1.
+    const int64_t last = d.start + std::min(d.valid + s.slots - 1, s.max_model_len - 1 - d.start);
     for (size_t g = 0; g < groups.size(); ++g) {
       const kernels::DraftStepGroup& group = groups[g];
       if (!group.enabled || row < 0 || last < d.start) continue;

@@ -11,6 +11,9 @@
 namespace specops::cpu {
 namespace {
 
+// docs/pcp.md: the largest pcp_world_size (python/specops/reference/pcp_partition.py says the same).
+constexpr int64_t kMaxPcpWorldSize = 65536;
+
 template <typename T>
 int64_t at_index(const at::Tensor& t, int64_t i) {
   return static_cast<int64_t>(t.data_ptr<T>()[i]);
@@ -83,7 +86,11 @@ std::vector<at::Tensor> pcp_partition(const at::Tensor& num_scheduled_tokens, co
   check_tensor(is_prefilling, "is_prefilling", {c10::kBool}, 1);
   check_positive(pcp_world_size, "pcp_world_size");
   check_positive(dcp_world_size, "dcp_world_size");
-  TORCH_CHECK_VALUE(pcp_world_size <= INT32_MAX / 2, "pcp_world_size must be <= 2^30 - 1, got ", pcp_world_size);
+  // The layout holds host arrays per rank (its counts, at least one segment each): a bound past
+  // any deployment keeps them small, where int32 indexing alone (2^30 ranks) let the op ask for
+  // tens of GiB and end in std::bad_alloc.
+  TORCH_CHECK_VALUE(pcp_world_size <= kMaxPcpWorldSize, "pcp_world_size must be <= ", kMaxPcpWorldSize, ", got ",
+                    pcp_world_size);
   TORCH_CHECK_VALUE(!(shard_decode_requests && dcp_world_size > 1),
                     "shard_decode_requests=True needs dcp_world_size == 1 (got ", dcp_world_size,
                     "): a short prefill replicated under DCP would get one owner, and no rank would write its KV "

@@ -118,7 +118,10 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   const kernels::CorrectedCounts corrected{new_computed, correction.num_rows, counts};
   // Every request's corrected count (gathered rows, then the untouched ones), and the range of
   // positions they give: one pass that most groups' checks need nothing beyond.
-  if (request_counts != new_computed) {
+  // Decided by request_room, never by comparing pointers: with no row corrected (an empty
+  // prev_positions) the room starts where new_computed does, so the two pointers are equal and
+  // yet the room holds whatever the thread's last call left there until it is filled.
+  if (request_room != 0) {
     std::copy(new_computed, new_computed + gathered_requests, request_counts);
     std::copy(counts + gathered_requests, counts + num_reqs, request_counts + gathered_requests);
   }

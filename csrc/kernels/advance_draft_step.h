@@ -74,12 +74,13 @@ inline DraftPosition draft_position(const PosT* positions, const TokT* token_ind
   } else {
     current = static_cast<int64_t>(positions[r]);
   }
-  // Wraps like the device kernels' int64 add at the top of the range (an invalid position).
-  const int64_t p = ok ? static_cast<int64_t>(static_cast<uint64_t>(current) + 1u) : 0;
+  const int64_t limit = s.max_model_len;  // >= 1
+  // p = current + 1 >= L, tested on current: p itself does not exist in int64 for an accepted
+  // position of 2^63 - 1, and SPEC 3.7.5's formulas give 0 (reset) or L - 1 (clamp) there.
+  const bool over = ok && current >= limit - 1;
+  const int64_t p = ok && !over ? current + 1 : 0;
   const int64_t base = static_cast<int64_t>(seq_lens[r]) - (num_rejected != nullptr ? num_rejected[r] : 0);
-  const int64_t limit = s.max_model_len;
-  if (s.clamp) return {std::min(p, limit - 1), std::min(base + 1, limit), ok};
-  const bool over = p >= limit;
+  if (s.clamp) return {over ? limit - 1 : p, std::min(base + 1, limit), ok};
   return {over ? 0 : p, std::min(over ? int64_t{1} : base + 1, limit), ok && !over};
 }
 

@@ -102,14 +102,17 @@ inline void expand_parallel_draft_inputs(const ParallelDraftBuffers& b, const Dr
       } else if (masked) {
         id = s.draft_token;
       }
-      const int64_t position = rejected ? 0 : d.start + j;
+      // start + j in 64 unsigned bits, as the device kernels' int64 add wraps (past 2^63 - 1 the
+      // position exists in no backend's output; its slot is PAD: at or past max_model_len).
+      const uint64_t offset = static_cast<uint64_t>(j);
+      const int64_t position = rejected ? 0 : static_cast<int64_t>(static_cast<uint64_t>(d.start) + offset);
       b.input_ids.set(o, id);
       b.positions.set(o, position);
       b.is_rejected[o] = rejected;
       b.is_masked[o] = masked;
       if (j >= d.valid && !rejected) b.token_indices_to_sample[r * s.slots + j - d.valid] = static_cast<int32_t>(o);
       if (b.hidden_state_mapping != nullptr && j < d.q) b.hidden_state_mapping[d.q0 + j] = static_cast<int32_t>(o);
-      const bool mapped = !rejected && position < s.max_model_len;
+      const bool mapped = !rejected && d.start < s.max_model_len && j < s.max_model_len - d.start;
       for (int64_t g = 0; g < num_groups; ++g) groups[g].store(o, draft_slot(groups[g], row, position, mapped));
     }
     if (b.out_query_start_loc != nullptr) b.out_query_start_loc[r] = static_cast<int32_t>(d.out0);

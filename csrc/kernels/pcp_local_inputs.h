@@ -45,7 +45,9 @@ void pcp_local_inputs(const IdT* global_ids, const PosT* global_positions, const
     const int64_t start = local_query_start_loc[i];
     const int64_t end = local_query_start_loc[i + 1];
     const int64_t last = static_cast<int64_t>(gathered(global_positions, s.num_global_positions, gather, end - 1, N));
-    seq_lens[i] = end > start ? static_cast<int32_t>(last + 1) : 0;
+    // In 64 unsigned bits, then the low 32 as every backend keeps them: an accepted position of
+    // 2^63 - 1 has no int64 successor.
+    seq_lens[i] = end > start ? static_cast<int32_t>(static_cast<uint64_t>(last) + 1u) : 0;
   }
   std::fill(seq_lens + std::min(s.num_reqs, s.num_reqs_padded), seq_lens + s.num_reqs_padded, int32_t{0});
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 from collections.abc import Callable, Iterator
 
 import torch
@@ -60,7 +61,10 @@ def host_routed(kernel: str) -> bool:
 
 
 def op_calls(op, draws: int) -> list[tuple[str, dict]]:
-    """(label, call) for the op's valid call and `draws` of its random valid calls."""
+    """(label, call) for the op's valid call, `draws` of its random valid calls, and the widened
+    ones (widened_calls): every dtype of every tensor argument, rows past the previous step's
+    buffers. A few random draws alone left specializations unlaunched: the lowered
+    correct_optimistic_seq_lens read outside its tensors at one whose pointers are not all int32."""
     from hypothesis import Phase, given, settings
 
     found: list[dict] = []
@@ -71,8 +75,86 @@ def op_calls(op, draws: int) -> list[tuple[str, dict]]:
             found.append(call)
 
         collect()
-    return [(f"{op.name} {'valid call' if i == 0 else f'draw {i}'}", call)
+    base = [(f"{op.name} {'valid call' if i == 0 else f'draw {i}'}", call)
             for i, call in enumerate([op.valid_call(), *found])]
+    return base + widened_calls(op, base[0][1])
+
+
+def widened_calls(op, call: dict) -> list[tuple[str, dict]]:
+    """Valid calls around `call` that reach the specializations random draws may miss: each
+    tensor argument in each other dtype the op takes for it (with the arguments the op ties to
+    its dtype, where casting it alone is rejected), and a correction whose rows point past the
+    previous step's buffers (any row is valid there: it takes the host value)."""
+    from op_table import get_arg, set_arg
+
+    variants = []
+    for key, arg in op.tensors.items():
+        value = get_arg(call, key)
+        if not isinstance(value, torch.Tensor):
+            continue
+        for dtype in arg.dtypes:
+            if dtype == value.dtype or dtype == torch.bool or value.dtype == torch.bool:
+                continue
+            # The argument alone; else with the tensors of its dtype that take the new one; and
+            # each time with each tensor the op then says must follow ("expanded_idx_mapping
+            # must have dtype int64": idx_mapping's).
+            tied = [other for other, other_arg in op.tensors.items()
+                    if other != key and dtype in other_arg.dtypes
+                    and isinstance(get_arg(call, other), torch.Tensor) and get_arg(call, other).dtype == value.dtype]
+            found = None
+            for keys in ([key], [key, *tied]):
+                while found is None and keys is not None:
+                    variant = clone_call(call)
+                    for cast in keys:
+                        set_arg(variant, cast, get_arg(variant, cast).to(dtype))
+                    error = _rejection(op, variant)
+                    if error is None:
+                        found = (f"{op.name} valid call, {', '.join(keys)} {str(dtype)[6:]}", variant)
+                    follows = re.match(rf"(\S+) must have dtype {str(dtype)[6:]}\b", error or "")
+                    keys = (keys + [follows.group(1)] if follows and follows.group(1) in op.tensors
+                            and follows.group(1) not in keys else None)
+            if found is not None:
+                variants.append(found)
+    rows = call.get("prev_positions")
+    if isinstance(rows, torch.Tensor) and rows.numel():
+        previous = ("valid_sampled_token_count", "prev_num_draft_tokens")
+        num_previous = min(get_arg(call, name).numel() for name in previous)
+        for dtype in op.tensors["prev_positions"].dtypes:
+            variant = clone_call(call)
+            past = torch.arange(rows.numel(), dtype=torch.int64) + num_previous
+            past[-1] = torch.iinfo(dtype).max
+            variant["prev_positions"] = past.to(dtype)
+            if _accepted(op, variant):
+                variants.append((f"{op.name} valid call, prev_positions {str(dtype)[6:]} past the previous rows",
+                                 variant))
+        # The first step after a reset: a previous step of no rows, every row past its (empty)
+        # buffers, in every dtype the valid counts take.
+        for dtype in op.tensors["valid_sampled_token_count"].dtypes:
+            variant = clone_call(call)
+            for name in previous:
+                variant[name] = variant[name][:0]
+            variant["valid_sampled_token_count"] = variant["valid_sampled_token_count"].to(dtype)
+            if _accepted(op, variant):
+                variants.append((f"{op.name} valid call, empty previous buffers (valid counts {str(dtype)[6:]})",
+                                 variant))
+    return variants
+
+
+def _rejection(op, call: dict) -> str | None:
+    """The op's ValueError for the call, None where it takes it (run on a copy by the reference:
+    no kernel, no capture)."""
+    import specops
+
+    try:
+        with specops.backend("reference"):
+            op.wrapper(**clone_call(call))
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _accepted(op, call: dict) -> bool:
+    return _rejection(op, call) is None
 
 
 def clone_call(call: dict) -> dict:

@@ -31,6 +31,12 @@ def _op_names():
     return [op.name for op in OP_TABLE]
 
 
+def _op(name: str):
+    from op_table import OP_TABLE
+
+    return next(op for op in OP_TABLE if op.name == name)
+
+
 def _fault_message(events: list[dict], stderr: str) -> str:
     run = next((e for e in reversed(events) if "call" in e), {"call": "?", "placement": "?"})
     call = f"{run['call']} (guard page {run['placement']} every tensor)"
@@ -57,8 +63,9 @@ def test_lowered_kernels_stay_inside_their_tensors(op_name, tmp_path):
     differ = [f"{e['verdict']} (guard {e['placement']}): {', '.join(e['differ'])}" for e in events if e.get("differ")]
     assert not differ, "lowered kernels disagree with the reference:\n" + "\n".join(differ)
     verdicts = [e for e in events if "verdict" in e]
-    assert len(verdicts) == (DRAWS + 1) * len(x86_lowering.PLACEMENTS), events[-3:]
-    print(f"{op_name}: {len(verdicts)} guarded runs ({DRAWS + 1} calls x {len(x86_lowering.PLACEMENTS)} placements), "
+    calls = len(capture.op_calls(_op(op_name), DRAWS))
+    assert len(verdicts) == calls * len(x86_lowering.PLACEMENTS), events[-3:]
+    print(f"{op_name}: {len(verdicts)} guarded runs ({calls} calls x {len(x86_lowering.PLACEMENTS)} placements), "
           f"{events[-1]['done']} launches from lowered code, every tensor equal to the reference's, no access "
           "outside a tensor")
 
@@ -88,5 +95,23 @@ def test_the_docs_state_the_guarded_runs():
     from docs_figures import assert_docs_say
 
     calls = capture.DEFAULT_DRAWS + 1
-    assert_docs_say("device_readiness.md", f"{calls * len(x86_lowering.PLACEMENTS)} guarded runs per op ({calls} calls, "
-                                           f"{len(x86_lowering.PLACEMENTS)} placements)")
+    assert_docs_say("device_readiness.md", f"{calls} calls (the valid call and {capture.DEFAULT_DRAWS} random ones) "
+                                           f"and their widened variants, {len(x86_lowering.PLACEMENTS)} placements each")
+
+
+def test_the_widened_calls_reach_every_dtype_of_every_tensor_argument(op_table):
+    """Every (tensor argument, dtype) the op table lists is launched by some call of the op."""
+    import torch
+    from op_table import get_arg
+
+    missing = []
+    for op in op_table:
+        seen = set()
+        for _, call in capture.op_calls(op, 0):
+            for key in op.tensors:
+                value = get_arg(call, key)
+                if isinstance(value, torch.Tensor):
+                    seen.add((key, value.dtype))
+        missing += [f"{op.name}: {key} {dtype}" for key, arg in op.tensors.items() for dtype in arg.dtypes
+                    if (key, dtype) not in seen and isinstance(get_arg(op.valid_call(), key), torch.Tensor)]
+    assert not missing, "no valid call takes:\n" + "\n".join(missing)

@@ -48,8 +48,6 @@ def _metadata() -> list[Bad]:
         bad("num_reqs_padded below R", "num_reqs_padded", num_reqs_padded=1),
         bad("token_indices_to_sample shorter than num_reqs_padded * S", "token_indices_to_sample",
             token_indices_to_sample=stale(8)),
-        bad("hidden_state_mapping without the shift", "hidden_state_mapping", shift_input_ids=False, slots_per_request=2),
-        bad("out_seq_lens without seq_lens", ("out_seq_lens", "seq_lens"), seq_lens=None),
         bad("out_query_start_loc shorter than num_reqs_padded + 1", "out_query_start_loc",
             out_query_start_loc=stale(3)),
         bad("one slot mapping for two tables", "slot_mappings", slot_mappings=[stale(13, dtype=I64)]),

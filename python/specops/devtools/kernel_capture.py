@@ -207,20 +207,39 @@ def _backend(target: Target):
     return make_backend(target.gpu_target())
 
 
+# The triton.jit options that decide what a launch specializes on, by kernel function: read from
+# the launched object (a JITFunction keeps them; an interpreter's InterpretedFunction hands them
+# to its rewriter), so that the view below binds arguments as the kernel's own JIT does. Without
+# them a kernel with do_not_specialize was captured as one specialization per value of those
+# arguments, none of them the one the device compiles.
+_JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment")
+
+
+def jit_options(kernel_object: Any) -> tuple[tuple[str, tuple], ...]:
+    """(option, value) of `_JIT_OPTIONS` the kernel object was made with (empty ones left out)."""
+    given = getattr(getattr(kernel_object, "rewriter", None), "kwargs", None)
+    if given is None:
+        given = getattr(kernel_object, "kwargs", None)
+    if given is None:
+        given = {name: getattr(kernel_object, name, None) for name in _JIT_OPTIONS}
+    return tuple((name, tuple(given[name])) for name in _JIT_OPTIONS if given.get(name))
+
+
 @functools.lru_cache(maxsize=None)
-def _jit_view(fn: Callable):
-    """A JITFunction over the kernel's Python function: what the JIT binds arguments with, also
-    in an interpreter process (it is never compiled here)."""
+def _jit_view(fn: Callable, options: tuple[tuple[str, tuple], ...] = ()):
+    """A JITFunction over the kernel's Python function, with the kernel's own specialization
+    options: what the JIT binds arguments with, also in an interpreter process (it is never
+    compiled here)."""
     from triton.runtime.jit import JITFunction
 
-    return JITFunction(fn)
+    return JITFunction(fn, **{name: list(value) for name, value in options})
 
 
 @functools.lru_cache(maxsize=None)
-def _binder(fn: Callable, target: Target):
+def _binder(fn: Callable, target: Target, options: tuple[tuple[str, tuple], ...] = ()):
     from triton.runtime.jit import create_function_from_signature
 
-    jit = _jit_view(fn)
+    jit = _jit_view(fn, options)
     return create_function_from_signature(jit.signature, jit.params, _backend(target))
 
 
@@ -236,32 +255,36 @@ def binder_supported() -> str | None:
     return None
 
 
-def specialize(fn: Callable, args: tuple, kwargs: dict, target: Target) -> Specialization | NpuSpecialization:
-    """The specialization JITFunction.run would compile for these launch arguments on `target`."""
+def specialize(fn: Callable, args: tuple, kwargs: dict, target: Target,
+               options: tuple[tuple[str, tuple], ...] = ()) -> Specialization | NpuSpecialization:
+    """The specialization JITFunction.run would compile for these launch arguments on `target`;
+    options: the kernel's `jit_options`."""
     if target.backend == "npu":
-        return _specialize_npu(fn, args, kwargs, target)
+        return _specialize_npu(fn, args, kwargs, target, options)
     from triton import knobs
 
-    jit = _jit_view(fn)
+    jit = _jit_view(fn, options)
     backend = _backend(target)
     # JITFunction.run adds these before binding; they are compile options.
     kwargs = dict(kwargs)
     kwargs["debug"] = kwargs.get("debug", jit.debug) or knobs.runtime.debug
     kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
     kwargs["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
-    bound_args, specialization, options = _binder(fn, target)(*args, **kwargs)
-    options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound_args, specialization, options)
+    bound_args, specialization, compile_options = _binder(fn, target, options)(*args, **kwargs)
+    compile_options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound_args, specialization,
+                                                                   compile_options)
     declared = tuple(index for index, param in enumerate(jit.params) if param.is_constexpr)
-    return Specialization(dict(signature), dict(constexprs), dict(attrs), dict(options.__dict__), declared)
+    return Specialization(dict(signature), dict(constexprs), dict(attrs), dict(compile_options.__dict__), declared)
 
 
-def _specialize_npu(fn: Callable, args: tuple, kwargs: dict, target: Target) -> NpuSpecialization:
+def _specialize_npu(fn: Callable, args: tuple, kwargs: dict, target: Target,
+                    options: tuple[tuple[str, tuple], ...] = ()) -> NpuSpecialization:
     """triton-ascend 3.2's JITFunction.run derivation, without compiling."""
-    jit = _jit_view(fn)
+    jit = _jit_view(fn, options)
     backend = _backend(target)
     kwargs = dict(kwargs)
     kwargs["debug"] = kwargs.get("debug", False)
-    bound_args, sig_and_spec, _, _, _ = _binder(fn, target)(*args, **kwargs)
+    bound_args, sig_and_spec, _, _, _ = _binder(fn, target, options)(*args, **kwargs)
     names = [p.name for p in jit.params if not p.is_constexpr]
     signature = {name: ("*i8" if kind == "none" else kind) for name, kind in zip(names, sig_and_spec[:len(names)])}
     values = tuple(bound_args.values())
@@ -309,7 +332,8 @@ def capture_launches(targets: Iterable[Target] = TARGETS, *, execute: bool = Tru
         def launch(*args, **kwargs):
             record = Launch(kernel_id(self.fn), _launch_grid(grid, self.fn, args, kwargs), {}, label)
             try:
-                record.specializations = {target.name: specialize(self.fn, args, kwargs, target)
+                options = jit_options(self)
+                record.specializations = {target.name: specialize(self.fn, args, kwargs, target, options)
                                           for target in targets}
             except Exception as exc:
                 if not keep_going:

@@ -15,7 +15,7 @@ from specops.drafting.configs import (
 from specops.drafting.step import build_step, step_fingerprints
 from specops.ops._checks import check_positive, checked_int
 from specops.ops.dspark_swa_indices import default_width
-from specops.sas_layout import ASCEND950
+from specops.sas_layout import ASCEND950, CMP_TOPKS
 
 if TYPE_CHECKING:
     from specops.drafting.plan import StepPlan
@@ -89,6 +89,11 @@ class DraftMetadataBuilder:
                     f"= {least}, got {group.dspark_index_width}")
             else:
                 self.dspark_width = group.dspark_index_width
+        if group.compress_ratio == 4 and model.index_topk not in CMP_TOPKS:
+            # A C4 group's sparse-attention schedule takes index_topk as its cmp_topk: rejected
+            # here, naming what the caller passed, rather than by the first build as cmp_topk.
+            raise ValueError(f"index_topk must be one of {list(CMP_TOPKS)} for group {group.name!r} (compress_ratio "
+                             f"4: the sparse-attention schedule's cmp_topk; 0: no top-k), got {model.index_topk}")
         self._buffers: dict[int, DraftBuffers] = {}
         self.step_plans: dict[tuple, StepPlan] = {}
         # Builders of models with these values (and the same RoPE cache tensor) share entries.

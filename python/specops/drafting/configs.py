@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 
 from specops.ops._checks import (
+    INT32_MAX,
     check_cp_rank,
     check_int32_range,
     check_non_negative,
@@ -46,7 +47,7 @@ class ModelConfig:
 
     Compressed groups (GroupConfig.compress_ratio 4 / 128) read the indexer settings, as the
     model's hf_config holds them: index_topk (the C4 sas schedule's cmp_topk and the lightning
-    indexer's sparse_count), index_n_heads / index_head_dim (the indexer's heads and head size).
+    indexer's sparse_count: 0, 512 or 1024 with a C4 group, 0 meaning no top-k), index_n_heads / index_head_dim (the indexer's heads and head size).
     compress_rope_cos_sin_caches: per ratio, the compressed layers' [max_position, rot_dim] RoPE
     table (vllm-ascend's get_full_cos_and_sin_dsa("c4") / ("c128")), the compressor metadata's
     rows; a ratio without one uses rope_cos_sin_cache. sas_variant: "a2a3" (sas_metadata) or "a5"
@@ -95,7 +96,10 @@ class ModelConfig:
             raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {self.num_vector_cores}")
         if not isinstance(self.soc_version, str):
             raise ValueError(f"soc_version must be a str, got {type(self.soc_version).__name__}")
-        check_positive(self.index_topk, "index_topk")
+        # 0 is the kernels' "no top-k"; which other values a C4 group's schedule takes is checked
+        # where the model meets its groups (DraftMetadataBuilder), before any build.
+        if not 0 <= self.index_topk <= INT32_MAX:
+            raise ValueError(f"index_topk must be in [0, 2^31 - 1] (0: no top-k), got {self.index_topk}")
         check_positive(self.index_n_heads, "index_n_heads")
         check_positive(self.index_head_dim, "index_head_dim")
         if self.sas_variant is None:

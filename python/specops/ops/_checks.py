@@ -25,15 +25,17 @@ def _described(value: Any) -> str:
 
 
 def checked_int(value: Any, name: str) -> int:
-    """value as torch's schema takes an int: a Python int (a bool too), a NumPy integer or bool,
-    an integer tensor of one element; converted to int. Anything else is a ValueError."""
+    """value as every backend takes an int (FastOp, csrc/fast_call.cpp, the same): a Python int,
+    a NumPy integer, an integer tensor of one element; converted to int. Bools (True, a NumPy
+    bool, a bool tensor), which torch's schema would read as 1 or 0, floats, None and strings
+    are a ValueError naming the argument: the mirror of checked_bool's rule."""
     if type(value) is int:
         return value
-    if isinstance(value, np.bool_):
-        return int(value)
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be an int, got {_described(value)}")
     if isinstance(value, (int, np.integer)) or (
             isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
-            and not value.is_complex()):
+            and not value.is_complex() and value.dtype != torch.bool):
         return operator.index(value)
     raise ValueError(f"{name} must be an int, got {_described(value)}")
 
@@ -115,10 +117,16 @@ def check_allocated_elements(rows: int, row_elements: int, name: str, what: str)
 
 def checked_size(value: Any, name: str, lowest: int, what: str = "") -> int:
     """An int argument that sizes an output the wrapper allocates: checked before the allocation
-    (never `negative dimension`, never gigabytes from an unchecked value). `what` names lowest."""
+    (never `negative dimension`, never gigabytes from an unchecked value). `what` names lowest.
+    Bounded above too (docs/hardening.md, "Sizes an op allocates from"): the kernels index an
+    output with int32 offsets, so a size past 2^31 - 1 is a ValueError naming it, on every
+    backend, before torch's allocator sees it."""
     value = checked_int(value, name)
     if value < lowest:
         raise ValueError(f"{name} must be >= {what or lowest}, got {value}")
+    if value > INT32_MAX:
+        raise ValueError(f"{name} must be <= 2^31 - 1 (the outputs it sizes are indexed with int32 offsets), "
+                         f"got {value}")
     return value
 
 
@@ -154,7 +162,8 @@ def check_tensor(
     if t.dim() != dim:
         raise ValueError(f"{name} must be {dim}-D, got shape {list(t.shape)}")
     # A 1-D tensor is contiguous exactly when its last dimension is: one message for every rank.
-    if dim >= 1 and t.size(-1) > 1 and t.stride(-1) != 1:
+    # An empty tensor holds no element to lay out (NumPy makes [0, n] arrays with strides [0, 0]).
+    if dim >= 1 and t.size(-1) > 1 and t.stride(-1) != 1 and t.numel() > 0:
         raise ValueError(f"{name} must be contiguous in its last dimension, got strides {list(t.stride())}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on {device} like {device_of}, got {t.device}")

@@ -7,7 +7,14 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_outputs_alias_nothing, check_positive, check_tensor
+from specops.ops._checks import (
+    check_allocated_elements,
+    check_outputs_alias_nothing,
+    check_positive,
+    check_tensor,
+    checked_int,
+    checked_size,
+)
 from specops.ops._op import SpecOp
 from specops.reference.compressor_metadata import FORMAT_BLOCK_OFFSET, FORMAT_FLAT
 from specops.reference.compressor_metadata import compressor_metadata as _reference
@@ -109,11 +116,15 @@ def compressor_metadata(
     (-1, block size - 1) (format 2). rope_cos / rope_sin: [max_pos, rope_dim] (the ratio's full
     tables). Outputs: [N, 1, 1, rope_dim] in the tables' dtype and int32 [N] or [N, 2]; absent
     ones are allocated with N = num_compressed_tokens."""
+    num_compressed_tokens = checked_int(num_compressed_tokens, "num_compressed_tokens")  # a wrapper-only int
     if compress_cos is None or compress_sin is None or slot_mapping is None:
         if not isinstance(rope_cos, torch.Tensor) or rope_cos.dim() != 2:
             raise ValueError("rope_cos must be a 2-D tensor")
-        if not isinstance(num_compressed_tokens, int) or num_compressed_tokens < 0:
-            raise ValueError(f"num_compressed_tokens must be an int >= 0, got {num_compressed_tokens!r}")
+        # Checked as every size an output is allocated from (docs/hardening.md): an int (not a
+        # bool), >= 0, and the rows times the RoPE width within int32 indexing.
+        num_compressed_tokens = checked_size(num_compressed_tokens, "num_compressed_tokens", 0)
+        check_allocated_elements(num_compressed_tokens, max(rope_cos.shape[1], 2), "num_compressed_tokens",
+                                 "rows of rope_cos.shape[1] values, or (block id, offset) pairs")
         rows = (num_compressed_tokens, 1, 1, rope_cos.shape[1])
         if compress_cos is None:
             compress_cos = torch.empty(rows, dtype=rope_cos.dtype, device=rope_cos.device)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 
 from specops.ops._checks import (
+    check_allocated_elements,
     check_cp_rank,
     check_entries,
     check_outputs_alias_nothing,
@@ -239,6 +240,20 @@ def expand_parallel_draft_inputs(
     num_out = num_tokens + num_reqs * max(slots_per_request - (1 if shift else 0), 0)
     token_size = max(tokens_padded, 0) if tokens_padded >= 0 else num_out
     req_size = reqs_padded if reqs_padded >= 0 else num_reqs
+    # Every size an output is allocated from, checked first (docs/hardening.md): T' and the
+    # sample indices grow with slots_per_request.
+    if token_size > INT32_MAX:
+        raise ValueError(f"slots_per_request = {slots_per_request} makes T' = T + R * N = {num_out}, past the "
+                         "2^31 - 1 tokens an output can index")
+    check_allocated_elements(req_size, max(slots_per_request, 0),
+                             "num_reqs_padded" if reqs_padded >= 0 else "slots_per_request",
+                             "token_indices_to_sample: num_reqs_padded or R times slots_per_request")
+    # An optional output that its inputs do not turn on is None and not computed (SPEC 3.7):
+    # out_seq_lens without seq_lens, hidden_state_mapping without the shift.
+    if seq_lens is None:
+        out_seq_lens = None
+    if not shift:
+        hidden_state_mapping = None
 
     def new(size: int, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(size, dtype=dtype, device=device)

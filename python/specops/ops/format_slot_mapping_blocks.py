@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_int32_range, check_outputs_alias_nothing, check_rows_disjoint, check_tensor
+from specops.ops._checks import (
+    check_allocated_elements,
+    check_int32_range,
+    check_outputs_alias_nothing,
+    check_rows_disjoint,
+    check_tensor,
+)
 from specops.ops._op import SpecOp
 from specops.reference.format_slot_mapping_blocks import format_slot_mapping_blocks as _reference
 
@@ -31,7 +37,8 @@ def format_slot_mapping_blocks(
     slot_mapping: int64 or int32 [N]; out: int64 or int32 [>= N, 2] (allocated [N, 2] with
     slot_mapping's dtype when absent); rows past N get the pair of PAD_SLOT_ID.
     """
-    if out is None:
+    if out is None and isinstance(slot_mapping, torch.Tensor):  # else the op names slot_mapping
+        check_allocated_elements(slot_mapping.numel(), 2, "slot_mapping", "slot_mapping.numel() pairs")
         out = torch.empty((slot_mapping.numel(), 2), dtype=slot_mapping.dtype, device=slot_mapping.device)
     _OP.select()(slot_mapping, block_size, out)
     return out

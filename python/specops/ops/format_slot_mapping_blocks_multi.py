@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from specops.ops._checks import (
+    check_allocated_elements,
     check_int32_range,
     check_no_overlap,
     check_non_negative,
@@ -84,6 +85,7 @@ def format_slot_mapping_blocks_multi(
     if out is None:
         # Sized from num_slots: checked first (the op reads num_slots entries of each mapping).
         num_slots = checked_size(num_slots, "num_slots", 0)
+        check_allocated_elements(num_slots, 2, "num_slots", "num_slots pairs")
         for g, mapping in enumerate(slot_mappings):
             if mapping.numel() < num_slots:
                 raise ValueError(f"slot_mappings[{g}] must have at least num_slots = {num_slots} entries, "

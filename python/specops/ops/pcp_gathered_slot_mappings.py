@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specops.ops._checks import check_no_overlap, check_tensor, checked_int
+from specops.ops._checks import check_no_overlap, check_tensor, checked_size
 from specops.ops._op import SpecOp
 from specops.reference.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings as _reference
 
@@ -70,9 +70,8 @@ def pcp_gathered_slot_mappings(
     there. Returns out as a list.
     """
     if num_tokens_padded is not None:
-        num_tokens_padded = checked_int(num_tokens_padded, "num_tokens_padded")
-        if num_tokens_padded < 0:  # checked before it sizes an output (-1 is the schema's "None")
-            raise ValueError(f"num_tokens_padded must be >= 0 (or None), got {num_tokens_padded}")
+        # Checked before it sizes an output (-1 is the schema's "None").
+        num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0, "0 (or None)")
     if isinstance(slot_mappings, torch.Tensor):
         slot_mappings = list(slot_mappings.unbind(0)) if slot_mappings.dim() == 2 else [slot_mappings]
     elif not isinstance(slot_mappings, list):

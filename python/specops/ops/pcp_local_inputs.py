@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_tensor, checked_int
+from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_tensor, checked_int, checked_size
 from specops.ops._op import SpecOp
 from specops.reference.pcp_local_inputs import pcp_local_inputs as _reference
 
@@ -91,9 +91,7 @@ def pcp_local_inputs(
     local_query_start_loc that does not run from 0 to N; device kernels read 0 there.
     """
     if num_reqs_padded is not None:
-        num_reqs_padded = checked_int(num_reqs_padded, "num_reqs_padded")
-        if num_reqs_padded < 0:  # checked before it sizes seq_lens
-            raise ValueError(f"num_reqs_padded must be >= 0, got {num_reqs_padded}")
+        num_reqs_padded = checked_size(num_reqs_padded, "num_reqs_padded", 0)  # before it sizes seq_lens
     device = global_input_ids.device
     num_gather = local_gather_idx.numel()
     if input_ids is None:

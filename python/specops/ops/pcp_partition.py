@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from specops._backend import current_backend
-from specops.ops._checks import checked_bool, checked_int
+from specops.ops._checks import check_outputs_alias_nothing, checked_bool, checked_int
 from specops.ops._op import fast_native_entry
+from specops.reference.pcp_partition import MAX_PCP_WORLD_SIZE
 from specops.reference.pcp_partition import pcp_partition as _reference
 
 _NATIVE = fast_native_entry("pcp_partition")
@@ -110,6 +111,12 @@ class PCPLayout(NamedTuple):
                 raise ValueError(f"{name} must be on {device}, got {buffer.device}")
             if buffer.numel() < source.numel():
                 raise ValueError(f"{name} must have at least {source.numel()} entries, got {buffer.numel()}")
+        # Outputs that share memory are rejected before any write (docs/hardening.md): one given
+        # buffer over another, or over a layout tensor copied after it, would be overwritten
+        # silently (the restore index over the gather index).
+        outputs = [(buffer, name) for name, buffer in given.items() if buffer is not None]
+        inputs = [(source, f"the layout's {name}") for name, source in sources.items()]
+        check_outputs_alias_nothing(outputs, inputs)
         if device.type == "cpu":
             results = {}
             for name, buffer in given.items():
@@ -171,6 +178,8 @@ def _check_sizes(q: torch.Tensor, c: torch.Tensor, f: torch.Tensor, world: int, 
     """Mirrors csrc/cpu/pcp_partition.cpp's metadata checks (the reference checks the values)."""
     if world < 1:
         raise ValueError(f"pcp_world_size must be >= 1, got {world}")
+    if world > MAX_PCP_WORLD_SIZE:
+        raise ValueError(f"pcp_world_size must be <= {MAX_PCP_WORLD_SIZE}, got {world}")
     if dcp < 1:
         raise ValueError(f"dcp_world_size must be >= 1, got {dcp}")
     if shard and dcp > 1:

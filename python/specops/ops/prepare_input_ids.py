@@ -113,16 +113,21 @@ def prepare_input_ids(
     the prefill) and its n_log - num_new_sampled_tokens drafts after it. input_ids is zeroed in
     [T, num_tokens_padded) (default: nothing past T = query_start_loc[R]); the logits outputs are
     0 (expanded_idx_mapping -1) in [cu[R], num_logits_padded) (default: each buffer's end).
-    Absent logits outputs are allocated [num_logits_padded or num_logits or cu[R]] (cu[R] is a
-    host read). The host op rejects every read the formulas would make out of bounds.
+    Absent logits outputs are allocated with num_logits entries (SPEC 3.7.1; default cu[R], a
+    host read), whatever num_logits_padded says (it then stops their padding, at most there).
+    The host op rejects every read the formulas would make out of bounds.
     """
     if logits_indices is None or expanded_idx_mapping is None or expanded_local_pos is None:
-        if num_logits_padded is not None:
-            size = checked_size(num_logits_padded, "num_logits_padded", 0)
-        elif num_logits is not None:
+        if num_logits is not None:
             size = checked_size(num_logits, "num_logits", 0)
         else:
             size = max(int(cu_num_logits[-1]), 0) if cu_num_logits.numel() else 0
+        padded = padded_argument(num_logits_padded, "num_logits_padded")
+        if padded > size:
+            # Said here, naming what the caller passed, not later as "past logits_indices".
+            default = "" if num_logits is not None else " (default cu_num_logits[R])"
+            raise ValueError(f"num_logits_padded must be <= num_logits = {size}{default}: absent logits outputs are "
+                             f"allocated with num_logits entries, got {padded}")
         device = input_ids.device
         if logits_indices is None:
             logits_indices = torch.empty(size, dtype=torch.int64, device=device)

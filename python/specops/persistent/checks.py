@@ -9,6 +9,7 @@ and on the host the values that only one group's op reads.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import torch
@@ -78,13 +79,17 @@ def check_refresh(mappings: PersistentMappings, idx_mapping: torch.Tensor, query
                          f"{idx_mapping.numel()}")
     check_shares_no_captured_buffer(mappings, (idx_mapping, "idx_mapping"), (query_start_loc, "query_start_loc"),
                                     (positions, "positions"), (num_computed_tokens, "num_computed_tokens"))
-    if (mappings._check_positions_sizes is not None and (mappings._mapped_groups > 1 or windowed)
+    if (mappings._check_positions_sizes is not None
+            and (mappings._mapped_groups > 1 or windowed or mappings._checked_slots)
             and not torch.compiler.is_compiling() and current_backend() == "native"):
-        # The host ops reject a position past a group's table; groups differ there, so every
-        # group is checked before the first one is rewritten (device kernels write PAD instead
-        # and never reject a value).
-        CHECK_POSITIONS(query_start_loc, positions, mappings._checked_tables, idx_mapping,
-                        mappings._check_positions_sizes, mappings._checked_counts)
+        # The host ops reject a position past a group's table, and a slot past an int32 slot
+        # mapping; groups differ there, so every group is checked before the first one is
+        # rewritten (device kernels write PAD instead and never reject a value).
+        try:
+            CHECK_POSITIONS(query_start_loc, positions, mappings._checked_tables, idx_mapping,
+                            mappings._check_positions_sizes, mappings._checked_counts, mappings._checked_slots)
+        except ValueError as error:
+            raise ValueError(_named_by_group(str(error), mappings._checked_groups)) from None
     return num_reqs_padded, num_tokens_padded, windowed
 
 
@@ -97,3 +102,10 @@ def check_host_copies(*, query_start_loc_cpu: object, seq_lens_cpu: object, devi
             raise ValueError(f"{name} must be the runner's host copy (a CPU tensor) when the mappings are on {device}, "
                              f"got {got}: the draft step's schedules are planned on the host, and without it the "
                              "drafting layer would read the device tensor back")
+
+
+def _named_by_group(message: str, groups: list[int]) -> str:
+    """The check's message with each table, count and slot mapping named by its group's index:
+    it sees only the mapped groups, so its k-th table is group groups[k]'s."""
+    return re.sub(r"\b(block_tables|num_blocks|slot_mappings)\[(\d+)\]",
+                  lambda match: f"{match.group(1)}[{groups[int(match.group(2))]}]", message)

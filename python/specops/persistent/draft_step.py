@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specops.ops._checks import checked_int
 from specops.ops.advance_draft_step import _OP as _DRAFT_STEP
 from specops.ops.advance_draft_step import RULES, DraftStep, pack_draft_step_sizes
 from specops.persistent.checks import padded_extents
@@ -40,6 +41,8 @@ def advance_draft_step(
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
     if not isinstance(idx_mapping, torch.Tensor):
         raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got {type(idx_mapping).__name__}")
+    # An int as the op takes it (a bool is not one) before it keys the cache: True hashes as 1.
+    max_model_len = checked_int(max_model_len, "max_model_len")
     num_reqs = idx_mapping.numel()
     num_reqs_padded, num_tokens_padded = padded_extents(mappings, num_reqs, num_reqs_padded, num_reqs,
                                                         num_tokens_padded)

@@ -165,9 +165,13 @@ class PersistentMappings:
         self._mapped_groups = len(mapped)
         self._check_positions_sizes = None
         if self.device.type == "cpu" and mapped and CHECK_POSITIONS is not None:
+            self._checked_groups = mapped
             self._checked_tables = [self.source_block_tables[g] for g in mapped]
             self._checked_counts = [self.num_blocks[g] for g in mapped]
             self._check_positions_sizes = [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])]
+            # int32 slot mappings: every group's slots are checked to fit before the first write
+            # (each compute_slot_mapping would check only its own, after the groups before it).
+            self._checked_slots = [self.slot_mappings[g] for g in mapped] if slot_dtype == torch.int32 else []
 
     @property
     def num_groups(self) -> int:

@@ -47,16 +47,18 @@ def advance_draft_step(
         num_reqs = positions.numel()
         ok = torch.ones(num_reqs, dtype=torch.bool)
         current = positions.long()
-    p = (current + 1).where(ok, 0)
+    # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum wraps to
+    # -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
+    over = ok & (current >= max_model_len - 1)
+    p = (current + 1).where(ok & ~over, 0)
     base = seq_lens[:num_reqs].long()
     if num_rejected_tokens is not None:
         base = base - num_rejected_tokens.long()
     if rule == 1:
-        position = p.clamp(max=max_model_len - 1)
+        position = p.where(~over, max_model_len - 1)
         seq_len = (base + 1).clamp(max=max_model_len)
         mapped = ok
     else:
-        over = p >= max_model_len
         position = p.where(~over, 0)
         seq_len = (base + 1).where(~over, 1).clamp(max=max_model_len)
         mapped = ok & ~over

@@ -12,6 +12,10 @@ import torch
 
 from specops.ops._checks import INT32_MAX
 
+# The largest pcp_world_size (docs/pcp.md; csrc/cpu/pcp_partition.cpp's kMaxPcpWorldSize): the
+# layout holds host arrays per rank, and int32 indexing alone let 2^30 ranks ask for tens of GiB.
+MAX_PCP_WORLD_SIZE = 65536
+
 
 def _replicated(q: int, prefilling: bool, world: int, dcp_world_size: int) -> bool:
     chunks = 2 * world
@@ -75,6 +79,9 @@ def pcp_partition(
             raise ValueError("padded_num_tokens must be >= the largest rank's token count "
                              f"max(per_rank_num_tokens) = {L}, got {padded_num_tokens}")
         L = padded_num_tokens
+    # Checked before the lists are sized from it, as the host op checks before it allocates.
+    if L > INT32_MAX // world:
+        raise ValueError(f"pcp_world_size * padded_num_tokens must be <= 2^31 - 1, got {world} * {L}")
     gather = [0] * (world * L)
     mask = [False] * (world * L)
     restore = [0] * starts[-1]

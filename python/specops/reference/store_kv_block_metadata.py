@@ -6,6 +6,22 @@ from __future__ import annotations
 
 import torch
 
+INT32_MAX = 2**31 - 1
+
+
+def _check_host_values(slots: torch.Tensor, runs: int, capacity: int) -> None:
+    """The host op's value checks: a slot the kernel's slot + 1 overflows, more runs than the
+    outputs hold (which the AI-CPU kernel writes past)."""
+    past = ((slots >= INT32_MAX) | (slots < -INT32_MAX - 1)).nonzero()
+    if past.numel():
+        i = int(past[0])
+        raise ValueError(f"slot_mapping[{i}] must be below 2^31 - 1 (the kernel's slot + 1 overflows int32), got "
+                         f"{int(slots[i])}")
+    if runs > capacity:
+        raise ValueError(f"group_len, group_key_idx and group_key_cache_idx hold {capacity} groups, but slot_mapping "
+                         f"has {runs} runs (a request whose tokens cross a block makes two); size them for the worst "
+                         "case, slot_mapping's length")
+
 
 def store_kv_block_metadata(slot_mapping: torch.Tensor, group_len: torch.Tensor, group_key_idx: torch.Tensor,
                             group_key_cache_idx: torch.Tensor, block_size: int) -> None:
@@ -20,9 +36,12 @@ def store_kv_block_metadata(slot_mapping: torch.Tensor, group_len: torch.Tensor,
     next_stop = torch.cat([next_stop[1:], next_stop.new_full((1,), slots.numel())])
     stop = torch.flip(torch.cummin(torch.flip(next_stop, [0]), 0).values, [0])
     runs = first.numel()
-    # Only the runs that fit are written: the op's check refuses more runs than the capacity on
-    # the host; on a device (this reference stands for it) the rest are dropped, never written out
-    # of bounds.
+    if slots.device.type == "cpu":
+        # On host tensors this is the host op (the AI-CPU kernel's place), and refuses what
+        # csrc/cpu/store_kv_block_metadata.cpp refuses, before any write, in its words.
+        _check_host_values(slots, runs, group_len.numel())
+    # Only the runs that fit are written: on a device (this reference stands for it there) the
+    # rest are dropped, never written out of bounds.
     kept = min(runs, group_len.numel())
     values = torch.zeros((3, group_len.numel()), dtype=torch.int32, device=group_len.device)
     values[0, :kept] = (stop[starts] - first)[:kept].to(torch.int32)
