@@ -35,6 +35,7 @@ from op_specs.pcp_local_inputs import PCP_LOCAL  # docs/pcp.md
 
 # The step-bookkeeping ops.
 from op_specs.advance_draft_step import ADVANCE_DRAFT_STEP
+from op_specs.advance_draft_steps import ADVANCE_DRAFT_STEPS
 from op_specs.expand_parallel_draft_inputs import EXPAND_PARALLEL_DRAFT
 from op_specs.count_sampled_and_rejected import COUNT_SAMPLED
 from op_specs.post_update_after_sampling import POST_UPDATE
@@ -65,6 +66,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
     POST_UPDATE,
     NEXT_TOKENS,
     ADVANCE_DRAFT_STEP,
+    ADVANCE_DRAFT_STEPS,
     EXPAND_PARALLEL_DRAFT,
     KV_QUANT_SAS,
     LIGHTNING_INDEXER,

@@ -316,6 +316,15 @@ def _i32(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32)
 
 
+def _draft_steps(**change):
+    """advance_draft_steps with its outputs left to the wrapper."""
+    call = dict(query_start_loc=_i32(0, 1), positions=torch.tensor([3]), seq_lens=_i32(4), token_indices=_i32(0),
+                num_rejected_tokens=_i32(0), block_tables=[_i32(1, 2).view(1, 2)], block_sizes=4,
+                rope_cos_sin_cache=torch.zeros(8, 2), num_steps=2, num_actual_tokens=1, num_input_tokens=1,
+                max_model_len=8, target_slot_mappings=[torch.tensor([3])])
+    return specops.advance_draft_steps(**{**call, **change})
+
+
 # Calls that leave outputs to the wrapper with a size that is wrong: the wrapper checks it before
 # it allocates (once: "negative dimension", or 16 GiB allocated from query_start_loc[R] = 2^31 - 1).
 ALLOCATION_CASES = [
@@ -342,6 +351,12 @@ ALLOCATION_CASES = [
     ("dspark_swa_indices", "cp_rank", lambda: specops.dspark_swa_indices(
         _i32(1, 2).view(1, 2), _i32(0, 1), _i32(3), window=2, num_speculative_tokens=1, block_size=4, cp_rank=3)),
     ("cp_local_metadata", "query_start_loc", lambda: specops.cp_local_metadata(None, _i32(3), 4, 1, 0)),
+    ("advance_draft_steps", "num_steps", lambda: _draft_steps(num_steps=-1)),
+    ("advance_draft_steps", "num_input_tokens", lambda: _draft_steps(num_input_tokens=-3)),
+    ("advance_draft_steps", "num_input_tokens", lambda: _draft_steps(num_input_tokens=2**40)),
+    ("advance_draft_steps", "num_reqs_padded", lambda: _draft_steps(num_reqs_padded=-1)),
+    ("advance_draft_steps", "num_reqs_padded", lambda: _draft_steps(num_reqs_padded=2**35)),
+    ("advance_draft_steps", "split_size", lambda: _draft_steps(split_size=0)),
 ]
 
 

@@ -16,19 +16,25 @@ namespace {
 constexpr size_t kNumScalars = 11;
 constexpr size_t kPerGroup = 4;
 
+// What sizes each output, for the error that finds it too small.
+constexpr const char* kStream =
+    "num_steps rows; each pass's stream of num_input_tokens or num_reqs_padded tokens, padded to split_size";
+constexpr const char* kRequests = "num_steps rows of R = token_indices.numel() requests";
+constexpr const char* kRequestRows = "num_steps rows; out_seq_lens.size(1) requests";
+
 // An output: contiguous, with at least the given rows and entries (the last dimension exactly
 // `last` when it is >= 0).
 template <typename Name>
 void check_rows(const at::Tensor& t, const Name& name, std::initializer_list<c10::ScalarType> dtypes,
-                std::initializer_list<int64_t> shape, int64_t last = -1) {
+                std::initializer_list<int64_t> shape, const char* sized_by, int64_t last = -1) {
   check_tensor(t, name, dtypes, static_cast<int64_t>(shape.size()));
   TORCH_CHECK_VALUE(t.is_contiguous(), name, " must be contiguous, got strides ", t.strides());
   TORCH_CHECK_VALUE(last < 0 || t.size(-1) == last, name, " must have ", last,
                     " entries in its last dimension, got shape ", t.sizes());
   int64_t d = 0;
   for (int64_t least : shape) {
-    TORCH_CHECK_VALUE(t.size(d) >= least, name, " must have at least shape ", c10::IntArrayRef(shape), ", got ",
-                      t.sizes());
+    TORCH_CHECK_VALUE(t.size(d) >= least, name, " must have at least shape ", c10::IntArrayRef(shape), " (",
+                      sized_by, "), got ", t.sizes());
     ++d;
   }
 }
@@ -111,7 +117,7 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
   check_cp_rank(world, rank, "cp_world_size");
   check_positive(interleave, "cp_interleave");
-  check_cp_rank(split_size, split_rank, "split_size");
+  check_cp_rank(split_size, split_rank, "split_size", "split_rank");
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_tensor(token_indices, "token_indices", {c10::kInt, c10::kLong}, 1);
   const int64_t num_reqs = token_indices.numel();
@@ -145,15 +151,22 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
     pad = std::max(pad, later_pad);
     slot_entries = std::max(slot_entries, num_reqs_padded);
   }
-  check_rows(out_positions, "out_positions", {c10::kLong}, {num_steps, pad});
-  check_rows(out_cos_sin, "out_cos_sin", {rope_dtype}, {num_steps, pad, rot_dim}, rot_dim);
-  check_rows(out_local_cos_sin, "out_local_cos_sin", {rope_dtype}, {num_steps, per_rank, rot_dim}, rot_dim);
-  check_rows(out_seq_lens, "out_seq_lens", {c10::kInt}, {num_steps, num_reqs});
+  check_rows(out_positions, "out_positions", {c10::kLong}, {num_steps, pad}, kStream);
+  // Named after the cache: a float32 cache with bfloat16 outputs is one mistake, whichever side it is on.
+  for (const auto& [out, name] : {std::pair<const at::Tensor*, const char*>{&out_cos_sin, "out_cos_sin"},
+                                  {&out_local_cos_sin, "out_local_cos_sin"}}) {
+    TORCH_CHECK_VALUE(out->scalar_type() == rope_dtype, name, " must have rope_cos_sin_cache's dtype ", rope_dtype,
+                      ", got ", out->scalar_type());
+  }
+  check_rows(out_cos_sin, "out_cos_sin", {rope_dtype}, {num_steps, pad, rot_dim}, kStream, rot_dim);
+  check_rows(out_local_cos_sin, "out_local_cos_sin", {rope_dtype}, {num_steps, per_rank, rot_dim}, kStream, rot_dim);
+  check_rows(out_seq_lens, "out_seq_lens", {c10::kInt}, {num_steps, num_reqs}, kRequests);
   const int64_t reqs_end = out_seq_lens.size(1);
-  check_rows(out_query_start_loc, "out_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1});
-  check_rows(out_local_query_start_loc, "out_local_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1});
-  check_rows(out_local_seq_lens, "out_local_seq_lens", {c10::kInt}, {num_steps, reqs_end});
-  check_rows(out_start_pos, "out_start_pos", {c10::kInt}, {num_steps, reqs_end});
+  check_rows(out_query_start_loc, "out_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1}, kRequestRows);
+  check_rows(out_local_query_start_loc, "out_local_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1},
+             kRequestRows);
+  check_rows(out_local_seq_lens, "out_local_seq_lens", {c10::kInt}, {num_steps, reqs_end}, kRequestRows);
+  check_rows(out_start_pos, "out_start_pos", {c10::kInt}, {num_steps, reqs_end}, kRequestRows);
   const std::pair<size_t, const char*> lists[] = {{num_blocks.size(), "num_blocks"},
                                                   {target_slot_mappings.size(), "target_slot_mappings"},
                                                   {out_slots.size(), "out_slots"},
@@ -185,7 +198,7 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
     const int64_t* group_sizes = sizes.data() + kNumScalars + kPerGroup * g;
     const int64_t storage = sizes[kNumScalars + kPerGroup * num_groups + g];
     const bool sharded = group_sizes[2] != 0;
-    check_rows(out_slots[g], ArgName{"out_slots", gi}, {c10::kLong, c10::kInt}, {num_steps, slot_entries});
+    check_rows(out_slots[g], ArgName{"out_slots", gi}, {c10::kLong, c10::kInt}, {num_steps, slot_entries}, kStream);
     first_rows.push_back(out_slots[g].select(0, 0));
     const at::Tensor& first = first_rows.back();
     SlotMappingArgNames names = SlotMappingArgNames::of_group(gi);
@@ -204,7 +217,7 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
                       "] must have at least num_actual_tokens = ", num_tokens, " entries, got ",
                       target_slot_mappings[g].numel());
     check_rows(out_slot_pairs[g], ArgName{"out_slot_pairs", gi}, {c10::kLong, c10::kInt}, {num_steps, slot_entries, 2},
-               2);
+               kStream, 2);
     outputs.push_back({&out_slots[g], {"out_slots", gi}});
     outputs.push_back({&out_slot_pairs[g], {"out_slot_pairs", gi}});
     inputs.push_back({&block_tables[g], {"block_tables", gi}});

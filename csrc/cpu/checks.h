@@ -108,9 +108,10 @@ inline void check_query_start_loc(const at::Tensor& query_start_loc, int64_t num
                     ".numel() = ", num_tokens, ", got ", last);
 }
 
-inline void check_cp_rank(int64_t cp_size, int64_t cp_rank, const char* size_name) {
+inline void check_cp_rank(int64_t cp_size, int64_t cp_rank, const char* size_name,
+                          const char* rank_name = "cp_rank") {
   check_positive(cp_size, size_name);
-  TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_size, "cp_rank must be in [0, ", size_name, " = ", cp_size,
+  TORCH_CHECK_VALUE(cp_rank >= 0 && cp_rank < cp_size, rank_name, " must be in [0, ", size_name, " = ", cp_size,
                     "), got ", cp_rank);
 }
 

@@ -273,11 +273,13 @@ def _run_qli(call: QliCall, invariant: GroupInvariant) -> None:
     """The lightning-indexer schedule of the step's CP-local batch (query ends, KV lengths)."""
     call.writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
     cp = invariant.shared.cp
-    num_reqs = cp.local_seq_lens.numel()
+    # The host copies on every device: the op plans on the host and reads no device value.
+    local_query_start_loc, local_seq_lens = invariant.local_lengths_cpu()
+    num_reqs = local_seq_lens.numel()
     arguments = call.arguments
     if num_reqs:
-        arguments[QLI.actual_seq_lengths_query] = cp.local_query_start_loc[1:]
-        arguments[QLI.actual_seq_lengths_key] = cp.local_seq_lens
+        arguments[QLI.actual_seq_lengths_query] = local_query_start_loc[1:]
+        arguments[QLI.actual_seq_lengths_key] = local_seq_lens
         arguments[QLI.max_seqlen_q], arguments[QLI.max_seqlen_k] = cp.max_local_query_len, cp.max_local_seq_len
         arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY
     else:

@@ -12,6 +12,7 @@ import torch
 from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, InvariantViews
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import CommonDraftInputs, SharedFields
+from specops.drafting.loop_schedules import local_lengths
 from specops.ops._checks import checked_int
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
@@ -27,7 +28,7 @@ class GroupInvariant:
     an exact tuple at once, a NamedTuple item by item (a tenth of an empty op per group)."""
 
     __slots__ = ("shared", "metadata_head", "query_lens", "all_decodes", "_max_query_len", "seq_lens_cpu",
-                 "query_start_loc", "seq_lens")
+                 "query_start_loc", "seq_lens", "host_split", "_local_cpu")
 
     def __init__(self, query_lens: np.ndarray, all_decodes: bool, seq_lens_cpu: torch.Tensor,
                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor):
@@ -39,6 +40,22 @@ class GroupInvariant:
         self.seq_lens_cpu = seq_lens_cpu
         self.query_start_loc = query_start_loc  # [R + 1] and [R] views of the runner's tensors
         self.seq_lens = seq_lens
+        # (query starts [R + 1] as numpy, local_start, local_end, causal): what the host copies of
+        # the CP-local lengths are computed from.
+        self.host_split: tuple = ()
+        self._local_cpu: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def local_lengths_cpu(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The CP-local query starts [R + 1] and seq_lens [R], int32 on the host, from the host
+        copies: what the host-planned schedule ops (sas, lightning indexer) take on every device,
+        so that they read no device value (docs/sas_metadata.md). Computed on first use."""
+        if self._local_cpu is None:
+            starts, local_start, local_end, causal = self.host_split
+            local_starts, local_seq = local_lengths(starts.astype(np.int64), self.seq_lens_cpu.numpy().astype(np.int64),
+                                                    local_start, local_end, causal)
+            self._local_cpu = (torch.from_numpy(local_starts.astype(np.int32)),
+                               torch.from_numpy(local_seq.astype(np.int32)))
+        return self._local_cpu
 
     @property
     def max_query_len(self) -> int:
@@ -241,6 +258,7 @@ def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: 
                          full.max_local_query_len, full.max_local_seq_len)
     head = (num_decodes, num_reqs - num_decodes, num_decode_tokens, total - num_decode_tokens, views.input_positions,
             views.cos, views.sin, cp, views.local_cos, views.local_sin, cp.start_pos, seq_lens_cpu)
+    invariant.host_split = (starts, views.split[2], views.split[3], common.causal)
     invariant.shared = SharedFields._make(head)
     invariant.metadata_head = head
     return invariant

@@ -59,12 +59,15 @@ def split_of(num_input_tokens: int, cp_size: int, cp_rank: int) -> tuple[int, in
     return per_rank * cp_size, per_rank, cp_rank * per_rank, (cp_rank + 1) * per_rank
 
 
-def local_lengths(starts: np.ndarray, seq_lens: np.ndarray, local_start: int,
-                  local_end: int) -> tuple[np.ndarray, np.ndarray]:
-    """cp_local_metadata's local query starts [R + 1] and causal local seq_lens [R], on the host."""
+def local_lengths(starts: np.ndarray, seq_lens: np.ndarray, local_start: int, local_end: int,
+                  causal: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """cp_local_metadata's local query starts [R + 1] and local seq_lens [R] (causal: minus the
+    request's tokens on later ranks; non-causal: the whole seq_len), on the host."""
     clamped = np.clip(starts, local_start, local_end)
     local_starts = clamped - clamped[0]
     local_lens = clamped[1:] - clamped[:-1]
+    if not causal:
+        return local_starts, np.where(local_lens > 0, seq_lens, 0)
     beyond = starts[1:] - clamped[1:]  # each request's tokens on later ranks
     local_seq = np.where((local_lens > 0) & (seq_lens > 0), np.maximum(seq_lens - beyond, 0), 0)
     return local_starts, local_seq

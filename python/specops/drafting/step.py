@@ -137,11 +137,14 @@ def _run_sas(calls: Sequence[SasCall], invariants: list[GroupInvariant]) -> None
     CP-local query starts and KV lengths; the rest: calls.sas_arguments)."""
     for call in calls:
         call.writes.generation += 1  # before the write: an entry holding this buffer is dead from here on
-        cp = invariants[call.invariant_slot].shared.cp
-        num_reqs = cp.local_seq_lens.numel()
+        invariant = invariants[call.invariant_slot]
+        cp = invariant.shared.cp
+        # The host copies on every device: the op plans on the host and reads no device value.
+        local_query_start_loc, local_seq_lens = invariant.local_lengths_cpu()
+        num_reqs = local_seq_lens.numel()
         arguments, slots = call.arguments, call.slots  # calls.SAS, or calls.KV_QUANT_SAS on A5
-        arguments[slots.cu_seqlens_q] = cp.local_query_start_loc
-        arguments[slots.seqused_kv] = cp.local_seq_lens
+        arguments[slots.cu_seqlens_q] = local_query_start_loc
+        arguments[slots.seqused_kv] = local_seq_lens
         arguments[slots.batch_size] = num_reqs
         arguments[slots.max_seqlen_q] = cp.max_local_query_len
         arguments[slots.max_seqlen_kv] = cp.max_local_seq_len

@@ -195,10 +195,10 @@ def check_non_negative(value: int, name: str) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
-def check_cp_rank(cp_size: int, cp_rank: int, size_name: str) -> None:
+def check_cp_rank(cp_size: int, cp_rank: int, size_name: str, rank_name: str = "cp_rank") -> None:
     check_positive(cp_size, size_name)
     if not 0 <= cp_rank < cp_size:
-        raise ValueError(f"cp_rank must be in [0, {size_name} = {cp_size}), got {cp_rank}")
+        raise ValueError(f"{rank_name} must be in [0, {size_name} = {cp_size}), got {cp_rank}")
 
 
 def check_token_count(value: int, name: str, cp_size: int) -> None:

@@ -16,12 +16,14 @@ from typing import NamedTuple
 import torch
 
 from specops.ops._checks import (
+    check_allocated_elements,
     check_cp_rank,
     check_non_negative,
     check_outputs_alias_nothing,
     check_positive,
     check_tensor,
     checked_int,
+    checked_size,
     ints_per_group,
 )
 from specops.ops._op import SpecOp
@@ -78,8 +80,14 @@ def pack_draft_steps_sizes(num_steps: int, num_actual_tokens: int, num_input_tok
     return sizes + list(storage_block_sizes)
 
 
+# What sizes each output, for the error that finds it too small (as csrc/cpu/advance_draft_steps.cpp).
+STREAM = "num_steps rows; each pass's stream of num_input_tokens or num_reqs_padded tokens, padded to split_size"
+REQUESTS = "num_steps rows of R = token_indices.numel() requests"
+REQUEST_ROWS = "num_steps rows; out_seq_lens.size(1) requests"
+
+
 def _check_rows(t: object, name: str, dtypes: Sequence[torch.dtype], shape: Sequence[int], device: torch.device,
-                last: int | None = None) -> None:
+                sized_by: str, last: int | None = None) -> None:
     """An output: contiguous, at least `shape` (the last dimension exactly `last` when given)."""
     check_tensor(t, name, dtypes, len(shape), device, "positions")
     if not t.is_contiguous():
@@ -87,7 +95,7 @@ def _check_rows(t: object, name: str, dtypes: Sequence[torch.dtype], shape: Sequ
     if last is not None and t.size(-1) != last:
         raise ValueError(f"{name} must have {last} entries in its last dimension, got shape {list(t.shape)}")
     if any(t.size(d) < least for d, least in enumerate(shape)):
-        raise ValueError(f"{name} must have at least shape {list(shape)}, got {list(t.shape)}")
+        raise ValueError(f"{name} must have at least shape {list(shape)} ({sized_by}), got {list(t.shape)}")
 
 
 def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor,
@@ -114,7 +122,7 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
         raise ValueError(f"past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got {rule}")
     check_cp_rank(world, rank, "cp_world_size")
     check_positive(interleave, "cp_interleave")
-    check_cp_rank(split_size, split_rank, "split_size")
+    check_cp_rank(split_size, split_rank, "split_size", "split_rank")
     check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
     device = positions.device
     check_tensor(token_indices, "token_indices", [torch.int32, torch.int64], 1, device, "positions")
@@ -142,17 +150,24 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
                          f"{list(rope_cos_sin_cache.shape)} strides {list(rope_cos_sin_cache.stride())}")
     rot_dim = rope_cos_sin_cache.size(1)
     pad, per_rank, slot_entries = pass_extents(num_steps, num_input_tokens, num_reqs_padded, split_size)
-    _check_rows(out_positions, "out_positions", [torch.int64], (num_steps, pad), device)
-    _check_rows(out_cos_sin, "out_cos_sin", [rope_cos_sin_cache.dtype], (num_steps, pad, rot_dim), device, rot_dim)
+    _check_rows(out_positions, "out_positions", [torch.int64], (num_steps, pad), device, STREAM)
+    # Named after the cache: a float32 cache with bfloat16 outputs is one mistake, whichever side it is on.
+    for out, name in ((out_cos_sin, "out_cos_sin"), (out_local_cos_sin, "out_local_cos_sin")):
+        if isinstance(out, torch.Tensor) and out.dtype != rope_cos_sin_cache.dtype:
+            raise ValueError(f"{name} must have rope_cos_sin_cache's dtype "
+                             f"{str(rope_cos_sin_cache.dtype).removeprefix('torch.')}, got "
+                             f"{str(out.dtype).removeprefix('torch.')}")
+    _check_rows(out_cos_sin, "out_cos_sin", [rope_cos_sin_cache.dtype], (num_steps, pad, rot_dim), device, STREAM,
+                rot_dim)
     _check_rows(out_local_cos_sin, "out_local_cos_sin", [rope_cos_sin_cache.dtype], (num_steps, per_rank, rot_dim),
-                device, rot_dim)
-    _check_rows(out_seq_lens, "out_seq_lens", [torch.int32], (num_steps, num_reqs), device)
+                device, STREAM, rot_dim)
+    _check_rows(out_seq_lens, "out_seq_lens", [torch.int32], (num_steps, num_reqs), device, REQUESTS)
     reqs_end = out_seq_lens.size(1)
     for out, name, least in ((out_query_start_loc, "out_query_start_loc", reqs_end + 1),
                              (out_local_query_start_loc, "out_local_query_start_loc", reqs_end + 1),
                              (out_local_seq_lens, "out_local_seq_lens", reqs_end),
                              (out_start_pos, "out_start_pos", reqs_end)):
-        _check_rows(out, name, [torch.int32], (num_steps, least), device)
+        _check_rows(out, name, [torch.int32], (num_steps, least), device, REQUEST_ROWS)
     for values, name in ((num_blocks, "num_blocks"), (target_slot_mappings, "target_slot_mappings"),
                          (out_slots, "out_slots"), (out_slot_pairs, "out_slot_pairs")):
         if len(values) != num_groups and not (name == "num_blocks" and not values):
@@ -168,7 +183,8 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
     for g in range(num_groups):
         block_size, kv_blocks, sharded, _ = sizes[NUM_SCALARS + PER_GROUP * g: NUM_SCALARS + PER_GROUP * (g + 1)]
         storage = sizes[NUM_SCALARS + PER_GROUP * num_groups + g]
-        _check_rows(out_slots[g], f"out_slots[{g}]", [torch.int64, torch.int32], (num_steps, slot_entries), device)
+        _check_rows(out_slots[g], f"out_slots[{g}]", [torch.int64, torch.int32], (num_steps, slot_entries), device,
+                    STREAM)
         names = SlotMappingArgNames(f"block_tables[{g}]", f"out_slots[{g}]", f"block_sizes[{g}]",
                                     f"blocks_per_kv_block[{g}]")
         check_slot_mapping_args(block_tables[g], block_size, out_slots[g][0], kv_blocks,
@@ -185,13 +201,29 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
             raise ValueError(f"target_slot_mappings[{g}] must have at least num_actual_tokens = {num_tokens} "
                              f"entries, got {target_slot_mappings[g].numel()}")
         _check_rows(out_slot_pairs[g], f"out_slot_pairs[{g}]", [torch.int64, torch.int32], (num_steps, slot_entries, 2),
-                    device, 2)
+                    device, STREAM, 2)
         outputs += [(out_slots[g], f"out_slots[{g}]"), (out_slot_pairs[g], f"out_slot_pairs[{g}]")]
         inputs += [(block_tables[g], f"block_tables[{g}]"), (target_slot_mappings[g], f"target_slot_mappings[{g}]")]
     check_outputs_alias_nothing(outputs, inputs)
 
 
 _OP = SpecOp("advance_draft_steps", _check, _reference)
+
+
+def _check_allocation(num_steps: int, num_input_tokens: int, num_reqs_padded: int, num_reqs: int, split_size: int,
+                      rope_cos_sin_cache: object) -> None:
+    """The sizes the wrapper allocates the outputs from, checked before it does (never a negative
+    dimension, never gigabytes from an unchecked value)."""
+    checked_size(num_steps, "num_steps", 1)
+    checked_size(num_input_tokens, "num_input_tokens", 0)
+    checked_size(split_size, "split_size", 1)
+    checked_size(num_reqs_padded, "num_reqs_padded", num_reqs, f"R = token_indices.numel() = {num_reqs}")
+    rot_dim = rope_cos_sin_cache.size(1) if isinstance(rope_cos_sin_cache, torch.Tensor) and \
+        rope_cos_sin_cache.dim() == 2 else 1
+    pad, _, entries = pass_extents(num_steps, num_input_tokens, num_reqs_padded, split_size)
+    check_allocated_elements(num_steps, max(pad * rot_dim, 2 * entries), "num_input_tokens",
+                             "num_steps rows of the padded stream of num_input_tokens or num_reqs_padded tokens")
+    check_allocated_elements(num_steps, num_reqs_padded + 1, "num_reqs_padded", "num_steps rows of its requests")
 
 
 def advance_draft_steps(
@@ -249,6 +281,8 @@ def advance_draft_steps(
     num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else 0
     padded = num_reqs if num_reqs_padded is None else checked_int(num_reqs_padded, "num_reqs_padded")
     if out is None:
+        _check_allocation(ints["num_steps"], ints["num_input_tokens"], padded, num_reqs, ints["split_size"],
+                          rope_cos_sin_cache)
         out = empty_draft_steps(ints["num_steps"], ints["num_input_tokens"], padded, padded, ints["split_size"],
                                 rope_cos_sin_cache, [t.dtype for t in target_slot_mappings], positions.device)
     sizes = pack_draft_steps_sizes(ints["num_steps"], ints["num_actual_tokens"], ints["num_input_tokens"], padded,
