@@ -44,7 +44,9 @@ def test_golden(backend, case, source):
     call = lambda: specops.store_kv_block_metadata(slots, *outputs, block_size=args["block_size"])  # noqa: E731
     if "error" in case:
         argument = argument_of(case["error"], _KERNEL_MESSAGE_ARGUMENT)
-        if backend != "native" and case["error"].startswith("harness:"):
+        # The Triton kernel stands for a device (the runs that fit); the reference on these host
+        # tensors is the host op and refuses alike.
+        if backend == "triton" and case["error"].startswith("harness:"):
             call()
             expected = python_store_kv_block_metadata(args["slot_mapping"], args["capacity"], args["block_size"])
             assert torch.cat(outputs).tolist() == expected
@@ -76,7 +78,7 @@ def test_outputs_sized_for_the_worst_case_where_vllm_ascend_sizes_them_too_small
     assert groups.group_key_idx.tolist() == [0, 2, 3, 0, 0, 0]
     assert groups.group_key_cache_idx.tolist() == [14, 16, 40, 0, 0, 0]
     requests = _outputs(2)
-    if backend == "native":
+    if backend != "triton":  # the host op, and the reference on host tensors
         with pytest.raises(ValueError, match="group_len"):
             specops.store_kv_block_metadata(slots, *requests, block_size=16)
         assert all(t.eq(UNTOUCHED).all() for t in requests)

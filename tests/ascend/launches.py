@@ -65,11 +65,13 @@ def op_calls(op, draws: int) -> list[tuple[str, dict]]:
     ones (widened_calls): every dtype of every tensor argument, rows past the previous step's
     buffers. A few random draws alone left specializations unlaunched: the lowered
     correct_optimistic_seq_lens read outside its tensors at one whose pointers are not all int32."""
-    from hypothesis import Phase, given, settings
+    from hypothesis import HealthCheck, Phase, given, settings
 
     found: list[dict] = []
     if draws:
-        @settings(max_examples=draws, database=None, derandomize=True, phases=[Phase.generate])
+        # No health checks: a draw that takes seconds on a loaded machine is still the same draw.
+        @settings(max_examples=draws, database=None, derandomize=True, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
         @given(op.draw_call)
         def collect(call):
             found.append(call)

@@ -13,8 +13,9 @@ from specops.drafting.cache import StepCache
 from specops.drafting.configs import (
     SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig, checked_draft_index)
 from specops.drafting.step import build_step, step_fingerprints
-from specops.ops._checks import check_positive, checked_int
+from specops.ops._checks import check_allocated_elements, checked_size
 from specops.ops.dspark_swa_indices import default_width
+from specops.sas_family_layout import LI_HEADS
 from specops.sas_layout import ASCEND950, CMP_TOPKS
 
 if TYPE_CHECKING:
@@ -61,10 +62,10 @@ class DraftMetadataBuilder:
             raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
         if not isinstance(group, GroupConfig):
             raise ValueError(f"group must be a GroupConfig, got {type(group).__name__}")
-        max_num_reqs, max_num_tokens = checked_int(max_num_reqs, "max_num_reqs"), checked_int(max_num_tokens,
-                                                                                              "max_num_tokens")
-        check_positive(max_num_reqs, "max_num_reqs")
-        check_positive(max_num_tokens, "max_num_tokens")
+        # The sizes its buffers are allocated from: bounded first (docs/hardening.md, "Sizes an op
+        # allocates from").
+        max_num_reqs, max_num_tokens = checked_size(max_num_reqs, "max_num_reqs", 1), checked_size(max_num_tokens,
+                                                                                                   "max_num_tokens", 1)
         self.model = model
         self.group = group
         self.max_num_reqs = max_num_reqs
@@ -89,11 +90,17 @@ class DraftMetadataBuilder:
                     f"= {least}, got {group.dspark_index_width}")
             else:
                 self.dspark_width = group.dspark_index_width
+            check_allocated_elements(max_num_tokens, self.dspark_width, "max_num_tokens",
+                                     f"rows of group {group.name!r}'s DSpark indices, {self.dspark_width} wide")
+        # A C4 group's schedules take the indexer settings as their own arguments (index_topk the
+        # sparse-attention schedule's cmp_topk, index_n_heads the lightning indexer's query heads):
+        # what they refuse is rejected here, naming what the caller passed, not by the first build.
         if group.compress_ratio == 4 and model.index_topk not in CMP_TOPKS:
-            # A C4 group's sparse-attention schedule takes index_topk as its cmp_topk: rejected
-            # here, naming what the caller passed, rather than by the first build as cmp_topk.
             raise ValueError(f"index_topk must be one of {list(CMP_TOPKS)} for group {group.name!r} (compress_ratio "
                              f"4: the sparse-attention schedule's cmp_topk; 0: no top-k), got {model.index_topk}")
+        if group.compress_ratio == 4 and model.index_n_heads != LI_HEADS:
+            raise ValueError(f"index_n_heads must be {LI_HEADS} for group {group.name!r} (compress_ratio 4: the "
+                             f"lightning indexer's query heads), got {model.index_n_heads}")
         self._buffers: dict[int, DraftBuffers] = {}
         self.step_plans: dict[tuple, StepPlan] = {}
         # Builders of models with these values (and the same RoPE cache tensor) share entries.

@@ -23,7 +23,7 @@ from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._spec_decode_sizes import named_after_the_wrapper, pack_sizes
 from specops.drafting.configs import CommonDraftInputs
-from specops.ops._checks import INT32_MAX, check_context_parallel, check_positive, checked_int
+from specops.ops._checks import INT32_MAX, check_context_parallel, checked_int, checked_size
 from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
 from specops.ops.gather_block_tables import _OP as _GATHER
 from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
@@ -81,13 +81,13 @@ class PersistentMappings:
         for index, group in enumerate(groups):
             if not isinstance(group, MappingGroup):
                 raise ValueError(f"groups[{index}] must be a MappingGroup, got {type(group).__name__}")
-        max_num_reqs, max_num_tokens = checked_int(max_num_reqs, "max_num_reqs"), checked_int(max_num_tokens,
-                                                                                              "max_num_tokens")
+        # Sizes every captured buffer is allocated from: bounded first (docs/hardening.md, "Sizes an
+        # op allocates from"), never an allocator error naming nothing.
+        max_num_reqs, max_num_tokens = checked_size(max_num_reqs, "max_num_reqs", 1), checked_size(max_num_tokens,
+                                                                                                   "max_num_tokens", 1)
         cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
         cp_interleave = checked_int(cp_interleave, "cp_interleave")
-        check_positive(max_num_reqs, "max_num_reqs")
         widths = widths_per_group(max_num_blocks_per_req, len(groups))
-        check_positive(max_num_tokens, "max_num_tokens")
         check_context_parallel(cp_world_size, cp_rank, cp_interleave)
         if slot_dtype not in (torch.int64, torch.int32):
             raise ValueError(f"slot_dtype must be torch.int64 or torch.int32, got {slot_dtype}")
