@@ -156,7 +156,7 @@ def _draw(draw) -> Call:
     token_indices = [starts[r + 1] - 1 - rejected[r] for r in range(num_reqs)]
     block_sizes = [draw(st.sampled_from([2, 4, 8])) for _ in range(num_groups)]
     rows = num_reqs + 2
-    cols = [-(-(limit + 2) // (bs * world)) + 1 for bs in block_sizes]
+    cols = [-(-(limit + 2) // bs) + 1 for bs in block_sizes]  # wide enough for a group not CP-sharded
     idx = torch.randperm(rows, generator=generator)[:num_reqs].to(draw(st.sampled_from([I32, I64]))) \
         if draw(st.booleans()) else None
     num_input_tokens, padded = num_tokens + draw(st.integers(0, 2)), num_reqs + draw(st.integers(0, 2))
