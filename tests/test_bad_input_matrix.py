@@ -410,8 +410,14 @@ def _with_outputs_left_out(spec: OpSpec) -> Call:
     return call
 
 
+# Ops whose wrapper takes its outputs as one object the op table's adapter always gives: their
+# size rows are hand-written calls in ALLOCATION_CASES that leave the outputs to the wrapper.
+SIZE_ROWS_IN_ALLOCATION_CASES = {"advance_draft_steps"}
+
+
 def test_every_allocating_op_has_a_size_row():
-    described = set(ALLOCATION_SIZES) | ALLOCATES_FROM_NO_ARGUMENT
+    assert SIZE_ROWS_IN_ALLOCATION_CASES <= {op for op, _, _ in ALLOCATION_CASES}
+    described = set(ALLOCATION_SIZES) | ALLOCATES_FROM_NO_ARGUMENT | SIZE_ROWS_IN_ALLOCATION_CASES
     assert {spec.name for spec in OP_TABLE} == described, "add the op to ALLOCATION_SIZES or ALLOCATES_FROM_NO_ARGUMENT"
 
 
