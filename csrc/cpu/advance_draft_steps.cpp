@@ -155,8 +155,8 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   // Named after the cache: a float32 cache with bfloat16 outputs is one mistake, whichever side it is on.
   for (const auto& [out, name] : {std::pair<const at::Tensor*, const char*>{&out_cos_sin, "out_cos_sin"},
                                   {&out_local_cos_sin, "out_local_cos_sin"}}) {
-    TORCH_CHECK_VALUE(out->scalar_type() == rope_dtype, name, " must have rope_cos_sin_cache's dtype ", rope_dtype,
-                      ", got ", out->scalar_type());
+    TORCH_CHECK_VALUE(out->scalar_type() == rope_dtype, name, " must have rope_cos_sin_cache's dtype ", dtype_name(rope_dtype),
+                      ", got ", dtype_name(out->scalar_type()));
   }
   check_rows(out_cos_sin, "out_cos_sin", {rope_dtype}, {num_steps, pad, rot_dim}, kStream, rot_dim);
   check_rows(out_local_cos_sin, "out_local_cos_sin", {rope_dtype}, {num_steps, per_rank, rot_dim}, kStream, rot_dim);
