@@ -121,6 +121,16 @@ def test_batches_without_work(backend):
         assert out.tolist() == [1, 0, 0, 0, len(query_lens)] + [0] * 1019
 
 
+def test_no_batches_read_no_entry(backend):
+    # Without batches no length is read, not even a cumulative tensor's leading entry: a value
+    # outside int32 there still gives the empty schedule, not the invalid-values zeros.
+    for first in (0, -2**63, 2**40):
+        out = torch.full((1024,), UNTOUCHED, dtype=torch.int32)
+        specops.sas_metadata(1, 1, 512, cu_seqlens_q=torch.tensor([first]), cu_seqlens_ori_kv=torch.tensor([0]),
+                             layout_q="TND", layout_kv="TND", ori_win_left=127, out=out, **PLATFORM)
+        assert out.tolist() == [1, 0, 0, 0, 0] + [0] * 1019, first
+
+
 @settings(max_examples=examples(40))
 @given(call=sas_calls())
 def test_random_calls_keep_the_layout_invariants_and_agree(call):

@@ -48,7 +48,8 @@ def batch_lengths(source: LengthSource, batches: int) -> torch.Tensor:
     """int64 [B] lengths, read as the kernel reads them; InvalidValues for a value outside int32."""
     if source.kind == SOURCE_CONSTANT:
         return torch.full((batches,), source.constant, dtype=torch.int64)
-    count = batches + 1 if source.kind == SOURCE_CUMULATIVE else batches
+    # No batch reads no entry, not even a cumulative source's leading one (as the kernels read).
+    count = batches + 1 if source.kind == SOURCE_CUMULATIVE and batches else batches
     values = source.tensor[:count].cpu().long()
     if values.numel() and (values.min() < INT32_MIN or values.max() > INT32_MAX):
         raise InvalidValues(f"{source.name} holds a value outside int32")
