@@ -37,8 +37,7 @@ TORCH_LIBRARY(specops, m) {
       "int ori_win_left, int ori_win_right, int layout_q, int layout_kv, bool has_ori_kv, bool has_cmp_kv, "
       "int num_cube_cores, int num_vector_cores, bool ascend950, Tensor(a!) out) -> ()");
 
-  // docs/kv_quant_sas_metadata.md, docs/lightning_indexer_metadata.md, docs/store_kv_block_metadata.md,
-  // docs/compressor_metadata.md: the rest of the DSA metadata family (string arguments as codes,
+  // docs/dsa_metadata_family.md: the rest of the DSA metadata family (string arguments as codes,
   // as for sas_metadata; layout_query 0 BSND / 1 TND, layout_key 0 PA_BSND / 1 TND / 2 BSND).
   m.def(
       "kv_quant_sas_metadata(int num_heads_q, int num_heads_kv, int head_dim, int kv_quant_mode, Tensor? cu_seqlens_q, "

@@ -1,6 +1,6 @@
 #pragma once
 // The compressor's per-row metadata (vllm-ascend `compressor_metadata`,
-// docs/compressor_metadata.md): one row per compression group a request completes in this step,
+// docs/dsa_metadata_family.md): one row per compression group a request completes in this step,
 // packed in request order; each row's compressed-cache slot and the RoPE rows of the group's
 // first position. Rows that cannot be placed (past the block table, a negative block id, past
 // the RoPE table, a flat slot past int32) and rows past the valid ones get cos 1, sin 0 and the

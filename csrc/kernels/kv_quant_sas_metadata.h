@@ -1,6 +1,6 @@
 #pragma once
 // The A5 (Ascend950) shared-KV sparse-attention schedule, vllm-ascend's
-// `npu_kv_quant_sparse_attn_sharedkv_metadata` (docs/kv_quant_sas_metadata.md): the sas schedule
+// `npu_kv_quant_sparse_attn_sharedkv_metadata` (docs/dsa_metadata_family.md): the sas schedule
 // of sas_metadata.h with this variant's tiles, 9-word FA entries (FD entries from word 324) and,
 // with 128 heads, core pairs that write two identical entries.
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // The schedule of Ascend's lightning indexer (vllm-ascend `npu_vllm_quant_lightning_indexer`):
-// the words its AI-CPU metadata kernel writes (docs/lightning_indexer_metadata.md), on the host.
+// the words its AI-CPU metadata kernel writes (docs/dsa_metadata_family.md), on the host.
 //
 // The sas schedule's passes and layout (sas_metadata.h: the length checks, the cost table, the
 // greedy pass, the 8-word entries) with the indexer's tiles and costs: M tiles of 256 query rows

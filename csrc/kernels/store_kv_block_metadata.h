@@ -1,5 +1,5 @@
 #pragma once
-// The groups of vllm-ascend's store_kv_block (docs/store_kv_block_metadata.md): the slot mapping
+// The groups of vllm-ascend's store_kv_block (docs/dsa_metadata_family.md): the slot mapping
 // cut into runs of consecutive slots inside one block, negative slots skipped; per run its
 // length, its first token and its first slot, then zeros up to the capacity.
 //

@@ -23,7 +23,7 @@ from specops.ops.prepare_next_token_ids import NextTokens, prepare_next_token_id
 from specops.ops.advance_draft_step import DraftStep, advance_draft_step
 from specops.ops.advance_draft_steps import DraftSteps, advance_draft_steps
 from specops.ops.expand_parallel_draft_inputs import ParallelDraftInputs, expand_parallel_draft_inputs
-# The rest of the DSA metadata family (docs/kv_quant_sas_metadata.md and beside it).
+# The rest of the DSA metadata family (docs/dsa_metadata_family.md).
 from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
 from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
 # sgl-kernel-npu's call form of sas_metadata (docs/sas_metadata.md).

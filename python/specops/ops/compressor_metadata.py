@@ -1,5 +1,5 @@
 """compressor_metadata: the compressed-cache slots and RoPE rows of every compression group a
-step completes, vllm-ascend's AI-core `compressor_metadata` (docs/compressor_metadata.md)."""
+step completes, vllm-ascend's AI-core `compressor_metadata` (docs/dsa_metadata_family.md)."""
 
 from __future__ import annotations
 

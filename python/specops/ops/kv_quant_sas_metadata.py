@@ -1,6 +1,6 @@
 """kv_quant_sas_metadata: the A5 (Ascend950) schedule of Ascend's shared-KV sparse-attention
 kernel, word for word what vllm-ascend's `npu_kv_quant_sparse_attn_sharedkv_metadata` writes
-(docs/kv_quant_sas_metadata.md). The sas schedule with the A5 variant (sas_family_layout.Variant)."""
+(docs/dsa_metadata_family.md). The sas schedule with the A5 variant (sas_family_layout.Variant)."""
 
 from __future__ import annotations
 

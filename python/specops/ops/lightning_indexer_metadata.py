@@ -1,6 +1,6 @@
 """lightning_indexer_metadata: the schedule of Ascend's lightning indexer, word for word what
 vllm-ascend's `npu_vllm_quant_lightning_indexer_metadata` writes (its `qli_metadata`;
-docs/lightning_indexer_metadata.md). The quant modes do not change the schedule, hence the name."""
+docs/dsa_metadata_family.md). The quant modes do not change the schedule, hence the name."""
 
 from __future__ import annotations
 

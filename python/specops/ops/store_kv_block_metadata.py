@@ -1,5 +1,5 @@
 """store_kv_block_metadata: the groups of vllm-ascend's store_kv_block, word for word what its
-AI-CPU kernel `store_kv_block_metadata` writes (docs/store_kv_block_metadata.md), with outputs
+AI-CPU kernel `store_kv_block_metadata` writes (docs/dsa_metadata_family.md), with outputs
 sized for the worst case and a capacity check the kernel lacks."""
 
 from __future__ import annotations
