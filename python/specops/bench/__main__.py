@@ -12,7 +12,16 @@ import torch
 
 from specops.bench import BENCHMARKS
 from specops.bench._harness import run_case
-from specops.bench._report import compare, format_case, plot, table_header, write_csv
+from specops.bench._report import (
+    compare,
+    format_case,
+    markdown_row,
+    plot,
+    run_stamp,
+    table_header,
+    update_markdown,
+    write_csv,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -24,6 +33,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plot", default="bench-results/specops-bench.png", help="where to draw the plot (needs matplotlib)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads on the CPU (default 1)")
     parser.add_argument("--samples", type=int, default=None, help="timed samples per implementation")
+    parser.add_argument("--markdown", metavar="PAGE",
+                        help="rewrite the generated table of PAGE (docs/benchmarks.md) with this run's rows, "
+                             "stamped with date, host and commit")
     parser.add_argument("--compare", nargs=2, metavar=("OLD_CSV", "NEW_CSV"), help="print the change per row and exit")
     parser.add_argument("--threshold", type=float, default=1.5, help="new/old ratio that --compare flags")
     parser.add_argument("--kernels", action="store_true",
@@ -90,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     sample_seconds = 0.002 if args.quick else 0.01
     selected = args.op or list(BENCHMARKS)
     measurements = []
+    rows: dict[str, list[str]] = {}
+    stamp = run_stamp(os.path.dirname(os.path.abspath(args.markdown))) if args.markdown else None
     started = time.perf_counter()
     print(table_header())
     for name in selected:
@@ -99,12 +113,17 @@ def main(argv: list[str] | None = None) -> int:
             result = run_case(case, samples=samples, sample_seconds=sample_seconds, device=device)
             measurements += result
             print("\n".join(format_case(case, result)), flush=True)
+            if stamp is not None:
+                rows.setdefault(name, []).append(markdown_row(case, result, stamp))
     print(f"{len(measurements)} measurements in {time.perf_counter() - started:.1f} s")
 
     if args.csv:
         os.makedirs(os.path.dirname(args.csv) or ".", exist_ok=True)
         write_csv(args.csv, measurements)
         print(f"CSV: {args.csv}")
+    if args.markdown:
+        update_markdown(args.markdown, rows)
+        print(f"markdown: {args.markdown}")
     if args.plot:
         os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
         if plot(args.plot, measurements):

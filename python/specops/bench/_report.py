@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import importlib.metadata
 import platform
+import subprocess
 from collections.abc import Iterable
 
 import torch
@@ -38,25 +39,78 @@ def environment_facts() -> dict[str, str]:
     }
 
 
-def format_case(case: Case, measurements: list[Measurement]) -> list[str]:
+def case_notes(case: Case, measurements: list[Measurement]) -> list[str]:
+    """The subject's ratios: its speedups over the baselines, its time over the floors, extras."""
     by_impl = {m.impl: m for m in measurements}
     subject = by_impl[case.subject]
+    notes = []
+    for name in case.baselines:
+        if name in by_impl:
+            notes.append(f"{by_impl[name].median_us / subject.median_us:6.1f}x faster than {name}")
+    for name in case.floors:
+        if name in by_impl:
+            notes.append(f"{subject.median_us / by_impl[name].median_us:.2f}x the time of {name}")
+    return notes + [f"{key} {value:.3f}" for key, value in case.extras.items()]
+
+
+def format_case(case: Case, measurements: list[Measurement]) -> list[str]:
     lines = []
     for m in measurements:
-        notes = []
-        if m.impl == case.subject:
-            for name in case.baselines:
-                if name in by_impl:
-                    notes.append(f"{by_impl[name].median_us / subject.median_us:6.1f}x faster than {name}")
-            for name in case.floors:
-                if name in by_impl:
-                    notes.append(f"{subject.median_us / by_impl[name].median_us:.2f}x the time of {name}")
-            notes += [f"{key} {value:.3f}" for key, value in case.extras.items()]
+        notes = case_notes(case, measurements) if m.impl == case.subject else []
         lines.append(
             f"  {m.op:<28} {m.label:<24} {m.impl:<18} {m.median_us:10.2f} {m.p20_us:10.2f} {m.p80_us:10.2f} "
             f"{m.specops_launches:>4}+{m.aten_launches:<4} " + "; ".join(notes)
         )
     return lines
+
+
+# The generated table of docs/benchmarks.md lies between these two lines; `specops-bench
+# --markdown docs/benchmarks.md` rewrites the rows of the ops it ran, each row stamped with its
+# run's date, host and commit, and keeps the others.
+TABLE_BEGIN = "<!-- specops-bench --markdown: generated rows below, one per case -->"
+TABLE_END = "<!-- specops-bench --markdown: end of the generated rows -->"
+TABLE_HEAD = ["| op | case | specops median µs | ratios | date | host | commit |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+
+
+def run_stamp(checkout: str) -> tuple[str, str, str]:
+    """(date, host, commit) of this run: the UTC date, the host's name, the checkout's commit
+    (or the installed version when `checkout` is not in a git work tree)."""
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    try:
+        commit = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = f"specops {specops.__version__}"
+    return date, platform.node() or "?", commit
+
+
+def markdown_row(case: Case, measurements: list[Measurement], stamp: tuple[str, str, str]) -> str:
+    """One case's row: the subject's median and its ratios (format_case's notes)."""
+    subject = next(m for m in measurements if m.impl == case.subject)
+    ratios = "; ".join(" ".join(note.split()) for note in case_notes(case, measurements))
+    cells = [subject.op, subject.label, f"{subject.median_us:.2f}", ratios.replace("|", "/"), *stamp]
+    return "| " + " | ".join(cells) + " |"
+
+
+def update_markdown(path: str, rows: dict[str, list[str]]) -> None:
+    """Rewrites the generated table in `path`: the rows of every op in `rows` replaced by those,
+    the other ops' rows kept, ops in the order of their first appearance."""
+    with open(path) as handle:
+        text = handle.read()
+    if TABLE_BEGIN not in text or TABLE_END not in text:
+        raise ValueError(f"{path} has no generated table (the lines {TABLE_BEGIN!r} and {TABLE_END!r})")
+    head, rest = text.split(TABLE_BEGIN, 1)
+    body, tail = rest.split(TABLE_END, 1)
+    kept: dict[str, list[str]] = {}
+    for line in body.strip().splitlines():
+        if line.startswith("| ") and line not in TABLE_HEAD:
+            kept.setdefault(line.split("|")[1].strip(), []).append(line)
+    for op, op_rows in rows.items():
+        kept[op] = op_rows
+    table = TABLE_HEAD + [row for op_rows in kept.values() for row in op_rows]
+    with open(path, "w") as handle:
+        handle.write(head + TABLE_BEGIN + "\n" + "\n".join(table) + "\n" + TABLE_END + tail)
 
 
 def table_header() -> str:
