@@ -1,4 +1,4 @@
-"""Numbers and flags through every constructor (docs/hardening.md, third round).
+"""Numbers and flags through every constructor (docs/changelog.md, third round).
 
 Config fields take ints and bools as the ops take their int and bool arguments: a Python int
 or a NumPy integer (stored as a Python int), never a float (16.0 and 16.5 alike: torch's schema

@@ -1,4 +1,4 @@
-"""Hardening round 4 (docs/hardening.md, "Fourth round"): one family of tests per defect found.
+"""Hardening round 4 (docs/changelog.md, "Fourth round"): one family of tests per defect found.
 
 1. The fused op read its per-thread scratch unfilled when no row was corrected (an empty
    prev_positions): a fuzz of prepare_spec_decode_inputs and PersistentMappings.prepare_step

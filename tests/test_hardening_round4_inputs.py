@@ -1,4 +1,4 @@
-"""Hardening round 4 (docs/hardening.md, "Fourth round"), the arguments' families: one family of
+"""Hardening round 4 (docs/changelog.md, "Fourth round"), the arguments' families: one family of
 tests per defect (tests/test_hardening_round4.py has the first three).
 
 6. PCPLayout.copy_to into buffers that share memory.

@@ -1,5 +1,5 @@
 """PersistentMappings.refresh and prepare_step over every order of groups: a rejected call changes
-no buffer, whatever the groups' kinds and places (docs/hardening.md, third round).
+no buffer, whatever the groups' kinds and places (docs/changelog.md, third round).
 
 Once a group without a slot mapping placed before a mapped one had its table gathered before the
 next group's checks ran, a sliding-window gather rejected a negative num_computed_tokens after

@@ -1,5 +1,5 @@
 """The multi-group ops against their single-group ops, and the sizes their wrappers allocate from
-(docs/hardening.md, third round).
+(docs/changelog.md, third round).
 
 - Every value the native single op rejects, placed in either group of the multi op, is rejected
   by the native multi op, naming that group's arguments, before any write (once,

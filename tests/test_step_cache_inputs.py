@@ -1,4 +1,4 @@
-"""The drafting layer's inputs with a StepCache (docs/drafting.md, docs/hardening.md third round).
+"""The drafting layer's inputs with a StepCache (docs/drafting.md, docs/changelog.md third round).
 
 - Inference tensors (a runner under torch.inference_mode()) have no version counter: with a
   cache the layer once raised torch's "Inference tensors do not track version counter" while
