@@ -107,3 +107,21 @@ def test_a_missing_device_is_one_line_and_a_failure(device, capsys):
     assert captured.out == ""
     assert captured.err == f"specops-bench: --device {device}: {problem}\n"
     assert "\n" not in problem and "Traceback" not in problem
+
+
+def test_markdown_rewrites_the_rows_of_the_ops_it_ran_and_keeps_the_others(tmp_path):
+    from specops.bench._report import TABLE_BEGIN, TABLE_END, TABLE_HEAD, update_markdown
+
+    page = tmp_path / "benchmarks.md"
+    old = ["| sas_metadata | 256 decodes | 4.89 | x | 2026-01-01 | a | abc |",
+           "| drafting | G=2 | 200.00 | y | 2026-01-01 | a | abc |"]
+    page.write_text("# Benchmarks\n\n" + TABLE_BEGIN + "\n" + "\n".join(TABLE_HEAD + old) + "\n" + TABLE_END
+                    + "\n\nAfter the table.\n")
+    new = "| drafting | G=2 | 150.00 | z | 2026-02-02 | b | def |"
+    update_markdown(str(page), {"drafting": [new]})
+    text = page.read_text()
+    assert text.startswith("# Benchmarks\n\n" + TABLE_BEGIN) and text.endswith(TABLE_END + "\n\nAfter the table.\n")
+    assert old[0] in text and new in text and old[1] not in text
+    with pytest.raises(ValueError, match="has no generated table"):
+        (tmp_path / "other.md").write_text("no table\n")
+        update_markdown(str(tmp_path / "other.md"), {"drafting": [new]})
