@@ -12,7 +12,6 @@ the same way; device kernels cannot raise, test_guard_bands.py covers what they 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import re
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from strategies import assert_same
 
 import specops
 from specops.ops import _op
+from specops.ops.registry import OPS
 
 WRONG_INTEGER = (torch.int64, torch.int32, torch.int16)
 
@@ -304,7 +304,7 @@ def test_without_the_schema_the_python_backends_see_the_same_arguments(spec, mon
     """SpecOp reads the int, int[] and bool arguments and the written tensors from the schema;
     without the extension, from the check's annotations (every tensor counts as written there:
     a needless version bump is harmless, a missing one is not)."""
-    check = importlib.import_module(spec.wrapper.__module__)._OP.check
+    check = OPS[spec.wrapper.__module__.rpartition(".")[2]].check
     from_schema = _op.scalar_arguments(spec.name, check), _op.written_arguments(spec.name, check)
     monkeypatch.setattr(_op, "EXTENSION", dataclasses.replace(_op.EXTENSION, loaded=False))
     scalars, written = _op.scalar_arguments(spec.name, check), _op.written_arguments(spec.name, check)

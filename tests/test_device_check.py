@@ -75,15 +75,16 @@ def test_a_wrong_device_path_fails_its_op_and_only_its_op(tmp_path, monkeypatch)
     if "triton" not in BACKENDS or "native" not in BACKENDS:
         pytest.skip("the CPU run compares the Triton interpreter with the native op: both must run here")
     from specops.devtools.device_check import device_path
-    from specops.ops.dcp_local_seq_lens import _OP
+    from specops.ops.registry import OPS
 
-    launcher = _OP.triton
+    op = OPS["dcp_local_seq_lens"]
+    launcher = op.triton
 
     def off_by_one(*args):
         launcher(*args)
         args[-1][:1] += 1
 
-    monkeypatch.setattr(_OP, "triton", off_by_one)
+    monkeypatch.setattr(op, "triton", off_by_one)
     specs = [spec for spec in OP_TABLE if spec.name in ("dcp_local_seq_lens", "cp_local_metadata")]
     from specops.devtools.device_check._common import Deadline, Target
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import re
 
 import numpy as np
@@ -19,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import specops
+from specops.ops.registry import OPS
 
 pytestmark = pytest.mark.skipif("native" not in specops.available_backends(), reason="native extension not built")
 
@@ -26,19 +26,19 @@ SLOT_MAPPING = torch.ops.specops.compute_slot_mapping.default
 
 
 def _spec_op(spec: OpSpec):
-    return importlib.import_module(f"specops.ops.{spec.name}")._OP
+    return OPS[spec.name]
 
 
 @contextlib.contextmanager
 def _generic_entry(spec: OpSpec):
     """Makes the wrapper of `spec` call torch's generic entry instead of its FastOp."""
     op = _spec_op(spec)
-    fast = op._native_entry
-    op._native_entry = op._native._op
+    fast = op.native_entry
+    op.native_entry = op._native._op
     try:
         yield
     finally:
-        op._native_entry = fast
+        op.native_entry = fast
 
 
 def _outcome(spec: OpSpec, call: dict):
@@ -67,7 +67,7 @@ def _assert_same_outcome(spec: OpSpec, call: dict) -> None:
 
 @pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
 def test_every_wrapper_takes_the_fast_path(spec):
-    assert isinstance(_spec_op(spec)._native_entry, specops._C.FastOp)
+    assert isinstance(_spec_op(spec).native_entry, specops._C.FastOp)
 
 
 @pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])

@@ -1,6 +1,8 @@
-"""The package's modules import each other without a cycle at module level: each module's
-imports at load time (not those for type checking, nor those inside functions) form a graph
-without a cycle, so no module works only because another one happened to be loaded first."""
+"""The package's layers: its modules import each other without a cycle at module level (each
+module's imports at load time form a graph without a cycle, so no module works only because
+another one happened to be loaded first); inside a package not even through the imports made for
+type checking (a lower module naming a higher one's type is a cycle of design); persistent/ never
+imports drafting/; and no module reads another object's underscore attribute."""
 
 from __future__ import annotations
 
@@ -22,10 +24,10 @@ MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py")) if 
 EXTENSIONS = {module_name(path.with_name(path.name.split(".")[0] + ".py")) for path in PACKAGE.rglob("*.so")}
 
 
-def module_level_imports(name: str, path: Path) -> set[str]:
+def module_level_imports(name: str, path: Path, type_checking: bool = False) -> set[str]:
     """The specops modules `name` imports when it is loaded: the statements at module level,
-    not those under `if TYPE_CHECKING:` nor inside functions. `from a import b` names the
-    module a.b when b is one, else a."""
+    not those inside functions, nor (unless type_checking) those under `if TYPE_CHECKING:`.
+    `from a import b` names the module a.b when b is one, else a."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
@@ -33,7 +35,7 @@ def module_level_imports(name: str, path: Path) -> set[str]:
         for node in statements:
             if isinstance(node, ast.If):
                 test = node.test
-                if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+                if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" and not type_checking:
                     visit(node.orelse)
                     continue
                 visit(node.body)
@@ -82,8 +84,80 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_module_level_import_cycle():
     graph = {name: module_level_imports(name, path) for name, path in MODULES.items()}
-    assert "specops.drafting.configs" in graph["specops.persistent.mappings"]  # the checker sees imports
+    assert "specops.persistent.checks" in graph["specops.persistent.mappings"]  # the checker sees imports
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def package_of(name: str) -> str:
+    return name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+
+
+# Packages whose modules still name each other's types in a cycle (the drafting layer's lower
+# modules take the builder itself, not a record of a group's setup): the test below fails
+# on any other package, and on these once they are clean, so that the entry is removed.
+PACKAGES_WITH_TYPE_CYCLES = {"specops.drafting"}
+
+
+def test_no_import_cycle_inside_a_package_even_for_type_checking():
+    found = set()
+    for package in sorted({package_of(name) for name in MODULES}):
+        members = {name for name in MODULES if package_of(name) == package and name != package}
+        graph = {name: module_level_imports(name, MODULES[name], type_checking=True) & members for name in members}
+        cycle = find_cycle(graph)
+        if cycle is not None:
+            found.add(package)
+            assert package in PACKAGES_WITH_TYPE_CYCLES, " -> ".join(cycle)
+    assert found == PACKAGES_WITH_TYPE_CYCLES
+
+
+def test_persistent_never_imports_drafting():
+    for name, path in MODULES.items():
+        if name.startswith("specops.persistent"):
+            imported = module_level_imports(name, path, type_checking=True)
+            assert not {module for module in imported if module.startswith("specops.drafting")}, name
+
+
+# Underscore attributes of torch's objects the package reads on purpose (a tensor's version
+# counter and storage identity, an OpOverload's schema and C++ entry, the device check's
+# torch.cuda._sleep), and a NamedTuple's public API, which is spelled with an underscore so that
+# it clashes with no field.
+TORCH_AND_STDLIB_ATTRIBUTES = {"_version", "_cdata", "_schema", "_op", "_is_compiling_flag", "_init_slots", "_sleep",
+                               "_fields", "_asdict", "_make", "_replace"}
+# Names bound to another project's module without an import statement, by module: the device
+# check's `vllm` is vLLM's kernels file loaded by path, whose launchers are private to it.
+FOREIGN_MODULES = {"specops.devtools.device_check.vllm_peers": {"vllm"}}
+
+
+def underscore_reads(source: str, foreign_modules: set[str] = frozenset()) -> list[str]:
+    """Every `x._name` in source where x is not self, cls or a module (imported, or one of
+    foreign_modules: its private names, such as specops._C, are the module's own business),
+    minus TORCH_AND_STDLIB_ATTRIBUTES."""
+    tree = ast.parse(source)
+    modules = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
+               if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names} | set(foreign_modules)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and (owner.id in ("self", "cls") or owner.id in modules):
+            continue
+        if node.attr not in TORCH_AND_STDLIB_ATTRIBUTES:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reads_another_objects_underscore_attribute():
+    found = [f"{name}:{read}" for name, path in MODULES.items()
+             for read in underscore_reads(path.read_text(), FOREIGN_MODULES.get(name, set()))]
+    assert not found, "\n".join(found)
+
+
+def test_the_underscore_check_sees_a_read():
+    source = "import torch\n\nclass A:\n    def f(self, mappings, t):\n        return self._a, torch._C, t._version, " \
+             "mappings._captured, mappings.checks._tables\n"
+    assert underscore_reads(source) == ["5: mappings._captured", "5: mappings.checks._tables"]
+    assert underscore_reads(source, {"mappings"}) == ["5: mappings.checks._tables"]
 
 
 def test_the_cycle_finder_finds_a_cycle():

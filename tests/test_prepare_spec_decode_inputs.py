@@ -25,7 +25,7 @@ from strategies import assert_same, make_spec_decode_step
 
 import specops
 from specops._spec_decode_sizes import SpecDecodeSizes, pack_sizes
-from specops.ops.prepare_spec_decode_inputs import _OP as fused_op
+from specops.ops.registry import OPS
 
 
 def test_hand_computed(backend):
@@ -308,7 +308,7 @@ def test_the_op_rejects_a_sizes_list_of_the_wrong_length(backend):
     args = list(_opcheck_args())
     args[-2] = args[-2][:-1]
     with pytest.raises(ValueError, match=r"sizes must have 5 \+ 4 \* len\(block_tables\) = 13 entries"):
-        fused_op(*args)  # the selected backend's op, below the keyword wrapper
+        OPS["prepare_spec_decode_inputs"](*args)  # the selected backend's op, below the keyword wrapper
 
 
 def test_more_groups_than_one_launch_takes(backend):

@@ -23,6 +23,7 @@ from test_prepare_spec_decode_inputs_rejects import BAD_INPUTS, _valid_call
 from torch.overrides import TorchFunctionMode
 
 import specops
+from specops.ops.registry import OPS
 
 # The module (specops.ops re-exports the wrapper function under the same name).
 wrapper_module = importlib.import_module("specops.ops.prepare_spec_decode_inputs")
@@ -334,10 +335,10 @@ def _usual_call_on_the_fast_path() -> dict:
 def test_the_fast_path_runs_the_selected_backend(monkeypatch):
     # Eager on the native backend: the op's FastOp.
     calls = []
-    op = wrapper_module._OP
-    entry = op._native_entry
+    op = OPS["prepare_spec_decode_inputs"]
+    entry = op.native_entry
     assert isinstance(entry, specops._C.FastOp)
-    monkeypatch.setattr(op, "_native_entry", lambda *args: calls.append("entry") or entry(*args))
+    monkeypatch.setattr(op, "native_entry", lambda *args: calls.append("entry") or entry(*args))
     specops.prepare_spec_decode_inputs(**_usual_call_on_the_fast_path())
     assert calls == ["entry"]
     # The reference backend: the reference, not the native op.

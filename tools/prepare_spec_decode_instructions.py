@@ -50,26 +50,24 @@ def _floors():
 def _fused_body(case):
     """The fused call of the case without its Python wrapper: the op's FastOp (the dispatcher
     call the wrapper ends in) with the arguments the wrapper passed it once."""
-    import importlib
+    from specops.ops.registry import OPS
 
-    # The module (specops.ops re-exports the wrapper function under the same name).
-    wrapper_module = importlib.import_module("specops.ops.prepare_spec_decode_inputs")
-
+    fused_op = OPS["prepare_spec_decode_inputs"]
     captured = {}
     # What the wrapper calls on the usual arguments, eager on the native backend.
-    entry = wrapper_module._OP._native_entry
+    entry = fused_op.native_entry
 
     def record(*args):
         captured["args"] = args
         return entry(*args)
 
-    wrapper_module._OP._native_entry = record
+    fused_op.native_entry = record
     try:
         case.impls["specops"]()
     finally:
-        wrapper_module._OP._native_entry = entry
+        fused_op.native_entry = entry
     args = captured["args"]
-    op = wrapper_module._OP._native_entry
+    op = fused_op.native_entry
     restore = case.impls["restore"]
 
     def body():

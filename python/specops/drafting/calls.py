@@ -18,18 +18,21 @@ from typing import TYPE_CHECKING
 import torch
 
 from specops.ops._op import SpecOp
-from specops.ops.compressor_metadata import _OP as COMPRESSOR_METADATA
-from specops.ops.dspark_swa_indices_multi import _OP as DSPARK_SWA_INDICES_MULTI
-from specops.ops.format_slot_mapping_blocks_multi import _OP as FORMAT_SLOT_MAPPING_BLOCKS_MULTI
-from specops.ops.kv_quant_sas_metadata import _OP as KV_QUANT_SAS_METADATA
-from specops.ops.lightning_indexer_metadata import _OP as LIGHTNING_INDEXER_METADATA
-from specops.ops.sas_metadata import _OP as SAS_METADATA
+from specops.ops.registry import OPS
 from specops.sas_family_layout import LAYOUT_KEY_CODES, LAYOUT_QUERY_CODES
 from specops.sas_layout import ASCEND950, LAYOUT_KV_CODES, LAYOUT_Q_CODES
 
 if TYPE_CHECKING:
     from specops.drafting.builder import SasArguments
     from specops.drafting.plan import DSparkCall
+
+
+COMPRESSOR_METADATA = OPS["compressor_metadata"]
+DSPARK_SWA_INDICES_MULTI = OPS["dspark_swa_indices_multi"]
+FORMAT_SLOT_MAPPING_BLOCKS_MULTI = OPS["format_slot_mapping_blocks_multi"]
+KV_QUANT_SAS_METADATA = OPS["kv_quant_sas_metadata"]
+LIGHTNING_INDEXER_METADATA = OPS["lightning_indexer_metadata"]
+SAS_METADATA = OPS["sas_metadata"]
 
 
 def _schema_arguments(op: SpecOp) -> type:

@@ -21,6 +21,7 @@ from specops.ops._checks import (
 )
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.sas_layout import ASCEND950, MAX_CUBE_CORES, MAX_VECTOR_CORES
+from specops.step_inputs import CommonDraftInputs  # noqa: F401  (re-exported: the layer's input type)
 
 # The StepCache namespace of the drafting entries: (DRAFT_NAMESPACE, draft_index).
 DRAFT_NAMESPACE = "draft_for_drafting"
@@ -197,33 +198,6 @@ class GroupConfig:
         if self.dspark and not causal:
             return (self.sliding_window + num_speculative_tokens - 1, 0)
         return self.window
-
-
-@dataclasses.dataclass
-class CommonDraftInputs:
-    """What the runner hands every group of one draft step.
-
-    query_start_loc int32 [>= R + 1] and seq_lens int32 [>= R] on the device;
-    query_start_loc_cpu int32 [>= R + 1] and seq_lens_cpu (or None; int32 or int64) their host copies;
-    positions int64/int32 [>= T]; block_tables[name] int32 [>= R, cols] and
-    slot_mappings[name] int64/int32 [>= T] of each group. Longer tensors (persistent buffers)
-    are read up to R / T. T = num_actual_tokens real tokens, num_input_tokens the padded count.
-    is_prefilling (or None) bool [>= R] on the host: a request still in its prompt is a prefill
-    whatever its query length (vllm-ascend's split_decodes_and_prefills with is_prefilling).
-    """
-
-    query_start_loc: torch.Tensor
-    query_start_loc_cpu: torch.Tensor
-    seq_lens: torch.Tensor
-    seq_lens_cpu: torch.Tensor | None
-    positions: torch.Tensor
-    num_reqs: int
-    num_actual_tokens: int
-    num_input_tokens: int
-    causal: bool = True
-    block_tables: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    slot_mappings: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    is_prefilling: torch.Tensor | None = None
 
 
 @dataclasses.dataclass(slots=True, eq=False)

@@ -35,14 +35,17 @@ from specops.drafting.configs import SLOT_MAPPING_FORMATS, DraftAttnMetadata, ch
 from specops.drafting.loop_schedules import LoopSchedules, PassHost, local_lengths, split_of
 from specops.ops._checks import check_positive, checked_int
 from specops.ops.advance_draft_step import RULES
-from specops.ops.advance_draft_steps import _OP as _DRAFT_STEPS
 from specops.ops.advance_draft_steps import empty_draft_steps, pack_draft_steps_sizes
 from specops.ops.cp_local_metadata import CPLocalMetadata
+from specops.ops.registry import OPS
 from specops.reference.compressor_metadata import FORMAT_FLAT
 
 if TYPE_CHECKING:
     from specops.drafting.builder import DraftMetadataBuilder
     from specops.persistent.mappings import PersistentMappings
+
+
+_DRAFT_STEPS = OPS["advance_draft_steps"]
 
 
 class DraftLoopPlan:

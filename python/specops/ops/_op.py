@@ -30,6 +30,9 @@ _IMPL_LIBRARY = torch.library.Library("specops", "IMPL") if EXTENSION.loaded els
 
 DEVICE_DISPATCH_KEYS = ("CUDA", "PrivateUse1")
 
+# Every SpecOp by op name, as it is declared (read through specops.ops.registry).
+DECLARED: dict[str, SpecOp] = {}
+
 # torch.compiler.is_compiling() is these two (its torch.jit.is_scripting() is False outside
 # TorchScript), one Python call fewer on every eager call: Dynamo folds is_dynamo_compiling() to
 # True (so it never reads the flag), and torch.export's non-strict tracing sets the flag.
@@ -107,11 +110,13 @@ class SpecOp:
         self.check = check
         self.reference = reference
         self._native = getattr(torch.ops.specops, name).default if EXTENSION.loaded else None
-        # The same dispatcher call as `self._native` at a third of a small op's cost.
-        self._native_entry = fast_native_entry(name)
+        # The same dispatcher call as `self._native` at a third of a small op's cost: what
+        # select() hands out on the eager native backend (None without the extension).
+        self.native_entry = fast_native_entry(name)
         self._triton: Callable[..., None] | None = None
         self._scalars = scalar_arguments(name, check)
         self._written = written_arguments(name, check)
+        DECLARED[name] = self
         if _IMPL_LIBRARY is not None:
             torch.library.register_fake(f"specops::{name}", self._fake, lib=_IMPL_LIBRARY)
             for key in DEVICE_DISPATCH_KEYS:
@@ -137,8 +142,8 @@ class SpecOp:
         # backend switch is an eager-mode tool (and a ContextVar cannot be traced).
         if _is_dynamo_compiling() or _torch_compiler._is_compiling_flag:
             return self._native
-        if _current_backend.get() == "native" and self._native_entry is not None:
-            return self._native_entry
+        if _current_backend.get() == "native" and self.native_entry is not None:
+            return self.native_entry
         return self._call_selected_backend
 
     def __call__(self, *args: Any) -> None:

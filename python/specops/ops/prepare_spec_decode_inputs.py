@@ -298,7 +298,7 @@ def prepare_spec_decode_inputs(
         # _OP.select()'s eager native case without its frame (about 900 instructions a call), its
         # Dynamo test made above; every other case asks select().
         if _current_backend.get() == "native" and not _torch_compiler._is_compiling_flag:
-            op = _OP._native_entry
+            op = _OP.native_entry
         else:
             op = _OP.select()
     try:

@@ -10,86 +10,84 @@ and on the host the values that only one group's op reads.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import torch
 
 from specops._backend import current_backend
 from specops.ops._checks import check_no_overlap, check_query_start_loc, check_tensor, checked_int
 from specops.ops._op import fast_native_entry
-
-if TYPE_CHECKING:
-    from specops.persistent.mappings import PersistentMappings
+from specops.persistent.captured import CapturedBuffers
 
 # compute_slot_mapping's value checks for every group's table at once, writing nothing.
 CHECK_POSITIONS = fast_native_entry("check_slot_mapping_positions")
 
 
-def padded_extents(mappings: PersistentMappings, num_reqs: int, num_reqs_padded: int | None, num_tokens: int | None,
+def padded_extents(captured: CapturedBuffers, num_reqs: int, num_reqs_padded: int | None, num_tokens: int | None,
                    num_tokens_padded: int | None) -> tuple[int, int]:
     """The padded extents of refresh and prepare_step (None: the full extent), ints as torch's
     schema takes them (a float is rejected here, not half-way by an op), checked against the
     batch (R requests, T tokens; T None: not known on the host) and the buffers."""
-    num_reqs_padded = (mappings.max_num_reqs if num_reqs_padded is None
+    num_reqs_padded = (captured.max_num_reqs if num_reqs_padded is None
                        else checked_int(num_reqs_padded, "num_reqs_padded"))
-    num_tokens_padded = (mappings.max_num_tokens if num_tokens_padded is None
+    num_tokens_padded = (captured.max_num_tokens if num_tokens_padded is None
                          else checked_int(num_tokens_padded, "num_tokens_padded"))
-    if not num_reqs <= num_reqs_padded <= mappings.max_num_reqs:
+    if not num_reqs <= num_reqs_padded <= captured.max_num_reqs:
         raise ValueError(
-            f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {mappings.max_num_reqs}], got {num_reqs_padded}")
+            f"num_reqs_padded must be in [R = {num_reqs}, max_num_reqs = {captured.max_num_reqs}], got {num_reqs_padded}")
     least = "0" if num_tokens is None else f"T = {num_tokens}"
-    if not (num_tokens or 0) <= num_tokens_padded <= mappings.max_num_tokens:
-        raise ValueError(f"num_tokens_padded must be in [{least}, max_num_tokens = {mappings.max_num_tokens}], "
+    if not (num_tokens or 0) <= num_tokens_padded <= captured.max_num_tokens:
+        raise ValueError(f"num_tokens_padded must be in [{least}, max_num_tokens = {captured.max_num_tokens}], "
                          f"got {num_tokens_padded}")
     return num_reqs_padded, num_tokens_padded
 
 
-def check_shares_no_captured_buffer(mappings: PersistentMappings, *tensors: tuple[torch.Tensor | None, str]) -> None:
+def check_shares_no_captured_buffer(captured: CapturedBuffers,
+                                    *tensors: tuple[torch.Tensor | None, str]) -> None:
     """A caller tensor sharing memory with a captured buffer would be rewritten by one group's op
     while another group's op reads it: rejected before any write, whichever group owns it."""
     if torch.compiler.is_compiling():
         return  # a graph's inputs are checked by the ops it calls (docs/hardening.md, Limits)
-    captured = ((mappings._captured_tables, "block_tables"), (mappings._captured_slots, "slot_mappings"))
+    buffers = ((captured.table_storage, "block_tables"), (captured.slot_storage, "slot_mappings"))
     for tensor, name in tensors:
         if isinstance(tensor, torch.Tensor):
-            for buffer, buffer_name in captured:
+            for buffer, buffer_name in buffers:
                 check_no_overlap(tensor, name, buffer, buffer_name)
 
 
-def check_refresh(mappings: PersistentMappings, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor,
+def check_refresh(captured: CapturedBuffers, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor,
                   positions: torch.Tensor, num_tokens: int | None, num_reqs_padded: int | None,
                   num_tokens_padded: int | None, num_computed_tokens: torch.Tensor | None) -> tuple[int, int, bool]:
     """refresh's checks: (num_reqs_padded, num_tokens_padded, whether a sliding-window gather
     masks this step). num_tokens: T, None where it is not known on the host. Metadata is checked even where no group reads it (no group maps slots):
     the call is the same whatever the groups."""
-    device = mappings._source_storage.device
+    device = captured.device
     check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device, "the mappings")
     num_reqs_padded, num_tokens_padded = padded_extents(
-        mappings, idx_mapping.numel(), num_reqs_padded, num_tokens, num_tokens_padded)
-    windowed = num_computed_tokens is not None and mappings._masks_windows
+        captured, idx_mapping.numel(), num_reqs_padded, num_tokens, num_tokens_padded)
+    windowed = num_computed_tokens is not None and captured.masks_windows
     if num_computed_tokens is not None:
         check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device, "the mappings")
-        if num_computed_tokens.numel() < mappings.max_num_reqs:
-            raise ValueError(f"num_computed_tokens must have max_num_reqs = {mappings.max_num_reqs} entries (one per "
+        if num_computed_tokens.numel() < captured.max_num_reqs:
+            raise ValueError(f"num_computed_tokens must have max_num_reqs = {captured.max_num_reqs} entries (one per "
                              f"request row), got {num_computed_tokens.numel()}")
     check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device, "the mappings")
     num_reqs = check_query_start_loc(query_start_loc, device, "the mappings")
-    if mappings._mapped_groups and idx_mapping.numel() != num_reqs:
+    if captured.mapped_groups and idx_mapping.numel() != num_reqs:
         raise ValueError(f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got "
                          f"{idx_mapping.numel()}")
-    check_shares_no_captured_buffer(mappings, (idx_mapping, "idx_mapping"), (query_start_loc, "query_start_loc"),
+    check_shares_no_captured_buffer(captured, (idx_mapping, "idx_mapping"), (query_start_loc, "query_start_loc"),
                                     (positions, "positions"), (num_computed_tokens, "num_computed_tokens"))
-    if (mappings._check_positions_sizes is not None
-            and (mappings._mapped_groups > 1 or windowed or mappings._checked_slots)
+    checked = captured.checked
+    if (checked is not None and (captured.mapped_groups > 1 or windowed or checked.slots)
             and not torch.compiler.is_compiling() and current_backend() == "native"):
         # The host ops reject a position past a group's table, and a slot past an int32 slot
         # mapping; groups differ there, so every group is checked before the first one is
         # rewritten (device kernels write PAD instead and never reject a value).
         try:
-            CHECK_POSITIONS(query_start_loc, positions, mappings._checked_tables, idx_mapping,
-                            mappings._check_positions_sizes, mappings._checked_counts, mappings._checked_slots)
+            CHECK_POSITIONS(query_start_loc, positions, checked.tables, idx_mapping, checked.sizes, checked.counts,
+                            checked.slots)
         except ValueError as error:
-            raise ValueError(_named_by_group(str(error), mappings._checked_groups)) from None
+            raise ValueError(_named_by_group(str(error), checked.groups)) from None
     return num_reqs_padded, num_tokens_padded, windowed
 
 

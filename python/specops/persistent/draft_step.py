@@ -12,21 +12,19 @@ no allocation, no device-to-host copy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from specops.ops._checks import checked_int
-from specops.ops.advance_draft_step import _OP as _DRAFT_STEP
 from specops.ops.advance_draft_step import RULES, DraftStep, pack_draft_step_sizes
+from specops.ops.registry import OPS
+from specops.persistent.captured import CapturedBuffers
 from specops.persistent.checks import padded_extents
 
-if TYPE_CHECKING:
-    from specops.persistent.mappings import PersistentMappings
+_DRAFT_STEP = OPS["advance_draft_step"]
 
 
 def advance_draft_step(
-    mappings: PersistentMappings,
+    captured: CapturedBuffers,
     idx_mapping: torch.Tensor,
     *,
     max_model_len: int,
@@ -44,22 +42,18 @@ def advance_draft_step(
     # An int as the op takes it (a bool is not one) before it keys the cache: True hashes as 1.
     max_model_len = checked_int(max_model_len, "max_model_len")
     num_reqs = idx_mapping.numel()
-    num_reqs_padded, num_tokens_padded = padded_extents(mappings, num_reqs, num_reqs_padded, num_reqs,
+    num_reqs_padded, num_tokens_padded = padded_extents(captured, num_reqs, num_reqs_padded, num_reqs,
                                                         num_tokens_padded)
     key = (max_model_len, past_max_model_len, num_tokens_padded, num_reqs_padded)
-    sizes = mappings._draft_step_sizes.get(key)
+    sizes = captured.draft_step_sizes.get(key)
     if sizes is None:
-        groups = mappings.groups
-        sizes = pack_draft_step_sizes(
-            max_model_len, RULES[past_max_model_len], num_tokens_padded, num_reqs_padded, mappings.cp_world_size,
-            mappings.cp_rank, mappings.cp_interleave, [group.block_size for group in groups],
-            [group.blocks_per_kv_block for group in groups], [group.cp_sharded for group in groups],
-            [args is not None for args in mappings._slot_args])
-        mappings._draft_step_sizes[key] = sizes
-    draft_positions = mappings.draft_positions[:num_reqs]
+        sizes = pack_draft_step_sizes(max_model_len, RULES[past_max_model_len], num_tokens_padded, num_reqs_padded,
+                                      *captured.cp, *captured.groups.as_arguments())
+        captured.draft_step_sizes[key] = sizes
+    draft_positions = captured.draft_positions[:num_reqs]
     # The first step gathers from the target step's positions; later steps advance in place.
-    positions = mappings.positions if token_indices is not None else draft_positions
-    _DRAFT_STEP.select()(positions, mappings.seq_lens, mappings.source_block_tables, token_indices,
-                         num_rejected_tokens, idx_mapping, draft_positions, mappings.slot_mappings, query_start_loc,
-                         mappings.num_blocks, sizes)
-    return DraftStep(draft_positions, mappings.seq_lens[:num_reqs_padded], mappings.slot_mappings, query_start_loc)
+    positions = captured.positions if token_indices is not None else draft_positions
+    _DRAFT_STEP.select()(positions, captured.seq_lens, captured.source_block_tables, token_indices,
+                         num_rejected_tokens, idx_mapping, draft_positions, captured.slot_mappings, query_start_loc,
+                         captured.num_blocks, sizes)
+    return DraftStep(draft_positions, captured.seq_lens[:num_reqs_padded], captured.slot_mappings, query_start_loc)

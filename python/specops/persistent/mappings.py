@@ -22,19 +22,20 @@ import torch
 from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops._spec_decode_sizes import named_after_the_wrapper, pack_sizes
-from specops.drafting.configs import CommonDraftInputs
 from specops.ops._checks import INT32_MAX, check_context_parallel, checked_int, checked_size
-from specops.ops.compute_slot_mapping import _OP as _SLOT_MAPPING
-from specops.ops.gather_block_tables import _OP as _GATHER
-from specops.ops.prepare_spec_decode_inputs import _OP as _FUSED_STEP
+from specops.ops.advance_draft_step import DraftStep
+from specops.ops.registry import OPS
+from specops.persistent.captured import CapturedBuffers, CheckedTables, GroupLists
 from specops.persistent.checks import (CHECK_POSITIONS, check_host_copies, check_refresh,
                                        check_shares_no_captured_buffer, padded_extents)
+from specops.persistent.draft_step import advance_draft_step as _advance_draft_step
 from specops.persistent.extents import EndPadding, peer_batch
 from specops.persistent.groups import MappingGroup, slot_mapping_args, widths_per_group
 from specops.persistent.staging import StagedBlockWrites
-from specops.ops.advance_draft_step import DraftStep
-from specops.persistent.draft_step import advance_draft_step as _advance_draft_step
+from specops.step_inputs import CommonDraftInputs
 
+_SLOT_MAPPING, _GATHER = OPS["compute_slot_mapping"], OPS["gather_block_tables"]
+_FUSED_STEP = OPS["prepare_spec_decode_inputs"]
 
 
 class RunnerStepInputs(NamedTuple):
@@ -147,10 +148,8 @@ class PersistentMappings:
         self.positions = torch.zeros(max_num_tokens, dtype=torch.int64, device=self.device)
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=self.device)
         self._step_shapes: dict[tuple[int, int], tuple[list[int], RunnerStepInputs]] = {}
-        # The draft steps' positions (advance_draft_step), one per request, and their packed sizes.
+        # The draft steps' positions (advance_draft_step), one per request.
         self.draft_positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
-        self._draft_step_sizes: dict[tuple, list[int]] = {}
-        self._masks_windows = any(reach > 0 for reach in self._window_reach)
         # First scheduled position of each request row, scattered from the batch, for the
         # sliding-window gathers: row r at entry r + 1, so that batch rows of no request (-1)
         # land on entry 0. Shifted with a tensor of ones: a Python scalar would allocate.
@@ -162,16 +161,22 @@ class PersistentMappings:
         # What refresh checks up front on the host path, when an op could reject after another
         # one wrote: more than one mapped group, or a sliding-window gather before the first.
         mapped = [g for g, args in enumerate(self._slot_args) if args is not None]
-        self._mapped_groups = len(mapped)
-        self._check_positions_sizes = None
+        checked = None
         if self.device.type == "cpu" and mapped and CHECK_POSITIONS is not None:
-            self._checked_groups = mapped
-            self._checked_tables = [self.source_block_tables[g] for g in mapped]
-            self._checked_counts = [self.num_blocks[g] for g in mapped]
-            self._check_positions_sizes = [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])]
-            # int32 slot mappings: every group's slots are checked to fit before the first write
-            # (each compute_slot_mapping would check only its own, after the groups before it).
-            self._checked_slots = [self.slot_mappings[g] for g in mapped] if slot_dtype == torch.int32 else []
+            checked = CheckedTables(
+                mapped, [self.source_block_tables[g] for g in mapped], [self.num_blocks[g] for g in mapped],
+                [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])],
+                # int32 slot mappings: every group's slots are checked to fit before the first write
+                # (each compute_slot_mapping would check only its own, after the groups before it).
+                [self.slot_mappings[g] for g in mapped] if slot_dtype == torch.int32 else [])
+        lists = GroupLists([group.block_size for group in groups], [group.blocks_per_kv_block for group in groups],
+                           [group.cp_sharded for group in groups], [args is not None for args in self._slot_args])
+        # What the helpers (checks.py, draft_step.py) read: a frozen record, not this object.
+        self.captured = CapturedBuffers(
+            self._source_storage.device, max_num_reqs, max_num_tokens, (cp_world_size, cp_rank, cp_interleave),
+            lists, self._captured_tables, self._captured_slots, self.source_block_tables, self.num_blocks,
+            self.slot_mappings, self.positions, self.seq_lens, self.draft_positions, len(mapped),
+            any(reach > 0 for reach in self._window_reach), checked)
 
     @property
     def num_groups(self) -> int:
@@ -262,7 +267,7 @@ class PersistentMappings:
         # Everything an op could reject after another op wrote is checked first, whatever the
         # order of the groups (persistent/checks.py).
         num_reqs_padded, num_tokens_padded, windowed = check_refresh(
-            self, idx_mapping, query_start_loc, positions, num_tokens, num_reqs_padded, num_tokens_padded,
+            self.captured, idx_mapping, query_start_loc, positions, num_tokens, num_reqs_padded, num_tokens_padded,
             num_computed_tokens)
         if num_tokens is None and positions.numel() > num_tokens_padded:
             positions = positions[:num_tokens_padded]  # on a device: no token past num_tokens_padded
@@ -339,16 +344,17 @@ class PersistentMappings:
                 and query_start_loc.numel() > num_reqs + 1:
             query_start_loc = query_start_loc[: num_reqs + 1]  # the peer's num_reqs_padded + 1 entries
         # The token count is the fused op's output (on the device): only 0 bounds it here.
-        num_reqs_padded, num_tokens_padded = padded_extents(self, num_reqs, num_reqs_padded, None, num_tokens_padded)
+        num_reqs_padded, num_tokens_padded = padded_extents(self.captured, num_reqs, num_reqs_padded, None,
+                                                            num_tokens_padded)
         # The fused op checks its inputs against what it writes; the gathers after it write the
         # captured tables, so no input may share memory with those either (nor with the buffers
         # the fused op writes, which it checks itself).
         check_shares_no_captured_buffer(
-            self, (num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
+            self.captured, (num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
             (prev_positions, "prev_positions"), (valid_sampled_token_count, "valid_sampled_token_count"),
             (prev_num_draft_tokens, "prev_num_draft_tokens"), (cpu_num_computed_tokens, "cpu_num_computed_tokens"),
             (query_start_loc, "query_start_loc"), (idx_mapping, "idx_mapping"))
-        if (not self._mapped_groups and num_reqs and idx_mapping.device.type == "cpu"
+        if (not self.captured.mapped_groups and num_reqs and idx_mapping.device.type == "cpu"
                 and not torch.compiler.is_compiling() and current_backend() == "native"):
             # With no slot mapping the fused op reads no table through idx_mapping: a row past
             # the tables would first be seen by the gathers, after the fused op wrote.
@@ -360,11 +366,7 @@ class PersistentMappings:
         # The op's packed sizes and the returned views, made once per padded shape.
         shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded, tokens_written))
         if shape is None:
-            enabled = [args is not None for args in self._slot_args]
-            sizes = pack_sizes(tokens_written, num_reqs_padded, self.cp_world_size, self.cp_rank,
-                               self.cp_interleave, [group.block_size for group in self.groups],
-                               [group.blocks_per_kv_block for group in self.groups],
-                               [group.cp_sharded for group in self.groups], enabled)
+            sizes = pack_sizes(tokens_written, num_reqs_padded, *self.captured.cp, *self.captured.groups.as_arguments())
             views = RunnerStepInputs(self.positions[:num_tokens_padded], self.seq_lens[:num_reqs_padded],
                                      self.block_tables_by_name, self.slot_mappings_by_name)
             shape = self._step_shapes[(num_tokens_padded, num_reqs_padded, tokens_written)] = (sizes, views)
@@ -377,7 +379,7 @@ class PersistentMappings:
         except ValueError as error:
             raise named_after_the_wrapper(error, self.num_groups) from None
         row_first = None
-        if self._masks_windows:
+        if self.captured.masks_windows:
             # Request-indexed first positions for the gathers (the fused op's are batch-indexed).
             # Every negative idx_mapping is "no row" (entry 0), a row past the tables lands on the
             # last entry (the gathers reject it on the host, give a NULL row on a device): no
@@ -403,7 +405,7 @@ class PersistentMappings:
         every `slot_mappings[g]` in place. Keywords: max_model_len, past_max_model_len,
         token_indices and num_rejected_tokens (the first step: it gathers from `positions`),
         query_start_loc, num_reqs_padded, num_tokens_padded (see persistent/draft_step.py)."""
-        return _advance_draft_step(self, idx_mapping, **kwargs)
+        return _advance_draft_step(self.captured, idx_mapping, **kwargs)
 
     def draft_inputs(
         self,

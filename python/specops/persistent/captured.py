@@ -1,0 +1,62 @@
+"""The record of what `PersistentMappings` captured, as its helpers read it.
+
+The checks (persistent/checks.py) and the draft step (persistent/draft_step.py) take this frozen
+record, made once when the mappings are built, instead of the class: the buffers they read or
+write (every one allocated once, its data pointer fixed), the batch limits, the CP layout and
+the per-group lists every multi-group op takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupLists:
+    """The per-group lists of the multi-group ops, in schema order, one entry per group."""
+
+    block_sizes: list[int]
+    blocks_per_kv_block: list[int]
+    cp_sharded: list[bool]
+    slot_mapping_enabled: list[bool]
+
+    def as_arguments(self) -> tuple[list[int], list[int], list[bool], list[bool]]:
+        return self.block_sizes, self.blocks_per_kv_block, self.cp_sharded, self.slot_mapping_enabled
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedTables:
+    """What check_slot_mapping_positions reads for the groups that map slots (the host path)."""
+
+    groups: list[int]  # those groups' indices among all groups (the check sees only these)
+    tables: list[torch.Tensor]  # their source tables
+    counts: list[torch.Tensor]  # their num_blocks
+    sizes: list[int]  # their slot-mapping arguments, packed group after group
+    slots: list[torch.Tensor]  # their int32 slot mappings, whose slots must fit; [] for int64
+
+
+@dataclasses.dataclass(frozen=True)
+class CapturedBuffers:
+    device: torch.device  # the buffers' device, as their tensors report it
+    max_num_reqs: int
+    max_num_tokens: int
+    cp: tuple[int, int, int]  # (cp_world_size, cp_rank, cp_interleave)
+    groups: GroupLists
+    # Every captured block table and slot mapping lies in these two (callers' tensors may share
+    # memory with neither).
+    table_storage: torch.Tensor
+    slot_storage: torch.Tensor
+    source_block_tables: list[torch.Tensor]
+    num_blocks: list[torch.Tensor]
+    slot_mappings: list[torch.Tensor]
+    positions: torch.Tensor
+    seq_lens: torch.Tensor
+    draft_positions: torch.Tensor
+    mapped_groups: int  # groups with a slot mapping
+    masks_windows: bool  # a group masks its sliding window in the gathers
+    checked: CheckedTables | None  # None: no host check of the positions (a device, or no mapped group)
+    # advance_draft_step's packed sizes by (max_model_len, rule, num_tokens_padded,
+    # num_reqs_padded), made on a shape's first step: the record's one mutable part, a cache.
+    draft_step_sizes: dict[tuple, list[int]] = dataclasses.field(default_factory=dict)
