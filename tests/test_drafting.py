@@ -423,7 +423,8 @@ def test_public_names():
 
 
 def test_shared_fields_are_the_metadata_fields_in_order():
-    """A step builds each metadata as DraftAttnMetadata(*shared, <the group's own fields>); the
+    """A step builds each metadata as DraftAttnMetadata(**shared._asdict(), <the group's own
+    fields by name>): the shared fields are metadata fields, the group's own follow them; the
     compressed groups' fields, last, default to None and are set on compressed groups only."""
     shared = drafting.configs.SharedFields._fields
     assert shared == tuple(FIELDS[:len(shared)])

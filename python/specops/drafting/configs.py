@@ -229,9 +229,8 @@ class DraftAttnMetadata:
 
 
 class SharedFields(NamedTuple):
-    """DraftAttnMetadata's group-invariant fields, named as there and in its order (a step
-    builds each group's metadata as DraftAttnMetadata(*shared, <the group's own fields>);
-    tests/test_drafting.py checks the two orders agree)."""
+    """DraftAttnMetadata's group-invariant fields, named as there (a step builds each group's
+    metadata as DraftAttnMetadata(**shared._asdict(), <the group's own fields by name>))."""
 
     num_decodes: int
     num_prefills: int

@@ -23,17 +23,15 @@ if TYPE_CHECKING:
 
 class GroupInvariant:
     """What every group of one (step, draft index) shares: `shared`, DraftAttnMetadata's
-    group-invariant fields, and what the groups' own ops and checks read. `metadata_head` is
-    `shared` as a plain tuple, what each group's metadata is built from: a star-argument copies
-    an exact tuple at once, a NamedTuple item by item (a tenth of an empty op per group)."""
+    group-invariant fields (each group's metadata is built from them by name), and what the
+    groups' own ops and checks read."""
 
-    __slots__ = ("shared", "metadata_head", "query_lens", "all_decodes", "_max_query_len", "seq_lens_cpu",
+    __slots__ = ("shared", "query_lens", "all_decodes", "_max_query_len", "seq_lens_cpu",
                  "query_start_loc", "seq_lens", "host_split", "_local_cpu")
 
     def __init__(self, query_lens: np.ndarray, all_decodes: bool, seq_lens_cpu: torch.Tensor,
                  query_start_loc: torch.Tensor, seq_lens: torch.Tensor):
         self.shared: SharedFields | None = None  # set once the results are written
-        self.metadata_head: tuple = ()
         self.query_lens = query_lens  # host, per request
         self.all_decodes = all_decodes  # every query length is at most 1 + num_speculative_tokens
         self._max_query_len: int | None = None
@@ -260,7 +258,6 @@ def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: 
             views.cos, views.sin, cp, views.local_cos, views.local_sin, cp.start_pos, seq_lens_cpu)
     invariant.host_split = (starts, views.split[2], views.split[3], common.causal)
     invariant.shared = SharedFields._make(head)
-    invariant.metadata_head = head
     return invariant
 
 

@@ -88,9 +88,10 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
     if dspark_tables:
         _run_dspark(plan.dspark_calls, outputs.dspark_arguments, dspark_tables, invariants)
 
-    # DraftAttnMetadata's group-invariant fields first, in its order (configs.SharedFields).
-    metadata = [DraftAttnMetadata(*invariants[invariant_slot].metadata_head,
-                                  None if sas_slot is None else sas[sas_slot], slot_mapping, indices, lens, window)
+    # DraftAttnMetadata by name: the group-invariant fields (configs.SharedFields), then the group's own.
+    metadata = [DraftAttnMetadata(**invariants[invariant_slot].shared._asdict(),
+                                  sas_metadata=None if sas_slot is None else sas[sas_slot], slot_mapping=slot_mapping,
+                                  dspark_swa_indices=indices, dspark_swa_lens=lens, window=window)
                 for slot_mapping, indices, lens, window, invariant_slot, sas_slot in outputs.rows]
     for index in plan.actual_slot_groups:
         metadata[index].slot_mapping = metadata[index].slot_mapping[:common.num_actual_tokens]
