@@ -1,1 +1,1 @@
-"""One module per op, each defining that op's OpSpec (tests/op_table.py lists them in OP_TABLE)."""
+"""One module per op, each defining that op's OpSpec (tests/op_table.py finds them by name for OP_TABLE)."""
