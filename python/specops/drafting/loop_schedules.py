@@ -119,9 +119,9 @@ class LoopSchedules:
                     for fixed, slot in fixed_slots.items()]
         self.qli_arguments = None
         if self.qli_slot is not None:
-            model = builders[0].model
-            self.qli_arguments = [[indexer_arguments(model, block[k, self.qli_slot]) for k in range(num_steps)]
-                                  for block in self.host_blocks]
+            first = next(b for b in builders if b.group.compress_ratio == 4)
+            self.qli_arguments = [[indexer_arguments(first.model, first.platform, block[k, self.qli_slot])
+                                   for k in range(num_steps)] for block in self.host_blocks]
         # Host arrays each pass's schedules read: local query starts and local seq_lens.
         self.local_starts = torch.zeros((num_steps, max_num_reqs + 1), dtype=torch.int32)
         self.local_seq_lens = torch.zeros((num_steps, max_num_reqs), dtype=torch.int32)
