@@ -29,16 +29,18 @@ KINDS = {
 
 def make_setup(kinds: list[str], *, num_steps: int, max_model_len: int, cp_size: int = 1, cp_rank: int = 0,
                rule: str = "reset", slot_dtype=torch.int64, formats: list[str] | None = None, seed: int = 0,
-               shared_schedule: bool = False, sas_variant: str | None = None, device: str = "cpu"):
+               shared_schedule: bool = False, sas_variant: str | None = None, device: str = "cpu",
+               num_heads_q: int = 64, num_cube_cores: int = 4, num_vector_cores: int = 8,
+               soc_version: str = "Ascend910B1"):
     rope_rows = max_model_len + 2
     gen = torch.Generator().manual_seed(seed)
     rope = torch.randn(rope_rows, ROT_DIM, generator=gen).to(device)
     tables = {4: torch.randn(rope_rows, ROT_DIM, generator=gen).to(device),
               128: torch.randn(rope_rows, ROT_DIM, generator=gen).to(device)}
-    model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=rope,
-                        num_speculative_tokens=num_steps, cp_size=cp_size, cp_rank=cp_rank, num_cube_cores=4,
-                        num_vector_cores=8, index_topk=512, compress_rope_cos_sin_caches=tables,
-                        sas_variant=sas_variant)
+    model = ModelConfig(num_heads_q=num_heads_q, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=rope,
+                        num_speculative_tokens=num_steps, cp_size=cp_size, cp_rank=cp_rank,
+                        num_cube_cores=num_cube_cores, num_vector_cores=num_vector_cores, soc_version=soc_version,
+                        index_topk=512, compress_rope_cos_sin_caches=tables, sas_variant=sas_variant)
     names = [f"{kind}{i}" for i, kind in enumerate(kinds)]
     groups = [MappingGroup(block_size=KINDS[kind][0], name=name) for kind, name in zip(kinds, names)]
     max_tokens = MAX_REQS * (num_steps + 2)
