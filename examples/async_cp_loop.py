@@ -118,7 +118,7 @@ class Loop:
         self.ranks = [Rank(rank, drafting.ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64,
                                                       rope_cos_sin_cache=rope, num_speculative_tokens=NUM_DRAFTS,
                                                       cp_size=NUM_RANKS, cp_rank=rank, num_cube_cores=4,
-                                                      num_vector_cores=8))
+                                                      num_vector_cores=8, soc_version="Ascend910B1"))
                       for rank in range(NUM_RANKS)]
         self.requests: list[Request] = []
         self.previous_batch: list[Request] = []

@@ -71,7 +71,8 @@ class Loop:
         # The drafting layer: one builder per KV-cache group, fed the mappings' buffers by name.
         self.rope = torch.rand(MAX_MODEL_LEN + 1, 8, generator=torch.Generator().manual_seed(seed))
         model = drafting.ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=self.rope,
-                                     num_speculative_tokens=K, num_cube_cores=4, num_vector_cores=8)
+                                     num_speculative_tokens=K, num_cube_cores=4, num_vector_cores=8,
+                                     soc_version="Ascend910B1")
         self.builders = [drafting.DraftMetadataBuilder(
             model, drafting.GroupConfig(name, block_size=bs, storage_block_size=bs, sliding_window=window),
             max_num_reqs=MAX_REQS, max_num_tokens=self.mappings.positions.numel())

@@ -17,10 +17,15 @@ real device tensor does is kept where it matters:
   `.tolist()` and `.numpy()` refuse a tensor subclass before any dispatch (a RuntimeError).
 Copies into a stand-in from the host are logged (`uploads`: the words and whether the copy was
 non-blocking), so a test can count them and check what reached the "device".
+
+`stand_in_npu` stands in torch_npu's device properties, where the sas family and the drafting
+layer read the core counts and SoC of an NPU; with `specops.triton_kernels._launch.assumed_npu`
+any device is then an NPU with those properties.
 """
 
 from __future__ import annotations
 
+import types
 from typing import NamedTuple
 
 import torch
@@ -116,3 +121,21 @@ def device_words(tensor: DeviceStandIn) -> torch.Tensor:
     """What the stand-in holds, for the test's own check after the call (not a device read of
     the code under test: the test reads `inner`, as it would synchronize on a device)."""
     return tensor.inner.clone()
+
+
+def stand_in_npu(monkeypatch) -> tuple[dict[int, types.SimpleNamespace], list[int]]:
+    """A stand-in torch_npu (`torch.npu`, undone with `monkeypatch`): device i reports the
+    properties in `table[i]` (name, and cube_core_num / vector_core_num where the test gives
+    them), the current device is 0, and each read appends its index to `reads`. The caller
+    clears specops' per-device platform cache around its test (specops.ops._ascend_platform)."""
+    table: dict[int, types.SimpleNamespace] = {}
+    reads: list[int] = []
+
+    def get_device_properties(index):
+        reads.append(index)
+        return table[index]
+
+    monkeypatch.setattr(torch, "npu", types.SimpleNamespace(
+        current_device=lambda: 0, is_available=lambda: True, get_device_properties=get_device_properties),
+        raising=False)
+    return table, reads

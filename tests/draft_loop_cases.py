@@ -13,6 +13,8 @@ from specops.drafting import DraftLoopPlan, DraftMetadataBuilder, GroupConfig, M
 ROT_DIM = 8
 MAX_REQS = 6
 I32 = torch.int32
+# The device the setups' schedules are for, given (their builders are on the CPU).
+PLATFORM = dict(num_cube_cores=4, num_vector_cores=8, soc_version="Ascend910B1")
 
 # The group kinds: (name, block size, storage block size, window, compress ratio, dspark).
 KINDS = {
@@ -29,16 +31,19 @@ KINDS = {
 
 def make_setup(kinds: list[str], *, num_steps: int, max_model_len: int, cp_size: int = 1, cp_rank: int = 0,
                rule: str = "reset", slot_dtype=torch.int64, formats: list[str] | None = None, seed: int = 0,
-               shared_schedule: bool = False, sas_variant: str | None = None, device: str = "cpu"):
+               shared_schedule: bool = False, sas_variant: str | None = None, device: str = "cpu",
+               num_heads_q: int = 64, platform: dict | None = None):
+    """Mappings, builders and a DraftLoopPlan over `kinds`. platform: ModelConfig's core counts and
+    SoC (default PLATFORM; {} leaves them to the builders' NPU)."""
     rope_rows = max_model_len + 2
     gen = torch.Generator().manual_seed(seed)
     rope = torch.randn(rope_rows, ROT_DIM, generator=gen).to(device)
     tables = {4: torch.randn(rope_rows, ROT_DIM, generator=gen).to(device),
               128: torch.randn(rope_rows, ROT_DIM, generator=gen).to(device)}
-    model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=rope,
-                        num_speculative_tokens=num_steps, cp_size=cp_size, cp_rank=cp_rank, num_cube_cores=4,
-                        num_vector_cores=8, index_topk=512, compress_rope_cos_sin_caches=tables,
-                        sas_variant=sas_variant)
+    model = ModelConfig(num_heads_q=num_heads_q, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=rope,
+                        num_speculative_tokens=num_steps, cp_size=cp_size, cp_rank=cp_rank,
+                        **(PLATFORM if platform is None else platform), index_topk=512,
+                        compress_rope_cos_sin_caches=tables, sas_variant=sas_variant)
     names = [f"{kind}{i}" for i, kind in enumerate(kinds)]
     groups = [MappingGroup(block_size=KINDS[kind][0], name=name) for kind, name in zip(kinds, names)]
     max_tokens = MAX_REQS * (num_steps + 2)

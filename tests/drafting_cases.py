@@ -38,7 +38,7 @@ def make_model(num_speculative_tokens: int = 3, cp_size: int = 1, cp_rank: int =
         cache = torch.randn(MAX_POSITION, ROT_DIM, generator=torch.Generator().manual_seed(7)).to(device)
     return ModelConfig(num_heads_q=8, num_heads_kv=2, head_dim=head_dim, rope_cos_sin_cache=cache,
                        num_speculative_tokens=num_speculative_tokens, cp_size=cp_size, cp_rank=cp_rank,
-                       num_cube_cores=4, num_vector_cores=8)
+                       num_cube_cores=4, num_vector_cores=8, soc_version="Ascend910B1")
 
 
 def make_builders(model: ModelConfig, groups, device: str = "cpu") -> list[DraftMetadataBuilder]:

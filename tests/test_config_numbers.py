@@ -20,7 +20,8 @@ from specops.drafting import DraftMetadataBuilder, GroupConfig, ModelConfig
 
 def _model(**change) -> ModelConfig:
     fields = dict(num_heads_q=8, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=torch.zeros(16, 8),
-                  num_speculative_tokens=2, cp_size=2, cp_rank=1, num_cube_cores=24, num_vector_cores=48)
+                  num_speculative_tokens=2, cp_size=2, cp_rank=1, num_cube_cores=24, num_vector_cores=48,
+                  soc_version="Ascend910B1")
     return ModelConfig(**{**fields, **change})
 
 

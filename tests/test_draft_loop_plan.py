@@ -118,7 +118,7 @@ CASES = [
 
 @pytest.mark.parametrize("kinds,num_steps,cp_size,rule,bound_extra", CASES)
 def test_every_pass_matches_the_per_pass_path(kinds, num_steps, cp_size, rule, bound_extra):
-    rng = random.Random(hash((tuple(kinds), num_steps, cp_size, rule)) & 0xFFFF)
+    rng = random.Random(repr((kinds, num_steps, cp_size, rule)))  # str seeds are stable across runs
     max_model_len = rng.randint(num_steps + 3, 60)
     cp_rank = rng.randint(0, cp_size - 1)
     formats = [rng.choice(["int64_padded", "int32_actual"]) for _ in kinds]

@@ -49,7 +49,8 @@ def test_hand_computed_step():
     p = torch.arange(64, dtype=torch.float32)[:, None]
     cache = torch.cat([p, p + 0.5, -p, -p - 0.5], dim=1)
     model = ModelConfig(num_heads_q=4, num_heads_kv=1, head_dim=128, rope_cos_sin_cache=cache,
-                        num_speculative_tokens=1, cp_size=2, cp_rank=1, num_cube_cores=2, num_vector_cores=4)
+                        num_speculative_tokens=1, cp_size=2, cp_rank=1, num_cube_cores=2, num_vector_cores=4,
+                        soc_version="Ascend910B1")
     group = GroupConfig("swa", block_size=4, storage_block_size=4, sliding_window=8)
     builder = DraftMetadataBuilder(model, group, max_num_reqs=4, max_num_tokens=16)
     # Request 0: a decode of 2 tokens at positions 10, 11; request 1: 3 tokens at 20..22 (a

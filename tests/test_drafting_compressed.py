@@ -217,7 +217,9 @@ def test_tables_of_two_widths_still_match_each_group_alone():
 
 def test_the_variant_follows_the_soc_as_device_operator_picks_it():
     cache = torch.zeros(8, 4)
-    assert ModelConfig(64, 1, 64, cache, 1).sas_variant == "a2a3"
+    assert ModelConfig(64, 1, 64, cache, 1, soc_version="Ascend910B1").sas_variant == "a2a3"
+    # No SoC given: each builder picks it from its device's (tests/test_drafting_platform.py).
+    assert ModelConfig(64, 1, 64, cache, 1).sas_variant is None
     assert ModelConfig(64, 1, 64, cache, 1, soc_version="Ascend950PR_9599").sas_variant == "a5"
     assert ModelConfig(64, 1, 64, cache, 1, sas_variant="a2a3", soc_version="Ascend950PR_9599").sas_variant == "a2a3"
     model = compressed_model(variant="a5")
@@ -285,7 +287,7 @@ def test_a_step_without_requests_gets_the_kernels_empty_schedules(variant):
     (golden "no batch" cases), and no compressor rows."""
     soc = "Ascend950PR_9599" if variant == "a5" else "Ascend910B1"
     model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=512, rope_cos_sin_cache=torch.zeros(64, ROT_DIM),
-                        num_speculative_tokens=1, soc_version=soc)
+                        num_speculative_tokens=1, num_cube_cores=24, num_vector_cores=48, soc_version=soc)
     group = GroupConfig("c4", block_size=16, storage_block_size=16, sliding_window=128, compress_ratio=4)
     common = make_step(random.Random(0), [group], 1, num_reqs=0)
     meta = build_draft_attn_metadata([DraftMetadataBuilder(model, group, 4, 16)], common, 1)[0]

@@ -70,7 +70,8 @@ def _model(**kwargs):
     from specops.drafting import ModelConfig
 
     return ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=512, rope_cos_sin_cache=torch.zeros(64, 64),
-                       num_speculative_tokens=2, **kwargs)
+                       num_speculative_tokens=2, num_cube_cores=24, num_vector_cores=48, soc_version="Ascend910B1",
+                       **kwargs)
 
 
 def _c4_group():

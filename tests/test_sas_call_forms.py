@@ -17,7 +17,7 @@ import types
 
 import pytest
 import torch
-from device_stand_in import DeviceStandIn, device_words, on_device
+from device_stand_in import DeviceStandIn, device_words, on_device, stand_in_npu
 from golden_cases import SAS_TENSORS, golden_cases, tensor_call
 from test_sas_metadata import _KERNEL_MESSAGE_ARGUMENT
 
@@ -145,16 +145,7 @@ def test_off_the_npu_each_platform_argument_is_required(missing):
 @pytest.fixture
 def npu_properties(monkeypatch):
     """A stand-in torch_npu: device i reports the properties in `table[i]`; reads are counted."""
-    table: dict[int, types.SimpleNamespace] = {}
-    reads: list[int] = []
-
-    def get_device_properties(index):
-        reads.append(index)
-        return table[index]
-
-    monkeypatch.setattr(torch, "npu", types.SimpleNamespace(
-        current_device=lambda: 0, is_available=lambda: True, get_device_properties=get_device_properties),
-        raising=False)
+    table, reads = stand_in_npu(monkeypatch)
     _ascend_platform.clear_platform_cache()
     yield table, reads
     _ascend_platform.clear_platform_cache()

@@ -136,7 +136,8 @@ def _draft_step(causal: bool = True) -> Callable[[], object]:
     DSpark group builds its indices on the non-causal step."""
     model = drafting.ModelConfig(num_heads_q=8, num_heads_kv=2, head_dim=64,
                                  rope_cos_sin_cache=torch.rand(256, 8, generator=torch.Generator().manual_seed(0)),
-                                 num_speculative_tokens=3, cp_size=2, cp_rank=1, num_cube_cores=4, num_vector_cores=8)
+                                 num_speculative_tokens=3, cp_size=2, cp_rank=1, num_cube_cores=4, num_vector_cores=8,
+                                 soc_version="Ascend910B1")
     groups = [drafting.GroupConfig("swa", block_size=16, storage_block_size=16, sliding_window=24),
               drafting.GroupConfig("full", block_size=16, storage_block_size=4, sliding_window=None),
               drafting.GroupConfig("dspark", block_size=8, storage_block_size=8, sliding_window=24, dspark=True)]

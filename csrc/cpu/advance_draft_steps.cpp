@@ -3,6 +3,7 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
+#include <limits>
 #include <vector>
 
 #include "cpu/slot_mapping_checks.h"
@@ -39,7 +40,10 @@ void check_rows(const at::Tensor& t, const Name& name, std::initializer_list<c10
   }
 }
 
-void stream_rows(int64_t input_tokens, int64_t split_size, int64_t* per_rank, int64_t* pad) {
+// A count no output can hold is refused before the padding math, which would overflow past it.
+void stream_rows(int64_t input_tokens, const char* name, int64_t split_size, int64_t* per_rank, int64_t* pad) {
+  TORCH_CHECK_VALUE(input_tokens <= std::numeric_limits<int64_t>::max() - split_size, name, " = ", input_tokens,
+                    " is more tokens than any output holds");
   kernels::split_of(input_tokens, split_size, per_rank, pad);
 }
 
@@ -143,10 +147,10 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   const int64_t rot_dim = rope_cos_sin_cache.size(1);
   const c10::ScalarType rope_dtype = rope_cos_sin_cache.scalar_type();
   int64_t per_rank = 0, pad = 0, later_rank = 0, later_pad = 0;
-  stream_rows(num_input_tokens, split_size, &per_rank, &pad);
+  stream_rows(num_input_tokens, "num_input_tokens", split_size, &per_rank, &pad);
   int64_t slot_entries = num_input_tokens;
   if (num_steps > 1) {
-    stream_rows(num_reqs_padded, split_size, &later_rank, &later_pad);
+    stream_rows(num_reqs_padded, "num_reqs_padded", split_size, &later_rank, &later_pad);
     per_rank = std::max(per_rank, later_rank);
     pad = std::max(pad, later_pad);
     slot_entries = std::max(slot_entries, num_reqs_padded);

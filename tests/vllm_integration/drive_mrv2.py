@@ -26,6 +26,7 @@ and host syncs of each step (instruments.py).
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import types
@@ -34,6 +35,8 @@ import numpy as np
 
 import host
 
+if os.environ.get("TRITON_INTERPRET") != "1":
+    raise RuntimeError("the vLLM drivers need TRITON_INTERPRET=1 set before the process starts")
 host.apply()
 
 import torch  # noqa: E402

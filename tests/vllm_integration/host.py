@@ -1,17 +1,20 @@
-"""vLLM 0.33's GPU model-runner code on a CPU-only host: the shims of tests/peers/conftest.py, as
-a function a fresh driver process calls before it imports any vLLM kernel module.
+"""vLLM 0.33's GPU model-runner code on a CPU-only host: the shims both vLLM suites apply
+(tests/peers/conftest.py and the drivers here) before any vLLM kernel module is imported.
 
-None of them changes what a kernel computes (tests/peers/conftest.py says why each is needed):
-the real Triton for vllm.triton_utils (kernels run under TRITON_INTERPRET=1), the interpreter's
-masked load / store given a bool mask, host buffers that are their own "UVA" device view, no
-pinned memory. The PCP group's all_gather (PCPManager.restore_hidden_states) is a stand-in that
-concatenates the local rows once per rank: the drivers replace the model, and the rows it restores
-only feed the stand-in sampler and drafter, identically in both runs.
+None of them changes what a kernel computes:
+- vLLM hands out a placeholder Triton when no GPU driver is active; `vllm.triton_utils` is
+  given the real Triton, and TRITON_INTERPRET=1 runs the kernels on CPU tensors.
+- Triton's interpreter rejects a load/store mask built as `scalar_bool & block_bool`, which a
+  GPU compiles (vLLM's slot-mapping kernel has one): the interpreter's masked load and store
+  get the mask cast to bool first.
+- vLLM's staging buffers are pinned host memory seen by the device through UVA. On a CPU host
+  the "device view" of a host buffer is the buffer itself, and nothing can be pinned.
+The PCP group's all_gather (PCPManager.restore_hidden_states) is a stand-in that concatenates
+the local rows once per rank: the drivers replace the model, and the rows it restores only feed
+the stand-in sampler and drafter, identically in both runs.
 """
 
 from __future__ import annotations
-
-import os
 
 _APPLIED = False
 
@@ -21,8 +24,6 @@ def apply() -> None:
     if _APPLIED:
         return
     _APPLIED = True
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("the vLLM drivers need TRITON_INTERPRET=1 set before the process starts")
     import torch
     import triton
     import triton.language as tl

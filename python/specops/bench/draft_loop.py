@@ -27,8 +27,10 @@ def _setup(num_reqs: int, num_steps: int, mix: str, device: torch.device):
     kinds = MIXES[mix]
     spec = {"swa": (128, 128, 128, 1), "full": (128, 128, None, 1), "c4": (128, 32, 128, 4), "c128": (128, 8, 128, 128)}
     rope = torch.randn(max_model_len + 2, 64, device=device)
+    # The platform is given (the sas benches' chip): the same schedules whatever runs the bench.
     model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=512, rope_cos_sin_cache=rope,
-                        num_speculative_tokens=num_steps, index_topk=512)
+                        num_speculative_tokens=num_steps, index_topk=512, num_cube_cores=24, num_vector_cores=48,
+                        soc_version="Ascend910B1")
     groups = [MappingGroup(block_size=spec[k][0], name=k) for k in kinds]
     max_tokens = num_reqs * (num_steps + 1)
     mappings = PersistentMappings(groups, max_num_reqs=num_reqs,

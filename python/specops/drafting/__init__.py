@@ -9,7 +9,7 @@ when it passes one). The groups' own results come from multi-group launches, one
 however many groups there are.
 
     model = ModelConfig(num_heads_q=64, num_heads_kv=1, head_dim=512, rope_cos_sin_cache=cache,
-                        num_speculative_tokens=7)
+                        num_speculative_tokens=7)  # core counts and SoC: read from the builders' NPU
     builders = [DraftMetadataBuilder(model, group, max_num_reqs=256, max_num_tokens=4096) for group in groups]
     metas = build_draft_attn_metadata(builders, common, draft_index=1)
 
@@ -20,7 +20,8 @@ docs/drafting.md for the addresses a cache hit hands out and for the fresh-cache
 Modules: `naive` (the plain definition of a group's metadata, one group at a time: read it
 first), `configs` (the configs, the step's inputs and results), `cache` (StepCache), `buffers`
 (the persistent buffers and their per-shape views), `builder` (one group's fixed arguments and
-buffers), `invariant` (the group-invariant results), `plan` (what a step over given builders
+buffers), `platform` (the core counts, SoC and sas variant a builder's schedules are for),
+`invariant` (the group-invariant results), `plan` (what a step over given builders
 does, worked out once), `compressed` (compressed groups: the indexer schedule and the batched
 compressor metadata) and `step` (one draft step over every builder).
 """

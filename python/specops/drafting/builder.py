@@ -12,11 +12,12 @@ from specops.drafting.buffers import DraftBuffers
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import (
     SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig, checked_draft_index)
+from specops.drafting.platform import DraftPlatform, resolved_draft_platform
 from specops.drafting.step import build_step, step_fingerprints
 from specops.ops._checks import check_allocated_elements, checked_size
 from specops.ops.dspark_swa_indices import default_width
 from specops.sas_family_layout import LI_HEADS
-from specops.sas_layout import ASCEND950, CMP_TOPKS
+from specops.sas_layout import CMP_TOPKS
 
 if TYPE_CHECKING:
     from specops.drafting.plan import StepPlan
@@ -36,7 +37,7 @@ class SasArguments(NamedTuple):
     cmp_ratio: int = 1  # the group's compress ratio; 1: no compressed KV
     cmp_topk: int = 0  # C4: the indexer's top-k (SCFA); C128: 0 (CFA)
     has_cmp_kv: bool = False
-    a5: bool = False  # kv_quant_sas_metadata (ModelConfig.sas_variant "a5")
+    a5: bool = False  # kv_quant_sas_metadata (the builder's platform.sas_variant "a5")
 
 
 class DraftMetadataBuilder:
@@ -46,10 +47,12 @@ class DraftMetadataBuilder:
     where the buffers live (default torch.get_default_device()); the inputs and the RoPE cache
     must be there too (the host copies on the CPU).
 
-    Read by the layer's step, not meant to be changed: `step_windows[causal]`, the window of
-    each kind of step; `sas_arguments[causal]`, the group's sas_metadata arguments (None
-    without a sliding window); `step_plans`, the plans of the steps this builder is the first
-    group of.
+    Read by the layer's step, not meant to be changed: `platform`, the core counts, SoC and sas
+    variant its schedules are planned for (ModelConfig's, any left None read from the NPU
+    `device`; off the NPU the config must give them all: drafting/platform.py);
+    `step_windows[causal]`, the window of each kind of step; `sas_arguments[causal]`, the
+    group's sas_metadata arguments (None without a sliding window); `step_plans`, the plans of
+    the steps this builder is the first group of.
 
     Not thread-safe: a builder owns persistent buffers that every build rewrites, so two threads
     building with one builder (or sharing one StepCache) corrupt each other's results. A runner
@@ -74,6 +77,9 @@ class DraftMetadataBuilder:
         if model.rope_cos_sin_cache.device != self.device:
             raise ValueError(f"rope_cos_sin_cache must be on the builder's device {self.device}, "
                              f"got {model.rope_cos_sin_cache.device}")
+        # Before anything is made: a platform that cannot be resolved leaves nothing built.
+        self.platform: DraftPlatform = resolved_draft_platform(model, self.device)
+        platform = self.platform
         self.window = group.window
         num_speculative_tokens = model.num_speculative_tokens
         # The window of each kind of step (GroupConfig.step_window): a DSpark group's non-causal
@@ -119,18 +125,18 @@ class DraftMetadataBuilder:
             # (SCFA), C128 every compressed token (CFA). At most three per step: one per ratio.
             ratio = group.compress_ratio
             compressed = dict(cmp_ratio=ratio, cmp_topk=model.index_topk if ratio == 4 else 0, has_cmp_kv=ratio > 1,
-                              a5=model.sas_variant == "a5")
+                              a5=platform.sas_variant == "a5")
             self.sas_arguments = {
                 causal: SasArguments(num_heads_q=model.num_heads_q, head_dim=model.head_dim, ori_win_left=left,
-                                     ori_win_right=right, num_cube_cores=model.num_cube_cores,
-                                     num_vector_cores=model.num_vector_cores,
-                                     ascend950=ASCEND950 in model.soc_version, **compressed)
+                                     ori_win_right=right, num_cube_cores=platform.num_cube_cores,
+                                     num_vector_cores=platform.num_vector_cores, ascend950=platform.ascend950,
+                                     **compressed)
                 for causal, (left, right) in self.step_windows.items()
             }
             self._sas_names = {
                 causal: (f"sas_metadata[{model_key} heads={model.num_heads_q} head_dim={model.head_dim} "
-                         f"window={window} cores={model.num_cube_cores}/{model.num_vector_cores} "
-                         f"soc={model.soc_version} variant={model.sas_variant} "
+                         f"window={window} cores={platform.num_cube_cores}/{platform.num_vector_cores} "
+                         f"soc={platform.soc_version} variant={platform.sas_variant} "
                          f"cmp={compressed['cmp_ratio']}/{compressed['cmp_topk']}]")
                 for causal, window in self.step_windows.items()
             }
@@ -140,7 +146,8 @@ class DraftMetadataBuilder:
         if group.compress_ratio == 4:
             self._qli_name = (f"lightning_indexer_metadata[{model_key} heads={model.index_n_heads} "
                               f"head_dim={model.index_head_dim} topk={model.index_topk} "
-                              f"cores={model.num_cube_cores}/{model.num_vector_cores} soc={model.soc_version}]")
+                              f"cores={platform.num_cube_cores}/{platform.num_vector_cores} "
+                              f"soc={platform.soc_version}]")
 
     def buffers(self, draft_index: int) -> DraftBuffers:
         """The persistent buffers of draft_index, allocated on its first use."""

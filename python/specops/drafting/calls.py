@@ -20,11 +20,13 @@ import torch
 from specops.ops._op import SpecOp
 from specops.ops.registry import OPS
 from specops.sas_family_layout import LAYOUT_KEY_CODES, LAYOUT_QUERY_CODES
-from specops.sas_layout import ASCEND950, LAYOUT_KV_CODES, LAYOUT_Q_CODES
+from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES
 
 if TYPE_CHECKING:
     from specops.drafting.builder import SasArguments
+    from specops.drafting.configs import ModelConfig
     from specops.drafting.plan import DSparkCall
+    from specops.drafting.platform import DraftPlatform
 
 
 COMPRESSOR_METADATA = OPS["compressor_metadata"]
@@ -91,18 +93,19 @@ def sas_arguments(fixed: SasArguments, out: torch.Tensor) -> tuple[SpecOp, tuple
     return SAS_METADATA, SAS, list(SasMetadataArguments(**shared))
 
 
-def indexer_arguments(model, out: torch.Tensor) -> list:
+def indexer_arguments(model: ModelConfig, platform: DraftPlatform, out: torch.Tensor) -> list:
     """lightning_indexer_metadata as vllm-ascend's DSA builders call it for the C4 layers'
     indexer (the model's index heads, head size and top-k; TND queries, paged BSND keys, causal
-    sparse mode 3, cmp_ratio 4). The step sets the batch: the two length tensors, batch_size, the
-    maxima and the layouts (BSND without tensors for an empty batch)."""
+    sparse mode 3, cmp_ratio 4) on the builder's platform (its counts and SoC). The step sets the
+    batch: the two length tensors, batch_size, the maxima and the layouts (BSND without tensors
+    for an empty batch)."""
     return list(IndexerArguments(
         num_heads_q=model.index_n_heads, num_heads_k=1, head_dim=model.index_head_dim, query_quant_mode=0,
         key_quant_mode=0, actual_seq_lengths_query=None, actual_seq_lengths_key=None, batch_size=None,
         max_seqlen_q=None, max_seqlen_k=None, layout_query=None, layout_key=None, sparse_count=model.index_topk,
         sparse_mode=3, pre_tokens=(1 << 63) - 1, next_tokens=(1 << 63) - 1, cmp_ratio=4,
-        num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores,
-        ascend950=ASCEND950 in model.soc_version, out=out))
+        num_cube_cores=platform.num_cube_cores, num_vector_cores=platform.num_vector_cores,
+        ascend950=platform.ascend950, out=out))
 
 
 QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY = LAYOUT_QUERY_CODES["TND"], LAYOUT_KEY_CODES["PA_BSND"]

@@ -42,12 +42,13 @@ if TYPE_CHECKING:
     from specops.drafting.cache import StepCache
     from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, ModelConfig
     from specops.drafting.invariant import GroupInvariant
+    from specops.drafting.platform import DraftPlatform
 
 
-def compressor_format(model: ModelConfig) -> int:
+def compressor_format(platform: DraftPlatform) -> int:
     """The compressor's slot format vllm-ascend's DeviceOperator picks: flat slots on A5,
-    (block, offset) pairs on A2/A3."""
-    return FORMAT_FLAT if model.sas_variant == "a5" else FORMAT_BLOCK_OFFSET
+    (block, offset) pairs on A2/A3 (the builder's platform.sas_variant)."""
+    return FORMAT_FLAT if platform.sas_variant == "a5" else FORMAT_BLOCK_OFFSET
 
 
 def row_bound(num_tokens: int, num_reqs: int, ratio: int) -> int:
@@ -110,7 +111,7 @@ class QliCall:
         self.rope_id = id(builder.model.rope_cos_sin_cache)
         self.writes: Generation = buffers.qli_writes
         self.out = buffers.qli
-        self.arguments = indexer_arguments(builder.model, buffers.qli)
+        self.arguments = indexer_arguments(builder.model, builder.platform, buffers.qli)
         self.later = later  # how many later C4 groups share it
 
 
@@ -128,7 +129,7 @@ class CompressorBatch:
         model, group = first.model, first.group
         self.members, self.names = members, [builders[i].group.name for i in members]
         self.ratio, self.block_size, self.format = group.compress_ratio, group.storage_block_size, \
-            compressor_format(model)
+            compressor_format(first.platform)
         self.rope_cos, self.rope_sin = rope_halves(model, self.ratio)
         self.invariant_slot = invariant_slot
         self.max_reqs = min(builders[i].max_num_reqs for i in members)
@@ -193,7 +194,7 @@ class CompressedPlan:
             builder = builders[index]
             model = builder.model
             key = (builder.group.compress_ratio, builder.group.storage_block_size,
-                   id(model.compress_rope_cache(builder.group.compress_ratio)), compressor_format(model),
+                   id(model.compress_rope_cache(builder.group.compress_ratio)), compressor_format(builder.platform),
                    invariant_of[index], builder.device)
             batches.setdefault(key, []).append(index)
         self.batches = [CompressorBatch(builders, members, invariant_of[members[0]]) for members in batches.values()]

@@ -38,13 +38,36 @@ COMPRESS_RATIOS = (1, 4, 128)
 SAS_VARIANTS = ("a2a3", "a5")
 
 
+def sas_variant_of(soc_version: str) -> str:
+    """The schedule op vllm-ascend's DeviceOperator picks for a SoC: "a5" on Ascend950, else "a2a3"."""
+    return "a5" if ASCEND950 in soc_version else "a2a3"
+
+
+def check_variant_heads(sas_variant: str, num_heads_q: int, reason: str = "") -> None:
+    """kv_quant_sas_metadata schedules 64 or 128 query heads only."""
+    if sas_variant == "a5" and num_heads_q not in (64, 128):
+        raise ValueError(f"num_heads_q must be 64 or 128 with sas_variant 'a5'{reason}, got {num_heads_q}")
+
+
+def check_core_counts(num_cube_cores: int | None, num_vector_cores: int | None, source: str = "") -> None:
+    """The counts a schedule is planned for, each given one within what its words hold."""
+    if num_cube_cores is not None and not 1 <= num_cube_cores <= MAX_CUBE_CORES:
+        raise ValueError(f"num_cube_cores must be in [1, {MAX_CUBE_CORES}]{source}, got {num_cube_cores}")
+    if num_vector_cores is not None and not 1 <= num_vector_cores <= MAX_VECTOR_CORES:
+        raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}]{source}, got {num_vector_cores}")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ModelConfig:
     """The draft model as the metadata sees it (shared by every group's builder).
 
     rope_cos_sin_cache: [max_position, rot_dim], cos in the first rot_dim / 2 columns and sin in
     the others. num_cube_cores / num_vector_cores / soc_version: the device the sparse-attention
-    kernel runs on (sas_metadata).
+    kernel runs on (sas_metadata). Each one left None is read by every builder from its NPU
+    (torch_npu's device properties, else the SoC name's table; cached per device) into the
+    builder's `platform`, never written here: a config may serve builders on several devices. A
+    builder off the NPU needs all three (a ValueError names the first missing one), as the
+    schedule ops do (docs/sas_metadata.md, "Core counts and SoC").
 
     Compressed groups (GroupConfig.compress_ratio 4 / 128) read the indexer settings, as the
     model's hf_config holds them: index_topk (the C4 sas schedule's cmp_topk and the lightning
@@ -54,7 +77,9 @@ class ModelConfig:
     rows; a ratio without one uses rope_cos_sin_cache. sas_variant: "a2a3" (sas_metadata) or "a5"
     (kv_quant_sas_metadata with kv_quant_mode=1, and the flat compressor slot format), default
     "a5" when "Ascend950" is in soc_version, as vllm-ascend's DeviceOperator picks the op for
-    the device.
+    the device: set here when soc_version is given, else left None and picked by each builder
+    from its device's SoC (DraftMetadataBuilder.platform.sas_variant). A given one is kept
+    whatever the SoC.
     """
 
     num_heads_q: int
@@ -64,9 +89,9 @@ class ModelConfig:
     num_speculative_tokens: int
     cp_size: int = 1
     cp_rank: int = 0
-    num_cube_cores: int = 24
-    num_vector_cores: int = 48
-    soc_version: str = "Ascend910B1"
+    num_cube_cores: int | None = None
+    num_vector_cores: int | None = None
+    soc_version: str | None = None
     index_topk: int = 512
     index_n_heads: int = 64
     index_head_dim: int = 128
@@ -76,8 +101,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         # Numbers as the ops take ints (docs/hardening.md, "Bool arguments"): 16.0 is rejected.
         normalize_config_fields(self, ints=("num_heads_q", "num_heads_kv", "head_dim", "num_speculative_tokens",
-                                            "cp_size", "cp_rank", "num_cube_cores", "num_vector_cores",
-                                            "index_topk", "index_n_heads", "index_head_dim"))
+                                            "cp_size", "cp_rank", "index_topk", "index_n_heads", "index_head_dim"),
+                                optional_ints=("num_cube_cores", "num_vector_cores"))
         check_positive(self.num_heads_q, "num_heads_q")
         check_positive(self.num_heads_kv, "num_heads_kv")
         if self.num_heads_q % self.num_heads_kv:
@@ -91,25 +116,22 @@ class ModelConfig:
                 f"rope_cos_sin_cache must be a [max_position, rot_dim] tensor with an even rot_dim >= 2, got {shape}")
         check_non_negative(self.num_speculative_tokens, "num_speculative_tokens")
         check_cp_rank(self.cp_size, self.cp_rank, "cp_size")
-        if not 1 <= self.num_cube_cores <= MAX_CUBE_CORES:
-            raise ValueError(f"num_cube_cores must be in [1, {MAX_CUBE_CORES}], got {self.num_cube_cores}")
-        if not 1 <= self.num_vector_cores <= MAX_VECTOR_CORES:
-            raise ValueError(f"num_vector_cores must be in [1, {MAX_VECTOR_CORES}], got {self.num_vector_cores}")
-        if not isinstance(self.soc_version, str):
-            raise ValueError(f"soc_version must be a str, got {type(self.soc_version).__name__}")
+        # The platform: each one given is checked here, each None is read by the builder.
+        check_core_counts(self.num_cube_cores, self.num_vector_cores)
+        if self.soc_version is not None and not isinstance(self.soc_version, str):
+            raise ValueError(f"soc_version must be a str or None, got {type(self.soc_version).__name__}")
         # 0 is the kernels' "no top-k"; which other values a C4 group's schedule takes is checked
         # where the model meets its groups (DraftMetadataBuilder), before any build.
         if not 0 <= self.index_topk <= INT32_MAX:
             raise ValueError(f"index_topk must be in [0, 2^31 - 1] (0: no top-k), got {self.index_topk}")
         check_positive(self.index_n_heads, "index_n_heads")
         check_positive(self.index_head_dim, "index_head_dim")
-        if self.sas_variant is None:
-            object.__setattr__(self, "sas_variant", "a5" if ASCEND950 in self.soc_version else "a2a3")
-        if not isinstance(self.sas_variant, str) or self.sas_variant not in SAS_VARIANTS:
-            raise ValueError(f"sas_variant must be one of {list(SAS_VARIANTS)} or None, got {self.sas_variant!r}")
-        if self.sas_variant == "a5" and self.num_heads_q not in (64, 128):
-            # kv_quant_sas_metadata schedules 64 or 128 query heads only.
-            raise ValueError(f"num_heads_q must be 64 or 128 with sas_variant 'a5', got {self.num_heads_q}")
+        if self.sas_variant is None and self.soc_version is not None:
+            object.__setattr__(self, "sas_variant", sas_variant_of(self.soc_version))
+        if self.sas_variant is not None:
+            if not isinstance(self.sas_variant, str) or self.sas_variant not in SAS_VARIANTS:
+                raise ValueError(f"sas_variant must be one of {list(SAS_VARIANTS)} or None, got {self.sas_variant!r}")
+            check_variant_heads(self.sas_variant, self.num_heads_q)
         tables = self.compress_rope_cos_sin_caches
         if tables is not None:
             if not isinstance(tables, Mapping):

@@ -305,7 +305,7 @@ class _CompressedGroup:
         device = builder.device
         self.cos = torch.ones((num_steps, rows, 1, 1, rope_cos.size(1)), dtype=rope_cos.dtype, device=device)
         self.sin = torch.zeros_like(self.cos)
-        slot_format = compressor_format(model)
+        slot_format = compressor_format(builder.platform)
         self.slots = torch.full((num_steps, rows) if slot_format == FORMAT_FLAT else (num_steps, rows, 2), -1,
                                 dtype=torch.int32, device=device)
         self.arguments = [None] * len(COMPRESSOR)

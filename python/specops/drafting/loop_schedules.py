@@ -5,8 +5,9 @@ into one reused host block that one non-blocking copy takes to the device.
 Pass 1 is planned from its exact query layout (query_start_loc_cpu) and the seq_lens bound;
 pass k >= 2 (one token per request) from the bound plus k - 1, clamped to max_model_len, never
 reset. A schedule is a work partition: the consumer kernels re-read the real KV lengths at run
-time, so a plan made for lengths at least the real ones covers the real work (docs/sas_metadata.md,
-"Planning from an upper bound"). Passes whose bounds are equal share one computation (the words
+time, so a plan made for lengths at least the real ones covers the real work (the indexer's also
+needs every batch of more than 4 query tokens to hold 4 KV tokens, as a causal batch does;
+docs/sas_metadata.md, "Planning from an upper bound"). Passes whose bounds are equal share one computation (the words
 are copied); `shared` plans every pass k >= 2 once, for the largest bound (pass K's).
 
 The host block is double-buffered: each is rewritten only after the event recorded behind its
@@ -119,9 +120,9 @@ class LoopSchedules:
                     for fixed, slot in fixed_slots.items()]
         self.qli_arguments = None
         if self.qli_slot is not None:
-            model = builders[0].model
-            self.qli_arguments = [[indexer_arguments(model, block[k, self.qli_slot]) for k in range(num_steps)]
-                                  for block in self.host_blocks]
+            first = next(b for b in builders if b.group.compress_ratio == 4)
+            self.qli_arguments = [[indexer_arguments(first.model, first.platform, block[k, self.qli_slot])
+                                   for k in range(num_steps)] for block in self.host_blocks]
         # Host arrays each pass's schedules read: local query starts and local seq_lens.
         self.local_starts = torch.zeros((num_steps, max_num_reqs + 1), dtype=torch.int32)
         self.local_seq_lens = torch.zeros((num_steps, max_num_reqs), dtype=torch.int32)

@@ -16,6 +16,7 @@ import torch
 from specops._constants import PAD_SLOT_ID
 from specops.drafting.configs import (
     SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig)
+from specops.drafting.platform import resolved_draft_platform
 from specops.ops.compressor_metadata import compressor_metadata
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.ops.dspark_swa_indices import dspark_swa_indices
@@ -46,6 +47,9 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     """Every field of the group's metadata for the step `common` describes."""
     num_reqs, num_tokens, num_input_tokens = common.num_reqs, common.num_actual_tokens, common.num_input_tokens
     device = common.query_start_loc.device
+    # The counts, SoC and sas variant the schedules are for: the model's, any left None read
+    # from the NPU the inputs are on (as a builder there reads them).
+    platform = resolved_draft_platform(model, device)
     query_start_loc = common.query_start_loc[:num_reqs + 1]
     seq_lens = common.seq_lens[:num_reqs]
     starts = query_start_loc.tolist()
@@ -91,7 +95,7 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     # without a sliding window has none. Without requests the KV layout is TND (PA_ND needs
     # seqused_kv, which is then empty).
     # A compressed group adds its compressed KV: C4 with the indexer's top-k, C128 with none. On
-    # A5 (sas_variant "a5") the schedule is kv_quant_sas_metadata's, which wants a seqused_kv
+    # A5 (platform.sas_variant "a5") the schedule is kv_quant_sas_metadata's, which wants a seqused_kv
     # even for no requests (one entry, never read).
     window = step_window(group, model.num_speculative_tokens, common.causal)
     ratio = group.compress_ratio
@@ -102,9 +106,9 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
             max_seqlen_q=max_local_query_len, max_seqlen_kv=max_local_seq_len, cmp_ratio=ratio,
             cmp_topk=model.index_topk if ratio == 4 else 0, ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=window[0],
             ori_win_right=window[1], layout_q="TND", layout_kv="PA_ND" if num_reqs else "TND", has_cmp_kv=ratio > 1,
-            num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores,
-            soc_version=model.soc_version)
-        if model.sas_variant == "a5":
+            num_cube_cores=platform.num_cube_cores, num_vector_cores=platform.num_vector_cores,
+            soc_version=platform.soc_version)
+        if platform.sas_variant == "a5":
             if not num_reqs:
                 arguments.update(seqused_kv=torch.zeros(1, dtype=torch.int32, device=device), layout_kv="PA_ND")
             sas = kv_quant_sas_metadata(model.num_heads_q, 1, model.head_dim, 1, **arguments)
@@ -116,8 +120,8 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     qli = None
     if ratio == 4:
         indexer = dict(batch_size=num_reqs, sparse_count=model.index_topk, sparse_mode=3, cmp_ratio=4,
-                       num_cube_cores=model.num_cube_cores, num_vector_cores=model.num_vector_cores,
-                       soc_version=model.soc_version)
+                       num_cube_cores=platform.num_cube_cores, num_vector_cores=platform.num_vector_cores,
+                       soc_version=platform.soc_version)
         if num_reqs:
             indexer.update(actual_seq_lengths_query=local_query_start_loc[1:], actual_seq_lengths_key=local_seq_lens,
                            max_seqlen_q=max_local_query_len, max_seqlen_k=max_local_seq_len, layout_query="TND",
@@ -136,7 +140,7 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
         start_pos = seq_lens - torch.tensor(query_lens, dtype=torch.int32, device=device)
         compressed = compressor_metadata(
             table[:, :half], table[:, half:], query_start_loc, start_pos, common.block_tables[group.name][:num_reqs],
-            group.storage_block_size, 1 if model.sas_variant == "a5" else 2, ratio,
+            group.storage_block_size, 1 if platform.sas_variant == "a5" else 2, ratio,
             min(num_tokens, num_tokens // ratio + num_reqs), num_reqs)
 
     # Each token's slot as (storage block, offset), PAD for the padding tokens; int32 formats

@@ -90,7 +90,8 @@ class RunnerStep:
         self.mappings.apply_staged()
         rope = torch.rand(MAX_LEN + 2 * QUERY, 8, generator=generator).to(device)
         model = drafting.ModelConfig(num_heads_q=8, num_heads_kv=1, head_dim=64, rope_cos_sin_cache=rope,
-                                     num_speculative_tokens=K, num_cube_cores=4, num_vector_cores=8)
+                                     num_speculative_tokens=K, num_cube_cores=4, num_vector_cores=8,
+                                     soc_version="Ascend910B1")
         self.builders = [drafting.DraftMetadataBuilder(
             model, drafting.GroupConfig(name, block_size=size, storage_block_size=size, sliding_window=window,
                                         dspark=name == "dspark"),
