@@ -112,6 +112,39 @@ QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY = LAYOUT_QUERY_CODES["TND"], LAYOUT_KEY_CODES["
 QLI_LAYOUT_EMPTY = LAYOUT_QUERY_CODES["BSND"], LAYOUT_KEY_CODES["BSND"]
 
 
+def set_sas_batch(arguments: list, slots: tuple, empty_kv: torch.Tensor | None, query_start_loc: torch.Tensor,
+                  seq_lens: torch.Tensor, max_query_len: int, max_seq_len: int) -> None:
+    """A sas (A5: kv_quant_sas) call's batch, in place: the host query starts and KV lengths of
+    the step's (CP-local) batch and their maxima; an empty batch takes the TND KV layout, or on
+    A5, which wants seqused_kv in every layout, `empty_kv` (one entry it never reads)."""
+    num_reqs = seq_lens.numel()
+    arguments[slots.cu_seqlens_q] = query_start_loc
+    arguments[slots.seqused_kv] = seq_lens
+    arguments[slots.batch_size] = num_reqs
+    arguments[slots.max_seqlen_q] = max_query_len
+    arguments[slots.max_seqlen_kv] = max_seq_len
+    arguments[slots.layout_kv] = LAYOUT_KV_PAGED if num_reqs else LAYOUT_KV_EMPTY_BATCH
+    if not num_reqs and empty_kv is not None:
+        arguments[slots.seqused_kv], arguments[slots.layout_kv] = empty_kv, LAYOUT_KV_PAGED
+
+
+def set_indexer_batch(arguments: list, query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int,
+                      max_seq_len: int) -> None:
+    """A lightning_indexer_metadata call's batch, in place: the query ends and KV lengths (TND
+    queries, paged keys); an empty batch is BSND without tensors (empty TND tensors are refused)."""
+    num_reqs = seq_lens.numel()
+    if num_reqs:
+        arguments[QLI.actual_seq_lengths_query] = query_start_loc[1:]
+        arguments[QLI.actual_seq_lengths_key] = seq_lens
+        arguments[QLI.max_seqlen_q], arguments[QLI.max_seqlen_k] = max_query_len, max_seq_len
+        arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY
+    else:
+        arguments[QLI.actual_seq_lengths_query] = arguments[QLI.actual_seq_lengths_key] = None
+        arguments[QLI.max_seqlen_q] = arguments[QLI.max_seqlen_k] = 0
+        arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_EMPTY
+    arguments[QLI.batch_size] = num_reqs
+
+
 def dspark_arguments(call: DSparkCall) -> list:
     """dspark_swa_indices_multi for the call's groups; each size sets num_tokens, out and
     out_lens, each step block_tables, query_start_loc and seq_lens."""

@@ -29,11 +29,8 @@ from specops.drafting.calls import (
     COMPRESSOR,
     COMPRESSOR_METADATA,
     LIGHTNING_INDEXER_METADATA,
-    QLI,
-    QLI_LAYOUT_EMPTY,
-    QLI_LAYOUT_KEY,
-    QLI_LAYOUT_QUERY,
     indexer_arguments,
+    set_indexer_batch,
 )
 from specops.reference.compressor_metadata import FORMAT_BLOCK_OFFSET, FORMAT_FLAT
 
@@ -276,20 +273,9 @@ def _run_qli(call: QliCall, invariant: GroupInvariant) -> None:
     cp = invariant.shared.cp
     # The host copies on every device: the op plans on the host and reads no device value.
     local_query_start_loc, local_seq_lens = invariant.local_lengths_cpu()
-    num_reqs = local_seq_lens.numel()
-    arguments = call.arguments
-    if num_reqs:
-        arguments[QLI.actual_seq_lengths_query] = local_query_start_loc[1:]
-        arguments[QLI.actual_seq_lengths_key] = local_seq_lens
-        arguments[QLI.max_seqlen_q], arguments[QLI.max_seqlen_k] = cp.max_local_query_len, cp.max_local_seq_len
-        arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY
-    else:
-        # Empty TND tensors are rejected; BSND without tensors is the empty schedule.
-        arguments[QLI.actual_seq_lengths_query] = arguments[QLI.actual_seq_lengths_key] = None
-        arguments[QLI.max_seqlen_q] = arguments[QLI.max_seqlen_k] = 0
-        arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_EMPTY
-    arguments[QLI.batch_size] = num_reqs
-    LIGHTNING_INDEXER_METADATA.select()(*arguments)
+    set_indexer_batch(call.arguments, local_query_start_loc, local_seq_lens, cp.max_local_query_len,
+                      cp.max_local_seq_len)
+    LIGHTNING_INDEXER_METADATA.select()(*call.arguments)
 
 
 def _run_batch(batch: CompressorBatch, common: CommonDraftInputs, invariant: GroupInvariant,

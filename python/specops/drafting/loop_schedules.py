@@ -24,15 +24,11 @@ import numpy as np
 import torch
 
 from specops.drafting.calls import (
-    LAYOUT_KV_EMPTY_BATCH,
-    LAYOUT_KV_PAGED,
     LIGHTNING_INDEXER_METADATA,
-    QLI,
-    QLI_LAYOUT_EMPTY,
-    QLI_LAYOUT_KEY,
-    QLI_LAYOUT_QUERY,
     indexer_arguments,
     sas_arguments,
+    set_indexer_batch,
+    set_sas_batch,
 )
 from specops.sas_layout import NUM_WORDS
 
@@ -145,9 +141,9 @@ class LoopSchedules:
             starts = self.local_starts[k, :num_reqs + 1]
             seq_lens = self.local_seq_lens[k, :num_reqs]
             for slot in self.sas:
-                _plan_sas(slot, slot.arguments[index][k], starts, seq_lens, num_reqs, host)
+                _plan_sas(slot, slot.arguments[index][k], starts, seq_lens, host)
             if self.qli_arguments is not None:
-                _plan_qli(self.qli_arguments[index][k], starts, seq_lens, num_reqs, host)
+                _plan_qli(self.qli_arguments[index][k], starts, seq_lens, host)
         if not self.on_host:
             self.device_block.copy_(block, non_blocking=True)
             self.events[index] = _record(self.device_block.device)
@@ -166,31 +162,14 @@ def _record(device: torch.device) -> object | None:
     return event
 
 
-def _plan_sas(slot: SasSlot, arguments: list, starts: torch.Tensor, seq_lens: torch.Tensor, num_reqs: int,
-              host: PassHost) -> None:
+def _plan_sas(slot: SasSlot, arguments: list, starts: torch.Tensor, seq_lens: torch.Tensor, host: PassHost) -> None:
     """One sas (A5: kv_quant_sas) schedule of a pass, host tensors in, host words out."""
-    slots = slot.slots
-    arguments[slots.cu_seqlens_q] = starts
-    arguments[slots.seqused_kv] = seq_lens
-    arguments[slots.batch_size] = num_reqs
-    arguments[slots.max_seqlen_q] = host.max_local_query_len
-    arguments[slots.max_seqlen_kv] = host.max_local_seq_len
-    arguments[slots.layout_kv] = LAYOUT_KV_PAGED if num_reqs else LAYOUT_KV_EMPTY_BATCH
-    if not num_reqs and slot.empty_kv is not None:
-        arguments[slots.seqused_kv], arguments[slots.layout_kv] = slot.empty_kv, LAYOUT_KV_PAGED
+    set_sas_batch(arguments, slot.slots, slot.empty_kv, starts, seq_lens, host.max_local_query_len,
+                  host.max_local_seq_len)
     slot.op.select()(*arguments)
 
 
-def _plan_qli(arguments: list, starts: torch.Tensor, seq_lens: torch.Tensor, num_reqs: int, host: PassHost) -> None:
+def _plan_qli(arguments: list, starts: torch.Tensor, seq_lens: torch.Tensor, host: PassHost) -> None:
     """The lightning-indexer schedule of a pass (TND query ends, paged keys), host in and out."""
-    if num_reqs:
-        arguments[QLI.actual_seq_lengths_query] = starts[1:]
-        arguments[QLI.actual_seq_lengths_key] = seq_lens
-        arguments[QLI.max_seqlen_q], arguments[QLI.max_seqlen_k] = host.max_local_query_len, host.max_local_seq_len
-        arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_QUERY, QLI_LAYOUT_KEY
-    else:
-        arguments[QLI.actual_seq_lengths_query] = arguments[QLI.actual_seq_lengths_key] = None
-        arguments[QLI.max_seqlen_q] = arguments[QLI.max_seqlen_k] = 0
-        arguments[QLI.layout_query], arguments[QLI.layout_key] = QLI_LAYOUT_EMPTY
-    arguments[QLI.batch_size] = num_reqs
+    set_indexer_batch(arguments, starts, seq_lens, host.max_local_query_len, host.max_local_seq_len)
     LIGHTNING_INDEXER_METADATA.select()(*arguments)

@@ -16,8 +16,7 @@ from specops.drafting.calls import (
     DSPARK_SWA_INDICES_MULTI,
     FORMAT,
     FORMAT_SLOT_MAPPING_BLOCKS_MULTI,
-    LAYOUT_KV_EMPTY_BATCH,
-    LAYOUT_KV_PAGED,
+    set_sas_batch,
 )
 from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, checked_draft_index
 from specops.drafting.invariant import GroupInvariant, check_step_inputs, fingerprint, resolve_invariant, step_inputs
@@ -142,18 +141,10 @@ def _run_sas(calls: Sequence[SasCall], invariants: list[GroupInvariant]) -> None
         cp = invariant.shared.cp
         # The host copies on every device: the op plans on the host and reads no device value.
         local_query_start_loc, local_seq_lens = invariant.local_lengths_cpu()
-        num_reqs = local_seq_lens.numel()
-        arguments, slots = call.arguments, call.slots  # calls.SAS, or calls.KV_QUANT_SAS on A5
-        arguments[slots.cu_seqlens_q] = local_query_start_loc
-        arguments[slots.seqused_kv] = local_seq_lens
-        arguments[slots.batch_size] = num_reqs
-        arguments[slots.max_seqlen_q] = cp.max_local_query_len
-        arguments[slots.max_seqlen_kv] = cp.max_local_seq_len
-        arguments[slots.layout_kv] = LAYOUT_KV_PAGED if num_reqs else LAYOUT_KV_EMPTY_BATCH
-        if not num_reqs and call.empty_kv is not None:
-            # The A5 op wants seqused_kv in every layout: one entry it never reads (B = 0).
-            arguments[slots.seqused_kv], arguments[slots.layout_kv] = call.empty_kv, LAYOUT_KV_PAGED
-        call.op.select()(*arguments)
+        set_sas_batch(  # call.slots: calls.SAS, or calls.KV_QUANT_SAS on A5
+            call.arguments, call.slots, call.empty_kv, local_query_start_loc, local_seq_lens,
+            cp.max_local_query_len, cp.max_local_seq_len)
+        call.op.select()(*call.arguments)
 
 
 def _run_dspark(calls: list[DSparkCall], arguments: list[list], tables: list[list[torch.Tensor]],
