@@ -104,7 +104,7 @@ class DraftMetadataBuilder:
         such step at any shape makes them again. The benchmark's first builds use it."""
         self.step_plans.forget_shapes()
         for buffers in self._buffers.values():
-            buffers.invariant_views.clear()
+            buffers.forget_shapes()
 
     def build_for_drafting(self, common: CommonDraftInputs, draft_index: int,
                            shared: StepCache | None = None) -> DraftAttnMetadata:

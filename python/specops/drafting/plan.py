@@ -221,7 +221,7 @@ class StepPlan:
         """Drops what was made per batch shape: the output views and the group-invariant views."""
         self.by_tokens.clear()
         for index in self.invariant_firsts:
-            self.buffers[index].invariant_views.clear()
+            self.buffers[index].forget_shapes()
 
 
 def _sas_call(setup: GroupSetup, buffers: DraftBuffers, invariant_slot: int, causal: bool) -> SasCall:
