@@ -19,11 +19,14 @@ docs/drafting.md for the addresses a cache hit hands out and for the fresh-cache
 
 Modules: `naive` (the plain definition of a group's metadata, one group at a time: read it
 first), `configs` (the configs, the step's inputs and results), `cache` (StepCache), `buffers`
-(the persistent buffers and their per-shape views), `builder` (one group's fixed arguments and
-buffers), `platform` (the core counts, SoC and sas variant a builder's schedules are for),
-`invariant` (the group-invariant results), `plan` (what a step over given builders
-does, worked out once), `compressed` (compressed groups: the indexer schedule and the batched
-compressor metadata) and `step` (one draft step over every builder).
+(the persistent buffers and their per-shape views), `platform` (the core counts, SoC and sas
+variant a builder's schedules are for), `setup` (GroupSetup: the frozen record of one group's
+fixed arguments, what every module below the builder reads), `builder` (one group's setup,
+buffers and step plans), `invariant` (the group-invariant results), `plan` (what a step over
+given builders does, worked out once, and StepPlans, its one owner), `compressed` (compressed
+groups: the indexer schedule and the batched compressor metadata), `step` (one draft step over
+every builder) and `loop_plan` / `loop_schedules` (DraftLoopPlan: every pass of a chain-drafting
+step at once).
 """
 
 from specops.drafting.builder import DraftMetadataBuilder

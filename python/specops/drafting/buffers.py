@@ -145,6 +145,11 @@ class DraftBuffers:
         self.invariant_writes = Generation()
         self.sas_writes = Generation()
 
+    def forget_shapes(self) -> None:
+        """Drops the group-invariant views made per batch shape (the next step at a shape makes
+        them again)."""
+        self.invariant_views.clear()
+
 
 def _sliced_row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:
     return [t[bounds[2 * i]:bounds[2 * i + 1]] for i, t in enumerate(tensors)]

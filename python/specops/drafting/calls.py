@@ -23,10 +23,9 @@ from specops.sas_family_layout import LAYOUT_KEY_CODES, LAYOUT_QUERY_CODES
 from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES
 
 if TYPE_CHECKING:
-    from specops.drafting.builder import SasArguments
     from specops.drafting.configs import ModelConfig
-    from specops.drafting.plan import DSparkCall
     from specops.drafting.platform import DraftPlatform
+    from specops.drafting.setup import SasArguments
 
 
 COMPRESSOR_METADATA = OPS["compressor_metadata"]
@@ -96,7 +95,7 @@ def sas_arguments(fixed: SasArguments, out: torch.Tensor) -> tuple[SpecOp, tuple
 def indexer_arguments(model: ModelConfig, platform: DraftPlatform, out: torch.Tensor) -> list:
     """lightning_indexer_metadata as vllm-ascend's DSA builders call it for the C4 layers'
     indexer (the model's index heads, head size and top-k; TND queries, paged BSND keys, causal
-    sparse mode 3, cmp_ratio 4) on the builder's platform (its counts and SoC). The step sets the
+    sparse mode 3, cmp_ratio 4) on the group's platform (its counts and SoC). The step sets the
     batch: the two length tensors, batch_size, the maxima and the layouts (BSND without tensors
     for an empty batch)."""
     return list(IndexerArguments(
@@ -145,10 +144,12 @@ def set_indexer_batch(arguments: list, query_start_loc: torch.Tensor, seq_lens: 
     arguments[QLI.batch_size] = num_reqs
 
 
-def dspark_arguments(call: DSparkCall) -> list:
-    """dspark_swa_indices_multi for the call's groups; each size sets num_tokens, out and
+def dspark_arguments(*, windows: list[int], num_speculative_tokens: int, block_sizes: list[int], widths: list[int],
+                     cp_size: int, cp_rank: int) -> list:
+    """dspark_swa_indices_multi for one call's groups (their sliding windows, block sizes and
+    index widths; their model's draft length and CP split); each size sets num_tokens, out and
     out_lens, each step block_tables, query_start_loc and seq_lens."""
     return list(DSparkArguments(
-        block_tables=None, query_start_loc=None, seq_lens=None, windows=call.windows,
-        num_speculative_tokens=call.num_speculative_tokens, block_sizes=call.block_sizes, num_tokens=None,
-        widths=call.widths, cp_size=call.cp_size, cp_rank=call.cp_rank, out=None, out_lens=None))
+        block_tables=None, query_start_loc=None, seq_lens=None, windows=windows,
+        num_speculative_tokens=num_speculative_tokens, block_sizes=block_sizes, num_tokens=None,
+        widths=widths, cp_size=cp_size, cp_rank=cp_rank, out=None, out_lens=None))

@@ -35,16 +35,16 @@ from specops.drafting.calls import (
 from specops.reference.compressor_metadata import FORMAT_BLOCK_OFFSET, FORMAT_FLAT
 
 if TYPE_CHECKING:
-    from specops.drafting.builder import DraftMetadataBuilder
     from specops.drafting.cache import StepCache
     from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, ModelConfig
     from specops.drafting.invariant import GroupInvariant
     from specops.drafting.platform import DraftPlatform
+    from specops.drafting.setup import GroupSetup
 
 
 def compressor_format(platform: DraftPlatform) -> int:
     """The compressor's slot format vllm-ascend's DeviceOperator picks: flat slots on A5,
-    (block, offset) pairs on A2/A3 (the builder's platform.sas_variant)."""
+    (block, offset) pairs on A2/A3 (the group's platform.sas_variant)."""
     return FORMAT_FLAT if platform.sas_variant == "a5" else FORMAT_BLOCK_OFFSET
 
 
@@ -102,13 +102,13 @@ class QliCall:
 
     __slots__ = ("key", "invariant_slot", "rope_id", "writes", "arguments", "out", "later")
 
-    def __init__(self, builder: DraftMetadataBuilder, buffers: DraftBuffers, invariant_slot: int, later: int):
+    def __init__(self, setup: GroupSetup, buffers: DraftBuffers, invariant_slot: int, later: int):
         self.key = buffers.qli_key
         self.invariant_slot = invariant_slot
-        self.rope_id = id(builder.model.rope_cos_sin_cache)
+        self.rope_id = id(setup.model.rope_cos_sin_cache)
         self.writes: Generation = buffers.qli_writes
         self.out = buffers.qli
-        self.arguments = indexer_arguments(builder.model, builder.platform, buffers.qli)
+        self.arguments = indexer_arguments(setup.model, setup.platform, buffers.qli)
         self.later = later  # how many later C4 groups share it
 
 
@@ -121,17 +121,17 @@ class CompressorBatch:
                  "out_cos", "out_sin", "out_slots", "stacks", "host", "device_arrays", "invariant_slot", "arguments",
                  "staging")
 
-    def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int], invariant_slot: int):
-        first = builders[members[0]]
+    def __init__(self, setups: Sequence[GroupSetup], members: list[int], invariant_slot: int):
+        first = setups[members[0]]
         model, group = first.model, first.group
-        self.members, self.names = members, [builders[i].group.name for i in members]
+        self.members, self.names = members, [setups[i].group.name for i in members]
         self.ratio, self.block_size, self.format = group.compress_ratio, group.storage_block_size, \
             compressor_format(first.platform)
         self.rope_cos, self.rope_sin = rope_halves(model, self.ratio)
         self.invariant_slot = invariant_slot
-        self.max_reqs = min(builders[i].max_num_reqs for i in members)
+        self.max_reqs = min(setups[i].max_num_reqs for i in members)
         num_groups, device = len(members), first.device
-        rows = num_groups * row_bound(min(builders[i].max_num_tokens for i in members), self.max_reqs, self.ratio)
+        rows = num_groups * row_bound(min(setups[i].max_num_tokens for i in members), self.max_reqs, self.ratio)
         self.out_cos = torch.ones((rows, 1, 1, self.rope_cos.size(1)), dtype=self.rope_cos.dtype, device=device)
         self.out_sin = torch.zeros_like(self.out_cos)
         slot_shape = (rows,) if self.format == FORMAT_FLAT else (rows, 2)
@@ -168,9 +168,8 @@ class CompressedPlan:
 
     __slots__ = ("qli_calls", "qli_of", "batches", "compressed")
 
-    def __init__(self, builders: Sequence[DraftMetadataBuilder], buffers: list[DraftBuffers],
-                 invariant_of: list[int]):
-        self.compressed = [i for i, b in enumerate(builders) if b.group.compress_ratio > 1]
+    def __init__(self, setups: Sequence[GroupSetup], buffers: list[DraftBuffers], invariant_of: list[int]):
+        self.compressed = [i for i, setup in enumerate(setups) if setup.group.compress_ratio > 1]
         # One lightning-indexer schedule per distinct key (one per model) among the C4 groups.
         self.qli_calls: list[QliCall] = []
         self.qli_of: dict[int, int] = {}
@@ -182,19 +181,19 @@ class CompressedPlan:
             slot = slots.get(key)
             if slot is None:
                 slot = slots[key] = len(self.qli_calls)
-                self.qli_calls.append(QliCall(builders[index], buffers[index], invariant_of[index], 0))
+                self.qli_calls.append(QliCall(setups[index], buffers[index], invariant_of[index], 0))
             else:
                 self.qli_calls[slot].later += 1
             self.qli_of[index] = slot
         batches: dict[tuple, list[int]] = {}
         for index in self.compressed:
-            builder = builders[index]
-            model = builder.model
-            key = (builder.group.compress_ratio, builder.group.storage_block_size,
-                   id(model.compress_rope_cache(builder.group.compress_ratio)), compressor_format(builder.platform),
-                   invariant_of[index], builder.device)
+            setup = setups[index]
+            group = setup.group
+            key = (group.compress_ratio, group.storage_block_size,
+                   id(setup.model.compress_rope_cache(group.compress_ratio)), compressor_format(setup.platform),
+                   invariant_of[index], setup.device)
             batches.setdefault(key, []).append(index)
-        self.batches = [CompressorBatch(builders, members, invariant_of[members[0]]) for members in batches.values()]
+        self.batches = [CompressorBatch(setups, members, invariant_of[members[0]]) for members in batches.values()]
 
     def tables(self, common: CommonDraftInputs) -> list[list[torch.Tensor]]:
         """Every batch's block tables, checked before the step writes anything."""
@@ -258,13 +257,13 @@ class CompressedPlan:
             meta.compress_cos, meta.compress_sin, meta.compress_slot_mapping = cos, sin, slots
 
 
-def compressed_plan(builders: Sequence[DraftMetadataBuilder], buffers: list[DraftBuffers], invariant_of: list[int],
+def compressed_plan(setups: Sequence[GroupSetup], buffers: list[DraftBuffers], invariant_of: list[int],
                     causal: bool) -> CompressedPlan | None:
     """The plan's compressed part; None when no group is compressed (the step then runs nothing
     more). Compressed groups are never DSpark groups: both kinds of step plan them alike."""
-    if all(builder.group.compress_ratio == 1 for builder in builders):
+    if all(setup.group.compress_ratio == 1 for setup in setups):
         return None
-    return CompressedPlan(builders, buffers, invariant_of)
+    return CompressedPlan(setups, buffers, invariant_of)
 
 
 def _run_qli(call: QliCall, invariant: GroupInvariant) -> None:

@@ -18,7 +18,7 @@ from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
 
 if TYPE_CHECKING:
-    from specops.drafting.builder import DraftMetadataBuilder
+    from specops.drafting.setup import GroupSetup
 
 
 class GroupInvariant:
@@ -67,26 +67,26 @@ class DSparkWidths:
     """The DSpark groups of a step that share one group-invariant entry, for the check that each
     request's row fits: one comparison when no request can see more than the narrowest room."""
 
-    __slots__ = ("builders", "room", "decode_threshold")
+    __slots__ = ("setups", "room", "decode_threshold")
 
-    def __init__(self, builders: list[DraftMetadataBuilder]):
-        self.builders = builders
+    def __init__(self, setups: list[GroupSetup]):
+        self.setups = setups
         # The longest query every group's row holds: width - window.
-        self.room = min(b.dspark_width - b.group.sliding_window for b in builders)
+        self.room = min(setup.dspark_width - setup.group.sliding_window for setup in setups)
         # One model: one num_speculative_tokens.
-        self.decode_threshold = 1 + builders[0].model.num_speculative_tokens
+        self.decode_threshold = 1 + setups[0].model.num_speculative_tokens
 
     def check(self, invariant: GroupInvariant) -> None:
         if (self.decode_threshold if invariant.all_decodes else invariant.max_query_len) > self.room:
             # Some request may see more than a width: look at each.
-            for builder in self.builders:
-                check_dspark_width(builder, invariant)
+            for setup in self.setups:
+                check_dspark_width(setup, invariant)
 
 
-def check_dspark_width(builder: DraftMetadataBuilder, invariant: GroupInvariant) -> None:
+def check_dspark_width(setup: GroupSetup, invariant: GroupInvariant) -> None:
     """A request whose DSpark row would not fit: a ValueError naming the request, its query
     length, the window and the width to set."""
-    group, width = builder.group, builder.dspark_width
+    group, width = setup.group, setup.dspark_width
     window = group.sliding_window
     query_lens = invariant.query_lens.astype(np.int64)
     seq_lens = invariant.seq_lens_cpu.numpy().astype(np.int64)
@@ -145,11 +145,11 @@ def step_inputs(common: CommonDraftInputs) -> tuple:
             common.positions, common.is_prefilling)
 
 
-def resolve_invariant(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: DraftBuffers,
+def resolve_invariant(setup: GroupSetup, common: CommonDraftInputs, buffers: DraftBuffers,
                       shared: StepCache | None, fingerprint: tuple | None,
                       dspark_widths: DSparkWidths | None) -> GroupInvariant:
     """The group-invariant results: from `shared` when it holds them for these inputs, else
-    computed into the builder's buffers (and stored there). The row widths of the step's
+    computed into the group's buffers (and stored there). The row widths of the step's
     DSpark groups are checked against the batch before anything is written."""
     if shared is not None:
         invariant = shared.get(buffers.invariant_key, fingerprint)
@@ -157,39 +157,39 @@ def resolve_invariant(builder: DraftMetadataBuilder, common: CommonDraftInputs, 
             if dspark_widths is not None:
                 dspark_widths.check(invariant)
             return invariant
-    invariant = _compute(builder, common, buffers, _views(builder, buffers, common), dspark_widths)
+    invariant = _compute(setup, common, buffers, _views(setup, buffers, common), dspark_widths)
     if shared is not None:
         shared.put(buffers.invariant_key, fingerprint, invariant, keep_alive=step_inputs(common),
                    owner=buffers.invariant_writes)
     return invariant
 
 
-def _views(builder: DraftMetadataBuilder, buffers: DraftBuffers, common: CommonDraftInputs) -> InvariantViews:
+def _views(setup: GroupSetup, buffers: DraftBuffers, common: CommonDraftInputs) -> InvariantViews:
     """The views of the buffers for the step's shape, made on its first step (sizes checked then)."""
     key = (common.num_reqs, common.num_actual_tokens, common.num_input_tokens)
     views = buffers.invariant_views.get(key)
     if views is None:
         num_reqs, num_tokens, num_input_tokens = key
-        if not 0 <= num_reqs <= builder.max_num_reqs:
-            raise ValueError(f"num_reqs must be in [0, max_num_reqs = {builder.max_num_reqs}], got {num_reqs}")
-        if not 0 <= num_input_tokens <= builder.max_num_tokens:
-            raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {builder.max_num_tokens}], "
+        if not 0 <= num_reqs <= setup.max_num_reqs:
+            raise ValueError(f"num_reqs must be in [0, max_num_reqs = {setup.max_num_reqs}], got {num_reqs}")
+        if not 0 <= num_input_tokens <= setup.max_num_tokens:
+            raise ValueError(f"num_input_tokens must be in [0, max_num_tokens = {setup.max_num_tokens}], "
                              f"got {num_input_tokens}")
         if not 0 <= num_tokens <= num_input_tokens:
             raise ValueError(
                 f"num_actual_tokens must be in [0, num_input_tokens = {num_input_tokens}], got {num_tokens}")
         if len(buffers.invariant_views) >= MAX_CACHED_SHAPES:
             buffers.invariant_views.clear()
-        views = InvariantViews(buffers, num_reqs, num_tokens, num_input_tokens, builder.model.cp_size,
-                                builder.model.cp_rank)
+        views = InvariantViews(buffers, num_reqs, num_tokens, num_input_tokens, setup.model.cp_size,
+                                setup.model.cp_rank)
         buffers.invariant_views[key] = views
     return views
 
 
-def _compute(builder: DraftMetadataBuilder, common: CommonDraftInputs, buffers: DraftBuffers,
+def _compute(setup: GroupSetup, common: CommonDraftInputs, buffers: DraftBuffers,
              views: InvariantViews, dspark_widths: DSparkWidths | None) -> GroupInvariant:
     num_reqs, num_tokens = common.num_reqs, common.num_actual_tokens
-    model = builder.model
+    model = setup.model
     decode_threshold = 1 + model.num_speculative_tokens
     _check_step_sizes(common)
     query_start_loc_cpu = _first(common.query_start_loc_cpu, num_reqs + 1)

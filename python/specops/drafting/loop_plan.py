@@ -42,6 +42,7 @@ from specops.reference.compressor_metadata import FORMAT_FLAT
 
 if TYPE_CHECKING:
     from specops.drafting.builder import DraftMetadataBuilder
+    from specops.drafting.setup import GroupSetup
     from specops.persistent.mappings import PersistentMappings
 
 
@@ -65,8 +66,10 @@ class DraftLoopPlan:
         builders = tuple(builders)
         if not builders:
             raise ValueError("builders must hold at least one DraftMetadataBuilder, got none")
-        model = builders[0].model
-        if any(builder.model is not model for builder in builders):
+        # The plan reads each group through its setup (drafting/setup.py), never through its builder.
+        setups = tuple(builder.setup for builder in builders)
+        model = setups[0].model
+        if any(setup.model is not model for setup in setups):
             raise ValueError("builders must share one ModelConfig (one draft model), got several")
         num_steps = checked_int(num_speculative_tokens, "num_speculative_tokens")
         check_positive(num_steps, "num_speculative_tokens")
@@ -80,37 +83,37 @@ class DraftLoopPlan:
         names = list(mappings.group_names)
         storage = [group.block_size for group in mappings.groups]
         pair_dtypes = [torch.int64] * len(names)
-        claimed: dict[int, DraftMetadataBuilder] = {}
+        claimed: dict[int, GroupSetup] = {}
         self.group_of = []
-        for builder in builders:
-            group = builder.group
+        for setup in setups:
+            group = setup.group
             if group.name not in names:
                 raise ValueError(f"group {group.name!r} of a builder must name a mapping group, got none of {names}")
             g = names.index(group.name)
             dtype = SLOT_MAPPING_FORMATS[group.slot_mapping_format]
-            other = claimed.setdefault(g, builder)
-            if other is not builder and (other.group.storage_block_size != group.storage_block_size
+            other = claimed.setdefault(g, setup)
+            if other is not setup and (other.group.storage_block_size != group.storage_block_size
                                          or other.group.slot_mapping_format != group.slot_mapping_format):
                 raise ValueError(f"builders of mapping group {group.name!r} must share storage_block_size and "
                                  f"slot_mapping_format")
-            if builder.device != mappings.device:
-                raise ValueError(f"builders must be on the mappings' device {mappings.device}, got {builder.device}")
+            if setup.device != mappings.device:
+                raise ValueError(f"builders must be on the mappings' device {mappings.device}, got {setup.device}")
             storage[g], pair_dtypes[g] = group.storage_block_size, dtype
             self.group_of.append(g)
-        self.mappings, self.builders, self.model = mappings, builders, model
+        self.mappings, self.builders, self.setups, self.model = mappings, builders, setups, model
         self.num_steps, self.rule = num_steps, past_max_model_len
         self.device = mappings.device
-        self.max_num_reqs = min(mappings.max_num_reqs, *(b.max_num_reqs for b in builders))
-        self.max_num_tokens = min(mappings.max_num_tokens, *(b.max_num_tokens for b in builders))
+        self.max_num_reqs = min(mappings.max_num_reqs, *(setup.max_num_reqs for setup in setups))
+        self.max_num_tokens = min(mappings.max_num_tokens, *(setup.max_num_tokens for setup in setups))
         self.storage_block_sizes = storage
         self.buffers = empty_draft_steps(num_steps, self.max_num_tokens, self.max_num_reqs, self.max_num_reqs,
                                          model.cp_size, model.rope_cos_sin_cache, [mappings.slot_dtype] * len(names),
                                          self.device, pair_dtypes)
-        self.schedules = LoopSchedules(builders, num_steps, self.max_num_reqs, self.device, shared_schedule)
+        self.schedules = LoopSchedules(setups, num_steps, self.max_num_reqs, self.device, shared_schedule)
         self.seq_lens_cpu = torch.zeros((num_steps, self.max_num_reqs), dtype=torch.int32)
         self.half = model.rope_cos_sin_cache.size(1) // 2
-        self._compressed = [_CompressedGroup(i, builder, num_steps, self.max_num_tokens, self.max_num_reqs)
-                            for i, builder in enumerate(builders) if builder.group.compress_ratio > 1]
+        self._compressed = [_CompressedGroup(i, setup, num_steps, self.max_num_tokens, self.max_num_reqs)
+                            for i, setup in enumerate(setups) if setup.group.compress_ratio > 1]
         self._passes: list[PassHost] = []
         self._num_reqs = 0
         self._sizes: list[int] | None = None
@@ -272,16 +275,16 @@ class DraftLoopPlan:
                       seq_lens_cpu=self.seq_lens_cpu[k, :num_reqs])
         schedules = self.schedules
         metas = []
-        for index, (builder, g) in enumerate(zip(self.builders, self.group_of)):
+        for index, (setup, g) in enumerate(zip(self.setups, self.group_of)):
             pairs = buffers.slot_pairs[g][k]
-            actual = builder.group.slot_mapping_format == "int32_actual"
+            actual = setup.group.slot_mapping_format == "int32_actual"
             sas = schedules.sas_of[index]
             meta = DraftAttnMetadata(
                 num_decodes=0, num_prefills=0, num_decode_tokens=0, num_prefill_tokens=0, cp=None,
                 sas_metadata=None if sas is None else schedules.view(k + 1, sas),
                 slot_mapping=pairs[:tokens] if actual else pairs[:stream], dspark_swa_indices=None,
-                dspark_swa_lens=None, window=builder.step_windows[True], **shared)
-            if builder.group.compress_ratio == 4:
+                dspark_swa_lens=None, window=setup.step_windows[True], **shared)
+            if setup.group.compress_ratio == 4:
                 meta.qli_metadata = schedules.view(k + 1, schedules.qli_slot)
             metas.append(meta)
         for compressed in self._compressed:
@@ -293,19 +296,18 @@ class DraftLoopPlan:
 
 
 class _CompressedGroup:
-    """A compressed builder's compressor rows per pass: one compressor_metadata launch a pass,
+    """A compressed group's compressor rows per pass: one compressor_metadata launch a pass,
     from the pass's device query starts and start positions (exact values, no host copy)."""
 
-    def __init__(self, index: int, builder: DraftMetadataBuilder, num_steps: int, max_num_tokens: int,
-                 max_num_reqs: int):
-        model, group = builder.model, builder.group
+    def __init__(self, index: int, setup: GroupSetup, num_steps: int, max_num_tokens: int, max_num_reqs: int):
+        model, group = setup.model, setup.group
         self.index, self.name, self.ratio = index, group.name, group.compress_ratio
         rope_cos, rope_sin = rope_halves(model, self.ratio)
         rows = max(row_bound(max_num_tokens, max_num_reqs, self.ratio), max_num_reqs)
-        device = builder.device
+        device = setup.device
         self.cos = torch.ones((num_steps, rows, 1, 1, rope_cos.size(1)), dtype=rope_cos.dtype, device=device)
         self.sin = torch.zeros_like(self.cos)
-        slot_format = compressor_format(builder.platform)
+        slot_format = compressor_format(setup.platform)
         self.slots = torch.full((num_steps, rows) if slot_format == FORMAT_FLAT else (num_steps, rows, 2), -1,
                                 dtype=torch.int32, device=device)
         self.arguments = [None] * len(COMPRESSOR)

@@ -33,7 +33,7 @@ from specops.drafting.calls import (
 from specops.sas_layout import NUM_WORDS
 
 if TYPE_CHECKING:
-    from specops.drafting.builder import DraftMetadataBuilder, SasArguments
+    from specops.drafting.setup import GroupSetup, SasArguments
 
 
 class PassHost(NamedTuple):
@@ -92,17 +92,17 @@ class SasSlot:
 class LoopSchedules:
     """The host block of every pass's schedules and the host arrays they are planned from."""
 
-    def __init__(self, builders: Sequence[DraftMetadataBuilder], num_steps: int, max_num_reqs: int,
+    def __init__(self, setups: Sequence[GroupSetup], num_steps: int, max_num_reqs: int,
                  device: torch.device, shared: bool):
         self.num_steps, self.shared = num_steps, shared
         self.sas_of: list[int | None] = []
         fixed_slots: dict = {}
-        for builder in builders:
-            fixed = builder.sas_arguments[True] if builder.sas_arguments is not None else None
+        for setup in setups:
+            fixed = setup.sas_arguments[True] if setup.sas_arguments is not None else None
             if fixed is not None and fixed not in fixed_slots:
                 fixed_slots[fixed] = len(fixed_slots)
             self.sas_of.append(None if fixed is None else fixed_slots[fixed])
-        self.qli_slot = len(fixed_slots) if any(b.group.compress_ratio == 4 for b in builders) else None
+        self.qli_slot = len(fixed_slots) if any(setup.group.compress_ratio == 4 for setup in setups) else None
         num_slots = len(fixed_slots) + (self.qli_slot is not None)
         shape = (num_steps, max(num_slots, 1), NUM_WORDS)
         self.device_block = torch.zeros(shape, dtype=torch.int32, device=device)
@@ -116,7 +116,7 @@ class LoopSchedules:
                     for fixed, slot in fixed_slots.items()]
         self.qli_arguments = None
         if self.qli_slot is not None:
-            first = next(b for b in builders if b.group.compress_ratio == 4)
+            first = next(setup for setup in setups if setup.group.compress_ratio == 4)
             self.qli_arguments = [[indexer_arguments(first.model, first.platform, block[k, self.qli_slot])
                                    for k in range(num_steps)] for block in self.host_blocks]
         # Host arrays each pass's schedules read: local query starts and local seq_lens.

@@ -1,10 +1,19 @@
 """What a step over a given list of builders does, worked out once per (builders, draft index,
-kind of step), and the output views it hands out per batch size."""
+kind of step), and the output views it hands out per batch size.
+
+Who owns a step's state: its plan (StepPlan: the static op arguments and, per batch size, the
+output views) is owned by the StepPlans of the step's first builder (`builder.step_plans`), the
+one place a step looks it up or keeps it; the persistent buffers it writes (DraftBuffers, with
+their per-shape group-invariant views) are owned by each group's builder, one set per draft
+index, and the plan only holds them; a runner's StepCache owns only results shared across the
+groups of a step (entries with their fingerprints), never a plan or a buffer. A plan reads its
+groups through their setups (drafting/setup.py), never through the builders.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 
@@ -15,7 +24,7 @@ from specops.drafting.invariant import DSparkWidths
 from specops.ops._op import SpecOp
 
 if TYPE_CHECKING:
-    from specops.drafting.builder import DraftMetadataBuilder
+    from specops.drafting.setup import GroupSetup
 
 
 class SasCall(NamedTuple):
@@ -66,19 +75,21 @@ class DSparkCall:
     __slots__ = ("members", "count", "names", "windows", "num_speculative_tokens", "block_sizes", "widths", "cp_size",
                  "cp_rank", "invariant_slot", "arguments", "out_views", "lens_views")
 
-    def __init__(self, builders: Sequence[DraftMetadataBuilder], members: list[int], invariant_slot: int):
+    def __init__(self, setups: Sequence[GroupSetup], members: list[int], invariant_slot: int):
         self.members = members
         self.count = len(members)
         self.invariant_slot = invariant_slot  # the group-invariant entry whose batch views it reads
-        groups = [builders[i].group for i in members]
-        model = builders[members[0]].model
+        groups = [setups[i].group for i in members]
+        model = setups[members[0]].model
         self.names = [g.name for g in groups]
         self.windows = [g.sliding_window for g in groups]
         self.block_sizes = [g.block_size for g in groups]
-        self.widths = [builders[i].dspark_width for i in members]
+        self.widths = [setups[i].dspark_width for i in members]
         self.num_speculative_tokens = model.num_speculative_tokens
         self.cp_size, self.cp_rank = model.cp_size, model.cp_rank
-        self.arguments = dspark_arguments(self)
+        self.arguments = dspark_arguments(windows=self.windows, num_speculative_tokens=self.num_speculative_tokens,
+                                          block_sizes=self.block_sizes, widths=self.widths, cp_size=self.cp_size,
+                                          cp_rank=self.cp_rank)
         # Where the plan's views of its groups' indices and lens are (StepPlan sets them).
         self.out_views = self.lens_views = slice(0)
 
@@ -89,70 +100,72 @@ class StepPlan:
     distinct sas_metadata entry (the others share it), the groups' static op arguments, and,
     per num_input_tokens, the output views. Only views are made per shape; a repeat finds them."""
 
-    __slots__ = ("builders", "num_groups", "buffers", "names", "storage_block_sizes", "invariant_firsts",
+    __slots__ = ("setups", "num_groups", "buffers", "names", "storage_block_sizes", "invariant_firsts",
                  "invariant_later", "invariant_of", "invariant_keys", "invariant_rope_ids", "sas_later", "sas_of",
                  "sas_calls", "sas_outputs", "windows", "dspark_calls", "dspark_names", "dspark_checks", "causal", "slot_buffers",
                  "actual_slot_groups", "max_num_tokens", "output_bases", "dspark_at", "dspark_lens_at", "no_dspark",
                  "one_rank", "format_arguments", "by_tokens", "compressed")
 
-    def __init__(self, builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool):
-        self.builders = tuple(builders)
-        self.num_groups = len(builders)
+    def __init__(self, setups: Sequence[GroupSetup], buffers: Sequence[DraftBuffers], causal: bool):
+        """setups: the step's groups, in order; buffers: each group's buffers for the step's draft
+        index (its builder's, which owns them)."""
+        self.setups = setups = tuple(setups)
+        self.num_groups = len(setups)
         self.causal = causal
-        self.buffers = [builder.buffers(draft_index) for builder in builders]
-        self.names = [builder.group.name for builder in builders]
-        self.storage_block_sizes = [builder.group.storage_block_size for builder in builders]
-        self.windows = [builder.step_windows[causal] for builder in builders]
+        self.buffers = list(buffers)
+        self.names = [setup.group.name for setup in setups]
+        self.storage_block_sizes = [setup.group.storage_block_size for setup in setups]
+        self.windows = [setup.step_windows[causal] for setup in setups]
         invariants = _sharing([buffers.invariant_key for buffers in self.buffers])
         self.invariant_firsts, self.invariant_later = invariants.firsts, invariants.later
         self.invariant_of = invariants.slot_of
         self.invariant_keys = [self.buffers[index].invariant_key for index in self.invariant_firsts]
-        self.invariant_rope_ids = [id(builders[index].model.rope_cos_sin_cache) for index in self.invariant_firsts]
+        self.invariant_rope_ids = [id(setups[index].model.rope_cos_sin_cache) for index in self.invariant_firsts]
         # Groups without a sliding window have no sas_metadata (slot None).
         with_sas = [index for index, buffers in enumerate(self.buffers) if buffers.sas_keys]
         sas = _sharing([self.buffers[index].sas_keys[causal] for index in with_sas])
         self.sas_later = sas.later
-        self.sas_of = [None] * len(builders)
+        self.sas_of = [None] * len(setups)
         for index, slot in zip(with_sas, sas.slot_of):
             self.sas_of[index] = slot
-        self.sas_calls = [_sas_call(builders[index], self.buffers[index], self.invariant_of[index], causal)
+        self.sas_calls = [_sas_call(setups[index], self.buffers[index], self.invariant_of[index], causal)
                           for index in (with_sas[first] for first in sas.firsts)]
         self.sas_outputs = [call.out for call in self.sas_calls]
-        dspark = [] if causal else [i for i, b in enumerate(builders) if b.dspark_width is not None]
+        dspark = [] if causal else [i for i, setup in enumerate(setups) if setup.dspark_width is not None]
         calls: dict[tuple[int, int, int], list[int]] = {}
         for i in dspark:
-            model = builders[i].model
+            model = setups[i].model
             calls.setdefault((model.cp_size, model.cp_rank, model.num_speculative_tokens), []).append(i)
-        self.dspark_calls = [DSparkCall(builders, members, self.invariant_of[members[0]]) for members in calls.values()]
+        self.dspark_calls = [DSparkCall(setups, members, self.invariant_of[members[0]]) for members in calls.values()]
         self.dspark_names = [call.names for call in self.dspark_calls]  # whose block tables each call reads
         # The DSpark groups whose widths each invariant entry's batch is checked against.
         self.dspark_checks = []
         for slot in range(len(self.invariant_firsts)):
-            members = [builders[i] for i in dspark if self.invariant_of[i] == slot]
+            members = [setups[i] for i in dspark if self.invariant_of[i] == slot]
             self.dspark_checks.append(DSparkWidths(members) if members else None)
         self.slot_buffers = [buffers.slot_mapping for buffers in self.buffers]
         # The groups whose slot mapping stops at the real tokens (GroupConfig.slot_mapping_format).
-        self.actual_slot_groups = [index for index, builder in enumerate(builders)
-                                   if builder.group.slot_mapping_format == "int32_actual"]
-        self.max_num_tokens = min(builder.max_num_tokens for builder in builders)
+        self.actual_slot_groups = [index for index, setup in enumerate(setups)
+                                   if setup.group.slot_mapping_format == "int32_actual"]
+        self.max_num_tokens = min(setup.max_num_tokens for setup in setups)
         # What a size's views are made of (_make_outputs): every group's slot mapping buffer, then
         # each DSpark call's groups' indices and lens; per group, where its indices' view is.
         # -1: a group without DSpark indices (the None _make_outputs puts past the views).
         self.output_bases = list(self.slot_buffers)
-        self.dspark_at = [-1] * len(builders)
-        self.dspark_lens_at = [-1] * len(builders)
+        self.dspark_at = [-1] * len(setups)
+        self.dspark_lens_at = [-1] * len(setups)
         for call in self.dspark_calls:
             start, end = len(self.output_bases), len(self.output_bases) + 2 * call.count
             call.out_views, call.lens_views = slice(start, end, 2), slice(start + 1, end, 2)
             for index in call.members:
                 self.dspark_at[index], self.dspark_lens_at[index] = len(self.output_bases), len(self.output_bases) + 1
                 self.output_bases += (self.buffers[index].dspark_indices, self.buffers[index].dspark_lens)
-        self.no_dspark = [None] * len(builders)
+        self.no_dspark = [None] * len(setups)
         self.one_rank = all(call.cp_size == 1 for call in self.dspark_calls)
         self.format_arguments = format_arguments(self.storage_block_sizes)
         self.by_tokens: dict[int, ShapeOutputs] = {}
         # Compressed groups' lightning-indexer schedule and compressor metadata (None without any).
-        self.compressed = compressed_plan(builders, self.buffers, self.invariant_of, causal)
+        self.compressed = compressed_plan(setups, self.buffers, self.invariant_of, causal)
 
     def outputs(self, num_input_tokens: int) -> ShapeOutputs:
         """For num_input_tokens: the slot mapping views (the format's outputs), each DSpark call's
@@ -208,15 +221,15 @@ class StepPlan:
         """Drops what was made per batch shape: the output views and the group-invariant views."""
         self.by_tokens.clear()
         for index in self.invariant_firsts:
-            self.buffers[index].invariant_views.clear()
+            self.buffers[index].forget_shapes()
 
 
-def _sas_call(builder: DraftMetadataBuilder, buffers: DraftBuffers, invariant_slot: int, causal: bool) -> SasCall:
-    fixed = builder.sas_arguments[causal]
+def _sas_call(setup: GroupSetup, buffers: DraftBuffers, invariant_slot: int, causal: bool) -> SasCall:
+    fixed = setup.sas_arguments[causal]
     op, slots, arguments = sas_arguments(fixed, buffers.sas)
     empty_kv = torch.zeros(1, dtype=torch.int32, device=buffers.sas.device) if fixed.a5 else None
     return SasCall(key=buffers.sas_keys[causal], invariant_slot=invariant_slot,
-                   rope_id=id(builder.model.rope_cos_sin_cache), writes=buffers.sas_writes, arguments=arguments,
+                   rope_id=id(setup.model.rope_cos_sin_cache), writes=buffers.sas_writes, arguments=arguments,
                    out=buffers.sas, op=op, slots=slots, empty_kv=empty_kv)
 
 
@@ -235,15 +248,40 @@ def _sharing(keys: list) -> Sharing:
     return sharing
 
 
-def step_plan(builders: Sequence[DraftMetadataBuilder], draft_index: int, causal: bool) -> StepPlan:
-    """The plan of a step over these builders, kept by the first builder (a runner calls the
-    same list of builders every step)."""
-    plans = builders[0].step_plans
-    key = (tuple(builders), draft_index, causal)
-    plan = plans.get(key)
-    if plan is None:
-        plan = StepPlan(builders, draft_index, causal)
-        if len(plans) >= MAX_CACHED_SHAPES:
-            plans.clear()
-        plans[key] = plan
-    return plan
+class StepBuilder(Protocol):
+    """What a step reads off each builder it is given (drafting.builder.DraftMetadataBuilder):
+    the group's setup, the group's buffers for a draft index, and, on the step's first builder,
+    the StepPlans that owns the step's plan."""
+
+    setup: GroupSetup
+    step_plans: StepPlans
+
+    def buffers(self, draft_index: int) -> DraftBuffers: ...
+
+
+class StepPlans:
+    """The one owner of the plans of the steps a builder is the first group of (a runner calls
+    the same list of builders every step), by (the step's builders, draft index, kind of step)."""
+
+    __slots__ = ("plans",)
+
+    def __init__(self) -> None:
+        self.plans: dict[tuple, StepPlan] = {}
+
+    def plan(self, builders: Sequence[StepBuilder], draft_index: int, causal: bool) -> StepPlan:
+        """The plan of a step over these builders (this StepPlans' owner first), made on its
+        first step (the builders' buffers for draft_index allocated then)."""
+        key = (tuple(builders), draft_index, causal)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = StepPlan([builder.setup for builder in builders],
+                            [builder.buffers(draft_index) for builder in builders], causal)
+            if len(self.plans) >= MAX_CACHED_SHAPES:
+                self.plans.clear()
+            self.plans[key] = plan
+        return plan
+
+    def forget_shapes(self) -> None:
+        """Every plan's per-shape views dropped (StepPlan.forget_shapes)."""
+        for plan in self.plans.values():
+            plan.forget_shapes()

@@ -1,11 +1,13 @@
 """One draft step over every builder: the group-invariant entries and sas_metadata resolved
-once, then one launch for every group's slot mapping and one for every DSpark group's indices."""
+once, then one launch for every group's slot mapping and one for every DSpark group's indices.
+
+A step reads a builder only for its setup, its buffers and, on the first builder, the StepPlans
+that owns the step's plan (plan.StepBuilder); everything else comes from the plan."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,10 +22,7 @@ from specops.drafting.calls import (
 )
 from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, checked_draft_index
 from specops.drafting.invariant import GroupInvariant, check_step_inputs, fingerprint, resolve_invariant, step_inputs
-from specops.drafting.plan import DSparkCall, SasCall, StepPlan, step_plan
-
-if TYPE_CHECKING:
-    from specops.drafting.builder import DraftMetadataBuilder
+from specops.drafting.plan import DSparkCall, SasCall, StepBuilder, StepPlan
 
 
 def _served(shared: StepCache | None, key: tuple[Hashable, Hashable], times: int) -> None:
@@ -38,7 +37,7 @@ def _served(shared: StepCache | None, key: tuple[Hashable, Hashable], times: int
             logger.debug("StepCache hit: %s", key)
 
 
-def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs, draft_index: int,
+def build_step(builders: Sequence[StepBuilder], common: CommonDraftInputs, draft_index: int,
                shared: StepCache | None, fingerprints: dict[int, tuple | None]) -> list[DraftAttnMetadata]:
     """The metadata of every builder for one step sharing `common`: each distinct group-invariant
     entry and sas_metadata looked up in `shared` or computed by the first builder that needs it
@@ -48,7 +47,7 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
     fingerprints: the inputs' fingerprint per RoPE cache tensor id (unused without `shared`)."""
     if not builders:
         return []
-    plan = step_plan(builders, draft_index, common.causal)
+    plan = builders[0].step_plans.plan(builders, draft_index, common.causal)
     outputs = plan.outputs(common.num_input_tokens)
     # The groups' own inputs before anything is written: a missing one is a clear error. Looked
     # up natively (buffers.items), one call for all groups where a comprehension is a frame each.
@@ -69,7 +68,7 @@ def build_step(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInpu
     counted = shared is not None or logger.isEnabledFor(logging.DEBUG)
     invariants = []
     for slot, index in enumerate(plan.invariant_firsts):
-        invariants.append(resolve_invariant(builders[index], common, plan.buffers[index], shared,
+        invariants.append(resolve_invariant(plan.setups[index], common, plan.buffers[index], shared,
                                             fingerprints.get(plan.invariant_rope_ids[slot]), plan.dspark_checks[slot]))
         if counted and plan.invariant_later[slot]:
             _served(shared, plan.invariant_keys[slot], plan.invariant_later[slot])
@@ -160,7 +159,7 @@ def _run_dspark(calls: list[DSparkCall], arguments: list[list], tables: list[lis
         dspark_op(*call_arguments)
 
 
-def step_fingerprints(builders: Sequence[DraftMetadataBuilder], common: CommonDraftInputs) -> dict[int, tuple] | None:
+def step_fingerprints(builders: Sequence[StepBuilder], common: CommonDraftInputs) -> dict[int, tuple] | None:
     """The inputs' fingerprint per RoPE cache tensor id (which it includes), after the inputs
     are checked (a fingerprint reads attributes only tensors have). No runner code runs between
     the groups of a step, so the inputs cannot change in it: it is taken once. None when an
@@ -169,7 +168,7 @@ def step_fingerprints(builders: Sequence[DraftMetadataBuilder], common: CommonDr
     check_step_inputs(common)
     fingerprints: dict[int, tuple] = {}
     for builder in builders:
-        rope = builder.model.rope_cos_sin_cache
+        rope = builder.setup.model.rope_cos_sin_cache
         if id(rope) not in fingerprints:
             fingerprints[id(rope)] = fingerprint(common, rope)
             if fingerprints[id(rope)] is None:
@@ -192,14 +191,15 @@ def _group_input(tensors: Mapping[str, torch.Tensor], name: str, field: str) -> 
 
 
 def build_draft_attn_metadata(
-    builders: Sequence[DraftMetadataBuilder],
+    builders: Sequence[StepBuilder],
     common: CommonDraftInputs | Sequence[CommonDraftInputs],
     draft_index: int,
     *,
     cache: StepCache | None = None,
     dummy_run: bool = False,
 ) -> list[DraftAttnMetadata]:
-    """Every builder's metadata for draft step draft_index, one per builder, in order.
+    """Every builder's metadata for draft step draft_index, one per builder (each a
+    DraftMetadataBuilder), in order.
 
     One StepCache serves the whole group loop: `cache` when the runner keeps one for the step,
     else a new one. The groups' own ops run once for all of them: one call formats every
@@ -210,7 +210,7 @@ def build_draft_attn_metadata(
     every group then computes everything itself, exactly as without a cache.
     """
     if builders:
-        draft_index = checked_draft_index(draft_index, builders[0].model.num_speculative_tokens)
+        draft_index = checked_draft_index(draft_index, builders[0].setup.model.num_speculative_tokens)
     if isinstance(common, CommonDraftInputs):
         fingerprints = None if dummy_run or cache is None else step_fingerprints(builders, common)
         if fingerprints is None:
@@ -221,4 +221,5 @@ def build_draft_attn_metadata(
     if len(common) != len(builders):
         raise ValueError(
             f"common must be one CommonDraftInputs or one per builder ({len(builders)}), got {len(common)}")
-    return [builder.build_for_drafting(inputs, draft_index, None) for builder, inputs in zip(builders, common)]
+    # Each group alone, as its builder's build_for_drafting without a cache.
+    return [build_step((builder,), inputs, draft_index, None, {})[0] for builder, inputs in zip(builders, common)]
