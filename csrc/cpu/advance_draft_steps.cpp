@@ -197,6 +197,8 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   groups.reserve(num_groups);
   std::vector<at::Tensor> first_rows;
   first_rows.reserve(num_groups);
+  // Only passes k >= 2 take a slot per request (num_reqs_padded of them); one pass takes none.
+  const int64_t later_reqs = num_steps > 1 ? num_reqs : 0, later_padded = num_steps > 1 ? num_reqs_padded : 0;
   for (size_t g = 0; g < num_groups; ++g) {
     const int64_t gi = static_cast<int64_t>(g);
     const int64_t* group_sizes = sizes.data() + kNumScalars + kPerGroup * g;
@@ -209,7 +211,7 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
     names.out = ArgName{"out_slots", gi};
     kernels::SlotMappingShape shape = check_slot_mapping_args(
         block_tables[g], group_sizes[0], first, group_sizes[1], sharded ? world : 1, sharded ? rank : 0,
-        sharded ? interleave : 1, num_reqs, num_reqs, num_reqs_padded, names);
+        sharded ? interleave : 1, num_reqs, later_reqs, later_padded, names);
     if (!num_blocks.empty()) {
       use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", gi}, block_tables[g],
                      names.block_table, shape);

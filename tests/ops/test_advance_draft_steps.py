@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import device_backends, examples
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes
 
@@ -139,6 +139,10 @@ def _expected_later_passes(call, case):
 
 @settings(max_examples=examples(20))
 @given(case=cases())
+# One pass takes no later-pass slots: num_reqs_padded past the pass-1 stream is no error then.
+@example(case=dict(num_groups=1, num_steps=1, limit=4, query_lens=[], seq_lens=[], rejected=[], world=1, split=1,
+                   block_sizes=[2], storage=[2], sharded=[False], enabled=[False], rule="reset", extra_tokens=0,
+                   extra_reqs=1, idx=False, seed=0, slot_dtype=torch.int64, pair_dtype=torch.int64))
 def test_random_steps_match_advance_draft_step_pass_after_pass(backend, case):
     call = _build(case)
     out = specops.advance_draft_steps(**call, out=_outputs(call, case))

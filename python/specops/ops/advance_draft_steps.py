@@ -180,6 +180,8 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
     inputs = [(query_start_loc, "query_start_loc"), (positions, "positions"), (seq_lens, "seq_lens"),
               (token_indices, "token_indices"), (num_rejected_tokens, "num_rejected_tokens"),
               (idx_mapping, "idx_mapping"), (rope_cos_sin_cache, "rope_cos_sin_cache")]
+    # Only passes k >= 2 take a slot per request (num_reqs_padded of them); one pass takes none.
+    later_reqs, later_padded = (num_reqs, num_reqs_padded) if num_steps > 1 else (0, 0)
     for g in range(num_groups):
         block_size, kv_blocks, sharded, _ = sizes[NUM_SCALARS + PER_GROUP * g: NUM_SCALARS + PER_GROUP * (g + 1)]
         storage = sizes[NUM_SCALARS + PER_GROUP * num_groups + g]
@@ -188,7 +190,7 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
         names = SlotMappingArgNames(f"block_tables[{g}]", f"out_slots[{g}]", f"block_sizes[{g}]",
                                     f"blocks_per_kv_block[{g}]")
         check_slot_mapping_args(block_tables[g], block_size, out_slots[g][0], kv_blocks,
-                                *((world, rank, interleave) if sharded else (1, 0, 1)), num_reqs, num_reqs_padded,
+                                *((world, rank, interleave) if sharded else (1, 0, 1)), later_reqs, later_padded,
                                 device, names, device_of="positions")
         if num_blocks:
             check_num_blocks(num_blocks[g], f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
