@@ -49,17 +49,20 @@ def _prepare_input_ids_kernel(
         stop = tl.minimum(n_log, logits_max - c0)
         for start in range(first, stop, BLOCK):
             j = start + lanes
-            o = c0 + j
+            o = (c0 + start) + lanes
             live = (j < stop) & (o >= 0)
             # Each mask below is one comparison of an offset that is -1 where the lane is off:
             # triton-ascend's adapter misreads freed memory on masks of more than two comparisons.
+            # Its --triton-to-unstructure does too (valgrind; a crash in some runs) when the offset
+            # is `c0 + j` or the off lanes' -1 is clamped by tl.maximum: hence (c0 + start) + lanes
+            # and a tl.where on the mask.
             at_logit = tl.where(live & (o < logits_end), o, -1)
-            tl.store(logits_indices_ptr + tl.maximum(at_logit, 0), q1 - n_log + j, mask=at_logit >= 0)
+            tl.store(logits_indices_ptr + tl.where(at_logit >= 0, at_logit, 0), q1 - n_log + j, mask=at_logit >= 0)
             at_idx = tl.where(live & (o < expanded_end), o, -1)
-            tl.store(expanded_idx_ptr + tl.maximum(at_idx, 0), row.to(expanded_idx_ptr.dtype.element_ty),
+            tl.store(expanded_idx_ptr + tl.where(at_idx >= 0, at_idx, 0), row.to(expanded_idx_ptr.dtype.element_ty),
                      mask=at_idx >= 0)
             at_pos = tl.where(live & (o < local_pos_end), o, -1)
-            tl.store(local_pos_ptr + tl.maximum(at_pos, 0), j.to(tl.int32), mask=at_pos >= 0)
+            tl.store(local_pos_ptr + tl.where(at_pos >= 0, at_pos, 0), j.to(tl.int32), mask=at_pos >= 0)
 
         nc = tl.load(num_computed_tokens_ptr + safe_row, mask=has_row, other=0).to(tl.int64)
         prefill_len = tl.load(prefill_len_ptr + safe_row, mask=has_row, other=0).to(tl.int64)
