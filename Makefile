@@ -55,7 +55,7 @@ EXPLORE_SCALE ?= 5
 test-explore: install
 	@echo "test-explore: hypothesis seed $(EXPLORE_SEED), $(EXPLORE_SCALE)x the examples"
 	cd tests && SPECOPS_EXPLORE=1 SPECOPS_EXAMPLE_SCALE=$(EXPLORE_SCALE) ../$(VPY) -m pytest $(PYTEST_ARGS) \
-	  -p no:cacheprovider -m hypothesis --ignore=test_kernel_compile.py --hypothesis-seed=$(EXPLORE_SEED)
+	  -p no:cacheprovider -m hypothesis --ignore=tooling/test_kernel_compile.py --hypothesis-seed=$(EXPLORE_SEED)
 
 # The C++ ops under AddressSanitizer + UndefinedBehaviorSanitizer: the extension is built with
 # -fsanitize=address,undefined into build/asan-site, which the test run puts first on
@@ -74,8 +74,8 @@ test-asan: $(ASAN_SITE)/.built
 	  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so.6)" \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  SPECOPS_TEST_BACKENDS=native SPECOPS_REQUIRE_SANITIZED=1 \
-	  ../$(VPY) -m pytest -q -p no:xdist -p no:cacheprovider --capture=sys --ignore=test_packaging.py \
-	  --ignore=test_kernel_compile.py
+	  ../$(VPY) -m pytest -q -p no:xdist -p no:cacheprovider --capture=sys --ignore=tooling/test_packaging.py \
+	  --ignore=tooling/test_kernel_compile.py
 
 # The conformance suite (tests/peers, docs/conformance.md): vLLM's released package, imported and
 # run beside specops. Its wheel (336 MB) is downloaded once without dependencies into
@@ -166,7 +166,7 @@ test-ascend: $(ASCEND_VENV)/.specops
 	cd tests && ../$(ASCEND_PY) -m pytest -q -p no:xdist -p no:cacheprovider $(ASCEND_TEST_ARGS) ascend
 	cd tests && SPECOPS_TEST_BACKENDS=triton ../$(ASCEND_PY) -m pytest -q -n 2 -p no:cacheprovider \
 	  -W "ignore:Conversion of an array with ndim:DeprecationWarning" \
-	  --ignore=test_kernel_compile.py --ignore=test_packaging.py $(ASCEND_TEST_ARGS)
+	  --ignore=tooling/test_kernel_compile.py --ignore=tooling/test_packaging.py $(ASCEND_TEST_ARGS)
 
 # A wheel for this machine's torch, tagged +cann<version> when ASCEND_HOME_PATH holds a CANN
 # toolkit and +cpu otherwise.
@@ -178,7 +178,7 @@ wheel: $(VENV)/.deps
 # build, install into a throwaway venv and import. It builds and installs a wheel, so it is kept
 # out of `make test`; run it when the build or the packaging changes.
 test-cann-wheel: $(VENV)/.deps
-	cd tests && SPECOPS_TEST_CANN_WHEEL=1 ../$(VPY) -m pytest -q -p no:xdist test_packaging.py -k cann_wheel
+	cd tests && SPECOPS_TEST_CANN_WHEEL=1 ../$(VPY) -m pytest -q -p no:xdist tooling/test_packaging.py -k cann_wheel
 
 clean:
 	rm -rf build dist $(VENV)

@@ -78,10 +78,11 @@ def search_steps(num_items: int) -> int:
 def nonempty(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor, or one element of its dtype on its device when it is empty.
 
-    Every lane that reads an empty tensor is masked off, but triton-ascend issues a masked
-    gather at every lane's offset, masked lanes included, and an offset of 0 is outside an empty
-    tensor. The element is never used: one per dtype and device, allocated on first use and
-    never filled, so a steady-state step allocates and launches nothing for it."""
+    Every lane that reads or writes an empty tensor is masked off, but triton-ascend issues a
+    masked gather (or scatter) at every lane's offset, masked lanes included, and an offset of 0
+    is outside an empty tensor. The element is never read for a result: one per dtype and
+    device, allocated on first use and never filled (a masked lane may store to it), so a
+    steady-state step allocates and launches nothing for it."""
     return tensor if tensor.numel() > 0 else _placeholder(tensor.dtype, tensor.device)
 
 

@@ -6,7 +6,7 @@ math). The groups are flattened pointer and size arguments for up to MAX_GROUPS 
 launch (no tuple arguments: triton-ascend 3.2 has none); a step with more groups launches the
 extra ones first, slots only (WRITE_STEP False: positions and seq_lens are still the inputs),
 then the launch that also writes positions, seq_lens and the query layout. Every masked lane
-reads and writes offset 0 of its tensor.
+reads and writes offset 0 of its tensor (an empty one is passed as a placeholder element).
 """
 
 from __future__ import annotations
@@ -125,10 +125,11 @@ def _advance_draft_step_kernel(
 
 def _group_arguments(table, slot_mapping, num_blocks, layout: tuple[int, ...], slot_end: int) -> list:
     """The 13 flattened arguments of one group (see _advance_draft_step_kernel). The table and
-    the counts are read unmasked at clamped offsets (slots_of_tokens): never an empty tensor."""
+    the counts are read unmasked at clamped offsets (slots_of_tokens), and the NPU route's
+    lowered code issues masked lanes' stores too: never an empty tensor."""
     block_size, blocks_per_kv_block, world, rank, interleave, enabled = layout
-    return [nonempty(table), slot_mapping, nonempty(num_blocks), table.size(0), table.size(1), table.stride(0),
-            block_size, blocks_per_kv_block, world, rank, interleave, enabled, slot_end]
+    return [nonempty(table), nonempty(slot_mapping), nonempty(num_blocks), table.size(0), table.size(1),
+            table.stride(0), block_size, blocks_per_kv_block, world, rank, interleave, enabled, slot_end]
 
 
 def draft_group_arguments(block_tables: list[torch.Tensor], slot_mappings: list[torch.Tensor],
@@ -189,11 +190,14 @@ def advance_draft_step(
         if end == 0:
             continue
         grid = (num_programs(seq_lens.device, triton.cdiv(end, BLOCK)),)
+        # Masked lanes access offset 0 on the NPU route, also of a tensor with no element (a step
+        # of no requests): each empty one goes as a placeholder element (its stand-ins too).
         _advance_draft_step_kernel[grid](
-            positions, seq_lens, token_indices if token_indices is not None else positions,
-            num_rejected_tokens if num_rejected_tokens is not None else seq_lens,
-            idx_mapping if idx_mapping is not None else seq_lens, out_positions,
-            query_start_loc if query_start_loc is not None else seq_lens,
+            nonempty(positions), nonempty(seq_lens),
+            nonempty(token_indices if token_indices is not None else positions),
+            nonempty(num_rejected_tokens if num_rejected_tokens is not None else seq_lens),
+            nonempty(idx_mapping if idx_mapping is not None else seq_lens), nonempty(out_positions),
+            nonempty(query_start_loc if query_start_loc is not None else seq_lens),
             num_reqs, positions.numel(), max_model_len, positions_end, seq_lens_end, query_start_loc_end, end,
             *flat, NUM_GROUPS=num_groups, WRITE_STEP=write_step, **common,
         )

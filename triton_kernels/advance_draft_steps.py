@@ -7,7 +7,8 @@ after pass (advance_draft_step's), writing each pass's position, seq_len, query 
 rows, RoPE rows and every group's slot and pair. The groups are flattened pointer and size
 arguments for up to MAX_GROUPS groups per launch (no tuple arguments: triton-ascend 3.2 has
 none); a step with more launches the extra ones first with WRITE_STEP False (their slots only).
-Every masked lane reads and writes an in-bounds offset; RoPE rows are read unmasked at clamped
+Every masked lane reads and writes an in-bounds offset (its whole offset is 0, the pass's row
+included; an empty tensor goes as a placeholder element); RoPE rows are read unmasked at clamped
 offsets and selected after (the 2-D masked gather triton-ascend's adapter rejects).
 """
 
@@ -29,17 +30,17 @@ MAX_GROUPS = 4
 @triton.jit
 def _store_slot(slot_ptr, pair_ptr, k, t, slot_stride, pair_stride, storage, slot, live):
     """Token t's slot of pass k (narrowed as the buffer holds it) and its (block, offset) pair,
-    floor division (PAD's pair is (-1, storage - 1))."""
-    at = tl.where(live, t, 0)
+    floor division (PAD's pair is (-1, storage - 1)). A masked lane's whole offset is 0, pass k's
+    row included: the buffers may have no element (then a placeholder one)."""
     kept = narrowed_slot(slot, slot_ptr)
-    tl.store(slot_ptr + k * slot_stride + at, kept, mask=live)
+    tl.store(slot_ptr + tl.where(live, k * slot_stride + t, 0), kept, mask=live)
     wide = kept.to(tl.int64)
     block = wide // storage
     block = tl.where((wide % storage != 0) & (wide < 0), block - 1, block)
     offset = wide - block * storage
-    pair_at = pair_ptr + k * pair_stride + 2 * at
-    tl.store(pair_at, block.to(pair_ptr.dtype.element_ty), mask=live)
-    tl.store(pair_at + 1, offset.to(pair_ptr.dtype.element_ty), mask=live)
+    pair_at = k * pair_stride + 2 * t
+    tl.store(pair_ptr + tl.where(live, pair_at, 0), block.to(pair_ptr.dtype.element_ty), mask=live)
+    tl.store(pair_ptr + tl.where(live, pair_at + 1, 0), offset.to(pair_ptr.dtype.element_ty), mask=live)
 
 
 @triton.jit
@@ -62,43 +63,45 @@ def _later_slots(tb, o, p, n, rows, cols, stride, bs, kvb, w, rank, il, on, ss, 
 
 
 @triton.jit
-def _rope_rows(rope_ptr, rows_ptr, local_ptr, t, position, in_stream, real, local_start, per_rank, rope_rows, rot_dim,
-               DIM: tl.constexpr):
-    """Stream rows t of a pass: rope[position] (zeros past the cache), and the split rank's local
-    rows t - local_start, zero for the padding tokens."""
+def _rope_rows(rope_ptr, rows_ptr, local_ptr, rows_at, local_at, t, position, in_stream, real, local_start, per_rank,
+               rope_rows, rot_dim, DIM: tl.constexpr):
+    """Stream rows t of a pass (its rows start at rows_at and local_at): rope[position] (zeros
+    past the cache), and the split rank's local rows t - local_start, zero for the padding tokens."""
     d = tl.arange(0, DIM)
     d_live = d < rot_dim
     column = tl.minimum(d, rot_dim - 1)
     valid = in_stream & (position >= 0) & (position < rope_rows)
     values = tl.load(rope_ptr + tl.where(valid, position, 0)[:, None] * rot_dim + column[None, :])
     values = tl.where(valid[:, None], values, 0.0)
-    at = tl.where(in_stream, t, 0)[:, None] * rot_dim + d[None, :]
-    tl.store(rows_ptr + at, values.to(rows_ptr.dtype.element_ty), mask=in_stream[:, None] & d_live[None, :])
+    live = in_stream[:, None] & d_live[None, :]
+    at = tl.where(live, rows_at + t[:, None] * rot_dim + d[None, :], 0)
+    tl.store(rows_ptr + at, values.to(rows_ptr.dtype.element_ty), mask=live)
     local = t - local_start
     in_local = in_stream & (local >= 0) & (local < per_rank)
-    local_at = tl.where(in_local, local, 0)[:, None] * rot_dim + d[None, :]
-    tl.store(local_ptr + local_at, tl.where(real[:, None], values, 0.0).to(local_ptr.dtype.element_ty),
-             mask=in_local[:, None] & d_live[None, :])
+    local_live = in_local[:, None] & d_live[None, :]
+    at = tl.where(local_live, local_at + local[:, None] * rot_dim + d[None, :], 0)
+    tl.store(local_ptr + at, tl.where(real[:, None], values, 0.0).to(local_ptr.dtype.element_ty), mask=local_live)
 
 
 @triton.jit
-def _request_rows(qsl_ptr, local_qsl_ptr, local_seq_ptr, start_ptr, r, begin, end, seq, local_start, local_end, first,
-                  num_reqs, reqs_end):
-    """One pass's per-request rows: query starts (begin = the pass's start of request min(r, R)),
-    the split rank's local starts and seq_lens (causal), start positions; zero past R."""
+def _request_rows(qsl_ptr, local_qsl_ptr, local_seq_ptr, start_ptr, qsl_at, local_qsl_at, local_seq_at, start_at, r,
+                  begin, end, seq, local_start, local_end, first, num_reqs, reqs_end):
+    """One pass's per-request rows (the pass's row of each table starts at its `_at`): query starts
+    (begin = the pass's start of request min(r, R)), the split rank's local starts and seq_lens
+    (causal), start positions; zero past R."""
     in_starts = r <= reqs_end
-    at = tl.where(in_starts, r, 0)
-    tl.store(qsl_ptr + at, begin.to(tl.int32), mask=in_starts)
+    tl.store(qsl_ptr + tl.where(in_starts, qsl_at + r, 0), begin.to(tl.int32), mask=in_starts)
     clamped_begin = tl.minimum(tl.maximum(begin, local_start), local_end)
     clamped_end = tl.minimum(tl.maximum(end, local_start), local_end)
-    tl.store(local_qsl_ptr + at, (clamped_begin - first).to(tl.int32), mask=in_starts)
+    tl.store(local_qsl_ptr + tl.where(in_starts, local_qsl_at + r, 0), (clamped_begin - first).to(tl.int32),
+             mask=in_starts)
     in_rows = r < reqs_end
     real = r < num_reqs
     beyond = end - clamped_end  # the request's tokens on later ranks
     local_seq = tl.where(real & (clamped_end > clamped_begin) & (seq > 0), tl.maximum(seq - beyond, 0), 0)
-    row_at = tl.where(in_rows, r, 0)
-    tl.store(local_seq_ptr + row_at, local_seq.to(tl.int32), mask=in_rows)
-    tl.store(start_ptr + row_at, tl.where(real, seq - (end - begin), 0).to(tl.int32), mask=in_rows)
+    tl.store(local_seq_ptr + tl.where(in_rows, local_seq_at + r, 0), local_seq.to(tl.int32), mask=in_rows)
+    tl.store(start_ptr + tl.where(in_rows, start_at + r, 0), tl.where(real, seq - (end - begin), 0).to(tl.int32),
+             mask=in_rows)
 
 
 @triton.jit
@@ -128,8 +131,8 @@ def _advance_draft_steps_kernel(
             position = tl.load(positions_ptr + tl.where(real, t, 0), mask=real, other=0).to(tl.int64)
             position = tl.where(real, position, 0)
             tl.store(out_pos_ptr + tl.where(in_stream, t, 0), position, mask=in_stream)
-            _rope_rows(rope_ptr, cos_sin_ptr, local_ptr, t, position, in_stream, real, split_rank * first_per_rank,
-                       first_per_rank, rope_rows, rot_dim, DIM)
+            _rope_rows(rope_ptr, cos_sin_ptr, local_ptr, 0, 0, t, position, in_stream, real,
+                       split_rank * first_per_rank, first_per_rank, rope_rows, rot_dim, DIM)
         if NUM_GROUPS > 0:
             _first_slots(o0, p0, x0, ss0, ps0, sb0, t, num_tokens, num_input_tokens)
         if NUM_GROUPS > 1:
@@ -153,8 +156,8 @@ def _advance_draft_steps_kernel(
             first = tl.minimum(tl.maximum(qsl0, first_start), first_stop)
             begin = tl.load(qsl_ptr + tl.minimum(r, num_reqs)).to(tl.int64)
             end = tl.load(qsl_ptr + tl.minimum(r + 1, num_reqs)).to(tl.int64)
-            _request_rows(out_qsl_ptr, local_qsl_ptr, local_seq_ptr, start_ptr, r, begin, end, seq, first_start,
-                          first_stop, first, num_reqs, reqs_end)
+            _request_rows(out_qsl_ptr, local_qsl_ptr, local_seq_ptr, start_ptr, 0, 0, 0, 0, r, begin, end, seq,
+                          first_start, first_stop, first, num_reqs, reqs_end)
         # Pass 2: advance_draft_step's first step (the gather, the rejected tokens).
         index = tl.load(token_indices_ptr + safe_r, mask=real, other=0).to(tl.int64)
         ok = real & (index >= 0) & (index < num_positions)
@@ -180,15 +183,15 @@ def _advance_draft_steps_kernel(
             if WRITE_STEP:
                 in_stream = r < later_pad
                 step_position = tl.where(real, position, 0)
-                tl.store(out_pos_ptr + k * pos_stride + tl.where(in_stream, r, 0), step_position, mask=in_stream)
+                tl.store(out_pos_ptr + tl.where(in_stream, k * pos_stride + r, 0), step_position, mask=in_stream)
                 in_rows = r < reqs_end
                 step_seq = tl.where(real, seq_len, 0)
-                tl.store(out_seq_ptr + k * seq_stride + tl.where(in_rows, r, 0), step_seq.to(tl.int32), mask=in_rows)
-                _request_rows(out_qsl_ptr + k * qsl_stride, local_qsl_ptr + k * lqsl_stride,
-                              local_seq_ptr + k * lseq_stride, start_ptr + k * start_stride, r,
+                tl.store(out_seq_ptr + tl.where(in_rows, k * seq_stride + r, 0), step_seq.to(tl.int32), mask=in_rows)
+                _request_rows(out_qsl_ptr, local_qsl_ptr, local_seq_ptr, start_ptr, k * qsl_stride, k * lqsl_stride,
+                              k * lseq_stride, k * start_stride, r,
                               tl.minimum(r, num_reqs).to(tl.int64), tl.minimum(r + 1, num_reqs).to(tl.int64), step_seq,
                               later_start, later_stop, later_start, num_reqs, reqs_end)
-                _rope_rows(rope_ptr, cos_sin_ptr + k * cs_stride, local_ptr + k * local_stride, r, step_position,
+                _rope_rows(rope_ptr, cos_sin_ptr, local_ptr, k * cs_stride, k * local_stride, r, step_position,
                            in_stream, real, later_start, later_per_rank, rope_rows, rot_dim, DIM)
             if NUM_GROUPS > 0:
                 _later_slots(t0, o0, p0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, ss0, ps0, sb0, k, r,
@@ -215,9 +218,9 @@ def _advance_draft_steps_kernel(
 
 
 def _group_arguments(table, out, pairs, target, num_blocks, layout, storage: int) -> list:
-    """The 17 flattened arguments of one group (see _advance_draft_steps_kernel)."""
-    return [nonempty(table), out, pairs, nonempty(target), nonempty(num_blocks), table.size(0), table.size(1),
-            table.stride(0), layout.block_size, layout.blocks_per_kv_block, *layout.cp, int(layout.enabled),
+    """The 17 flattened arguments of one group (see _advance_draft_steps_kernel), no tensor empty."""
+    return [nonempty(table), nonempty(out), nonempty(pairs), nonempty(target), nonempty(num_blocks), table.size(0),
+            table.size(1), table.stride(0), layout.block_size, layout.blocks_per_kv_block, *layout.cp, int(layout.enabled),
             out.stride(0), pairs.stride(0), storage]
 
 
@@ -258,11 +261,14 @@ def advance_draft_steps(
         if tiles == 0:
             continue
         grid = (num_programs(out_positions.device, tiles),)
+        # Masked lanes access offset 0 on the NPU route, also of a tensor with no element (a step
+        # of no requests): each empty one goes as a placeholder element.
         _advance_draft_steps_kernel[grid](
-            query_start_loc, positions, seq_lens, nonempty(token_indices), nonempty(num_rejected_tokens),
-            nonempty(idx_mapping) if idx_mapping is not None else seq_lens, rope_cos_sin_cache,
-            out_positions, out_seq_lens, out_query_start_loc, out_cos_sin, out_local_cos_sin,
-            out_local_query_start_loc, out_local_seq_lens, out_start_pos,
+            query_start_loc, nonempty(positions), nonempty(seq_lens), nonempty(token_indices),
+            nonempty(num_rejected_tokens), nonempty(idx_mapping if idx_mapping is not None else seq_lens),
+            rope_cos_sin_cache, nonempty(out_positions), nonempty(out_seq_lens), nonempty(out_query_start_loc),
+            nonempty(out_cos_sin), nonempty(out_local_cos_sin), nonempty(out_local_query_start_loc),
+            nonempty(out_local_seq_lens), nonempty(out_start_pos),
             num_steps, num_reqs, num_tokens, num_input_tokens, num_reqs_padded, positions.numel(), max_model_len,
             split_rank, reqs_end, rope_cos_sin_cache.size(0), rot_dim,
             out_positions.stride(0), out_seq_lens.stride(0), out_query_start_loc.stride(0),

@@ -32,7 +32,7 @@ class InvariantViews:
     def __init__(self, buffers: DraftBuffers, num_reqs: int, num_tokens: int, num_input_tokens: int,
                  cp_size: int, cp_rank: int):
         # cp_token_split's fields, in CPLocalMetadata's order, from its arithmetic written out: its
-        # frozen dataclass would cost a new shape a microsecond (tests/test_drafting_bench.py holds
+        # frozen dataclass would cost a new shape a microsecond (tests/tooling/test_drafting_bench.py holds
         # the two equal).
         per_rank = -(-num_input_tokens // cp_size)
         pad, local_start = per_rank * cp_size, cp_rank * per_rank

@@ -28,7 +28,7 @@ class StepCache:
     with another cache). It keeps its input tensors alive, so a tensor id in a fingerprint
     cannot be reused.
 
-    What the fingerprint sees, exactly (tests/test_step_cache_inputs.py):
+    What the fingerprint sees, exactly (tests/layers/test_step_cache_inputs.py):
     - every write through torch to the tensor or to a view of it (in-place ops, `out=`, every
       specops op, `.detach()` views): they bump the version counter the views share;
     - a new storage under the same tensor (`torch.utils.swap_tensors`, `set_`, `.data = t`):

@@ -251,7 +251,7 @@ def _compute(setup: GroupSetup, common: CommonDraftInputs, buffers: DraftBuffers
         start_pos=buffers.start_pos, query_start_loc_cpu=query_start_loc_cpu, seq_lens_cpu=seq_lens_cpu,
     )
     # Both built positionally, in their fields' order: keyword arguments cost this step over a
-    # microsecond more (tests/test_drafting.py checks every field against the naive form).
+    # microsecond more (tests/layers/test_drafting.py checks every field against the naive form).
     cp = CPLocalMetadata(views.local_query_start_loc, views.local_seq_lens, views.start_pos, *views.split,
                          full.max_local_query_len, full.max_local_seq_len)
     head = (num_decodes, num_reqs - num_decodes, num_decode_tokens, total - num_decode_tokens, views.input_positions,

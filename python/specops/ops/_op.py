@@ -69,7 +69,7 @@ _ANNOTATION_KINDS = {"int": _INT, "Sequence[int]": _INT_LIST, "list[int]": _INT_
 def scalar_arguments(name: str, check: Callable[..., None]) -> list[tuple[int, str, str]]:
     """(position, name, kind) of every int, int[] and bool argument of the op: from its schema,
     or without the extension from the annotations of its check (which takes the schema's
-    arguments; tests/test_bad_input_matrix.py holds the two equal)."""
+    arguments; tests/hardening/test_bad_input_matrix.py holds the two equal)."""
     if EXTENSION.loaded:
         arguments = getattr(torch.ops.specops, name).default._schema.arguments
         kinds = [(argument.name, _SCHEMA_KINDS.get(str(argument.type))) for argument in arguments]

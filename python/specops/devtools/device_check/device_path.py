@@ -4,7 +4,7 @@ Each op of the op table (tests/op_table.py) is called on its valid call, on rand
 (`OpSpec.draw_call`) and on its edge cases (`OpSpec.corruptions`: unusual or invalid values the
 device kernels must handle, and entries at the int32 / int64 extremes). The device call gets
 every tensor (but the host copies, `OpSpec.host_tensors`) as a view in the middle of a larger
-device buffer filled with a canary, as tests/test_guard_bands.py does on the CPU: after the call
+device buffer filled with a canary, as tests/hardening/test_guard_bands.py does on the CPU: after the call
 no band changed, no input changed, and every output equals the oracle's:
 
 - valid calls, and edge cases the native op accepts: the native CPU op (C++) on the same inputs;

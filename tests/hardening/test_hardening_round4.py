@@ -6,9 +6,9 @@
 2. A refresh with int32 slots wrote group 0, then rejected group 1: every multi-group path,
    every layout, rejected before the first write and naming slot_mappings[g].
 3. The int64 limit: every op that adds to a position, at an accepted position of 2^63 - 1.
-Items 6, 7, 9, 10 and 11 (the arguments' families) are in tests/test_hardening_round4_inputs.py;
-item 8 (sizes an op allocates from) is a row of tests/test_bad_input_matrix.py; item 5 (the NPU
-route's x86 run) lives in tests/ascend and tests/test_kernel_compile.py.
+Items 6, 7, 9, 10 and 11 (the arguments' families) are in tests/hardening/test_hardening_round4_inputs.py;
+item 8 (sizes an op allocates from) is a row of tests/hardening/test_bad_input_matrix.py; item 5 (the NPU
+route's x86 run) lives in tests/ascend and tests/tooling/test_kernel_compile.py.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ from op_table import OP_TABLE
 from specops.devtools.device_check import CSV_NAME, REPORT_NAME, STEPS, run_in_process
 from specops.devtools.device_check.report import parse_log
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"  # the folder of op_table.py, whatever subfolder this file sits in
 DEVICE_ONLY = [name for name, step in STEPS.items() if step["device_only"]]
 
 
@@ -37,7 +38,7 @@ def cpu_report(tmp_path_factory):
     if "triton" not in BACKENDS or "native" not in BACKENDS:
         pytest.skip("the CPU run compares the Triton interpreter with the native op: both must run here")
     out = tmp_path_factory.mktemp("device-check")
-    report = run_in_process(out, op_specs=Path(__file__).parent, carry=out / "no-carry", random_calls=1,
+    report = run_in_process(out, op_specs=TESTS, carry=out / "no-carry", random_calls=1,
                             edge_cases=1, cpu_only=True)
     return out, report
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEARCHED = ("README.md", "CMakeLists.txt", "Makefile", "pyproject.toml", "csrc", "python", "triton_kernels", "tests",
             "tools", "examples", "docs", ".ci")
 SUFFIXES = {".py", ".h", ".cpp", ".md", ".txt", ".toml", ".in", ""}

@@ -20,7 +20,7 @@ from specops import MappingGroup, PersistentMappings, drafting
 
 NULL = specops.NULL_BLOCK_ID
 PAD = specops.PAD_SLOT_ID
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "async_cp_loop.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "async_cp_loop.py"
 
 
 def i32(*values: int) -> torch.Tensor:

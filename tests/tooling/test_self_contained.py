@@ -12,7 +12,7 @@ import pytest
 import sas_checker
 from golden_cases import golden_cases
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_FILES = ("sas_metadata.jsonl", "kv_quant_sas_metadata.jsonl", "lightning_indexer_metadata.jsonl",
                 "store_kv_block_metadata.jsonl")
 # Text that only a reference to a folder beside the repository would contain.

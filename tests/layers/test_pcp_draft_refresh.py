@@ -165,7 +165,7 @@ def test_prepare_step_takes_the_peers_query_start_loc():
     assert mappings.block_tables[0][:4].tolist() == [[7, 13, 0], [17, 19, 23], [0, 0, 0], [0, 0, 0]]
 
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pcp_draft_step.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pcp_draft_step.py"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -19,7 +19,7 @@ import pytest
 
 import specops
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NOT_RUN = {"bash", "text", "cpp"}
 FENCE = re.compile(r"^```(.*)$")

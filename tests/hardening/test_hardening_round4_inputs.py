@@ -1,5 +1,5 @@
 """Hardening round 4 (docs/changelog.md, "Fourth round"), the arguments' families: one family of
-tests per defect (tests/test_hardening_round4.py has the first three).
+tests per defect (tests/hardening/test_hardening_round4.py has the first three).
 
 6. PCPLayout.copy_to into buffers that share memory.
 7. ModelConfig's index_topk (and index_n_heads) where the model meets a C4 group.
@@ -198,7 +198,7 @@ def test_prepare_input_ids_sizes_absent_logits_outputs_by_num_logits(backend, nu
 def test_a_bool_is_not_an_int_on_any_path(backend, value):
     """Once: advance_draft_step(max_model_len=True) ran as max_model_len 1, on every backend (and
     PersistentMappings.advance_draft_step reused the sizes it had cached for 1: True hashes as 1).
-    tests/test_bad_input_matrix.py puts True in every int argument of every op."""
+    tests/hardening/test_bad_input_matrix.py puts True in every int argument of every op."""
     with pytest.raises(ValueError, match="max_model_len must be an int"):
         specops.advance_draft_step(i64(5), i32(6), [i32(1, 2).view(1, 2)], 16, max_model_len=value)
     with specops.backend("native" if "native" in BACKENDS else backend):

@@ -43,9 +43,9 @@ def run_pytest_without_triton(**environment: str) -> subprocess.CompletedProcess
     env = {name: value for name, value in os.environ.items()
            if name not in ("SPECOPS_TEST_BACKENDS", "PYTEST_XDIST_WORKER")}
     env.update(TRITON_INTERPRET="0", **environment)
-    tests = pathlib.Path(__file__).parent
+    tests = pathlib.Path(__file__).resolve().parents[1]
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-                           "test_dcp_local_seq_lens.py::test_peer_unit_test_sfa_cp"],
+                           "ops/test_dcp_local_seq_lens.py::test_peer_unit_test_sfa_cp"],
                           cwd=tests, env=env, capture_output=True, text=True, timeout=300)
 
 

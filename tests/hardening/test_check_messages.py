@@ -1,7 +1,7 @@
 """One message per check in both languages: the native host op (csrc/cpu/*checks.h) and each
 Python backend (python/specops/ops/_*checks.py, run before a Triton launch, before the
 reference and in the fake kernel) reject every metadata row of the bad-input matrix
-(tests/test_bad_input_matrix.py: the derived dtype/device/rank/layout cases and each op's
+(tests/hardening/test_bad_input_matrix.py: the derived dtype/device/rank/layout cases and each op's
 `metadata_errors`) with the same exception class and the same message, character for character.
 
 Value rows (`value_errors`) are the native op's alone (device paths cannot raise), so there is

@@ -14,7 +14,7 @@ import pytest
 
 import specops
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "runner_step.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "runner_step.py"
 
 
 def _example():

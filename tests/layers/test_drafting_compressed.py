@@ -218,7 +218,7 @@ def test_tables_of_two_widths_still_match_each_group_alone():
 def test_the_variant_follows_the_soc_as_device_operator_picks_it():
     cache = torch.zeros(8, 4)
     assert ModelConfig(64, 1, 64, cache, 1, soc_version="Ascend910B1").sas_variant == "a2a3"
-    # No SoC given: each builder picks it from its device's (tests/test_drafting_platform.py).
+    # No SoC given: each builder picks it from its device's (tests/layers/test_drafting_platform.py).
     assert ModelConfig(64, 1, 64, cache, 1).sas_variant is None
     assert ModelConfig(64, 1, 64, cache, 1, soc_version="Ascend950PR_9599").sas_variant == "a5"
     assert ModelConfig(64, 1, 64, cache, 1, sas_variant="a2a3", soc_version="Ascend950PR_9599").sas_variant == "a2a3"
