@@ -5,7 +5,8 @@ padding tiles. Per request, its logits entries, its query's input ids (each comp
 the rules of csrc/kernels/prepare_input_ids.h, the later rule winning, and stored once: no two
 lanes store one id), and its lookahead prompt tokens. Loop bounds are clamped to the buffers,
 so contradictory offsets cost no more than the buffers' sizes; every masked lane reads and
-writes offset 0 of its tensor. A per-request condition enters a lane mask through tl.where
+writes offset 0 of its tensor (the columns it reads pass through `nonempty`: triton-ascend's
+lowering reads masked lanes too). A per-request condition enters a lane mask through tl.where
 (the interpreter rejects a mask made by `&` of a scalar and a block).
 """
 
@@ -16,7 +17,7 @@ import triton
 import triton.language as tl
 
 from specops._step_layout import input_ids_request_rows, logits_ends
-from specops.triton_kernels._launch import num_programs
+from specops.triton_kernels._launch import nonempty, num_programs
 
 BLOCK = 128
 
@@ -49,17 +50,20 @@ def _prepare_input_ids_kernel(
         stop = tl.minimum(n_log, logits_max - c0)
         for start in range(first, stop, BLOCK):
             j = start + lanes
-            o = c0 + j
+            o = (c0 + start) + lanes
             live = (j < stop) & (o >= 0)
             # Each mask below is one comparison of an offset that is -1 where the lane is off:
             # triton-ascend's adapter misreads freed memory on masks of more than two comparisons.
+            # Its --triton-to-unstructure does too (valgrind; a crash in some runs) when the offset
+            # is `c0 + j` or the off lanes' -1 is clamped by tl.maximum: hence (c0 + start) + lanes
+            # and a tl.where on the mask.
             at_logit = tl.where(live & (o < logits_end), o, -1)
-            tl.store(logits_indices_ptr + tl.maximum(at_logit, 0), q1 - n_log + j, mask=at_logit >= 0)
+            tl.store(logits_indices_ptr + tl.where(at_logit >= 0, at_logit, 0), q1 - n_log + j, mask=at_logit >= 0)
             at_idx = tl.where(live & (o < expanded_end), o, -1)
-            tl.store(expanded_idx_ptr + tl.maximum(at_idx, 0), row.to(expanded_idx_ptr.dtype.element_ty),
+            tl.store(expanded_idx_ptr + tl.where(at_idx >= 0, at_idx, 0), row.to(expanded_idx_ptr.dtype.element_ty),
                      mask=at_idx >= 0)
             at_pos = tl.where(live & (o < local_pos_end), o, -1)
-            tl.store(local_pos_ptr + tl.maximum(at_pos, 0), j.to(tl.int32), mask=at_pos >= 0)
+            tl.store(local_pos_ptr + tl.where(at_pos >= 0, at_pos, 0), j.to(tl.int32), mask=at_pos >= 0)
 
         nc = tl.load(num_computed_tokens_ptr + safe_row, mask=has_row, other=0).to(tl.int64)
         prefill_len = tl.load(prefill_len_ptr + safe_row, mask=has_row, other=0).to(tl.int64)
@@ -75,13 +79,13 @@ def _prepare_input_ids_kernel(
             draft = i - (q1 - n_draft)
             is_draft = tl.where(generated, live & (draft >= 0) & (draft < draft_cols), False)
             draft_at = tl.where(is_draft, draft, -1)
-            draft_token = tl.load(draft_ptr + safe_row * draft_stride + tl.maximum(draft_at, 0), mask=draft_at >= 0,
-                                  other=0).to(tl.int32)
+            draft_token = tl.load(draft_ptr + tl.where(draft_at >= 0, safe_row * draft_stride + draft_at, 0),
+                                  mask=draft_at >= 0, other=0).to(tl.int32)
             is_bonus = tl.where(bonus, live & (i == q1 - n_log) & (is_draft == 0), False)
             is_prompt = tl.where(prefilling, live & (is_draft == 0) & (is_bonus == 0), False)
             column = nc + (i - q0)
             column_at = tl.where(is_prompt & (column >= 0) & (column < token_cols), column, -1)
-            prompt = tl.load(all_token_ids_ptr + safe_row * token_stride + tl.maximum(column_at, 0),
+            prompt = tl.load(all_token_ids_ptr + tl.where(column_at >= 0, safe_row * token_stride + column_at, 0),
                              mask=column_at >= 0, other=0)
             value = tl.where(is_draft, draft_token, tl.where(is_bonus, last, prompt))
             written = tl.where(is_draft | is_bonus | is_prompt, i, -1)
@@ -92,7 +96,7 @@ def _prepare_input_ids_kernel(
                 live = tl.where(prefilling, k < num_lookahead, False)
                 column = seq_len + k
                 column_at = tl.where(live & (column >= 0) & (column < prefill_len) & (column < token_cols), column, -1)
-                token = tl.load(all_token_ids_ptr + safe_row * token_stride + tl.maximum(column_at, 0),
+                token = tl.load(all_token_ids_ptr + tl.where(column_at >= 0, safe_row * token_stride + column_at, 0),
                                 mask=column_at >= 0, other=0)
                 next_at = tl.where(live, k * lookahead_stride + safe_row, -1)
                 tl.store(next_prefill_ptr + tl.maximum(next_at, 0), token, mask=next_at >= 0)
@@ -134,9 +138,10 @@ def prepare_input_ids(
     grid = (num_programs(input_ids.device, num_tasks),)
     _prepare_input_ids_kernel[grid](
         input_ids, idx_mapping, query_start_loc, num_computed_tokens, prefill_len,
-        last_sampled_tokens, last_sampled_tokens.stride(0), draft_tokens, draft_tokens.stride(0),
+        last_sampled_tokens, last_sampled_tokens.stride(0), nonempty(draft_tokens), draft_tokens.stride(0),
         draft_tokens.size(1), cu_num_logits,
-        all_token_ids, all_token_ids.stride(0) if has_prefill else 0, all_token_ids.size(1) if has_prefill else 0,
+        nonempty(all_token_ids), all_token_ids.stride(0) if has_prefill else 0,
+        all_token_ids.size(1) if has_prefill else 0,
         next_prefill_tokens, next_prefill_tokens.stride(0) if has_prefill else 0,
         next_prefill_tokens.size(0) if has_prefill else 0,
         logits_indices, expanded_idx_mapping, expanded_local_pos,
