@@ -83,7 +83,7 @@ def store_visible_slots(block_table_ptr, out_ptr, out_lens_ptr, row, is_row, is_
 # Scalars Triton would otherwise specialize on (an int equal to 1 becomes a constant, one divisible
 # by 16 gets a hint), one kernel per value class: a window and block size of 1 with one request
 # spilled on sm_90. None shapes an access a hint could widen (the table is gathered; the output
-# rows keep out_stride's hint): one code per output stride (tests/test_kernel_compile.py).
+# rows keep out_stride's hint): one code per output stride (tests/tooling/test_kernel_compile.py).
 UNSPECIALIZED = ["num_reqs", "rows_begin", "num_rows", "width", "window", "block_size", "table_rows", "table_cols",
                  "table_stride", "num_search_steps"]
 

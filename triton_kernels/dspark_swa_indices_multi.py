@@ -29,7 +29,7 @@ NUM_WARPS = 8
 # of 1 with a block size of 16 and one request spilled on sm_90 at 8 warps, a specialization the
 # op table's draws never launched. None of them shapes an access a hint could widen (the table
 # is gathered; the output rows keep out_stride's hint), so each launch compiles the one code
-# per NUM_GROUPS and output stride (tests/test_kernel_compile.py compiles each of them).
+# per NUM_GROUPS and output stride (tests/tooling/test_kernel_compile.py compiles each of them).
 UNSPECIALIZED = ["num_reqs", "rows_begin", "num_rows", "num_chunks", "num_search_steps"] + [
     f"{name}_{g}" for g in range(4)
     for name in ("width", "window", "block_size", "table_rows", "table_cols", "table_stride")]
