@@ -6,10 +6,8 @@ steps wrote, not the buffer; prepare_step and the fused op take the same query_s
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+import repo_modules
 import torch
 from conftest import BACKENDS
 
@@ -165,14 +163,9 @@ def test_prepare_step_takes_the_peers_query_start_loc():
     assert mappings.block_tables[0][:4].tolist() == [[7, 13, 0], [17, 19, 23], [0, 0, 0], [0, 0, 0]]
 
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pcp_draft_step.py"
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_pcp_target_and_replicated_draft_example(seed):
     """examples/pcp_draft_step.py: PCP = 2 target steps, the replicated draft refreshed after
     each, every check of the example holding (it raises on the first that fails)."""
-    spec = importlib.util.spec_from_file_location("pcp_draft_step_example", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = repo_modules.load("examples/pcp_draft_step.py")
     assert example.run(12, seed) == 12

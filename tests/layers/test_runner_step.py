@@ -7,11 +7,8 @@ position's block column is position // block_size on one rank), never from the o
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+import repo_modules
 import torch
 from conftest import BACKENDS
 
@@ -20,7 +17,6 @@ from specops import MappingGroup, PersistentMappings, drafting
 
 NULL = specops.NULL_BLOCK_ID
 PAD = specops.PAD_SLOT_ID
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "async_cp_loop.py"
 
 
 def i32(*values: int) -> torch.Tensor:
@@ -293,10 +289,7 @@ def test_draft_inputs_after_a_draft_step_read_its_positions(backend):
 # ------------------------------------------------------------ the example
 
 def test_the_example_loop_runs_100_steps_against_its_ground_truth():
-    spec = importlib.util.spec_from_file_location("async_cp_loop", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = example  # its dataclasses look their module up
-    spec.loader.exec_module(example)
+    example = repo_modules.load("examples/async_cp_loop.py")
     summary = example.main(steps=100, seed=0)
     # The loop went through what it claims: requests finished, decodes with drafts, blocks.
     assert summary["finished"] >= 10 and summary["decode_rows"] >= 100 and summary["blocks"] > 100

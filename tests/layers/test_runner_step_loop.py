@@ -6,23 +6,14 @@ natively, fewer under the Triton interpreter and the reference)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+import repo_modules
 
 import specops
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "runner_step.py"
-
 
 def _example():
-    spec = importlib.util.spec_from_file_location("runner_step", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return repo_modules.load("examples/runner_step.py")
 
 
 @pytest.mark.parametrize("rule", ["reset", "clamp"])

@@ -8,12 +8,11 @@ kernels out of an unpacked wheel."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+import repo_modules
 from conftest import BACKENDS
 from op_table import OP_TABLE
 
@@ -26,11 +25,7 @@ DEVICE_ONLY = [name for name, step in STEPS.items() if step["device_only"]]
 
 
 def _tool(name: str):
-    spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return repo_modules.load(f"tools/{name}.py")
 
 
 @pytest.fixture(scope="module")

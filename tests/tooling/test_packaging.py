@@ -13,16 +13,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import repo_modules
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _load_build_tools():
-    spec = importlib.util.spec_from_file_location("specops_build", REPO / "tools" / "specops_build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_modules.load("tools/specops_build.py")
 
 
 build_tools = _load_build_tools()
