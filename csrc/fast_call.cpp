@@ -306,8 +306,8 @@ PyObject* FastOp::call(PyObject* const* args, size_t nargs, PyObject* kwnames) c
     // tensor that Python also holds has its Python object tied to its C++ references: the
     // stack's copy is the second reference, and dropping a second-to-last reference releases
     // that tie, which takes the GIL. The op drops the stack's copies while the GIL is released,
-    // so without these each tensor argument cost a GIL round trip (about 1,100 instructions,
-    // 3,300 of sas_metadata's call).
+    // so without these each tensor argument cost a GIL round trip (docs/changelog.md has the
+    // count).
     c10::SmallVector<c10::IValue, 16> held;
     for (const c10::IValue& value : stack) {
       if (value.isTensor() || value.isTensorList()) held.push_back(value);

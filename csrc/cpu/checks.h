@@ -90,8 +90,8 @@ inline int64_t check_query_start_loc_values(const at::Tensor& query_start_loc) {
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   const int64_t num_reqs = query_start_loc.numel() - 1;
   TORCH_CHECK_VALUE(qsl[0] == 0, "query_start_loc[0] must be 0, got ", qsl[0]);
-  // One pass without a branch per entry (it vectorizes: a thousand requests cost a few hundred
-  // instructions); the entry to name is searched for only when some entry decreases.
+  // One pass without a branch per entry (it vectorizes); the entry to name is searched for only
+  // when some entry decreases.
   int32_t decreasing = 0;
   for (int64_t r = 0; r < num_reqs; ++r) decreasing |= static_cast<int32_t>(qsl[r + 1] < qsl[r]);
   for (int64_t r = 0; decreasing != 0 && r < num_reqs; ++r) {

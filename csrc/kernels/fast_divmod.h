@@ -1,8 +1,8 @@
 #pragma once
 // Division by a runtime constant through a precomputed reciprocal (multiply + shift), exact
 // for dividends in [0, 2^31). Slot-mapping math divides every token's position by the block
-// size, the virtual block size and the interleave; a hardware divide costs 20-40 cycles, this
-// costs about 4.
+// size, the virtual block size and the interleave; a hardware integer divide takes tens of
+// cycles, a multiply and a shift a few.
 #include <cstdint>
 
 namespace specops::kernels {

@@ -15,8 +15,7 @@
 
 // For the few helpers a request's loop calls (positions_are_consecutive, store_consecutive_slots
 // and theirs): in the extension's LTO build the inliner kept them out of line (several
-// instantiations each), which cost a call, a spill of the loop's values and ~50 instructions per
-// request.
+// instantiations each), which cost a call and a spill of the loop's values per request.
 #if defined(__GNUC__)
 #define SPECOPS_HOT_INLINE inline __attribute__((always_inline))
 #else

@@ -1,14 +1,14 @@
 """The integer arguments of prepare_spec_decode_inputs, packed into one int[] of the op schema.
 
-torch's Python binding of an op call spends about 0.2 µs on every integer argument and every
-list argument (an isinstance check against torch.Tensor each), which for this op was more
-than its whole CPU body at R=256. So the schema takes its integers as one list,
+torch's Python binding of an op call pays for every integer argument and every list argument
+(an isinstance check against torch.Tensor each), which for this op was more than its whole CPU
+body at R=256 (docs/changelog.md has the figures). So the schema takes its integers as one list,
 
     [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave,
      block_size, blocks_per_kv_block, cp_sharded, slot_mapping_enabled,   # group 0
      ...]                                                                  # four per KV-cache group
 
-(1.8 µs less per call with one group, measured), and the Python wrapper keeps the keyword API.
+and the Python wrapper keeps the keyword API.
 """
 
 from __future__ import annotations

@@ -196,8 +196,8 @@ class StepPlan:
         views = row_views(self.output_bases, bounds)
         format_call = self.format_arguments.copy()
         # Each row a plain tuple of MetadataRow's fields, made by zip (in C, one tuple a group): a
-        # step's loop over the groups unpacks an exact tuple in a few instructions, a NamedTuple
-        # through an iterator (0.04 of an empty op per group, under callgrind).
+        # step's loop over the groups unpacks an exact tuple directly, a NamedTuple through an
+        # iterator (the count is in docs/changelog.md).
         if not self.dspark_calls:
             format_call[FORMAT.out] = views
             rows = list(zip(views, self.no_dspark, self.no_dspark, self.windows, self.invariant_of, self.sas_of))

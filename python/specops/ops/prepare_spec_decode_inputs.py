@@ -295,8 +295,8 @@ def prepare_spec_decode_inputs(
     else:
         # A list of its own: the result's, which the caller's list may not change later.
         slot_mappings = slot_mappings[:]
-        # _OP.select()'s eager native case without its frame (about 900 instructions a call), its
-        # Dynamo test made above; every other case asks select().
+        # _OP.select()'s eager native case without its frame, its Dynamo test made above; every
+        # other case asks select().
         if _current_backend.get() == "native" and not _torch_compiler._is_compiling_flag:
             op = _OP.native_entry
         else:
