@@ -7,7 +7,6 @@
 #include "build_facts.h"
 #include "fast_call.h"
 #include "row_views.h"
-#include "spec_decode_sizes.h"
 
 namespace py = pybind11;
 
@@ -15,7 +14,6 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts, FastOp and row_views";
   specops::bind_fast_call(m);
   specops::bind_row_views(m);
-  specops::bind_spec_decode_sizes(m);
   namespace facts = specops::build_facts;
   m.attr("version") = facts::kVersion;
   const std::string cann_version = facts::kCannVersion;

@@ -106,6 +106,8 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
       kinds_.push_back(ArgKind::kBool);
     } else if (is_list_of(type, c10::TypeKind::IntType)) {
       kinds_.push_back(ArgKind::kIntList);
+    } else if (is_list_of(type, c10::TypeKind::BoolType)) {
+      kinds_.push_back(ArgKind::kBoolList);
     } else {
       throw std::invalid_argument("FastOp: " + qualified_name + " has an argument of type " + type->str() +
                                   ", which the fast path does not box");
@@ -184,6 +186,19 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
       stack.emplace_back(std::move(numbers));
       return true;
     }
+    case ArgKind::kBoolList: {
+      if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
+      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+      c10::List<bool> flags;
+      flags.reserve(size);
+      for (Py_ssize_t i = 0; i < size; ++i) {
+        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
+        if (item != Py_True && item != Py_False) return false;
+        flags.push_back(item == Py_True);
+      }
+      stack.emplace_back(std::move(flags));
+      return true;
+    }
   }
   return false;
 }
@@ -239,6 +254,18 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
     case ArgKind::kBool:
       if (!is_boolean(value)) reject(name, "a bool (True, False, a NumPy bool or a one-element bool tensor)", value);
       break;
+    case ArgKind::kBoolList: {
+      if (!PyList_Check(value) && !PyTuple_Check(value)) reject(name, "a list of bools", value);
+      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+      for (Py_ssize_t i = 0; i < size; ++i) {
+        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
+        if (item != Py_True && item != Py_False && !is_boolean(item)) {
+          reject(name + "[" + std::to_string(i) + "]",
+                 "a bool (True, False, a NumPy bool or a one-element bool tensor)", item);
+        }
+      }
+      break;
+    }
     case ArgKind::kTensorList:
     case ArgKind::kIntList: {
       const bool tensors = kinds_[position] == ArgKind::kTensorList;

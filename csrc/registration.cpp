@@ -11,14 +11,15 @@ TORCH_LIBRARY(specops, m) {
       "Tensor(a!) out, int blocks_per_kv_block, int cp_world_size, int cp_rank, int cp_interleave, "
       "Tensor? idx_mapping, int num_tokens_padded, Tensor? num_blocks=None) -> ()");
   // Host-only: compute_slot_mapping's value checks for several tables, writing nothing (so that
-  // PersistentMappings.refresh rejects a batch before it rewrites any group). sizes: (block_size,
-  // blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave) per table; num_blocks: empty, or
-  // the blocks allocated to each row, one tensor per table; slot_mappings: empty, or the output
-  // each table's slots go to, one per table (never written: an int32 one has its slots checked
-  // to fit, as compute_slot_mapping checks its int32 out).
+  // PersistentMappings.refresh rejects a batch before it rewrites any group). block_sizes,
+  // blocks_per_kv_block, cp_sharded: one entry per table (a table not CP-sharded maps as a single
+  // rank); num_blocks: empty, or the blocks allocated to each row, one tensor per table;
+  // slot_mappings: empty, or the output each table's slots go to, one per table (never written:
+  // an int32 one has its slots checked to fit, as compute_slot_mapping checks its int32 out).
   m.def(
       "check_slot_mapping_positions(Tensor query_start_loc, Tensor positions, Tensor[] block_tables, "
-      "Tensor? idx_mapping, int[] sizes, Tensor[] num_blocks, Tensor[] slot_mappings) -> ()");
+      "Tensor? idx_mapping, int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, int cp_world_size, "
+      "int cp_rank, int cp_interleave, Tensor[] num_blocks, Tensor[] slot_mappings) -> ()");
 
   // docs/persistent_buffers.md
   m.def(
@@ -102,17 +103,18 @@ TORCH_LIBRARY(specops, m) {
       "prepare_positions_and_seq_lens(Tensor num_computed_tokens, Tensor query_start_loc, Tensor(a!) positions, "
       "Tensor(b!) seq_lens, int num_tokens_padded, int num_reqs_padded, Tensor? idx_mapping) -> ()");
   // Fused: the correction, positions and seq_lens, and the slot mapping of every KV-cache group.
-  // sizes = [num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave] then
-  // (block_size, blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group: one list, because torch's generic
-  // Python binding (which torch.ops callers still go through; the wrappers use FastOp) costs
-  // more per int and per list argument than the op's body (python/specops/_spec_decode_sizes.py).
-  // num_blocks: empty, or the blocks allocated to each table row, one tensor per group.
+  // The multi-group ops (this one, advance_draft_step, advance_draft_steps,
+  // expand_parallel_draft_inputs) take one entry per block table in block_sizes,
+  // blocks_per_kv_block, cp_sharded (else a single rank) and slot_mapping_enabled (else every
+  // slot PAD, the table never read). num_blocks: empty, or the blocks allocated to each table
+  // row, one tensor per group.
   m.def(
       "prepare_spec_decode_inputs(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
       "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
       "Tensor cpu_num_computed_tokens, Tensor query_start_loc, Tensor(c!) positions, Tensor(d!) seq_lens, "
-      "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int[] sizes, "
-      "Tensor[] num_blocks) -> ()");
+      "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int num_tokens_padded, "
+      "int num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
+      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, Tensor[] num_blocks) -> ()");
 
   // docs/step_bookkeeping.md: the spec-decode step's own bookkeeping (input ids, sampled and
   // rejected counts, request state, next tokens, later draft steps). A *_padded of -1: each
@@ -136,33 +138,36 @@ TORCH_LIBRARY(specops, m) {
       "Tensor? backup_next_token_ids, Tensor? token_ids, Tensor? num_tokens_no_spec, Tensor? cu_num_draft_tokens, "
       "Tensor? query_start_loc, Tensor(a!) next_token_ids, Tensor(b!) valid_sampled_token_count, "
       "Tensor(c!)? num_rejected_tokens, Tensor(d!)? token_indices_to_sample, int num_reqs_padded) -> ()");
-  // sizes = [max_model_len, rule (0 reset, 1 clamp), num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank,
-  // cp_interleave] then (block_size, blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group, as the
-  // fused op packs them; out_positions may be positions itself (in place) without token_indices.
+  // past_max_model_len: 0 "reset", 1 "clamp"; out_positions may be positions itself (in place)
+  // without token_indices.
   m.def(
       "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
       "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
-      "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int[] sizes) -> ()");
-  // sizes = [num_steps, num_actual_tokens, num_input_tokens, num_reqs_padded, max_model_len, rule, split_size,
-  // split_rank, cp_world_size, cp_rank, cp_interleave], then (block_size, blocks_per_kv_block, cp_sharded,
-  // slot_mapping_enabled) per group, then each group's storage block size; row k - 1 of every output is pass k.
+      "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int max_model_len, int past_max_model_len, "
+      "int num_tokens_padded, int num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, "
+      "int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled) -> ()");
+  // Row k - 1 of every output is pass k; storage_block_sizes: each group's block size in its KV
+  // cache (the slot pairs' format).
   m.def(
       "advance_draft_steps(Tensor query_start_loc, Tensor positions, Tensor seq_lens, Tensor token_indices, "
       "Tensor num_rejected_tokens, Tensor? idx_mapping, Tensor[] block_tables, Tensor[] num_blocks, "
       "Tensor[] target_slot_mappings, Tensor rope_cos_sin_cache, Tensor(a!) out_positions, Tensor(b!) out_seq_lens, "
       "Tensor(c!) out_query_start_loc, Tensor(d!) out_cos_sin, Tensor(e!) out_local_cos_sin, "
       "Tensor(f!) out_local_query_start_loc, Tensor(g!) out_local_seq_lens, Tensor(h!) out_start_pos, "
-      "Tensor(i!)[] out_slots, Tensor(j!)[] out_slot_pairs, int[] sizes) -> ()");
-  // sizes = [slots_per_request, shift_input_ids, max_model_len, parallel_drafting_token_id, padding_token_id,
-  // num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave] then (block_size,
-  // blocks_per_kv_block, cp_sharded, slot_mapping_enabled) per group.
+      "Tensor(i!)[] out_slots, Tensor(j!)[] out_slot_pairs, int num_steps, int num_actual_tokens, "
+      "int num_input_tokens, int num_reqs_padded, int max_model_len, int past_max_model_len, int split_size, "
+      "int split_rank, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
+      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, int[] storage_block_sizes) -> ()");
   m.def(
       "expand_parallel_draft_inputs(Tensor target_token_ids, Tensor target_positions, Tensor next_token_ids, "
       "Tensor query_start_loc, Tensor[] block_tables, Tensor? num_rejected_tokens, Tensor? seq_lens, "
       "Tensor? idx_mapping, Tensor[] num_blocks, Tensor(a!) input_ids, Tensor(b!) positions, "
       "Tensor(c!) is_rejected_token_mask, Tensor(d!) is_masked_token_mask, Tensor(e!) token_indices_to_sample, "
       "Tensor(f!)? hidden_state_mapping, Tensor(g!)[] slot_mappings, Tensor(h!) out_query_start_loc, "
-      "Tensor(i!)? out_seq_lens, int[] sizes) -> ()");
+      "Tensor(i!)? out_seq_lens, int slots_per_request, bool shift_input_ids, int max_model_len, "
+      "int parallel_drafting_token_id, int padding_token_id, int num_tokens_padded, int num_reqs_padded, "
+      "int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, int[] blocks_per_kv_block, "
+      "bool[] cp_sharded, bool[] slot_mapping_enabled) -> ()");
   // end of the step-bookkeeping block
   // docs/pcp.md: prefill context parallelism (DualChunkSwap).
   // Host-only: every rank's layout from host counts (padded_num_tokens -1: the largest rank's

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops._step_layout import draft_group_layouts
+from specops._step_layout import GroupLayout, group_layouts
 from specops.triton_kernels._launch import nonempty, num_programs
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
@@ -133,13 +133,12 @@ def _group_arguments(table, slot_mapping, num_blocks, layout: tuple[int, ...], s
 
 
 def draft_group_arguments(block_tables: list[torch.Tensor], slot_mappings: list[torch.Tensor],
-                          num_blocks: list[torch.Tensor], sizes: list[int], first: int, num_tokens: int,
+                          num_blocks: list[torch.Tensor], layouts: list[GroupLayout], num_tokens: int,
                           num_tokens_padded: int) -> list[list]:
-    """Every group's flattened arguments from a draft op's sizes (draft_group_layouts): slots PAD
-    in [num_tokens, num_tokens_padded), or to the buffer's end (-1); a group without num_blocks
+    """Every group's flattened arguments from a draft op's group layouts: slots PAD in
+    [num_tokens, num_tokens_padded), or to the buffer's end (-1); a group without num_blocks
     passes its table in their place."""
     groups = []
-    layouts = draft_group_layouts(sizes, first, len(block_tables))
     for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):
         slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(out.numel(), num_tokens)
         groups.append(_group_arguments(table, out, num_blocks[g] if num_blocks else table,
@@ -165,9 +164,11 @@ def advance_draft_step(
     positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: list[torch.Tensor],
     token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None, idx_mapping: torch.Tensor | None,
     out_positions: torch.Tensor, slot_mappings: list[torch.Tensor], query_start_loc: torch.Tensor | None,
-    num_blocks: list[torch.Tensor], sizes: list[int],
+    num_blocks: list[torch.Tensor], max_model_len: int, past_max_model_len: int, num_tokens_padded: int,
+    num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int],
+    blocks_per_kv_block: list[int], cp_sharded: list[bool], slot_mapping_enabled: list[bool],
 ) -> None:
-    max_model_len, rule, num_tokens_padded, num_reqs_padded = sizes[:4]
+    rule = past_max_model_len
     num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
     positions_end = out_positions.numel()
     if positions_end > num_reqs and num_tokens_padded >= 0:
@@ -176,7 +177,9 @@ def advance_draft_step(
     query_start_loc_end = 0
     if query_start_loc is not None:
         query_start_loc_end = query_start_loc.numel() if num_reqs_padded < 0 else num_reqs_padded + 1
-    groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, sizes, 7, num_reqs, num_tokens_padded)
+    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
+                            cp_rank, cp_interleave)
+    groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, layouts, num_reqs, num_tokens_padded)
     step_end = max(positions_end, seq_lens_end, query_start_loc_end, num_reqs)
     common = dict(CLAMP=rule == 1, HAS_TOKEN_INDICES=token_indices is not None,
                   HAS_REJECTED=num_rejected_tokens is not None, HAS_IDX_MAPPING=idx_mapping is not None,

@@ -18,8 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops._step_layout import draft_group_layouts
-from specops.reference.advance_draft_steps import NUM_SCALARS
+from specops._step_layout import group_layouts
 from specops.triton_kernels._launch import nonempty, num_programs
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
@@ -231,13 +230,15 @@ def advance_draft_steps(
     out_positions: torch.Tensor, out_seq_lens: torch.Tensor, out_query_start_loc: torch.Tensor,
     out_cos_sin: torch.Tensor, out_local_cos_sin: torch.Tensor, out_local_query_start_loc: torch.Tensor,
     out_local_seq_lens: torch.Tensor, out_start_pos: torch.Tensor, out_slots: list[torch.Tensor],
-    out_slot_pairs: list[torch.Tensor], sizes: list[int],
+    out_slot_pairs: list[torch.Tensor], num_steps: int, num_actual_tokens: int, num_input_tokens: int,
+    num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
+    cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int],
+    cp_sharded: list[bool], slot_mapping_enabled: list[bool], storage_block_sizes: list[int],
 ) -> None:
-    num_steps, num_tokens, num_input_tokens, num_reqs_padded, max_model_len, rule = sizes[:6]
-    split_size, split_rank = sizes[6:8]
+    num_tokens, rule, storage = num_actual_tokens, past_max_model_len, storage_block_sizes
     num_groups = len(block_tables)
-    layouts = draft_group_layouts(sizes, NUM_SCALARS, num_groups)
-    storage = sizes[NUM_SCALARS + 4 * num_groups:]
+    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
+                            cp_rank, cp_interleave)
     num_reqs = token_indices.numel()
     reqs_end = out_seq_lens.size(1)
     first_per_rank = -(-num_input_tokens // split_size)

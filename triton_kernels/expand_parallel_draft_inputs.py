@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops._step_layout import ParallelDraftSizes, buffer_end
+from specops._step_layout import buffer_end, group_layouts, parallel_draft_tokens
 from specops.triton_kernels._launch import nonempty, num_programs
 from specops.triton_kernels.advance_draft_step import (
     _group_arguments,
@@ -145,15 +145,19 @@ def expand_parallel_draft_inputs(
     input_ids: torch.Tensor, positions: torch.Tensor, is_rejected_token_mask: torch.Tensor,
     is_masked_token_mask: torch.Tensor, token_indices_to_sample: torch.Tensor, hidden_state_mapping: torch.Tensor | None,
     slot_mappings: list[torch.Tensor], out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor | None,
-    sizes: list[int],
+    slots_per_request: int, shift_input_ids: bool, max_model_len: int, parallel_drafting_token_id: int,
+    padding_token_id: int, num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int,
+    cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int], cp_sharded: list[bool],
+    slot_mapping_enabled: list[bool],
 ) -> None:
-    scalars = ParallelDraftSizes.unpack(sizes)
-    slots, shift, max_model_len, draft_token, padding_token, num_tokens_padded, num_reqs_padded = scalars
+    slots, shift = slots_per_request, int(shift_input_ids)
+    draft_token, padding_token = parallel_drafting_token_id, padding_token_id
     num_reqs, num_tokens = next_token_ids.numel(), target_token_ids.numel()
-    new_tokens = scalars.new_tokens
-    num_out = scalars.num_out(num_tokens, num_reqs)
-    groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, sizes, ParallelDraftSizes.FIRST_GROUP,
-                                   num_out, num_tokens_padded)
+    new_tokens = slots - shift
+    num_out = parallel_draft_tokens(num_tokens, num_reqs, slots, shift_input_ids)
+    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
+                            cp_rank, cp_interleave)
+    groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, layouts, num_out, num_tokens_padded)
     ends = dict(ids_end=buffer_end(input_ids, num_tokens_padded),
                 positions_end=buffer_end(positions, num_tokens_padded),
                 rejected_end=buffer_end(is_rejected_token_mask, num_tokens_padded),

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops._spec_decode_sizes import SpecDecodeSizes
+from specops._step_layout import group_layouts
 from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_chunks
 from specops.triton_kernels._launch import nonempty, search_steps
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
@@ -115,19 +115,27 @@ def prepare_spec_decode_inputs(
     block_tables: list[torch.Tensor],
     slot_mappings: list[torch.Tensor],
     idx_mapping: torch.Tensor | None,
-    sizes: list[int],
+    num_tokens_padded: int,
+    num_reqs_padded: int,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    block_sizes: list[int],
+    blocks_per_kv_block: list[int],
+    cp_sharded: list[bool],
+    slot_mapping_enabled: list[bool],
     num_blocks: list[torch.Tensor] = (),
 ) -> None:
-    layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
     num_rows = prev_positions.numel()
     num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
                             num_computed_tokens.numel())
     scratch, one_tile = correction_scratch(num_computed_tokens, num_rows, 2)
     num_reqs = query_start_loc.numel() - 1
-    cp = [layout.group_cp(g) for g in range(len(block_tables))]
+    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
+                            cp_rank, cp_interleave)
     per_group = [(nonempty(table), slot_mappings[g], nonempty(num_blocks[g]) if num_blocks else query_start_loc,
-                  table.size(0), table.size(1), table.stride(0), layout.block_sizes[g], layout.blocks_per_kv_block[g],
-                  *cp[g], int(layout.slot_mapping_enabled[g])) for g, table in enumerate(block_tables)]
+                  table.size(0), table.size(1), table.stride(0), layout.block_size, layout.blocks_per_kv_block,
+                  *layout.cp, int(layout.enabled)) for g, (table, layout) in enumerate(zip(block_tables, layouts))]
     # A launch with no group still corrects the counts; its group slots are compiled away.
     no_group = (query_start_loc, positions, query_start_loc, 0, 0, 0, 1, 1, 1, 0, 1, 0)
     # One program by design: see the module docstring.
@@ -137,7 +145,7 @@ def prepare_spec_decode_inputs(
             nonempty(prev_num_draft_tokens), cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
             query_start_loc, positions, seq_lens,
             nonempty(idx_mapping) if idx_mapping is not None else query_start_loc,
-            num_reqs, layout.num_tokens_padded, layout.num_reqs_padded, search_steps(num_reqs),
+            num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs),
             *flat_group_args(per_group, groups, filler=no_group),
             NUM_GROUPS=len(groups), HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=bool(num_blocks),
             BLOCK=BLOCK, ONE_TILE=one_tile, FIRST=launch == 0,

@@ -13,10 +13,6 @@
 namespace specops::cpu {
 namespace {
 
-// The layout of `sizes`: see python/specops/ops/advance_draft_step.py (pack_draft_step_sizes).
-constexpr size_t kNumScalars = 7;
-constexpr size_t kPerGroup = 4;
-
 bool same_span(const at::Tensor& a, const at::Tensor& b) {
   return a.data_ptr() == b.data_ptr() && a.numel() == b.numel() && a.scalar_type() == b.scalar_type();
 }
@@ -53,13 +49,15 @@ void check_values(const at::Tensor& positions, const TokT* token_indices, const 
 void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens, at::TensorList block_tables,
                         const OptTensor& token_indices, const OptTensor& num_rejected_tokens,
                         const OptTensor& idx_mapping, const at::Tensor& out_positions, at::TensorList slot_mappings,
-                        const OptTensor& query_start_loc, at::TensorList num_blocks, c10::IntArrayRef sizes) {
+                        const OptTensor& query_start_loc, at::TensorList num_blocks, int64_t max_model_len,
+                        int64_t past_max_model_len, int64_t num_tokens_padded, int64_t num_reqs_padded,
+                        int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
+                        c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+                        const c10::List<bool>& slot_mapping_enabled) {
   const size_t num_groups = block_tables.size();
-  TORCH_CHECK_VALUE(sizes.size() == kNumScalars + kPerGroup * num_groups, "sizes must have ", kNumScalars, " + ",
-                    kPerGroup, " * len(block_tables) = ", kNumScalars + kPerGroup * num_groups, " entries, got ",
-                    sizes.size());
-  const int64_t max_model_len = sizes[0], rule = sizes[1], num_tokens_padded = sizes[2], num_reqs_padded = sizes[3];
-  const int64_t cp_world_size = sizes[4], cp_rank = sizes[5], cp_interleave = sizes[6];
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  const int64_t rule = past_max_model_len;
   check_positive(max_model_len, "max_model_len");
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
@@ -100,8 +98,7 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
                       " entries, got ", query_start_loc->numel());
   }
   std::vector<kernels::DraftStepGroup> groups =
-      draft_step_groups(block_tables, slot_mappings, num_blocks, sizes, kNumScalars, cp_world_size, cp_rank,
-                        cp_interleave, num_reqs, num_reqs, num_tokens_padded);
+      draft_step_groups(block_tables, slot_mappings, num_blocks, settings, num_reqs, num_reqs, num_tokens_padded);
   // out_positions may be positions itself (in place, element by element), never a part of it,
   // nor share anything with positions when token_indices gathers (another request's position).
   const bool in_place = !token_indices.has_value() && same_span(out_positions, positions);

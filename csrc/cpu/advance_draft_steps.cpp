@@ -13,10 +13,6 @@
 namespace specops::cpu {
 namespace {
 
-// The layout of `sizes`: see python/specops/ops/advance_draft_steps.py (pack_draft_steps_sizes).
-constexpr size_t kNumScalars = 11;
-constexpr size_t kPerGroup = 4;
-
 // What sizes each output, for the error that finds it too small.
 constexpr const char* kStream =
     "num_steps rows; each pass's stream of num_input_tokens or num_reqs_padded tokens, padded to split_size";
@@ -105,22 +101,28 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
                          const at::Tensor& out_query_start_loc, const at::Tensor& out_cos_sin,
                          const at::Tensor& out_local_cos_sin, const at::Tensor& out_local_query_start_loc,
                          const at::Tensor& out_local_seq_lens, const at::Tensor& out_start_pos,
-                         at::TensorList out_slots, at::TensorList out_slot_pairs, c10::IntArrayRef sizes) {
+                         at::TensorList out_slots, at::TensorList out_slot_pairs, int64_t num_steps,
+                         int64_t num_actual_tokens, int64_t num_input_tokens, int64_t num_reqs_padded,
+                         int64_t max_model_len, int64_t past_max_model_len, int64_t split_size, int64_t split_rank,
+                         int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
+                         c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+                         const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes) {
   const size_t num_groups = block_tables.size();
-  TORCH_CHECK_VALUE(sizes.size() == kNumScalars + (kPerGroup + 1) * num_groups, "sizes must have ", kNumScalars,
-                    " + ", kPerGroup + 1, " * len(block_tables) = ", kNumScalars + (kPerGroup + 1) * num_groups,
-                    " entries, got ", sizes.size());
-  const int64_t num_steps = sizes[0], num_tokens = sizes[1], num_input_tokens = sizes[2], num_reqs_padded = sizes[3];
-  const int64_t max_model_len = sizes[4], rule = sizes[5], split_size = sizes[6], split_rank = sizes[7];
-  const int64_t world = sizes[8], rank = sizes[9], interleave = sizes[10];
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  settings.check(num_groups);
+  TORCH_CHECK_VALUE(storage_block_sizes.size() == num_groups,
+                    "storage_block_sizes must have one entry per block table (len(block_tables) = ", num_groups,
+                    "), got ", storage_block_sizes.size());
+  const int64_t num_tokens = num_actual_tokens, rule = past_max_model_len;
   check_positive(num_steps, "num_steps");
   check_non_negative(num_tokens, "num_actual_tokens");
   TORCH_CHECK_VALUE(num_input_tokens >= num_tokens, "num_input_tokens must be >= num_actual_tokens = ", num_tokens,
                     ", got ", num_input_tokens);
   check_positive(max_model_len, "max_model_len");
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
-  check_cp_rank(world, rank, "cp_world_size");
-  check_positive(interleave, "cp_interleave");
+  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
+  check_positive(cp_interleave, "cp_interleave");
   check_cp_rank(split_size, split_rank, "split_size", "split_rank");
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_tensor(token_indices, "token_indices", {c10::kInt, c10::kLong}, 1);
@@ -201,17 +203,16 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   const int64_t later_reqs = num_steps > 1 ? num_reqs : 0, later_padded = num_steps > 1 ? num_reqs_padded : 0;
   for (size_t g = 0; g < num_groups; ++g) {
     const int64_t gi = static_cast<int64_t>(g);
-    const int64_t* group_sizes = sizes.data() + kNumScalars + kPerGroup * g;
-    const int64_t storage = sizes[kNumScalars + kPerGroup * num_groups + g];
-    const bool sharded = group_sizes[2] != 0;
+    const int64_t storage = storage_block_sizes[g];
+    const GroupSettings::Cp cp = settings.cp(g);
     check_rows(out_slots[g], ArgName{"out_slots", gi}, {c10::kLong, c10::kInt}, {num_steps, slot_entries}, kStream);
     first_rows.push_back(out_slots[g].select(0, 0));
     const at::Tensor& first = first_rows.back();
     SlotMappingArgNames names = SlotMappingArgNames::of_group(gi);
     names.out = ArgName{"out_slots", gi};
     kernels::SlotMappingShape shape = check_slot_mapping_args(
-        block_tables[g], group_sizes[0], first, group_sizes[1], sharded ? world : 1, sharded ? rank : 0,
-        sharded ? interleave : 1, num_reqs, later_reqs, later_padded, names);
+        block_tables[g], block_sizes[g], first, blocks_per_kv_block[g], cp.world_size, cp.rank, cp.interleave,
+        num_reqs, later_reqs, later_padded, names);
     if (!num_blocks.empty()) {
       use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", gi}, block_tables[g],
                      names.block_table, shape);
@@ -233,7 +234,7 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
     const bool pairs_wide = out_slot_pairs[g].scalar_type() == c10::kLong;
     groups.push_back(kernels::DraftStepsGroup{
         kernels::DraftStepGroup(block_tables[g].data_ptr<int32_t>(), wide ? first.data_ptr<int64_t>() : nullptr,
-                                wide ? nullptr : first.data_ptr<int32_t>(), wide, shape, group_sizes[3] != 0,
+                                wide ? nullptr : first.data_ptr<int32_t>(), wide, shape, settings.enabled(g),
                                 num_reqs_padded),
         target.scalar_type() == c10::kLong ? target.data_ptr<int64_t>() : nullptr,
         target.scalar_type() == c10::kLong ? nullptr : target.data_ptr<int32_t>(), out_slots[g].stride(0),

@@ -75,16 +75,20 @@ void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& p
 
 // The value checks of compute_slot_mapping for several tables at once, writing nothing: a caller
 // that maps one batch through several tables (PersistentMappings.refresh) rejects a batch before
-// it rewrites the first group. sizes: (block_size, blocks_per_kv_block, cp_world_size, cp_rank,
-// cp_interleave) per table. slot_mappings (empty, or one per table): the outputs the slots will
-// go to, read for their dtype only: an int32 one must hold every slot, which is computed wide
-// into scratch and checked here, as compute_slot_mapping checks its int32 out.
+// it rewrites the first group. Table g maps with block_sizes[g] and blocks_per_kv_block[g], under
+// the CP layout where cp_sharded[g] (else as a single rank). slot_mappings (empty, or one per
+// table): the outputs the slots will go to, read for their dtype only: an int32 one must hold
+// every slot, which is computed wide into scratch and checked here, as compute_slot_mapping
+// checks its int32 out.
 void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::Tensor& positions,
                                   at::TensorList block_tables, const std::optional<at::Tensor>& idx_mapping,
-                                  c10::IntArrayRef sizes, at::TensorList num_blocks, at::TensorList slot_mappings) {
-  constexpr size_t kPerTable = 5;
-  TORCH_CHECK_VALUE(sizes.size() == kPerTable * block_tables.size(), "sizes must have ", kPerTable,
-                    " entries per block table (", block_tables.size(), "), got ", sizes.size());
+                                  c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block,
+                                  const c10::List<bool>& cp_sharded, int64_t cp_world_size, int64_t cp_rank,
+                                  int64_t cp_interleave, at::TensorList num_blocks, at::TensorList slot_mappings) {
+  const c10::List<bool> no_enabled;  // every table maps its slots
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   no_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  settings.check(block_tables.size(), /*has_enabled=*/false);
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
   check_query_start_loc(query_start_loc, positions.numel(), "positions");
   const int64_t num_reqs = query_start_loc.numel() - 1;
@@ -101,15 +105,19 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   for (size_t g = 0; g < block_tables.size(); ++g) {
     const ArgName table_name{"block_tables", static_cast<int64_t>(g)};
-    const c10::IntArrayRef s = sizes.slice(kPerTable * g, kPerTable);
+    const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
+    const GroupSettings::Cp cp = settings.cp(g);
     check_tensor(block_tables[g], table_name, {c10::kInt}, 2);
-    check_positive(s[0], "block_size");
-    check_positive(s[1], "blocks_per_kv_block");
-    check_cp_rank(s[2], s[3], "cp_world_size");
-    check_positive(s[4], "cp_interleave");
-    TORCH_CHECK_VALUE(s[0] <= INT32_MAX / s[1] / s[2] && (s[0] * s[1]) % s[4] == 0, "sizes of ", table_name,
-                      ": block_size * blocks_per_kv_block * cp_world_size must be < 2^31 and divisible by "
-                      "cp_interleave, got ", s);
+    check_positive(block_sizes[g], names.block_size);
+    check_positive(blocks_per_kv_block[g], names.blocks_per_kv_block);
+    check_cp_rank(cp.world_size, cp.rank, "cp_world_size");
+    check_positive(cp.interleave, "cp_interleave");
+    TORCH_CHECK_VALUE(block_sizes[g] <= INT32_MAX / blocks_per_kv_block[g] / cp.world_size, names.block_size, " * ",
+                      names.blocks_per_kv_block, " * cp_world_size must be < 2^31, got ", block_sizes[g], " * ",
+                      blocks_per_kv_block[g], " * ", cp.world_size);
+    const int64_t kv_block = block_sizes[g] * blocks_per_kv_block[g];
+    TORCH_CHECK_VALUE(kv_block % cp.interleave == 0, "cp_interleave must divide ", names.block_size, " * ",
+                      names.blocks_per_kv_block, " = ", kv_block, ", got ", cp.interleave);
     kernels::SlotMappingShape shape;
     shape.num_reqs = num_reqs;
     shape.num_tokens = positions.numel();
@@ -117,11 +125,11 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
     shape.block_table_rows = block_tables[g].size(0);
     shape.block_table_cols = block_tables[g].size(1);
     shape.block_table_stride = block_tables[g].stride(0);
-    shape.block_size = s[0];
-    shape.blocks_per_kv_block = s[1];
-    shape.cp_world_size = s[2];
-    shape.cp_rank = s[3];
-    shape.cp_interleave = s[4];
+    shape.block_size = block_sizes[g];
+    shape.blocks_per_kv_block = blocks_per_kv_block[g];
+    shape.cp_world_size = cp.world_size;
+    shape.cp_rank = cp.rank;
+    shape.cp_interleave = cp.interleave;
     if (!num_blocks.empty()) {
       use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
                      block_tables[g], table_name, shape);

@@ -14,9 +14,6 @@
 namespace specops::cpu {
 namespace {
 
-// The layout of `sizes`: see python/specops/ops/expand_parallel_draft_inputs.py (pack_sizes).
-constexpr size_t kNumScalars = 10;
-constexpr size_t kPerGroup = 4;
 
 kernels::IntIn int_in(const at::Tensor& t) {
   return {t.data_ptr(), t.scalar_type() == c10::kLong};
@@ -72,18 +69,18 @@ void expand_parallel_draft_inputs(
     const OptTensor& seq_lens, const OptTensor& idx_mapping, at::TensorList num_blocks, const at::Tensor& input_ids,
     const at::Tensor& positions, const at::Tensor& is_rejected_token_mask, const at::Tensor& is_masked_token_mask,
     const at::Tensor& token_indices_to_sample, const OptTensor& hidden_state_mapping, at::TensorList slot_mappings,
-    const at::Tensor& out_query_start_loc, const OptTensor& out_seq_lens, c10::IntArrayRef sizes) {
+    const at::Tensor& out_query_start_loc, const OptTensor& out_seq_lens, int64_t slots_per_request,
+    bool shift_input_ids, int64_t max_model_len, int64_t parallel_drafting_token_id, int64_t padding_token_id,
+    int64_t num_tokens_padded, int64_t num_reqs_padded, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
+    c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+    const c10::List<bool>& slot_mapping_enabled) {
   const size_t num_groups = block_tables.size();
-  TORCH_CHECK_VALUE(sizes.size() == kNumScalars + kPerGroup * num_groups, "sizes must have ", kNumScalars, " + ",
-                    kPerGroup, " * len(block_tables) = ", kNumScalars + kPerGroup * num_groups, " entries, got ",
-                    sizes.size());
-  const int64_t slots = sizes[0], shift = sizes[1], max_model_len = sizes[2];
-  const int64_t num_tokens_padded = sizes[5], num_reqs_padded = sizes[6];
-  const int64_t cp_world_size = sizes[7], cp_rank = sizes[8], cp_interleave = sizes[9];
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  const int64_t slots = slots_per_request, shift = shift_input_ids ? 1 : 0;
   check_positive(slots, "slots_per_request");
   // Every product of it with a count then stays in int64.
   TORCH_CHECK_VALUE(slots <= INT32_MAX, "slots_per_request must be <= 2^31 - 1, got ", slots);
-  TORCH_CHECK_VALUE(shift == 0 || shift == 1, "shift_input_ids must be 0 or 1, got ", shift);
   TORCH_CHECK_VALUE(slots - shift >= 1, "slots_per_request must be >= 2 with shift_input_ids (N = slots_per_request "
                     "- 1 new tokens per request must be >= 1), got ", slots);
   check_positive(max_model_len, "max_model_len");
@@ -161,8 +158,7 @@ void expand_parallel_draft_inputs(
     s.seq_lens_end = padded_end(*out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
   }
   std::vector<kernels::DraftStepGroup> groups =
-      draft_step_groups(block_tables, slot_mappings, num_blocks, sizes, kNumScalars, cp_world_size, cp_rank,
-                        cp_interleave, num_reqs, num_out, num_tokens_padded);
+      draft_step_groups(block_tables, slot_mappings, num_blocks, settings, num_reqs, num_out, num_tokens_padded);
   std::vector<NamedTensor> outputs = {{&input_ids, {"input_ids"}},
                                       {&positions, {"positions"}},
                                       {&is_rejected_token_mask, {"is_rejected_token_mask"}},
@@ -187,8 +183,8 @@ void expand_parallel_draft_inputs(
   s.slots = slots;
   s.shift = shift;
   s.max_model_len = max_model_len;
-  s.draft_token = sizes[3];
-  s.padding_token = sizes[4];
+  s.draft_token = parallel_drafting_token_id;
+  s.padding_token = padding_token_id;
   kernels::ParallelDraftBuffers b;
   b.target_token_ids = int_in(target_token_ids);
   b.target_positions = int_in(target_positions);

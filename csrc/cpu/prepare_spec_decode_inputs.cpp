@@ -14,23 +14,20 @@
 namespace specops::cpu {
 namespace {
 
-// The layout of `sizes`: see python/specops/_spec_decode_sizes.py.
-constexpr size_t kNumScalars = 5;
-constexpr size_t kPerGroup = 4;
-
 void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
                                 const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
                                 const at::Tensor& prev_num_draft_tokens, const at::Tensor& cpu_num_computed_tokens,
                                 const at::Tensor& query_start_loc, const at::Tensor& positions,
                                 const at::Tensor& seq_lens, at::TensorList block_tables, at::TensorList slot_mappings,
-                                const std::optional<at::Tensor>& idx_mapping, c10::IntArrayRef sizes,
+                                const std::optional<at::Tensor>& idx_mapping, int64_t num_tokens_padded,
+                                int64_t num_reqs_padded, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
+                                c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block,
+                                const c10::List<bool>& cp_sharded, const c10::List<bool>& slot_mapping_enabled,
                                 at::TensorList num_blocks) {
   const size_t num_groups = block_tables.size();
-  TORCH_CHECK_VALUE(sizes.size() == kNumScalars + kPerGroup * num_groups, "sizes must have ", kNumScalars, " + ",
-                    kPerGroup, " * len(block_tables) = ", kNumScalars + kPerGroup * num_groups,
-                    " entries (see specops._spec_decode_sizes), got ", sizes.size());
-  const int64_t num_tokens_padded = sizes[0], num_reqs_padded = sizes[1];
-  const int64_t cp_world_size = sizes[2], cp_rank = sizes[3], cp_interleave = sizes[4];
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  settings.check(num_groups);
   // The pairs of outputs (and query_start_loc) these would test are tested with the op's others
   // below, each tensor's span computed once.
   const kernels::CountCorrectionShape correction =
@@ -54,15 +51,12 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   groups.clear();
   for (size_t g = 0; g < num_groups; ++g) {
     const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
-    const int64_t block_size = sizes[kNumScalars + kPerGroup * g];
-    const int64_t blocks_per_kv_block = sizes[kNumScalars + kPerGroup * g + 1];
-    const bool sharded = sizes[kNumScalars + kPerGroup * g + 2] != 0;
-    const bool enabled = sizes[kNumScalars + kPerGroup * g + 3] != 0;
+    const GroupSettings::Cp cp = settings.cp(g);
     // num_tokens <= num_tokens_padded is checked above: the slot mapping's sizes are checked
     // against 0 tokens, as the Python check (which reads no value) does, and the count set after.
-    kernels::SlotMappingShape shape = check_slot_mapping_args(
-        block_tables[g], block_size, slot_mappings[g], blocks_per_kv_block, sharded ? cp_world_size : 1,
-        sharded ? cp_rank : 0, sharded ? cp_interleave : 1, num_reqs, 0, num_tokens_padded, names);
+    kernels::SlotMappingShape shape =
+        check_slot_mapping_args(block_tables[g], block_sizes[g], slot_mappings[g], blocks_per_kv_block[g],
+                                cp.world_size, cp.rank, cp.interleave, num_reqs, 0, num_tokens_padded, names);
     shape.num_tokens = num_tokens;
     if (!num_blocks.empty()) {
       use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
@@ -73,7 +67,7 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     const at::Tensor& out = slot_mappings[g];
     const bool wide = out.scalar_type() == c10::kLong;
     groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
-                        wide ? nullptr : out.data_ptr<int32_t>(), shape, enabled);
+                        wide ? nullptr : out.data_ptr<int32_t>(), shape, settings.enabled(g));
   }
 
   check_idx_mapping(idx_mapping, num_reqs);

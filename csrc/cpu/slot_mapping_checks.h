@@ -1,6 +1,8 @@
 #pragma once
 // Checks of one slot mapping's block table, output and sizes, shared by compute_slot_mapping and
 // every op that computes slot mappings of KV-cache groups (named block_tables[g] etc. there).
+#include <ATen/core/List.h>
+
 #include <optional>
 #include <sstream>
 #include <string>
@@ -58,6 +60,41 @@ inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block
   shape.cp_interleave = cp_interleave;
   return shape;
 }
+
+// The per-group arguments of the ops that map the slots of several KV-cache groups
+// (prepare_spec_decode_inputs, advance_draft_step, advance_draft_steps,
+// expand_parallel_draft_inputs, check_slot_mapping_positions), each a list of one entry per block
+// table, and the op's CP layout, which a CP-sharded group uses.
+struct GroupSettings {
+  c10::IntArrayRef block_sizes;
+  c10::IntArrayRef blocks_per_kv_block;
+  const c10::List<bool>& cp_sharded;
+  const c10::List<bool>& slot_mapping_enabled;  // empty for check_slot_mapping_positions, which maps every group
+  int64_t cp_world_size, cp_rank, cp_interleave;
+
+  struct Cp {
+    int64_t world_size, rank, interleave;
+  };
+  // Group g's CP layout: the op's, or a single rank where the group is not CP-sharded.
+  Cp cp(size_t g) const {
+    if (cp_sharded.get(g)) return {cp_world_size, cp_rank, cp_interleave};
+    return {1, 0, 1};
+  }
+  bool enabled(size_t g) const { return slot_mapping_enabled.get(g); }
+
+  // Every list holds one entry per block table (python: check_group_settings in
+  // ops/_slot_mapping_checks.py); has_enabled false: the op takes no slot_mapping_enabled.
+  void check(size_t num_groups, bool has_enabled = true) const {
+    auto one_per_table = [num_groups](size_t size, const char* name) {
+      TORCH_CHECK_VALUE(size == num_groups, name, " must have one entry per block table (len(block_tables) = ",
+                        num_groups, "), got ", size);
+    };
+    one_per_table(block_sizes.size(), "block_sizes");
+    one_per_table(blocks_per_kv_block.size(), "blocks_per_kv_block");
+    one_per_table(cp_sharded.size(), "cp_sharded");
+    if (has_enabled) one_per_table(slot_mapping_enabled.size(), "slot_mapping_enabled");
+  }
+};
 
 // Calls run(idx) with idx_mapping's entries as `const int32_t*` or `const int64_t*`, or with a
 // null `const int32_t*` when there is none (request r then reads row r).

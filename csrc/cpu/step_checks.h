@@ -50,17 +50,16 @@ void with_index_type(const at::Tensor& t, Run&& run) {
 }
 
 // Every group's slot target of a draft op (advance_draft_step, expand_parallel_draft_inputs):
-// the group's entries of `sizes` from `first` on (block size, blocks per KV block, CP-sharded,
-// slot mapping on; four a group), the slot-mapping checks of prepare_spec_decode_inputs for
-// num_tokens tokens of num_reqs requests (W = 1 for a group that is not CP-sharded), and
-// num_blocks[g] when given. The slots are PAD in [num_tokens, end): end is num_tokens_padded,
-// or (-1) the buffer's end.
+// the group's settings (block size, blocks per KV block, CP-sharded, slot mapping on), the
+// slot-mapping checks of prepare_spec_decode_inputs for num_tokens tokens of num_reqs requests
+// (W = 1 for a group that is not CP-sharded), and num_blocks[g] when given. The slots are PAD
+// in [num_tokens, end): end is num_tokens_padded, or (-1) the buffer's end.
 inline std::vector<kernels::DraftStepGroup> draft_step_groups(at::TensorList block_tables, at::TensorList slot_mappings,
-                                                              at::TensorList num_blocks, c10::IntArrayRef sizes,
-                                                              size_t first, int64_t cp_world_size, int64_t cp_rank,
-                                                              int64_t cp_interleave, int64_t num_reqs,
-                                                              int64_t num_tokens, int64_t num_tokens_padded) {
+                                                              at::TensorList num_blocks, const GroupSettings& settings,
+                                                              int64_t num_reqs, int64_t num_tokens,
+                                                              int64_t num_tokens_padded) {
   const size_t num_groups = block_tables.size();
+  settings.check(num_groups);
   TORCH_CHECK_VALUE(slot_mappings.size() == num_groups,
                     "slot_mappings must have one tensor per block table (len(block_tables) = ", num_groups, "), got ",
                     slot_mappings.size());
@@ -71,20 +70,19 @@ inline std::vector<kernels::DraftStepGroup> draft_step_groups(at::TensorList blo
   groups.reserve(num_groups);
   for (size_t g = 0; g < num_groups; ++g) {
     const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
-    const int64_t* group_sizes = sizes.data() + first + 4 * g;
-    const bool sharded = group_sizes[2] != 0;
+    const GroupSettings::Cp cp = settings.cp(g);
     const at::Tensor& out = slot_mappings[g];
     const int64_t slot_end = num_tokens_padded >= 0 ? num_tokens_padded : std::max(out.numel(), num_tokens);
     kernels::SlotMappingShape shape = check_slot_mapping_args(
-        block_tables[g], group_sizes[0], out, group_sizes[1], sharded ? cp_world_size : 1, sharded ? cp_rank : 0,
-        sharded ? cp_interleave : 1, num_reqs, num_tokens, slot_end, names);
+        block_tables[g], settings.block_sizes[g], out, settings.blocks_per_kv_block[g], cp.world_size, cp.rank,
+        cp.interleave, num_reqs, num_tokens, slot_end, names);
     if (!num_blocks.empty()) {
       use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
                      block_tables[g], names.block_table, shape);
     }
     const bool wide = out.scalar_type() == c10::kLong;
     groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
-                        wide ? nullptr : out.data_ptr<int32_t>(), wide, shape, group_sizes[3] != 0, slot_end);
+                        wide ? nullptr : out.data_ptr<int32_t>(), wide, shape, settings.enabled(g), slot_end);
   }
   return groups;
 }

@@ -1,10 +1,10 @@
-"""How the step-bookkeeping ops' backends read their packed arguments: one reading, shared by
+"""How the step-bookkeeping ops' backends read their per-group arguments: one reading, shared by
 the torch references (python/specops/reference) and the Triton launchers (triton_kernels).
 
-The draft ops (advance_draft_step, expand_parallel_draft_inputs) pack their integers as scalars
-ending in the CP layout (cp_world_size, cp_rank, cp_interleave), then four ints per KV-cache
-group (block size, blocks per KV block, CP-sharded, slot mapping on); see the wrappers'
-pack_draft_step_sizes and pack_sizes.
+The ops that map the slots of every KV-cache group (prepare_spec_decode_inputs,
+advance_draft_step, advance_draft_steps, expand_parallel_draft_inputs) take four lists of one
+entry per group (block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled) beside the
+CP layout (cp_world_size, cp_rank, cp_interleave) that a CP-sharded group uses.
 """
 
 from __future__ import annotations
@@ -15,23 +15,21 @@ from typing import NamedTuple
 import torch
 
 
-class DraftGroupLayout(NamedTuple):
+class GroupLayout(NamedTuple):
     block_size: int
     blocks_per_kv_block: int
     cp: tuple[int, int, int]  # (world size, rank, interleave); (1, 0, 1) for a group that is not CP-sharded
     enabled: bool  # False: every slot of the group is PAD
 
 
-def draft_group_layouts(sizes: Sequence[int], first: int, num_groups: int) -> list[DraftGroupLayout]:
-    """Each group's layout from a draft op's sizes: its four ints from `first` on, the CP
-    layout in the three scalars before them."""
-    world, rank, interleave = sizes[first - 3:first]
-    layouts = []
-    for g in range(num_groups):
-        block_size, kv_blocks, sharded, enabled = sizes[first + 4 * g: first + 4 * (g + 1)]
-        cp = (world, rank, interleave) if sharded else (1, 0, 1)
-        layouts.append(DraftGroupLayout(block_size, kv_blocks, cp, enabled != 0))
-    return layouts
+def group_layouts(block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
+                  slot_mapping_enabled: Sequence[bool], cp_world_size: int, cp_rank: int,
+                  cp_interleave: int) -> list[GroupLayout]:
+    """Each group's layout from an op's per-group lists and its CP layout."""
+    cp = (cp_world_size, cp_rank, cp_interleave)
+    return [GroupLayout(block_size, kv_blocks, cp if sharded else (1, 0, 1), bool(enabled))
+            for block_size, kv_blocks, sharded, enabled in zip(block_sizes, blocks_per_kv_block, cp_sharded,
+                                                               slot_mapping_enabled)]
 
 
 def buffer_end(out: torch.Tensor, padded: int) -> int:
@@ -39,31 +37,10 @@ def buffer_end(out: torch.Tensor, padded: int) -> int:
     return padded if padded >= 0 else out.numel()
 
 
-class ParallelDraftSizes(NamedTuple):
-    """expand_parallel_draft_inputs' scalars (its sizes before the groups)."""
-
-    slots: int  # slots_per_request
-    shift: int  # 1: shift_input_ids
-    max_model_len: int
-    draft_token: int  # parallel_drafting_token_id
-    padding_token: int  # padding_token_id
-    num_tokens_padded: int
-    num_reqs_padded: int
-
-    FIRST_GROUP = 10  # the first group's entry in sizes (after the CP layout)
-
-    @classmethod
-    def unpack(cls, sizes: Sequence[int]) -> ParallelDraftSizes:
-        return cls(*sizes[:7])
-
-    @property
-    def new_tokens(self) -> int:
-        """Outputs each request gets beyond its target tokens."""
-        return self.slots - self.shift
-
-    def num_out(self, num_tokens: int, num_reqs: int) -> int:
-        """T': the draft's tokens."""
-        return num_tokens + num_reqs * self.new_tokens
+def parallel_draft_tokens(num_tokens: int, num_reqs: int, slots_per_request: int, shift_input_ids: bool) -> int:
+    """T': expand_parallel_draft_inputs' draft tokens (each request gets slots_per_request new
+    ones beyond its target tokens, one fewer with shift_input_ids)."""
+    return num_tokens + num_reqs * (slots_per_request - int(shift_input_ids))
 
 
 def input_ids_request_rows(num_computed_tokens: torch.Tensor, prefill_len: torch.Tensor,

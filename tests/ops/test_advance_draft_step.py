@@ -143,7 +143,7 @@ def _opcheck_args():
     positions = torch.tensor([5, 38, 39, 15])
     return (positions, t32([6, 39, 40, 16, 3]), tables, None, None, None, torch.zeros(6, dtype=torch.int64),
             [torch.zeros(6, dtype=torch.int64), torch.zeros(6, dtype=torch.int32)], torch.zeros(6, dtype=torch.int32),
-            [], [40, 0, 6, 5, 1, 0, 1, 16, 1, 1, 1, 8, 1, 1, 1])
+            [], 40, 0, 6, 5, 1, 0, 1, [16, 8], [1, 1], [True, True], [True, True])
 
 
 def test_opcheck():

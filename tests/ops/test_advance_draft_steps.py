@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from strategies import assert_rejected_without_writes
 
 import specops
-from specops.ops.advance_draft_steps import empty_draft_steps, pack_draft_steps_sizes
+from specops.ops.advance_draft_steps import empty_draft_steps
 from specops.reference.cp_local_metadata import cp_local_metadata
 
 PAD = specops.PAD_SLOT_ID
@@ -215,12 +215,11 @@ def _opcheck_args():
                 pair_dtype=torch.int32)
     call = _build(case)
     out = _outputs(call, case)
-    sizes = pack_draft_steps_sizes(
-        3, call["num_actual_tokens"], call["num_input_tokens"], call["num_reqs_padded"], 20, 1, 1, 0, 1, 2, 1,
-        [4, 8], [1, 1], [True, True], [True, True], [16, 8])
     return (call["query_start_loc"], call["positions"], call["seq_lens"], call["token_indices"],
             call["num_rejected_tokens"], call["idx_mapping"], call["block_tables"], [], call["target_slot_mappings"],
-            call["rope_cos_sin_cache"], *out[:8], list(out.slots), list(out.slot_pairs), sizes)
+            call["rope_cos_sin_cache"], *out[:8], list(out.slots), list(out.slot_pairs), 3, call["num_actual_tokens"],
+            call["num_input_tokens"], call["num_reqs_padded"], 20, 1, 2, 1, 1, 0, 1, [4, 8], [1, 1], [True, True],
+            [True, True], [16, 8])
 
 
 def test_opcheck():

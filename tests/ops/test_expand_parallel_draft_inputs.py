@@ -155,7 +155,7 @@ def _schema_args():
             torch.zeros(12, dtype=torch.bool), torch.zeros(12, dtype=torch.bool), torch.zeros(9, dtype=torch.int32),
             torch.zeros(7, dtype=torch.int32), [torch.zeros(12, dtype=torch.int64), torch.zeros(12, dtype=torch.int32)],
             torch.zeros(4, dtype=torch.int32), torch.zeros(3, dtype=torch.int32),
-            [3, 1, 64, 999, 0, 12, 3, 1, 0, 1, 16, 1, 1, 1, 8, 1, 1, 1])
+            3, True, 64, 999, 0, 12, 3, 1, 0, 1, [16, 8], [1, 1], [True, True], [True, True])
 
 
 def test_opcheck():

@@ -24,7 +24,6 @@ from spec_decode_cases import (
 from strategies import assert_same, make_spec_decode_step
 
 import specops
-from specops._spec_decode_sizes import SpecDecodeSizes, pack_sizes
 from specops.ops.registry import OPS
 
 
@@ -269,10 +268,9 @@ def _opcheck_args(prev_dtype=torch.int32):
                                  groups=[(16, 1, True), (4, 2, False)], cp_world_size=2, with_idx_mapping=True,
                                  prev_dtype=prev_dtype)
     outputs = fresh_outputs(step, step.num_tokens + 3, 7)
-    sizes = pack_sizes(step.num_tokens + 3, 7, 2, 1, 2, step.block_sizes, step.blocks_per_kv_block, step.cp_sharded,
-                       [True, False])
     return (*step.correction.args(), step.query_start_loc, outputs["positions"], outputs["seq_lens"],
-            step.block_tables, outputs["slot_mappings"], step.idx_mapping, sizes, [])
+            step.block_tables, outputs["slot_mappings"], step.idx_mapping, step.num_tokens + 3, 7, 2, 1, 2,
+            list(step.block_sizes), list(step.blocks_per_kv_block), list(step.cp_sharded), [True, False], [])
 
 
 @pytest.mark.parametrize("prev_dtype", [torch.int32, torch.int64])
@@ -282,16 +280,15 @@ def test_opcheck(prev_dtype):
 
 def test_compiles_without_graph_break():
     args = _opcheck_args()
-    nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, tables, slots, idx, sizes, _ = args
-    layout = SpecDecodeSizes.unpack(sizes, len(tables))
+    nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, tables, slots, idx = args[:12]
+    tokens_padded, reqs_padded, world, rank, interleave, block_sizes, kv_blocks, sharded, _, _ = args[12:]
 
     def step(nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, table0, table1, slot0, slot1, idx):
         result = specops.prepare_spec_decode_inputs(
-            nct, nacc, prev, valid, drafts, cpu + 0, qsl, [table0, table1], layout.block_sizes, positions=positions,
-            seq_lens=seq_lens, slot_mappings=[slot0, slot1], blocks_per_kv_block=layout.blocks_per_kv_block,
-            cp_sharded=layout.cp_sharded, cp_world_size=layout.cp_world_size, cp_rank=layout.cp_rank,
-            cp_interleave=layout.cp_interleave, idx_mapping=idx, num_tokens_padded=layout.num_tokens_padded,
-            num_reqs_padded=layout.num_reqs_padded)
+            nct, nacc, prev, valid, drafts, cpu + 0, qsl, [table0, table1], block_sizes, positions=positions,
+            seq_lens=seq_lens, slot_mappings=[slot0, slot1], blocks_per_kv_block=kv_blocks, cp_sharded=sharded,
+            cp_world_size=world, cp_rank=rank, cp_interleave=interleave, idx_mapping=idx,
+            num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded)
         return result.slot_mappings[1] + 1, nct * 2
 
     tensors = (nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, *tables, *slots, idx)
@@ -304,11 +301,17 @@ def test_compiles_without_graph_break():
         assert_same(a, e)
 
 
-def test_the_op_rejects_a_sizes_list_of_the_wrong_length(backend):
+@pytest.mark.parametrize("name", ["block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled"])
+def test_the_op_rejects_a_group_list_of_the_wrong_length(backend, name):
     args = list(_opcheck_args())
-    args[-2] = args[-2][:-1]
-    with pytest.raises(ValueError, match=r"sizes must have 5 \+ 4 \* len\(block_tables\) = 13 entries"):
+    at = 17 + ["block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled"].index(name)
+    args[at] = args[at][:-1]
+    before = [a.clone() for a in args if isinstance(a, torch.Tensor)]
+    with pytest.raises(ValueError, match=rf"{name} must have one entry per block table \(len\(block_tables\) = 2\), "
+                                         r"got 1"):
         OPS["prepare_spec_decode_inputs"](*args)  # the selected backend's op, below the keyword wrapper
+    for a, b in zip([a for a in args if isinstance(a, torch.Tensor)], before):
+        assert torch.equal(a, b)
 
 
 def test_more_groups_than_one_launch_takes(backend):

@@ -35,7 +35,7 @@ from specops.drafting.configs import SLOT_MAPPING_FORMATS, DraftAttnMetadata, ch
 from specops.drafting.loop_schedules import LoopSchedules, PassHost, local_lengths, split_of
 from specops.ops._checks import check_positive, checked_int
 from specops.ops.advance_draft_step import RULES
-from specops.ops.advance_draft_steps import empty_draft_steps, pack_draft_steps_sizes
+from specops.ops.advance_draft_steps import empty_draft_steps
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.ops.registry import OPS
 from specops.reference.compressor_metadata import FORMAT_FLAT
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 
 _DRAFT_STEPS = OPS["advance_draft_steps"]
+# Where a step's num_actual_tokens, num_input_tokens and num_reqs_padded go in advance_all's
+# arguments (the op's schema order).
+_STEP_SIZES = slice(21, 24)
 
 
 class DraftLoopPlan:
@@ -116,17 +119,18 @@ class DraftLoopPlan:
                             for i, setup in enumerate(setups) if setup.group.compress_ratio > 1]
         self._passes: list[PassHost] = []
         self._num_reqs = 0
-        self._sizes: list[int] | None = None
-        self._sizes_by_shape: dict[tuple, list[int]] = {}
         self._views: dict[tuple, list[DraftAttnMetadata]] = {}
-        # advance_all's argument list, its step's entries set by position (the op's schema order).
+        # advance_all's argument list in the op's schema order, its step's entries set by position
+        # (its tensors by advance_all, its sizes by plan_step), the rest fixed here.
         groups = mappings.groups
         self._arguments = [None, mappings.positions, mappings.seq_lens, None, None, None,
                            list(mappings.source_block_tables), list(mappings.num_blocks), list(mappings.slot_mappings),
                            model.rope_cos_sin_cache, *self.buffers[:8], list(self.buffers.slots),
-                           list(self.buffers.slot_pairs), None]
-        self._group_sizes = ([g.block_size for g in groups], [g.blocks_per_kv_block for g in groups],
-                             [g.cp_sharded for g in groups], [g.slot_mapping_enabled for g in groups], storage)
+                           list(self.buffers.slot_pairs), num_steps, None, None, None, self.max_model_len,
+                           RULES[past_max_model_len], model.cp_size, model.cp_rank, mappings.cp_world_size,
+                           mappings.cp_rank, mappings.cp_interleave, [g.block_size for g in groups],
+                           [g.blocks_per_kv_block for g in groups], [g.cp_sharded for g in groups],
+                           [g.slot_mapping_enabled for g in groups], storage]
 
     # ------------------------------------------------------------------ host: the plan
 
@@ -190,15 +194,7 @@ class DraftLoopPlan:
             previous, previous_lengths = host, lengths
         schedules.plan(num_reqs, passes, equal)
         self._passes, self._num_reqs = passes, num_reqs
-        key = (num_tokens, num_input_tokens, padded)
-        sizes = self._sizes_by_shape.get(key)
-        if sizes is None:
-            mappings = self.mappings
-            sizes = pack_draft_steps_sizes(self.num_steps, num_tokens, num_input_tokens, padded, self.max_model_len,
-                                           RULES[self.rule], mappings.cp_world_size, mappings.cp_rank,
-                                           mappings.cp_interleave, model.cp_size, model.cp_rank, *self._group_sizes)
-            self._sizes_by_shape[key] = sizes
-        self._sizes = sizes
+        self._arguments[_STEP_SIZES] = num_tokens, num_input_tokens, padded
 
     # ------------------------------------------------------------------ device: one launch
 
@@ -210,7 +206,7 @@ class DraftLoopPlan:
         and the rejected counts (prepare_next_token_ids'), idx_mapping [R] the batch's request
         rows; positions / seq_lens: the target step's (default: the mappings' own). Fixed grid,
         no host read of a device value, no allocation."""
-        if self._sizes is None:
+        if not self._passes:
             raise RuntimeError("advance_all needs plan_step first (the step's sizes and schedules)")
         arguments = self._arguments
         arguments[0] = query_start_loc
@@ -219,7 +215,6 @@ class DraftLoopPlan:
         if seq_lens is not None:
             arguments[2] = seq_lens
         arguments[3], arguments[4], arguments[5] = token_indices, num_rejected_tokens, idx_mapping
-        arguments[-1] = self._sizes
         _DRAFT_STEPS.select()(*arguments)
         arguments[1], arguments[2] = self.mappings.positions, self.mappings.seq_lens
         for compressed in self._compressed:

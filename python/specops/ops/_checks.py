@@ -43,6 +43,8 @@ def checked_int(value: Any, name: str) -> int:
 def ints_per_group(value: Any, num_groups: int, name: str) -> list[int]:
     """An int[] argument with one entry per group, or one int for every group: checked as torch's
     schema takes ints (checked_int), naming the entry (block_sizes[1]) or the argument."""
+    if type(value) is int:  # the usual one value for all groups, without the Sequence ABC check
+        return [value] * num_groups
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [checked_int(entry, f"{name}[{g}]") for g, entry in enumerate(value)]
     return [checked_int(value, name)] * num_groups

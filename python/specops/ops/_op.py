@@ -61,13 +61,14 @@ def fast_native_entry(op_name: str) -> Callable[..., Any] | None:
 
 # The scalar argument kinds of a schema, as torch names them (Argument.type) and as the op's
 # check annotates them (used without the extension).
-_INT, _INT_LIST, _BOOL = "int", "int[]", "bool"
-_SCHEMA_KINDS = {"int": _INT, "List[int]": _INT_LIST, "bool": _BOOL}
-_ANNOTATION_KINDS = {"int": _INT, "Sequence[int]": _INT_LIST, "list[int]": _INT_LIST, "bool": _BOOL}
+_INT, _INT_LIST, _BOOL, _BOOL_LIST = "int", "int[]", "bool", "bool[]"
+_SCHEMA_KINDS = {"int": _INT, "List[int]": _INT_LIST, "bool": _BOOL, "List[bool]": _BOOL_LIST}
+_ANNOTATION_KINDS = {"int": _INT, "Sequence[int]": _INT_LIST, "list[int]": _INT_LIST, "bool": _BOOL,
+                     "Sequence[bool]": _BOOL_LIST, "list[bool]": _BOOL_LIST}
 
 
 def scalar_arguments(name: str, check: Callable[..., None]) -> list[tuple[int, str, str]]:
-    """(position, name, kind) of every int, int[] and bool argument of the op: from its schema,
+    """(position, name, kind) of every int, int[], bool and bool[] argument of the op: from its schema,
     or without the extension from the annotations of its check (which takes the schema's
     arguments; tests/hardening/test_bad_input_matrix.py holds the two equal)."""
     if EXTENSION.loaded:
@@ -175,7 +176,7 @@ class SpecOp:
                     torch.autograd.graph.increment_version(tensor)
 
     def scalars_checked(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """args with every int, int[] and bool argument taken as torch's schema takes it (NumPy
+        """args with every int, int[], bool and bool[] argument taken as torch's schema takes it (NumPy
         integers converted), before anything is checked or written; a ValueError names any other.
         The native path gets the same from FastOp and the dispatcher."""
         converted = None
@@ -189,6 +190,11 @@ class SpecOp:
                 if type(value) is bool:
                     continue
                 value = checked_bool(value, name)
+            elif kind == _BOOL_LIST:
+                if not isinstance(value, (list, tuple)):
+                    raise ValueError(f"{name} must be a list of bools, got {type(value).__name__}")
+                value = [item if type(item) is bool else checked_bool(item, f"{name}[{i}]")
+                         for i, item in enumerate(value)]
             else:
                 if not isinstance(value, (list, tuple)):
                     raise ValueError(f"{name} must be a list of ints, got {type(value).__name__}")

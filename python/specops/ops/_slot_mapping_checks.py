@@ -7,6 +7,7 @@ Shared by compute_slot_mapping and every op that computes the slot mappings of K
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -74,3 +75,23 @@ def check_num_blocks(num_blocks: torch.Tensor | None, name: str, block_table: to
     if num_blocks.numel() < block_table.size(0):
         raise ValueError(f"{name} must have one entry per row of {table_name} ({block_table.size(0)}), "
                          f"got {num_blocks.numel()}")
+
+
+def check_group_settings(block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
+                         slot_mapping_enabled: Sequence[bool] | None, num_groups: int) -> None:
+    """Every per-group list of an op that maps the slots of several KV-cache groups holds one
+    entry per block table (slot_mapping_enabled None: check_slot_mapping_positions, which maps
+    every group). Mirrors GroupSettings::check in csrc/cpu/slot_mapping_checks.h."""
+    lists = [("block_sizes", block_sizes), ("blocks_per_kv_block", blocks_per_kv_block), ("cp_sharded", cp_sharded)]
+    if slot_mapping_enabled is not None:
+        lists.append(("slot_mapping_enabled", slot_mapping_enabled))
+    for name, values in lists:
+        if len(values) != num_groups:
+            raise ValueError(f"{name} must have one entry per block table (len(block_tables) = {num_groups}), "
+                             f"got {len(values)}")
+
+
+def group_cp(sharded: bool, cp_world_size: int, cp_rank: int, cp_interleave: int) -> tuple[int, int, int]:
+    """A group's CP layout (world size, rank, interleave): the op's, or a single rank where the
+    group is not CP-sharded (GroupSettings::cp)."""
+    return (cp_world_size, cp_rank, cp_interleave) if sharded else (1, 0, 1)

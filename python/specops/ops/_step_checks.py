@@ -7,9 +7,13 @@ from collections.abc import Sequence
 import torch
 
 from specops.ops._checks import checked_bool, checked_size, ints_per_group
-from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
-
-PER_GROUP = 4  # a draft op's ints per group in its sizes: block size, blocks per KV block, sharded, enabled
+from specops.ops._slot_mapping_checks import (
+    SlotMappingArgNames,
+    check_group_settings,
+    check_num_blocks,
+    check_slot_mapping_args,
+    group_cp,
+)
 
 
 def padded_end(out: torch.Tensor, out_name: str, padded: int, padded_name: str, real: int, real_name: str) -> int:
@@ -42,39 +46,30 @@ def _per_group(value: object, num_groups: int) -> list:
 def group_settings(block_sizes: Sequence[int] | int, blocks_per_kv_block: Sequence[int] | int,
                    cp_sharded: Sequence[bool] | bool, slot_mapping_enabled: Sequence[bool] | bool,
                    num_groups: int) -> list[list]:
-    """A draft op's per-group keywords (a list, or one value for every group), each checked as
-    the schema takes it and naming its entry, one entry per block table."""
+    """The per-group keywords of a multi-group op's wrapper (a list, or one value for every
+    group) as its schema takes them, [block_sizes, blocks_per_kv_block, cp_sharded,
+    slot_mapping_enabled]: each checked as the schema takes it and naming its entry, one entry
+    per block table."""
     settings = [ints_per_group(block_sizes, num_groups, "block_sizes"),
                 ints_per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block"),
                 [checked_bool(v, f"cp_sharded[{g}]") for g, v in enumerate(_per_group(cp_sharded, num_groups))],
                 [checked_bool(v, f"slot_mapping_enabled[{g}]")
                  for g, v in enumerate(_per_group(slot_mapping_enabled, num_groups))]]
-    for name, values in zip(("block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled"), settings):
-        if len(values) != num_groups:
-            raise ValueError(f"{name} must have one entry per block table (len(block_tables) = {num_groups}), "
-                             f"got {len(values)}")
+    check_group_settings(*settings, num_groups)
     return settings
 
 
-def pack_group_sizes(block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
-                     slot_mapping_enabled: Sequence[bool]) -> list[int]:
-    """The PER_GROUP ints of each group that follow a draft op's scalars in its sizes."""
-    sizes = []
-    for block_size, kv_blocks, sharded, enabled in zip(block_sizes, blocks_per_kv_block, cp_sharded,
-                                                       slot_mapping_enabled):
-        sizes += (block_size, kv_blocks, 1 if sharded else 0, 1 if enabled else 0)
-    return sizes
-
-
 def check_draft_groups(block_tables: Sequence[torch.Tensor], slot_mappings: Sequence[torch.Tensor],
-                       num_blocks: Sequence[torch.Tensor], sizes: Sequence[int], first: int,
-                       cp: tuple[int, int, int], num_tokens: int, num_tokens_padded: int,
-                       device: torch.device | None, device_of: str) -> None:
+                       num_blocks: Sequence[torch.Tensor], block_sizes: Sequence[int],
+                       blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
+                       slot_mapping_enabled: Sequence[bool], cp: tuple[int, int, int], num_tokens: int,
+                       num_tokens_padded: int, device: torch.device | None, device_of: str) -> None:
     """Every group's slot target of a draft op (draft_step_groups in step_checks.h): the
-    slot-mapping checks of prepare_spec_decode_inputs for num_tokens tokens (W = 1 for a group
-    that is not CP-sharded) with the slots PAD up to num_tokens_padded (-1: the buffer's end),
-    and num_blocks[g] when given."""
+    per-group lists of one entry per table, the slot-mapping checks of prepare_spec_decode_inputs
+    for num_tokens tokens (W = 1 for a group that is not CP-sharded) with the slots PAD up to
+    num_tokens_padded (-1: the buffer's end), and num_blocks[g] when given."""
     num_groups = len(block_tables)
+    check_group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     if len(slot_mappings) != num_groups:
         raise ValueError(f"slot_mappings must have one tensor per block table (len(block_tables) = {num_groups}), "
                          f"got {len(slot_mappings)}")
@@ -82,12 +77,12 @@ def check_draft_groups(block_tables: Sequence[torch.Tensor], slot_mappings: Sequ
         raise ValueError(f"num_blocks must be empty or hold one tensor per block table (len(block_tables) = "
                          f"{num_groups}), got {len(num_blocks)}")
     for g in range(num_groups):
-        block_size, kv_blocks, sharded, _ = sizes[first + PER_GROUP * g: first + PER_GROUP * (g + 1)]
         out = slot_mappings[g]
         slot_end = num_tokens_padded if num_tokens_padded >= 0 else max(
             out.numel() if isinstance(out, torch.Tensor) else 0, num_tokens)
-        check_slot_mapping_args(block_tables[g], block_size, out, kv_blocks, *(cp if sharded else (1, 0, 1)),
-                                num_tokens, slot_end, device, SlotMappingArgNames.of_group(g), device_of=device_of)
+        check_slot_mapping_args(block_tables[g], block_sizes[g], out, blocks_per_kv_block[g],
+                                *group_cp(cp_sharded[g], *cp), num_tokens, slot_end, device,
+                                SlotMappingArgNames.of_group(g), device_of=device_of)
         if num_blocks:
             check_num_blocks(num_blocks[g], f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
                              device_of=device_of)

@@ -14,22 +14,13 @@ from specops.ops._checks import (
     check_outputs_alias_nothing,
     check_positive,
     check_tensor,
-    checked_int,
     checked_size,
 )
 from specops.ops._op import SpecOp
-from specops.ops._step_checks import (
-    PER_GROUP,
-    check_draft_groups,
-    group_settings,
-    group_tensors,
-    pack_group_sizes,
-    padded_argument,
-    padded_end,
-)
+from specops.ops._step_checks import check_draft_groups, group_settings, group_tensors, padded_argument, padded_end
 from specops.reference.advance_draft_step import advance_draft_step as _reference
 
-NUM_SCALARS = 7
+# past_max_model_len as the schema takes it.
 RULES = {"reset": 0, "clamp": 1}
 
 
@@ -38,17 +29,6 @@ class DraftStep(NamedTuple):
     seq_lens: torch.Tensor
     slot_mappings: list[torch.Tensor]  # one per KV-cache group, in the order of block_tables
     query_start_loc: torch.Tensor | None
-
-
-def pack_draft_step_sizes(max_model_len: int, rule: int, num_tokens_padded: int, num_reqs_padded: int,
-                          cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: Sequence[int],
-                          blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
-                          slot_mapping_enabled: Sequence[bool]) -> list[int]:
-    """The schema's int[] sizes (the fused op's packing, see specops._spec_decode_sizes):
-    [max_model_len, rule (0 reset, 1 clamp), num_tokens_padded, num_reqs_padded (-1: each
-    buffer's end), cp_world_size, cp_rank, cp_interleave] then four ints per group."""
-    sizes = [max_model_len, rule, num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave]
-    return sizes + pack_group_sizes(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
 
 
 def _same_span(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -61,13 +41,12 @@ def _same_span(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequence[torch.Tensor],
            token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None,
            idx_mapping: torch.Tensor | None, out_positions: torch.Tensor, slot_mappings: Sequence[torch.Tensor],
-           query_start_loc: torch.Tensor | None, num_blocks: Sequence[torch.Tensor], sizes: Sequence[int]) -> None:
+           query_start_loc: torch.Tensor | None, num_blocks: Sequence[torch.Tensor], max_model_len: int,
+           past_max_model_len: int, num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int,
+           cp_interleave: int, block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int],
+           cp_sharded: Sequence[bool], slot_mapping_enabled: Sequence[bool]) -> None:
     """Mirrors csrc/cpu/advance_draft_step.cpp (metadata only)."""
-    num_groups = len(block_tables)
-    if len(sizes) != NUM_SCALARS + PER_GROUP * num_groups:
-        raise ValueError(f"sizes must have {NUM_SCALARS} + {PER_GROUP} * len(block_tables) = "
-                         f"{NUM_SCALARS + PER_GROUP * num_groups} entries, got {len(sizes)}")
-    max_model_len, rule, num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[:NUM_SCALARS]
+    rule, world, rank, interleave = past_max_model_len, cp_world_size, cp_rank, cp_interleave
     check_positive(max_model_len, "max_model_len")
     if rule not in (0, 1):
         raise ValueError(f"past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got {rule}")
@@ -103,8 +82,9 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
         if not num_reqs + 1 <= end <= query_start_loc.numel():
             raise ValueError(f"query_start_loc must have at least num_reqs_padded + 1 = {max(end, num_reqs + 1)} "
                              f"entries, got {query_start_loc.numel()}")
-    check_draft_groups(block_tables, slot_mappings, num_blocks, sizes, NUM_SCALARS, (world, rank, interleave),
-                       num_reqs, num_tokens_padded, device, "positions")
+    check_draft_groups(block_tables, slot_mappings, num_blocks, block_sizes, blocks_per_kv_block, cp_sharded,
+                       slot_mapping_enabled, (world, rank, interleave), num_reqs, num_tokens_padded, device,
+                       "positions")
     if token_indices is not None or not _same_span(out_positions, positions):
         check_no_overlap(out_positions, "out_positions", positions, "positions")
     outputs = [(seq_lens, "seq_lens"), (out_positions, "out_positions"), (query_start_loc, "query_start_loc")]
@@ -164,10 +144,6 @@ def advance_draft_step(
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
     num_groups = len(block_tables)
-    # Every int is checked here, before it is packed into sizes (an error then names the keyword).
-    max_model_len = checked_int(max_model_len, "max_model_len")
-    cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
-    cp_interleave = checked_int(cp_interleave, "cp_interleave")
     per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else (
         positions.numel() if isinstance(positions, torch.Tensor) else 0)
@@ -177,12 +153,11 @@ def advance_draft_step(
     if slot_mappings is None:
         size = checked_size(num_tokens_padded, "num_tokens_padded", 0) if num_tokens_padded is not None else num_reqs
         slot_mappings = [torch.empty(size, dtype=torch.int64, device=positions.device) for _ in range(num_groups)]
-    sizes = pack_draft_step_sizes(max_model_len, RULES[past_max_model_len],
-                                  padded_argument(num_tokens_padded, "num_tokens_padded"),
-                                  padded_argument(num_reqs_padded, "num_reqs_padded"), cp_world_size, cp_rank,
-                                  cp_interleave, *per_group)
     block_tables = list(block_tables)
     slot_mappings = list(slot_mappings)
     _OP.select()(positions, seq_lens, block_tables, token_indices, num_rejected_tokens, idx_mapping, out_positions,
-                 slot_mappings, query_start_loc, [] if num_blocks is None else list(num_blocks), sizes)
+                 slot_mappings, query_start_loc, [] if num_blocks is None else list(num_blocks), max_model_len,
+                 RULES[past_max_model_len], padded_argument(num_tokens_padded, "num_tokens_padded"),
+                 padded_argument(num_reqs_padded, "num_reqs_padded"), cp_world_size, cp_rank, cp_interleave,
+                 *per_group)
     return DraftStep(out_positions, seq_lens, slot_mappings, query_start_loc)

@@ -27,10 +27,15 @@ from specops.ops._checks import (
     ints_per_group,
 )
 from specops.ops._op import SpecOp
-from specops.ops._slot_mapping_checks import SlotMappingArgNames, check_num_blocks, check_slot_mapping_args
-from specops.ops._step_checks import PER_GROUP, group_settings, pack_group_sizes
+from specops.ops._slot_mapping_checks import (
+    SlotMappingArgNames,
+    check_group_settings,
+    check_num_blocks,
+    check_slot_mapping_args,
+    group_cp,
+)
+from specops.ops._step_checks import group_settings
 from specops.ops.advance_draft_step import RULES
-from specops.reference.advance_draft_steps import NUM_SCALARS
 from specops.reference.advance_draft_steps import advance_draft_steps as _reference
 
 ROPE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -67,19 +72,6 @@ def pass_extents(num_steps: int, num_input_tokens: int, num_reqs_padded: int, sp
     return pad, per_rank, slots
 
 
-def pack_draft_steps_sizes(num_steps: int, num_actual_tokens: int, num_input_tokens: int, num_reqs_padded: int,
-                           max_model_len: int, rule: int, cp_world_size: int, cp_rank: int, cp_interleave: int,
-                           split_size: int, split_rank: int, block_sizes: Sequence[int],
-                           blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
-                           slot_mapping_enabled: Sequence[bool], storage_block_sizes: Sequence[int]) -> list[int]:
-    """The schema's int[] sizes: the NUM_SCALARS scalars (ending in the CP layout of the slots, as
-    the draft ops' do), four ints per group (the draft ops'), then each group's storage block size."""
-    sizes = [num_steps, num_actual_tokens, num_input_tokens, num_reqs_padded, max_model_len, rule, split_size,
-             split_rank, cp_world_size, cp_rank, cp_interleave]
-    sizes += pack_group_sizes(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
-    return sizes + list(storage_block_sizes)
-
-
 # What sizes each output, for the error that finds it too small (as csrc/cpu/advance_draft_steps.cpp).
 STREAM = "num_steps rows; each pass's stream of num_input_tokens or num_reqs_padded tokens, padded to split_size"
 REQUESTS = "num_steps rows of R = token_indices.numel() requests"
@@ -105,14 +97,19 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
            out_positions: torch.Tensor, out_seq_lens: torch.Tensor, out_query_start_loc: torch.Tensor,
            out_cos_sin: torch.Tensor, out_local_cos_sin: torch.Tensor, out_local_query_start_loc: torch.Tensor,
            out_local_seq_lens: torch.Tensor, out_start_pos: torch.Tensor, out_slots: Sequence[torch.Tensor],
-           out_slot_pairs: Sequence[torch.Tensor], sizes: Sequence[int]) -> None:
+           out_slot_pairs: Sequence[torch.Tensor], num_steps: int, num_actual_tokens: int, num_input_tokens: int,
+           num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
+           cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: Sequence[int],
+           blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool], slot_mapping_enabled: Sequence[bool],
+           storage_block_sizes: Sequence[int]) -> None:
     """Mirrors csrc/cpu/advance_draft_steps.cpp (metadata only)."""
     num_groups = len(block_tables)
-    if len(sizes) != NUM_SCALARS + (PER_GROUP + 1) * num_groups:
-        raise ValueError(f"sizes must have {NUM_SCALARS} + {PER_GROUP + 1} * len(block_tables) = "
-                         f"{NUM_SCALARS + (PER_GROUP + 1) * num_groups} entries, got {len(sizes)}")
-    num_steps, num_tokens, num_input_tokens, num_reqs_padded, max_model_len, rule = sizes[:6]
-    split_size, split_rank, world, rank, interleave = sizes[6:NUM_SCALARS]
+    check_group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
+    if len(storage_block_sizes) != num_groups:
+        raise ValueError(f"storage_block_sizes must have one entry per block table (len(block_tables) = "
+                         f"{num_groups}), got {len(storage_block_sizes)}")
+    num_tokens, rule = num_actual_tokens, past_max_model_len
+    world, rank, interleave = cp_world_size, cp_rank, cp_interleave
     check_positive(num_steps, "num_steps")
     check_non_negative(num_tokens, "num_actual_tokens")
     if num_input_tokens < num_tokens:
@@ -183,15 +180,14 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
     # Only passes k >= 2 take a slot per request (num_reqs_padded of them); one pass takes none.
     later_reqs, later_padded = (num_reqs, num_reqs_padded) if num_steps > 1 else (0, 0)
     for g in range(num_groups):
-        block_size, kv_blocks, sharded, _ = sizes[NUM_SCALARS + PER_GROUP * g: NUM_SCALARS + PER_GROUP * (g + 1)]
-        storage = sizes[NUM_SCALARS + PER_GROUP * num_groups + g]
+        storage = storage_block_sizes[g]
         _check_rows(out_slots[g], f"out_slots[{g}]", [torch.int64, torch.int32], (num_steps, slot_entries), device,
                     STREAM)
         names = SlotMappingArgNames(f"block_tables[{g}]", f"out_slots[{g}]", f"block_sizes[{g}]",
                                     f"blocks_per_kv_block[{g}]")
-        check_slot_mapping_args(block_tables[g], block_size, out_slots[g][0], kv_blocks,
-                                *((world, rank, interleave) if sharded else (1, 0, 1)), later_reqs, later_padded,
-                                device, names, device_of="positions")
+        check_slot_mapping_args(block_tables[g], block_sizes[g], out_slots[g][0], blocks_per_kv_block[g],
+                                *group_cp(cp_sharded[g], world, rank, interleave), later_reqs, later_padded, device,
+                                names, device_of="positions")
         if num_blocks:
             check_num_blocks(num_blocks[g], f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
                              device_of="positions")
@@ -273,29 +269,26 @@ def advance_draft_steps(
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
     num_groups = len(block_tables)
-    ints = {name: checked_int(value, name) for name, value in (
-        ("num_steps", num_steps), ("num_actual_tokens", num_actual_tokens), ("num_input_tokens", num_input_tokens),
-        ("max_model_len", max_model_len), ("cp_world_size", cp_world_size), ("cp_rank", cp_rank),
-        ("cp_interleave", cp_interleave), ("split_size", split_size), ("split_rank", split_rank))}
     per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     storage = per_group[0] if storage_block_sizes is None else ints_per_group(storage_block_sizes, num_groups,
                                                                             "storage_block_sizes")
     num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else 0
-    padded = num_reqs if num_reqs_padded is None else checked_int(num_reqs_padded, "num_reqs_padded")
+    padded = num_reqs if num_reqs_padded is None else num_reqs_padded
     if out is None:
-        _check_allocation(ints["num_steps"], ints["num_input_tokens"], padded, num_reqs, ints["split_size"],
-                          rope_cos_sin_cache)
-        out = empty_draft_steps(ints["num_steps"], ints["num_input_tokens"], padded, padded, ints["split_size"],
-                                rope_cos_sin_cache, [t.dtype for t in target_slot_mappings], positions.device)
-    sizes = pack_draft_steps_sizes(ints["num_steps"], ints["num_actual_tokens"], ints["num_input_tokens"], padded,
-                                   ints["max_model_len"], RULES[past_max_model_len], ints["cp_world_size"],
-                                   ints["cp_rank"], ints["cp_interleave"], ints["split_size"], ints["split_rank"],
-                                   *per_group, storage)
+        # The ints the outputs are sized from, taken as the schema takes them before the allocation.
+        num_steps, num_input_tokens = checked_int(num_steps, "num_steps"), checked_int(num_input_tokens,
+                                                                                      "num_input_tokens")
+        split_size, padded = checked_int(split_size, "split_size"), checked_int(padded, "num_reqs_padded")
+        _check_allocation(num_steps, num_input_tokens, padded, num_reqs, split_size, rope_cos_sin_cache)
+        out = empty_draft_steps(num_steps, num_input_tokens, padded, padded, split_size, rope_cos_sin_cache,
+                                [t.dtype for t in target_slot_mappings], positions.device)
     _OP.select()(query_start_loc, positions, seq_lens, token_indices, num_rejected_tokens, idx_mapping,
                  list(block_tables), [] if num_blocks is None else list(num_blocks), list(target_slot_mappings),
                  rope_cos_sin_cache, out.positions, out.seq_lens, out.query_start_loc, out.cos_sin,
                  out.local_cos_sin, out.local_query_start_loc, out.local_seq_lens, out.start_pos, list(out.slots),
-                 list(out.slot_pairs), sizes)
+                 list(out.slot_pairs), num_steps, num_actual_tokens, num_input_tokens, padded, max_model_len,
+                 RULES[past_max_model_len], split_size, split_rank, cp_world_size, cp_rank, cp_interleave, *per_group,
+                 storage)
     return out
 
 

@@ -21,18 +21,9 @@ from specops.ops._checks import (
     checked_int,
 )
 from specops.ops._op import SpecOp
-from specops.ops._step_checks import (
-    PER_GROUP,
-    check_draft_groups,
-    group_settings,
-    group_tensors,
-    pack_group_sizes,
-    padded_argument,
-    padded_end,
-)
+from specops.ops._step_checks import check_draft_groups, group_settings, group_tensors, padded_argument, padded_end
 from specops.reference.expand_parallel_draft_inputs import expand_parallel_draft_inputs as _reference
 
-NUM_SCALARS = 10
 INT32_MAX = 2**31 - 1
 
 
@@ -55,36 +46,22 @@ def check_slots_bound(slots: int) -> None:
         raise ValueError(f"slots_per_request must be <= 2^31 - 1, got {slots}")
 
 
-def pack_sizes(slots_per_request: int, shift: bool, max_model_len: int, parallel_drafting_token_id: int,
-               padding_token_id: int, num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int,
-               cp_interleave: int, block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int],
-               cp_sharded: Sequence[bool], slot_mapping_enabled: Sequence[bool]) -> list[int]:
-    """The schema's int[] sizes: [slots_per_request, shift_input_ids, max_model_len,
-    parallel_drafting_token_id, padding_token_id, num_tokens_padded, num_reqs_padded (-1: each
-    buffer's end), cp_world_size, cp_rank, cp_interleave] then four ints per group."""
-    sizes = [slots_per_request, 1 if shift else 0, max_model_len, parallel_drafting_token_id, padding_token_id,
-             num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave]
-    return sizes + pack_group_sizes(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled)
-
-
 def _check(target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_token_ids: torch.Tensor,
            query_start_loc: torch.Tensor, block_tables: Sequence[torch.Tensor], num_rejected_tokens: torch.Tensor | None,
            seq_lens: torch.Tensor | None, idx_mapping: torch.Tensor | None, num_blocks: Sequence[torch.Tensor],
            input_ids: torch.Tensor, positions: torch.Tensor, is_rejected_token_mask: torch.Tensor,
            is_masked_token_mask: torch.Tensor, token_indices_to_sample: torch.Tensor,
            hidden_state_mapping: torch.Tensor | None, slot_mappings: Sequence[torch.Tensor],
-           out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor | None, sizes: Sequence[int]) -> None:
+           out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor | None, slots_per_request: int,
+           shift_input_ids: bool, max_model_len: int, parallel_drafting_token_id: int, padding_token_id: int,
+           num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int,
+           block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
+           slot_mapping_enabled: Sequence[bool]) -> None:
     """Mirrors csrc/cpu/expand_parallel_draft_inputs.cpp (metadata only)."""
-    num_groups = len(block_tables)
-    if len(sizes) != NUM_SCALARS + PER_GROUP * num_groups:
-        raise ValueError(f"sizes must have {NUM_SCALARS} + {PER_GROUP} * len(block_tables) = "
-                         f"{NUM_SCALARS + PER_GROUP * num_groups} entries, got {len(sizes)}")
-    slots, shift, max_model_len = sizes[0], sizes[1], sizes[2]
-    num_tokens_padded, num_reqs_padded, world, rank, interleave = sizes[5:NUM_SCALARS]
+    slots, shift = slots_per_request, int(shift_input_ids)
+    world, rank, interleave = cp_world_size, cp_rank, cp_interleave
     check_positive(slots, "slots_per_request")
     check_slots_bound(slots)
-    if shift not in (0, 1):
-        raise ValueError(f"shift_input_ids must be 0 or 1, got {shift}")
     if slots - shift < 1:
         raise ValueError("slots_per_request must be >= 2 with shift_input_ids (N = slots_per_request - 1 new tokens "
                          f"per request must be >= 1), got {slots}")
@@ -152,8 +129,9 @@ def _check(target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_
         tensor(out_seq_lens, "out_seq_lens", [torch.int32])
         check_entries(out_seq_lens, "out_seq_lens", num_reqs, "R = next_token_ids.numel()")
         padded_end(out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R")
-    check_draft_groups(block_tables, slot_mappings, num_blocks, sizes, NUM_SCALARS, (world, rank, interleave),
-                       num_out, num_tokens_padded, device, "target_token_ids")
+    check_draft_groups(block_tables, slot_mappings, num_blocks, block_sizes, blocks_per_kv_block, cp_sharded,
+                       slot_mapping_enabled, (world, rank, interleave), num_out, num_tokens_padded, device,
+                       "target_token_ids")
     outputs = [(input_ids, "input_ids"), (positions, "positions"), (is_rejected_token_mask, "is_rejected_token_mask"),
                (is_masked_token_mask, "is_masked_token_mask"), (token_indices_to_sample, "token_indices_to_sample"),
                (hidden_state_mapping, "hidden_state_mapping"), (out_query_start_loc, "out_query_start_loc"),
@@ -225,12 +203,7 @@ def expand_parallel_draft_inputs(
     num_groups = len(block_tables)
     slots_per_request = checked_int(slots_per_request, "slots_per_request")
     check_slots_bound(slots_per_request)  # before any output is sized from it
-    max_model_len = checked_int(max_model_len, "max_model_len")
-    parallel_drafting_token_id = checked_int(parallel_drafting_token_id, "parallel_drafting_token_id")
-    padding_token_id = checked_int(padding_token_id, "padding_token_id")
-    shift = checked_bool(shift_input_ids, "shift_input_ids")
-    cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
-    cp_interleave = checked_int(cp_interleave, "cp_interleave")
+    shift = checked_bool(shift_input_ids, "shift_input_ids")  # sizes the outputs: T' = T + R (S - shift)
     per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     tokens_padded = padded_argument(num_tokens_padded, "num_tokens_padded")
     reqs_padded = padded_argument(num_reqs_padded, "num_reqs_padded")
@@ -274,14 +247,14 @@ def expand_parallel_draft_inputs(
         out_query_start_loc = new(req_size + 1, torch.int32)
     if out_seq_lens is None and seq_lens is not None:
         out_seq_lens = new(req_size, torch.int32)
-    sizes = pack_sizes(slots_per_request, shift, max_model_len, parallel_drafting_token_id, padding_token_id,
-                       tokens_padded, reqs_padded, cp_world_size, cp_rank, cp_interleave, *per_group)
     block_tables = list(block_tables)
     slot_mappings = list(slot_mappings)
     _OP.select()(target_token_ids, target_positions, next_token_ids, query_start_loc, block_tables,
                  num_rejected_tokens, seq_lens, idx_mapping, [] if num_blocks is None else list(num_blocks), input_ids,
                  positions, is_rejected_token_mask, is_masked_token_mask, token_indices_to_sample, hidden_state_mapping,
-                 slot_mappings, out_query_start_loc, out_seq_lens, sizes)
+                 slot_mappings, out_query_start_loc, out_seq_lens, slots_per_request, shift, max_model_len,
+                 parallel_drafting_token_id, padding_token_id, tokens_padded, reqs_padded, cp_world_size, cp_rank,
+                 cp_interleave, *per_group)
     return ParallelDraftInputs(num_out, input_ids, positions, is_rejected_token_mask, is_masked_token_mask,
                                token_indices_to_sample, hidden_state_mapping, slot_mappings, out_query_start_loc,
                                out_seq_lens)

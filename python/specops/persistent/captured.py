@@ -33,7 +33,9 @@ class CheckedTables:
     groups: list[int]  # those groups' indices among all groups (the check sees only these)
     tables: list[torch.Tensor]  # their source tables
     counts: list[torch.Tensor]  # their num_blocks
-    sizes: list[int]  # their slot-mapping arguments, packed group after group
+    block_sizes: list[int]  # their block sizes, blocks per KV block and CP sharding
+    blocks_per_kv_block: list[int]
+    cp_sharded: list[bool]
     slots: list[torch.Tensor]  # their int32 slot mappings, whose slots must fit; [] for int64
 
 
@@ -57,6 +59,3 @@ class CapturedBuffers:
     mapped_groups: int  # groups with a slot mapping
     masks_windows: bool  # a group masks its sliding window in the gathers
     checked: CheckedTables | None  # None: no host check of the positions (a device, or no mapped group)
-    # advance_draft_step's packed sizes by (max_model_len, rule, num_tokens_padded,
-    # num_reqs_padded), made on a shape's first step: the record's one mutable part, a cache.
-    draft_step_sizes: dict[tuple, list[int]] = dataclasses.field(default_factory=dict)

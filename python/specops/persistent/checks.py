@@ -84,7 +84,8 @@ def check_refresh(captured: CapturedBuffers, idx_mapping: torch.Tensor, query_st
         # mapping; groups differ there, so every group is checked before the first one is
         # rewritten (device kernels write PAD instead and never reject a value).
         try:
-            CHECK_POSITIONS(query_start_loc, positions, checked.tables, idx_mapping, checked.sizes, checked.counts,
+            CHECK_POSITIONS(query_start_loc, positions, checked.tables, idx_mapping, checked.block_sizes,
+                            checked.blocks_per_kv_block, checked.cp_sharded, *captured.cp, checked.counts,
                             checked.slots)
         except ValueError as error:
             raise ValueError(_named_by_group(str(error), checked.groups)) from None
@@ -105,5 +106,5 @@ def check_host_copies(*, query_start_loc_cpu: object, seq_lens_cpu: object, devi
 def _named_by_group(message: str, groups: list[int]) -> str:
     """The check's message with each table, count and slot mapping named by its group's index:
     it sees only the mapped groups, so its k-th table is group groups[k]'s."""
-    return re.sub(r"\b(block_tables|num_blocks|slot_mappings)\[(\d+)\]",
+    return re.sub(r"\b(block_tables|num_blocks|slot_mappings|block_sizes|blocks_per_kv_block)\[(\d+)\]",
                   lambda match: f"{match.group(1)}[{groups[int(match.group(2))]}]", message)

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import checked_int
-from specops.ops.advance_draft_step import RULES, DraftStep, pack_draft_step_sizes
+from specops.ops.advance_draft_step import RULES, DraftStep
 from specops.ops.registry import OPS
 from specops.persistent.captured import CapturedBuffers
 from specops.persistent.checks import padded_extents
@@ -39,21 +38,14 @@ def advance_draft_step(
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
     if not isinstance(idx_mapping, torch.Tensor):
         raise ValueError(f"idx_mapping must be a tensor (batch row -> request row), got {type(idx_mapping).__name__}")
-    # An int as the op takes it (a bool is not one) before it keys the cache: True hashes as 1.
-    max_model_len = checked_int(max_model_len, "max_model_len")
     num_reqs = idx_mapping.numel()
     num_reqs_padded, num_tokens_padded = padded_extents(captured, num_reqs, num_reqs_padded, num_reqs,
                                                         num_tokens_padded)
-    key = (max_model_len, past_max_model_len, num_tokens_padded, num_reqs_padded)
-    sizes = captured.draft_step_sizes.get(key)
-    if sizes is None:
-        sizes = pack_draft_step_sizes(max_model_len, RULES[past_max_model_len], num_tokens_padded, num_reqs_padded,
-                                      *captured.cp, *captured.groups.as_arguments())
-        captured.draft_step_sizes[key] = sizes
     draft_positions = captured.draft_positions[:num_reqs]
     # The first step gathers from the target step's positions; later steps advance in place.
     positions = captured.positions if token_indices is not None else draft_positions
     _DRAFT_STEP.select()(positions, captured.seq_lens, captured.source_block_tables, token_indices,
                          num_rejected_tokens, idx_mapping, draft_positions, captured.slot_mappings, query_start_loc,
-                         captured.num_blocks, sizes)
+                         captured.num_blocks, max_model_len, RULES[past_max_model_len], num_tokens_padded,
+                         num_reqs_padded, *captured.cp, *captured.groups.as_arguments())
     return DraftStep(draft_positions, captured.seq_lens[:num_reqs_padded], captured.slot_mappings, query_start_loc)

@@ -12,7 +12,6 @@ contiguous view per group, so `fill_dummy()` is two fills.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -21,7 +20,6 @@ import torch
 
 from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
-from specops._spec_decode_sizes import named_after_the_wrapper, pack_sizes
 from specops.ops._checks import INT32_MAX, check_context_parallel, checked_int, checked_size
 from specops.ops.advance_draft_step import DraftStep
 from specops.ops.registry import OPS
@@ -147,7 +145,7 @@ class PersistentMappings:
         # The runner step's other captured outputs (see prepare_step).
         self.positions = torch.zeros(max_num_tokens, dtype=torch.int64, device=self.device)
         self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32, device=self.device)
-        self._step_shapes: dict[tuple[int, int], tuple[list[int], RunnerStepInputs]] = {}
+        self._step_views: dict[tuple[int, int], RunnerStepInputs] = {}
         # The draft steps' positions (advance_draft_step), one per request.
         self.draft_positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=self.device)
         # First scheduled position of each request row, scattered from the batch, for the
@@ -165,7 +163,8 @@ class PersistentMappings:
         if self.device.type == "cpu" and mapped and CHECK_POSITIONS is not None:
             checked = CheckedTables(
                 mapped, [self.source_block_tables[g] for g in mapped], [self.num_blocks[g] for g in mapped],
-                [size for g in mapped for size in dataclasses.astuple(self._slot_args[g])],
+                [groups[g].block_size for g in mapped], [groups[g].blocks_per_kv_block for g in mapped],
+                [groups[g].cp_sharded for g in mapped],
                 # int32 slot mappings: every group's slots are checked to fit before the first write
                 # (each compute_slot_mapping would check only its own, after the groups before it).
                 [self.slot_mappings[g] for g in mapped] if slot_dtype == torch.int32 else [])
@@ -363,21 +362,17 @@ class PersistentMappings:
                 raise ValueError(f"idx_mapping holds row {past}, past the source tables, which have max_num_reqs = "
                                  f"{self.max_num_reqs} rows")
         rows_written, tokens_written = self._end_padding.extents(num_reqs_padded, num_tokens_padded)
-        # The op's packed sizes and the returned views, made once per padded shape.
-        shape = self._step_shapes.get((num_tokens_padded, num_reqs_padded, tokens_written))
-        if shape is None:
-            sizes = pack_sizes(tokens_written, num_reqs_padded, *self.captured.cp, *self.captured.groups.as_arguments())
+        # The returned views, made once per padded shape.
+        views = self._step_views.get((num_tokens_padded, num_reqs_padded))
+        if views is None:
             views = RunnerStepInputs(self.positions[:num_tokens_padded], self.seq_lens[:num_reqs_padded],
                                      self.block_tables_by_name, self.slot_mappings_by_name)
-            shape = self._step_shapes[(num_tokens_padded, num_reqs_padded, tokens_written)] = (sizes, views)
-        sizes, views = shape
-        try:
-            _FUSED_STEP.select()(
-                num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
-                prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, self.positions, self.seq_lens,
-                self.source_block_tables, self.slot_mappings, idx_mapping, sizes, self.num_blocks)
-        except ValueError as error:
-            raise named_after_the_wrapper(error, self.num_groups) from None
+            self._step_views[(num_tokens_padded, num_reqs_padded)] = views
+        _FUSED_STEP.select()(
+            num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+            prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, self.positions, self.seq_lens,
+            self.source_block_tables, self.slot_mappings, idx_mapping, tokens_written, num_reqs_padded,
+            *self.captured.cp, *self.captured.groups.as_arguments(), self.num_blocks)
         row_first = None
         if self.captured.masks_windows:
             # Request-indexed first positions for the gathers (the fused op's are batch-indexed).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
-from specops._step_layout import draft_group_layouts
+from specops._step_layout import group_layouts
 from specops.reference._slot_math import kv_placement
 
 INT32_MAX = 2**31 - 1
@@ -35,9 +35,11 @@ def advance_draft_step(
     positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: list[torch.Tensor],
     token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None, idx_mapping: torch.Tensor | None,
     out_positions: torch.Tensor, slot_mappings: list[torch.Tensor], query_start_loc: torch.Tensor | None,
-    num_blocks: list[torch.Tensor], sizes: list[int],
+    num_blocks: list[torch.Tensor], max_model_len: int, past_max_model_len: int, num_tokens_padded: int,
+    num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int],
+    blocks_per_kv_block: list[int], cp_sharded: list[bool], slot_mapping_enabled: list[bool],
 ) -> None:
-    max_model_len, rule, num_tokens_padded, num_reqs_padded = sizes[:4]
+    rule = past_max_model_len
     if token_indices is not None:
         num_reqs = token_indices.numel()
         index = token_indices.long()
@@ -63,7 +65,8 @@ def advance_draft_step(
         seq_len = (base + 1).where(~over, 1).clamp(max=max_model_len)
         mapped = ok & ~over
     row = idx_mapping.long() if idx_mapping is not None else torch.arange(num_reqs)
-    layouts = draft_group_layouts(sizes, 7, len(block_tables))
+    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
+                            cp_rank, cp_interleave)
     for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):
         slots = _slots(table, num_blocks[g] if num_blocks else None, row, position, mapped & layout.enabled,
                        layout.block_size, layout.blocks_per_kv_block, *layout.cp)

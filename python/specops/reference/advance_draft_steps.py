@@ -1,9 +1,6 @@
 """Reference for advance_draft_steps: every draft pass's device metadata of a chain-drafting step
 (draft pass 1 on the target step's layout, passes 2..K one token per request), in one call.
 
-sizes = [K, T1, N1, Rp, max_model_len, rule, split_size, split_rank, cp_world_size, cp_rank,
-cp_interleave], then four ints per group (block size, blocks per KV block, CP-sharded, slot mapping
-on), then one storage block size per group (ops/advance_draft_steps.py, pack_draft_steps_sizes).
 Row k - 1 of each output holds draft pass k.
 """
 
@@ -12,11 +9,9 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
-from specops._step_layout import draft_group_layouts
+from specops._step_layout import group_layouts
 from specops.reference.advance_draft_step import INT32_MAX
 from specops.reference.advance_draft_step import _slots as draft_slots
-
-NUM_SCALARS = 11
 
 
 def draft_pass_positions(positions: torch.Tensor, seq_lens: torch.Tensor, token_indices: torch.Tensor,
@@ -57,13 +52,14 @@ def advance_draft_steps(
     out_positions: torch.Tensor, out_seq_lens: torch.Tensor, out_query_start_loc: torch.Tensor,
     out_cos_sin: torch.Tensor, out_local_cos_sin: torch.Tensor, out_local_query_start_loc: torch.Tensor,
     out_local_seq_lens: torch.Tensor, out_start_pos: torch.Tensor, out_slots: list[torch.Tensor],
-    out_slot_pairs: list[torch.Tensor], sizes: list[int],
+    out_slot_pairs: list[torch.Tensor], num_steps: int, num_actual_tokens: int, num_input_tokens: int,
+    num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
+    cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int],
+    cp_sharded: list[bool], slot_mapping_enabled: list[bool], storage_block_sizes: list[int],
 ) -> None:
-    num_steps, num_tokens, num_input_tokens, num_reqs_padded, max_model_len, rule = sizes[:6]
-    split_size, split_rank = sizes[6:8]
-    num_groups = len(block_tables)
-    layouts = draft_group_layouts(sizes, NUM_SCALARS, num_groups)
-    storage = sizes[NUM_SCALARS + 4 * num_groups:]
+    num_tokens, rule, storage = num_actual_tokens, past_max_model_len, storage_block_sizes
+    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
+                            cp_rank, cp_interleave)
     num_reqs = token_indices.numel()
     reqs_end = out_seq_lens.size(1)
     device = out_positions.device

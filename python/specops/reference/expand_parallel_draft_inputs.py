@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
-from specops._step_layout import ParallelDraftSizes, buffer_end, draft_group_layouts
+from specops._step_layout import buffer_end, group_layouts, parallel_draft_tokens
 from specops.reference.advance_draft_step import _slots
 
 INT32_MAX = 2**31 - 1
@@ -22,13 +22,16 @@ def expand_parallel_draft_inputs(
     input_ids: torch.Tensor, positions: torch.Tensor, is_rejected_token_mask: torch.Tensor,
     is_masked_token_mask: torch.Tensor, token_indices_to_sample: torch.Tensor, hidden_state_mapping: torch.Tensor | None,
     slot_mappings: list[torch.Tensor], out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor | None,
-    sizes: list[int],
+    slots_per_request: int, shift_input_ids: bool, max_model_len: int, parallel_drafting_token_id: int,
+    padding_token_id: int, num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int,
+    cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int], cp_sharded: list[bool],
+    slot_mapping_enabled: list[bool],
 ) -> None:
-    scalars = ParallelDraftSizes.unpack(sizes)
-    slots, shift, max_model_len, draft_token, padding_token, num_tokens_padded, num_reqs_padded = scalars
+    slots, shift = slots_per_request, int(shift_input_ids)
+    draft_token, padding_token = parallel_drafting_token_id, padding_token_id
     num_reqs, num_tokens = next_token_ids.numel(), target_token_ids.numel()
-    n = scalars.new_tokens
-    num_out = scalars.num_out(num_tokens, num_reqs)
+    n = slots - shift
+    num_out = parallel_draft_tokens(num_tokens, num_reqs, slots, shift_input_ids)
     device = target_token_ids.device
     qsl = query_start_loc[:num_reqs + 1].long()
     q0, q = qsl[:-1], qsl[1:] - qsl[:-1]
@@ -70,7 +73,8 @@ def expand_parallel_draft_inputs(
         hidden_state_mapping[(q0[req] + j)[hidden]] = o[hidden].to(torch.int32)
     row = idx_mapping.long()[req] if idx_mapping is not None else req
     mapped = ~is_rejected & (position < max_model_len)
-    layouts = draft_group_layouts(sizes, ParallelDraftSizes.FIRST_GROUP, len(block_tables))
+    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
+                            cp_rank, cp_interleave)
     for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):
         slot = _slots(table, num_blocks[g] if num_blocks else None, row, position, mapped & layout.enabled,
                       layout.block_size, layout.blocks_per_kv_block, *layout.cp)

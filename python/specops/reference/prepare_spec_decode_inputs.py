@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
-from specops._spec_decode_sizes import SpecDecodeSizes
+from specops._step_layout import group_layouts
 from specops.reference.compute_slot_mapping import compute_slot_mapping
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens
 from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens
@@ -24,19 +24,28 @@ def prepare_spec_decode_inputs(
     block_tables: list[torch.Tensor],
     slot_mappings: list[torch.Tensor],
     idx_mapping: torch.Tensor | None,
-    sizes: list[int],
+    num_tokens_padded: int,
+    num_reqs_padded: int,
+    cp_world_size: int,
+    cp_rank: int,
+    cp_interleave: int,
+    block_sizes: list[int],
+    blocks_per_kv_block: list[int],
+    cp_sharded: list[bool],
+    slot_mapping_enabled: list[bool],
     num_blocks: list[torch.Tensor] = (),
 ) -> None:
-    layout = SpecDecodeSizes.unpack(sizes, len(block_tables))
     correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                                 prev_num_draft_tokens, cpu_num_computed_tokens)
-    prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, layout.num_tokens_padded,
-                                   layout.num_reqs_padded, None)
-    num_tokens = max(0, min(int(query_start_loc[-1]), layout.num_tokens_padded))
-    for g, (table, out) in enumerate(zip(block_tables, slot_mappings)):
-        if not layout.slot_mapping_enabled[g]:  # PAD for every token; the table is never read
-            out[: layout.num_tokens_padded] = PAD_SLOT_ID
+    prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
+                                   num_reqs_padded, None)
+    num_tokens = max(0, min(int(query_start_loc[-1]), num_tokens_padded))
+    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
+                            cp_rank, cp_interleave)
+    for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):
+        if not layout.enabled:  # PAD for every token; the table is never read
+            out[:num_tokens_padded] = PAD_SLOT_ID
             continue
-        compute_slot_mapping(query_start_loc, positions[:num_tokens], table, layout.block_sizes[g], out,
-                             layout.blocks_per_kv_block[g], *layout.group_cp(g), idx_mapping, layout.num_tokens_padded,
+        compute_slot_mapping(query_start_loc, positions[:num_tokens], table, layout.block_size, out,
+                             layout.blocks_per_kv_block, *layout.cp, idx_mapping, num_tokens_padded,
                              num_blocks[g] if num_blocks else None)
