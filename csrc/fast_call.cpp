@@ -102,6 +102,9 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
       kinds_.push_back(ArgKind::kTensorList);
     } else if (type->kind() == c10::TypeKind::IntType) {
       kinds_.push_back(ArgKind::kInt);
+    } else if (type->kind() == c10::TypeKind::OptionalType &&
+               type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::IntType) {
+      kinds_.push_back(ArgKind::kOptionalInt);
     } else if (type->kind() == c10::TypeKind::BoolType) {
       kinds_.push_back(ArgKind::kBool);
     } else if (is_list_of(type, c10::TypeKind::IntType)) {
@@ -162,6 +165,12 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
       stack.emplace_back(std::move(tensors));
       return true;
     }
+    case ArgKind::kOptionalInt:
+      if (value == Py_None) {
+        stack.emplace_back();
+        return true;
+      }
+      [[fallthrough]];
     case ArgKind::kInt: {
       int64_t number = 0;
       if (!read_int(value, &number)) return false;
@@ -250,6 +259,10 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
       break;
     case ArgKind::kInt:
       if (!is_int_like(value)) reject(name, "an int", value);
+      break;
+    case ArgKind::kOptionalInt:
+      // Named as an int argument is (None is the default the wrapper documents).
+      if (value != Py_None && !is_int_like(value)) reject(name, "an int", value);
       break;
     case ArgKind::kBool:
       if (!is_boolean(value)) reject(name, "a bool (True, False, a NumPy bool or a one-element bool tensor)", value);

@@ -40,7 +40,7 @@ class FastOp {
   PyObject* call(PyObject* const* args, size_t nargs, PyObject* kwnames) const;
 
  private:
-  enum class ArgKind { kTensor, kOptionalTensor, kTensorList, kInt, kBool, kIntList, kBoolList };
+  enum class ArgKind { kTensor, kOptionalTensor, kTensorList, kInt, kOptionalInt, kBool, kIntList, kBoolList };
 
   bool push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValue>& stack) const;
   // Throws a ValueError for an argument of the wrong kind (see the file comment); returns for

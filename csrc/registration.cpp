@@ -107,13 +107,14 @@ TORCH_LIBRARY(specops, m) {
   // expand_parallel_draft_inputs) take one entry per block table in block_sizes,
   // blocks_per_kv_block, cp_sharded (else a single rank) and slot_mapping_enabled (else every
   // slot PAD, the table never read). num_blocks: empty, or the blocks allocated to each table
-  // row, one tensor per group.
+  // row, one tensor per group. num_tokens_padded / num_reqs_padded None: positions.numel() /
+  // seq_lens.numel(), as the wrapper's defaults.
   m.def(
       "prepare_spec_decode_inputs(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
       "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
       "Tensor cpu_num_computed_tokens, Tensor query_start_loc, Tensor(c!) positions, Tensor(d!) seq_lens, "
-      "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int num_tokens_padded, "
-      "int num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
+      "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int? num_tokens_padded, "
+      "int? num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
       "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, Tensor[] num_blocks) -> ()");
 
   // docs/step_bookkeeping.md: the spec-decode step's own bookkeeping (input ids, sampled and

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specops._step_layout import group_layouts
+from specops._step_layout import group_layouts, spec_decode_extents
 from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_chunks
 from specops.triton_kernels._launch import nonempty, search_steps
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
@@ -115,8 +115,8 @@ def prepare_spec_decode_inputs(
     block_tables: list[torch.Tensor],
     slot_mappings: list[torch.Tensor],
     idx_mapping: torch.Tensor | None,
-    num_tokens_padded: int,
-    num_reqs_padded: int,
+    num_tokens_padded: int | None,
+    num_reqs_padded: int | None,
     cp_world_size: int,
     cp_rank: int,
     cp_interleave: int,
@@ -126,6 +126,7 @@ def prepare_spec_decode_inputs(
     slot_mapping_enabled: list[bool],
     num_blocks: list[torch.Tensor] = (),
 ) -> None:
+    num_tokens_padded, num_reqs_padded = spec_decode_extents(positions, seq_lens, num_tokens_padded, num_reqs_padded)
     num_rows = prev_positions.numel()
     num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
                             num_computed_tokens.numel())

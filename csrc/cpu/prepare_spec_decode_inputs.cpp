@@ -19,8 +19,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                                 const at::Tensor& prev_num_draft_tokens, const at::Tensor& cpu_num_computed_tokens,
                                 const at::Tensor& query_start_loc, const at::Tensor& positions,
                                 const at::Tensor& seq_lens, at::TensorList block_tables, at::TensorList slot_mappings,
-                                const std::optional<at::Tensor>& idx_mapping, int64_t num_tokens_padded,
-                                int64_t num_reqs_padded, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
+                                const std::optional<at::Tensor>& idx_mapping,
+                                std::optional<int64_t> tokens_padded, std::optional<int64_t> reqs_padded,
+                                int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
                                 c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block,
                                 const c10::List<bool>& cp_sharded, const c10::List<bool>& slot_mapping_enabled,
                                 at::TensorList num_blocks) {
@@ -28,6 +29,8 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
   settings.check(num_groups);
+  const int64_t num_tokens_padded = tokens_padded.value_or(positions.numel());
+  const int64_t num_reqs_padded = reqs_padded.value_or(seq_lens.numel());
   // The pairs of outputs (and query_start_loc) these would test are tested with the op's others
   // below, each tensor's span computed once.
   const kernels::CountCorrectionShape correction =

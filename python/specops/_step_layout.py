@@ -32,6 +32,17 @@ def group_layouts(block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int]
                                                                slot_mapping_enabled)]
 
 
+def spec_decode_extents(positions: torch.Tensor, seq_lens: torch.Tensor, num_tokens_padded: int | None,
+                        num_reqs_padded: int | None) -> tuple[int, int]:
+    """prepare_spec_decode_inputs' padded extents: as given, or (None) positions.numel() and
+    seq_lens.numel() (a tensor the checks then reject counts as empty)."""
+    if num_tokens_padded is None:
+        num_tokens_padded = positions.numel() if isinstance(positions, torch.Tensor) else 0
+    if num_reqs_padded is None:
+        num_reqs_padded = seq_lens.numel() if isinstance(seq_lens, torch.Tensor) else 0
+    return num_tokens_padded, num_reqs_padded
+
+
 def buffer_end(out: torch.Tensor, padded: int) -> int:
     """Where an output's padding ends: the op's *_padded argument, or (-1) the buffer's end."""
     return padded if padded >= 0 else out.numel()

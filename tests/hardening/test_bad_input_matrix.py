@@ -470,7 +470,7 @@ def test_every_argument_is_covered(spec):
         elif kind == "List[int]":
             assert spec.scalars is not None, f"{spec.name}: {argument.name} packs ints: list them in OpSpec.scalars"
         else:
-            assert kind in ("int", "bool", "List[bool]"), \
+            assert kind in ("int", "Optional[int]", "bool", "List[bool]"), \
                 f"{spec.name}: argument {argument.name} of type {kind}: describe it"
     for scalar in _scalars(spec):
         assert _names(scalar, named), f"{spec.name}: no rejected value of {scalar}"

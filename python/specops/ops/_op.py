@@ -61,14 +61,15 @@ def fast_native_entry(op_name: str) -> Callable[..., Any] | None:
 
 # The scalar argument kinds of a schema, as torch names them (Argument.type) and as the op's
 # check annotates them (used without the extension).
-_INT, _INT_LIST, _BOOL, _BOOL_LIST = "int", "int[]", "bool", "bool[]"
-_SCHEMA_KINDS = {"int": _INT, "List[int]": _INT_LIST, "bool": _BOOL, "List[bool]": _BOOL_LIST}
-_ANNOTATION_KINDS = {"int": _INT, "Sequence[int]": _INT_LIST, "list[int]": _INT_LIST, "bool": _BOOL,
-                     "Sequence[bool]": _BOOL_LIST, "list[bool]": _BOOL_LIST}
+_INT, _OPTIONAL_INT, _INT_LIST, _BOOL, _BOOL_LIST = "int", "int?", "int[]", "bool", "bool[]"
+_SCHEMA_KINDS = {"int": _INT, "Optional[int]": _OPTIONAL_INT, "List[int]": _INT_LIST, "bool": _BOOL,
+                 "List[bool]": _BOOL_LIST}
+_ANNOTATION_KINDS = {"int": _INT, "int | None": _OPTIONAL_INT, "Sequence[int]": _INT_LIST, "list[int]": _INT_LIST,
+                     "bool": _BOOL, "Sequence[bool]": _BOOL_LIST, "list[bool]": _BOOL_LIST}
 
 
 def scalar_arguments(name: str, check: Callable[..., None]) -> list[tuple[int, str, str]]:
-    """(position, name, kind) of every int, int[], bool and bool[] argument of the op: from its schema,
+    """(position, name, kind) of every int, int?, int[], bool and bool[] argument of the op: from its schema,
     or without the extension from the annotations of its check (which takes the schema's
     arguments; tests/hardening/test_bad_input_matrix.py holds the two equal)."""
     if EXTENSION.loaded:
@@ -176,14 +177,14 @@ class SpecOp:
                     torch.autograd.graph.increment_version(tensor)
 
     def scalars_checked(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """args with every int, int[], bool and bool[] argument taken as torch's schema takes it (NumPy
+        """args with every int, int?, int[], bool and bool[] argument taken as torch's schema takes it (NumPy
         integers converted), before anything is checked or written; a ValueError names any other.
         The native path gets the same from FastOp and the dispatcher."""
         converted = None
         for position, name, kind in self._scalars:
             value = args[position]
-            if kind == _INT:
-                if type(value) is int:
+            if kind == _INT or kind == _OPTIONAL_INT:
+                if type(value) is int or (value is None and kind == _OPTIONAL_INT):
                     continue
                 value = checked_int(value, name)
             elif kind == _BOOL:

@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import torch
 
+from specops._backend import _current_backend
+from specops._step_layout import spec_decode_extents
 from specops.ops._accounting_checks import check_count_correction, check_positions_and_seq_lens
 from specops.ops._checks import (
     bools_per_group,
@@ -52,8 +54,8 @@ def _check(
     block_tables: Sequence[torch.Tensor],
     slot_mappings: Sequence[torch.Tensor],
     idx_mapping: torch.Tensor | None,
-    num_tokens_padded: int,
-    num_reqs_padded: int,
+    num_tokens_padded: int | None,
+    num_reqs_padded: int | None,
     cp_world_size: int,
     cp_rank: int,
     cp_interleave: int,
@@ -66,6 +68,7 @@ def _check(
     """Mirrors csrc/cpu/prepare_spec_decode_inputs.cpp (metadata only)."""
     num_groups = len(block_tables)
     check_group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
+    num_tokens_padded, num_reqs_padded = spec_decode_extents(positions, seq_lens, num_tokens_padded, num_reqs_padded)
     check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                            prev_num_draft_tokens, cpu_num_computed_tokens)
     check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
@@ -105,6 +108,8 @@ def _check(
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
 _TENSOR = torch.Tensor
 _new_tuple = tuple.__new__
+_is_dynamo_compiling = torch.compiler.is_dynamo_compiling
+_torch_compiler = torch.compiler
 
 
 def prepare_spec_decode_inputs(
@@ -160,59 +165,49 @@ def prepare_spec_decode_inputs(
         # the entries past R are never read (a view, no copy). Before the outputs are allocated:
         # they are sized from it.
         query_start_loc = query_start_loc[: idx_mapping.numel() + 1]
-    # The usual forms are taken inline: each helper call below costs about as much as the op's
-    # checks of one group. A list of plain tensors passes as given; a per-group list too (FastOp
-    # and the op's checks judge its entries and its length); one int or bool is every group's.
-    if type(block_tables) is list:
-        for table in block_tables:
-            if type(table) is not _TENSOR:
-                block_tables = checked_tensor_list(block_tables, "block_tables")
-                break
-    else:
+    # The usual forms pass as given, tested inline (each helper call costs about as much as the
+    # op's checks of one group): lists of tensors, a list per group (FastOp and the op's checks
+    # judge their entries and lengths), one int or bool for every group.
+    if type(block_tables) is not list:
         block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
-    if type(block_sizes) is int:
-        block_sizes = [block_sizes] * num_groups
-    elif type(block_sizes) is not list:
-        block_sizes = ints_per_group(block_sizes, num_groups, "block_sizes")
-    if type(blocks_per_kv_block) is int:
-        blocks_per_kv_block = [blocks_per_kv_block] * num_groups
-    elif type(blocks_per_kv_block) is not list:
-        blocks_per_kv_block = ints_per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block")
-    if cp_sharded is True or cp_sharded is False:
-        cp_sharded = [cp_sharded] * num_groups
-    elif type(cp_sharded) is not list:
-        cp_sharded = bools_per_group(cp_sharded, num_groups, "cp_sharded")
-    if slot_mapping_enabled is True or slot_mapping_enabled is False:
-        slot_mapping_enabled = [slot_mapping_enabled] * num_groups
-    elif type(slot_mapping_enabled) is not list:
-        slot_mapping_enabled = bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
-    if positions is not None and seq_lens is not None:
-        if num_tokens_padded is None:
-            num_tokens_padded = positions.numel()
-        if num_reqs_padded is None:
-            num_reqs_padded = seq_lens.numel()
-    else:
+    if type(block_sizes) is not list:
+        block_sizes = [block_sizes] * num_groups if type(block_sizes) is int else \
+            ints_per_group(block_sizes, num_groups, "block_sizes")
+    if type(blocks_per_kv_block) is not list:
+        blocks_per_kv_block = [blocks_per_kv_block] * num_groups if type(blocks_per_kv_block) is int else \
+            ints_per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block")
+    if type(cp_sharded) is not list:
+        cp_sharded = [cp_sharded] * num_groups if type(cp_sharded) is bool else \
+            bools_per_group(cp_sharded, num_groups, "cp_sharded")
+    if type(slot_mapping_enabled) is not list:
+        slot_mapping_enabled = [slot_mapping_enabled] * num_groups if type(slot_mapping_enabled) is bool else \
+            bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
+    # Given both outputs, the padded extents None are the op's (their numel), else the allocation's.
+    if positions is None or seq_lens is None:
         positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
             query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
     if slot_mappings is None:
+        if num_tokens_padded is None:
+            num_tokens_padded = positions.numel()
         num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         slot_mappings = [torch.empty(num_tokens_padded, dtype=torch.int64, device=positions.device)
                          for _ in range(num_groups)]
     elif type(slot_mappings) is list:
-        # A list of its own: the result's, which the caller's list may not change later.
-        for out in slot_mappings:
-            if type(out) is not _TENSOR:
-                slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
-                break
-        else:
-            slot_mappings = slot_mappings[:]
+        slot_mappings = slot_mappings[:]  # the result's own list, which the caller's may not change
     else:
         slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
-    _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
-                 prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables,
-                 slot_mappings, idx_mapping, num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave,
-                 block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled,
-                 [] if num_blocks is None else list(num_blocks))
+    # _OP.select()'s eager native case without its frame (its Dynamo test first: Dynamo cannot
+    # trace the backend's ContextVar). Every other case asks select(), and has no FastOp to name
+    # a list entry that is not a tensor: checked here.
+    op = _OP.native_entry
+    if op is None or _is_dynamo_compiling() or _torch_compiler._is_compiling_flag or _current_backend.get() != "native":
+        op = _OP.select()
+        block_tables = checked_tensor_list(block_tables, "block_tables")
+        slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
+    op(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
+       cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, idx_mapping,
+       num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block,
+       cp_sharded, slot_mapping_enabled, [] if num_blocks is None else list(num_blocks))
     # The NamedTuple without its Python-level __new__ frame.
     return _new_tuple(SpecDecodeInputs, (positions, seq_lens, slot_mappings))

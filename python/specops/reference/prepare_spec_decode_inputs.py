@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from specops._constants import PAD_SLOT_ID
-from specops._step_layout import group_layouts
+from specops._step_layout import group_layouts, spec_decode_extents
 from specops.reference.compute_slot_mapping import compute_slot_mapping
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens
 from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens
@@ -24,8 +24,8 @@ def prepare_spec_decode_inputs(
     block_tables: list[torch.Tensor],
     slot_mappings: list[torch.Tensor],
     idx_mapping: torch.Tensor | None,
-    num_tokens_padded: int,
-    num_reqs_padded: int,
+    num_tokens_padded: int | None,
+    num_reqs_padded: int | None,
     cp_world_size: int,
     cp_rank: int,
     cp_interleave: int,
@@ -35,6 +35,7 @@ def prepare_spec_decode_inputs(
     slot_mapping_enabled: list[bool],
     num_blocks: list[torch.Tensor] = (),
 ) -> None:
+    num_tokens_padded, num_reqs_padded = spec_decode_extents(positions, seq_lens, num_tokens_padded, num_reqs_padded)
     correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                                 prev_num_draft_tokens, cpu_num_computed_tokens)
     prepare_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
