@@ -13,6 +13,7 @@ import torch
 
 from specops._backend import _current_backend
 from specops._extension import EXTENSION
+from specops._fastpath import new_tuple as _new_tuple
 from specops._spec_decode_sizes import SpecDecodeSizes, named_after_the_wrapper
 from specops.ops._accounting_checks import check_count_correction, check_positions_and_seq_lens
 from specops.ops._checks import (
@@ -103,7 +104,6 @@ def _check(
 
 
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
-_new_tuple = tuple.__new__
 _TENSOR = torch.Tensor
 # The usual arguments' sizes list in one native call (csrc/spec_decode_sizes.h); without the
 # extension, or in a build without the helper, the Python below packs every call.
