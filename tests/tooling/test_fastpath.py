@@ -49,11 +49,16 @@ print(json.dumps(dict(enabled=f.ENABLED, entries=sorted({type(e).__name__ for e 
 """
 
 
-def _report(switch: str | None) -> dict:
+# A torch other than the one the extension was built against: the extension is not loaded.
+_UNLOADED = 'import torch\ntorch.__version__ = "9.9.9+other"\n'
+
+
+def _report(switch: str | None, prelude: str = "") -> dict:
     env = {key: value for key, value in os.environ.items() if key != "SPECOPS_FASTPATH"}
     if switch is not None:
         env["SPECOPS_FASTPATH"] = switch
-    result = subprocess.run([sys.executable, "-c", _REPORT], env=env, capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-c", prelude + _REPORT], env=env, capture_output=True, text=True,
+                            check=True)
     return json.loads(result.stdout.splitlines()[-1])
 
 
@@ -65,6 +70,14 @@ def test_the_switch_selects_the_helpers_or_their_plain_twins_for_every_user(swit
     assert report["entries"] == (["FastOp"] if enabled else ["PlainOp"])
     assert report["plain"] == {name: [not enabled] for name in
                                ("row_views", "items", "items_each", "rows_below", "new_tuple")}
+
+
+def test_without_the_extension_every_user_gets_the_plain_twins():
+    report = _report("1", _UNLOADED)
+    assert report["enabled"] is False
+    assert report["entries"] == ["NoneType"]  # no native entry: the wrappers run their Python backends
+    assert report["plain"] == {name: [True] for name in ("row_views", "items", "items_each", "rows_below",
+                                                         "new_tuple")}
 
 
 def test_this_process_uses_what_the_switch_says():
@@ -353,6 +366,50 @@ def test_fast_op_and_plain_op_agree_on_the_call_shape(positional, keywords):
 
     fast, plain = _entries(SLOT_MAPPING)
     assert _slot_outcome(fast, *call(), False) == _slot_outcome(plain, *call(), False)
+
+
+FORMAT_MULTI = "specops::format_slot_mapping_blocks_multi"
+
+
+def _format_args(**replace):
+    """format_slot_mapping_blocks_multi's arguments: two groups (tensor lists and an int list)."""
+    args = dict(slot_mappings=[torch.tensor([0, 17, 35]), torch.tensor([5, -1, 9])], block_sizes=[16, 4],
+                num_slots=3, out=[torch.full((3, 2), 7, dtype=torch.int32), torch.full((4, 2), 7, dtype=torch.int32)])
+    args.update(replace)
+    return list(args.values())
+
+
+def _format_outcome(entry, args):
+    outcome = _outcome(entry, *args)
+    return outcome[0], [out.tolist() for out in args[3]] if outcome[0] == "returned" else outcome[1]
+
+
+@needs_native
+@pytest.mark.parametrize("label, replace", [
+    ("valid", {}), ("tuples", dict(block_sizes=(16, 4))), ("numpy ints", dict(block_sizes=[np.int64(16), 4])),
+    ("int tensor in an int list", dict(block_sizes=[16, torch.tensor(4)])),
+    ("bool in an int list", dict(block_sizes=[16, True])), ("float in an int list", dict(block_sizes=[16, 4.0])),
+    ("None in an int list", dict(block_sizes=[None, 4])), ("int for an int list", dict(block_sizes=16)),
+    ("tensor for a tensor list", dict(slot_mappings=torch.zeros(3, dtype=torch.int64))),
+    ("string in a tensor list", dict(slot_mappings=[torch.zeros(3, dtype=torch.int64), "x"])),
+    ("subclass in a tensor list", dict(slot_mappings=[torch.tensor([0, 17, 35]).as_subclass(_Subclass),
+                                                      torch.tensor([5, -1, 9])])),
+    ("list subclass", dict(block_sizes=type("Sizes", (list,), {})([16, 4]))),
+    ("empty lists", dict(slot_mappings=[], block_sizes=[], out=[])), ("bad value", dict(block_sizes=[16, 0])),
+])
+def test_fast_op_and_plain_op_agree_on_list_arguments(label, replace):
+    fast, plain = _entries(FORMAT_MULTI)
+    assert _format_outcome(fast, _format_args(**replace)) == _format_outcome(plain, _format_args(**replace))
+
+
+@needs_native
+@pytest.mark.parametrize("causal", [True, False, 1, 0, None, "True", np.bool_(True), torch.tensor(False),
+                                    torch.tensor([True, False]), torch.tensor(1)])
+def test_fast_op_and_plain_op_agree_on_bool_arguments(causal):
+    fast, plain = _entries("specops::cp_local_max_lens")
+    args = (torch.tensor([0, 3, 4, 9], dtype=torch.int32), torch.tensor([10, 4, 7], dtype=torch.int32), 12, 2, 1,
+            causal)
+    _same(fast, plain, *args)
 
 
 @needs_native
