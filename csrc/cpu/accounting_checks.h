@@ -25,9 +25,9 @@ inline kernels::CountCorrectionShape check_count_correction(const at::Tensor& nu
   check_tensor(cpu_num_computed_tokens, "cpu_num_computed_tokens", {c10::kInt, c10::kLong}, 1);
   const int64_t num_rows = prev_positions.numel();
   const char* n = "n = prev_positions.numel()";
-  check_min_numel(num_computed_tokens, "num_computed_tokens", num_rows, n);
-  check_min_numel(num_accepted_tokens, "num_accepted_tokens", num_rows, n);
-  check_min_numel(cpu_num_computed_tokens, "cpu_num_computed_tokens", num_rows, n);
+  check_entries(num_computed_tokens, "num_computed_tokens", num_rows, n);
+  check_entries(num_accepted_tokens, "num_accepted_tokens", num_rows, n);
+  check_entries(cpu_num_computed_tokens, "cpu_num_computed_tokens", num_rows, n);
   // Inputs may alias the outputs (every read comes before every write); the two outputs may not
   // (checked here unless the caller checks every output of its own at once).
   if (check_outputs_apart) {
@@ -75,7 +75,7 @@ inline int64_t check_positions_and_seq_lens(const at::Tensor& num_computed_token
   const int64_t num_tokens = check_query_start_loc_values(query_start_loc);
   const int64_t num_reqs = query_start_loc.numel() - 1;
   if (!request_indexed) {
-    check_min_numel(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1");
+    check_entries(num_computed_tokens, "num_computed_tokens", num_reqs, "R = query_start_loc.numel() - 1");
   }
   // The sizes first, as the Python check (which reads no value) words them; then the token count.
   TORCH_CHECK_VALUE(num_tokens_padded >= 0 && num_tokens_padded <= positions.numel(),

@@ -70,7 +70,7 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
   const int64_t num_reqs = token_indices.has_value() ? token_indices->numel() : positions.numel();
   const char* what = token_indices.has_value() ? "R = token_indices.numel()" : "R = positions.numel()";
   check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
-  check_min_numel(seq_lens, "seq_lens", num_reqs, what);
+  check_entries(seq_lens, "seq_lens", num_reqs, what);
   const int64_t seq_lens_end = padded_end(seq_lens, "seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
   if (num_rejected_tokens.has_value()) {
     check_tensor(*num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1);
@@ -83,7 +83,7 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
                       " entries, got ", idx_mapping->numel());
   }
   check_tensor(out_positions, "out_positions", {c10::kLong, c10::kInt}, 1);
-  check_min_numel(out_positions, "out_positions", num_reqs, what);
+  check_entries(out_positions, "out_positions", num_reqs, what);
   int64_t positions_end = out_positions.numel();
   if (out_positions.numel() > num_reqs && num_tokens_padded >= 0) {
     TORCH_CHECK_VALUE(num_tokens_padded >= num_reqs && num_tokens_padded <= out_positions.numel(),

@@ -128,10 +128,10 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs, "num_reqs_padded must be >= R = token_indices.numel() = ", num_reqs,
                     ", got ", num_reqs_padded);
   check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
-  check_min_numel(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1");
-  check_min_numel(positions, "positions", num_tokens, "num_actual_tokens");
+  check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1");
+  check_entries(positions, "positions", num_tokens, "num_actual_tokens");
   check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
-  check_min_numel(seq_lens, "seq_lens", num_reqs, "R");
+  check_entries(seq_lens, "seq_lens", num_reqs, "R");
   check_tensor(num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1);
   TORCH_CHECK_VALUE(num_rejected_tokens.numel() == num_reqs, "num_rejected_tokens must have R = token_indices.numel() = ",
                     num_reqs, " entries, got ", num_rejected_tokens.numel());

@@ -130,7 +130,9 @@ inline void check_token_count(int64_t value, const char* name, int64_t cp_size) 
   TORCH_CHECK_VALUE(value >= 0 && value <= INT32_MAX - cp_size, name, " must be in [0, 2^31 - 1 - cp_size], got ", value);
 }
 
-inline void check_min_numel(const at::Tensor& t, const char* name, int64_t required, const char* what) {
+// At least `required` entries; `what` says where the number comes from (e.g. "R"). Same name and
+// message as the Python check (python/specops/ops/_checks.py).
+inline void check_entries(const at::Tensor& t, const char* name, int64_t required, const char* what) {
   TORCH_CHECK_VALUE(t.numel() >= required, name, " must have at least ", what, " = ", required, " entries, got ",
                     t.numel());
 }

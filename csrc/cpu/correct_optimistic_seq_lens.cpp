@@ -20,7 +20,7 @@ void correct_optimistic_seq_lens(const at::Tensor& seq_lens_cpu, const at::Tenso
   kernels::CountCorrectionShape shape;
   shape.num_rows = prev_positions.numel();
   shape.num_previous_rows = std::min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel());
-  check_min_numel(seq_lens_cpu, "seq_lens_cpu", shape.num_rows, "n = prev_positions.numel()");
+  check_entries(seq_lens_cpu, "seq_lens_cpu", shape.num_rows, "n = prev_positions.numel()");
   const bool wide = seq_lens_cpu.scalar_type() == c10::kLong;
   with_int_data(prev_positions, [&](auto* prev) {
     with_int_data(valid_sampled_token_count, [&](auto* valid) {

@@ -17,9 +17,9 @@ void count_sampled_and_rejected(const at::Tensor& num_sampled, const at::Tensor&
   check_tensor(cu_num_logits, "cu_num_logits", {c10::kInt}, 1);
   check_tensor(prefill_len, "prefill_len", {c10::kInt}, 1);
   check_tensor(num_rejected, "num_rejected", {c10::kInt}, 1);
-  check_min_numel(num_sampled, "num_sampled", num_reqs, "R = idx_mapping.numel()");
-  check_min_numel(seq_lens, "seq_lens", num_reqs, "R = idx_mapping.numel()");
-  check_min_numel(num_rejected, "num_rejected", num_reqs, "R = idx_mapping.numel()");
+  check_entries(num_sampled, "num_sampled", num_reqs, "R = idx_mapping.numel()");
+  check_entries(seq_lens, "seq_lens", num_reqs, "R = idx_mapping.numel()");
+  check_entries(num_rejected, "num_rejected", num_reqs, "R = idx_mapping.numel()");
   TORCH_CHECK_VALUE(cu_num_logits.numel() == num_reqs + 1, "cu_num_logits must have R + 1 = ", num_reqs + 1,
                     " entries (R = idx_mapping.numel()), got ", cu_num_logits.numel());
   if (num_reqs_padded >= 0) {

@@ -23,7 +23,7 @@ void dcp_local_seq_lens(const at::Tensor& seq_lens, int64_t cp_world_size, int64
   check_tensor(out, "out", {c10::kInt, c10::kLong}, 1);
   TORCH_CHECK_VALUE(out.scalar_type() == seq_lens.scalar_type(), "out must have the dtype of seq_lens (",
                     dtype_name(seq_lens.scalar_type()), "), got ", dtype_name(out.scalar_type()));
-  check_min_numel(out, "out", seq_lens.numel(), "R = seq_lens.numel()");
+  check_entries(out, "out", seq_lens.numel(), "R = seq_lens.numel()");
   check_no_overlap(out, "out", seq_lens, "seq_lens");
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");

@@ -93,11 +93,11 @@ void expand_parallel_draft_inputs(
   check_tensor(target_token_ids, "target_token_ids", {c10::kInt, c10::kLong}, 1);
   const int64_t num_tokens = target_token_ids.numel();
   check_tensor(target_positions, "target_positions", {c10::kLong, c10::kInt}, 1);
-  check_min_numel(target_positions, "target_positions", num_tokens, "T = target_token_ids.numel()");
+  check_entries(target_positions, "target_positions", num_tokens, "T = target_token_ids.numel()");
   check_tensor(next_token_ids, "next_token_ids", {c10::kInt, c10::kLong}, 1);
   const int64_t num_reqs = next_token_ids.numel();
   check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
-  check_min_numel(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = next_token_ids.numel())");
+  check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = next_token_ids.numel())");
   if (num_rejected_tokens.has_value()) {
     check_tensor(*num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1);
     TORCH_CHECK_VALUE(num_rejected_tokens->numel() == num_reqs, "num_rejected_tokens must have R = ", num_reqs,
@@ -105,7 +105,7 @@ void expand_parallel_draft_inputs(
   }
   if (seq_lens.has_value()) {
     check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1);
-    check_min_numel(*seq_lens, "seq_lens", num_reqs, "R = next_token_ids.numel()");
+    check_entries(*seq_lens, "seq_lens", num_reqs, "R = next_token_ids.numel()");
   }
   if (idx_mapping.has_value()) {
     check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
@@ -117,13 +117,13 @@ void expand_parallel_draft_inputs(
   TORCH_CHECK_VALUE(num_out <= INT32_MAX, "T' = T + R * N must be < 2^31, got ", num_out);
   const char* out_what = "T' = T + R * N";
   check_tensor(input_ids, "input_ids", {c10::kInt, c10::kLong}, 1);
-  check_min_numel(input_ids, "input_ids", num_out, out_what);
+  check_entries(input_ids, "input_ids", num_out, out_what);
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
-  check_min_numel(positions, "positions", num_out, out_what);
+  check_entries(positions, "positions", num_out, out_what);
   check_tensor(is_rejected_token_mask, "is_rejected_token_mask", {c10::kBool}, 1);
-  check_min_numel(is_rejected_token_mask, "is_rejected_token_mask", num_out, out_what);
+  check_entries(is_rejected_token_mask, "is_rejected_token_mask", num_out, out_what);
   check_tensor(is_masked_token_mask, "is_masked_token_mask", {c10::kBool}, 1);
-  check_min_numel(is_masked_token_mask, "is_masked_token_mask", num_out, out_what);
+  check_entries(is_masked_token_mask, "is_masked_token_mask", num_out, out_what);
   kernels::ParallelDraftShape s;
   s.input_ids_end = padded_end(input_ids, "input_ids", num_tokens_padded, "num_tokens_padded", num_out, "T'");
   s.positions_end = padded_end(positions, "positions", num_tokens_padded, "num_tokens_padded", num_out, "T'");
@@ -136,17 +136,17 @@ void expand_parallel_draft_inputs(
   // Request offsets are int32: a larger padded count is no batch (and num_reqs_padded * slots must not overflow).
   TORCH_CHECK_VALUE(num_reqs_padded < INT32_MAX, "num_reqs_padded must be < 2^31 - 1, got ", num_reqs_padded);
   check_tensor(token_indices_to_sample, "token_indices_to_sample", {c10::kInt}, 1);
-  check_min_numel(token_indices_to_sample, "token_indices_to_sample", num_reqs * slots, "R * slots_per_request");
+  check_entries(token_indices_to_sample, "token_indices_to_sample", num_reqs * slots, "R * slots_per_request");
   s.indices_end = token_indices_to_sample.numel();
   if (num_reqs_padded >= 0) {
-    check_min_numel(token_indices_to_sample, "token_indices_to_sample", num_reqs_padded * slots,
+    check_entries(token_indices_to_sample, "token_indices_to_sample", num_reqs_padded * slots,
                     "num_reqs_padded * slots_per_request");
     s.indices_end = num_reqs_padded * slots;
   }
   if (hidden_state_mapping.has_value()) {
     TORCH_CHECK_VALUE(shift == 1, "hidden_state_mapping is computed with shift_input_ids only");
     check_tensor(*hidden_state_mapping, "hidden_state_mapping", {c10::kInt}, 1);
-    check_min_numel(*hidden_state_mapping, "hidden_state_mapping", num_tokens, "T = target_token_ids.numel()");
+    check_entries(*hidden_state_mapping, "hidden_state_mapping", num_tokens, "T = target_token_ids.numel()");
     s.hidden_end = hidden_state_mapping->numel();
   }
   check_tensor(out_query_start_loc, "out_query_start_loc", {c10::kInt}, 1);
@@ -157,7 +157,7 @@ void expand_parallel_draft_inputs(
   if (out_seq_lens.has_value()) {
     TORCH_CHECK_VALUE(seq_lens.has_value(), "out_seq_lens needs seq_lens");
     check_tensor(*out_seq_lens, "out_seq_lens", {c10::kInt}, 1);
-    check_min_numel(*out_seq_lens, "out_seq_lens", num_reqs, "R = next_token_ids.numel()");
+    check_entries(*out_seq_lens, "out_seq_lens", num_reqs, "R = next_token_ids.numel()");
     s.seq_lens_end = padded_end(*out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
   }
   std::vector<kernels::DraftStepGroup> groups =

@@ -35,7 +35,7 @@ void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& nu
   const int32_t* first_positions = nullptr;
   if (num_computed_tokens.has_value()) {
     check_tensor(*num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
-    check_min_numel(*num_computed_tokens, "num_computed_tokens", src_rows, "src_block_table.size(0)");
+    check_entries(*num_computed_tokens, "num_computed_tokens", src_rows, "src_block_table.size(0)");
     if (sliding_window_reach > 0) first_positions = num_computed_tokens->data_ptr<int32_t>();
   }
   check_outputs_alias_nothing({{&out, {"out"}}}, {{&src_block_table, {"src_block_table"}},

@@ -39,9 +39,9 @@ void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& glob
   const int64_t n = local_query_start_loc.numel() - 1;
   TORCH_CHECK_VALUE(num_local_tokens >= 0 && num_local_tokens <= L,
                     "num_local_tokens must be in [0, L = local_gather_idx.numel() = ", L, "], got ", num_local_tokens);
-  check_min_numel(input_ids, "input_ids", L, "L = local_gather_idx.numel()");
-  check_min_numel(positions, "positions", L, "L = local_gather_idx.numel()");
-  check_min_numel(seq_lens, "seq_lens", n, "n = local_query_start_loc.numel() - 1");
+  check_entries(input_ids, "input_ids", L, "L = local_gather_idx.numel()");
+  check_entries(positions, "positions", L, "L = local_gather_idx.numel()");
+  check_entries(seq_lens, "seq_lens", n, "n = local_query_start_loc.numel() - 1");
   TORCH_CHECK_VALUE(num_reqs_padded >= n && num_reqs_padded <= seq_lens.numel(),
                     "num_reqs_padded must be in [n = local_query_start_loc.numel() - 1 = ", n,
                     ", seq_lens.numel() = ", seq_lens.numel(), "], got ", num_reqs_padded);

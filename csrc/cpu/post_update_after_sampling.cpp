@@ -28,7 +28,7 @@ void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor&
   const bool sampling = given == 6;
   if (query_start_loc.has_value()) {
     check_tensor(*query_start_loc, "query_start_loc", {c10::kInt}, 1);
-    check_min_numel(*query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = idx_mapping.numel())");
+    check_entries(*query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = idx_mapping.numel())");
   } else {
     TORCH_CHECK_VALUE(sampling, "query_start_loc is required in pooling mode (no sampled_tokens)");
   }
@@ -38,9 +38,9 @@ void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor&
     TORCH_CHECK_VALUE(sampled_tokens->size(0) >= num_reqs, "sampled_tokens must have at least R = ", num_reqs,
                       " rows, got ", sampled_tokens->size(0));
     check_tensor(*num_sampled, "num_sampled", {c10::kInt}, 1);
-    check_min_numel(*num_sampled, "num_sampled", num_reqs, "R = idx_mapping.numel()");
+    check_entries(*num_sampled, "num_sampled", num_reqs, "R = idx_mapping.numel()");
     check_tensor(*num_rejected, "num_rejected", {c10::kInt}, 1);
-    check_min_numel(*num_rejected, "num_rejected", num_reqs, "R = idx_mapping.numel()");
+    check_entries(*num_rejected, "num_rejected", num_reqs, "R = idx_mapping.numel()");
     TORCH_CHECK_VALUE(last_sampled_tokens->dim() == 1 || (last_sampled_tokens->dim() == 2 &&
                                                           last_sampled_tokens->size(1) == 1),
                       "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens->sizes());

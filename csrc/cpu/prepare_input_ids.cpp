@@ -32,7 +32,7 @@ void prepare_input_ids(const at::Tensor& input_ids, const at::Tensor& idx_mappin
   check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
   const int64_t num_reqs = idx_mapping.numel();
   check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
-  check_min_numel(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = idx_mapping.numel())");
+  check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = idx_mapping.numel())");
   check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
   check_tensor(prefill_len, "prefill_len", {c10::kInt}, 1);
   TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || last_sampled_tokens.dim() == 2,

@@ -21,7 +21,7 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
   check_positive(vocab_size, "vocab_size");
   if (discard_request_mask.has_value()) {
     check_tensor(*discard_request_mask, "discard_request_mask", {c10::kBool}, 1);
-    check_min_numel(*discard_request_mask, "discard_request_mask", num_reqs, "R = sampled_token_ids.size(0)");
+    check_entries(*discard_request_mask, "discard_request_mask", num_reqs, "R = sampled_token_ids.size(0)");
   }
   TORCH_CHECK_VALUE(token_ids.has_value() == num_tokens_no_spec.has_value(),
                     "token_ids and num_tokens_no_spec must be given together");
@@ -30,13 +30,13 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
                     "num_tokens_no_spec");
   if (backup_next_token_ids.has_value()) {
     check_tensor(*backup_next_token_ids, "backup_next_token_ids", {c10::kInt}, 1);
-    check_min_numel(*backup_next_token_ids, "backup_next_token_ids", num_reqs, "R = sampled_token_ids.size(0)");
+    check_entries(*backup_next_token_ids, "backup_next_token_ids", num_reqs, "R = sampled_token_ids.size(0)");
   } else {
     check_tensor(*token_ids, "token_ids", {c10::kInt}, 2);
     TORCH_CHECK_VALUE(token_ids->size(0) >= num_reqs, "token_ids must have at least R = ", num_reqs, " rows, got ",
                       token_ids->size(0));
     check_tensor(*num_tokens_no_spec, "num_tokens_no_spec", {c10::kInt}, 1);
-    check_min_numel(*num_tokens_no_spec, "num_tokens_no_spec", num_reqs, "R = sampled_token_ids.size(0)");
+    check_entries(*num_tokens_no_spec, "num_tokens_no_spec", num_reqs, "R = sampled_token_ids.size(0)");
   }
   TORCH_CHECK_VALUE(cu_num_draft_tokens.has_value() == query_start_loc.has_value(),
                     "cu_num_draft_tokens and query_start_loc must be given together");
@@ -49,7 +49,7 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
     TORCH_CHECK_VALUE(cu_num_draft_tokens->numel() == num_reqs, "cu_num_draft_tokens must have R = ", num_reqs,
                       " entries (R = sampled_token_ids.size(0)), got ", cu_num_draft_tokens->numel());
     check_tensor(*query_start_loc, "query_start_loc", {c10::kInt}, 1);
-    check_min_numel(*query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = sampled_token_ids.size(0))");
+    check_entries(*query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = sampled_token_ids.size(0))");
   }
   const std::initializer_list<std::pair<const at::Tensor*, const char*>> outputs = {
       {&next_token_ids, "next_token_ids"},
@@ -62,7 +62,7 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
     ends[k] = 0;
     if (out != nullptr) {
       check_tensor(*out, name, {c10::kInt}, 1);
-      check_min_numel(*out, name, num_reqs, "R = sampled_token_ids.size(0)");
+      check_entries(*out, name, num_reqs, "R = sampled_token_ids.size(0)");
       ends[k] = padded_end(*out, name, num_reqs_padded, "num_reqs_padded", num_reqs, "R");
     }
     ++k;
