@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Every script a test loads into its own process (test_repo_modules checks that none is loaded
 # another way).
 SCRIPTS = ("examples/async_cp_loop.py", "examples/pcp_draft_step.py", "examples/runner_step.py",
-           "tools/device_carry.py", "tools/device_check.py", "tools/specops_build.py")
+           "tools/device_carry.py", "tools/device_check.py", "tools/instructions.py", "tools/specops_build.py")
 
 
 def load(script: str) -> ModuleType:
