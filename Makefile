@@ -18,7 +18,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-explore test-asan test-peers test-vllm-integration test-ascend test-cann-wheel wheel clean \
+.PHONY: all install bench test test-plain test-explore test-asan test-peers test-vllm-integration test-ascend test-cann-wheel wheel clean \
 	device-check device-carry
 
 all: install
@@ -43,6 +43,18 @@ bench: install
 
 test: install
 	cd tests && ../$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The fast path's plain twins (python/specops/_fastpath.py, docs/testing.md): SPECOPS_FASTPATH=0
+# selects them for every user in the package, so the ops run through torch's generic entry and
+# the drafting layer through Python slices and comprehensions. A reduced suite runs that way: the
+# ops, layers and hardening folders and the pairs' own tests, on the native backend (the one that
+# enters ops through FastOp) and the reference (which runs the drafting layer's helpers too; the
+# Triton launchers take no helper). The whole suite passes that way as well:
+# `SPECOPS_FASTPATH=0 make test`.
+PLAIN_TESTS ?= ops layers hardening tooling/test_fast_call.py tooling/test_fastpath.py
+PLAIN_BACKENDS ?= native,reference
+test-plain: install
+	cd tests && SPECOPS_FASTPATH=0 SPECOPS_TEST_BACKENDS=$(PLAIN_BACKENDS) ../$(VPY) -m pytest $(PYTEST_ARGS) $(PLAIN_TESTS)
 
 # `make test` draws the same Hypothesis examples on every run (derandomized: fast, and a failure
 # is never luck). test-explore runs the Hypothesis tests (-m hypothesis) with new examples each

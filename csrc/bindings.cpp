@@ -1,17 +1,20 @@
-// specops._C: the build facts of this extension. Loading it also runs the TORCH_LIBRARY
-// registrations of every op compiled into the same shared object.
+// specops._C: the build facts of this extension and the fast-path helpers (csrc/fastpath/, used
+// through specops._fastpath alone). Loading it also runs the TORCH_LIBRARY registrations of every
+// op compiled into the same shared object.
 #include <pybind11/pybind11.h>
 
 #include <string>
 
 #include "build_facts.h"
-#include "fast_call.h"
-#include "row_views.h"
+#include "fastpath/fast_call.h"
+#include "fastpath/row_views.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "specops native extension: ops are in torch.ops.specops; this module holds build facts, FastOp and row_views";
+  m.doc() =
+      "specops native extension: ops are in torch.ops.specops; this module holds build facts and the fast-path "
+      "helpers (FastOp, row_views, items, items_each, rows_below)";
   specops::bind_fast_call(m);
   specops::bind_row_views(m);
   namespace facts = specops::build_facts;

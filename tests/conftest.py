@@ -13,13 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-import repo_modules  # noqa: E402
-
 import specops  # noqa: E402
-
-# Before the first Hypothesis draw: the repository's scripts feed its pool of constants
-# (tests/repo_modules.py), so every worker draws the same examples whatever order it runs in.
-repo_modules.load_all()
 
 settings.register_profile(
     "specops",

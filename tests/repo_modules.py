@@ -1,11 +1,12 @@
 """The repository's own scripts (examples/, tools/) loaded as modules by the tests, through one door.
 
-Hypothesis draws a few percent of its values from the constants of the "local" modules loaded so
-far: files outside site-packages and outside tests/, which here means these scripts. One loaded
-mid-session by a test would change every later draw of its worker, so `make test`'s derandomized
-examples, and the figures derived from them (docs/device_readiness.md's build count), would
-depend on the order xdist ran the tests in. conftest.py loads every script here before the
-first test, so the pool of constants is the same from the first draw on, on every machine."""
+Hypothesis draws a few percent of its values from the constants of the "local" modules it finds
+in sys.modules: files outside site-packages and outside tests/, which here means these scripts.
+One left in sys.modules by a test would change every later draw of its worker, so `make test`'s
+derandomized examples, and the figures derived from them (docs/device_readiness.md's build count),
+would depend on the order xdist ran the tests in and on the scripts' own text. `load` keeps a
+script in sys.modules only while it executes (dataclasses look their module up there while the
+class is built), so Hypothesis never sees it: the draws depend on neither."""
 
 from __future__ import annotations
 
@@ -16,27 +17,23 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Every script a test loads into its own process (test_repo_modules checks that none is loaded
-# another way).
-SCRIPTS = ("examples/async_cp_loop.py", "examples/pcp_draft_step.py", "examples/runner_step.py",
-           "tools/device_carry.py", "tools/device_check.py", "tools/specops_build.py")
-
 
 def load(script: str) -> ModuleType:
-    """A fresh module of `script` (a path relative to the repository root, one of SCRIPTS),
-    registered in sys.modules under its own name: dataclasses look their module up there."""
-    if script not in SCRIPTS:
-        raise ValueError(f"{script} is not in tests/repo_modules.py's SCRIPTS: add it there, so conftest.py "
-                         "loads it before the first Hypothesis draw")
+    """A fresh module of `script` (a path relative to the repository root), out of sys.modules
+    once executed."""
     path = ROOT / script
+    if path.suffix != ".py" or not path.is_file():
+        raise ValueError(f"script must name a Python file of the repository, got {script!r}")
     name = f"{path.parent.name}_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    previous = sys.modules.get(name)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if previous is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = previous
     return module
-
-
-def load_all() -> None:
-    for script in SCRIPTS:
-        load(script)

@@ -31,7 +31,7 @@ from drafting_cases import (
 from host_syncs import OpLog
 
 import specops
-from specops import drafting
+from specops import _fastpath, drafting
 from specops.drafting import (
     CommonDraftInputs,
     DraftMetadataBuilder,
@@ -299,14 +299,20 @@ def test_a_new_batch_shape_allocates_nothing():
         assert log.ops and log.allocations() == [], log.allocations()
 
 
-@pytest.mark.skipif("native" not in specops.available_backends(), reason="native extension not built")
-def test_row_views_are_slices_that_share_storage_and_version():
-    """The layer's views come from one native call (specops._C.row_views): each equals the slice,
+# row_views as the layer gets it (specops._fastpath): the native helper and its plain twin.
+ROW_VIEWS = [pytest.param(_fastpath.plain_row_views, id="plain")]
+if "native" in specops.available_backends():
+    ROW_VIEWS.append(pytest.param(specops._C.row_views, id="native"))
+
+
+@pytest.mark.parametrize("row_views", ROW_VIEWS)
+def test_row_views_are_slices_that_share_storage_and_version(row_views):
+    """The layer's views come from one row_views call (specops._fastpath): each equals the slice,
     sits in the same storage, and shares the buffer's version counter, so an in-place write
     through it is seen wherever versions are compared."""
     buffer = torch.arange(40, dtype=torch.int64).view(10, 4)
     columns = buffer[:, 2:]
-    views = specops._C.row_views([buffer, columns, buffer[0]], [2, 5, 7, 10, 1, 3])
+    views = row_views([buffer, columns, buffer[0]], [2, 5, 7, 10, 1, 3])
     for view, expected in zip(views, (buffer[2:5], columns[7:10], buffer[0][1:3])):
         assert view.shape == expected.shape and view.stride() == expected.stride()
         assert view.data_ptr() == expected.data_ptr() and torch.equal(view, expected)
@@ -314,21 +320,21 @@ def test_row_views_are_slices_that_share_storage_and_version():
     views[1].fill_(-1)
     assert buffer._version == version + 1 and (buffer[7:, 2:] == -1).all()
     with pytest.raises(ValueError, match=r"tensors\[0\].*start <= end <= 10"):
-        specops._C.row_views([buffer], [3, 11])
+        row_views([buffer], [3, 11])
     with pytest.raises(ValueError, match="bounds"):
-        specops._C.row_views([buffer], [0])
+        row_views([buffer], [0])
     with pytest.raises(TypeError, match=r"bounds\[1\] must be an int"):
-        specops._C.row_views([buffer], [0, 2.0])
+        row_views([buffer], [0, 2.0])
     with pytest.raises(ValueError, match=r"tensors\[1\] must be a tensor"):
-        specops._C.row_views((buffer, "buffer"), (0, 1, 0, 1))
+        row_views((buffer, "buffer"), (0, 1, 0, 1))
     with pytest.raises(TypeError, match="tensors must be a sequence"):
-        specops._C.row_views(5, [0, 1])
+        row_views(5, [0, 1])
     with pytest.raises(TypeError, match="2 positional arguments"):
-        specops._C.row_views([buffer])
+        row_views([buffer])
 
 
-@pytest.mark.skipif("native" not in specops.available_backends(), reason="native extension not built")
-def test_row_views_of_every_kind_of_base():
+@pytest.mark.parametrize("row_views", ROW_VIEWS)
+def test_row_views_of_every_kind_of_base(row_views):
     """A plain dense buffer's alias is made as aten's view kernels make one, anything else (here
     a quantized tensor, whose TensorImpl is a subclass carrying its quantizer) through a detached
     copy: each view equals the slice, in the base's storage, with its dtype and kind, and an
@@ -341,7 +347,7 @@ def test_row_views_of_every_kind_of_base():
     bases = [torch.arange(24, dtype=torch.float64).view(4, 3, 2), torch.ones(5, dtype=torch.bool), inference,
              torch.arange(10).as_strided((5,), (2,)), quantized]
     spans = [(1, 3), (0, 5), (2, 6), (1, 4), (2, 5)]
-    views = specops._C.row_views(bases, [bound for span in spans for bound in span])
+    views = row_views(bases, [bound for span in spans for bound in span])
     for view, base, (start, end) in zip(views, bases, spans):
         expected = base[start:end]
         assert view.shape == expected.shape and view.stride() == expected.stride() and view.dtype == base.dtype

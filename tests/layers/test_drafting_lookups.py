@@ -1,6 +1,6 @@
-"""The drafting step's per-group lookups (specops.drafting.buffers: items, items_each,
-rows_below), native with the extension and plain Python without: both against the comprehension
-and the check they replace, on good and bad input."""
+"""The drafting step's per-group lookups (specops._fastpath: items, items_each, rows_below), the
+native helpers and their plain twins: both against the comprehension and the check they replace,
+on good and bad input (tests/tooling/test_fastpath.py holds each pair to the same outcome)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import specops
-from specops.drafting import buffers
+from specops import _fastpath
 
 NATIVE = "native" in specops.available_backends()
-IMPLEMENTATIONS = [pytest.param((buffers._items, buffers._items_each, buffers._rows_below), id="python")]
+IMPLEMENTATIONS = [pytest.param((_fastpath.plain_items, _fastpath.plain_items_each, _fastpath.plain_rows_below),
+                                id="python")]
 if NATIVE:
     IMPLEMENTATIONS.append(pytest.param((specops._C.items, specops._C.items_each, specops._C.rows_below),
                                         id="native"))
@@ -51,21 +52,22 @@ def test_rows_below_never_misses_a_tensor_that_may_be_short(implementation):
     assert rows_below([], 0) is False
 
 
-@pytest.mark.skipif(not NATIVE, reason="native extension not built")
-def test_native_rows_below_passes_long_enough_tensors_and_rejects_bad_arguments():
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_rows_below_passes_long_enough_tensors_and_bad_arguments_are_refused(implementation):
+    items, items_each, rows_below = implementation
     long = torch.zeros(8, 2, dtype=torch.int64)
-    assert specops._C.rows_below([long, long[3:], long.t()[0]], 5) is False
-    assert specops._C.rows_below([long, torch.zeros(5, 0)], 5) is False
-    assert specops._C.rows_below([long[:4]], 5) is True
+    assert rows_below([long, long[3:], long.t()[0]], 5) is False
+    assert rows_below([long, torch.zeros(5, 0)], 5) is False
+    assert rows_below([long[:4]], 5) is True
     with pytest.raises(TypeError, match="2 positional arguments"):
-        specops._C.rows_below([long])
+        rows_below([long])
     with pytest.raises(TypeError, match="values must be a sequence"):
-        specops._C.rows_below(5, 1)
+        rows_below(5, 1)
     with pytest.raises(TypeError):
-        specops._C.rows_below([long], "5")
+        rows_below([long], "5")
     with pytest.raises(TypeError, match="2 positional arguments"):
-        specops._C.items({})
+        items({})
     with pytest.raises(TypeError, match="keys must be a sequence"):
-        specops._C.items({}, 3)
+        items({}, 3)
     with pytest.raises(TypeError, match="key_lists must be a sequence"):
-        specops._C.items_each({}, 3)
+        items_each({}, 3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from specops._cp import cp_token_split
-from specops._extension import EXTENSION
+from specops._fastpath import row_views
 from specops.drafting.configs import DRAFT_NAMESPACE, ModelConfig
 from specops.sas_layout import NUM_WORDS
 
@@ -149,33 +149,3 @@ class DraftBuffers:
         """Drops the group-invariant views made per batch shape (the next step at a shape makes
         them again)."""
         self.invariant_views.clear()
-
-
-def _sliced_row_views(tensors: list[torch.Tensor], bounds: list[int]) -> list[torch.Tensor]:
-    return [t[bounds[2 * i]:bounds[2 * i + 1]] for i, t in enumerate(tensors)]
-
-
-def _items(mapping, keys) -> list:
-    return [mapping[key] for key in keys]
-
-
-def _items_each(mapping, key_lists) -> list[list]:
-    return [[mapping[key] for key in keys] for keys in key_lists]
-
-
-def _rows_below(values, minimum: int) -> bool:
-    return any(isinstance(value, torch.Tensor) for value in values)
-
-
-# row_views(tensors, bounds): tensors[i][bounds[2i]:bounds[2i + 1]] for every i. With the extension
-# loaded, the native function itself (csrc/row_views.h: one call, views that cost a fraction of
-# Python's slicing, and no Python frame of its own); else Python's slicing. The same for a step's
-# lookups: items(mapping, keys) is [mapping[key] for key in keys], items_each that per key list,
-# and rows_below(values, minimum) whether a tensor among values may have fewer rows (without the
-# extension: whether any is a tensor, so the caller's own check always runs).
-if EXTENSION.loaded:
-    from specops import _C
-
-    row_views, items, items_each, rows_below = _C.row_views, _C.items, _C.items_each, _C.rows_below
-else:
-    row_views, items, items_each, rows_below = _sliced_row_views, _items, _items_each, _rows_below

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 
-from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, Generation, row_views
+from specops._fastpath import new_tuple, row_views
+from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, Generation
 from specops.drafting.calls import DSPARK, FORMAT, dspark_arguments, format_arguments, sas_arguments
 from specops.drafting.compressed import compressed_plan
 from specops.drafting.invariant import DSparkWidths
@@ -201,8 +202,8 @@ class StepPlan:
         if not self.dspark_calls:
             format_call[FORMAT.out] = views
             rows = list(zip(views, self.no_dspark, self.no_dspark, self.windows, self.invariant_of, self.sas_of))
-            # A NamedTuple's generated __new__ is a Python frame; tuple.__new__ is not.
-            return tuple.__new__(ShapeOutputs, (format_call, [], rows))
+            # new_tuple: tuple.__new__, without the Python frame of a NamedTuple's generated __new__.
+            return new_tuple(ShapeOutputs, (format_call, [], rows))
         per_call = []
         for call in self.dspark_calls:
             arguments = call.arguments.copy()
@@ -215,7 +216,7 @@ class StepPlan:
         view = views.__getitem__
         rows = list(zip(views, map(view, self.dspark_at), map(view, self.dspark_lens_at), self.windows,
                         self.invariant_of, self.sas_of))
-        return tuple.__new__(ShapeOutputs, (format_call, per_call, rows))
+        return new_tuple(ShapeOutputs, (format_call, per_call, rows))
 
     def forget_shapes(self) -> None:
         """Drops what was made per batch shape: the output views and the group-invariant views."""

@@ -11,7 +11,7 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import torch
 
-from specops.drafting.buffers import items, items_each, rows_below
+from specops._fastpath import items, items_each, rows_below
 from specops.drafting.cache import StepCache, logger
 from specops.drafting.calls import (
     DSPARK,
@@ -50,7 +50,7 @@ def build_step(builders: Sequence[StepBuilder], common: CommonDraftInputs, draft
     plan = builders[0].step_plans.plan(builders, draft_index, common.causal)
     outputs = plan.outputs(common.num_input_tokens)
     # The groups' own inputs before anything is written: a missing one is a clear error. Looked
-    # up natively (buffers.items), one call for all groups where a comprehension is a frame each.
+    # up natively (specops._fastpath.items), one call for all groups where a comprehension is a frame each.
     try:
         slot_mappings = items(common.slot_mappings, plan.names)
         dspark_tables = items_each(common.block_tables, plan.dspark_names)

@@ -25,7 +25,7 @@ def _described(value: Any) -> str:
 
 
 def checked_int(value: Any, name: str) -> int:
-    """value as every backend takes an int (FastOp, csrc/fast_call.cpp, the same): a Python int,
+    """value as every backend takes an int (FastOp, csrc/fastpath/fast_call.cpp, the same): a Python int,
     a NumPy integer, an integer tensor of one element; converted to int. Bools (True, a NumPy
     bool, a bool tensor), which torch's schema would read as 1 or 0, floats, None and strings
     are a ValueError naming the argument: the mirror of checked_bool's rule."""
@@ -133,7 +133,7 @@ def checked_size(value: Any, name: str, lowest: int, what: str = "") -> int:
 
 
 def checked_bool(value: Any, name: str) -> bool:
-    """value as every backend takes a bool (FastOp, csrc/fast_call.cpp, the same): True or False,
+    """value as every backend takes a bool (FastOp, csrc/fastpath/fast_call.cpp, the same): True or False,
     a NumPy bool, or a one-element bool tensor (torch's schema reads these three as the bool they
     hold). Ints (0 and 1 too), floats, None, strings and other tensors, which torch's schema would
     read by their truth value, are a ValueError naming the argument."""

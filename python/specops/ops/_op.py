@@ -5,8 +5,9 @@ the CPU kernel come from the C++ extension (csrc/registration.cpp, csrc/cpu/); t
 the fake kernel (the check, then nothing: every op writes into caller buffers and returns ()),
 the CUDA and PrivateUse1 (Ascend NPU) kernels, which launch the op's Triton kernel, and the
 backend switch used by the public wrappers. On the Python backends (Triton launcher, reference)
-it also does what the native path gets from FastOp and the dispatcher: int arguments taken as
-torch's schema takes them, and a new version for every tensor the op wrote.
+it also does what the native path gets from its entry (specops._fastpath.native_entry) and the
+dispatcher: int arguments taken as torch's schema takes them, and a new version for every tensor
+the op wrote.
 """
 
 from __future__ import annotations
@@ -20,10 +21,8 @@ import torch
 
 from specops._backend import _current_backend, triton_interpreter_enabled
 from specops._extension import EXTENSION, require_native
+from specops._fastpath import native_entry
 from specops.ops._checks import checked_bool, checked_int
-
-if EXTENSION.loaded:
-    from specops import _C
 
 # Torch keeps the registrations alive as long as this object lives.
 _IMPL_LIBRARY = torch.library.Library("specops", "IMPL") if EXTENSION.loaded else None
@@ -49,14 +48,6 @@ def triton_launcher(op_name: str) -> Callable[..., None]:
             f"specops.{op_name}: the Triton backend needs Triton (triton on CUDA, triton-ascend on NPU): {exc}"
         ) from exc
     return getattr(module, op_name)
-
-
-def fast_native_entry(op_name: str) -> Callable[..., Any] | None:
-    """`torch.ops.specops.<op_name>.default` minus OpOverload.__call__'s Python frame and
-    torch's generic argument parser (csrc/fast_call.h); None without the extension."""
-    if not EXTENSION.loaded:
-        return None
-    return _C.FastOp(f"specops::{op_name}", getattr(torch.ops.specops, op_name).default._op)
 
 
 # The scalar argument kinds of a schema, as torch names them (Argument.type) and as the op's
@@ -112,9 +103,10 @@ class SpecOp:
         self.check = check
         self.reference = reference
         self._native = getattr(torch.ops.specops, name).default if EXTENSION.loaded else None
-        # The same dispatcher call as `self._native` at a third of a small op's cost: what
-        # select() hands out on the eager native backend (None without the extension).
-        self.native_entry = fast_native_entry(name)
+        # The same dispatcher call as `self._native` at a third of a small op's cost (its FastOp;
+        # under SPECOPS_FASTPATH=0 the plain twin): what select() hands out on the eager native
+        # backend (None without the extension).
+        self.native_entry = native_entry(name)
         self._triton: Callable[..., None] | None = None
         self._scalars = scalar_arguments(name, check)
         self._written = written_arguments(name, check)
@@ -139,7 +131,7 @@ class SpecOp:
     def select(self) -> Callable[..., None]:
         """What this call runs, taking the schema's arguments. Wrappers call `_OP.select()(...)`:
         on the hot path (eager, native backend) that is the op's FastOp, a C++ object, so no
-        Python frame stands between the wrapper and the dispatcher."""
+        Python frame stands between the wrapper and the dispatcher (specops._fastpath)."""
         # Compiled graphs always call the registered op, which dispatches by device; the
         # backend switch is an eager-mode tool (and a ContextVar cannot be traced).
         if _is_dynamo_compiling() or _torch_compiler._is_compiling_flag:

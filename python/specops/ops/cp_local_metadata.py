@@ -8,6 +8,7 @@ import torch
 
 from specops._backend import current_backend
 from specops._cp import cp_token_split
+from specops._fastpath import native_entry
 from specops.ops._checks import (
     check_cp_rank,
     check_entries,
@@ -16,7 +17,7 @@ from specops.ops._checks import (
     check_tensor,
     check_token_count,
 )
-from specops.ops._op import SpecOp, fast_native_entry
+from specops.ops._op import SpecOp
 from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_max_lens
 from specops.reference.cp_local_metadata import cp_local_metadata as _reference
 
@@ -73,7 +74,7 @@ def _check(
 
 _OP = SpecOp("cp_local_metadata", _check, _reference)
 # The host-only helper op, entered like every wrapper's op.
-_NATIVE_MAX_LENS = fast_native_entry("cp_local_max_lens")
+_NATIVE_MAX_LENS = native_entry("cp_local_max_lens")
 
 
 def _check_host_copy(t: torch.Tensor | None, name: str, of: str, entries: int,

@@ -13,12 +13,12 @@ import numpy as np
 import torch
 
 from specops._backend import current_backend
+from specops._fastpath import native_entry
 from specops.ops._checks import check_outputs_alias_nothing, checked_bool, checked_int
-from specops.ops._op import fast_native_entry
 from specops.reference.pcp_partition import MAX_PCP_WORLD_SIZE
 from specops.reference.pcp_partition import pcp_partition as _reference
 
-_NATIVE = fast_native_entry("pcp_partition")
+_NATIVE = native_entry("pcp_partition")
 
 
 class PCPRankLayout(NamedTuple):

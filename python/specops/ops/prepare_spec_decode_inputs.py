@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 from specops._backend import _current_backend
+from specops._fastpath import new_tuple as _new_tuple
 from specops._step_layout import spec_decode_extents
 from specops.ops._accounting_checks import check_count_correction, check_positions_and_seq_lens
 from specops.ops._checks import (
@@ -107,7 +108,6 @@ def _check(
 
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
 _TENSOR = torch.Tensor
-_new_tuple = tuple.__new__
 _is_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _torch_compiler = torch.compiler
 

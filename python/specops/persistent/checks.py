@@ -14,12 +14,12 @@ import re
 import torch
 
 from specops._backend import current_backend
+from specops._fastpath import native_entry
 from specops.ops._checks import check_no_overlap, check_query_start_loc, check_tensor, checked_int
-from specops.ops._op import fast_native_entry
 from specops.persistent.captured import CapturedBuffers
 
 # compute_slot_mapping's value checks for every group's table at once, writing nothing.
-CHECK_POSITIONS = fast_native_entry("check_slot_mapping_positions")
+CHECK_POSITIONS = native_entry("check_slot_mapping_positions")
 
 
 def padded_extents(captured: CapturedBuffers, num_reqs: int, num_reqs_padded: int | None, num_tokens: int | None,

@@ -1,4 +1,4 @@
-#include "fast_call.h"
+#include "fastpath/fast_call.h"
 
 #if PY_VERSION_HEX < 0x030B0000
 #include <longintrepr.h>  // PyLongObject's digits (Python.h includes it from 3.11 on)

@@ -14,6 +14,9 @@
 // its own: items (the groups' tensors from a mapping by name), items_each (the same per DSpark
 // call) and rows_below (whether a tensor may be short of rows, for a check that then runs in
 // Python and raises its usual error).
+//
+// Each has a plain twin in specops._fastpath (plain_row_views etc.: the same results and errors
+// through Python and torch's public API), which SPECOPS_FASTPATH=0 selects.
 #pragma once
 
 #include <pybind11/pybind11.h>

@@ -1,4 +1,4 @@
-#include "row_views.h"
+#include "fastpath/row_views.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
@@ -95,7 +95,11 @@ PyObject* row_views(PyObject* /*module*/, PyObject* const* args, Py_ssize_t narg
   py::list views(count);
   for (Py_ssize_t i = 0; i < count; ++i) {
     TORCH_CHECK_VALUE(THPVariable_Check(tensors[i]), "tensors[", i, "] must be a tensor");
-    PyObject* view = row_view(THPVariable_Unpack(tensors[i]), bound_at(bounds, 2 * i), bound_at(bounds, 2 * i + 1), i);
+    // Start, then end (as arguments of one call their order would be the compiler's): the first
+    // bad bound is the one named, as by the plain twin (specops._fastpath.plain_row_views).
+    const int64_t start = bound_at(bounds, 2 * i);
+    const int64_t end = bound_at(bounds, 2 * i + 1);
+    PyObject* view = row_view(THPVariable_Unpack(tensors[i]), start, end, i);
     if (view == nullptr) throw py::error_already_set();
     PyList_SET_ITEM(views.ptr(), i, view);  // steals the reference
   }

@@ -19,6 +19,9 @@
 // call (a sixth of sas_metadata's boxing). The boxed stack is reused from call to call (a
 // per-thread pool, so a call made from inside another, as a dispatch mode's Python may, gets
 // its own), so a call allocates only what an IValue needs (int and tensor lists).
+//
+// Its plain twin, specops._fastpath.PlainOp, refuses the same arguments with the same errors and
+// calls the generic entry; SPECOPS_FASTPATH=0 selects it (docs/conventions.md).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,0 +1,304 @@
+"""Every interpreter-level speed helper of the package, each beside its plain twin.
+
+The native helpers (csrc/fastpath/) reach into CPython's and torch's C APIs for work that
+Python and torch's generic argument parser would do on every call: FastOp (an op's dispatcher
+entry without OpOverload's frame and the generic parser), row_views (the drafting layer's buffer
+views in one call) and the drafting step's per-group lookups (items, items_each, rows_below).
+Beside them, one Python-level trick: new_tuple, a NamedTuple made without its Python __new__.
+Each plain twin here computes what its helper computes, with the same errors and messages
+(tests/tooling/test_fastpath.py holds every pair to that), in plain Python over torch's own
+Python bindings: PlainOp checks the arguments as FastOp does, then calls the op through torch's
+generic entry.
+
+This is the only module that imports the helpers; the package uses the names below, which are
+the helpers or, when SPECOPS_FASTPATH=0 is in the environment (read once, at import) or the
+extension is not loaded, their plain twins. `make test-plain` runs a reduced suite that way.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch._C import _dispatch_find_schema_or_throw, _is_torch_function_mode_enabled
+
+from specops._extension import EXTENSION
+
+# Whether the native helpers are in use: the extension is loaded and SPECOPS_FASTPATH is not "0".
+ENABLED = EXTENSION.loaded and os.environ.get("SPECOPS_FASTPATH", "1") != "0"
+
+if ENABLED:
+    from specops import _C
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# What THPVariable_CheckExact takes: a tensor whose Python type torch made itself.
+_EXACT_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+
+
+def type_name(value: object) -> str:
+    """The C type name (tp_name) of value's type, as the native helpers' messages quote it: a
+    class defined in Python is its name; a C type its module-qualified name (numpy.float64),
+    except a builtin's (float)."""
+    kind = type(value)
+    if kind.__flags__ & _HEAP_TYPE or kind.__module__ == "builtins":
+        return kind.__name__
+    return f"{kind.__module__}.{kind.__name__}"
+
+
+def _fixed_sequence(sequence: Any, message: str) -> tuple:
+    """sequence as a tuple; anything that cannot be iterated is a TypeError saying message (as
+    PySequence_Fast says it: only iter()'s TypeError is replaced)."""
+    if type(sequence) is tuple:
+        return sequence
+    try:
+        iterator = iter(sequence)
+    except TypeError:
+        raise TypeError(message) from None
+    return tuple(iterator)
+
+
+def _arity(name: str, parameters: str, args: tuple, kwargs: dict) -> None:
+    """The native functions' own TypeErrors for a call that does not give two positional arguments."""
+    if kwargs:
+        raise TypeError(f"specops._C.{name}() takes no keyword arguments")
+    if len(args) != 2:
+        raise TypeError(f"{name} takes 2 positional arguments ({parameters}), got {len(args)}")
+
+
+# --- FastOp (csrc/fastpath/fast_call.h) -------------------------------------------------------
+
+_TENSOR, _OPTIONAL_TENSOR, _TENSOR_LIST, _INT, _OPTIONAL_INT, _BOOL, _INT_LIST, _BOOL_LIST = range(8)
+
+
+def _kind_of(jit_type: Any) -> int | None:
+    kind = jit_type.kind()
+    if kind == "TensorType":
+        return _TENSOR
+    if kind == "IntType":
+        return _INT
+    if kind == "BoolType":
+        return _BOOL
+    if kind == "OptionalType":
+        return {"TensorType": _OPTIONAL_TENSOR, "IntType": _OPTIONAL_INT}.get(jit_type.getElementType().kind())
+    if kind == "ListType":
+        return {"TensorType": _TENSOR_LIST, "IntType": _INT_LIST, "BoolType": _BOOL_LIST}.get(
+            jit_type.getElementType().kind())
+    return None
+
+
+def _boxed_int(value: object) -> bool:
+    return type(value) is int and _INT64_MIN <= value <= _INT64_MAX
+
+
+def _is_numpy_bool(value: object) -> bool:
+    return type_name(value) in ("numpy.bool", "numpy.bool_")
+
+
+def _is_int_like(value: object) -> bool:
+    """What torch's schema converts to an int besides an int (fast_call.cpp's is_int_like)."""
+    if isinstance(value, bool) or _is_numpy_bool(value) or not hasattr(type(value), "__index__"):
+        return False
+    return not isinstance(value, torch.Tensor) or value.dtype != torch.bool
+
+
+def _is_boolean(value: object) -> bool:
+    """What torch's schema reads as a bool besides True and False (fast_call.cpp's is_boolean)."""
+    if _is_numpy_bool(value):
+        return True
+    return isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1
+
+
+def _boxed(value: object, kind: int) -> bool:
+    """Whether FastOp boxes value itself (push_argument); else it rejects it or hands the call on."""
+    if kind in (_OPTIONAL_TENSOR, _OPTIONAL_INT) and value is None:
+        return True
+    if kind in (_TENSOR, _OPTIONAL_TENSOR):
+        return type(value) in _EXACT_TENSORS
+    if kind in (_INT, _OPTIONAL_INT):
+        return _boxed_int(value)
+    if kind == _BOOL:
+        return value is True or value is False
+    if type(value) not in (list, tuple):
+        return False
+    if kind == _TENSOR_LIST:
+        return all(type(item) in _EXACT_TENSORS for item in value)
+    if kind == _BOOL_LIST:
+        return all(item is True or item is False for item in value)
+    return all(_boxed_int(item) for item in value)
+
+
+def _reject(argument: str, expected: str, value: object) -> None:
+    described = "None" if value is None else f"{type_name(value)} {value!r}"
+    raise ValueError(f"{argument} must be {expected}, got {described}")
+
+
+def _reject_unusable(name: str, kind: int, value: object) -> None:
+    """The ValueError FastOp raises for an argument of the wrong kind (reject_unusable); returns
+    for one torch's parser converts."""
+    if kind == _TENSOR:
+        if not isinstance(value, torch.Tensor):
+            _reject(name, "a tensor", value)
+    elif kind == _OPTIONAL_TENSOR:
+        if value is not None and not isinstance(value, torch.Tensor):
+            _reject(name, "a tensor or None", value)
+    elif kind in (_INT, _OPTIONAL_INT):
+        if not (_is_int_like(value) or (value is None and kind == _OPTIONAL_INT)):
+            _reject(name, "an int", value)
+    elif kind == _BOOL:
+        if not _is_boolean(value):
+            _reject(name, "a bool (True, False, a NumPy bool or a one-element bool tensor)", value)
+    elif kind == _BOOL_LIST:
+        if not isinstance(value, (list, tuple)):
+            _reject(name, "a list of bools", value)
+        for i, item in enumerate(value):
+            if not (item is True or item is False or _is_boolean(item)):
+                _reject(f"{name}[{i}]", "a bool (True, False, a NumPy bool or a one-element bool tensor)", item)
+    else:
+        tensors = kind == _TENSOR_LIST
+        if not isinstance(value, (list, tuple)):
+            _reject(name, "a list of tensors" if tensors else "a list of ints", value)
+        for i, item in enumerate(value):
+            if not (isinstance(item, torch.Tensor) if tensors else _is_int_like(item)):
+                _reject(f"{name}[{i}]", "a tensor" if tensors else "an int", item)
+
+
+class PlainOp:
+    """FastOp's plain twin: PlainOp(qualified_name, generic_entry) calls generic_entry (the
+    overload's own entry, OpOverload._op) with the schema's arguments, after refusing an argument
+    of the wrong kind with the ValueError FastOp raises. Every call FastOp hands to the generic
+    entry (keywords, a count it does not box, a torch-function mode, an argument torch converts)
+    goes there unchecked, as it does from FastOp."""
+
+    def __init__(self, qualified_name: str, generic_entry: Callable[..., Any]):
+        # The dispatcher's own lookup, as FastOp's (and its RuntimeError for an op it lacks).
+        schema = _dispatch_find_schema_or_throw(qualified_name, "").schema()
+        self._generic_entry = generic_entry
+        self._names = [argument.name for argument in schema.arguments]
+        self._kinds = []
+        for argument in schema.arguments:
+            kind = _kind_of(argument.type)
+            if kind is None:
+                raise ValueError(f"FastOp: {qualified_name} has an argument of type {argument.type.str()}, "
+                                 "which the fast path does not box")
+            self._kinds.append(kind)
+        self._num_required = len(schema.arguments)
+        while self._num_required and schema.arguments[self._num_required - 1].has_default_value():
+            self._num_required -= 1
+        for value in schema.returns:
+            kind = _kind_of(value.type)
+            if kind not in (_INT, _INT_LIST, _TENSOR_LIST):
+                raise ValueError(f"FastOp: {qualified_name} returns a {value.type.str()}, "
+                                 "which the fast path does not convert")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs and self._num_required <= len(args) <= len(self._kinds) \
+                and not _is_torch_function_mode_enabled():
+            for name, kind, value in zip(self._names, self._kinds, args):
+                if not _boxed(value, kind):
+                    _reject_unusable(name, kind, value)
+                    break
+        return self._generic_entry(*args, **kwargs)
+
+
+def native_entry(op_name: str) -> Callable[..., Any] | None:
+    """torch.ops.specops.<op_name>.default as the wrappers enter it: through its FastOp, or its
+    PlainOp under SPECOPS_FASTPATH=0; None without the extension."""
+    if not EXTENSION.loaded:
+        return None
+    entry = getattr(torch.ops.specops, op_name).default._op
+    return (_C.FastOp if ENABLED else PlainOp)(f"specops::{op_name}", entry)
+
+
+# --- row_views and the lookups (csrc/fastpath/row_views.h) ------------------------------------
+
+def _bound(bounds: tuple, index: int) -> int:
+    """bounds[index] read as PyLong_AsLongLong reads it (through __index__); whatever it raises,
+    or an int past int64, is the TypeError row_views raises."""
+    value = bounds[index]
+    try:
+        number = operator.index(value)
+    except Exception:  # noqa: BLE001  (the native function replaces every error alike)
+        number = None
+    if number is None or not _INT64_MIN <= number <= _INT64_MAX:
+        raise TypeError(f"bounds[{index}] must be an int, got {type_name(value)}")
+    return number
+
+
+def plain_row_views(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
+    """row_views(tensors, bounds, /): [t[bounds[2i]:bounds[2i + 1]] for the i-th tensor t] along
+    the first dimension, each detached (the storage and version counter shared, no autograd
+    record; a tensor subclass's view a plain tensor)."""
+    _arity("row_views", "tensors, bounds", args, kwargs)
+    tensors = _fixed_sequence(args[0], "tensors must be a sequence of tensors")
+    bounds = _fixed_sequence(args[1], "bounds must be a sequence of ints")
+    if len(bounds) != 2 * len(tensors):
+        raise ValueError(f"bounds must hold (start, end) for each of the {len(tensors)} tensors, "
+                         f"got {len(bounds)} entries")
+    views = []
+    for i, tensor in enumerate(tensors):
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"tensors[{i}] must be a tensor")
+        start, end = _bound(bounds, 2 * i), _bound(bounds, 2 * i + 1)
+        if tensor.dim() < 1:
+            raise ValueError(f"tensors[{i}] must have at least one dimension")
+        rows = tensor.size(0)
+        if not 0 <= start <= end <= rows:
+            raise ValueError(f"bounds of tensors[{i}] must satisfy 0 <= start <= end <= {rows}, got [{start}, {end})")
+        if type(tensor) not in _EXACT_TENSORS:
+            tensor = tensor.as_subclass(torch.Tensor)  # the native view is a plain tensor
+        views.append(tensor[start:end].detach())
+    return views
+
+
+def plain_items(*args: Any, **kwargs: Any) -> list:
+    """items(mapping, keys, /): [mapping[key] for key in keys]."""
+    _arity("items", "mapping, keys", args, kwargs)
+    mapping, keys = args
+    return [mapping[key] for key in _fixed_sequence(keys, "keys must be a sequence")]
+
+
+def plain_items_each(*args: Any, **kwargs: Any) -> list[list]:
+    """items_each(mapping, key_lists, /): [items(mapping, keys) for keys in key_lists]."""
+    _arity("items_each", "mapping, key_lists", args, kwargs)
+    mapping, key_lists = args
+    return [plain_items(mapping, keys) for keys in _fixed_sequence(key_lists, "key_lists must be a sequence")]
+
+
+def plain_rows_below(*args: Any, **kwargs: Any) -> bool:
+    """rows_below(values, minimum, /): whether a tensor among values may have fewer than minimum
+    rows: one with no dimension or fewer rows, or any but a plain dense one (a subclass, sparse,
+    quantized or nested), whose rows the caller's own check reads. Other values are skipped."""
+    _arity("rows_below", "values, minimum", args, kwargs)
+    minimum = operator.index(args[1])
+    if not _INT64_MIN <= minimum <= _INT64_MAX:
+        raise OverflowError("int too big to convert")
+    for value in _fixed_sequence(args[0], "values must be a sequence"):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if type(value) not in _EXACT_TENSORS or value.layout != torch.strided or value.is_quantized \
+                or value.is_nested or value.dim() == 0 or value.size(0) < minimum:
+            return True
+    return False
+
+
+# --- new_tuple ----------------------------------------------------------------------------------
+
+def plain_new_tuple(cls: type, values: Iterable) -> tuple:
+    """new_tuple(cls, values): the NamedTuple cls holding values, through its constructor.
+    tuple.__new__, the fast twin, skips the constructor's Python frame; values must hold one
+    entry per field (the callers' own tuples always do): the constructor refuses another count,
+    tuple.__new__ does not look."""
+    return cls(*values)
+
+
+# The helpers the package calls: native (and tuple.__new__), or their plain twins.
+if ENABLED:
+    row_views, items, items_each, rows_below = _C.row_views, _C.items, _C.items_each, _C.rows_below
+    new_tuple = tuple.__new__
+else:
+    row_views, items, items_each, rows_below = plain_row_views, plain_items, plain_items_each, plain_rows_below
+    new_tuple = plain_new_tuple

@@ -1,0 +1,496 @@
+"""specops._fastpath: every native speed helper beside its plain twin. SPECOPS_FASTPATH=0 selects
+the twins for every user in the package (checked in a fresh process: the switch is read once);
+each pair gives the same results and the same errors, messages included, on usual and odd
+inputs; and no other module of the package reaches the helpers itself."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import torch
+from op_table import OP_TABLE, OpSpec, get_arg, tensor_keys
+from torch.overrides import TorchFunctionMode
+
+import specops
+from specops import _fastpath
+from specops.ops.registry import OPS
+
+ROOT = Path(__file__).resolve().parents[2]
+NATIVE = "native" in specops.available_backends()
+needs_native = pytest.mark.skipif(not NATIVE, reason="native extension not built")
+
+# What a fresh process reports of the helpers every user of the package holds.
+_REPORT = """
+import importlib, json
+from specops import _fastpath as f
+buffers, plan, step, _op, cp_local_metadata, pcp_partition, prepare_spec_decode_inputs, checks = (
+    importlib.import_module(f"specops.{name}") for name in (
+        "drafting.buffers", "drafting.plan", "drafting.step", "ops._op", "ops.cp_local_metadata",
+        "ops.pcp_partition", "ops.prepare_spec_decode_inputs", "persistent.checks"))
+entries = [op.native_entry for op in _op.DECLARED.values()]
+entries += [cp_local_metadata._NATIVE_MAX_LENS, pcp_partition._NATIVE, checks.CHECK_POSITIONS]
+helpers = dict(row_views=[f.row_views, buffers.row_views, plan.row_views], items=[f.items, step.items],
+               items_each=[f.items_each, step.items_each], rows_below=[f.rows_below, step.rows_below],
+               new_tuple=[f.new_tuple, plan.new_tuple, prepare_spec_decode_inputs._new_tuple])
+print(json.dumps(dict(enabled=f.ENABLED, entries=sorted({type(e).__name__ for e in entries}),
+                      plain={name: sorted({h is getattr(f, "plain_" + name) for h in found})
+                             for name, found in helpers.items()})))
+"""
+
+
+# A torch other than the one the extension was built against: the extension is not loaded.
+_UNLOADED = 'import torch\ntorch.__version__ = "9.9.9+other"\n'
+
+
+def _report(switch: str | None, prelude: str = "") -> dict:
+    env = {key: value for key, value in os.environ.items() if key != "SPECOPS_FASTPATH"}
+    if switch is not None:
+        env["SPECOPS_FASTPATH"] = switch
+    result = subprocess.run([sys.executable, "-c", prelude + _REPORT], env=env, capture_output=True, text=True,
+                            check=True)
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@needs_native
+@pytest.mark.parametrize("switch, enabled", [("0", False), ("1", True), (None, True)])
+def test_the_switch_selects_the_helpers_or_their_plain_twins_for_every_user(switch, enabled):
+    report = _report(switch)
+    assert report["enabled"] is enabled
+    assert report["entries"] == (["FastOp"] if enabled else ["PlainOp"])
+    assert report["plain"] == {name: [not enabled] for name in
+                               ("row_views", "items", "items_each", "rows_below", "new_tuple")}
+
+
+def test_without_the_extension_every_user_gets_the_plain_twins():
+    report = _report("1", _UNLOADED)
+    assert report["enabled"] is False
+    assert report["entries"] == ["NoneType"]  # no native entry: the wrappers run their Python backends
+    assert report["plain"] == {name: [True] for name in ("row_views", "items", "items_each", "rows_below",
+                                                         "new_tuple")}
+
+
+def test_this_process_uses_what_the_switch_says():
+    expected = NATIVE and os.environ.get("SPECOPS_FASTPATH", "1") != "0"
+    assert _fastpath.ENABLED is expected
+    assert (_fastpath.row_views is _fastpath.plain_row_views) is not expected
+    assert all(isinstance(op.native_entry, _fastpath.PlainOp) is not expected
+               for op in OPS.values() if op.native_entry is not None)
+
+
+# Modules that reach specops._C for something other than a fast-path helper: _extension loads it
+# (the op registrations).
+_OTHER_USERS = {"_extension.py"}
+
+
+def test_no_other_module_reaches_the_helpers():
+    package = ROOT / "python" / "specops"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative == "_fastpath.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "specops" and \
+                    any(alias.name == "_C" for alias in node.names) and relative not in _OTHER_USERS:
+                found.append(f"{relative}: from specops import _C")
+            if isinstance(node, ast.Attribute) and node.attr in ("FastOp", "row_views", "items", "items_each",
+                                                                 "rows_below") and \
+                    isinstance(node.value, ast.Name) and node.value.id == "_C":
+                found.append(f"{relative}: _C.{node.attr}")
+            if isinstance(node, ast.Attribute) and node.attr == "__new__" and \
+                    isinstance(node.value, ast.Name) and node.value.id == "tuple":
+                found.append(f"{relative}: tuple.__new__")
+    assert not found, "the fast-path helpers are reached through specops._fastpath alone:\n" + "\n".join(found)
+
+
+# --- each pair, outcome for outcome ---------------------------------------------------------------
+
+def _outcome(function, *args, **kwargs):
+    try:
+        return "returned", function(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001  (comparing whatever is raised)
+        return type(error), str(error)
+
+
+def _same(native, plain, *args, compare=None, **kwargs):
+    """Both give the same outcome: equal results (or compare(native's, plain's)), or the same
+    exception type and message."""
+    expected, actual = _outcome(native, *args, **kwargs), _outcome(plain, *args, **kwargs)
+    assert expected[0] == actual[0], (expected, actual)
+    if expected[0] != "returned":
+        assert expected[1] == actual[1]
+    elif compare is not None:
+        compare(expected[1], actual[1])
+    else:
+        assert expected[1] == actual[1]
+    return expected
+
+
+class _Index:
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+
+class _Subclass(torch.Tensor):
+    pass
+
+
+class _Once(list):
+    """An argument passed as a fresh iterator over these items (a one-pass iterable)."""
+
+
+def _call(function, case: tuple) -> tuple:
+    return _outcome(function, *(iter(value) if isinstance(value, _Once) else value for value in case))
+
+
+def _same_views(native: list, plain: list) -> None:
+    assert type(native) is type(plain) is list and len(native) == len(plain)
+    for a, b in zip(native, plain):
+        assert type(a) is type(b) is torch.Tensor
+        assert (a.shape, a.stride(), a.dtype, a.data_ptr(), a.storage_offset()) == \
+               (b.shape, b.stride(), b.dtype, b.data_ptr(), b.storage_offset())
+        assert (a.requires_grad, a.grad_fn, a._is_view(), a.is_inference(), a.is_quantized) == \
+               (b.requires_grad, b.grad_fn, b._is_view(), b.is_inference(), b.is_quantized)
+        assert torch.equal(a.int_repr(), b.int_repr()) if a.is_quantized else torch.equal(a, b)
+        if not a.is_inference() and not a.is_quantized:
+            version = a._version
+            b.add_(0)
+            assert a._version == version + 1  # one version counter, the base's
+
+
+def _row_view_cases() -> list[tuple]:
+    grid = torch.arange(40, dtype=torch.int64).view(10, 4)
+    with torch.inference_mode():
+        inference = torch.arange(12, dtype=torch.int32).view(6, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_tensor(torch.linspace(0, 1, 12).view(6, 2), 0.1, 3, torch.quint8)
+    trained = torch.zeros(5, 2, requires_grad=True)
+    return [
+        ((grid, grid[:, 2:], grid[0]), [2, 5, 7, 10, 1, 3]),
+        ([grid], (0, 0)),
+        ([grid, inference, quantized, trained, torch.nn.Parameter(torch.ones(4))], [1, 2, 0, 6, 2, 5, 1, 4, 0, 4]),
+        ([grid.as_subclass(_Subclass)], [3, 6]),
+        (_Once([grid]), _Once([1, 2])),
+        ([grid], [np.int64(2), True]),
+        ([grid], [torch.tensor(1), _Index(4)]),
+        ([], []),
+        ([grid], [3, 11]), ([grid], [-1, 2]), ([grid], [4, 3]),
+        ([grid], [0]), ([grid], [0, 1, 2]),
+        ([grid], [0, 2.0]), ([grid], [2.0, "x"]), ([grid], [0, 2**70]), ([grid], [None, 1]),
+        ([grid], [0, np.float64(1)]), ([grid], [_Index(ValueError("no")), 1]), ([grid], [0, torch.tensor(1.5)]),
+        ([grid, "grid"], [0, 1, 0, 1]), ([torch.zeros(())], [0, 1]), ([torch.zeros(())], [0, 1.5]),
+        (5, [0, 1]), ([grid], 5), (None, None),
+    ]
+
+
+@needs_native
+@pytest.mark.parametrize("case", range(len(_row_view_cases())))
+def test_row_views_and_its_twin_agree(case):
+    arguments = _row_view_cases()[case]
+    expected, actual = _call(specops._C.row_views, arguments), _call(_fastpath.plain_row_views, arguments)
+    assert expected[0] == actual[0], (expected, actual)
+    if expected[0] == "returned":
+        _same_views(expected[1], actual[1])
+    else:
+        assert expected[1] == actual[1]
+
+
+@needs_native
+@pytest.mark.parametrize("args, kwargs", [((), {}), (([],), {}), (([], [], []), {}), (([],), {"bounds": []})])
+def test_row_views_calls_of_the_wrong_shape_agree(args, kwargs):
+    _same(specops._C.row_views, _fastpath.plain_row_views, *args, **kwargs)
+
+
+class _Loud(dict):
+    def __getitem__(self, key):
+        if key == "boom":
+            raise RuntimeError("boom")
+        return super().__getitem__(key)
+
+
+_MAPPING = {"swa": torch.zeros(3), "dspark": torch.ones(2), 3: "three"}
+
+
+@needs_native
+@pytest.mark.parametrize("mapping, keys", [
+    (_MAPPING, ["dspark", "swa", "dspark"]), (_MAPPING, ("swa",)), (_MAPPING, []), (_MAPPING, _Once(["swa", 3])),
+    (_MAPPING, "swa"), (_MAPPING, ["swa", "missing"]), (_MAPPING, [["swa"]]), (_MAPPING, 5), (_MAPPING, None),
+    ([10, 20, 30], [2, 0]), ([10], [3]), (5, [0]), (_Loud(a=1), ["a", "boom"]),
+])
+def test_items_and_its_twin_agree(mapping, keys):
+    expected = _call(specops._C.items, (mapping, keys))
+    actual = _call(_fastpath.plain_items, (mapping, keys))
+    assert expected == actual
+    if expected[0] == "returned":
+        assert all(a is b for a, b in zip(expected[1], actual[1]))
+
+
+@needs_native
+@pytest.mark.parametrize("mapping, key_lists", [
+    (_MAPPING, [["dspark", "swa"], [], ("swa",)]), (_MAPPING, []), (_MAPPING, [["missing"]]), (_MAPPING, [5]),
+    (_MAPPING, 5), (_MAPPING, ["ab"]), ([10, 20], [[1], [0, 1]]),
+])
+def test_items_each_and_its_twin_agree(mapping, key_lists):
+    _same(specops._C.items_each, _fastpath.plain_items_each, mapping, key_lists)
+
+
+@needs_native
+@pytest.mark.parametrize("function", ["items", "items_each"])
+@pytest.mark.parametrize("args, kwargs", [((), {}), (({},), {}), (({}, [], []), {}), (({}, []), {"x": 1})])
+def test_lookup_calls_of_the_wrong_shape_agree(function, args, kwargs):
+    _same(getattr(specops._C, function), getattr(_fastpath, f"plain_{function}"), *args, **kwargs)
+
+
+def _rows_below_cases() -> list[tuple]:
+    long = torch.zeros(6, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_tensor(torch.zeros(6), 0.1, 3, torch.quint8)
+    return [
+        ([long, long[1:], long.t()[0]], 5), ([long, long[2:]], 5), ([long, torch.zeros(())], 0),
+        ([long, "short", None, 3], 6), ([long], 7), ([], 5), ((long,), 6), (_Once([long[3:]]), 5),
+        ([long.as_subclass(_Subclass)], 1), ([torch.nn.Parameter(long)], 6), ([long.to_sparse()], 1),
+        ([quantized], 1), ([torch.zeros(5, 0)], 5),
+        ([long], True), ([long], np.int64(7)), ([long], _Index(7)), ([long], -(2**63)),
+        ([long], "5"), ([long], 5.0), ([long], None), ([long], 2**70), ([long], -(2**70)),
+        ([long], _Index(ValueError("no"))), (5, 1), (None, 1),
+    ]
+
+
+@needs_native
+@pytest.mark.parametrize("case", range(len(_rows_below_cases())))
+def test_rows_below_and_its_twin_agree(case):
+    arguments = _rows_below_cases()[case]
+    assert _call(specops._C.rows_below, arguments) == _call(_fastpath.plain_rows_below, arguments)
+
+
+@needs_native
+@pytest.mark.parametrize("args, kwargs", [((), {}), (([],), {}), (([], 1, 2), {}), (([],), {"minimum": 1})])
+def test_rows_below_calls_of_the_wrong_shape_agree(args, kwargs):
+    _same(specops._C.rows_below, _fastpath.plain_rows_below, *args, **kwargs)
+
+
+class _Pair(NamedTuple):
+    first: torch.Tensor
+    second: list
+
+
+def test_new_tuple_and_its_twin_agree():
+    values = (torch.zeros(2), [1])
+    fast, plain = tuple.__new__(_Pair, values), _fastpath.plain_new_tuple(_Pair, values)
+    assert type(fast) is type(plain) is _Pair and fast.first is plain.first and fast.second is plain.second
+    assert _fastpath.plain_new_tuple(_Pair, iter(values)) == plain
+
+
+# --- FastOp and PlainOp -------------------------------------------------------------------------
+
+SLOT_MAPPING = "specops::compute_slot_mapping"
+
+
+def _slot_args(**replace):
+    args = dict(query_start_loc=torch.tensor([0, 2, 3], dtype=torch.int32), positions=torch.tensor([0, 17, 5]),
+                block_table=torch.tensor([[1, 2], [3, 4]], dtype=torch.int32), block_size=16,
+                out=torch.full((5,), 7, dtype=torch.int64), blocks_per_kv_block=1, cp_world_size=1, cp_rank=0,
+                cp_interleave=1, idx_mapping=None, num_tokens_padded=4)
+    args.update(replace)
+    return list(args.values())
+
+
+class _Mode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _entries(name: str):
+    generic = getattr(torch.ops.specops, name.split("::")[1]).default._op
+    return specops._C.FastOp(name, generic), _fastpath.PlainOp(name, generic)
+
+
+def _slot_outcome(entry, args, kwargs, mode):
+    """What entry does with the call: out (the fifth argument) afterwards, or the error."""
+    if mode:
+        with _Mode():
+            outcome = _outcome(entry, *args, **kwargs)
+    else:
+        outcome = _outcome(entry, *args, **kwargs)
+    return outcome[0], args[4].tolist() if outcome[0] == "returned" else outcome[1]
+
+
+@needs_native
+@pytest.mark.parametrize("mode", [False, True], ids=["eager", "function-mode"])
+@pytest.mark.parametrize("label, replace", [
+    ("valid", {}), ("numpy int", dict(block_size=np.int64(16))), ("int tensor", dict(block_size=torch.tensor(16))),
+    ("int beyond int64", dict(block_size=2**70)), ("bool for an int", dict(block_size=True)),
+    ("numpy bool for an int", dict(block_size=np.bool_(True))), ("bool tensor for an int", dict(cp_rank=torch.tensor(False))),
+    ("float", dict(block_size=16.0)), ("None for an int", dict(block_size=None)), ("string", dict(cp_rank="0")),
+    ("list for a tensor", dict(positions=[0, 17, 5])), ("None for a tensor", dict(positions=None)),
+    ("string for an optional tensor", dict(idx_mapping="0")), ("subclass", dict(positions=torch.tensor([0, 17, 5])
+                                                                                 .as_subclass(_Subclass))),
+    ("parameter", dict(positions=torch.nn.Parameter(torch.tensor([0.0]), requires_grad=False))),
+    ("bad value", dict(block_size=0)),
+])
+def test_fast_op_and_plain_op_agree_on_every_kind_of_argument(label, replace, mode):
+    fast, plain = _entries(SLOT_MAPPING)
+    assert _slot_outcome(fast, _slot_args(**replace), {}, mode) == _slot_outcome(plain, _slot_args(**replace), {}, mode)
+
+
+@needs_native
+@pytest.mark.parametrize("positional, keywords", [(11, 0), (12, 0), (10, 0), (13, 0), (5, 6), (11, 1)])
+def test_fast_op_and_plain_op_agree_on_the_call_shape(positional, keywords):
+    """The defaulted argument given or not, one missing or too many, keywords: what the generic
+    entry answers (out, the fifth, is always given: the outcome reads it)."""
+    names = [argument.name for argument in torch._C._get_schema(SLOT_MAPPING, "").arguments]
+
+    def call():
+        full = _slot_args() + [None, None]
+        return full[:positional], dict(zip(names[positional:], full[positional:positional + keywords]))
+
+    fast, plain = _entries(SLOT_MAPPING)
+    assert _slot_outcome(fast, *call(), False) == _slot_outcome(plain, *call(), False)
+
+
+FORMAT_MULTI = "specops::format_slot_mapping_blocks_multi"
+
+
+def _format_args(**replace):
+    """format_slot_mapping_blocks_multi's arguments: two groups (tensor lists and an int list)."""
+    args = dict(slot_mappings=[torch.tensor([0, 17, 35]), torch.tensor([5, -1, 9])], block_sizes=[16, 4],
+                num_slots=3, out=[torch.full((3, 2), 7, dtype=torch.int32), torch.full((4, 2), 7, dtype=torch.int32)])
+    args.update(replace)
+    return list(args.values())
+
+
+def _format_outcome(entry, args):
+    outcome = _outcome(entry, *args)
+    return outcome[0], [out.tolist() for out in args[3]] if outcome[0] == "returned" else outcome[1]
+
+
+@needs_native
+@pytest.mark.parametrize("label, replace", [
+    ("valid", {}), ("tuples", dict(block_sizes=(16, 4))), ("numpy ints", dict(block_sizes=[np.int64(16), 4])),
+    ("int tensor in an int list", dict(block_sizes=[16, torch.tensor(4)])),
+    ("bool in an int list", dict(block_sizes=[16, True])), ("float in an int list", dict(block_sizes=[16, 4.0])),
+    ("None in an int list", dict(block_sizes=[None, 4])), ("int for an int list", dict(block_sizes=16)),
+    ("tensor for a tensor list", dict(slot_mappings=torch.zeros(3, dtype=torch.int64))),
+    ("string in a tensor list", dict(slot_mappings=[torch.zeros(3, dtype=torch.int64), "x"])),
+    ("subclass in a tensor list", dict(slot_mappings=[torch.tensor([0, 17, 35]).as_subclass(_Subclass),
+                                                      torch.tensor([5, -1, 9])])),
+    ("list subclass", dict(block_sizes=type("Sizes", (list,), {})([16, 4]))),
+    ("empty lists", dict(slot_mappings=[], block_sizes=[], out=[])), ("bad value", dict(block_sizes=[16, 0])),
+])
+def test_fast_op_and_plain_op_agree_on_list_arguments(label, replace):
+    fast, plain = _entries(FORMAT_MULTI)
+    assert _format_outcome(fast, _format_args(**replace)) == _format_outcome(plain, _format_args(**replace))
+
+
+@needs_native
+@pytest.mark.parametrize("causal", [True, False, 1, 0, None, "True", np.bool_(True), torch.tensor(False),
+                                    torch.tensor([True, False]), torch.tensor(1)])
+def test_fast_op_and_plain_op_agree_on_bool_arguments(causal):
+    fast, plain = _entries("specops::cp_local_max_lens")
+    args = (torch.tensor([0, 3, 4, 9], dtype=torch.int32), torch.tensor([10, 4, 7], dtype=torch.int32), 12, 2, 1,
+            causal)
+    _same(fast, plain, *args)
+
+
+CHECK_POSITIONS = "specops::check_slot_mapping_positions"
+
+
+def _check_positions_args(**replace):
+    """check_slot_mapping_positions' arguments: two tables, their per-group lists (a bool list among them)."""
+    table = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)
+    args = dict(query_start_loc=torch.tensor([0, 2, 3], dtype=torch.int32), positions=torch.tensor([0, 17, 5]),
+                block_tables=[table, table.clone()], idx_mapping=None, block_sizes=[16, 16], blocks_per_kv_block=[1, 1],
+                cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, num_blocks=[], slot_mappings=[])
+    args.update(replace)
+    return list(args.values())
+
+
+@needs_native
+@pytest.mark.parametrize("label, replace", [
+    ("valid", {}), ("tuple", dict(cp_sharded=(True, False))), ("numpy bool", dict(cp_sharded=[np.bool_(True), False])),
+    ("bool tensor", dict(cp_sharded=[torch.tensor(True), False])), ("int in a bool list", dict(cp_sharded=[1, False])),
+    ("None in a bool list", dict(cp_sharded=[None, False])), ("bool for a bool list", dict(cp_sharded=True)),
+    ("short bool list", dict(cp_sharded=[True])),
+])
+def test_fast_op_and_plain_op_agree_on_bool_lists(label, replace):
+    fast, plain = _entries(CHECK_POSITIONS)
+    _same(fast, plain, *_check_positions_args(**replace))
+
+
+@needs_native
+def test_fast_op_and_plain_op_return_alike():
+    fast, plain = _entries("specops::cp_local_max_lens")
+    query_start_loc = torch.tensor([0, 3, 4, 9], dtype=torch.int32)
+    seq_lens = torch.tensor([10, 4, 7], dtype=torch.int32)
+    for args in [(query_start_loc, seq_lens, 12, 2, 1, True), (query_start_loc, None, 9, 4, 0, False),
+                 (query_start_loc, seq_lens, 12, 2, 1, 1), (query_start_loc, seq_lens, 12, 2, 7, True)]:
+        expected = _same(fast, plain, *args)
+        if expected[0] == "returned":
+            assert type(fast(*args)) is type(plain(*args))
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["specops::no_such_op", "no_namespace", "aten::add", "aten::relu", "aten::clone"])
+def test_fast_op_and_plain_op_refuse_the_same_schemas(name):
+    _same(specops._C.FastOp, _fastpath.PlainOp, name, None)
+
+
+def _wrapper_outcome(spec: OpSpec, call: dict, entry):
+    op = OPS[spec.name]
+    saved, op.native_entry = op.native_entry, entry
+    try:
+        with specops.backend("native"):
+            spec.wrapper(**call)
+    except Exception as error:  # noqa: BLE001  (comparing whatever is raised)
+        return type(error), str(error)
+    finally:
+        op.native_entry = saved
+    return {key: get_arg(call, key).clone() for key in tensor_keys(call) if get_arg(call, key).device.type != "meta"}
+
+
+@needs_native
+@pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
+def test_every_wrapper_gives_the_same_outcome_on_either_entry(spec):
+    """Each op's wrapper on its valid call and on its bad ones, once through FastOp and once
+    through PlainOp: the same tensors afterwards, or the same error."""
+    fast, plain = _entries(f"specops::{spec.name}")
+    calls = [spec.valid_call()]
+    for case in spec.metadata_errors() + spec.value_errors():
+        call = spec.valid_call()
+        case.change(call)
+        calls.append(call)
+    for call in calls:
+        twin = copy.deepcopy(call)
+        expected, actual = _wrapper_outcome(spec, call, fast), _wrapper_outcome(spec, twin, plain)
+        if isinstance(expected, tuple):
+            assert expected == actual
+            continue
+        assert isinstance(actual, dict) and expected.keys() == actual.keys(), actual
+        assert all(torch.equal(expected[key], actual[key]) for key in expected)
+
+
+@needs_native
+def test_plain_op_messages_name_the_argument():
+    """The message is FastOp's (tests/tooling/test_fast_call.py holds FastOp to it)."""
+    _, plain = _entries(SLOT_MAPPING)
+    with pytest.raises(ValueError, match=re.escape("idx_mapping must be a tensor or None, got str '0'")):
+        plain(*_slot_args(idx_mapping="0"))
