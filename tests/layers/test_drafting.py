@@ -430,12 +430,16 @@ def test_public_names():
 
 
 def test_shared_fields_are_the_metadata_fields_in_order():
-    """A step builds each metadata as DraftAttnMetadata(**shared._asdict(), <the group's own
-    fields by name>): the shared fields are metadata fields, the group's own follow them; the
-    compressed groups' fields, last, default to None and are set on compressed groups only."""
+    """A step builds each metadata with configs.group_metadata, which passes the shared fields
+    as DraftAttnMetadata's leading fields and the group's own after them; the compressed groups'
+    fields, last, default to None and are set on compressed groups only."""
     shared = drafting.configs.SharedFields._fields
     assert shared == tuple(FIELDS[:len(shared)])
     assert FIELDS[len(shared):] == ["sas_metadata", "slot_mapping", "dspark_swa_indices", "dspark_swa_lens", "window",
                                     "qli_metadata", "compress_cos", "compress_sin", "compress_slot_mapping"]
     defaults = {f.name: f.default for f in dataclasses.fields(drafting.DraftAttnMetadata)}
     assert all(defaults[name] is None for name in FIELDS[-4:])
+    values = {name: object() for name in FIELDS[:-4]}
+    made = drafting.configs.group_metadata(drafting.configs.SharedFields(**{name: values[name] for name in shared}),
+                                           **{name: values[name] for name in FIELDS[len(shared):-4]})
+    assert all(getattr(made, name) is values[name] for name in values)

@@ -251,8 +251,8 @@ class DraftAttnMetadata:
 
 
 class SharedFields(NamedTuple):
-    """DraftAttnMetadata's group-invariant fields, named as there (a step builds each group's
-    metadata as DraftAttnMetadata(**shared._asdict(), <the group's own fields by name>))."""
+    """DraftAttnMetadata's group-invariant fields, named and ordered as its leading fields (a
+    step builds each group's metadata with group_metadata)."""
 
     num_decodes: int
     num_prefills: int
@@ -266,6 +266,16 @@ class SharedFields(NamedTuple):
     local_sin: torch.Tensor
     start_pos: torch.Tensor
     seq_lens_cpu: torch.Tensor
+
+
+def group_metadata(shared: SharedFields, *, sas_metadata: torch.Tensor | None, slot_mapping: torch.Tensor,
+                   dspark_swa_indices: torch.Tensor | None, dspark_swa_lens: torch.Tensor | None,
+                   window: tuple[int, int]) -> DraftAttnMetadata:
+    """One group's DraftAttnMetadata: the group-invariant fields, then the group's own by name.
+    SharedFields is DraftAttnMetadata's leading fields in order (tests/layers/test_drafting.py
+    checks it), so they pass as one star-argument: a step builds this for every group, and
+    naming them again there made a dict and bound a dozen keywords per group."""
+    return DraftAttnMetadata(*shared, sas_metadata, slot_mapping, dspark_swa_indices, dspark_swa_lens, window)
 
 
 def checked_draft_index(draft_index: object, num_speculative_tokens: int) -> int:

@@ -20,7 +20,7 @@ from specops.drafting.calls import (
     FORMAT_SLOT_MAPPING_BLOCKS_MULTI,
     set_sas_batch,
 )
-from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, checked_draft_index
+from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, checked_draft_index, group_metadata
 from specops.drafting.invariant import GroupInvariant, check_step_inputs, fingerprint, resolve_invariant, step_inputs
 from specops.drafting.plan import DSparkCall, SasCall, StepBuilder, StepPlan
 
@@ -86,10 +86,9 @@ def build_step(builders: Sequence[StepBuilder], common: CommonDraftInputs, draft
     if dspark_tables:
         _run_dspark(plan.dspark_calls, outputs.dspark_arguments, dspark_tables, invariants)
 
-    # DraftAttnMetadata by name: the group-invariant fields (configs.SharedFields), then the group's own.
-    metadata = [DraftAttnMetadata(**invariants[invariant_slot].shared._asdict(),
-                                  sas_metadata=None if sas_slot is None else sas[sas_slot], slot_mapping=slot_mapping,
-                                  dspark_swa_indices=indices, dspark_swa_lens=lens, window=window)
+    metadata = [group_metadata(invariants[invariant_slot].shared,
+                               sas_metadata=None if sas_slot is None else sas[sas_slot], slot_mapping=slot_mapping,
+                               dspark_swa_indices=indices, dspark_swa_lens=lens, window=window)
                 for slot_mapping, indices, lens, window, invariant_slot, sas_slot in outputs.rows]
     for index in plan.actual_slot_groups:
         metadata[index].slot_mapping = metadata[index].slot_mapping[:common.num_actual_tokens]
