@@ -1,15 +1,14 @@
 """specops._fastpath: every native speed helper beside its plain twin. SPECOPS_FASTPATH=0 selects
 the twins for every user in the package (checked in a fresh process: the switch is read once);
 each pair gives the same results and the same errors, messages included, on usual and odd
-inputs; and no other module of the package reaches the helpers itself."""
+inputs (FastOp and PlainOp: test_fastpath_ops.py); and no other module of the package reaches the
+helpers itself."""
 
 from __future__ import annotations
 
 import ast
-import copy
 import json
 import os
-import re
 import subprocess
 import sys
 import warnings
@@ -19,8 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 import torch
-from op_table import OP_TABLE, OpSpec, get_arg, tensor_keys
-from torch.overrides import TorchFunctionMode
+from twins import Subclass, outcome, same
 
 import specops
 from specops import _fastpath
@@ -117,27 +115,6 @@ def test_no_other_module_reaches_the_helpers():
 
 # --- each pair, outcome for outcome ---------------------------------------------------------------
 
-def _outcome(function, *args, **kwargs):
-    try:
-        return "returned", function(*args, **kwargs)
-    except Exception as error:  # noqa: BLE001  (comparing whatever is raised)
-        return type(error), str(error)
-
-
-def _same(native, plain, *args, compare=None, **kwargs):
-    """Both give the same outcome: equal results (or compare(native's, plain's)), or the same
-    exception type and message."""
-    expected, actual = _outcome(native, *args, **kwargs), _outcome(plain, *args, **kwargs)
-    assert expected[0] == actual[0], (expected, actual)
-    if expected[0] != "returned":
-        assert expected[1] == actual[1]
-    elif compare is not None:
-        compare(expected[1], actual[1])
-    else:
-        assert expected[1] == actual[1]
-    return expected
-
-
 class _Index:
     def __init__(self, value):
         self.value = value
@@ -148,16 +125,12 @@ class _Index:
         return self.value
 
 
-class _Subclass(torch.Tensor):
-    pass
-
-
 class _Once(list):
     """An argument passed as a fresh iterator over these items (a one-pass iterable)."""
 
 
 def _call(function, case: tuple) -> tuple:
-    return _outcome(function, *(iter(value) if isinstance(value, _Once) else value for value in case))
+    return outcome(function, *(iter(value) if isinstance(value, _Once) else value for value in case))
 
 
 def _same_views(native: list, plain: list) -> None:
@@ -187,7 +160,7 @@ def _row_view_cases() -> list[tuple]:
         ((grid, grid[:, 2:], grid[0]), [2, 5, 7, 10, 1, 3]),
         ([grid], (0, 0)),
         ([grid, inference, quantized, trained, torch.nn.Parameter(torch.ones(4))], [1, 2, 0, 6, 2, 5, 1, 4, 0, 4]),
-        ([grid.as_subclass(_Subclass)], [3, 6]),
+        ([grid.as_subclass(Subclass)], [3, 6]),
         (_Once([grid]), _Once([1, 2])),
         ([grid], [np.int64(2), True]),
         ([grid], [torch.tensor(1), _Index(4)]),
@@ -216,7 +189,7 @@ def test_row_views_and_its_twin_agree(case):
 @needs_native
 @pytest.mark.parametrize("args, kwargs", [((), {}), (([],), {}), (([], [], []), {}), (([],), {"bounds": []})])
 def test_row_views_calls_of_the_wrong_shape_agree(args, kwargs):
-    _same(specops._C.row_views, _fastpath.plain_row_views, *args, **kwargs)
+    same(specops._C.row_views, _fastpath.plain_row_views, *args, **kwargs)
 
 
 class _Loud(dict):
@@ -249,14 +222,14 @@ def test_items_and_its_twin_agree(mapping, keys):
     (_MAPPING, 5), (_MAPPING, ["ab"]), ([10, 20], [[1], [0, 1]]),
 ])
 def test_items_each_and_its_twin_agree(mapping, key_lists):
-    _same(specops._C.items_each, _fastpath.plain_items_each, mapping, key_lists)
+    same(specops._C.items_each, _fastpath.plain_items_each, mapping, key_lists)
 
 
 @needs_native
 @pytest.mark.parametrize("function", ["items", "items_each"])
 @pytest.mark.parametrize("args, kwargs", [((), {}), (({},), {}), (({}, [], []), {}), (({}, []), {"x": 1})])
 def test_lookup_calls_of_the_wrong_shape_agree(function, args, kwargs):
-    _same(getattr(specops._C, function), getattr(_fastpath, f"plain_{function}"), *args, **kwargs)
+    same(getattr(specops._C, function), getattr(_fastpath, f"plain_{function}"), *args, **kwargs)
 
 
 def _rows_below_cases() -> list[tuple]:
@@ -267,7 +240,7 @@ def _rows_below_cases() -> list[tuple]:
     return [
         ([long, long[1:], long.t()[0]], 5), ([long, long[2:]], 5), ([long, torch.zeros(())], 0),
         ([long, "short", None, 3], 6), ([long], 7), ([], 5), ((long,), 6), (_Once([long[3:]]), 5),
-        ([long.as_subclass(_Subclass)], 1), ([torch.nn.Parameter(long)], 6), ([long.to_sparse()], 1),
+        ([long.as_subclass(Subclass)], 1), ([torch.nn.Parameter(long)], 6), ([long.to_sparse()], 1),
         ([quantized], 1), ([torch.zeros(5, 0)], 5),
         ([long], True), ([long], np.int64(7)), ([long], _Index(7)), ([long], -(2**63)),
         ([long], "5"), ([long], 5.0), ([long], None), ([long], 2**70), ([long], -(2**70)),
@@ -285,7 +258,7 @@ def test_rows_below_and_its_twin_agree(case):
 @needs_native
 @pytest.mark.parametrize("args, kwargs", [((), {}), (([],), {}), (([], 1, 2), {}), (([],), {"minimum": 1})])
 def test_rows_below_calls_of_the_wrong_shape_agree(args, kwargs):
-    _same(specops._C.rows_below, _fastpath.plain_rows_below, *args, **kwargs)
+    same(specops._C.rows_below, _fastpath.plain_rows_below, *args, **kwargs)
 
 
 class _Pair(NamedTuple):
@@ -298,199 +271,3 @@ def test_new_tuple_and_its_twin_agree():
     fast, plain = tuple.__new__(_Pair, values), _fastpath.plain_new_tuple(_Pair, values)
     assert type(fast) is type(plain) is _Pair and fast.first is plain.first and fast.second is plain.second
     assert _fastpath.plain_new_tuple(_Pair, iter(values)) == plain
-
-
-# --- FastOp and PlainOp -------------------------------------------------------------------------
-
-SLOT_MAPPING = "specops::compute_slot_mapping"
-
-
-def _slot_args(**replace):
-    args = dict(query_start_loc=torch.tensor([0, 2, 3], dtype=torch.int32), positions=torch.tensor([0, 17, 5]),
-                block_table=torch.tensor([[1, 2], [3, 4]], dtype=torch.int32), block_size=16,
-                out=torch.full((5,), 7, dtype=torch.int64), blocks_per_kv_block=1, cp_world_size=1, cp_rank=0,
-                cp_interleave=1, idx_mapping=None, num_tokens_padded=4)
-    args.update(replace)
-    return list(args.values())
-
-
-class _Mode(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
-
-
-def _entries(name: str):
-    generic = getattr(torch.ops.specops, name.split("::")[1]).default._op
-    return specops._C.FastOp(name, generic), _fastpath.PlainOp(name, generic)
-
-
-def _slot_outcome(entry, args, kwargs, mode):
-    """What entry does with the call: out (the fifth argument) afterwards, or the error."""
-    if mode:
-        with _Mode():
-            outcome = _outcome(entry, *args, **kwargs)
-    else:
-        outcome = _outcome(entry, *args, **kwargs)
-    return outcome[0], args[4].tolist() if outcome[0] == "returned" else outcome[1]
-
-
-@needs_native
-@pytest.mark.parametrize("mode", [False, True], ids=["eager", "function-mode"])
-@pytest.mark.parametrize("label, replace", [
-    ("valid", {}), ("numpy int", dict(block_size=np.int64(16))), ("int tensor", dict(block_size=torch.tensor(16))),
-    ("int beyond int64", dict(block_size=2**70)), ("bool for an int", dict(block_size=True)),
-    ("numpy bool for an int", dict(block_size=np.bool_(True))), ("bool tensor for an int", dict(cp_rank=torch.tensor(False))),
-    ("float", dict(block_size=16.0)), ("None for an int", dict(block_size=None)), ("string", dict(cp_rank="0")),
-    ("list for a tensor", dict(positions=[0, 17, 5])), ("None for a tensor", dict(positions=None)),
-    ("string for an optional tensor", dict(idx_mapping="0")), ("subclass", dict(positions=torch.tensor([0, 17, 5])
-                                                                                 .as_subclass(_Subclass))),
-    ("parameter", dict(positions=torch.nn.Parameter(torch.tensor([0.0]), requires_grad=False))),
-    ("bad value", dict(block_size=0)),
-])
-def test_fast_op_and_plain_op_agree_on_every_kind_of_argument(label, replace, mode):
-    fast, plain = _entries(SLOT_MAPPING)
-    assert _slot_outcome(fast, _slot_args(**replace), {}, mode) == _slot_outcome(plain, _slot_args(**replace), {}, mode)
-
-
-@needs_native
-@pytest.mark.parametrize("positional, keywords", [(11, 0), (12, 0), (10, 0), (13, 0), (5, 6), (11, 1)])
-def test_fast_op_and_plain_op_agree_on_the_call_shape(positional, keywords):
-    """The defaulted argument given or not, one missing or too many, keywords: what the generic
-    entry answers (out, the fifth, is always given: the outcome reads it)."""
-    names = [argument.name for argument in torch._C._get_schema(SLOT_MAPPING, "").arguments]
-
-    def call():
-        full = _slot_args() + [None, None]
-        return full[:positional], dict(zip(names[positional:], full[positional:positional + keywords]))
-
-    fast, plain = _entries(SLOT_MAPPING)
-    assert _slot_outcome(fast, *call(), False) == _slot_outcome(plain, *call(), False)
-
-
-FORMAT_MULTI = "specops::format_slot_mapping_blocks_multi"
-
-
-def _format_args(**replace):
-    """format_slot_mapping_blocks_multi's arguments: two groups (tensor lists and an int list)."""
-    args = dict(slot_mappings=[torch.tensor([0, 17, 35]), torch.tensor([5, -1, 9])], block_sizes=[16, 4],
-                num_slots=3, out=[torch.full((3, 2), 7, dtype=torch.int32), torch.full((4, 2), 7, dtype=torch.int32)])
-    args.update(replace)
-    return list(args.values())
-
-
-def _format_outcome(entry, args):
-    outcome = _outcome(entry, *args)
-    return outcome[0], [out.tolist() for out in args[3]] if outcome[0] == "returned" else outcome[1]
-
-
-@needs_native
-@pytest.mark.parametrize("label, replace", [
-    ("valid", {}), ("tuples", dict(block_sizes=(16, 4))), ("numpy ints", dict(block_sizes=[np.int64(16), 4])),
-    ("int tensor in an int list", dict(block_sizes=[16, torch.tensor(4)])),
-    ("bool in an int list", dict(block_sizes=[16, True])), ("float in an int list", dict(block_sizes=[16, 4.0])),
-    ("None in an int list", dict(block_sizes=[None, 4])), ("int for an int list", dict(block_sizes=16)),
-    ("tensor for a tensor list", dict(slot_mappings=torch.zeros(3, dtype=torch.int64))),
-    ("string in a tensor list", dict(slot_mappings=[torch.zeros(3, dtype=torch.int64), "x"])),
-    ("subclass in a tensor list", dict(slot_mappings=[torch.tensor([0, 17, 35]).as_subclass(_Subclass),
-                                                      torch.tensor([5, -1, 9])])),
-    ("list subclass", dict(block_sizes=type("Sizes", (list,), {})([16, 4]))),
-    ("empty lists", dict(slot_mappings=[], block_sizes=[], out=[])), ("bad value", dict(block_sizes=[16, 0])),
-])
-def test_fast_op_and_plain_op_agree_on_list_arguments(label, replace):
-    fast, plain = _entries(FORMAT_MULTI)
-    assert _format_outcome(fast, _format_args(**replace)) == _format_outcome(plain, _format_args(**replace))
-
-
-@needs_native
-@pytest.mark.parametrize("causal", [True, False, 1, 0, None, "True", np.bool_(True), torch.tensor(False),
-                                    torch.tensor([True, False]), torch.tensor(1)])
-def test_fast_op_and_plain_op_agree_on_bool_arguments(causal):
-    fast, plain = _entries("specops::cp_local_max_lens")
-    args = (torch.tensor([0, 3, 4, 9], dtype=torch.int32), torch.tensor([10, 4, 7], dtype=torch.int32), 12, 2, 1,
-            causal)
-    _same(fast, plain, *args)
-
-
-CHECK_POSITIONS = "specops::check_slot_mapping_positions"
-
-
-def _check_positions_args(**replace):
-    """check_slot_mapping_positions' arguments: two tables, their per-group lists (a bool list among them)."""
-    table = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)
-    args = dict(query_start_loc=torch.tensor([0, 2, 3], dtype=torch.int32), positions=torch.tensor([0, 17, 5]),
-                block_tables=[table, table.clone()], idx_mapping=None, block_sizes=[16, 16], blocks_per_kv_block=[1, 1],
-                cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, num_blocks=[], slot_mappings=[])
-    args.update(replace)
-    return list(args.values())
-
-
-@needs_native
-@pytest.mark.parametrize("label, replace", [
-    ("valid", {}), ("tuple", dict(cp_sharded=(True, False))), ("numpy bool", dict(cp_sharded=[np.bool_(True), False])),
-    ("bool tensor", dict(cp_sharded=[torch.tensor(True), False])), ("int in a bool list", dict(cp_sharded=[1, False])),
-    ("None in a bool list", dict(cp_sharded=[None, False])), ("bool for a bool list", dict(cp_sharded=True)),
-    ("short bool list", dict(cp_sharded=[True])),
-])
-def test_fast_op_and_plain_op_agree_on_bool_lists(label, replace):
-    fast, plain = _entries(CHECK_POSITIONS)
-    _same(fast, plain, *_check_positions_args(**replace))
-
-
-@needs_native
-def test_fast_op_and_plain_op_return_alike():
-    fast, plain = _entries("specops::cp_local_max_lens")
-    query_start_loc = torch.tensor([0, 3, 4, 9], dtype=torch.int32)
-    seq_lens = torch.tensor([10, 4, 7], dtype=torch.int32)
-    for args in [(query_start_loc, seq_lens, 12, 2, 1, True), (query_start_loc, None, 9, 4, 0, False),
-                 (query_start_loc, seq_lens, 12, 2, 1, 1), (query_start_loc, seq_lens, 12, 2, 7, True)]:
-        expected = _same(fast, plain, *args)
-        if expected[0] == "returned":
-            assert type(fast(*args)) is type(plain(*args))
-
-
-@needs_native
-@pytest.mark.parametrize("name", ["specops::no_such_op", "no_namespace", "aten::add", "aten::relu", "aten::clone"])
-def test_fast_op_and_plain_op_refuse_the_same_schemas(name):
-    _same(specops._C.FastOp, _fastpath.PlainOp, name, None)
-
-
-def _wrapper_outcome(spec: OpSpec, call: dict, entry):
-    op = OPS[spec.name]
-    saved, op.native_entry = op.native_entry, entry
-    try:
-        with specops.backend("native"):
-            spec.wrapper(**call)
-    except Exception as error:  # noqa: BLE001  (comparing whatever is raised)
-        return type(error), str(error)
-    finally:
-        op.native_entry = saved
-    return {key: get_arg(call, key).clone() for key in tensor_keys(call) if get_arg(call, key).device.type != "meta"}
-
-
-@needs_native
-@pytest.mark.parametrize("spec", OP_TABLE, ids=[s.name for s in OP_TABLE])
-def test_every_wrapper_gives_the_same_outcome_on_either_entry(spec):
-    """Each op's wrapper on its valid call and on its bad ones, once through FastOp and once
-    through PlainOp: the same tensors afterwards, or the same error."""
-    fast, plain = _entries(f"specops::{spec.name}")
-    calls = [spec.valid_call()]
-    for case in spec.metadata_errors() + spec.value_errors():
-        call = spec.valid_call()
-        case.change(call)
-        calls.append(call)
-    for call in calls:
-        twin = copy.deepcopy(call)
-        expected, actual = _wrapper_outcome(spec, call, fast), _wrapper_outcome(spec, twin, plain)
-        if isinstance(expected, tuple):
-            assert expected == actual
-            continue
-        assert isinstance(actual, dict) and expected.keys() == actual.keys(), actual
-        assert all(torch.equal(expected[key], actual[key]) for key in expected)
-
-
-@needs_native
-def test_plain_op_messages_name_the_argument():
-    """The message is FastOp's (tests/tooling/test_fast_call.py holds FastOp to it)."""
-    _, plain = _entries(SLOT_MAPPING)
-    with pytest.raises(ValueError, match=re.escape("idx_mapping must be a tensor or None, got str '0'")):
-        plain(*_slot_args(idx_mapping="0"))
