@@ -11,7 +11,11 @@ import pytest
 import torch
 from drafting_cases import MAX_NUM_TOKENS, SWA, make_builders, make_model
 
+from specops import _fastpath
 
+
+@pytest.mark.skipif(not _fastpath.ENABLED, reason="counts the Python calls the fast path saves: under "
+                    "SPECOPS_FASTPATH=0 the plain twins are Python calls themselves")
 def test_a_new_shape_and_a_later_group_add_few_python_calls():
     """Counted, not timed: a first build at a new batch shape makes its views in one native
     call per kind (no Python slicing), and a later group that shares everything adds its row,
