@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 
 COMPRESSOR_METADATA = OPS["compressor_metadata"]
+COMPRESSOR_METADATA_MULTI = OPS["compressor_metadata_multi"]
 DSPARK_SWA_INDICES_MULTI = OPS["dspark_swa_indices_multi"]
 FORMAT_SLOT_MAPPING_BLOCKS_MULTI = OPS["format_slot_mapping_blocks_multi"]
 KV_QUANT_SAS_METADATA = OPS["kv_quant_sas_metadata"]
@@ -46,6 +47,7 @@ DSparkArguments = _schema_arguments(DSPARK_SWA_INDICES_MULTI)
 KvQuantSasArguments = _schema_arguments(KV_QUANT_SAS_METADATA)
 IndexerArguments = _schema_arguments(LIGHTNING_INDEXER_METADATA)
 CompressorArguments = _schema_arguments(COMPRESSOR_METADATA)
+CompressorMultiArguments = _schema_arguments(COMPRESSOR_METADATA_MULTI)
 # Positions of each argument, by name.
 FORMAT = FormatArguments(*range(len(FormatArguments._fields)))
 SAS = SasMetadataArguments(*range(len(SasMetadataArguments._fields)))
@@ -53,6 +55,7 @@ DSPARK = DSparkArguments(*range(len(DSparkArguments._fields)))
 KV_QUANT_SAS = KvQuantSasArguments(*range(len(KvQuantSasArguments._fields)))
 QLI = IndexerArguments(*range(len(IndexerArguments._fields)))
 COMPRESSOR = CompressorArguments(*range(len(CompressorArguments._fields)))
+COMPRESSOR_MULTI = CompressorMultiArguments(*range(len(CompressorMultiArguments._fields)))
 
 # The A5 schedule's kv_quant_mode as vllm-ascend's A5 DeviceOperator passes it to the metadata op.
 A5_KV_QUANT_MODE = 1

@@ -1,5 +1,5 @@
 """DraftLoopPlan: the whole draft loop of a chain-drafting step (MTP, Eagle: one draft per pass)
-with one host plan and one device launch (docs/draft_loop.md).
+with one host plan and one device launch, two with compressed groups (docs/draft_loop.md).
 
 In chain drafting the metadata of passes 2..K depends only on the state after the target step
 (each request's position and seq_len after rejection, the tables, max_model_len), never on a
@@ -10,7 +10,8 @@ draft token: p_k = p_1 + k - 1 and seq_k by the reset or clamp rule. So a step i
     plan.advance_all(query_start_loc, token_indices, num_rejected_tokens, idx_mapping)
         device only: one advance_draft_steps launch (one more per 4 groups past 4) writes every
         pass's positions, seq_lens, every group's slots and formatted pairs, the CP-split rows and
-        the RoPE rows; the compressed groups' compressor rows one compressor_metadata each
+        the RoPE rows; one compressor_metadata_multi launch (one more per 4 compressed groups
+        past 4) every compressed group's compressor rows of every pass
     plan.metadata(k)
         pass k's DraftAttnMetadata per builder, views of pass k's own buffers
 
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from specops.drafting.calls import COMPRESSOR, COMPRESSOR_METADATA
+from specops.drafting.calls import COMPRESSOR_METADATA_MULTI, COMPRESSOR_MULTI, CompressorMultiArguments
 from specops.drafting.compressed import compressor_format, rope_halves, row_bound
 from specops.drafting.configs import SLOT_MAPPING_FORMATS, DraftAttnMetadata, checked_draft_index
 from specops.drafting.loop_schedules import LoopSchedules, PassHost, local_lengths, split_of
@@ -115,8 +116,7 @@ class DraftLoopPlan:
         self.schedules = LoopSchedules(setups, num_steps, self.max_num_reqs, self.device, shared_schedule)
         self.seq_lens_cpu = torch.zeros((num_steps, self.max_num_reqs), dtype=torch.int32)
         self.half = model.rope_cos_sin_cache.size(1) // 2
-        self._compressed = [_CompressedGroup(i, setup, num_steps, self.max_num_tokens, self.max_num_reqs)
-                            for i, setup in enumerate(setups) if setup.group.compress_ratio > 1]
+        self._compressor = _CompressorRows(setups, self)
         self._passes: list[PassHost] = []
         self._num_reqs = 0
         self._views: dict[tuple, list[DraftAttnMetadata]] = {}
@@ -217,8 +217,7 @@ class DraftLoopPlan:
         arguments[3], arguments[4], arguments[5] = token_indices, num_rejected_tokens, idx_mapping
         _DRAFT_STEPS.select()(*arguments)
         arguments[1], arguments[2] = self.mappings.positions, self.mappings.seq_lens
-        for compressed in self._compressed:
-            compressed.run(self, self._passes, self._num_reqs)
+        self._compressor.run(self._num_reqs)
 
     # ------------------------------------------------------------------ the metadata
 
@@ -282,62 +281,53 @@ class DraftLoopPlan:
             if setup.group.compress_ratio == 4:
                 meta.qli_metadata = schedules.view(k + 1, schedules.qli_slot)
             metas.append(meta)
-        for compressed in self._compressed:
-            meta = metas[compressed.index]
-            rows = row_bound(tokens, num_reqs, compressed.ratio)
-            meta.compress_cos, meta.compress_sin = compressed.cos[k, :rows], compressed.sin[k, :rows]
-            meta.compress_slot_mapping = compressed.slots[k, :rows]
+        compressor = self._compressor
+        for j, index in enumerate(compressor.index):
+            meta = metas[index]
+            rows = row_bound(tokens, num_reqs, compressor.ratios[j])
+            meta.compress_cos, meta.compress_sin = compressor.cos[j][k, :rows], compressor.sin[j][k, :rows]
+            meta.compress_slot_mapping = compressor.slots[j][k, :rows]
         return metas
 
 
-class _CompressedGroup:
-    """A compressed group's compressor rows per pass: one compressor_metadata launch a pass,
-    from the pass's device query starts and start positions (exact values, no host copy)."""
+class _CompressorRows:
+    """Every compressed group's compressor rows of every pass, one compressor_metadata_multi
+    launch (one per 4 compressed groups) from the passes' device query starts and start
+    positions, which advance_draft_steps wrote just before on the same stream: exact values, no
+    host copy. Each group's buffers hold row k - 1 for pass k and are written whole (the valid
+    rows, then the invalid fill rows), so the argument list is fixed but for the request count."""
 
-    def __init__(self, index: int, setup: GroupSetup, num_steps: int, max_num_tokens: int, max_num_reqs: int):
-        model, group = setup.model, setup.group
-        self.index, self.name, self.ratio = index, group.name, group.compress_ratio
-        rope_cos, rope_sin = rope_halves(model, self.ratio)
-        rows = max(row_bound(max_num_tokens, max_num_reqs, self.ratio), max_num_reqs)
-        device = setup.device
-        self.cos = torch.ones((num_steps, rows, 1, 1, rope_cos.size(1)), dtype=rope_cos.dtype, device=device)
-        self.sin = torch.zeros_like(self.cos)
-        slot_format = compressor_format(setup.platform)
-        self.slots = torch.full((num_steps, rows) if slot_format == FORMAT_FLAT else (num_steps, rows, 2), -1,
-                                dtype=torch.int32, device=device)
-        self.arguments = [None] * len(COMPRESSOR)
-        self.arguments[COMPRESSOR.rope_cos], self.arguments[COMPRESSOR.rope_sin] = rope_cos, rope_sin
-        self.arguments[COMPRESSOR.kv_block_size] = group.storage_block_size
-        self.arguments[COMPRESSOR.slot_mapping_format] = slot_format
-        self.arguments[COMPRESSOR.compress_ratio] = self.ratio
-        self.by_shape: dict[tuple[int, int], list[list]] = {}
-
-    def run(self, plan: DraftLoopPlan, passes: list[PassHost], num_reqs: int) -> None:
-        key = (num_reqs, passes[0].num_tokens)
-        calls = self.by_shape.get(key)
-        if calls is None:
-            calls = self.by_shape[key] = self._calls(plan, passes, num_reqs)
-        launch = COMPRESSOR_METADATA.select()
-        for arguments in calls:
-            launch(*arguments)
-
-    def _calls(self, plan: DraftLoopPlan, passes: list[PassHost], num_reqs: int) -> list[list]:
-        """Each pass's argument list at one (R, T1): views made once per shape."""
-        if len(self.by_shape) >= 64:
-            self.by_shape.clear()
-        buffers, calls = plan.buffers, []
-        table = plan.mappings.block_tables_by_name[self.name][:num_reqs]
-        for k, host in enumerate(passes):
-            rows = row_bound(host.num_tokens, num_reqs, self.ratio)
-            if rows == 0:
+    def __init__(self, setups: Sequence[GroupSetup], plan: DraftLoopPlan):
+        self.index, cos, sin, slots, by_ratio = [], [], [], [], []
+        tables, block_sizes, formats, ratios = [], [], [], []
+        num_steps, buffers = plan.num_steps, plan.buffers
+        for index, setup in enumerate(setups):
+            model, group = setup.model, setup.group
+            ratio = group.compress_ratio
+            if ratio <= 1:
                 continue
-            arguments = list(self.arguments)
-            arguments[COMPRESSOR.kv_block_table] = table
-            arguments[COMPRESSOR.num_reqs_actual] = num_reqs
-            arguments[COMPRESSOR.cu_seqlens] = buffers.query_start_loc[k, :num_reqs + 1]
-            arguments[COMPRESSOR.start_pos] = buffers.start_pos[k, :num_reqs]
-            arguments[COMPRESSOR.compress_cos] = self.cos[k, :rows]
-            arguments[COMPRESSOR.compress_sin] = self.sin[k, :rows]
-            arguments[COMPRESSOR.slot_mapping] = self.slots[k, :rows]
-            calls.append(arguments)
-        return calls
+            rope_cos, rope_sin = rope_halves(model, ratio)
+            rows = max(row_bound(plan.max_num_tokens, plan.max_num_reqs, ratio), plan.max_num_reqs)
+            slot_format = compressor_format(setup.platform)
+            self.index.append(index)
+            by_ratio.append((rope_cos, rope_sin))
+            cos.append(torch.ones((num_steps, rows, 1, 1, rope_cos.size(1)), dtype=rope_cos.dtype,
+                                  device=setup.device))
+            sin.append(torch.zeros_like(cos[-1]))
+            slots.append(torch.full((num_steps, rows) if slot_format == FORMAT_FLAT else (num_steps, rows, 2), -1,
+                                    dtype=torch.int32, device=setup.device))
+            tables.append(plan.mappings.block_tables_by_name[group.name])
+            block_sizes.append(group.storage_block_size)
+            formats.append(slot_format)
+            ratios.append(ratio)
+        self.cos, self.sin, self.slots, self.ratios = cos, sin, slots, ratios
+        self.arguments = list(CompressorMultiArguments(
+            rope_cos=[pair[0] for pair in by_ratio], rope_sin=[pair[1] for pair in by_ratio],
+            cu_seqlens=buffers.query_start_loc, start_pos=buffers.start_pos, kv_block_tables=tables,
+            kv_block_sizes=block_sizes, slot_mapping_formats=formats, compress_ratios=ratios, num_reqs_actual=0,
+            compress_cos=cos, compress_sin=sin, slot_mappings=slots))
+
+    def run(self, num_reqs: int) -> None:
+        if self.index:
+            self.arguments[COMPRESSOR_MULTI.num_reqs_actual] = num_reqs
+            COMPRESSOR_METADATA_MULTI.select()(*self.arguments)
