@@ -1,0 +1,100 @@
+"""compressor_metadata_multi: compressor_metadata for every compressed group and every draft pass
+of a draft-loop step in one op call (one launch on a device for up to four groups)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specops.ops._checks import check_outputs_alias_nothing, check_tensor, checked_tensor_list, ints_per_group
+from specops.ops._op import SpecOp
+from specops.ops.compressor_metadata import GroupNames, check_group, check_num_reqs
+from specops.reference.compressor_metadata_multi import compressor_metadata_multi as _reference
+
+_LISTS = ("rope_sin", "kv_block_tables", "kv_block_sizes", "slot_mapping_formats", "compress_ratios", "compress_cos",
+          "compress_sin", "slot_mappings")
+
+
+def _check(rope_cos: Sequence[torch.Tensor], rope_sin: Sequence[torch.Tensor], cu_seqlens: torch.Tensor,
+           start_pos: torch.Tensor, kv_block_tables: Sequence[torch.Tensor], kv_block_sizes: Sequence[int],
+           slot_mapping_formats: Sequence[int], compress_ratios: Sequence[int], num_reqs_actual: int,
+           compress_cos: Sequence[torch.Tensor], compress_sin: Sequence[torch.Tensor],
+           slot_mappings: Sequence[torch.Tensor]) -> None:
+    """Mirrors csrc/cpu/compressor_metadata_multi.cpp (metadata only): compressor_metadata's
+    checks for every group, naming the group's entry (kv_block_tables[1])."""
+    num_groups = len(rope_cos)
+    lists = (rope_sin, kv_block_tables, kv_block_sizes, slot_mapping_formats, compress_ratios, compress_cos,
+             compress_sin, slot_mappings)
+    for name, values in zip(_LISTS, lists):
+        if len(values) != num_groups:
+            raise ValueError(f"{name} must have one entry per group (len(rope_cos) = {num_groups}), got {len(values)}")
+    check_tensor(cu_seqlens, "cu_seqlens", [torch.int32], 2)
+    device = cu_seqlens.device
+    check_tensor(start_pos, "start_pos", [torch.int32], 2, device, "cu_seqlens")
+    steps = cu_seqlens.shape[0]
+    if start_pos.shape[0] != steps:
+        raise ValueError(f"start_pos must have cu_seqlens's S = {steps} rows, got {start_pos.shape[0]}")
+    check_num_reqs(cu_seqlens, start_pos, num_reqs_actual)
+    for g in range(num_groups):
+        check_group(rope_cos[g], rope_sin[g], kv_block_tables[g], kv_block_sizes[g], slot_mapping_formats[g],
+                    compress_ratios[g], num_reqs_actual, compress_cos[g], compress_sin[g], slot_mappings[g],
+                    GroupNames.of_group(g), steps, None if g == 0 else [rope_cos[0].dtype], device, "cu_seqlens")
+    # Every output is written once, and every input is read while outputs are written.
+    outputs, inputs = [], [(cu_seqlens, "cu_seqlens"), (start_pos, "start_pos")]
+    for g in range(num_groups):
+        outputs += [(compress_cos[g], f"compress_cos[{g}]"), (compress_sin[g], f"compress_sin[{g}]"),
+                    (slot_mappings[g], f"slot_mappings[{g}]")]
+        inputs += [(rope_cos[g], f"rope_cos[{g}]"), (rope_sin[g], f"rope_sin[{g}]"),
+                   (kv_block_tables[g], f"kv_block_tables[{g}]")]
+    check_outputs_alias_nothing(outputs, inputs)
+
+
+_OP = SpecOp("compressor_metadata_multi", _check, _reference)
+
+
+def compressor_metadata_multi(
+    rope_cos: Sequence[torch.Tensor],
+    rope_sin: Sequence[torch.Tensor],
+    cu_seqlens: torch.Tensor,
+    start_pos: torch.Tensor,
+    kv_block_tables: Sequence[torch.Tensor],
+    kv_block_sizes: int | Sequence[int],
+    slot_mapping_formats: int | Sequence[int],
+    compress_ratios: int | Sequence[int],
+    num_reqs_actual: int,
+    *,
+    compress_cos: Sequence[torch.Tensor],
+    compress_sin: Sequence[torch.Tensor],
+    slot_mappings: Sequence[torch.Tensor],
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """compressor_metadata for G groups and S steps in one call. For every group g and step s,
+    compress_cos[g][s], compress_sin[g][s] and slot_mappings[g][s] get exactly what
+    compressor_metadata(rope_cos[g], rope_sin[g], cu_seqlens[s], start_pos[s], kv_block_tables[g],
+    kv_block_sizes[g], slot_mapping_formats[g], compress_ratios[g], N_g, num_reqs_actual) writes:
+    the rows of the compression groups each request completes, then fill rows (cos 1, sin 0,
+    slot -1 or (-1, block size - 1)) up to N_g.
+
+    cu_seqlens, start_pos: int32 [S, >= num_reqs_actual + 1] and [S, >= num_reqs_actual], row s
+    step s's query_start_loc and start positions (rows of larger buffers allowed: a row stride,
+    the last dimension contiguous). Per group (lists of G entries; G = 0 writes nothing):
+    rope_cos / rope_sin float [max_pos_g, D_g], one dtype for every group; kv_block_tables int32
+    [>= num_reqs_actual, W_g] (a row stride allowed); kv_block_sizes, slot_mapping_formats (1 flat,
+    2 (block, offset)) and compress_ratios: one per group or one int for all. Outputs, all given,
+    no two sharing memory and none an input's memory: compress_cos / compress_sin contiguous
+    [S, N_g, 1, 1, D_g] in the RoPE dtype; slot_mappings contiguous int32 [S, N_g] (format 1) or
+    [S, N_g, 2] (format 2). Returns the three output lists.
+    """
+    rope_cos = checked_tensor_list(rope_cos, "rope_cos")
+    num_groups = len(rope_cos)
+    rope_sin = checked_tensor_list(rope_sin, "rope_sin")
+    kv_block_tables = checked_tensor_list(kv_block_tables, "kv_block_tables")
+    kv_block_sizes = ints_per_group(kv_block_sizes, num_groups, "kv_block_sizes")
+    slot_mapping_formats = ints_per_group(slot_mapping_formats, num_groups, "slot_mapping_formats")
+    compress_ratios = ints_per_group(compress_ratios, num_groups, "compress_ratios")
+    compress_cos = checked_tensor_list(compress_cos, "compress_cos")
+    compress_sin = checked_tensor_list(compress_sin, "compress_sin")
+    slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
+    _OP.select()(rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_tables, kv_block_sizes, slot_mapping_formats,
+                 compress_ratios, num_reqs_actual, compress_cos, compress_sin, slot_mappings)
+    return compress_cos, compress_sin, slot_mappings
