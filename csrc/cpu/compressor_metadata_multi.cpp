@@ -88,7 +88,8 @@ void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin,
   const size_t num_groups = rope_cos.size();
   for (const auto& [values, name] :
        {std::pair{rope_sin.size(), "rope_sin"}, std::pair{kv_block_tables.size(), "kv_block_tables"},
-        std::pair{kv_block_sizes.size(), "kv_block_sizes"}, std::pair{slot_mapping_formats.size(), "slot_mapping_formats"},
+        std::pair{kv_block_sizes.size(), "kv_block_sizes"},
+        std::pair{slot_mapping_formats.size(), "slot_mapping_formats"},
         std::pair{compress_ratios.size(), "compress_ratios"}, std::pair{compress_cos.size(), "compress_cos"},
         std::pair{compress_sin.size(), "compress_sin"}, std::pair{slot_mappings.size(), "slot_mappings"}}) {
     TORCH_CHECK_VALUE(values == num_groups, name, " must have one entry per group (len(rope_cos) = ", num_groups,
@@ -136,7 +137,8 @@ void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin,
                    compress_ratios[g], num_reqs_actual, cos.size(0), slot_mapping_formats[g]},
         static_cast<const unsigned char*>(cos.data_ptr()), static_cast<const unsigned char*>(rope_sin[g].data_ptr()),
         cos.stride(0) * element, cos.size(1) * element, nullptr, nullptr, compress_cos[g].size(1),
-        static_cast<unsigned char*>(compress_cos[g].data_ptr()), static_cast<unsigned char*>(compress_sin[g].data_ptr()),
+        static_cast<unsigned char*>(compress_cos[g].data_ptr()),
+        static_cast<unsigned char*>(compress_sin[g].data_ptr()),
         slot_mappings[g].data_ptr<int32_t>()};
   }
   for (size_t g = 0; g < num_groups; ++g) {  // the fills no longer move

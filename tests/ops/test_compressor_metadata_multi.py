@@ -102,7 +102,8 @@ def calls(draw):
         dim, fmt = draw(st.sampled_from([1, 2, 4, 8])), draw(st.sampled_from([FLAT, PAIRS]))
         wide = torch.randint(-1, 50, (max(reqs, 1) + 1, draw(st.integers(0, 8)) + 2), generator=generator).to(I32)
         groups.append(dict(rope=_rope(draw(st.integers(1, 1100)), dim, dtype), table=wide[:max(reqs, 1), 1:-1],
-                           block_size=draw(st.sampled_from([1, 16, 128])), fmt=fmt, ratio=draw(st.sampled_from([4, 128])),
+                           block_size=draw(st.sampled_from([1, 16, 128])), fmt=fmt,
+                           ratio=draw(st.sampled_from([4, 128])),
                            out=_outputs(steps, draw(st.integers(0, 50)), dim, fmt, dtype)))
     return _call(groups, cu[:, :reqs + 1 + draw(st.integers(0, 2))], start[:, :reqs + draw(st.integers(0, 2))], reqs)
 
@@ -245,7 +246,8 @@ BAD_INPUTS = [
     (r"slot_mappings\[3\] must not share memory with kv_block_tables\[0\]",
      _shared_storage("slot_mappings", "kv_block_tables")),
     (r"compress_sin\[3\] must not share memory with rope_cos\[2\]", _shared_storage("compress_sin", "rope_cos", 3, 2)),
-    (r"slot_mappings\[3\] must not share memory with cu_seqlens", _shared_storage("slot_mappings", "cu_seqlens", 3, None)),
+    (r"slot_mappings\[3\] must not share memory with cu_seqlens",
+     _shared_storage("slot_mappings", "cu_seqlens", 3, None)),
 ]
 
 

@@ -58,14 +58,15 @@ def _dtype(t: torch.Tensor) -> str:
 
 
 def check_group(rope_cos: torch.Tensor, rope_sin: torch.Tensor, kv_block_table: torch.Tensor, kv_block_size: int,
-                slot_mapping_format: int, compress_ratio: int, num_reqs_actual: int, compress_cos: torch.Tensor,
-                compress_sin: torch.Tensor, slot_mapping: torch.Tensor, names: GroupNames = SINGLE,
+                slot_mapping_format: int, compress_ratio: int, compress_cos: torch.Tensor, compress_sin: torch.Tensor,
+                slot_mapping: torch.Tensor, names: GroupNames = SINGLE,
                 steps: int | None = None, rope_dtypes: list[torch.dtype] | None = None,
                 device: torch.device | None = None, device_of: str = "rope_cos") -> None:
-    """One group's metadata: compressor_metadata's own check, and compressor_metadata_multi's for
-    group g (names: GroupNames.of_group(g); steps: S, the leading dimension of its outputs;
-    rope_dtypes: rope_cos[0]'s dtype; device: the call's). Mirrors csrc/cpu/compressor_metadata.cpp
-    and csrc/cpu/compressor_metadata_multi.cpp."""
+    """One group's metadata but its table's rows (check_table_rows, after num_reqs_actual's own
+    checks): compressor_metadata's, and compressor_metadata_multi's for group g (names:
+    GroupNames.of_group(g); steps: S, the leading dimension of its outputs; rope_dtypes:
+    rope_cos[0]'s dtype; device: the call's). Mirrors csrc/cpu/compressor_metadata.cpp and
+    csrc/cpu/compressor_metadata_multi.cpp."""
     n = names
     check_tensor(rope_cos, n.rope_cos, rope_dtypes or _FLOATS, 2, device, device_of)
     device = rope_cos.device if device is None else device
@@ -110,8 +111,11 @@ def check_group(rope_cos: torch.Tensor, rope_sin: torch.Tensor, kv_block_table: 
         check_positive(value, name)
         if value > INT32_MAX:
             raise ValueError(f"{name} must fit int32, got {value}")
-    if kv_block_table.shape[0] < max(num_reqs_actual, 0):
-        raise ValueError(f"{n.kv_block_table} must have at least num_reqs_actual = {num_reqs_actual} rows, got "
+
+
+def check_table_rows(kv_block_table: torch.Tensor, name: str, num_reqs_actual: int) -> None:
+    if kv_block_table.shape[0] < num_reqs_actual:
+        raise ValueError(f"{name} must have at least num_reqs_actual = {num_reqs_actual} rows, got "
                          f"{kv_block_table.shape[0]}")
 
 
@@ -132,12 +136,13 @@ def _check(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqlens: torch.Ten
            num_reqs_actual: int, compress_cos: torch.Tensor, compress_sin: torch.Tensor,
            slot_mapping: torch.Tensor) -> None:
     """Mirrors csrc/cpu/compressor_metadata.cpp."""
-    check_group(rope_cos, rope_sin, kv_block_table, kv_block_size, slot_mapping_format, compress_ratio,
-                num_reqs_actual, compress_cos, compress_sin, slot_mapping)
+    check_group(rope_cos, rope_sin, kv_block_table, kv_block_size, slot_mapping_format, compress_ratio, compress_cos,
+                compress_sin, slot_mapping)
     device = rope_cos.device
     check_tensor(cu_seqlens, "cu_seqlens", [torch.int32], 1, device, "rope_cos")
     check_tensor(start_pos, "start_pos", [torch.int32], 1, device, "rope_cos")
     check_num_reqs(cu_seqlens, start_pos, num_reqs_actual)
+    check_table_rows(kv_block_table, "kv_block_table", num_reqs_actual)
     check_outputs_alias_nothing(
         [(compress_cos, "compress_cos"), (compress_sin, "compress_sin"), (slot_mapping, "slot_mapping")],
         [(rope_cos, "rope_cos"), (rope_sin, "rope_sin"), (cu_seqlens, "cu_seqlens"), (start_pos, "start_pos"),

@@ -9,7 +9,7 @@ import torch
 
 from specops.ops._checks import check_outputs_alias_nothing, check_tensor, checked_tensor_list, ints_per_group
 from specops.ops._op import SpecOp
-from specops.ops.compressor_metadata import GroupNames, check_group, check_num_reqs
+from specops.ops.compressor_metadata import GroupNames, check_group, check_num_reqs, check_table_rows
 from specops.reference.compressor_metadata_multi import compressor_metadata_multi as _reference
 
 _LISTS = ("rope_sin", "kv_block_tables", "kv_block_sizes", "slot_mapping_formats", "compress_ratios", "compress_cos",
@@ -38,8 +38,9 @@ def _check(rope_cos: Sequence[torch.Tensor], rope_sin: Sequence[torch.Tensor], c
     check_num_reqs(cu_seqlens, start_pos, num_reqs_actual)
     for g in range(num_groups):
         check_group(rope_cos[g], rope_sin[g], kv_block_tables[g], kv_block_sizes[g], slot_mapping_formats[g],
-                    compress_ratios[g], num_reqs_actual, compress_cos[g], compress_sin[g], slot_mappings[g],
+                    compress_ratios[g], compress_cos[g], compress_sin[g], slot_mappings[g],
                     GroupNames.of_group(g), steps, None if g == 0 else [rope_cos[0].dtype], device, "cu_seqlens")
+        check_table_rows(kv_block_tables[g], f"kv_block_tables[{g}]", num_reqs_actual)
     # Every output is written once, and every input is read while outputs are written.
     outputs, inputs = [], [(cu_seqlens, "cu_seqlens"), (start_pos, "start_pos")]
     for g in range(num_groups):
