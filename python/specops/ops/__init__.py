@@ -30,7 +30,7 @@ from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
 from specops.ops.sparse_attn_sharedkv_metadata_host import sparse_attn_sharedkv_metadata_host
 from specops.ops.store_kv_block_metadata import StoreKvBlockGroups, store_kv_block_metadata
 from specops.ops.compressor_metadata import CompressorMetadata, compressor_metadata
-from specops.ops.compressor_metadata_multi import compressor_metadata_multi
+from specops.ops.compressor_metadata_multi import CompressorMetadataMulti, compressor_metadata_multi
 # docs/pcp.md: prefill context parallelism
 from specops.ops.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings
 from specops.ops.pcp_local_inputs import PCPLocalInputs, pcp_local_inputs
@@ -69,6 +69,7 @@ __all__ = [
     "expand_parallel_draft_inputs",
     # the rest of the DSA metadata family
     "CompressorMetadata",
+    "CompressorMetadataMulti",
     "StoreKvBlockGroups",
     "compressor_metadata",
     "compressor_metadata_multi",

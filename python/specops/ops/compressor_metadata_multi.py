@@ -4,6 +4,7 @@ of a draft-loop step in one op call (one launch on a device for up to four group
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -11,6 +12,12 @@ from specops.ops._checks import check_outputs_alias_nothing, check_tensor, check
 from specops.ops._op import SpecOp
 from specops.ops.compressor_metadata import GroupNames, check_group, check_num_reqs, check_table_rows
 from specops.reference.compressor_metadata_multi import compressor_metadata_multi as _reference
+
+class CompressorMetadataMulti(NamedTuple):
+    compress_cos: list[torch.Tensor]  # per group [S, N_g, 1, 1, D_g]
+    compress_sin: list[torch.Tensor]
+    slot_mappings: list[torch.Tensor]  # per group int32 [S, N_g] (format 1) or [S, N_g, 2] (format 2)
+
 
 _LISTS = ("rope_sin", "kv_block_tables", "kv_block_sizes", "slot_mapping_formats", "compress_ratios", "compress_cos",
           "compress_sin", "slot_mappings")
@@ -68,7 +75,7 @@ def compressor_metadata_multi(
     compress_cos: Sequence[torch.Tensor],
     compress_sin: Sequence[torch.Tensor],
     slot_mappings: Sequence[torch.Tensor],
-) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+) -> CompressorMetadataMulti:
     """compressor_metadata for G groups and S steps in one call. For every group g and step s,
     compress_cos[g][s], compress_sin[g][s] and slot_mappings[g][s] get exactly what
     compressor_metadata(rope_cos[g], rope_sin[g], cu_seqlens[s], start_pos[s], kv_block_tables[g],
@@ -84,7 +91,7 @@ def compressor_metadata_multi(
     2 (block, offset)) and compress_ratios: one per group or one int for all. Outputs, all given,
     no two sharing memory and none an input's memory: compress_cos / compress_sin contiguous
     [S, N_g, 1, 1, D_g] in the RoPE dtype; slot_mappings contiguous int32 [S, N_g] (format 1) or
-    [S, N_g, 2] (format 2). Returns the three output lists.
+    [S, N_g, 2] (format 2). Returns the three output lists, named.
     """
     rope_cos = checked_tensor_list(rope_cos, "rope_cos")
     num_groups = len(rope_cos)
@@ -98,4 +105,4 @@ def compressor_metadata_multi(
     slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
     _OP.select()(rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_tables, kv_block_sizes, slot_mapping_formats,
                  compress_ratios, num_reqs_actual, compress_cos, compress_sin, slot_mappings)
-    return compress_cos, compress_sin, slot_mappings
+    return CompressorMetadataMulti(compress_cos, compress_sin, slot_mappings)
