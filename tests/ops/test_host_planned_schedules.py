@@ -12,8 +12,6 @@ staging's reuse on a device.
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 from device_stand_in import DeviceRead, DeviceStandIn, device_words, on_device
@@ -46,15 +44,6 @@ def staging(monkeypatch) -> list[torch.Tensor]:
 
     monkeypatch.setattr(_sas_family, "pinned_words", recorded)
     return blocks
-
-
-@pytest.fixture
-def launched(monkeypatch) -> list[str]:
-    calls: list[str] = []
-    modules = {name: importlib.import_module(f"specops.triton_kernels.{name}") for name in FAMILY}
-    for name, module in modules.items():
-        monkeypatch.setattr(module, "launch_schedule", lambda *args, name=name, **kwargs: calls.append(name))
-    return calls
 
 
 def _host_words(name: str, call: dict) -> torch.Tensor:

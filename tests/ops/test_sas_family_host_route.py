@@ -21,17 +21,6 @@ FAMILY = ("sas_metadata", "kv_quant_sas_metadata", "lightning_indexer_metadata")
 SPECS = {op.name: op for op in OP_TABLE if op.name in FAMILY}
 
 
-@pytest.fixture
-def launched(monkeypatch) -> list[str]:
-    """The names of the members whose launcher reached the family's kernel launch."""
-    calls: list[str] = []
-    # Every launcher imported before any is patched: the members import launch_schedule by name.
-    modules = {name: importlib.import_module(f"specops.triton_kernels.{name}") for name in FAMILY}
-    for name, module in modules.items():
-        monkeypatch.setattr(module, "launch_schedule", lambda *args, name=name, **kwargs: calls.append(name))
-    return calls
-
-
 def _clone(call: dict) -> dict:
     return {key: value.clone() if isinstance(value, torch.Tensor) else value for key, value in call.items()}
 
