@@ -25,6 +25,14 @@ TORCH_LIBRARY(specops, m) {
   m.def(
       "gather_block_tables(Tensor src_block_table, Tensor num_blocks, Tensor idx_mapping, Tensor(a!) out, "
       "int num_reqs_padded, Tensor? num_computed_tokens, int sliding_window_reach, int block_size) -> ()");
+  // gather_block_tables of every KV-cache group in one call (one launch on a device): group g
+  // gathers src_block_tables[g] (num_blocks[g], sliding_window_reach[g], block_sizes[g]; a block
+  // size of 0 stands for None) into out[g]; the groups share idx_mapping, num_reqs_padded and
+  // num_computed_tokens.
+  m.def(
+      "gather_block_tables_multi(Tensor[] src_block_tables, Tensor[] num_blocks, Tensor idx_mapping, "
+      "Tensor(a!)[] out, int num_reqs_padded, Tensor? num_computed_tokens, int[] sliding_window_reach, "
+      "int[] block_sizes) -> ()");
   m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
 
   // docs/sas_metadata.md

@@ -392,13 +392,12 @@ ALLOCATION_SIZES: dict[str, dict[str, tuple[object, ...]]] = {
     "dspark_swa_indices": {"width": PAST_INT32},
     "dspark_swa_indices_multi": {"widths": PAST_INT32},
 }
-# Ops that allocate nothing (every output given), or only from the sizes of tensors that exist
-# (a copy's worth) or a fixed size (the schedules' 1024 words).
-ALLOCATES_FROM_NO_ARGUMENT = {"gather_block_tables", "apply_staged_writes", "correct_num_computed_tokens",
-                              "correct_optimistic_seq_lens", "post_update_after_sampling", "dcp_local_seq_lens",
-                              "format_slot_mapping_blocks", "cp_local_metadata", "store_kv_block_metadata",
-                              "sas_metadata", "kv_quant_sas_metadata", "lightning_indexer_metadata",
-                              "compressor_metadata_multi"}
+# Ops that allocate nothing, or only from the sizes of tensors that exist or a fixed size (the schedules' 1024 words).
+ALLOCATES_FROM_NO_ARGUMENT = {"gather_block_tables", "gather_block_tables_multi", "apply_staged_writes",
+                              "correct_num_computed_tokens", "correct_optimistic_seq_lens", "dcp_local_seq_lens",
+                              "post_update_after_sampling", "format_slot_mapping_blocks", "cp_local_metadata",
+                              "store_kv_block_metadata", "sas_metadata", "kv_quant_sas_metadata",
+                              "lightning_indexer_metadata", "compressor_metadata_multi"}
 SIZE_CASES = [(spec, name, value) for spec in OP_TABLE for name, values in ALLOCATION_SIZES.get(spec.name, {}).items()
               for value in values]
 

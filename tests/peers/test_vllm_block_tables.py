@@ -203,6 +203,46 @@ def test_the_ops_agree_with_vllm_on_every_backend():
                 assert slots.tolist() == their_slots[g][: step["num_tokens_padded"]].tolist(), f"{backend} group {g}"
 
 
+def test_every_groups_gather_in_one_call_agrees_with_vllm_bitwise():
+    """gather_block_tables_multi against vLLM's one-launch gather of every group: three groups (a
+    full one, a sliding-window one of reach 20, a narrow one), random batches with -1 rows and
+    padding, both starting from the same dirty buffers. Every group's whole buffer is bitwise
+    vLLM's, except the entries past a row's count, which vLLM leaves stale and specops writes NULL
+    (test_vllm_leaves_stale_ids_past_a_rows_count); rows past num_reqs_padded are both's untouched."""
+    groups = GROUPS[:3]
+    runner = Runner(groups, (1, 0, 1), seed=21)
+    generator = torch.Generator().manual_seed(21)
+    masked = stale = 0
+    for index in range(6):
+        step = runner.step()
+        real = step["idx_mapping"][: step["num_real"]]
+        dirty = [torch.randint(1, 2**31 - 1, (MAX_NUM_REQS, g.width), dtype=torch.int32, generator=generator)
+                 for g in groups]
+        theirs = [t.clone() for t in dirty]
+        runner.theirs.gather_block_tables(real, step["num_reqs_padded"], out=tuple(theirs),
+                                          out_ptrs=torch.tensor([t.data_ptr() for t in theirs], dtype=torch.uint64),
+                                          num_computed_tokens=step["num_computed_tokens"])
+        expected = [t.clone() for t in theirs]
+        for g in range(len(groups)):
+            for r, row in enumerate(real.tolist()):
+                count = int(runner.ours.num_blocks[g][row])
+                stale += int((expected[g][r, count:] == dirty[g][r, count:]).sum())
+                expected[g][r, count:] = NULL
+                if groups[g].reach:
+                    first = int(step["num_computed_tokens"][row])
+                    masked += min(max(first - groups[g].reach, 0) // groups[g].block_size, count)
+        for backend in BACKENDS:
+            with specops.backend(backend):
+                ours = specops.gather_block_tables_multi(
+                    runner.ours.source_block_tables[:3], runner.ours.num_blocks[:3], step["idx_mapping"],
+                    [t.clone() for t in dirty], num_reqs_padded=step["num_reqs_padded"],
+                    num_computed_tokens=step["num_computed_tokens"],
+                    sliding_window_reach=[g.reach for g in groups], block_sizes=[g.block_size for g in groups])
+            for g in range(len(groups)):
+                assert torch.equal(ours[g], expected[g]), f"step {index} on {backend}: group {g}"
+    assert masked > 0 and stale > 0  # the window masked entries; vLLM left dirty ids past a count
+
+
 def test_vllm_wraps_slots_past_int32_specops_is_exact():
     """Deliberate difference: vLLM computes block_id * block_size in int32. Block 2^27 of 32
     tokens starts at slot 2^32: vLLM's slot wraps, specops' is exact (int64)."""

@@ -35,6 +35,8 @@ from specops.ops.compressor_metadata_multi import CompressorMetadataMulti, compr
 from specops.ops.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings
 from specops.ops.pcp_local_inputs import PCPLocalInputs, pcp_local_inputs
 from specops.ops.pcp_partition import PCPDeviceLayout, PCPLayout, PCPRankLayout, pcp_partition
+# Every KV-cache group's batch block table in one launch (docs/persistent_buffers.md).
+from specops.ops.gather_block_tables_multi import gather_block_tables_multi
 
 __all__ = [
     "CPLocalMetadata",
@@ -85,4 +87,6 @@ __all__ = [
     "pcp_gathered_slot_mappings",
     "pcp_local_inputs",
     "pcp_partition",
+    # every group's gather_block_tables in one launch
+    "gather_block_tables_multi",
 ]

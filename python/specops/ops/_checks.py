@@ -45,6 +45,12 @@ def ints_per_group(value: Any, num_groups: int, name: str) -> list[int]:
     schema takes ints (checked_int), naming the entry (block_sizes[1]) or the argument."""
     if type(value) is int:  # the usual one value for all groups, without the Sequence ABC check
         return [value] * num_groups
+    if type(value) is list:  # a list of plain ints (the other usual form): no ABC check, no names built
+        for entry in value:
+            if type(entry) is not int:
+                break
+        else:
+            return list(value)
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [checked_int(entry, f"{name}[{g}]") for g, entry in enumerate(value)]
     return [checked_int(value, name)] * num_groups
