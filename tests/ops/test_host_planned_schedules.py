@@ -16,6 +16,7 @@ import pytest
 import torch
 from device_stand_in import DeviceRead, DeviceStandIn, device_words, on_device
 from op_table import OP_TABLE
+from schedule_launches import launched  # noqa: F401 (a fixture)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import specops

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from op_table import OP_TABLE
+from schedule_launches import launched  # noqa: F401 (a fixture)
 
 import specops
 from specops.devtools.kernel_capture import capture_launches

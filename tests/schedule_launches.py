@@ -1,4 +1,5 @@
-"""Fixtures the op tests share."""
+"""The schedule family's launch recorder, a fixture the host-route tests import (a conftest.py
+under tests/ops would shadow tests/conftest.py for the modules that import from it)."""
 
 from __future__ import annotations
 
