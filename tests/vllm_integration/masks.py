@@ -23,4 +23,19 @@ class Mask(NamedTuple):
     documented: Callable[[torch.Tensor], torch.Tensor]  # ours -> where ours holds the documented value
 
 
-MASKS: list[Mask] = []
+def _zero_row_tail(ours: torch.Tensor) -> torch.Tensor:
+    """Entries that are 0 with only 0s after them in their row: the tail past a row's block count
+    (real block ids are >= 1; 0 is the null block)."""
+    zero = ours == 0
+    return zero.flip(-1).cumprod(-1).flip(-1).bool()
+
+
+def _gathered_table(name: str) -> bool:
+    return name.startswith("block_tables[") or name.startswith("bt.input_block_tables[")
+
+
+MASKS: list[Mask] = [
+    # Point block_tables: past a row's block count gather_block_tables_multi writes the null block
+    # where vLLM leaves the ids the batch row held before (docs/conformance.md).
+    Mask("stale_table_entries", _gathered_table, lambda theirs, ours: ours == 0, _zero_row_tail),
+]

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 _IB = "vllm.v1.worker.gpu.input_batch"
 _MR = "vllm.v1.worker.gpu.model_runner"
 _CP = "vllm.v1.worker.gpu.cp_utils"
+_BT = "vllm.v1.worker.gpu.block_table"
 # Modules whose names bound at import are rebound too (imported before the scan).
 IMPORTERS = (_MR, "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
              "vllm.v1.worker.gpu.spec_decode.speculator", "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
@@ -69,10 +70,12 @@ def _points() -> tuple[Point, ...]:
             Patch(f"{_IB}:post_update_num_computed_tokens", mrv2.make_post_update_num_computed_tokens),
         ), reads=(f"{_MR}:GPUModelRunner.postprocess_sampled",)),
         Point("dcp_local_seq_lens", (Patch(f"{_CP}:prepare_dcp_local_seq_lens", mrv2.make_prepare_dcp_local_seq_lens),)),
+        Point("block_tables", (Patch(f"{_BT}:BlockTables.gather_block_tables", mrv2.make_gather_block_tables),),
+              reads=(f"{_BT}:BlockTables",)),
     )
 
 
-POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens")
+POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables")
 
 
 @dataclasses.dataclass

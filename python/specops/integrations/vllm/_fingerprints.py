@@ -4,6 +4,8 @@ adapters before a version is added."""
 
 FINGERPRINTS: dict[str, dict[str, str]] = {
     '0.33.0': {
+        'vllm.v1.worker.gpu.block_table:BlockTables': '2d4f0f29453481c34f34',
+        'vllm.v1.worker.gpu.block_table:BlockTables.gather_block_tables': 'a3f3755f99032408f72c',
         'vllm.v1.worker.gpu.cp_utils:prepare_dcp_local_seq_lens': '0e1a176d060ecf5f6851',
         'vllm.v1.worker.gpu.input_batch:combine_sampled_and_draft_tokens': 'd07d5f4162c54c8dddc4',
         'vllm.v1.worker.gpu.input_batch:expand_idx_mapping': 'd722113a8878f29584dc',

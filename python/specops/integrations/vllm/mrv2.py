@@ -172,3 +172,26 @@ def make_prepare_dcp_local_seq_lens(original):
         specops.dcp_local_seq_lens(seq_lens[:num_reqs], dcp_size, dcp_rank, cp_interleave, out=dcp_local_seq_lens)
         return dcp_local_seq_lens[:num_reqs_padded]
     return prepare_dcp_local_seq_lens
+
+
+def make_gather_block_tables(original):
+    @point("block_tables")
+    @functools.wraps(original)
+    def gather_block_tables(self, idx_mapping, num_reqs_padded, out=None, out_ptrs=None, num_computed_tokens=None):
+        if self.num_kv_cache_groups == 0:
+            return ()
+        num_rows = num_reqs_padded
+        if out is None:
+            # vLLM's own buffers: also clear the rows a larger previous batch left, as vLLM does.
+            out = self.input_block_tables
+            num_rows = max(num_rows, self._num_dirty_rows)
+            self._num_dirty_rows = idx_mapping.shape[0]
+        # vLLM masks the sliding-window groups only when it has some and is given the counts; its
+        # host list of reaches is all zeros under context parallelism, as the op then needs.
+        masking = self.has_sliding_window_groups and num_computed_tokens is not None
+        specops.gather_block_tables_multi(
+            [table.gpu for table in self.block_tables], self.num_blocks.gpu.unbind(0), idx_mapping, list(out),
+            num_reqs_padded=num_rows, num_computed_tokens=num_computed_tokens if masking else None,
+            sliding_window_reach=self._sliding_window_reach, block_sizes=self.block_sizes)
+        return tuple(table[:num_reqs_padded] for table in out)
+    return gather_block_tables
