@@ -132,6 +132,10 @@ inline void check_token_count(int64_t value, const char* name, int64_t cp_size) 
 
 // At least `required` entries; `what` says where the number comes from (e.g. "R"). Same name and
 // message as the Python check (python/specops/ops/_checks.py).
+// count + 1 for a count already checked >= 0, in unsigned arithmetic: a count of INT64_MAX needs
+// 2^63 entries (which no tensor has, and which Python's message prints) instead of overflowing.
+inline uint64_t one_more(int64_t count) { return static_cast<uint64_t>(count) + 1; }
+
 inline void check_entries(const at::Tensor& t, const char* name, int64_t required, const char* what) {
   TORCH_CHECK_VALUE(t.numel() >= required, name, " must have at least ", what, " = ", required, " entries, got ",
                     t.numel());

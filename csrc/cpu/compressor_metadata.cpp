@@ -61,7 +61,9 @@ void compressor_metadata(const at::Tensor& rope_cos, const at::Tensor& rope_sin,
   check_positive(compress_ratio, "compress_ratio");
   TORCH_CHECK_VALUE(compress_ratio <= cm::kInt32Max, "compress_ratio must fit int32, got ", compress_ratio);
   check_non_negative(num_reqs_actual, "num_reqs_actual");
-  check_entries(cu_seqlens, "cu_seqlens", num_reqs_actual + 1, "num_reqs_actual + 1");
+  TORCH_CHECK_VALUE(static_cast<uint64_t>(cu_seqlens.numel()) >= one_more(num_reqs_actual),
+                    "cu_seqlens must have at least num_reqs_actual + 1 = ", one_more(num_reqs_actual), " entries, got ",
+                    cu_seqlens.numel());
   check_entries(start_pos, "start_pos", num_reqs_actual, "num_reqs_actual");
   TORCH_CHECK_VALUE(kv_block_table.size(0) >= num_reqs_actual, "kv_block_table must have at least num_reqs_actual = ",
                     num_reqs_actual, " rows, got ", kv_block_table.size(0));

@@ -101,9 +101,9 @@ void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin,
   TORCH_CHECK_VALUE(start_pos.size(0) == num_steps, "start_pos must have cu_seqlens's S = ", num_steps, " rows, got ",
                     start_pos.size(0));
   check_non_negative(num_reqs_actual, "num_reqs_actual");
-  TORCH_CHECK_VALUE(cu_seqlens.size(1) >= num_reqs_actual + 1,
-                    "cu_seqlens must have at least num_reqs_actual + 1 = ", num_reqs_actual + 1, " entries, got ",
-                    cu_seqlens.size(1));
+  TORCH_CHECK_VALUE(static_cast<uint64_t>(cu_seqlens.size(1)) >= one_more(num_reqs_actual),
+                    "cu_seqlens must have at least num_reqs_actual + 1 = ", one_more(num_reqs_actual),
+                    " entries, got ", cu_seqlens.size(1));
   TORCH_CHECK_VALUE(start_pos.size(1) >= num_reqs_actual, "start_pos must have at least num_reqs_actual = ",
                     num_reqs_actual, " entries, got ", start_pos.size(1));
   for (size_t g = 0; g < num_groups; ++g) {
