@@ -79,19 +79,17 @@ void gather_block_tables_multi(at::TensorList src_block_tables, at::TensorList n
   }
   // Every input is read while outputs are written, and each output is written by its own
   // programs on a device: an output may share memory with nothing else.
+  c10::SmallVector<NamedTensor, 4> outputs;
+  c10::SmallVector<NamedTensor, 10> inputs;
   for (size_t g = 0; g < num_groups; ++g) {
-    const ArgName name{"out", static_cast<int64_t>(g)};
-    for (size_t earlier = 0; earlier < g; ++earlier) {
-      check_no_overlap(out[g], name, out[earlier], ArgName{"out", static_cast<int64_t>(earlier)});
-    }
-    for (size_t input = 0; input < num_groups; ++input) {
-      const int64_t other = static_cast<int64_t>(input);
-      check_no_overlap(out[g], name, src_block_tables[input], ArgName{"src_block_tables", other});
-      check_no_overlap(out[g], name, num_blocks[input], ArgName{"num_blocks", other});
-    }
-    check_no_overlap(out[g], name, idx_mapping, "idx_mapping");
-    if (first_positions != nullptr) check_no_overlap(out[g], name, *first_positions, "num_computed_tokens");
+    const auto index = static_cast<int64_t>(g);
+    outputs.push_back({&out[g], {"out", index}});
+    inputs.push_back({&src_block_tables[g], {"src_block_tables", index}});
+    inputs.push_back({&num_blocks[g], {"num_blocks", index}});
   }
+  inputs.push_back({&idx_mapping, {"idx_mapping"}});
+  inputs.push_back({first_positions, {"num_computed_tokens"}});
+  check_outputs_alias_nothing(outputs, inputs);
 
   AT_DISPATCH_INDEX_TYPES(idx_mapping.scalar_type(), "gather_block_tables_multi", [&] {
     const index_t* idx = idx_mapping.data_ptr<index_t>();

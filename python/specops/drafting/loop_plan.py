@@ -298,7 +298,7 @@ class _CompressorRows:
     rows, then the invalid fill rows), so the argument list is fixed but for the request count."""
 
     def __init__(self, setups: Sequence[GroupSetup], plan: DraftLoopPlan):
-        self.index, cos, sin, slots, by_ratio = [], [], [], [], []
+        self.index, cos, sin, slots, ropes = [], [], [], [], []
         tables, block_sizes, formats, ratios = [], [], [], []
         num_steps, buffers = plan.num_steps, plan.buffers
         for index, setup in enumerate(setups):
@@ -310,7 +310,7 @@ class _CompressorRows:
             rows = max(row_bound(plan.max_num_tokens, plan.max_num_reqs, ratio), plan.max_num_reqs)
             slot_format = compressor_format(setup.platform)
             self.index.append(index)
-            by_ratio.append((rope_cos, rope_sin))
+            ropes.append((rope_cos, rope_sin))
             cos.append(torch.ones((num_steps, rows, 1, 1, rope_cos.size(1)), dtype=rope_cos.dtype,
                                   device=setup.device))
             sin.append(torch.zeros_like(cos[-1]))
@@ -322,7 +322,7 @@ class _CompressorRows:
             ratios.append(ratio)
         self.cos, self.sin, self.slots, self.ratios = cos, sin, slots, ratios
         self.arguments = list(CompressorMultiArguments(
-            rope_cos=[pair[0] for pair in by_ratio], rope_sin=[pair[1] for pair in by_ratio],
+            rope_cos=[pair[0] for pair in ropes], rope_sin=[pair[1] for pair in ropes],
             cu_seqlens=buffers.query_start_loc, start_pos=buffers.start_pos, kv_block_tables=tables,
             kv_block_sizes=block_sizes, slot_mapping_formats=formats, compress_ratios=ratios, num_reqs_actual=0,
             compress_cos=cos, compress_sin=sin, slot_mappings=slots))

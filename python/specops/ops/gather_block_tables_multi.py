@@ -9,7 +9,7 @@ import torch
 
 from specops.ops._checks import (
     check_int32_range,
-    check_no_overlap,
+    check_outputs_alias_nothing,
     check_rows_disjoint,
     check_tensor,
     checked_tensor_list,
@@ -66,16 +66,10 @@ def _check(
                              f"entries, got {num_computed_tokens.numel()}")
     # Every input is read while outputs are written, and each output is written by its own
     # programs on a device: an output may share memory with nothing else.
-    inputs = [(table, f"src_block_tables[{g}]") for g, table in enumerate(src_block_tables)]
-    inputs += [(counts, f"num_blocks[{g}]") for g, counts in enumerate(num_blocks)]
-    inputs.append((idx_mapping, "idx_mapping"))
-    if num_computed_tokens is not None:
-        inputs.append((num_computed_tokens, "num_computed_tokens"))
-    for g in range(num_groups):
-        for earlier in range(g):
-            check_no_overlap(out[g], f"out[{g}]", out[earlier], f"out[{earlier}]")
-        for tensor, name in inputs:
-            check_no_overlap(out[g], f"out[{g}]", tensor, name)
+    inputs = [pair for g in range(num_groups)
+              for pair in ((src_block_tables[g], f"src_block_tables[{g}]"), (num_blocks[g], f"num_blocks[{g}]"))]
+    inputs += [(idx_mapping, "idx_mapping"), (num_computed_tokens, "num_computed_tokens")]
+    check_outputs_alias_nothing([(target, f"out[{g}]") for g, target in enumerate(out)], inputs)
 
 
 _OP = SpecOp("gather_block_tables_multi", _check, _reference)
