@@ -77,9 +77,11 @@ test-explore: install
 # PYTHONPATH, with the ASan runtime preloaded into the (uninstrumented) Python; libstdc++ is
 # preloaded too, or ASan's __cxa_throw interceptor finds nothing to forward to when an op
 # raises. RelWithDebInfo and no install strip (pybind11 strips Release modules) keep the
-# symbols, so the reports name functions and source lines. test_packaging (wheel builds) and
-# test_kernel_compile (Triton compiles for GPU targets) exercise no native op and are left out.
+# symbols, so the reports name functions and source lines. ASAN_TESTS: the folders that call
+# the native ops and the fast path's own tests (the rest of tooling builds wheels, compiles
+# kernels for GPU targets and reads the docs).
 ASAN_SITE := build/asan-site
+ASAN_TESTS ?= ops layers hardening oracles tooling/test_fast_call.py tooling/test_fastpath.py tooling/test_fastpath_ops.py
 $(ASAN_SITE)/.built: $(VENV)/.deps $(SOURCES)
 	SPECOPS_SANITIZE=ON $(PIP) install -q --no-build-isolation --no-deps --upgrade --target $(ASAN_SITE) -C build-dir=build/asan -C cmake.build-type=RelWithDebInfo -C install.strip=false .
 	touch $@
@@ -89,8 +91,7 @@ test-asan: $(ASAN_SITE)/.built
 	  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so.6)" \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  SPECOPS_TEST_BACKENDS=native SPECOPS_REQUIRE_SANITIZED=1 \
-	  ../$(VPY) -m pytest -q -p no:xdist -p no:cacheprovider --capture=sys --ignore=tooling/test_packaging.py \
-	  --ignore=tooling/test_kernel_compile.py
+	  ../$(VPY) -m pytest -q -p no:xdist -p no:cacheprovider --capture=sys $(ASAN_TESTS)
 
 # The conformance suite (tests/peers, docs/conformance.md): vLLM's released package, imported and
 # run beside specops. Its wheel (336 MB) is downloaded once without dependencies into
@@ -152,8 +153,8 @@ device-carry: $(PEERS)/.site
 # lowers the adapter's linalg to x86, and valgrind checks the adapter's own memory use (apt
 # installs both when missing). Three runs: every kernel at every launched specialization
 # through triton-ascend's frontend, triton-adapter-opt and bishengir-compile; the lowered kernels
-# run on x86 between guard pages against the reference; the triton backend's suite under
-# triton-ascend's interpreter (tests/interpreter_quirks.py corrects that interpreter's bugs).
+# run on x86 between guard pages against the reference; the triton backend's ops and layers
+# tests under triton-ascend's interpreter (tests/interpreter_quirks.py corrects its bugs).
 # Compiled artifacts are cached per specialization in build/ascend-cache.
 ASCEND_VENV := build/ascend-venv
 ASCEND_PY := $(ASCEND_VENV)/bin/python
@@ -162,6 +163,11 @@ ASCEND_IR_SPEC ?= ascendnpu-ir==1.2.0
 ASCEND_APT := mlir-19-tools llvm-19 libmlir-19 valgrind
 ASCEND_PIP_ARGS ?=
 ASCEND_TEST_ARGS ?=
+# The third check's folders: the ops and the layers that launch them. The hardening folder's
+# out-of-bounds cases are checked on the lowered kernels themselves (guard pages, the second
+# check), and its rejections run before any launch; `make test-ascend ASCEND_INTERPRETER_TESTS=.`
+# runs the whole suite.
+ASCEND_INTERPRETER_TESTS ?= ops layers
 
 $(ASCEND_VENV)/.deps: Makefile
 	@for tool in mlir-opt-19 mlir-translate-19 llc-19 valgrind; do command -v $$tool >/dev/null || missing=1; done; \
@@ -173,15 +179,19 @@ $(ASCEND_VENV)/.deps: Makefile
 	$(ASCEND_PY) -m pip install $(ASCEND_PIP_ARGS) "numpy<2.4" $(BUILD_TOOLS) $(TEST_TOOLS) "$(ASCEND_SPEC)" "$(ASCEND_IR_SPEC)"
 	touch $@
 
-$(ASCEND_VENV)/.specops: $(ASCEND_VENV)/.deps $(SOURCES)
-	$(ASCEND_PY) -m pip install --no-build-isolation --no-deps -C build-dir=build/ascend-build .
+# The same torch (2.13.0, CPU) in both venvs, so the extension `make install` built is installed
+# here as a wheel instead of compiled a second time.
+ASCEND_WHEEL := build/ascend-wheel
+$(ASCEND_VENV)/.specops: $(ASCEND_VENV)/.deps $(VENV)/.specops
+	rm -rf $(ASCEND_WHEEL)
+	$(PIP) wheel -q --no-build-isolation --no-deps -w $(ASCEND_WHEEL) .
+	$(ASCEND_PY) -m pip install -q --no-deps --force-reinstall $(ASCEND_WHEEL)/specops-*.whl
 	touch $@
 
 test-ascend: $(ASCEND_VENV)/.specops
 	cd tests && ../$(ASCEND_PY) -m pytest -q -p no:xdist -p no:cacheprovider $(ASCEND_TEST_ARGS) ascend
 	cd tests && SPECOPS_TEST_BACKENDS=triton ../$(ASCEND_PY) -m pytest -q -n 2 -p no:cacheprovider \
-	  -W "ignore:Conversion of an array with ndim:DeprecationWarning" \
-	  --ignore=tooling/test_kernel_compile.py --ignore=tooling/test_packaging.py $(ASCEND_TEST_ARGS)
+	  -W "ignore:Conversion of an array with ndim:DeprecationWarning" $(ASCEND_INTERPRETER_TESTS) $(ASCEND_TEST_ARGS)
 
 # A wheel for this machine's torch, tagged +cann<version> when ASCEND_HOME_PATH holds a CANN
 # toolkit and +cpu otherwise.

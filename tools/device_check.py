@@ -72,11 +72,8 @@ def build(python: str, out: Path, seconds: float, env: dict[str, str]) -> tuple[
     """The extension built into build/device-check-site (not under out: what is under $OUT goes
     back from the device machine); (its result, the folder to put first on PYTHONPATH)."""
     site = ROOT / "build" / "device-check-site"
-    # No link-time optimization (pybind11 turns it on for Release modules): the link is the
-    # build's longest serial part, and the native CPU op is only the oracle here.
     command = [python, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--upgrade", "--no-index",
-               "--target", str(site), "-C", "build-dir=build/device-build",
-               "-C", "cmake.define.CMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF", "."]
+               "--target", str(site), "-C", "build-dir=build/device-build", "."]
     build_env = dict(env, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 4))
     status, output, wall = _run(command, seconds, build_env, out / "build.log")
     result = {"command": " ".join(command), "wall_s": round(wall, 1)}

@@ -48,7 +48,10 @@ def _prepare_input_ids_kernel(
 
         first = tl.maximum(-c0, 0)
         stop = tl.minimum(n_log, logits_max - c0)
-        for start in range(first, stop, BLOCK):
+        # The loop counts from 0: an interpreter's loop variable is a Python int, which Triton types
+        # int32 beside the lanes, and `first` passes 2^31 when c0 is INT32_MIN.
+        for done in range(0, stop - first, BLOCK):
+            start = first + done
             j = start + lanes
             o = (c0 + start) + lanes
             live = (j < stop) & (o >= 0)

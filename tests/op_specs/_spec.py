@@ -112,7 +112,7 @@ class OpSpec:
     value_errors: Callable[[], list[Bad]]  # rejected by the native host op, before any write
     draw_call: st.SearchStrategy[Call]  # random valid calls, every output given
     corruptions: tuple[Corruption, ...]  # invalid values for the device paths
-    guard_examples: int = 40  # hypothesis examples per guard-band family (the interpreter is slow)
+    guard_examples: int = 25  # hypothesis examples per guard-band family (the interpreter is slow)
     # The wrapper's int arguments, when they are not the schema's ints alone (an int[] schema argument).
     scalars: tuple[str, ...] | None = None
     host_tensors: tuple[str, ...] = ()  # host copies that stay on the CPU when the rest is on a device

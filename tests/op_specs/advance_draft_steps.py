@@ -211,6 +211,7 @@ def _token_index_outside(draw, call: Call) -> bool:
 
 ADVANCE_DRAFT_STEPS = OpSpec(
     name="advance_draft_steps",
+    guard_examples=10,  # among the slowest kernels under the interpreter; test-explore draws more
     wrapper=advance_draft_steps,
     tensors={"query_start_loc": Arg((I32,), 1), "positions": Arg((I64, I32), 1), "seq_lens": Arg((I32,), 1),
              "token_indices": Arg((I32, I64), 1), "num_rejected_tokens": Arg((I32,), 1),

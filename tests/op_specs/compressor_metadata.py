@@ -67,6 +67,7 @@ def _compressor_draw(draw) -> Call:
 
 COMPRESSOR = OpSpec(
     name="compressor_metadata",
+    guard_examples=10,  # among the slowest kernels under the interpreter; test-explore draws more
     wrapper=specops.compressor_metadata,
     tensors=dict(rope_cos=Arg((BF16, F32), 2), rope_sin=Arg((BF16, F32), 2), cu_seqlens=Arg((I32,), 1),
                  start_pos=Arg((I32,), 1), kv_block_table=Arg((I32,), 2, row_stride=True),

@@ -141,6 +141,7 @@ def _layout_broken(draw, call: Call) -> bool:
 
 EXPAND_PARALLEL_DRAFT = OpSpec(
     name="expand_parallel_draft_inputs",
+    guard_examples=10,  # among the slowest kernels under the interpreter; test-explore draws more
     wrapper=specops.expand_parallel_draft_inputs,
     tensors={"target_token_ids": Arg((I64, I32), 1), "target_positions": Arg((I64, I32), 1),
              "next_token_ids": Arg((I64, I32), 1), "query_start_loc": Arg((I32,), 1),
