@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import examples
+from conftest import BACKENDS, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from step_expectations import input_ids as expected_input_ids
@@ -207,3 +207,14 @@ def test_output_sharing_an_input_is_rejected(backend):
     call["next_prefill_tokens"] = call["all_token_ids"][:1]
     assert_rejected_without_writes(specops.prepare_input_ids, call, argument="next_prefill_tokens",
                                    written=("input_ids", "logits_indices"))
+
+
+@pytest.mark.skipif("triton" not in BACKENDS, reason="the Triton backend is not under test")
+def test_the_kernel_takes_a_logits_offset_of_int32_min():
+    """cu_num_logits[0] = INT32_MIN (a layout contradicting itself: the reference overflows) starts
+    the kernel's logits loop at 2^31; the guard bands' draws found the interpreter typing that start
+    int32 and raising. The kernel counts its loop from 0 and runs; test_guard_bands checks that such
+    calls write nothing outside their buffers."""
+    call = _call(cu_num_logits=t32([-2**31, 3, 5]))
+    with specops.backend("triton"):
+        specops.prepare_input_ids(**call)
