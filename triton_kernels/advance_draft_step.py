@@ -103,7 +103,8 @@ def _advance_draft_step_kernel(
             seq_len = tl.minimum(tl.where(over, 1, base + 1), max_model_len)
             mapped = ok & (over == 0)
         if HAS_IDX_MAPPING:
-            row = tl.load(idx_mapping_ptr + safe_r, mask=real, other=-1).to(tl.int64)
+            # int64 index: a form --triton-to-unstructure maps without reading freed memory (docs/device_readiness.md)
+            row = tl.load(idx_mapping_ptr + safe_r.to(tl.int64), mask=real, other=-1).to(tl.int64)
         else:
             row = r.to(tl.int64)
         _group_slots(t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,

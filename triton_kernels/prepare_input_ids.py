@@ -40,7 +40,8 @@ def _prepare_input_ids_kernel(
         has_row = (mapped >= 0) & (mapped < num_rows)
         row = tl.where(has_row, mapped, -1)
         safe_row = tl.where(has_row, mapped, 0)
-        q0 = tl.load(query_start_loc_ptr + r).to(tl.int64)
+        # int64 index: a form --triton-to-unstructure maps without reading freed memory (docs/device_readiness.md)
+        q0 = tl.load(query_start_loc_ptr + tl.cast(r, tl.int64)).to(tl.int64)
         q1 = tl.load(query_start_loc_ptr + r + 1).to(tl.int64)
         c0 = tl.load(cu_num_logits_ptr + r).to(tl.int64)
         n_log = tl.load(cu_num_logits_ptr + r + 1).to(tl.int64) - c0
@@ -57,9 +58,6 @@ def _prepare_input_ids_kernel(
             live = (j < stop) & (o >= 0)
             # Each mask below is one comparison of an offset that is -1 where the lane is off:
             # triton-ascend's adapter misreads freed memory on masks of more than two comparisons.
-            # Its --triton-to-unstructure does too (valgrind; a crash in some runs) when the offset
-            # is `c0 + j` or the off lanes' -1 is clamped by tl.maximum: hence (c0 + start) + lanes
-            # and a tl.where on the mask.
             at_logit = tl.where(live & (o < logits_end), o, -1)
             tl.store(logits_indices_ptr + tl.where(at_logit >= 0, at_logit, 0), q1 - n_log + j, mask=at_logit >= 0)
             at_idx = tl.where(live & (o < expanded_end), o, -1)

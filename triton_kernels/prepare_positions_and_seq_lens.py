@@ -28,8 +28,9 @@ def counts_of_requests(num_computed_tokens_ptr, idx_mapping_ptr, num_counts, req
         row = tl.where(is_request, tl.load(idx_mapping_ptr + tl.where(is_request, request, 0)), -1).to(tl.int64)
         has_row = is_request & (row >= 0) & (row < num_counts)
         # Unmasked at the clamped row, then selected: triton-ascend's adapter corrupts its heap on a
-        # mask of more than two comparisons.
-        count = tl.where(has_row, tl.load(num_computed_tokens_ptr + tl.where(has_row, row, 0)), 0)
+        # mask of more than two comparisons. The row, in [0, num_counts), is an int32 index: a form
+        # --triton-to-unstructure maps without reading freed memory (docs/device_readiness.md).
+        count = tl.where(has_row, tl.load(num_computed_tokens_ptr + tl.where(has_row, row, 0).to(tl.int32)), 0)
     else:
         count = tl.load(num_computed_tokens_ptr + request, mask=is_request, other=0)
     return count

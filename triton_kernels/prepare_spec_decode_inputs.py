@@ -78,7 +78,8 @@ def _prepare_spec_decode_inputs_kernel(
             tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty), mask=in_buffer)
         if HAS_IDX_MAPPING:
             # request is in [0, max(num_reqs - 1, 0)] in every lane: unmasked, then selected.
-            row = tl.where(is_real, tl.load(idx_mapping_ptr + request), -1).to(tl.int64)
+            # int64 index: a form --triton-to-unstructure maps without reading freed memory (docs/device_readiness.md)
+            row = tl.where(is_real, tl.load(idx_mapping_ptr + request.to(tl.int64)), -1).to(tl.int64)
         else:
             row = request.to(tl.int64)
         if NUM_GROUPS > 0:

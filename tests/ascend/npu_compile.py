@@ -3,11 +3,14 @@
 1. frontend and make_ttir: `triton.compile` with the NPU target, stopped where triton-ascend
    would call its adapter (the TTIR is what the adapter reads);
 2. triton-adapter-opt with the pass list and options of triton-ascend's `ttir_to_linalg`: its
-   first pass once under valgrind's memcheck, then the whole list ATTEMPTS times plainly. Its heap
-   bugs crash it on some inputs only for some address layouts (a mask of more than two
-   comparisons on a load or store, for one, makes --discrete-mask-access-conversion read freed
-   memory); memcheck reports them on every run, so a kernel that only sometimes crashes the
-   adapter fails every time here. Every run must succeed and print the same linalg;
+   passes up to --triton-to-unstructure once under valgrind's memcheck, then the whole list
+   ATTEMPTS times plainly. Its heap bugs crash it on some inputs only for some address layouts:
+   a mask of more than two comparisons on a load or store makes --discrete-mask-access-conversion
+   read freed memory, and --triton-to-unstructure copies one entry of its value-to-offset map into
+   a new one through a reference, which reads the freed table when that insertion regrows the map
+   (a kernel hits it or not by how many values its pointers' offsets have).
+   memcheck reports both on every run, so a kernel that only sometimes crashes the adapter fails
+   every time here. Every run must succeed and print the same linalg;
 3. ascendnpu-ir's bishengir-compile with the options of `linalg_to_bin_enable_npu_compile_A2_A3`
    on that linalg (mix_mode stripped as `_parse_linalg_metadata` does). It runs every BiShengIR
    pass and stops before hivmc, CANN's backend, which is not installed: the HIVMC_STOP message
@@ -145,7 +148,8 @@ def _tail(text: bytes | str, lines: int = 6) -> str:
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     all_lines = text.strip().splitlines()
-    telling = [line for line in all_lines if re.search(r"error|UNREACHABLE|Assertion|Stack dump|failed", line, re.I)]
+    telling = [line for line in all_lines
+               if re.search(r"error|UNREACHABLE|Assertion|Stack dump|failed|Invalid (read|write)|free'd", line, re.I)]
     return "\n".join((telling or all_lines)[-lines:])
 
 
@@ -194,11 +198,12 @@ def run_adapter(ttir: str, metadata: dict, compute: bool = True) -> dict | None:
         with tempfile.TemporaryDirectory() as folder:
             source = Path(folder) / "kernel.ttir.mlir"
             source.write_text(ttir)
-            # The pass with the known heap bug, alone: the whole pipeline under memcheck is slow.
-            first_pass = adapter_command(source, Path(folder) / "checked.mlir", metadata)
-            first_pass = [*first_pass[:2], next(a for a in first_pass if a.startswith("--discrete-mask")),
-                          "-o", str(Path(folder) / "checked.mlir")]
-            checked = subprocess.run(["valgrind", "--error-exitcode=99", "--quiet", *first_pass], capture_output=True)
+            # The passes with known heap bugs, up to the unstructure conversion: the whole pipeline
+            # under memcheck is slow.
+            command = adapter_command(source, Path(folder) / "checked.mlir", metadata)
+            last = next(i for i, a in enumerate(command) if a.startswith("--triton-to-unstructure"))
+            checked = subprocess.run(["valgrind", "--error-exitcode=99", "--quiet", *command[:last + 1],
+                                      "-o", str(Path(folder) / "checked.mlir")], capture_output=True)
             if checked.returncode != 0:
                 return {"error": f"valgrind's memcheck finds the adapter reading or writing memory it must not "
                                  f"(exit {checked.returncode}): the crash it causes depends on the address layout\n"
@@ -216,7 +221,7 @@ def run_adapter(ttir: str, metadata: dict, compute: bool = True) -> dict | None:
 
     keyed = {k: metadata[k] for k in ("compile_on_910_95", "force_simt_template", "enable_nd2nz_on_vector",
                                       "enable_select_analysis", "enable_linearize")}
-    return _cached("adapter", _digest(ttir, repr(sorted(keyed.items())), str(ATTEMPTS), "memcheck"),
+    return _cached("adapter", _digest(ttir, repr(sorted(keyed.items())), str(ATTEMPTS), "memcheck-unstructure"),
                    run if compute else None)
 
 
