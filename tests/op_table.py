@@ -14,14 +14,14 @@ import pkgutil
 
 import op_specs
 from op_specs._spec import Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, extreme_values, get_arg, set_arg, stale
-from op_specs._spec import t32, t64, tensor_keys
+from op_specs._spec import names_pattern, t32, t64, takes_none, tensor_keys
 # Re-exported for the tests that name one spec.
 from op_specs.compute_slot_mapping import SLOT_MAPPING
 from op_specs.dspark_swa_indices import DSPARK
 from op_specs.prepare_spec_decode_inputs import FUSED
 
 __all__ = ["Arg", "Bad", "Call", "Corruption", "OpSpec", "bad", "bad_with", "extreme_values", "get_arg", "set_arg",
-           "stale", "t32", "t64", "tensor_keys", "OP_TABLE", "HOST_HELPERS", "DSPARK", "FUSED", "SLOT_MAPPING"]
+           "stale", "names_pattern", "t32", "t64", "takes_none", "tensor_keys", "OP_TABLE", "HOST_HELPERS", "DSPARK", "FUSED", "SLOT_MAPPING"]
 
 
 def _discovered() -> tuple[OpSpec, ...]:

@@ -12,7 +12,6 @@ the same way; device kernels cannot raise, test_guard_bands.py covers what they 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import re
 from collections.abc import Callable
 
@@ -22,7 +21,8 @@ import torch
 from conftest import BACKENDS, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from op_table import HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec, bad, get_arg, set_arg, tensor_keys
+from op_table import (HOST_HELPERS, OP_TABLE, Arg, Bad, Call, OpSpec, bad, get_arg, names_pattern, set_arg, takes_none,
+                      tensor_keys)
 from strategies import assert_same
 
 import specops
@@ -101,10 +101,6 @@ METADATA_CASES = _cases("metadata")
 VALUE_CASES = _cases("values")
 
 
-def _names_pattern(name: str) -> str:
-    return rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])"
-
-
 def assert_rejected(spec: OpSpec, case: Bad) -> None:
     """The call with `case` applied raises a ValueError naming case.names, and no tensor of the
     call changes (meta tensors hold nothing to compare)."""
@@ -115,7 +111,7 @@ def assert_rejected(spec: OpSpec, case: Bad) -> None:
         spec.wrapper(**call)
     message = str(error.value)
     for name in case.names:
-        assert re.search(_names_pattern(name), message), f"the error does not name {name}: {message}"
+        assert re.search(names_pattern(name), message), f"the error does not name {name}: {message}"
     for key, value in before.items():
         assert torch.equal(get_arg(call, key), value), f"a rejected call wrote {key}"
 
@@ -260,15 +256,9 @@ def test_extreme_scalars_are_rejected_or_handled_alike(spec):
     check()
 
 
-def _takes_none(spec: OpSpec, name: str) -> bool:
-    """Whether the wrapper's keyword defaults to None (None then means the default)."""
-    parameter = inspect.signature(spec.wrapper).parameters.get(name)
-    return parameter is not None and parameter.default is None
-
-
 NON_INTS = (0.5, 7.9, None, "3", True)  # a bool is not an int either (torch's schema reads True as 1)
 SCALAR_CASES = [(spec, name, value) for spec in WITH_INTS for name in _scalars(spec) for value in NON_INTS
-                if not (value is None and _takes_none(spec, name))]
+                if not (value is None and takes_none(spec, name))]
 
 
 @pytest.mark.parametrize("spec,name,value", SCALAR_CASES,
@@ -310,141 +300,6 @@ def test_without_the_schema_the_python_backends_see_the_same_arguments(spec, mon
     scalars, written = _op.scalar_arguments(spec.name, check), _op.written_arguments(spec.name, check)
     assert scalars == from_schema[0]
     assert set(from_schema[1]) <= set(written)
-
-
-def _i32(*values: int) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int32)
-
-
-def _draft_steps(**change):
-    """advance_draft_steps with its outputs left to the wrapper."""
-    call = dict(query_start_loc=_i32(0, 1), positions=torch.tensor([3]), seq_lens=_i32(4), token_indices=_i32(0),
-                num_rejected_tokens=_i32(0), block_tables=[_i32(1, 2).view(1, 2)], block_sizes=4,
-                rope_cos_sin_cache=torch.zeros(8, 2), num_steps=2, num_actual_tokens=1, num_input_tokens=1,
-                max_model_len=8, target_slot_mappings=[torch.tensor([3])])
-    return specops.advance_draft_steps(**{**call, **change})
-
-
-# Calls that leave outputs to the wrapper with a size that is wrong: the wrapper checks it before
-# it allocates (once: "negative dimension", or 16 GiB allocated from query_start_loc[R] = 2^31 - 1).
-ALLOCATION_CASES = [
-    ("compute_slot_mapping", "num_tokens_padded", lambda: specops.compute_slot_mapping(
-        _i32(0, 2), torch.tensor([0, 1]), _i32(1, 2).view(1, 2), 16, num_tokens_padded=-1)),
-    ("compute_slot_mapping", "positions", lambda: specops.compute_slot_mapping(_i32(0, 2), None, _i32(1, 2), 16)),
-    ("prepare_positions_and_seq_lens", "query_start_loc", lambda: specops.prepare_positions_and_seq_lens(
-        _i32(4), _i32(0, -3))),
-    ("prepare_positions_and_seq_lens", "query_start_loc", lambda: specops.prepare_positions_and_seq_lens(
-        _i32(4), _i32(5, 2**31 - 1))),
-    ("prepare_positions_and_seq_lens", "num_tokens_padded", lambda: specops.prepare_positions_and_seq_lens(
-        _i32(4), _i32(0, 2), num_tokens_padded=-2)),
-    ("prepare_positions_and_seq_lens", "num_reqs_padded", lambda: specops.prepare_positions_and_seq_lens(
-        _i32(4), _i32(0, 2), num_reqs_padded=0)),
-    ("prepare_spec_decode_inputs", "num_tokens_padded", lambda: specops.prepare_spec_decode_inputs(
-        _i32(4), _i32(0), _i32(-1), _i32(), _i32(), _i32(4), _i32(0, 2), [_i32(1, 2).view(1, 2)], 16,
-        positions=torch.zeros(2, dtype=torch.int64), seq_lens=_i32(0), num_tokens_padded=-1)),
-    ("prepare_spec_decode_inputs", "query_start_loc", lambda: specops.prepare_spec_decode_inputs(
-        _i32(4), _i32(0), _i32(-1), _i32(), _i32(), _i32(4), _i32(3, 2**31 - 1), [_i32(1, 2).view(1, 2)], 16)),
-    ("dspark_swa_indices", "window", lambda: specops.dspark_swa_indices(
-        _i32(1, 2).view(1, 2), _i32(0, 1), _i32(3), window=-300, num_speculative_tokens=1, block_size=4)),
-    ("dspark_swa_indices", "query_start_loc", lambda: specops.dspark_swa_indices(
-        _i32(1, 2).view(1, 2), _i32(0, -5), _i32(3), window=2, num_speculative_tokens=1, block_size=4)),
-    ("dspark_swa_indices", "cp_rank", lambda: specops.dspark_swa_indices(
-        _i32(1, 2).view(1, 2), _i32(0, 1), _i32(3), window=2, num_speculative_tokens=1, block_size=4, cp_rank=3)),
-    ("cp_local_metadata", "query_start_loc", lambda: specops.cp_local_metadata(None, _i32(3), 4, 1, 0)),
-    ("advance_draft_steps", "num_steps", lambda: _draft_steps(num_steps=-1)),
-    ("advance_draft_steps", "num_input_tokens", lambda: _draft_steps(num_input_tokens=-3)),
-    ("advance_draft_steps", "num_input_tokens", lambda: _draft_steps(num_input_tokens=2**40)),
-    ("advance_draft_steps", "num_reqs_padded", lambda: _draft_steps(num_reqs_padded=-1)),
-    ("advance_draft_steps", "num_reqs_padded", lambda: _draft_steps(num_reqs_padded=2**35)),
-    ("advance_draft_steps", "split_size", lambda: _draft_steps(split_size=0)),
-]
-
-
-@pytest.mark.parametrize("case", range(len(ALLOCATION_CASES)),
-                         ids=[f"{op}-{name}-{i}" for i, (op, name, _) in enumerate(ALLOCATION_CASES)])
-def test_wrappers_check_a_size_before_they_allocate_from_it(backend, case):
-    _, name, call = ALLOCATION_CASES[case]
-    with pytest.raises(ValueError) as error:
-        call()
-    assert re.search(_names_pattern(name), str(error.value)), f"the error does not name {name}: {error.value}"
-
-
-# The allocation-size rule (docs/hardening.md, "Sizes an op allocates from"): every size an op
-# allocates an output from, per op, with the values past its bound (default: past int32
-# indexing, 2^31 and 2^40). The call is the op table's valid call with every output the wrapper
-# may allocate left out.
-PAST_INT32 = (2**31, 2**40)
-ALLOCATION_SIZES: dict[str, dict[str, tuple[object, ...]]] = {
-    "compute_slot_mapping": {"num_tokens_padded": PAST_INT32},
-    "prepare_positions_and_seq_lens": {"num_tokens_padded": PAST_INT32, "num_reqs_padded": PAST_INT32},
-    "prepare_spec_decode_inputs": {"num_tokens_padded": PAST_INT32},
-    "advance_draft_step": {"num_tokens_padded": PAST_INT32},
-    "expand_parallel_draft_inputs": {"num_tokens_padded": PAST_INT32, "num_reqs_padded": PAST_INT32,
-                                     # 2^30 is inside the argument's own bound; T' and R * S are not
-                                     "slots_per_request": (2**30, *PAST_INT32)},
-    "prepare_input_ids": {"num_logits": PAST_INT32},
-    "count_sampled_and_rejected": {"num_reqs_padded": PAST_INT32},
-    "prepare_next_token_ids": {"num_reqs_padded": PAST_INT32},
-    "pcp_local_inputs": {"num_reqs_padded": PAST_INT32},
-    "pcp_gathered_slot_mappings": {"num_tokens_padded": PAST_INT32},
-    "compressor_metadata": {"num_compressed_tokens": (2**30, *PAST_INT32)},  # 2^30 rows of rope_dim values
-    "format_slot_mapping_blocks_multi": {"num_slots": (2**30, *PAST_INT32)},  # [num_slots, 2] outputs
-    "dspark_swa_indices": {"width": PAST_INT32},
-    "dspark_swa_indices_multi": {"widths": PAST_INT32},
-}
-# Ops that allocate nothing, or only from the sizes of tensors that exist or a fixed size (the schedules' 1024 words).
-ALLOCATES_FROM_NO_ARGUMENT = {"gather_block_tables", "gather_block_tables_multi", "apply_staged_writes",
-                              "correct_num_computed_tokens", "correct_optimistic_seq_lens", "dcp_local_seq_lens",
-                              "post_update_after_sampling", "format_slot_mapping_blocks", "cp_local_metadata",
-                              "store_kv_block_metadata", "sas_metadata", "kv_quant_sas_metadata",
-                              "lightning_indexer_metadata", "compressor_metadata_multi"}
-SIZE_CASES = [(spec, name, value) for spec in OP_TABLE for name, values in ALLOCATION_SIZES.get(spec.name, {}).items()
-              for value in values]
-
-
-def _with_outputs_left_out(spec: OpSpec) -> Call:
-    call = spec.valid_call()
-    for key in {key.split("[")[0] for key in spec.outputs}:
-        if _takes_none(spec, key):
-            call[key] = None
-    return call
-
-
-# Ops whose wrapper takes its outputs as one object the op table's adapter always gives: their
-# size rows are hand-written calls in ALLOCATION_CASES that leave the outputs to the wrapper.
-SIZE_ROWS_IN_ALLOCATION_CASES = {"advance_draft_steps"}
-
-
-def test_every_allocating_op_has_a_size_row():
-    assert SIZE_ROWS_IN_ALLOCATION_CASES <= {op for op, _, _ in ALLOCATION_CASES}
-    described = set(ALLOCATION_SIZES) | ALLOCATES_FROM_NO_ARGUMENT | SIZE_ROWS_IN_ALLOCATION_CASES
-    assert {spec.name for spec in OP_TABLE} == described, "add the op to ALLOCATION_SIZES or ALLOCATES_FROM_NO_ARGUMENT"
-
-
-@pytest.mark.parametrize("spec,name,value", SIZE_CASES, ids=[f"{s.name}-{n}-{v}" for s, n, v in SIZE_CASES])
-def test_every_size_an_op_allocates_from_is_bounded(backend, spec, name, value):
-    """Once: 2**40 died in torch's allocator naming nothing, 2**31 - 1 quietly asked for 8 GiB an
-    output. A size past its bound is a ValueError naming it, before anything is allocated."""
-    call = _with_outputs_left_out(spec)
-    call[name] = [value] * len(call[name]) if isinstance(call.get(name), list) else value
-    with pytest.raises(ValueError) as error:
-        spec.wrapper(**call)
-    assert re.search(_names_pattern(name), str(error.value)), f"the error does not name {name}: {error.value}"
-
-
-@pytest.mark.parametrize("name,value", [("padded_num_tokens", 2**40), ("padded_num_tokens", 2**30),
-                                        ("pcp_world_size", 2**30 - 1), ("pcp_world_size", 65537)])
-def test_pcp_partition_bounds_what_it_allocates_from_on_every_backend(backend, name, value):
-    """Once: padded_num_tokens=2**40 was a ValueError natively and a MemoryError on the reference;
-    pcp_world_size=2**30 - 1 passed the native check and ended in std::bad_alloc."""
-    arguments = dict(pcp_world_size=2, padded_num_tokens=None)
-    arguments[name] = value
-    counts = (torch.tensor([3, 1], dtype=torch.int32), torch.tensor([0, 4], dtype=torch.int32),
-              torch.tensor([True, False]))
-    with pytest.raises(ValueError) as error:
-        specops.pcp_partition(*counts, arguments.pop("pcp_world_size"), **arguments)
-    assert re.search(_names_pattern(name), str(error.value)), f"the error does not name {name}: {error.value}"
-    specops.pcp_partition(*counts, 65536 if name == "pcp_world_size" else 2, padded_num_tokens=4)
 
 
 def test_every_schema_has_a_row():

@@ -16,7 +16,7 @@ import re
 
 import pytest
 import torch
-from op_specs._spec import Bad, get_arg, tensor_keys
+from op_specs._spec import Bad, get_arg, names_pattern, tensor_keys
 from op_specs.dspark_swa_indices import DSPARK, _dspark_valid
 from op_specs.dspark_swa_indices_multi import _dspark_multi_valid
 
@@ -45,10 +45,6 @@ def _multi_name(name: str, group: int) -> str:
     return f"{PER_GROUP[name]}[{group}]" if name in PER_GROUP else name
 
 
-def _names_pattern(name: str) -> str:
-    return rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])"
-
-
 VALUE_CASES = [(case, group) for case in DSPARK.value_errors() for group in (0, 1)]
 
 
@@ -64,7 +60,7 @@ def test_the_multi_op_rejects_what_the_single_op_rejects_in_every_group(case: Ba
         with pytest.raises(ValueError) as error:
             specops.dspark_swa_indices_multi(**call)
     for name in case.names:
-        assert re.search(_names_pattern(_multi_name(name, group)), str(error.value)), (
+        assert re.search(names_pattern(_multi_name(name, group)), str(error.value)), (
             f"the error does not name {_multi_name(name, group)}: {error.value}")
     for key, value in before.items():
         assert torch.equal(get_arg(call, key), value), f"a rejected call wrote {key}"
@@ -150,7 +146,7 @@ SIZING_CASES = [
 def test_multi_group_wrappers_check_what_they_size_outputs_from(backend, label, name, call):
     with pytest.raises(ValueError) as error:
         call()
-    assert re.search(_names_pattern(name), str(error.value)), f"{label}: the error does not name {name}: {error.value}"
+    assert re.search(names_pattern(name), str(error.value)), f"{label}: the error does not name {name}: {error.value}"
 
 
 def test_the_valid_calls_of_the_sizing_cases_are_taken(backend):

@@ -11,6 +11,8 @@ Elements of list arguments are keyed "name[i]" (block_tables[0]), as the errors 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -147,3 +149,13 @@ def t64(*values: int) -> torch.Tensor:
 def stale(*shape: int, dtype: torch.dtype = I32) -> torch.Tensor:
     return torch.full(shape, STALE, dtype=dtype)
 
+
+def names_pattern(name: str) -> str:
+    """A regex for `name` as a whole word of an error message (num_reqs does not match num_reqs_padded)."""
+    return rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])"
+
+
+def takes_none(spec: OpSpec, name: str) -> bool:
+    """Whether the wrapper's keyword defaults to None (None then means the default)."""
+    parameter = inspect.signature(spec.wrapper).parameters.get(name)
+    return parameter is not None and parameter.default is None
