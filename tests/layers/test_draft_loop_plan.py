@@ -3,7 +3,8 @@ applied k - 1 times, build_draft_attn_metadata with exact host lengths), on grou
 kinds, CP 1 / 2 / 4, both rules, requests crossing max_model_len mid-loop and seq_lens bounds
 up to 2K above the real ones (whose schedules must still cover the real work, simulated as the
 consumer runs them); no pass shares memory with another; addresses stable over 100 steps; no
-device read and no allocation in a steady step; the launches per step."""
+device read and no allocation in a steady step; a replay of passes 2..K from the first step's
+addresses; the launches per step."""
 
 from __future__ import annotations
 
@@ -192,6 +193,56 @@ def test_no_field_of_one_pass_shares_memory_with_another_and_addresses_are_stabl
                 if t.numel():
                     assert first.setdefault((k, index), t.data_ptr()) == t.data_ptr(), (i, k, index)
     assert len(shapes) > 10 and len(first) == sum(len(ts) for ts in tensors)
+
+
+def _recorded(t):
+    """A new tensor built from t's address alone (storage, offset, sizes, strides), as a captured
+    graph holds it: if the plan moved a buffer, this still reads the old memory."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), t.storage_offset(), t.shape,
+                                                               t.stride())
+
+
+def test_a_replay_reads_every_later_pass_through_the_first_steps_addresses():
+    # Passes 2..K have a fixed shape at a fixed request count (one token a request, padded to
+    # num_reqs_padded): what a graph of the K - 1 later draft forwards replays. Every tensor of
+    # those passes, rebuilt from the first step's addresses, holds each later step's values.
+    num_steps, max_model_len = 4, 50
+    setup = make_setup(["swa", "full", "c4", "c128", "dspark"], num_steps=num_steps, max_model_len=max_model_len,
+                       cp_size=2, cp_rank=1)
+    mappings, builders, plan = setup
+    rng = random.Random(11)
+    allocate_rows(mappings, rng, [1])
+    schedules = ("sas_metadata", "qli_metadata")
+
+    def fields(k):
+        metas = plan.metadata(k)
+        values = [t for t in _tensors(metas) if all(t is not getattr(m, n) for m in metas for n in schedules)]
+        return values + plan.slot_mappings(k) + [plan.seq_lens(k)]
+
+    def words(k):
+        return [getattr(m, n) for m in plan.metadata(k) for n in schedules if getattr(m, n) is not None]
+
+    recorded = None
+    for _ in range(8):
+        step, _, num_input_tokens, padded = run_step(setup, rng, num_steps=num_steps, max_model_len=max_model_len,
+                                                     rule="reset", bound_extra=3, num_reqs=MAX_REQS)
+        if recorded is None:
+            recorded = {k: ([_recorded(t) for t in fields(k)], [_recorded(t) for t in words(k)])
+                        for k in range(2, num_steps + 1)}
+        want = oracle(mappings, builders, step, num_steps=num_steps, max_model_len=max_model_len, rule="reset",
+                      num_input_tokens=num_input_tokens, num_reqs_padded=padded)
+        for k in range(2, num_steps + 1):
+            metas, exact, slots = want[k - 1]
+            expected = [t for t in _tensors(metas) if all(t is not getattr(m, n) for m in metas for n in schedules)]
+            expected += slots + [torch.tensor(exact, dtype=torch.int32)]
+            replayed_fields, replayed_words = recorded[k]
+            assert len(expected) == len(replayed_fields) and len(replayed_words) == len(words(k)) > 0
+            for index, (replayed, value) in enumerate(zip(replayed_fields, expected)):
+                assert torch.equal(replayed.cpu(), value.cpu()), (k, index)
+            # The schedules are planned from the bound (checked against the real work above):
+            # the replayed words are this step's plan.
+            for replayed, value in zip(replayed_words, words(k)):
+                assert torch.equal(replayed, value), k
 
 
 def test_a_steady_step_reads_no_device_value_and_allocates_nothing():

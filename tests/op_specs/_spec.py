@@ -103,6 +103,11 @@ class Corruption:
     device: str = "agree"
 
 
+# Guard-band draws for the kernels Triton's interpreter runs slowest (a call costs tenths of a
+# second): fewer than OpSpec's default keeps make test in its time; test-explore draws more.
+SLOW_KERNEL_GUARD_EXAMPLES = 10
+
+
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
     name: str  # the schema: torch.ops.specops.<name>

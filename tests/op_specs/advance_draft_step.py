@@ -126,7 +126,7 @@ def _token_index_outside(draw, call: Call) -> bool:
 
 ADVANCE_DRAFT_STEP = OpSpec(
     name="advance_draft_step",
-    guard_examples=15,  # among the slowest kernels under the interpreter; test-explore draws more
+    guard_examples=15,  # slow under the interpreter, though less than the SLOW_KERNEL_GUARD_EXAMPLES ones
     wrapper=specops.advance_draft_step,
     tensors={"positions": Arg((I64, I32), 1), "seq_lens": Arg((I32,), 1),
              "block_tables[0]": Arg((I32,), 2, row_stride=True), "block_tables[1]": Arg((I32,), 2, row_stride=True),

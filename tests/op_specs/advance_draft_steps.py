@@ -16,7 +16,9 @@ import specops
 from specops.ops.advance_draft_steps import DraftSteps, pass_extents
 
 from ._corruptions import _negative_block_ids, _pick, _seed
-from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32, t64
+from ._spec import (
+    I32, I64, Arg, Bad, Call, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, bad_with, stale, t32, t64,
+)
 
 F32, BF16 = torch.float32, torch.bfloat16
 FIELDS = ("out_positions", "out_seq_lens", "out_query_start_loc", "out_cos_sin", "out_local_cos_sin",
@@ -211,7 +213,7 @@ def _token_index_outside(draw, call: Call) -> bool:
 
 ADVANCE_DRAFT_STEPS = OpSpec(
     name="advance_draft_steps",
-    guard_examples=10,  # among the slowest kernels under the interpreter; test-explore draws more
+    guard_examples=SLOW_KERNEL_GUARD_EXAMPLES,
     wrapper=advance_draft_steps,
     tensors={"query_start_loc": Arg((I32,), 1), "positions": Arg((I64, I32), 1), "seq_lens": Arg((I32,), 1),
              "token_indices": Arg((I32, I64), 1), "num_rejected_tokens": Arg((I32,), 1),

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _negative_block_ids
-from ._spec import I32, Arg, Bad, Call, Corruption, OpSpec, bad, t32
+from ._spec import I32, Arg, Bad, Call, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, t32
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -67,7 +67,7 @@ def _compressor_draw(draw) -> Call:
 
 COMPRESSOR = OpSpec(
     name="compressor_metadata",
-    guard_examples=10,  # among the slowest kernels under the interpreter; test-explore draws more
+    guard_examples=SLOW_KERNEL_GUARD_EXAMPLES,
     wrapper=specops.compressor_metadata,
     tensors=dict(rope_cos=Arg((BF16, F32), 2), rope_sin=Arg((BF16, F32), 2), cu_seqlens=Arg((I32,), 1),
                  start_pos=Arg((I32,), 1), kv_block_table=Arg((I32,), 2, row_stride=True),

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _negative_block_ids
-from ._spec import I32, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32
+from ._spec import (
+    I32, Arg, Bad, Call, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, bad_with, stale, t32,
+)
 from .compressor_metadata import BF16, F32, _rope
 
 
@@ -100,7 +102,7 @@ def _negative_ids_in_every_table(draw, call: Call) -> bool:
 _FLOAT = (BF16, F32)
 COMPRESSOR_MULTI = OpSpec(
     name="compressor_metadata_multi",
-    guard_examples=10,  # among the slowest kernels under the interpreter; test-explore draws more
+    guard_examples=SLOW_KERNEL_GUARD_EXAMPLES,
     wrapper=specops.compressor_metadata_multi,
     tensors={**{f"{name}[{g}]": Arg(_FLOAT, 2, row_stride=True) for name in ("rope_cos", "rope_sin") for g in (0, 1)},
              "cu_seqlens": Arg((I32,), 2, row_stride=True), "start_pos": Arg((I32,), 2, row_stride=True),

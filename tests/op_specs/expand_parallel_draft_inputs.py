@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _negative_block_ids, _pick, _seed
-from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32, t64
+from ._spec import (
+    I32, I64, Arg, Bad, Call, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, bad_with, stale, t32, t64,
+)
 
 BOOL = torch.bool
 
@@ -141,7 +143,7 @@ def _layout_broken(draw, call: Call) -> bool:
 
 EXPAND_PARALLEL_DRAFT = OpSpec(
     name="expand_parallel_draft_inputs",
-    guard_examples=10,  # among the slowest kernels under the interpreter; test-explore draws more
+    guard_examples=SLOW_KERNEL_GUARD_EXAMPLES,
     wrapper=specops.expand_parallel_draft_inputs,
     tensors={"target_token_ids": Arg((I64, I32), 1), "target_positions": Arg((I64, I32), 1),
              "next_token_ids": Arg((I64, I32), 1), "query_start_loc": Arg((I32,), 1),

@@ -8,7 +8,9 @@ from strategies import sas_calls
 import specops
 
 from ._corruptions import _one_entry, _negative, _decreasing
-from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, t32, t64, stale
+from ._spec import (
+    I32, I64, Call, Arg, Bad, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, t32, t64, stale,
+)
 
 
 # The length tensors of sas_metadata and kv_quant_sas_metadata, and out.
@@ -107,7 +109,7 @@ SAS = OpSpec(
         Corruption("negative seqused_kv", _one_entry("seqused_kv", _negative, native_raises=True)),
         Corruption("negative query length", _sas_negative_query_length),
     ),
-    guard_examples=10,  # about 0.3 s per interpreted call
+    guard_examples=SLOW_KERNEL_GUARD_EXAMPLES,
     # On a device the runner passes the host copies of the lengths (the host-planned form).
     host_tensors=("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv"),
     scalars=("num_heads_q", "num_heads_kv", "head_dim", "batch_size", "max_seqlen_q", "max_seqlen_kv", "ori_topk",
