@@ -125,3 +125,13 @@ def test_markdown_rewrites_the_rows_of_the_ops_it_ran_and_keeps_the_others(tmp_p
     with pytest.raises(ValueError, match="has no generated table"):
         (tmp_path / "other.md").write_text("no table\n")
         update_markdown(str(tmp_path / "other.md"), {"drafting": [new]})
+
+
+def test_a_baseline_specops_does_not_beat_is_said_as_a_time_ratio():
+    from specops.bench._harness import Case, Measurement
+    from specops.bench._report import case_notes
+
+    case = Case("op", "R=8", 8, 8, {}, baselines=("fast", "slow"))
+    runs = [Measurement("op", "R=8", "", impl, 8, 8, median, median, median)
+            for impl, median in (("specops", 3.0), ("fast", 2.0), ("slow", 6.0))]
+    assert case_notes(case, runs) == ["1.50x the time of fast", "   2.0x faster than slow"]
