@@ -239,8 +239,8 @@ def test_a_replay_reads_every_later_pass_through_the_first_steps_addresses():
             assert len(expected) == len(replayed_fields) and len(replayed_words) == len(words(k)) > 0
             for index, (replayed, value) in enumerate(zip(replayed_fields, expected)):
                 assert torch.equal(replayed.cpu(), value.cpu()), (k, index)
-            # The schedules are planned from the bound (checked against the real work above):
-            # the replayed words are this step's plan.
+            # The schedules are planned from the bound (test_every_pass_matches_the_per_pass_path
+            # checks them against the real work): the replayed words are this step's plan.
             for replayed, value in zip(replayed_words, words(k)):
                 assert torch.equal(replayed, value), k
 
