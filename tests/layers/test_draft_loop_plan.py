@@ -214,10 +214,11 @@ def test_a_replay_reads_every_later_pass_through_the_first_steps_addresses():
     allocate_rows(mappings, rng, [1])
     schedules = ("sas_metadata", "qli_metadata")
 
+    def without_schedules(metas):
+        return [t for t in _tensors(metas) if all(t is not getattr(m, n) for m in metas for n in schedules)]
+
     def fields(k):
-        metas = plan.metadata(k)
-        values = [t for t in _tensors(metas) if all(t is not getattr(m, n) for m in metas for n in schedules)]
-        return values + plan.slot_mappings(k) + [plan.seq_lens(k)]
+        return without_schedules(plan.metadata(k)) + plan.slot_mappings(k) + [plan.seq_lens(k)]
 
     def words(k):
         return [getattr(m, n) for m in plan.metadata(k) for n in schedules if getattr(m, n) is not None]
@@ -233,8 +234,7 @@ def test_a_replay_reads_every_later_pass_through_the_first_steps_addresses():
                       num_input_tokens=num_input_tokens, num_reqs_padded=padded)
         for k in range(2, num_steps + 1):
             metas, exact, slots = want[k - 1]
-            expected = [t for t in _tensors(metas) if all(t is not getattr(m, n) for m in metas for n in schedules)]
-            expected += slots + [torch.tensor(exact, dtype=torch.int32)]
+            expected = without_schedules(metas) + slots + [torch.tensor(exact, dtype=torch.int32)]
             replayed_fields, replayed_words = recorded[k]
             assert len(expected) == len(replayed_fields) and len(replayed_words) == len(words(k)) > 0
             for index, (replayed, value) in enumerate(zip(replayed_fields, expected)):
