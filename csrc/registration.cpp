@@ -156,13 +156,16 @@ TORCH_LIBRARY(specops, m) {
       "Tensor? query_start_loc, Tensor(a!) next_token_ids, Tensor(b!) valid_sampled_token_count, "
       "Tensor(c!)? num_rejected_tokens, Tensor(d!)? token_indices_to_sample, int num_reqs_padded) -> ()");
   // past_max_model_len: 0 "reset", 1 "clamp"; out_positions may be positions itself (in place)
-  // without token_indices.
+  // without token_indices. num_draft_steps -1: no last step (draft_step only picks the column).
   m.def(
       "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
       "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
       "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int max_model_len, int past_max_model_len, "
       "int num_tokens_padded, int num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, "
-      "int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled) -> ()");
+      "int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, "
+      "Tensor? target_seq_lens, Tensor(e!)? input_ids, Tensor(f!)? draft_tokens, Tensor? sampled_tokens, "
+      "Tensor? draft_step, int num_draft_steps, Tensor(g!)? sample_positions, Tensor? hidden_states, "
+      "Tensor(h!)? next_hidden_states) -> ()");
   // Row k - 1 of every output is pass k; storage_block_sizes: each group's block size in its KV
   // cache (the slot pairs' format).
   m.def(

@@ -5,8 +5,10 @@ registers, and each KV-cache group's slot from them (`slots_of_tokens`, compute_
 math). The groups are flattened pointer and size arguments for up to MAX_GROUPS groups per
 launch (no tuple arguments: triton-ascend 3.2 has none); a step with more groups launches the
 extra ones first, slots only (WRITE_STEP False: positions and seq_lens are still the inputs),
-then the launch that also writes positions, seq_lens and the query layout. Every masked lane
-reads and writes offset 0 of its tensor (an empty one is passed as a placeholder element).
+then the launch that also writes positions, seq_lens, the query layout and the step's token
+bookkeeping. The last draft step (draft_step read on the device) empties every launch's request
+loop, so that nothing but the sampled tokens' store runs. Every masked lane reads and writes
+offset 0 of its tensor (an empty one is passed as a placeholder element).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from specops.triton_kernels._launch import nonempty, num_programs
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
 BLOCK = 128
+BLOCK_H = 32  # hidden-state columns per copy (a [BLOCK, BLOCK_H] tile)
 MAX_GROUPS = 4
 _GROUP_FIELDS = 13  # see _group_arguments
 
@@ -62,21 +65,77 @@ def _group_slots(
 
 
 @triton.jit
+def _in_columns(r, step, draft_columns):
+    """Lanes whose step is a column of the drafts (the step broadcast first: a scalar mask term
+    is not a mask the interpreter stores with)."""
+    lane_step = tl.zeros_like(r).to(tl.int64) + step
+    return (lane_step >= 0) & (lane_step < draft_columns)
+
+
+@triton.jit
+def _draft_inputs(
+    safe_r, real, step, draft_columns, input_ids_ptr, draft_tokens_ptr, draft_tokens_stride, sampled_ptr,
+    sample_positions_ptr, hidden_ptr, hidden_stride, next_hidden_ptr, next_hidden_stride, hidden_size,
+    HAS_INPUT_IDS: tl.constexpr, HAS_SAMPLED: tl.constexpr, HAS_SAMPLE_POSITIONS: tl.constexpr,
+    HAS_HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    """The token bookkeeping of the requests of one tile (advance_draft_step's DraftInputs)."""
+    if HAS_INPUT_IDS:
+        if HAS_SAMPLED:
+            token = tl.load(sampled_ptr + safe_r, mask=real, other=0).to(tl.int64)
+        else:
+            read = real & _in_columns(safe_r, step, draft_columns)
+            token = tl.load(draft_tokens_ptr + tl.where(read, safe_r.to(tl.int64) * draft_tokens_stride + step, 0),
+                            mask=read, other=0).to(tl.int64)
+        tl.store(input_ids_ptr + safe_r, token.to(input_ids_ptr.dtype.element_ty), mask=real)
+    if HAS_SAMPLE_POSITIONS:
+        key = tl.load(sample_positions_ptr + safe_r, mask=real, other=0)
+        tl.store(sample_positions_ptr + safe_r, key + 1, mask=real)
+    if HAS_HIDDEN:
+        rows = safe_r.to(tl.int64)[:, None]
+        for h in range(0, hidden_size, BLOCK_H):
+            columns = h + tl.arange(0, BLOCK_H)[None, :]
+            copied = real[:, None] & (columns < hidden_size)
+            value = tl.load(hidden_ptr + tl.where(copied, rows * hidden_stride + columns, 0), mask=copied, other=0)
+            tl.store(next_hidden_ptr + tl.where(copied, rows * next_hidden_stride + columns, 0), value, mask=copied)
+
+
+@triton.jit
 def _advance_draft_step_kernel(
     positions_ptr, seq_lens_ptr, token_indices_ptr, num_rejected_ptr, idx_mapping_ptr, out_positions_ptr,
     query_start_loc_ptr, num_reqs, num_positions, max_model_len, positions_end, seq_lens_end, query_start_loc_end,
     end,
+    target_seq_lens_ptr, input_ids_ptr, draft_tokens_ptr, draft_tokens_stride, draft_columns, sampled_ptr,
+    draft_step_ptr, num_draft_steps, sample_positions_ptr, hidden_ptr, hidden_stride, next_hidden_ptr,
+    next_hidden_stride, hidden_size,
     t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,
     t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1,
     t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2,
     t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3,
     NUM_GROUPS: tl.constexpr, CLAMP: tl.constexpr, HAS_TOKEN_INDICES: tl.constexpr, HAS_REJECTED: tl.constexpr,
     HAS_IDX_MAPPING: tl.constexpr, HAS_QUERY_START_LOC: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
-    WRITE_STEP: tl.constexpr, BLOCK: tl.constexpr,
+    WRITE_STEP: tl.constexpr, HAS_TARGET_SEQ_LENS: tl.constexpr, HAS_INPUT_IDS: tl.constexpr,
+    HAS_SAMPLED: tl.constexpr, HAS_STEP: tl.constexpr, HAS_SAMPLE_POSITIONS: tl.constexpr, HAS_HIDDEN: tl.constexpr,
+    BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    for tile in range(pid, tl.cdiv(end, BLOCK), num_progs):
+    num_tiles = tl.cdiv(end, BLOCK)
+    if HAS_STEP:
+        step = tl.load(draft_step_ptr).to(tl.int64)
+        # The last draft step: no request advances (an empty loop, not an early return).
+        num_tiles = tl.where((num_draft_steps >= 0) & (step >= num_draft_steps - 1), 0, num_tiles)
+    else:
+        step = tl.full((), 0, tl.int64)
+    if HAS_SAMPLED and WRITE_STEP:
+        for tile in range(pid, tl.cdiv(num_reqs, BLOCK), num_progs):
+            r = tile * BLOCK + tl.arange(0, BLOCK)
+            real = r < num_reqs
+            token = tl.load(sampled_ptr + tl.where(real, r, 0), mask=real, other=0)
+            stored = real & _in_columns(r, step, draft_columns)
+            tl.store(draft_tokens_ptr + tl.where(stored, r.to(tl.int64) * draft_tokens_stride + step, 0),
+                     token.to(draft_tokens_ptr.dtype.element_ty), mask=stored)
+    for tile in range(pid, num_tiles, num_progs):
         r = tile * BLOCK + tl.arange(0, BLOCK)
         real = r < num_reqs
         safe_r = tl.where(real, r, 0)
@@ -91,7 +150,10 @@ def _advance_draft_step_kernel(
         # wraps to -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
         over = ok & (current >= max_model_len - 1)
         p = tl.where(ok & (over == 0), current + 1, 0)
-        base = tl.load(seq_lens_ptr + safe_r, mask=real, other=0).to(tl.int64)
+        if HAS_TARGET_SEQ_LENS:
+            base = tl.load(target_seq_lens_ptr + safe_r, mask=real, other=0).to(tl.int64)
+        else:
+            base = tl.load(seq_lens_ptr + safe_r, mask=real, other=0).to(tl.int64)
         if HAS_REJECTED:
             base = base - tl.load(num_rejected_ptr + safe_r, mask=real, other=0)
         if CLAMP:
@@ -113,6 +175,10 @@ def _advance_draft_step_kernel(
                      t3, s3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, se3,
                      r, row, position, mapped, NUM_GROUPS, HAS_NUM_BLOCKS)
         if WRITE_STEP:
+            _draft_inputs(safe_r, real, step, draft_columns, input_ids_ptr, draft_tokens_ptr, draft_tokens_stride,
+                          sampled_ptr, sample_positions_ptr, hidden_ptr, hidden_stride, next_hidden_ptr,
+                          next_hidden_stride, hidden_size, HAS_INPUT_IDS, HAS_SAMPLED, HAS_SAMPLE_POSITIONS,
+                          HAS_HIDDEN, BLOCK_H)
             at_position = r < positions_end
             tl.store(out_positions_ptr + tl.where(at_position, r, 0),
                      tl.where(real, position, 0).to(out_positions_ptr.dtype.element_ty), mask=at_position)
@@ -161,6 +227,22 @@ def launch_chunks(groups: list[list], stand_in: Callable[[], list]):
         yield chunk, max(len(chunk), 1), index == len(chunks) - 1, flat
 
 
+def _draft_input_arguments(stand_in: torch.Tensor, target_seq_lens, input_ids, draft_tokens, sampled_tokens,
+                           draft_step, num_draft_steps: int, sample_positions, hidden_states, next_hidden_states) -> list:
+    """The token bookkeeping's 14 arguments (see _advance_draft_step_kernel); `stand_in` (an
+    int32 tensor of the call) takes the place of each tensor not given, never read."""
+    def given(tensor):
+        return nonempty(tensor if tensor is not None else stand_in)
+
+    columns = draft_tokens.size(1) if draft_tokens is not None else 0
+    tokens_stride = draft_tokens.stride(0) if draft_tokens is not None else 0
+    hidden = (hidden_states.size(1), hidden_states.stride(0), next_hidden_states.stride(0)) if (
+        hidden_states is not None) else (0, 0, 0)
+    return [given(target_seq_lens), given(input_ids), given(draft_tokens), tokens_stride, columns,
+            given(sampled_tokens), given(draft_step), num_draft_steps, given(sample_positions), given(hidden_states),
+            hidden[1], given(next_hidden_states), hidden[2], hidden[0]]
+
+
 def advance_draft_step(
     positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: list[torch.Tensor],
     token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None, idx_mapping: torch.Tensor | None,
@@ -168,6 +250,9 @@ def advance_draft_step(
     num_blocks: list[torch.Tensor], max_model_len: int, past_max_model_len: int, num_tokens_padded: int,
     num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int],
     blocks_per_kv_block: list[int], cp_sharded: list[bool], slot_mapping_enabled: list[bool],
+    target_seq_lens: torch.Tensor | None, input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None,
+    sampled_tokens: torch.Tensor | None, draft_step: torch.Tensor | None, num_draft_steps: int,
+    sample_positions: torch.Tensor | None, hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None,
 ) -> None:
     rule = past_max_model_len
     num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
@@ -184,7 +269,13 @@ def advance_draft_step(
     step_end = max(positions_end, seq_lens_end, query_start_loc_end, num_reqs)
     common = dict(CLAMP=rule == 1, HAS_TOKEN_INDICES=token_indices is not None,
                   HAS_REJECTED=num_rejected_tokens is not None, HAS_IDX_MAPPING=idx_mapping is not None,
-                  HAS_QUERY_START_LOC=query_start_loc is not None, HAS_NUM_BLOCKS=bool(num_blocks), BLOCK=BLOCK)
+                  HAS_QUERY_START_LOC=query_start_loc is not None, HAS_NUM_BLOCKS=bool(num_blocks),
+                  HAS_TARGET_SEQ_LENS=target_seq_lens is not None, HAS_INPUT_IDS=input_ids is not None,
+                  HAS_SAMPLED=sampled_tokens is not None, HAS_STEP=draft_step is not None,
+                  HAS_SAMPLE_POSITIONS=sample_positions is not None, HAS_HIDDEN=hidden_states is not None,
+                  BLOCK=BLOCK, BLOCK_H=BLOCK_H)
+    inputs = _draft_input_arguments(seq_lens, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
+                                    num_draft_steps, sample_positions, hidden_states, next_hidden_states)
     # Groups past the first MAX_GROUPS first, while positions and seq_lens still hold the inputs.
     def stand_in() -> list:
         return _group_arguments(seq_lens.new_empty((0, 0)), seq_lens, seq_lens, (1, 1, 1, 0, 1, 0), 0)
@@ -203,5 +294,5 @@ def advance_draft_step(
             nonempty(idx_mapping if idx_mapping is not None else seq_lens), nonempty(out_positions),
             nonempty(query_start_loc if query_start_loc is not None else seq_lens),
             num_reqs, positions.numel(), max_model_len, positions_end, seq_lens_end, query_start_loc_end, end,
-            *flat, NUM_GROUPS=num_groups, WRITE_STEP=write_step, **common,
+            *inputs, *flat, NUM_GROUPS=num_groups, WRITE_STEP=write_step, **common,
         )

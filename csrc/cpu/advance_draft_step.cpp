@@ -1,5 +1,6 @@
 // CPU op for advance_draft_step: validates everything (the draft positions against every
-// group's table included), then writes positions, seq_lens, the query layout and every slot mapping.
+// group's table included), then writes positions, seq_lens, the query layout, every slot mapping
+// and the step's token bookkeeping (kernels/advance_draft_step.h, DraftInputs).
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -20,7 +21,7 @@ bool same_span(const at::Tensor& a, const at::Tensor& b) {
 template <typename PosT, typename TokT, typename IdxT>
 void check_values(const at::Tensor& positions, const TokT* token_indices, const int32_t* seq_lens,
                   const int32_t* num_rejected, const IdxT* idx, const std::vector<kernels::DraftStepGroup>& groups,
-                  const kernels::DraftStepShape& s) {
+                  const kernels::DraftStepShape& s, const char* seq_lens_name) {
   const PosT* pos = positions.data_ptr<PosT>();
   for (int64_t r = 0; r < s.num_reqs; ++r) {
     if (token_indices != nullptr) {
@@ -34,7 +35,7 @@ void check_values(const at::Tensor& positions, const TokT* token_indices, const 
     }
     if (num_rejected != nullptr) {
       TORCH_CHECK_VALUE(static_cast<int64_t>(seq_lens[r]) - num_rejected[r] >= 0, "num_rejected_tokens[", r,
-                        "] = ", num_rejected[r], " is more than seq_lens[", r, "] = ", seq_lens[r]);
+                        "] = ", num_rejected[r], " is more than ", seq_lens_name, "[", r, "] = ", seq_lens[r]);
     }
     const kernels::DraftPosition d = kernels::draft_position(pos, token_indices, seq_lens, num_rejected, r, s);
     const int64_t row = kernels::draft_row(idx, r);
@@ -46,6 +47,96 @@ void check_values(const at::Tensor& positions, const TokT* token_indices, const 
   }
 }
 
+// The token bookkeeping's tensors (metadata), and the DraftInputs they give. draft_step is read
+// here: this is the host op, and its tensors are host tensors.
+kernels::DraftInputs draft_inputs(int64_t num_reqs, const char* what, const OptTensor& target_seq_lens,
+                                  const OptTensor& input_ids, const OptTensor& draft_tokens,
+                                  const OptTensor& sampled_tokens, const OptTensor& draft_step, int64_t num_draft_steps,
+                                  const OptTensor& sample_positions, const OptTensor& hidden_states,
+                                  const OptTensor& next_hidden_states) {
+  kernels::DraftInputs in;
+  if (target_seq_lens.has_value()) {
+    check_tensor(*target_seq_lens, "target_seq_lens", {c10::kInt}, 1);
+    TORCH_CHECK_VALUE(target_seq_lens->numel() == num_reqs, "target_seq_lens must have ", what, " = ", num_reqs,
+                      " entries, got ", target_seq_lens->numel());
+    in.target_seq_lens = target_seq_lens->data_ptr<int32_t>();
+  }
+  if (draft_tokens.has_value()) {
+    check_tensor(*draft_tokens, "draft_tokens", {c10::kLong, c10::kInt}, 2);
+    TORCH_CHECK_VALUE(draft_tokens->size(0) >= num_reqs, "draft_tokens must have at least ", what, " = ", num_reqs,
+                      " rows, got ", draft_tokens->size(0));
+    check_rows_disjoint(*draft_tokens, "draft_tokens");
+    in.draft_tokens = {draft_tokens->data_ptr(), draft_tokens->scalar_type() == c10::kLong};
+    in.draft_tokens_stride = draft_tokens->stride(0);
+    in.draft_tokens_columns = draft_tokens->size(1);
+  }
+  if (sampled_tokens.has_value()) {
+    check_tensor(*sampled_tokens, "sampled_tokens", {c10::kLong, c10::kInt}, 1);
+    TORCH_CHECK_VALUE(sampled_tokens->numel() == num_reqs, "sampled_tokens must have ", what, " = ", num_reqs,
+                      " entries, got ", sampled_tokens->numel());
+    TORCH_CHECK_VALUE(draft_tokens.has_value(), "sampled_tokens needs draft_tokens (the buffer it is stored in)");
+    in.sampled_tokens = {sampled_tokens->data_ptr(), sampled_tokens->scalar_type() == c10::kLong};
+  }
+  if (input_ids.has_value()) {
+    check_tensor(*input_ids, "input_ids", {c10::kInt, c10::kLong}, 1);
+    check_entries(*input_ids, "input_ids", num_reqs, what);
+    TORCH_CHECK_VALUE(draft_tokens.has_value(), "input_ids needs draft_tokens (the tokens it receives)");
+    in.input_ids = {input_ids->data_ptr(), input_ids->scalar_type() == c10::kLong};
+  }
+  if (draft_step.has_value()) {
+    TORCH_CHECK_VALUE(draft_step->defined(), "draft_step must be a tensor, got None");
+    TORCH_CHECK_VALUE(draft_step->device().is_cpu(), "draft_step must be a CPU tensor for the CPU kernel, got device ",
+                      draft_step->device());
+    TORCH_CHECK_VALUE(draft_step->scalar_type() == c10::kLong || draft_step->scalar_type() == c10::kInt,
+                      "draft_step must have dtype int64 or int32, got ", dtype_name(draft_step->scalar_type()));
+    TORCH_CHECK_VALUE(draft_step->dim() == 0, "draft_step must be 0-D, got shape ", draft_step->sizes());
+    in.step = draft_step->scalar_type() == c10::kLong ? *draft_step->data_ptr<int64_t>()
+                                                      : static_cast<int64_t>(*draft_step->data_ptr<int32_t>());
+    if (draft_tokens.has_value()) {
+      TORCH_CHECK_VALUE(in.step_in_columns(), "draft_step = ", in.step, " is outside the ", in.draft_tokens_columns,
+                        " columns of draft_tokens");
+    }
+  } else if (draft_tokens.has_value()) {
+    TORCH_CHECK_VALUE(in.draft_tokens_columns >= 1, "draft_tokens must have at least 1 column (step 0), got 0");
+  }
+  if (num_draft_steps >= 0) {
+    TORCH_CHECK_VALUE(draft_step.has_value(), "num_draft_steps needs draft_step (the step it is compared with)");
+    check_positive(num_draft_steps, "num_draft_steps");
+    in.last = in.step >= num_draft_steps - 1;
+  }
+  if (sample_positions.has_value()) {
+    check_tensor(*sample_positions, "sample_positions", {c10::kLong, c10::kInt}, 1);
+    check_entries(*sample_positions, "sample_positions", num_reqs, what);
+    in.sample_positions = {sample_positions->data_ptr(), sample_positions->scalar_type() == c10::kLong};
+  }
+  TORCH_CHECK_VALUE(hidden_states.has_value() == next_hidden_states.has_value(),
+                    "hidden_states and next_hidden_states come together, got only ",
+                    hidden_states.has_value() ? "hidden_states" : "next_hidden_states");
+  if (hidden_states.has_value()) {
+    check_tensor(*hidden_states, "hidden_states", {c10::kBFloat16, c10::kHalf, c10::kFloat}, 2);
+    TORCH_CHECK_VALUE(next_hidden_states->defined(), "next_hidden_states must be a tensor, got None");
+    TORCH_CHECK_VALUE(next_hidden_states->scalar_type() == hidden_states->scalar_type(),
+                      "next_hidden_states must have dtype ", dtype_name(hidden_states->scalar_type()),
+                      " like hidden_states, got ", dtype_name(next_hidden_states->scalar_type()));
+    check_tensor(*next_hidden_states, "next_hidden_states", {hidden_states->scalar_type()}, 2);
+    for (const auto& [t, name] : {std::pair{&*hidden_states, "hidden_states"},
+                                  std::pair{&*next_hidden_states, "next_hidden_states"}}) {
+      TORCH_CHECK_VALUE(t->size(0) >= num_reqs, name, " must have at least ", what, " = ", num_reqs, " rows, got ",
+                        t->size(0));
+    }
+    TORCH_CHECK_VALUE(next_hidden_states->size(1) == hidden_states->size(1), "next_hidden_states must have ",
+                      hidden_states->size(1), " columns like hidden_states, got ", next_hidden_states->size(1));
+    check_rows_disjoint(*next_hidden_states, "next_hidden_states");
+    const int64_t element = hidden_states->element_size();
+    in.hidden_states = static_cast<const char*>(hidden_states->data_ptr());
+    in.next_hidden_states = static_cast<char*>(next_hidden_states->data_ptr());
+    in.hidden_stride = hidden_states->stride(0) * element;
+    in.next_hidden_stride = next_hidden_states->stride(0) * element;
+    in.row_bytes = hidden_states->size(1) * element;
+  }
+  return in;
+}
+
 void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens, at::TensorList block_tables,
                         const OptTensor& token_indices, const OptTensor& num_rejected_tokens,
                         const OptTensor& idx_mapping, const at::Tensor& out_positions, at::TensorList slot_mappings,
@@ -53,7 +144,10 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
                         int64_t past_max_model_len, int64_t num_tokens_padded, int64_t num_reqs_padded,
                         int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
                         c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
-                        const c10::List<bool>& slot_mapping_enabled) {
+                        const c10::List<bool>& slot_mapping_enabled, const OptTensor& target_seq_lens,
+                        const OptTensor& input_ids, const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
+                        const OptTensor& draft_step, int64_t num_draft_steps, const OptTensor& sample_positions,
+                        const OptTensor& hidden_states, const OptTensor& next_hidden_states) {
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -97,6 +191,9 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
                       "query_start_loc must have at least num_reqs_padded + 1 = ", std::max(query_start_loc_end, num_reqs + 1),
                       " entries, got ", query_start_loc->numel());
   }
+  const kernels::DraftInputs in =
+      draft_inputs(num_reqs, what, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
+                   num_draft_steps, sample_positions, hidden_states, next_hidden_states);
   std::vector<kernels::DraftStepGroup> groups =
       draft_step_groups(block_tables, slot_mappings, num_blocks, settings, num_reqs, num_reqs, num_tokens_padded);
   // out_positions may be positions itself (in place, element by element), never a part of it,
@@ -104,10 +201,18 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
   const bool in_place = !token_indices.has_value() && same_span(out_positions, positions);
   if (!in_place) check_no_overlap(out_positions, "out_positions", positions, "positions");
   std::vector<NamedTensor> outputs = {{&seq_lens, {"seq_lens"}}, {&out_positions, {"out_positions"}},
-                                      {ptr(query_start_loc), {"query_start_loc"}}};
+                                      {ptr(query_start_loc), {"query_start_loc"}},
+                                      {ptr(input_ids), {"input_ids"}},
+                                      {ptr(draft_tokens), {"draft_tokens"}},
+                                      {ptr(sample_positions), {"sample_positions"}},
+                                      {ptr(next_hidden_states), {"next_hidden_states"}}};
   std::vector<NamedTensor> inputs = {{ptr(token_indices), {"token_indices"}},
                                      {ptr(num_rejected_tokens), {"num_rejected_tokens"}},
-                                     {ptr(idx_mapping), {"idx_mapping"}}};
+                                     {ptr(idx_mapping), {"idx_mapping"}},
+                                     {ptr(target_seq_lens), {"target_seq_lens"}},
+                                     {ptr(sampled_tokens), {"sampled_tokens"}},
+                                     {ptr(draft_step), {"draft_step"}},
+                                     {ptr(hidden_states), {"hidden_states"}}};
   add_group_tensors(outputs, inputs, slot_mappings, block_tables, num_blocks);
   check_outputs_alias_nothing(outputs, inputs);
   for (const NamedTensor& out : outputs) {
@@ -134,11 +239,15 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
       const TokT* tokens = has_indices ? indices.data_ptr<TokT>() : nullptr;
       AT_DISPATCH_INDEX_TYPES(positions.scalar_type(), "advance_draft_step", [&] {
         using PosT = index_t;
-        check_values<PosT, TokT, IdxT>(positions, tokens, lens, rejected, idx, groups, s);
+        // Also on a last step, which reads none of them: a call is valid or not whatever its step.
+        check_values<PosT, TokT, IdxT>(positions, tokens, in.target_seq_lens != nullptr ? in.target_seq_lens : lens,
+                                       rejected, idx, groups, s,
+                                       in.target_seq_lens != nullptr ? "target_seq_lens" : "seq_lens");
         AT_DISPATCH_INDEX_TYPES(out_positions.scalar_type(), "advance_draft_step", [&] {
           kernels::advance_draft_step<PosT, index_t, TokT, IdxT>(positions.data_ptr<PosT>(), lens, tokens, rejected,
                                                                   idx, out_positions.data_ptr<index_t>(), qsl,
-                                                                  groups.data(), static_cast<int64_t>(num_groups), s);
+                                                                  groups.data(), static_cast<int64_t>(num_groups), s,
+                                                                  in);
         });
       });
     });

@@ -14,12 +14,91 @@
 // mapping is disabled, and (as on the device paths) a position past its row's table or
 // allocated blocks, a token index outside positions. Positions and seq_lens are computed once,
 // for every group.
+//
+// The token bookkeeping a step can carry (DraftInputs: MRV2's prepare_decode_inputs and
+// update_draft_inputs, fused with the advance): with step = draft_step (0 when not given),
+//
+//   draft_tokens[r, step] = sampled_tokens[r]                  (when sampled_tokens is given)
+//   last step (step >= num_draft_steps - 1): nothing else is written
+//   input_ids[r] = sampled_tokens[r], else draft_tokens[r, step]
+//   sample_positions[r] += 1;  next_hidden_states[r] = hidden_states[r]
+//   base = target_seq_lens[r] - num_rejected_tokens[r]        (target_seq_lens in place of seq_lens)
 #include <algorithm>
 #include <cstdint>
 
 #include "kernels/slot_math.h"
 
 namespace specops::kernels {
+
+// An int32 or int64 tensor's entries, read as int64.
+struct IntIn {
+  const void* data = nullptr;
+  bool wide = false;
+  int64_t operator[](int64_t i) const {
+    return wide ? static_cast<const int64_t*>(data)[i] : static_cast<int64_t>(static_cast<const int32_t*>(data)[i]);
+  }
+};
+
+// An int32 or int64 output; an int32 store narrows.
+struct IntOut {
+  void* data = nullptr;
+  bool wide = false;
+  int64_t get(int64_t i) const {
+    return wide ? static_cast<const int64_t*>(data)[i] : static_cast<int64_t>(static_cast<const int32_t*>(data)[i]);
+  }
+  void set(int64_t i, int64_t v) const {
+    if (wide) {
+      static_cast<int64_t*>(data)[i] = v;
+    } else {
+      static_cast<int32_t*>(data)[i] = static_cast<int32_t>(v);
+    }
+  }
+};
+
+// A step's token bookkeeping (the file comment); a null data pointer: that part is not done.
+struct DraftInputs {
+  const int32_t* target_seq_lens = nullptr;
+  IntOut draft_tokens;  // [rows, columns], row stride draft_tokens_stride
+  int64_t draft_tokens_stride = 0;
+  int64_t draft_tokens_columns = 0;
+  IntIn sampled_tokens;
+  IntOut input_ids;
+  IntOut sample_positions;
+  const char* hidden_states = nullptr;  // rows of row_bytes, strides in bytes
+  char* next_hidden_states = nullptr;
+  int64_t hidden_stride = 0;
+  int64_t next_hidden_stride = 0;
+  int64_t row_bytes = 0;
+  int64_t step = 0;
+  bool last = false;  // the last draft step: only the store of the sampled tokens
+
+  bool step_in_columns() const { return step >= 0 && step < draft_tokens_columns; }
+
+  // The sampled tokens into their column: before anything else, the last step included.
+  void store_sampled(int64_t num_reqs) const {
+    if (sampled_tokens.data == nullptr || draft_tokens.data == nullptr || !step_in_columns()) return;
+    for (int64_t r = 0; r < num_reqs; ++r) draft_tokens.set(r * draft_tokens_stride + step, sampled_tokens[r]);
+  }
+
+  void advance_request(int64_t r) const {
+    if (input_ids.data != nullptr) {
+      int64_t token = 0;
+      if (sampled_tokens.data != nullptr) {
+        token = sampled_tokens[r];
+      } else if (step_in_columns()) {
+        token = draft_tokens.get(r * draft_tokens_stride + step);
+      }
+      input_ids.set(r, token);
+    }
+    // +1 in unsigned arithmetic: it wraps at the type's end, as the device kernels' adds do.
+    if (sample_positions.data != nullptr) {
+      sample_positions.set(r, static_cast<int64_t>(static_cast<uint64_t>(sample_positions.get(r)) + 1));
+    }
+    if (next_hidden_states != nullptr) {
+      std::copy_n(hidden_states + r * hidden_stride, row_bytes, next_hidden_states + r * next_hidden_stride);
+    }
+  }
+};
 
 struct DraftStepGroup {
   const int32_t* block_table;
@@ -100,9 +179,13 @@ template <typename PosT, typename OutPosT, typename TokT, typename IdxT>
 void advance_draft_step(const PosT* positions, int32_t* seq_lens, const TokT* token_indices,
                         const int32_t* num_rejected, const IdxT* idx_mapping, OutPosT* out_positions,
                         int32_t* query_start_loc, const DraftStepGroup* groups, int64_t num_groups,
-                        const DraftStepShape& s) {
+                        const DraftStepShape& s, const DraftInputs& in) {
+  in.store_sampled(s.num_reqs);
+  if (in.last) return;
+  const int32_t* base = in.target_seq_lens != nullptr ? in.target_seq_lens : seq_lens;
   for (int64_t r = 0; r < s.num_reqs; ++r) {
-    const DraftPosition d = draft_position(positions, token_indices, seq_lens, num_rejected, r, s);
+    const DraftPosition d = draft_position(positions, token_indices, base, num_rejected, r, s);
+    in.advance_request(r);
     const int64_t row = draft_row(idx_mapping, r);
     for (int64_t g = 0; g < num_groups; ++g) groups[g].store(r, draft_slot(groups[g], row, d.position, d.mapped));
     // positions may be out_positions itself (in place): read above, written here.

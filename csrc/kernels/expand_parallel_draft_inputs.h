@@ -21,28 +21,6 @@
 
 namespace specops::kernels {
 
-// An int32 or int64 tensor's entries, read as int64.
-struct IntIn {
-  const void* data = nullptr;
-  bool wide = false;
-  int64_t operator[](int64_t i) const {
-    return wide ? static_cast<const int64_t*>(data)[i] : static_cast<int64_t>(static_cast<const int32_t*>(data)[i]);
-  }
-};
-
-// An int32 or int64 output; an int32 store narrows.
-struct IntOut {
-  void* data = nullptr;
-  bool wide = false;
-  void set(int64_t i, int64_t v) const {
-    if (wide) {
-      static_cast<int64_t*>(data)[i] = v;
-    } else {
-      static_cast<int32_t*>(data)[i] = static_cast<int32_t>(v);
-    }
-  }
-};
-
 struct ParallelDraftBuffers {
   IntIn target_token_ids, target_positions, next_token_ids, idx_mapping;  // idx_mapping.data null: row r
   const int32_t* query_start_loc = nullptr;

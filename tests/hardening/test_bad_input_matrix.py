@@ -81,8 +81,9 @@ def _derived_cases(spec: OpSpec) -> list[Bad]:
         if not (name in spec.outputs and hosted):
             cases.append(Bad(f"{name} on meta", (name,), _replace(name, lambda t: t.to("meta"))))
         cases.append(Bad(f"{name} one dim more", (name,), _replace(name, lambda t: t.unsqueeze(0))))
-        cases.append(Bad(f"{name} one dim less", (name,), _replace(name, _one_dim_less)))
-        if tensor.size(-1) >= 2:
+        if tensor.dim() > 0:  # a 0-D tensor (a scalar on the device) has no dimension to drop or stride
+            cases.append(Bad(f"{name} one dim less", (name,), _replace(name, _one_dim_less)))
+        if tensor.dim() > 0 and tensor.size(-1) >= 2:
             cases.append(Bad(f"{name} strided last dim", (name,), _replace(name, _strided_last_dim)))
         if name in spec.outputs and arg.row_stride and tensor.size(0) >= 2:
             cases.append(Bad(f"{name} overlapping rows", (name,), _replace(name, _overlapping_rows)))

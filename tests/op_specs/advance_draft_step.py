@@ -10,6 +10,13 @@ import specops
 from ._corruptions import _negative_block_ids, _pick, _seed
 from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32, t64
 
+F32, BF16 = torch.float32, torch.bfloat16
+
+
+def _hidden(rows: int) -> torch.Tensor:
+    # bfloat16 in the valid call, so that the matrix's float32 is a wrong dtype (exact: small integers).
+    return (torch.arange(rows * 2, dtype=F32).view(rows, 2) + 1).to(BF16)
+
 
 def _valid() -> Call:
     # The clamp example: first step, CP 2 (rank 1), request-indexed tables, group 1 not sharded.
@@ -21,7 +28,12 @@ def _valid() -> Call:
                 slot_mappings=[stale(6, dtype=I64), stale(6, dtype=I32)], query_start_loc=stale(5),
                 blocks_per_kv_block=[1, 1], cp_sharded=[True, False], slot_mapping_enabled=[True, True],
                 cp_world_size=2, cp_rank=1, cp_interleave=1, num_blocks=[t32(4, 4, 4), t32(8, 8, 8)],
-                num_tokens_padded=6, num_reqs_padded=4)
+                num_tokens_padded=6, num_reqs_padded=4,
+                # The token bookkeeping, all of it (step 1 of 3: not the last one).
+                target_seq_lens=t32(12, 63, 64), input_ids=stale(4), draft_tokens=stale(4, 3, dtype=I64),
+                sampled_tokens=t64(17, 18, 19), draft_step=torch.tensor(1), num_draft_steps=3,
+                sample_positions=t64(100, 200, 300, 400), hidden_states=_hidden(4),
+                next_hidden_states=torch.zeros(5, 2, dtype=BF16))
 
 
 def _metadata() -> list[Bad]:
@@ -47,6 +59,20 @@ def _metadata() -> list[Bad]:
         bad("token_indices int16", "token_indices", token_indices=torch.tensor([0, 1, 2], dtype=torch.int16)),
         bad_with("out_positions sharing positions", ("out_positions", "positions"),
                  lambda call: call.update(out_positions=call["positions"], token_indices=t32(0, 1, 2))),
+        bad("target_seq_lens of another length", "target_seq_lens", target_seq_lens=t32(12, 63)),
+        bad("draft_tokens with fewer rows than R", "draft_tokens", draft_tokens=stale(2, 3, dtype=I64)),
+        bad("sampled_tokens of another length", "sampled_tokens", sampled_tokens=t64(17, 18)),
+        bad("sampled_tokens without draft_tokens", "sampled_tokens", draft_tokens=None, input_ids=None),
+        bad("input_ids shorter than R", "input_ids", input_ids=stale(2)),
+        bad("draft_step of one element, 1-D", "draft_step", draft_step=t64(1)),
+        bad("num_draft_steps 0", "num_draft_steps", num_draft_steps=0),
+        bad("num_draft_steps without draft_step", "num_draft_steps", draft_step=None),
+        bad("sample_positions shorter than R", "sample_positions", sample_positions=t64(1, 2)),
+        bad("hidden_states alone", "hidden_states", next_hidden_states=None),
+        bad("next_hidden_states of another width", "next_hidden_states",
+            next_hidden_states=torch.zeros(5, 3, dtype=BF16)),
+        bad_with("input_ids sharing sample_positions", ("sample_positions", "input_ids"),
+                 lambda call: call.update(input_ids=call["sample_positions"])),
         bad_with("a slot mapping sharing a table", ("slot_mappings[1]", "block_tables[0]"),
                  lambda call: call.update(slot_mappings=[call["slot_mappings"][0], call["block_tables"][0][0, :]],
                                           num_tokens_padded=4)),
@@ -60,6 +86,9 @@ def _values() -> list[Bad]:
         bad("more rejected tokens than seq_lens", "num_rejected_tokens", num_rejected_tokens=t32(13, 0, 0)),
         bad("a position past the allocated blocks", ("num_blocks[0]",), num_blocks=[t32(4, 3, 4), t32(8, 8, 8)]),
         bad("idx_mapping past a table", ("idx_mapping", "block_tables[0]"), idx_mapping=t32(2, 0, 3)),
+        bad("a step past the drafts' columns", "draft_step", draft_step=t64(3)),
+        bad("more rejected tokens than target_seq_lens", ("num_rejected_tokens", "target_seq_lens"),
+            num_rejected_tokens=t32(13, 0, 0), seq_lens=t32(20, 63, 64, 5)),
         bad("an int32 slot past 2^31 - 1", "slot_mappings[1]",
             block_tables=[torch.arange(1, 13, dtype=I32).view(3, 4), torch.full((3, 8), 2**28, dtype=I32)]),
     ]
@@ -94,7 +123,25 @@ def _draw(draw) -> Call:
         slot_mapping_enabled=[draw(st.booleans()) for _ in range(num_groups)], cp_world_size=world,
         cp_rank=_pick(draw, world), cp_interleave=1,
         num_blocks=[torch.full((rows,), c, dtype=I32) for c in cols] if draw(st.booleans()) else None,
-        num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded)
+        num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded, **(_draw_inputs(draw, generator, num_reqs)
+                                                                         if draw(st.booleans()) else {}))
+
+
+def _draw_inputs(draw, generator, num_reqs: int) -> Call:
+    """The token bookkeeping of a random step: the first (target seq_lens, drafts' column 0) or a
+    later one (sampled tokens stored at a drawn step, possibly the last)."""
+    columns = draw(st.integers(1, 4))
+    later = draw(st.booleans())
+    step = draw(st.integers(0, columns - 1))
+    hidden = torch.randn(num_reqs + 1, draw(st.integers(0, 6)), generator=generator).to(draw(st.sampled_from([F32, BF16])))
+    return dict(
+        target_seq_lens=None if later else torch.randint(60, 90, (num_reqs,), generator=generator, dtype=I32),
+        input_ids=stale(num_reqs + 1, dtype=draw(st.sampled_from([I32, I64]))),
+        draft_tokens=torch.randint(0, 500, (num_reqs + 1, columns), generator=generator),
+        sampled_tokens=torch.randint(0, 500, (num_reqs,), generator=generator) if later else None,
+        draft_step=torch.tensor(step) if later else None, num_draft_steps=columns if later else None,
+        sample_positions=torch.randint(0, 99, (num_reqs + 1,), generator=generator),
+        hidden_states=hidden, next_hidden_states=torch.zeros_like(hidden))
 
 
 def _position_past_tables(draw, call: Call) -> bool:
@@ -133,8 +180,13 @@ ADVANCE_DRAFT_STEP = OpSpec(
              "token_indices": Arg((I32, I64), 1), "num_rejected_tokens": Arg((I32,), 1),
              "idx_mapping": Arg((I32, I64), 1), "out_positions": Arg((I64, I32), 1),
              "slot_mappings[0]": Arg((I64, I32), 1), "slot_mappings[1]": Arg((I64, I32), 1),
-             "query_start_loc": Arg((I32,), 1), "num_blocks[0]": Arg((I32,), 1), "num_blocks[1]": Arg((I32,), 1)},
-    outputs=("seq_lens", "out_positions", "slot_mappings[0]", "slot_mappings[1]", "query_start_loc"),
+             "query_start_loc": Arg((I32,), 1), "num_blocks[0]": Arg((I32,), 1), "num_blocks[1]": Arg((I32,), 1),
+             "target_seq_lens": Arg((I32,), 1), "input_ids": Arg((I32, I64), 1), "draft_tokens": Arg((I64, I32), 2),
+             "sampled_tokens": Arg((I64, I32), 1), "draft_step": Arg((I64, I32), 0),
+             "sample_positions": Arg((I64, I32), 1), "hidden_states": Arg((BF16, F32, torch.float16), 2),
+             "next_hidden_states": Arg((BF16, F32, torch.float16), 2)},
+    outputs=("seq_lens", "out_positions", "slot_mappings[0]", "slot_mappings[1]", "query_start_loc", "input_ids",
+             "draft_tokens", "sample_positions", "next_hidden_states"),
     valid_call=_valid,
     metadata_errors=_metadata,
     value_errors=_values,
@@ -146,5 +198,5 @@ ADVANCE_DRAFT_STEP = OpSpec(
         Corruption("a token index outside positions", _token_index_outside),
     ),
     scalars=("max_model_len", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes", "blocks_per_kv_block",
-             "num_tokens_padded", "num_reqs_padded"),
+             "num_tokens_padded", "num_reqs_padded", "num_draft_steps"),
 )

@@ -1,5 +1,7 @@
 """advance_draft_step: one later draft step of every request (position + 1, seq_len + 1, and the
-new position's slot in every KV-cache group), in one op call, under either max_model_len rule."""
+new position's slot in every KV-cache group), in one op call, under either max_model_len rule,
+with the step's token bookkeeping when asked (the drafts' store, input ids, sampling keys, hidden
+rows: model runner V2's speculator does these in kernels of their own)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from specops.ops._checks import (
     check_no_overlap,
     check_outputs_alias_nothing,
     check_positive,
+    check_rows_disjoint,
     check_tensor,
     checked_size,
 )
@@ -22,6 +25,9 @@ from specops.reference.advance_draft_step import advance_draft_step as _referenc
 
 # past_max_model_len as the schema takes it.
 RULES = {"reset": 0, "clamp": 1}
+# The schema's last nine arguments for a step without token bookkeeping (num_draft_steps -1: none).
+NO_DRAFT_INPUTS = (None, None, None, None, None, -1, None, None, None)
+HIDDEN_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
 class DraftStep(NamedTuple):
@@ -44,7 +50,10 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
            query_start_loc: torch.Tensor | None, num_blocks: Sequence[torch.Tensor], max_model_len: int,
            past_max_model_len: int, num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int,
            cp_interleave: int, block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int],
-           cp_sharded: Sequence[bool], slot_mapping_enabled: Sequence[bool]) -> None:
+           cp_sharded: Sequence[bool], slot_mapping_enabled: Sequence[bool], target_seq_lens: torch.Tensor | None,
+           input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None, sampled_tokens: torch.Tensor | None,
+           draft_step: torch.Tensor | None, num_draft_steps: int, sample_positions: torch.Tensor | None,
+           hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None) -> None:
     """Mirrors csrc/cpu/advance_draft_step.cpp (metadata only)."""
     rule, world, rank, interleave = past_max_model_len, cp_world_size, cp_rank, cp_interleave
     check_positive(max_model_len, "max_model_len")
@@ -82,14 +91,19 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
         if not num_reqs + 1 <= end <= query_start_loc.numel():
             raise ValueError(f"query_start_loc must have at least num_reqs_padded + 1 = {max(end, num_reqs + 1)} "
                              f"entries, got {query_start_loc.numel()}")
+    _check_inputs(num_reqs, what, device, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
+                  num_draft_steps, sample_positions, hidden_states, next_hidden_states)
     check_draft_groups(block_tables, slot_mappings, num_blocks, block_sizes, blocks_per_kv_block, cp_sharded,
                        slot_mapping_enabled, (world, rank, interleave), num_reqs, num_tokens_padded, device,
                        "positions")
     if token_indices is not None or not _same_span(out_positions, positions):
         check_no_overlap(out_positions, "out_positions", positions, "positions")
-    outputs = [(seq_lens, "seq_lens"), (out_positions, "out_positions"), (query_start_loc, "query_start_loc")]
+    outputs = [(seq_lens, "seq_lens"), (out_positions, "out_positions"), (query_start_loc, "query_start_loc"),
+               (input_ids, "input_ids"), (draft_tokens, "draft_tokens"), (sample_positions, "sample_positions"),
+               (next_hidden_states, "next_hidden_states")]
     inputs = [(token_indices, "token_indices"), (num_rejected_tokens, "num_rejected_tokens"),
-              (idx_mapping, "idx_mapping")]
+              (idx_mapping, "idx_mapping"), (target_seq_lens, "target_seq_lens"), (sampled_tokens, "sampled_tokens"),
+              (draft_step, "draft_step"), (hidden_states, "hidden_states")]
     group_outputs, group_inputs = group_tensors(slot_mappings, block_tables, num_blocks)
     outputs += group_outputs
     inputs += group_inputs
@@ -97,6 +111,68 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
     for out, name in outputs:
         if out is not None and out is not out_positions:
             check_no_overlap(out, name, positions, "positions")
+
+
+def _check_inputs(num_reqs: int, what: str, device: torch.device, target_seq_lens: torch.Tensor | None,
+                  input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None,
+                  sampled_tokens: torch.Tensor | None, draft_step: torch.Tensor | None, num_draft_steps: int,
+                  sample_positions: torch.Tensor | None, hidden_states: torch.Tensor | None,
+                  next_hidden_states: torch.Tensor | None) -> None:
+    """The token bookkeeping's tensors; draft_step's value is the host op's to check (reading it
+    here would sync a device)."""
+    for tensor, name in ((target_seq_lens, "target_seq_lens"), (sampled_tokens, "sampled_tokens")):
+        if tensor is None:
+            continue
+        check_tensor(tensor, name, [torch.int32] if name == "target_seq_lens" else [torch.int64, torch.int32], 1,
+                     device, "positions")
+        if tensor.numel() != num_reqs:
+            raise ValueError(f"{name} must have {what} = {num_reqs} entries, got {tensor.numel()}")
+    if draft_tokens is not None:
+        check_tensor(draft_tokens, "draft_tokens", [torch.int64, torch.int32], 2, device, "positions")
+        if draft_tokens.size(0) < num_reqs:
+            raise ValueError(f"draft_tokens must have at least {what} = {num_reqs} rows, got {draft_tokens.size(0)}")
+        check_rows_disjoint(draft_tokens, "draft_tokens")
+    if sampled_tokens is not None and draft_tokens is None:
+        raise ValueError("sampled_tokens needs draft_tokens (the buffer it is stored in)")
+    if input_ids is not None:
+        check_tensor(input_ids, "input_ids", [torch.int32, torch.int64], 1, device, "positions")
+        check_entries(input_ids, "input_ids", num_reqs, what)
+        if draft_tokens is None:
+            raise ValueError("input_ids needs draft_tokens (the tokens it receives)")
+    if draft_step is not None:
+        if not isinstance(draft_step, torch.Tensor):
+            raise ValueError(f"draft_step must be a tensor, got {type(draft_step).__name__}")
+        if draft_step.device != device:
+            raise ValueError(f"draft_step must be on {device} like positions, got {draft_step.device}")
+        if draft_step.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"draft_step must have dtype int64 or int32, got {str(draft_step.dtype).removeprefix('torch.')}")
+        if draft_step.dim() != 0:
+            raise ValueError(f"draft_step must be 0-D, got shape {list(draft_step.shape)}")
+    elif draft_tokens is not None and draft_tokens.size(1) < 1:
+        raise ValueError("draft_tokens must have at least 1 column (step 0), got 0")
+    if num_draft_steps >= 0:
+        if draft_step is None:
+            raise ValueError("num_draft_steps needs draft_step (the step it is compared with)")
+        check_positive(num_draft_steps, "num_draft_steps")
+    if sample_positions is not None:
+        check_tensor(sample_positions, "sample_positions", [torch.int64, torch.int32], 1, device, "positions")
+        check_entries(sample_positions, "sample_positions", num_reqs, what)
+    if (hidden_states is None) != (next_hidden_states is None):
+        given = "hidden_states" if hidden_states is not None else "next_hidden_states"
+        raise ValueError(f"hidden_states and next_hidden_states come together, got only {given}")
+    if hidden_states is not None:
+        check_tensor(hidden_states, "hidden_states", HIDDEN_DTYPES, 2, device, "positions")
+        if isinstance(next_hidden_states, torch.Tensor) and next_hidden_states.dtype != hidden_states.dtype:
+            raise ValueError(f"next_hidden_states must have dtype {str(hidden_states.dtype).removeprefix('torch.')} "
+                             f"like hidden_states, got {str(next_hidden_states.dtype).removeprefix('torch.')}")
+        check_tensor(next_hidden_states, "next_hidden_states", [hidden_states.dtype], 2, device, "positions")
+        for tensor, name in ((hidden_states, "hidden_states"), (next_hidden_states, "next_hidden_states")):
+            if tensor.size(0) < num_reqs:
+                raise ValueError(f"{name} must have at least {what} = {num_reqs} rows, got {tensor.size(0)}")
+        if next_hidden_states.size(1) != hidden_states.size(1):
+            raise ValueError(f"next_hidden_states must have {hidden_states.size(1)} columns like hidden_states, got "
+                             f"{next_hidden_states.size(1)}")
+        check_rows_disjoint(next_hidden_states, "next_hidden_states")
 
 
 _OP = SpecOp("advance_draft_step", _check, _reference)
@@ -125,6 +201,15 @@ def advance_draft_step(
     num_blocks: Sequence[torch.Tensor] | None = None,
     num_tokens_padded: int | None = None,
     num_reqs_padded: int | None = None,
+    target_seq_lens: torch.Tensor | None = None,
+    input_ids: torch.Tensor | None = None,
+    draft_tokens: torch.Tensor | None = None,
+    sampled_tokens: torch.Tensor | None = None,
+    draft_step: torch.Tensor | None = None,
+    num_draft_steps: int | None = None,
+    sample_positions: torch.Tensor | None = None,
+    hidden_states: torch.Tensor | None = None,
+    next_hidden_states: torch.Tensor | None = None,
 ) -> DraftStep:
     """One draft decode step (one token per request) for every KV-cache group at once.
 
@@ -140,6 +225,14 @@ def advance_draft_step(
     (0 in [R, num_reqs_padded)); out_positions defaults to positions itself without
     token_indices, else a new int64 [R]; query_start_loc, when given, receives min(i, R) for
     i <= num_reqs_padded. The host op rejects a position past its row's table or blocks.
+
+    The step's token bookkeeping (model runner V2's prepare_decode_inputs and
+    update_draft_inputs, in the same launch), with step = draft_step (a 0-D tensor, read
+    on the device; 0 when not given): sampled_tokens [R] is stored at draft_tokens[r, step]; with
+    num_draft_steps, a step >= num_draft_steps - 1 is the last and writes nothing else;
+    otherwise input_ids[r] receives sampled_tokens[r] (else draft_tokens[r, step]),
+    sample_positions[r] += 1, next_hidden_states[r] = hidden_states[r], and target_seq_lens [R],
+    when given, is read in place of seq_lens for the base (seq_lens still receives the result).
     """
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
@@ -159,5 +252,7 @@ def advance_draft_step(
                  slot_mappings, query_start_loc, [] if num_blocks is None else list(num_blocks), max_model_len,
                  RULES[past_max_model_len], padded_argument(num_tokens_padded, "num_tokens_padded"),
                  padded_argument(num_reqs_padded, "num_reqs_padded"), cp_world_size, cp_rank, cp_interleave,
-                 *per_group)
+                 *per_group, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
+                 -1 if num_draft_steps is None else checked_size(num_draft_steps, "num_draft_steps", 0), sample_positions, hidden_states,
+                 next_hidden_states)
     return DraftStep(out_positions, seq_lens, slot_mappings, query_start_loc)

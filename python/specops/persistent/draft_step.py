@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops.advance_draft_step import RULES, DraftStep
+from specops.ops.advance_draft_step import NO_DRAFT_INPUTS, RULES, DraftStep
 from specops.ops.registry import OPS
 from specops.persistent.captured import CapturedBuffers
 from specops.persistent.checks import padded_extents
@@ -47,5 +47,5 @@ def advance_draft_step(
     _DRAFT_STEP.select()(positions, captured.seq_lens, captured.source_block_tables, token_indices,
                          num_rejected_tokens, idx_mapping, draft_positions, captured.slot_mappings, query_start_loc,
                          captured.num_blocks, max_model_len, RULES[past_max_model_len], num_tokens_padded,
-                         num_reqs_padded, *captured.cp, *captured.groups.as_arguments())
+                         num_reqs_padded, *captured.cp, *captured.groups.as_arguments(), *NO_DRAFT_INPUTS)
     return DraftStep(draft_positions, captured.seq_lens[:num_reqs_padded], captured.slot_mappings, query_start_loc)

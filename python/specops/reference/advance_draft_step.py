@@ -1,4 +1,5 @@
-"""Reference for advance_draft_step: a draft step's positions, seq_lens and every group's slots."""
+"""Reference for advance_draft_step: a draft step's positions, seq_lens, every group's slots and
+the step's token bookkeeping."""
 
 from __future__ import annotations
 
@@ -38,8 +39,26 @@ def advance_draft_step(
     num_blocks: list[torch.Tensor], max_model_len: int, past_max_model_len: int, num_tokens_padded: int,
     num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int],
     blocks_per_kv_block: list[int], cp_sharded: list[bool], slot_mapping_enabled: list[bool],
+    target_seq_lens: torch.Tensor | None, input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None,
+    sampled_tokens: torch.Tensor | None, draft_step: torch.Tensor | None, num_draft_steps: int,
+    sample_positions: torch.Tensor | None, hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None,
 ) -> None:
     rule = past_max_model_len
+    num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
+    step = int(draft_step.reshape(-1)[0]) if draft_step is not None else 0
+    in_columns = draft_tokens is not None and 0 <= step < draft_tokens.size(1)
+    if sampled_tokens is not None and in_columns:
+        draft_tokens[:num_reqs, step] = sampled_tokens.to(draft_tokens.dtype)
+    if num_draft_steps >= 0 and step >= num_draft_steps - 1:
+        return  # the last draft step: only the sampled tokens' store
+    if input_ids is not None:
+        tokens = sampled_tokens if sampled_tokens is not None else (
+            draft_tokens[:num_reqs, step] if in_columns else torch.zeros(num_reqs, dtype=torch.int64))
+        input_ids[:num_reqs] = tokens.to(input_ids.dtype)
+    if sample_positions is not None:
+        sample_positions[:num_reqs] += 1
+    if hidden_states is not None:
+        next_hidden_states[:num_reqs] = hidden_states[:num_reqs]
     if token_indices is not None:
         num_reqs = token_indices.numel()
         index = token_indices.long()
@@ -53,7 +72,7 @@ def advance_draft_step(
     # -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
     over = ok & (current >= max_model_len - 1)
     p = (current + 1).where(ok & ~over, 0)
-    base = seq_lens[:num_reqs].long()
+    base = (target_seq_lens if target_seq_lens is not None else seq_lens[:num_reqs]).long()
     if num_rejected_tokens is not None:
         base = base - num_rejected_tokens.long()
     if rule == 1:

@@ -29,6 +29,7 @@ _IB = "vllm.v1.worker.gpu.input_batch"
 _MR = "vllm.v1.worker.gpu.model_runner"
 _CP = "vllm.v1.worker.gpu.cp_utils"
 _BT = "vllm.v1.worker.gpu.block_table"
+_AR = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
 # Modules whose names bound at import are rebound too (imported before the scan).
 IMPORTERS = (_MR, "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
              "vllm.v1.worker.gpu.spec_decode.speculator", "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
@@ -54,7 +55,7 @@ class Point:
 
 
 def _points() -> tuple[Point, ...]:
-    from specops.integrations.vllm import mrv2
+    from specops.integrations.vllm import draft_steps, mrv2
 
     return (
         Point("input_ids", (
@@ -72,10 +73,18 @@ def _points() -> tuple[Point, ...]:
         Point("dcp_local_seq_lens", (Patch(f"{_CP}:prepare_dcp_local_seq_lens", mrv2.make_prepare_dcp_local_seq_lens),)),
         Point("block_tables", (Patch(f"{_BT}:BlockTables.gather_block_tables", mrv2.make_gather_block_tables),),
               reads=(f"{_BT}:BlockTables",)),
+        Point("draft_steps", (
+            Patch(f"{_BT}:BlockTables.__init__", draft_steps.make_block_tables_init),
+            Patch(f"{_AR}:TargetDependentARSpeculator.propose", draft_steps.make_propose),
+            Patch(f"{_AR}:prepare_decode_inputs", draft_steps.make_prepare_decode_inputs),
+            Patch(f"{_AR}:update_draft_inputs", draft_steps.make_update_draft_inputs),
+            Patch(f"{_BT}:BlockTables.compute_slot_mappings", draft_steps.make_compute_slot_mappings),
+        ), reads=(f"{_BT}:BlockTables", f"{_AR}:TargetDependentARSpeculator._multi_step_decode",
+                  f"{_AR}:TargetDependentARSpeculator._generate_draft")),
     )
 
 
-POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables")
+POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables", "draft_steps")
 
 
 @dataclasses.dataclass

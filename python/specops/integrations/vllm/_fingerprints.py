@@ -5,6 +5,8 @@ adapters before a version is added."""
 FINGERPRINTS: dict[str, dict[str, str]] = {
     '0.33.0': {
         'vllm.v1.worker.gpu.block_table:BlockTables': '2d4f0f29453481c34f34',
+        'vllm.v1.worker.gpu.block_table:BlockTables.__init__': '2d4f0f29453481c34f34',
+        'vllm.v1.worker.gpu.block_table:BlockTables.compute_slot_mappings': '80e3118c639d0dd5b9dc',
         'vllm.v1.worker.gpu.block_table:BlockTables.gather_block_tables': 'a3f3755f99032408f72c',
         'vllm.v1.worker.gpu.cp_utils:prepare_dcp_local_seq_lens': '0e1a176d060ecf5f6851',
         'vllm.v1.worker.gpu.input_batch:combine_sampled_and_draft_tokens': 'd07d5f4162c54c8dddc4',
@@ -16,6 +18,11 @@ FINGERPRINTS: dict[str, dict[str, str]] = {
         'vllm.v1.worker.gpu.input_batch:prepare_prefill_inputs': '2b322b6fd12b4813b146',
         'vllm.v1.worker.gpu.model_runner:GPUModelRunner.postprocess_sampled': 'd352172d85679adb34b6',
         'vllm.v1.worker.gpu.model_runner:GPUModelRunner.prepare_inputs': '28049c61087d96bb6946',
+        'vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator:TargetDependentARSpeculator._generate_draft': '4db4b4c8147034c4d62e',
+        'vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator:TargetDependentARSpeculator._multi_step_decode': '908976db237f041aba07',
+        'vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator:TargetDependentARSpeculator.propose': '1761498c006a988f204f',
+        'vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator:prepare_decode_inputs': 'a6e03b402bf925f3db83',
+        'vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator:update_draft_inputs': '68dc4f34f9f4e8a19210',
         'vllm.v1.worker.gpu.states:RequestState': '14a1e6bbefe46c721c02',
     },
 }
