@@ -24,7 +24,7 @@ from specops.triton_kernels._launch import nonempty, num_programs
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
 BLOCK = 128
-BLOCK_H = 32  # hidden-state columns per copy (a [BLOCK, BLOCK_H] tile)
+HIDDEN_ROWS, BLOCK_H = 8, 128  # the hidden-row copy's tile
 MAX_GROUPS = 4
 _GROUP_FIELDS = 13  # see _group_arguments
 
@@ -75,11 +75,9 @@ def _in_columns(r, step, draft_columns):
 @triton.jit
 def _draft_inputs(
     safe_r, real, step, draft_columns, input_ids_ptr, draft_tokens_ptr, draft_tokens_stride, sampled_ptr,
-    sample_positions_ptr, hidden_ptr, hidden_stride, next_hidden_ptr, next_hidden_stride, hidden_size,
-    HAS_INPUT_IDS: tl.constexpr, HAS_SAMPLED: tl.constexpr, HAS_SAMPLE_POSITIONS: tl.constexpr,
-    HAS_HIDDEN: tl.constexpr, BLOCK_H: tl.constexpr,
+    sample_positions_ptr, HAS_INPUT_IDS: tl.constexpr, HAS_SAMPLED: tl.constexpr, HAS_SAMPLE_POSITIONS: tl.constexpr,
 ):
-    """The token bookkeeping of the requests of one tile (advance_draft_step's DraftInputs)."""
+    """The input ids and sampling keys of the requests of one tile (advance_draft_step's DraftInputs)."""
     if HAS_INPUT_IDS:
         if HAS_SAMPLED:
             token = tl.load(sampled_ptr + safe_r, mask=real, other=0).to(tl.int64)
@@ -91,13 +89,18 @@ def _draft_inputs(
     if HAS_SAMPLE_POSITIONS:
         key = tl.load(sample_positions_ptr + safe_r, mask=real, other=0)
         tl.store(sample_positions_ptr + safe_r, key + 1, mask=real)
-    if HAS_HIDDEN:
-        rows = safe_r.to(tl.int64)[:, None]
-        for h in range(0, hidden_size, BLOCK_H):
-            columns = h + tl.arange(0, BLOCK_H)[None, :]
-            copied = real[:, None] & (columns < hidden_size)
-            value = tl.load(hidden_ptr + tl.where(copied, rows * hidden_stride + columns, 0), mask=copied, other=0)
-            tl.store(next_hidden_ptr + tl.where(copied, rows * next_hidden_stride + columns, 0), value, mask=copied)
+
+
+@triton.jit
+def _copy_hidden_rows(rows, num_reqs, hidden_ptr, hidden_stride, next_hidden_ptr, next_hidden_stride, hidden_size,
+                      BLOCK_H: tl.constexpr):
+    real = rows < num_reqs
+    rows = tl.where(real, rows, 0).to(tl.int64)[:, None]
+    for h in range(0, hidden_size, BLOCK_H):
+        columns = h + tl.arange(0, BLOCK_H)[None, :]
+        copied = real[:, None] & (columns < hidden_size)
+        value = tl.load(hidden_ptr + tl.where(copied, rows * hidden_stride + columns, 0), mask=copied, other=0)
+        tl.store(next_hidden_ptr + tl.where(copied, rows * next_hidden_stride + columns, 0), value, mask=copied)
 
 
 @triton.jit
@@ -116,15 +119,18 @@ def _advance_draft_step_kernel(
     HAS_IDX_MAPPING: tl.constexpr, HAS_QUERY_START_LOC: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
     WRITE_STEP: tl.constexpr, HAS_TARGET_SEQ_LENS: tl.constexpr, HAS_INPUT_IDS: tl.constexpr,
     HAS_SAMPLED: tl.constexpr, HAS_STEP: tl.constexpr, HAS_SAMPLE_POSITIONS: tl.constexpr, HAS_HIDDEN: tl.constexpr,
-    BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK: tl.constexpr, HIDDEN_ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
     num_tiles = tl.cdiv(end, BLOCK)
+    hidden_tiles = tl.cdiv(num_reqs, HIDDEN_ROWS)
     if HAS_STEP:
         step = tl.load(draft_step_ptr).to(tl.int64)
-        # The last draft step: no request advances (an empty loop, not an early return).
-        num_tiles = tl.where((num_draft_steps >= 0) & (step >= num_draft_steps - 1), 0, num_tiles)
+        # The last draft step: no request advances (empty loops, not an early return).
+        last = (num_draft_steps >= 0) & (step >= num_draft_steps - 1)
+        num_tiles = tl.where(last, 0, num_tiles)
+        hidden_tiles = tl.where(last, 0, hidden_tiles)
     else:
         step = tl.full((), 0, tl.int64)
     if HAS_SAMPLED and WRITE_STEP:
@@ -176,9 +182,7 @@ def _advance_draft_step_kernel(
                      r, row, position, mapped, NUM_GROUPS, HAS_NUM_BLOCKS)
         if WRITE_STEP:
             _draft_inputs(safe_r, real, step, draft_columns, input_ids_ptr, draft_tokens_ptr, draft_tokens_stride,
-                          sampled_ptr, sample_positions_ptr, hidden_ptr, hidden_stride, next_hidden_ptr,
-                          next_hidden_stride, hidden_size, HAS_INPUT_IDS, HAS_SAMPLED, HAS_SAMPLE_POSITIONS,
-                          HAS_HIDDEN, BLOCK_H)
+                          sampled_ptr, sample_positions_ptr, HAS_INPUT_IDS, HAS_SAMPLED, HAS_SAMPLE_POSITIONS)
             at_position = r < positions_end
             tl.store(out_positions_ptr + tl.where(at_position, r, 0),
                      tl.where(real, position, 0).to(out_positions_ptr.dtype.element_ty), mask=at_position)
@@ -188,6 +192,12 @@ def _advance_draft_step_kernel(
             if HAS_QUERY_START_LOC:
                 at_offset = r < query_start_loc_end
                 tl.store(query_start_loc_ptr + tl.where(at_offset, r, 0), tl.minimum(r, num_reqs), mask=at_offset)
+    if HAS_HIDDEN and WRITE_STEP:
+        # A loop of its own, on small row tiles: in the request loop its tile would share the
+        # registers of every group's slot math (and spill).
+        for tile in range(pid, hidden_tiles, num_progs):
+            _copy_hidden_rows(tile * HIDDEN_ROWS + tl.arange(0, HIDDEN_ROWS), num_reqs, hidden_ptr, hidden_stride,
+                              next_hidden_ptr, next_hidden_stride, hidden_size, BLOCK_H)
 
 
 def _group_arguments(table, slot_mapping, num_blocks, layout: tuple[int, ...], slot_end: int) -> list:
@@ -273,7 +283,7 @@ def advance_draft_step(
                   HAS_TARGET_SEQ_LENS=target_seq_lens is not None, HAS_INPUT_IDS=input_ids is not None,
                   HAS_SAMPLED=sampled_tokens is not None, HAS_STEP=draft_step is not None,
                   HAS_SAMPLE_POSITIONS=sample_positions is not None, HAS_HIDDEN=hidden_states is not None,
-                  BLOCK=BLOCK, BLOCK_H=BLOCK_H)
+                  BLOCK=BLOCK, HIDDEN_ROWS=HIDDEN_ROWS, BLOCK_H=BLOCK_H)
     inputs = _draft_input_arguments(seq_lens, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
                                     num_draft_steps, sample_positions, hidden_states, next_hidden_states)
     # Groups past the first MAX_GROUPS first, while positions and seq_lens still hold the inputs.

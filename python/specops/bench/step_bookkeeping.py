@@ -8,8 +8,9 @@ launches vLLM 0.33 spends on the same work (VLLM_LAUNCHES, read from its code):
 prepare_input_ids replaces `_expand_idx_mapping_kernel`, `_prepare_prefill_inputs_kernel` and
 `_combine_sampled_and_draft_tokens_kernel`; prepare_next_token_ids (with sample indices)
 `eagle_prepare_next_token_padded_kernel` and `eagle_prepare_inputs_padded_kernel`;
-advance_draft_step one `eagle_step_slot_mapping_metadata_kernel` per group (V1) or
-`_update_draft_inputs_kernel` + `_compute_slot_mappings_kernel` (MRV2);
+advance_draft_step one `eagle_step_slot_mapping_metadata_kernel` per group (V1), and with the
+token bookkeeping `_update_draft_inputs_kernel` + `_compute_slot_mappings_kernel` (MRV2's
+speculator step, the "MRV2 update" cases);
 count_sampled_and_rejected and post_update_after_sampling one kernel each, as in vLLM.
 """
 
@@ -96,7 +97,7 @@ def cases_of(op: str, device: torch.device, quick: bool) -> list[Case]:
     """The cases of one op (each op's bench module asks for its own)."""
     cases = [case for case in _cases(device, quick) if case.op == op]
     for case in cases:
-        case.extras["vLLM 0.33 launches"] = VLLM_LAUNCHES[op]
+        case.extras.setdefault("vLLM 0.33 launches", VLLM_LAUNCHES[op])
     return cases
 
 
@@ -212,4 +213,55 @@ def _cases(device: torch.device, quick: bool) -> list[Case]:
             "per-group-launches": per_group,
             "torch-eager": lambda: _draft_step_eager(positions, seq_lens, tables, BLOCK_SIZES),
         }, baselines=("per-group-launches", "torch-eager")))
+        result.append(_mrv2_update_case(num_reqs, on, generator))
     return result
+
+
+HIDDEN = 1024
+
+
+def _mrv2_update_case(num_reqs: int, on, generator: torch.Generator) -> Case:
+    """Model runner V2's draft step 1 of K: the sampled drafts stored, the next input ids, sampling
+    keys and hidden rows, positions and seq_lens + 1 (clamped) and every group's slot mapping of
+    the request-indexed tables, against the same in torch ops (which take the step on the host:
+    the op reads it on the device)."""
+    rows = num_reqs + 4
+    idx = on(torch.randperm(rows, generator=generator)[:num_reqs])
+    tables = [on(torch.randint(0, 1 << 20, (rows, -(-MAX_MODEL_LEN // bs)), generator=generator, dtype=torch.int32))
+              for bs in BLOCK_SIZES]
+    positions0 = on(torch.randint(0, MAX_MODEL_LEN, (num_reqs,), generator=generator))
+    seq_lens0 = (positions0 + 1).to(torch.int32)
+    positions, seq_lens = positions0.clone(), seq_lens0.clone()
+    sampled = on(torch.randint(0, 32000, (num_reqs,), generator=generator))
+    drafts = on(torch.zeros(num_reqs, K, dtype=torch.int64))
+    step = on(torch.tensor(1))
+    input_ids = on(torch.zeros(num_reqs, dtype=torch.int32))
+    keys = on(torch.zeros(num_reqs, dtype=torch.int64))
+    hidden = on(torch.randn(num_reqs, HIDDEN, generator=generator).to(torch.bfloat16))
+    next_hidden = torch.empty_like(hidden)
+    slots = [on(torch.empty(num_reqs, dtype=torch.int64)) for _ in BLOCK_SIZES]
+
+    def fused():
+        positions.copy_(positions0)
+        seq_lens.copy_(seq_lens0)
+        specops.advance_draft_step(
+            positions, seq_lens, tables, list(BLOCK_SIZES), max_model_len=MAX_MODEL_LEN, past_max_model_len="clamp",
+            idx_mapping=idx, slot_mappings=slots, input_ids=input_ids, draft_tokens=drafts, sampled_tokens=sampled,
+            draft_step=step, num_draft_steps=K, sample_positions=keys, hidden_states=hidden,
+            next_hidden_states=next_hidden)
+
+    def eager():
+        positions.copy_(positions0)
+        seq_lens.copy_(seq_lens0)
+        drafts[:, 1] = sampled
+        input_ids.copy_(sampled)
+        keys.add_(1)
+        next_hidden.copy_(hidden)
+        positions.add_(1).clamp_(max=MAX_MODEL_LEN - 1)
+        seq_lens.add_(1).clamp_(max=MAX_MODEL_LEN)
+        for table, block_size, out in zip(tables, BLOCK_SIZES, slots):
+            out.copy_(table[idx, positions // block_size].long() * block_size + positions % block_size)
+
+    return Case("advance_draft_step", f"R={num_reqs} groups={len(BLOCK_SIZES)} MRV2 update H={HIDDEN}", num_reqs,
+                num_reqs, {"specops": fused, "torch-eager": eager}, baselines=("torch-eager",),
+                extras={"vLLM 0.33 launches": 2})
