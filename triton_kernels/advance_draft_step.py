@@ -238,7 +238,8 @@ def launch_chunks(groups: list[list], stand_in: Callable[[], list]):
 
 
 def _draft_input_arguments(stand_in: torch.Tensor, target_seq_lens, input_ids, draft_tokens, sampled_tokens,
-                           draft_step, num_draft_steps: int, sample_positions, hidden_states, next_hidden_states) -> list:
+                           draft_step, num_draft_steps: int, sample_positions, hidden_states,
+                           next_hidden_states) -> list:
     """The token bookkeeping's 14 arguments (see _advance_draft_step_kernel); `stand_in` (an
     int32 tensor of the call) takes the place of each tensor not given, never read."""
     def given(tensor):

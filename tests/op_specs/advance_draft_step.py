@@ -133,7 +133,8 @@ def _draw_inputs(draw, generator, num_reqs: int) -> Call:
     columns = draw(st.integers(1, 4))
     later = draw(st.booleans())
     step = draw(st.integers(0, columns - 1))
-    hidden = torch.randn(num_reqs + 1, draw(st.integers(0, 6)), generator=generator).to(draw(st.sampled_from([F32, BF16])))
+    hidden = torch.randn(num_reqs + 1, draw(st.integers(0, 6)), generator=generator)
+    hidden = hidden.to(draw(st.sampled_from([F32, BF16])))
     return dict(
         target_seq_lens=None if later else torch.randint(60, 90, (num_reqs,), generator=generator, dtype=I32),
         input_ids=stale(num_reqs + 1, dtype=draw(st.sampled_from([I32, I64]))),

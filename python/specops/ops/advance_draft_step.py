@@ -145,7 +145,8 @@ def _check_inputs(num_reqs: int, what: str, device: torch.device, target_seq_len
         if draft_step.device != device:
             raise ValueError(f"draft_step must be on {device} like positions, got {draft_step.device}")
         if draft_step.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"draft_step must have dtype int64 or int32, got {str(draft_step.dtype).removeprefix('torch.')}")
+            dtype = str(draft_step.dtype).removeprefix("torch.")
+            raise ValueError(f"draft_step must have dtype int64 or int32, got {dtype}")
         if draft_step.dim() != 0:
             raise ValueError(f"draft_step must be 0-D, got shape {list(draft_step.shape)}")
     elif draft_tokens is not None and draft_tokens.size(1) < 1:
@@ -253,6 +254,6 @@ def advance_draft_step(
                  RULES[past_max_model_len], padded_argument(num_tokens_padded, "num_tokens_padded"),
                  padded_argument(num_reqs_padded, "num_reqs_padded"), cp_world_size, cp_rank, cp_interleave,
                  *per_group, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
-                 -1 if num_draft_steps is None else checked_size(num_draft_steps, "num_draft_steps", 0), sample_positions, hidden_states,
-                 next_hidden_states)
+                 -1 if num_draft_steps is None else checked_size(num_draft_steps, "num_draft_steps", 0),
+                 sample_positions, hidden_states, next_hidden_states)
     return DraftStep(out_positions, seq_lens, slot_mappings, query_start_loc)
