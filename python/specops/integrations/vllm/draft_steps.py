@@ -82,11 +82,24 @@ def make_block_tables_init(original):
     return __init__
 
 
+# The methods whose call order the fusion relies on (fingerprinted as the point's reads).
+LOOP = ("_multi_step_decode", "_generate_draft")
+
+
+def _loop_of_its_own(cls: type, owner: type) -> bool:
+    """Whether `cls` (a subclass of `owner`) defines one of LOOP itself: asked of each class's
+    own namespace, not through the attribute."""
+    for klass in cls.__mro__:
+        if klass is owner:
+            return False
+        if any(name in vars(klass) for name in LOOP):
+            return True
+    return True
+
+
 def make_propose(original):
     signature = inspect.signature(original)
-    # The loop whose order the seam relies on: a subclass with a loop of its own is left to it.
     owner = getattr(sys.modules[original.__module__], original.__qualname__.split(".")[0])
-    loop_body = (owner._multi_step_decode, owner._generate_draft)
 
     @point("draft_steps", seam=True)
     @functools.wraps(original)
@@ -94,7 +107,7 @@ def make_propose(original):
         bound = signature.bind(self, *args, **kwargs)
         skip_attn = bound.arguments.get("dummy_run", False) and bound.arguments.get("skip_attn_for_dummy_run", False)
         if (skip_attn or not self.advance_draft_positions or self.supports_decode_metadata_update
-                or (type(self)._multi_step_decode, type(self)._generate_draft) != loop_body
+                or _loop_of_its_own(type(self), owner)
                 or self.block_tables.num_kv_cache_groups == 0 or self.block_tables not in _layouts):
             return original(self, *args, **kwargs)
         token = _loop.set(_Loop(self))
