@@ -44,6 +44,16 @@ def _same_span(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.untyped_storage()._cdata == b.untyped_storage()._cdata and a.storage_offset() == b.storage_offset())
 
 
+def _check_per_request(tensor: torch.Tensor | None, name: str, dtypes: list[torch.dtype], num_reqs: int, what: str,
+                       device: torch.device) -> None:
+    """An optional 1-D tensor of exactly one entry per request."""
+    if tensor is None:
+        return
+    check_tensor(tensor, name, dtypes, 1, device, "positions")
+    if tensor.numel() != num_reqs:
+        raise ValueError(f"{name} must have {what} = {num_reqs} entries, got {tensor.numel()}")
+
+
 def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequence[torch.Tensor],
            token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None,
            idx_mapping: torch.Tensor | None, out_positions: torch.Tensor, slot_mappings: Sequence[torch.Tensor],
@@ -72,13 +82,8 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
     check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "positions")
     check_entries(seq_lens, "seq_lens", num_reqs, what)
     padded_end(seq_lens, "seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R")
-    for tensor, name in ((num_rejected_tokens, "num_rejected_tokens"), (idx_mapping, "idx_mapping")):
-        if tensor is None:
-            continue
-        check_tensor(tensor, name, [torch.int32] if name == "num_rejected_tokens" else [torch.int32, torch.int64], 1,
-                     device, "positions")
-        if tensor.numel() != num_reqs:
-            raise ValueError(f"{name} must have {what} = {num_reqs} entries, got {tensor.numel()}")
+    _check_per_request(num_rejected_tokens, "num_rejected_tokens", [torch.int32], num_reqs, what, device)
+    _check_per_request(idx_mapping, "idx_mapping", [torch.int32, torch.int64], num_reqs, what, device)
     check_tensor(out_positions, "out_positions", [torch.int64, torch.int32], 1, device, "positions")
     check_entries(out_positions, "out_positions", num_reqs, what)
     if out_positions.numel() > num_reqs and num_tokens_padded >= 0 and not (
@@ -120,13 +125,8 @@ def _check_inputs(num_reqs: int, what: str, device: torch.device, target_seq_len
                   next_hidden_states: torch.Tensor | None) -> None:
     """The token bookkeeping's tensors; draft_step's value is the host op's to check (reading it
     here would sync a device)."""
-    for tensor, name in ((target_seq_lens, "target_seq_lens"), (sampled_tokens, "sampled_tokens")):
-        if tensor is None:
-            continue
-        check_tensor(tensor, name, [torch.int32] if name == "target_seq_lens" else [torch.int64, torch.int32], 1,
-                     device, "positions")
-        if tensor.numel() != num_reqs:
-            raise ValueError(f"{name} must have {what} = {num_reqs} entries, got {tensor.numel()}")
+    _check_per_request(target_seq_lens, "target_seq_lens", [torch.int32], num_reqs, what, device)
+    _check_per_request(sampled_tokens, "sampled_tokens", [torch.int64, torch.int32], num_reqs, what, device)
     if draft_tokens is not None:
         check_tensor(draft_tokens, "draft_tokens", [torch.int64, torch.int32], 2, device, "positions")
         if draft_tokens.size(0) < num_reqs:

@@ -45,7 +45,7 @@ def advance_draft_step(
 ) -> None:
     rule = past_max_model_len
     num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
-    step = int(draft_step.reshape(-1)[0]) if draft_step is not None else 0
+    step = int(draft_step) if draft_step is not None else 0
     in_columns = draft_tokens is not None and 0 <= step < draft_tokens.size(1)
     if sampled_tokens is not None and in_columns:
         draft_tokens[:num_reqs, step] = sampled_tokens.to(draft_tokens.dtype)
