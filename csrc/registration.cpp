@@ -124,14 +124,19 @@ TORCH_LIBRARY(specops, m) {
   // blocks_per_kv_block, cp_sharded (else a single rank) and slot_mapping_enabled (else every
   // slot PAD, the table never read). num_blocks: empty, or the blocks allocated to each table
   // row, one tensor per group. num_tokens_padded / num_reqs_padded None: positions.numel() /
-  // seq_lens.numel(), as the wrapper's defaults.
+  // seq_lens.numel(), as the wrapper's defaults. request_indexed_counts: num_computed_tokens is
+  // a runner's request-indexed counts (read through idx_mapping, no correction); then
+  // gathered_block_tables (empty: none) receive gather_block_tables_multi of the block tables
+  // (rows [0, num_gathered_rows), sliding_window_reach per group or empty) in the same call.
   m.def(
       "prepare_spec_decode_inputs(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
       "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
       "Tensor cpu_num_computed_tokens, Tensor query_start_loc, Tensor(c!) positions, Tensor(d!) seq_lens, "
       "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int? num_tokens_padded, "
       "int? num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
-      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, Tensor[] num_blocks) -> ()");
+      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, Tensor[] num_blocks, "
+      "bool request_indexed_counts, Tensor(f!)[] gathered_block_tables, int num_gathered_rows, "
+      "int[] sliding_window_reach) -> ()");
 
   // docs/step_bookkeeping.md: the spec-decode step's own bookkeeping (input ids, sampled and
   // rejected counts, request state, next tokens, later draft steps). A *_padded of -1: each

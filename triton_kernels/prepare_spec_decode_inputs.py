@@ -1,15 +1,20 @@
 """Triton kernel for prepare_spec_decode_inputs: one launch for a whole spec-decode step.
 
-One program (the correction needs every old count read before any store, see
-correct_num_computed_tokens.py), in three phases separated by barriers: the correction
-(`correct_counts`), then seq_lens per request tile, then per token tile the position
-(`positions_of_tokens`) and, from the position still in registers, the slot of every
-KV-cache group (`slots_of_tokens`, the math of compute_slot_mapping). Up to MAX_GROUPS groups per launch, each
-group's table, output and sizes passed as plain arguments (triton_kernels/_groups.py says why
-not tuples) and unrolled at compile time. Past MAX_GROUPS groups, each further launch (FIRST =
-False) maps the next groups' slots only, from the positions of the corrected counts the first
-launch stored. A group whose slot mapping is disabled loads nothing from its table (every token
-masked off) and stores PAD.
+Three phases separated by a barrier: the correction (`correct_counts`), then seq_lens per request
+tile, then per token tile the position (`positions_of_tokens`) and, from the position still in
+registers, the slot of every KV-cache group (`slots_of_tokens`, the math of compute_slot_mapping).
+A correction needs every old count read before any store (correct_num_computed_tokens.py), so a
+call with rows to correct runs one program; with none (the request-indexed mode, model runner
+V2's counts read through idx_mapping, or an empty correction) the phases' tiles are spread over a
+persistent grid. With gathered tables (request-indexed mode only) a fourth phase writes every
+group's batch table over row tiles, with gather_block_tables' own store helper; it reads the
+source tables, counts and idx_mapping only, so it needs no barrier after the slots.
+
+Up to MAX_GROUPS groups per launch, each group's table, outputs and sizes passed as plain
+arguments (triton_kernels/_groups.py says why not tuples) and unrolled at compile time. Past
+MAX_GROUPS groups, each further launch (FIRST = False) maps (and gathers) the next groups only,
+from the counts the first launch corrected. A group whose slot mapping is disabled loads nothing
+from its table for its slots (every token masked off) and stores PAD.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ import triton.language as tl
 
 from specops._step_layout import group_layouts, spec_decode_extents
 from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_chunks
-from specops.triton_kernels._launch import nonempty, search_steps
+from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, correct_counts, correction_scratch
+from specops.triton_kernels.gather_block_tables import BLOCK_COLS, BLOCK_ROWS, store_gathered_rows
 from specops.triton_kernels.prepare_positions_and_seq_lens import positions_of_tokens, seq_lens_of_requests
+
+INT32_MAX = 2**31 - 1
 
 
 @triton.jit
@@ -39,41 +47,100 @@ def _group_slots(block_table_ptr, slot_mapping_ptr, num_blocks_ptr, table_rows, 
 
 
 @triton.jit
+def _group_gather(batch_row, in_padded, row, block_table_ptr, num_blocks_ptr, num_computed_tokens_ptr, table_rows,
+                  table_stride, gathered_ptr, gathered_cols, gathered_stride, most_blocks, reach, window_block_size,
+                  GATHER_ROWS: tl.constexpr, GATHER_COLS: tl.constexpr, MASK_WINDOW: tl.constexpr):
+    """One group's gathered rows of the tile (gather_block_tables_multi's per-group work)."""
+    store_gathered_rows(batch_row, in_padded, row, block_table_ptr, num_blocks_ptr, num_computed_tokens_ptr,
+                        gathered_ptr, table_rows, table_stride, gathered_cols, gathered_stride, most_blocks, reach,
+                        window_block_size, GATHER_ROWS, GATHER_COLS, MASK_WINDOW)
+
+
+@triton.jit
+def _gathered_rows(tile, idx_mapping_ptr, num_reqs, num_gathered_rows, GATHER_ROWS: tl.constexpr):
+    """(batch rows, in the gathered extent, source rows) of one tile of the gather phase; rows past
+    R, and past the extent, have source row -1.
+
+    gather_block_tables' rows_of_tile loads the source row under a mask; in this kernel that form
+    made `--triton-to-unstructure` read freed memory (memcheck, 2 of the 19 specializations), and
+    so did clamped forms through int32 indices, so the load here is unmasked at a clamped int64
+    index and selected after. Which forms hit the adapter's bug depends only on the kernel's
+    offset values, so memcheck in `make test-ascend` decides (docs/device_readiness.md)."""
+    batch_row = (tl.zeros([GATHER_ROWS], tl.int64) + tile) * GATHER_ROWS + tl.arange(0, GATHER_ROWS)
+    # num_reqs == 0 reads the one-element placeholder at 0 (_launch.nonempty); the op checks
+    # num_gathered_rows >= R, so a row below R is in the extent.
+    at = tl.minimum(batch_row, tl.maximum(num_reqs, 1) - 1)
+    row = tl.where(batch_row < num_reqs, tl.load(idx_mapping_ptr + at), -1).to(tl.int64)
+    return batch_row, batch_row < num_gathered_rows, row
+
+
+@triton.jit
 def _prepare_spec_decode_inputs_kernel(
     num_computed_tokens_ptr, num_accepted_tokens_ptr, prev_positions_ptr, valid_sampled_token_count_ptr,
     prev_num_draft_tokens_ptr, cpu_num_computed_tokens_ptr, scratch_ptr, num_rows, num_previous_rows,
     query_start_loc_ptr, positions_ptr, seq_lens_ptr, idx_mapping_ptr,
-    num_reqs, num_tokens_padded, num_reqs_padded, num_search_steps,
+    num_reqs, num_tokens_padded, num_reqs_padded, num_search_steps, num_counts, num_gathered_rows,
     block_table_0, slot_mapping_0, num_blocks_0, table_rows_0, table_cols_0, table_stride_0,
     block_size_0, blocks_per_kv_block_0, cp_world_size_0, cp_rank_0, cp_interleave_0, enabled_0,
+    gathered_0, gathered_cols_0, gathered_stride_0, most_blocks_0, reach_0, window_block_size_0,
     block_table_1, slot_mapping_1, num_blocks_1, table_rows_1, table_cols_1, table_stride_1,
     block_size_1, blocks_per_kv_block_1, cp_world_size_1, cp_rank_1, cp_interleave_1, enabled_1,
+    gathered_1, gathered_cols_1, gathered_stride_1, most_blocks_1, reach_1, window_block_size_1,
     block_table_2, slot_mapping_2, num_blocks_2, table_rows_2, table_cols_2, table_stride_2,
     block_size_2, blocks_per_kv_block_2, cp_world_size_2, cp_rank_2, cp_interleave_2, enabled_2,
+    gathered_2, gathered_cols_2, gathered_stride_2, most_blocks_2, reach_2, window_block_size_2,
     block_table_3, slot_mapping_3, num_blocks_3, table_rows_3, table_cols_3, table_stride_3,
     block_size_3, blocks_per_kv_block_3, cp_world_size_3, cp_rank_3, cp_interleave_3, enabled_3,
+    gathered_3, gathered_cols_3, gathered_stride_3, most_blocks_3, reach_3, window_block_size_3,
     NUM_GROUPS: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr, BLOCK: tl.constexpr,
-    ONE_TILE: tl.constexpr, FIRST: tl.constexpr,
+    ONE_TILE: tl.constexpr, FIRST: tl.constexpr, REQUEST_INDEXED: tl.constexpr, HAS_GATHER: tl.constexpr,
+    MASK_WINDOW: tl.constexpr, GATHER_ROWS: tl.constexpr, GATHER_COLS: tl.constexpr,
 ):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
     if FIRST:
         correct_counts(num_computed_tokens_ptr, num_accepted_tokens_ptr, prev_positions_ptr,
                        valid_sampled_token_count_ptr, prev_num_draft_tokens_ptr, cpu_num_computed_tokens_ptr,
                        scratch_ptr, num_rows, num_previous_rows, BLOCK, ONE_TILE)
         tl.debug_barrier()  # the corrected counts are stored and visible to every thread
 
-        for start in range(0, num_reqs_padded, BLOCK):
+        for start in range(pid * BLOCK, num_reqs_padded, num_progs * BLOCK):
             request = start + tl.arange(0, BLOCK)
-            # The fused op's counts are batch-indexed (corrected in this step's layout): no idx_mapping.
+            # Batch-indexed counts (corrected in this step's layout), or a runner's read through idx_mapping.
             seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs,
-                                            num_computed_tokens_ptr, 0, False)
+                                            idx_mapping_ptr, num_counts, REQUEST_INDEXED)
             tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
 
-    for start in range(0, num_tokens_padded, BLOCK):
+    if HAS_GATHER:
+        for tile in range(pid, (num_gathered_rows + GATHER_ROWS - 1) // GATHER_ROWS, num_progs):
+            batch_row, in_padded, src_row = _gathered_rows(tile, idx_mapping_ptr, num_reqs, num_gathered_rows,
+                                                           GATHER_ROWS)
+            _group_gather(batch_row, in_padded, src_row, block_table_0, num_blocks_0, num_computed_tokens_ptr,
+                          table_rows_0, table_stride_0, gathered_0, gathered_cols_0, gathered_stride_0,
+                          most_blocks_0, reach_0, window_block_size_0, GATHER_ROWS, GATHER_COLS,
+                          MASK_WINDOW)
+            if NUM_GROUPS > 1:
+                _group_gather(batch_row, in_padded, src_row, block_table_1, num_blocks_1, num_computed_tokens_ptr,
+                              table_rows_1, table_stride_1, gathered_1, gathered_cols_1, gathered_stride_1,
+                              most_blocks_1, reach_1, window_block_size_1, GATHER_ROWS,
+                              GATHER_COLS, MASK_WINDOW)
+            if NUM_GROUPS > 2:
+                _group_gather(batch_row, in_padded, src_row, block_table_2, num_blocks_2, num_computed_tokens_ptr,
+                              table_rows_2, table_stride_2, gathered_2, gathered_cols_2, gathered_stride_2,
+                              most_blocks_2, reach_2, window_block_size_2, GATHER_ROWS,
+                              GATHER_COLS, MASK_WINDOW)
+            if NUM_GROUPS > 3:
+                _group_gather(batch_row, in_padded, src_row, block_table_3, num_blocks_3, num_computed_tokens_ptr,
+                              table_rows_3, table_stride_3, gathered_3, gathered_cols_3, gathered_stride_3,
+                              most_blocks_3, reach_3, window_block_size_3, GATHER_ROWS,
+                              GATHER_COLS, MASK_WINDOW)
+
+    for start in range(pid * BLOCK, num_tokens_padded, num_progs * BLOCK):
         token = start + tl.arange(0, BLOCK)
         in_buffer = (token >= 0) & (token < num_tokens_padded)
         request, position, is_real = positions_of_tokens(num_computed_tokens_ptr, query_start_loc_ptr, token,
-                                                         num_reqs, num_search_steps, num_computed_tokens_ptr, 0,
-                                                         BLOCK, False)
+                                                         num_reqs, num_search_steps, idx_mapping_ptr, num_counts,
+                                                         BLOCK, REQUEST_INDEXED)
         if FIRST:
             tl.store(positions_ptr + token, position.to(positions_ptr.dtype.element_ty), mask=in_buffer)
         if HAS_IDX_MAPPING:
@@ -126,6 +193,10 @@ def prepare_spec_decode_inputs(
     cp_sharded: list[bool],
     slot_mapping_enabled: list[bool],
     num_blocks: list[torch.Tensor] = (),
+    request_indexed_counts: bool = False,
+    gathered_block_tables: list[torch.Tensor] = (),
+    num_gathered_rows: int = 0,
+    sliding_window_reach: list[int] = (),
 ) -> None:
     num_tokens_padded, num_reqs_padded = spec_decode_extents(positions, seq_lens, num_tokens_padded, num_reqs_padded)
     num_rows = prev_positions.numel()
@@ -135,20 +206,37 @@ def prepare_spec_decode_inputs(
     num_reqs = query_start_loc.numel() - 1
     layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
                             cp_rank, cp_interleave)
+    reach = list(sliding_window_reach) or [0] * len(block_tables)
+    gather = bool(gathered_block_tables)
+    # The gather's per-group part; a group without a window gets a reach no int32 first position
+    # passes (it masks nothing), and without a gather the slots are never read.
     per_group = [(nonempty(table), slot_mappings[g], nonempty(num_blocks[g]) if num_blocks else query_start_loc,
                   table.size(0), table.size(1), table.stride(0), layout.block_size, layout.blocks_per_kv_block,
-                  *layout.cp, int(layout.enabled)) for g, (table, layout) in enumerate(zip(block_tables, layouts))]
+                  *layout.cp, int(layout.enabled),
+                  *((nonempty(gathered_block_tables[g]), gathered_block_tables[g].size(1),
+                     gathered_block_tables[g].stride(0), min(table.size(1), gathered_block_tables[g].size(1)),
+                     reach[g] or INT32_MAX, max(block_sizes[g], 1)) if gather else (table, 0, 0, 0, INT32_MAX, 1)))
+                 for g, (table, layout) in enumerate(zip(block_tables, layouts))]
     # A launch with no group still corrects the counts; its group slots are compiled away.
-    no_group = (query_start_loc, positions, query_start_loc, 0, 0, 0, 1, 1, 1, 0, 1, 0)
-    # One program by design: see the module docstring.
+    no_group = (query_start_loc, positions, query_start_loc, 0, 0, 0, 1, 1, 1, 0, 1, 0,
+                query_start_loc, 0, 0, 0, INT32_MAX, 1)
+    if num_rows > 0:
+        grid = (1,)  # the correction's: see the module docstring
+    else:
+        tiles = max(triton.cdiv(num_tokens_padded, BLOCK), triton.cdiv(num_reqs_padded, BLOCK),
+                    triton.cdiv(num_gathered_rows, BLOCK_ROWS) if gather else 0)
+        grid = (num_programs(query_start_loc.device, tiles),)
     for launch, groups in enumerate(group_chunks(len(block_tables)) or [range(0)]):
-        _prepare_spec_decode_inputs_kernel[(1,)](
+        _prepare_spec_decode_inputs_kernel[grid](
             nonempty(num_computed_tokens), num_accepted_tokens, prev_positions, nonempty(valid_sampled_token_count),
             nonempty(prev_num_draft_tokens), cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
             query_start_loc, positions, seq_lens,
             nonempty(idx_mapping) if idx_mapping is not None else query_start_loc,
-            num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs),
+            num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs), num_computed_tokens.numel(),
+            num_gathered_rows if gather else 0,
             *flat_group_args(per_group, groups, filler=no_group),
             NUM_GROUPS=len(groups), HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=bool(num_blocks),
-            BLOCK=BLOCK, ONE_TILE=one_tile, FIRST=launch == 0,
+            BLOCK=BLOCK, ONE_TILE=one_tile, FIRST=launch == 0, REQUEST_INDEXED=request_indexed_counts,
+            HAS_GATHER=gather and len(groups) > 0,
+            MASK_WINDOW=gather and any(reach[g] > 0 for g in groups), GATHER_ROWS=BLOCK_ROWS, GATHER_COLS=BLOCK_COLS,
         )

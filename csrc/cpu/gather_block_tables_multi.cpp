@@ -4,11 +4,9 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <optional>
 
-#include "cpu/checks.h"
-#include "kernels/gather_block_tables_multi.h"
+#include "cpu/gather_block_tables_checks.h"
 
 namespace specops::cpu {
 namespace {
@@ -18,65 +16,11 @@ void gather_block_tables_multi(at::TensorList src_block_tables, at::TensorList n
                                const std::optional<at::Tensor>& num_computed_tokens,
                                c10::IntArrayRef sliding_window_reach, c10::IntArrayRef block_sizes) {
   const size_t num_groups = src_block_tables.size();
-  for (const auto& [values, name] : {std::pair{num_blocks.size(), "num_blocks"}, std::pair{out.size(), "out"},
-                                     std::pair{sliding_window_reach.size(), "sliding_window_reach"},
-                                     std::pair{block_sizes.size(), "block_sizes"}}) {
-    TORCH_CHECK_VALUE(values == num_groups, name,
-                      " must have one entry per source table (len(src_block_tables) = ", num_groups, "), got ",
-                      values);
-  }
-  check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_reqs = idx_mapping.numel();
-  TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs, "num_reqs_padded must be >= R = ", num_reqs, ", got ",
-                    num_reqs_padded);
   const at::Tensor* first_positions = num_computed_tokens.has_value() ? &*num_computed_tokens : nullptr;
-  if (first_positions != nullptr) check_tensor(*first_positions, "num_computed_tokens", {c10::kInt}, 1);
-
-  // Up to 4 groups (one device launch's worth) without a heap allocation.
-  c10::SmallVector<kernels::GatherBlockTablesGroup, 4> groups(num_groups);
-  for (size_t g = 0; g < num_groups; ++g) {
-    const int64_t index = static_cast<int64_t>(g);
-    const at::Tensor& target = out[g];
-    check_tensor(target, ArgName{"out", index}, {c10::kInt}, 2);
-    check_rows_disjoint(target, ArgName{"out", index});
-    const at::Tensor& src = src_block_tables[g];
-    check_tensor(src, ArgName{"src_block_tables", index}, {c10::kInt}, 2);
-    const at::Tensor& counts = num_blocks[g];
-    check_tensor(counts, ArgName{"num_blocks", index}, {c10::kInt}, 1);
-    const int64_t src_rows = src.size(0);
-    TORCH_CHECK_VALUE(counts.numel() == src_rows, "num_blocks[", g, "] must have one entry per src_block_tables[",
-                      g, "] row (", src_rows, "), got ", counts.numel());
-    TORCH_CHECK_VALUE(num_reqs_padded <= target.size(0), "num_reqs_padded must be <= out[", g,
-                      "].size(0) = ", target.size(0), ", got ", num_reqs_padded);
-    check_int32_range(sliding_window_reach[g], ArgName{"sliding_window_reach", index}, 0);
-    // A block size of 0 stands for None: it is needed only to mask.
-    check_int32_range(block_sizes[g], ArgName{"block_sizes", index}, 0);
-    TORCH_CHECK_VALUE(sliding_window_reach[g] == 0 || block_sizes[g] >= 1, "block_sizes[", g,
-                      "] must be given (>= 1) when sliding_window_reach[", g, "] > 0, got ", block_sizes[g]);
-    if (first_positions != nullptr) {
-      TORCH_CHECK_VALUE(first_positions->numel() >= src_rows,
-                        "num_computed_tokens must have at least src_block_tables[", g, "].size(0) = ", src_rows,
-                        " entries, got ", first_positions->numel());
-    }
-
-    kernels::GatherBlockTablesGroup& group = groups[g];
-    group.src = src.data_ptr<int32_t>();
-    group.num_blocks = counts.data_ptr<int32_t>();
-    group.out = target.data_ptr<int32_t>();
-    if (first_positions != nullptr && sliding_window_reach[g] > 0) {
-      group.num_computed_tokens = first_positions->data_ptr<int32_t>();
-    }
-    kernels::GatherBlockTablesShape& shape = group.shape;
-    shape.num_reqs = num_reqs;
-    shape.num_reqs_padded = num_reqs_padded;
-    shape.src_rows = src_rows;
-    shape.src_cols = src.size(1);
-    shape.src_stride = src.stride(0);
-    shape.out_cols = target.size(1);
-    shape.out_stride = target.stride(0);
-    shape.sliding_window_reach = sliding_window_reach[g];
-    shape.block_size = std::max<int64_t>(block_sizes[g], 1);
-  }
+  c10::SmallVector<kernels::GatherBlockTablesGroup, 4> groups =
+      check_gather_groups(src_block_tables, num_blocks, idx_mapping, out, num_reqs_padded, first_positions,
+                          sliding_window_reach, block_sizes);
+  const int64_t num_reqs = idx_mapping.numel();
   // Every input is read while outputs are written, and each output is written by its own
   // programs on a device: an output may share memory with nothing else.
   c10::SmallVector<NamedTensor, 4> outputs;
@@ -93,24 +37,7 @@ void gather_block_tables_multi(at::TensorList src_block_tables, at::TensorList n
 
   AT_DISPATCH_INDEX_TYPES(idx_mapping.scalar_type(), "gather_block_tables_multi", [&] {
     const index_t* idx = idx_mapping.data_ptr<index_t>();
-    // What gather_block_tables rejects for each group's call alone, before any group is written.
-    for (size_t g = 0; g < num_groups; ++g) {
-      const kernels::GatherBlockTablesGroup& group = groups[g];
-      const int64_t most_blocks = std::min(group.shape.src_cols, group.shape.out_cols);
-      for (int64_t r = 0; r < num_reqs; ++r) {
-        const int64_t row = static_cast<int64_t>(idx[r]);
-        TORCH_CHECK_VALUE(row < group.shape.src_rows, "idx_mapping[", r, "] = ", row, " is past src_block_tables[",
-                          g, "], which has ", group.shape.src_rows, " rows");
-        if (row < 0) continue;
-        const int32_t count = group.num_blocks[row];
-        TORCH_CHECK_VALUE(count >= 0 && count <= most_blocks, "num_blocks[", g, "][", row, "] = ", count,
-                          " (row of idx_mapping[", r, "]) must be in [0, ", most_blocks,
-                          "], the columns of src_block_tables[", g, "] and out[", g, "]");
-        TORCH_CHECK_VALUE(group.num_computed_tokens == nullptr || group.num_computed_tokens[row] >= 0,
-                          "num_computed_tokens[", row, "] = ", group.num_computed_tokens[row], " (row of idx_mapping[",
-                          r, "]) must be >= 0");
-      }
-    }
+    check_gather_rows(idx, num_reqs, groups);
     kernels::gather_block_tables_multi<index_t>(idx, groups.data(), static_cast<int64_t>(num_groups));
   });
 }

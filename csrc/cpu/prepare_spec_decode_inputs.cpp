@@ -7,12 +7,49 @@
 #include <vector>
 
 #include "cpu/accounting_checks.h"
+#include "cpu/gather_block_tables_checks.h"
 #include "cpu/scratch.h"
 #include "cpu/slot_mapping_checks.h"
 #include "kernels/prepare_spec_decode_inputs.h"
 
 namespace specops::cpu {
 namespace {
+
+// The gather's arguments as this op names them.
+const GatherArgNames kGatherNames{"block_tables", "gathered_block_tables", "num_gathered_rows"};
+
+// The request-indexed mode's and the gather's own conditions (ops/prepare_spec_decode_inputs.py
+// check_target_step_mode).
+void check_target_step_mode(const at::Tensor& prev_positions, const std::optional<at::Tensor>& idx_mapping,
+                            size_t num_groups, c10::IntArrayRef blocks_per_kv_block, at::TensorList num_blocks,
+                            bool request_indexed_counts, at::TensorList gathered_block_tables,
+                            c10::IntArrayRef sliding_window_reach) {
+  if (request_indexed_counts) {
+    TORCH_CHECK_VALUE(idx_mapping.has_value(),
+                      "idx_mapping must be given with request_indexed_counts (it indexes num_computed_tokens)");
+    TORCH_CHECK_VALUE(prev_positions.numel() == 0,
+                      "prev_positions must be empty with request_indexed_counts (a runner's request-indexed "
+                      "counts have no rows to correct), got ",
+                      prev_positions.numel(), " entries");
+  }
+  TORCH_CHECK_VALUE(sliding_window_reach.empty() || sliding_window_reach.size() == num_groups,
+                    "sliding_window_reach must be empty or hold one entry per block table (len(block_tables) = ",
+                    num_groups, "), got ", sliding_window_reach.size());
+  if (gathered_block_tables.empty()) return;
+  TORCH_CHECK_VALUE(request_indexed_counts,
+                    "gathered_block_tables needs request_indexed_counts (the gather reads the counts by row)");
+  TORCH_CHECK_VALUE(gathered_block_tables.size() == num_groups,
+                    "gathered_block_tables must be empty or hold one tensor per block table (len(block_tables) = ",
+                    num_groups, "), got ", gathered_block_tables.size());
+  TORCH_CHECK_VALUE(num_blocks.size() == num_groups,
+                    "num_blocks must hold one tensor per block table (len(block_tables) = ", num_groups,
+                    ") with gathered_block_tables, got ", num_blocks.size());
+  for (size_t g = 0; g < sliding_window_reach.size(); ++g) {
+    TORCH_CHECK_VALUE(sliding_window_reach[g] <= 0 || blocks_per_kv_block[g] == 1, "blocks_per_kv_block[", g,
+                      "] must be 1 where sliding_window_reach[", g,
+                      "] > 0 (the window is masked in blocks of block_sizes[", g, "]), got ", blocks_per_kv_block[g]);
+  }
+}
 
 void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
                                 const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
@@ -24,7 +61,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                                 int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
                                 c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block,
                                 const c10::List<bool>& cp_sharded, const c10::List<bool>& slot_mapping_enabled,
-                                at::TensorList num_blocks) {
+                                at::TensorList num_blocks, bool request_indexed_counts,
+                                at::TensorList gathered_block_tables, int64_t num_gathered_rows,
+                                c10::IntArrayRef sliding_window_reach) {
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -38,7 +77,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                              prev_num_draft_tokens, cpu_num_computed_tokens, /*check_outputs_apart=*/false);
   const int64_t num_tokens =
       check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
-                                   num_reqs_padded, /*request_indexed=*/false, /*check_outputs_apart=*/false);
+                                   num_reqs_padded, request_indexed_counts, /*check_outputs_apart=*/false);
+  check_target_step_mode(prev_positions, idx_mapping, num_groups, blocks_per_kv_block, num_blocks,
+                         request_indexed_counts, gathered_block_tables, sliding_window_reach);
   const int64_t num_reqs = query_start_loc.numel() - 1;
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
@@ -74,6 +115,14 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
   }
 
   check_idx_mapping(idx_mapping, num_reqs);
+  // The gather's groups (checked as gather_block_tables_multi checks them, under this op's names).
+  c10::SmallVector<kernels::GatherBlockTablesGroup, 4> gather_groups;
+  if (!gathered_block_tables.empty()) {
+    const std::vector<int64_t> no_reach(num_groups, 0);
+    gather_groups = check_gather_groups(
+        block_tables, num_blocks, *idx_mapping, gathered_block_tables, num_gathered_rows, &num_computed_tokens,
+        sliding_window_reach.empty() ? c10::IntArrayRef(no_reach) : sliding_window_reach, block_sizes, kGatherNames);
+  }
   // Every output is written once, so no two may share memory. The correction's four inputs
   // are read in full before the first store (gathered into scratch), so they may alias any
   // output; query_start_loc, idx_mapping and the block tables are read while storing.
@@ -89,6 +138,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
     outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
     read_while_storing.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
     if (!num_blocks.empty()) read_while_storing.push_back({&num_blocks[g], {"num_blocks", static_cast<int64_t>(g)}});
+  }
+  for (size_t g = 0; g < gathered_block_tables.size(); ++g) {
+    outputs.push_back({&gathered_block_tables[g], {"gathered_block_tables", static_cast<int64_t>(g)}});
   }
   check_outputs_alias_nothing_once(outputs, read_while_storing);
 
@@ -112,13 +164,22 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                                                             valid, prev_num_draft_tokens.data_ptr<int32_t>(), host,
                                                             new_computed, new_accepted, correction);
                          });
-  const kernels::CorrectedCounts corrected{new_computed, correction.num_rows, counts};
-  // Every request's corrected count (gathered rows, then the untouched ones), and the range of
+  // Request-indexed: every request's count is request_counts' (filled below), none the buffer's.
+  const kernels::CorrectedCounts corrected =
+      request_indexed_counts ? kernels::CorrectedCounts{request_counts, num_reqs, counts}
+                             : kernels::CorrectedCounts{new_computed, correction.num_rows, counts};
+  // Every request's count (request-indexed: the runner's through idx_mapping, a request without
+  // a row counting 0; else the corrected rows, then the untouched ones), and the range of
   // positions they give: one pass that most groups' checks need nothing beyond.
   // Decided by request_room, never by comparing pointers: with no row corrected (an empty
   // prev_positions) the room starts where new_computed does, so the two pointers are equal and
   // yet the room holds whatever the thread's last call left there until it is filled.
-  if (request_room != 0) {
+  if (request_indexed_counts) {
+    with_idx_mapping(idx_mapping, [&](auto* idx) {
+      check_rows_inside_table(idx, num_reqs, num_computed_tokens.numel(), "num_computed_tokens");
+      for (int64_t r = 0; r < num_reqs; ++r) request_counts[r] = idx[r] < 0 ? 0 : counts[idx[r]];
+    });
+  } else if (request_room != 0) {
     std::copy(new_computed, new_computed + gathered_requests, request_counts);
     std::copy(counts + gathered_requests, counts + num_reqs, request_counts + gathered_requests);
   }
@@ -126,6 +187,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
 
   with_idx_mapping(idx_mapping, [&](auto* idx) {
     using IdxT = std::remove_const_t<std::remove_pointer_t<decltype(idx)>>;
+    if (!gather_groups.empty()) {
+      check_gather_rows(idx, num_reqs, {gather_groups.data(), gather_groups.size()}, kGatherNames);
+    }
     for (size_t g = 0; g < num_groups; ++g) {
       kernels::SlotMappingGroup& group = groups[g];
       if (!group.enabled()) continue;  // its table is never read
@@ -170,6 +234,9 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
           positions.data_ptr<index_t>(), seq_lens.data_ptr<int32_t>(), positions_shape, idx, groups.data(),
           static_cast<int64_t>(num_groups));
     });
+    if (!gather_groups.empty()) {
+      kernels::gather_block_tables_multi<IdxT>(idx, gather_groups.data(), static_cast<int64_t>(gather_groups.size()));
+    }
   });
 }
 

@@ -61,10 +61,11 @@ def host_routed(kernel: str) -> bool:
 
 
 def op_calls(op, draws: int) -> list[tuple[str, dict]]:
-    """(label, call) for the op's valid call, `draws` of its random valid calls, and the widened
-    ones (widened_calls): every dtype of every tensor argument, rows past the previous step's
-    buffers. A few random draws alone left specializations unlaunched: the lowered
-    correct_optimistic_seq_lens read outside its tensors at one whose pointers are not all int32."""
+    """(label, call) for the op's valid call, `draws` of its random valid calls, the widened
+    ones (widened_calls: every dtype of every tensor argument, rows past the previous step's
+    buffers) and the calls of its other modes (OpSpec.mode_calls). A few random draws alone left
+    specializations unlaunched: the lowered correct_optimistic_seq_lens read outside its tensors
+    at one whose pointers are not all int32."""
     from hypothesis import HealthCheck, Phase, given, settings
 
     found: list[dict] = []
@@ -79,7 +80,8 @@ def op_calls(op, draws: int) -> list[tuple[str, dict]]:
         collect()
     base = [(f"{op.name} {'valid call' if i == 0 else f'draw {i}'}", call)
             for i, call in enumerate([op.valid_call(), *found])]
-    return base + widened_calls(op, base[0][1])
+    modes = [(f"{op.name} {label}", call) for label, call in op.mode_calls()]
+    return base + widened_calls(op, base[0][1]) + modes
 
 
 def widened_calls(op, call: dict) -> list[tuple[str, dict]]:

@@ -35,8 +35,13 @@ def _split_key(key: str) -> tuple[str, int | None]:
 
 
 def get_arg(call: Call, key: str) -> Any:
+    """The argument, or one element of a list argument (None where the call has no such list, or a
+    shorter one: a mode's list that the call leaves empty)."""
     name, index = _split_key(key)
-    return call.get(name) if index is None else call[name][index]
+    value = call.get(name)
+    if index is None or value is None:
+        return value
+    return value[index] if index < len(value) else None
 
 
 def set_arg(call: Call, key: str, value: Any) -> None:
@@ -133,6 +138,10 @@ class OpSpec:
     # Optional tensors of which a valid call gives only one (two sources of one value): the one
     # the valid call leaves None gets its dtype and rank errors from metadata_errors instead.
     exclusive: tuple[str, ...] = ()
+    # Valid calls of the op's other modes, (label, call), whose arguments the calls above do not
+    # have (prepare_spec_decode_inputs' request-indexed mode and its gathered tables): compiled
+    # for the device targets (tooling/test_kernel_compile.py) and run on the NPU route (tests/ascend).
+    mode_calls: Callable[[], list[tuple[str, Call]]] = lambda: []
 
 
 def extreme_values(dtype: torch.dtype) -> tuple[int, ...]:

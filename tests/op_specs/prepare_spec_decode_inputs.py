@@ -24,7 +24,8 @@ def _fused_valid() -> Call:
                 block_sizes=[16, 8], positions=stale(4, dtype=I64), seq_lens=stale(3),
                 slot_mappings=[stale(4, dtype=I64), stale(4, dtype=I32)], blocks_per_kv_block=[1, 1],
                 cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, idx_mapping=t32(1, 0),
-                num_tokens_padded=4, num_reqs_padded=3, num_blocks=[t32(2, 2), t32(4, 4)])
+                num_tokens_padded=4, num_reqs_padded=3, num_blocks=[t32(2, 2), t32(4, 4)], num_gathered_rows=3,
+                sliding_window_reach=0)
 
 
 def _fused_metadata() -> list[Bad]:
@@ -67,6 +68,54 @@ def _fused_metadata() -> list[Bad]:
             slot_mappings=[shared[:4], shared[2:6]]),
         bad_with("a slot mapping sharing positions", ("slot_mappings[0]", "positions"),
                  lambda call: call.update(slot_mappings=[call["positions"], stale(4, dtype=I64)])),
+    ]
+
+
+def _request_indexed(call: Call) -> Call:
+    """The valid call in the request-indexed mode with both groups gathered: its counts by row
+    (row 1 of request 0 holds 20 as before), nothing to correct, a window on group 0."""
+    empty = t32()
+    call.update(num_accepted_tokens=empty.clone(), prev_positions=empty.clone(),
+                valid_sampled_token_count=empty.clone(), prev_num_draft_tokens=empty.clone(),
+                cpu_num_computed_tokens=empty.clone(),
+                request_indexed_counts=True, gathered_block_tables=[stale(3, 2), stale(3, 4)], num_gathered_rows=3,
+                sliding_window_reach=[8, 0])
+    return call
+
+
+def _in_mode(label: str, names: str | tuple[str, ...], **replace) -> Bad:
+    """A Bad of the request-indexed mode: the valid call switched to it, then `replace`."""
+    return bad_with(label, names, lambda call: _request_indexed(call).update(replace))
+
+
+def _mode_metadata() -> list[Bad]:
+    shared = torch.zeros(8, dtype=I64)
+    return [
+        _in_mode("gathered_block_tables[0] int64", "gathered_block_tables[0]",
+                 gathered_block_tables=[stale(3, 2, dtype=I64), stale(3, 4)]),
+        _in_mode("gathered_block_tables[1] 1-D", "gathered_block_tables[1]",
+                 gathered_block_tables=[stale(3, 2), stale(3)]),
+        _in_mode("one gathered table for two tables", ("gathered_block_tables", "block_tables"),
+                 gathered_block_tables=[stale(3, 2)]),
+        _in_mode("a gather of batch-indexed counts", ("gathered_block_tables", "request_indexed_counts"),
+                 request_indexed_counts=False),
+        _in_mode("request-indexed counts with a correction", ("prev_positions", "request_indexed_counts"),
+                 num_accepted_tokens=t32(0, 0), prev_positions=t32(1, 0), valid_sampled_token_count=t32(1, 2),
+                 prev_num_draft_tokens=t32(1, 1), cpu_num_computed_tokens=t32(5, 6)),
+        _in_mode("request-indexed counts without idx_mapping", ("idx_mapping", "request_indexed_counts"),
+                 idx_mapping=None),
+        _in_mode("num_gathered_rows past gathered_block_tables[0]", ("num_gathered_rows", "gathered_block_tables[0]"),
+                 num_gathered_rows=4),
+        _in_mode("num_gathered_rows < R", "num_gathered_rows", num_gathered_rows=1),
+        _in_mode("three sliding_window_reach for two tables", ("sliding_window_reach", "block_tables"),
+                 sliding_window_reach=[8, 0, 0]),
+        _in_mode("sliding_window_reach[0] negative", "sliding_window_reach[0]", sliding_window_reach=[-1, 0]),
+        _in_mode("a window on two blocks per kv block", ("blocks_per_kv_block[0]", "sliding_window_reach[0]"),
+                 blocks_per_kv_block=[2, 1], block_tables=[torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]], dtype=I32),
+                                                            torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]], dtype=I32)]),
+        _in_mode("a gather without num_blocks", ("num_blocks", "gathered_block_tables"), num_blocks=None),
+        _in_mode("gathered tables sharing memory", ("gathered_block_tables[1]", "gathered_block_tables[0]"),
+                 gathered_block_tables=[shared.view(I32)[:6].view(3, 2), shared.view(I32)[4:16].view(3, 4)]),
     ]
 
 
@@ -146,6 +195,46 @@ def _fused_negative_block_ids(draw, call: Call) -> bool:
     return False
 
 
+def _request_indexed_call(seed: int, num_groups: int, world: int, gather: bool) -> Call:
+    """A valid call of the request-indexed mode (model runner V2's counts, no correction), with
+    every group's gather when `gather`: shuffled rows, -1 rows, windows, padded outputs."""
+    rng = torch.Generator().manual_seed(seed)
+    rows, cols, num_reqs = 6, 4, 4
+    idx = torch.randperm(rows, generator=rng)[:num_reqs]
+    idx[1] = -1
+    query_lens = torch.randint(0, 4, (num_reqs,), generator=rng)
+    qsl = torch.cat([torch.zeros(1, dtype=I64), query_lens.cumsum(0)]).to(I32)
+    tokens_padded, reqs_padded = int(qsl[-1]) + 2, num_reqs + 1
+    groups = [FUSED_GROUPS[g % len(FUSED_GROUPS)] for g in range(num_groups)]
+    block_sizes = [size for size, _, _ in groups]
+    per_kv = [blocks for _, blocks, _ in groups]
+    # Positions that every row's table holds whole on every rank.
+    most = min((size * cols) // max(blocks, 1) for size, blocks, _ in groups) if groups else 16
+    dtype_of = (lambda g: I64 if (seed + g) % 2 else I32)
+    return dict(
+        num_computed_tokens=torch.randint(0, max(most - 4, 1), (rows,), generator=rng, dtype=I32),
+        num_accepted_tokens=t32(), prev_positions=t32(), valid_sampled_token_count=t32(),
+        prev_num_draft_tokens=t32(), cpu_num_computed_tokens=t32(), query_start_loc=qsl,
+        block_tables=[torch.randint(1, 1000, (rows, cols), generator=rng, dtype=I32) for _ in groups],
+        block_sizes=block_sizes, positions=stale(tokens_padded, dtype=dtype_of(0)), seq_lens=stale(reqs_padded + 1),
+        slot_mappings=[stale(tokens_padded, dtype=dtype_of(g + 1)) for g in range(num_groups)],
+        blocks_per_kv_block=per_kv, cp_sharded=[sharded for _, _, sharded in groups], cp_world_size=world,
+        cp_rank=world - 1, cp_interleave=2 if world > 1 else 1,
+        slot_mapping_enabled=[g != 1 for g in range(num_groups)],
+        idx_mapping=idx.to(dtype_of(7)), num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded,
+        num_blocks=[torch.full((rows,), cols, dtype=I32) for _ in groups], request_indexed_counts=True,
+        gathered_block_tables=[stale(reqs_padded + 1, cols + g % 2) for g in range(num_groups)] if gather else None,
+        num_gathered_rows=reqs_padded + 1 if gather else None,
+        sliding_window_reach=[9 if per_kv[g] == 1 and g % 2 == 0 else 0 for g in range(num_groups)])
+
+
+def _fused_mode_calls() -> list[tuple[str, Call]]:
+    return [(f"request-indexed seed {seed} G={groups} W={world}{' gather' if gather else ''}",
+             _request_indexed_call(seed, groups, world, gather))
+            for seed, groups, world, gather in ((1, 2, 1, True), (2, 3, 2, True), (3, 5, 1, True), (4, 1, 2, False),
+                                                (5, 0, 1, False))]
+
+
 FUSED = OpSpec(
     name="prepare_spec_decode_inputs",
     wrapper=specops.prepare_spec_decode_inputs,
@@ -153,11 +242,13 @@ FUSED = OpSpec(
              "seq_lens": Arg((I32,), 1), "block_tables[0]": Arg((I32,), 2, row_stride=True),
              "block_tables[1]": Arg((I32,), 2, row_stride=True), "slot_mappings[0]": Arg((I64, I32), 1),
              "slot_mappings[1]": Arg((I64, I32), 1), "idx_mapping": Arg((I32, I64), 1),
-             "num_blocks[0]": Arg((I32,), 1), "num_blocks[1]": Arg((I32,), 1)},
+             "num_blocks[0]": Arg((I32,), 1), "num_blocks[1]": Arg((I32,), 1),
+             "gathered_block_tables[0]": Arg((I32,), 2, row_stride=True),
+             "gathered_block_tables[1]": Arg((I32,), 2, row_stride=True)},
     outputs=("num_computed_tokens", "num_accepted_tokens", "positions", "seq_lens", "slot_mappings[0]",
              "slot_mappings[1]"),
     valid_call=_fused_valid,
-    metadata_errors=_fused_metadata,
+    metadata_errors=lambda: _fused_metadata() + _mode_metadata(),
     value_errors=_fused_values,
     offsets=("query_start_loc",),
     draw_call=_fused_draw(),
@@ -169,5 +260,8 @@ FUSED = OpSpec(
         Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
     ),
     scalars=("num_tokens_padded", "num_reqs_padded", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes",
-             "blocks_per_kv_block"),
+             "blocks_per_kv_block", "num_gathered_rows", "sliding_window_reach"),
+    # The request-indexed mode's outputs: its calls are mode_calls and _mode_metadata's.
+    exclusive=("gathered_block_tables[0]", "gathered_block_tables[1]"),
+    mode_calls=_fused_mode_calls,
 )

@@ -24,6 +24,7 @@ from spec_decode_cases import (
 from strategies import assert_same, make_spec_decode_step
 
 import specops
+from specops.ops.prepare_spec_decode_inputs import BATCH_COUNTS
 from specops.ops.registry import OPS
 
 
@@ -270,7 +271,8 @@ def _opcheck_args(prev_dtype=torch.int32):
     outputs = fresh_outputs(step, step.num_tokens + 3, 7)
     return (*step.correction.args(), step.query_start_loc, outputs["positions"], outputs["seq_lens"],
             step.block_tables, outputs["slot_mappings"], step.idx_mapping, step.num_tokens + 3, 7, 2, 1, 2,
-            list(step.block_sizes), list(step.blocks_per_kv_block), list(step.cp_sharded), [True, False], [])
+            list(step.block_sizes), list(step.blocks_per_kv_block), list(step.cp_sharded), [True, False], [],
+            *BATCH_COUNTS)
 
 
 @pytest.mark.parametrize("prev_dtype", [torch.int32, torch.int64])
@@ -281,7 +283,7 @@ def test_opcheck(prev_dtype):
 def test_compiles_without_graph_break():
     args = _opcheck_args()
     nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, tables, slots, idx = args[:12]
-    tokens_padded, reqs_padded, world, rank, interleave, block_sizes, kv_blocks, sharded, _, _ = args[12:]
+    tokens_padded, reqs_padded, world, rank, interleave, block_sizes, kv_blocks, sharded, _, _ = args[12:22]
 
     def step(nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, table0, table1, slot0, slot1, idx):
         result = specops.prepare_spec_decode_inputs(

@@ -92,9 +92,20 @@ def test_draft_step_grids():
 @pytest.mark.parametrize("op", ["correct_num_computed_tokens", "correct_optimistic_seq_lens", "prepare_spec_decode_inputs",
                                 "sas_metadata"])
 def test_single_program_kernels_launch_one_program_everywhere(op):
-    assert_docs_say(PAGE, "every single-program kernel (the corrections, `prepare_spec_decode_inputs`, "
-                          "`sas_metadata`) launches 1 program everywhere")
+    assert_docs_say(PAGE, "every single-program kernel (the corrections, `prepare_spec_decode_inputs` with a "
+                          "correction, `sas_metadata`) launches 1 program everywhere")
     for case in BENCHMARKS[op].cases(torch.device("cpu"), True):
+        if case.label.startswith("MRV2 target"):
+            continue  # nothing to correct: test_request_indexed_step_is_tiled
         for target in TARGETS:
             grids = {programs for _, programs in _programs(case, target.cores)}
             assert grids == {1}, (op, case.label, target.name, grids)
+
+
+def test_request_indexed_step_is_tiled():
+    """prepare_spec_decode_inputs with nothing to correct spreads its tiles over the cores."""
+    (case,) = [case for case in BENCHMARKS["prepare_spec_decode_inputs"].cases(torch.device("cpu"), True)
+               if case.label == "MRV2 target R=64 q=4 G=2 W=2"]
+    grids = " / ".join(str({programs for _, programs in _programs(case, target.cores)}.pop()) for target in TARGETS)
+    assert_docs_say(PAGE, f"`prepare_spec_decode_inputs` without a correction (its request-indexed mode, model "
+                          f"runner V2's target step) at 64 requests and 2 groups: {grids} (8-row gather tiles)")

@@ -59,12 +59,13 @@ def _draws(op) -> list[dict]:
 
 
 def capture_op_table_launches() -> list[Launch]:
-    """Every launch of the op table's valid calls and DRAWS_PER_OP random ones, specialized for
-    the installed targets, kernels not run."""
+    """Every launch of the op table's valid calls, DRAWS_PER_OP random ones and the calls of the
+    ops' other modes, specialized for the installed targets, kernels not run."""
     captured: list[Launch] = []
     for op in OP_TABLE:
-        for index, call in enumerate([op.valid_call(), *_draws(op)]):
-            label = f"{op.name} {'valid call' if index == 0 else f'draw {index}'}"
+        calls = [(f"{op.name} {'valid call' if index == 0 else f'draw {index}'}", call)
+                 for index, call in enumerate([op.valid_call(), *_draws(op)])]
+        for label, call in calls + [(f"{op.name} {label}", call) for label, call in op.mode_calls()]:
             with specops.backend("triton"), \
                     kernel_capture.capture_launches(INSTALLED, execute=False, label=label) as calls:
                 op.wrapper(**call)

@@ -395,6 +395,9 @@ def run(cfg: Config) -> dict:
                 seen["dcp_local_seq_lens"] = batch.dcp_local_seq_lens
             recorder.add(step, "forward", seen)
             hidden = _hidden(batch.input_ids, batch.positions, None)
+            # A real model's outputs for padding tokens are never read; the stand-in's are 0, so
+            # the inputs' documented padding differences (masks.py) stay in the padding.
+            hidden[batch.num_tokens:] = 0
             draft_hidden = hidden
             if runner.pcp_manager is not None:
                 hidden, _, batch = runner.pcp_manager.restore_for_sampling(hidden, None)

@@ -34,8 +34,16 @@ def _gathered_table(name: str) -> bool:
     return name.startswith("block_tables[") or name.startswith("bt.input_block_tables[")
 
 
+def _target_positions(name: str) -> bool:
+    return name in ("in.positions", "positions")
+
+
 MASKS: list[Mask] = [
     # Point block_tables: past a row's block count gather_block_tables_multi writes the null block
     # where vLLM leaves the ids the batch row held before (docs/conformance.md).
     Mask("stale_table_entries", _gathered_table, lambda theirs, ours: ours == 0, _zero_row_tail),
+    # Point target_step: prepare_spec_decode_inputs zeroes the target positions past the step's
+    # tokens (to the slot-mapping width), where vLLM's prepare_pos_seq_lens leaves the values an
+    # earlier step wrote (docs/conformance.md).
+    Mask("target_positions_past_tokens", _target_positions, lambda theirs, ours: ours == 0, _zero_row_tail),
 ]

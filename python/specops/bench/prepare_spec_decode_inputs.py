@@ -1,6 +1,8 @@
 """Benchmark of the fused prepare_spec_decode_inputs against the unfused sequence it replaces:
 the three specops ops one after another (correct, positions, a slot mapping per group), and
-the same sequence in numpy and in torch eager."""
+the same sequence in numpy and in torch eager. The "MRV2 target" cases time its request-indexed
+mode (model runner V2's target step: positions, seq_lens, every group's slots and block-table
+gather in one launch, where vLLM launches 3) against the specops ops of those three launches."""
 
 from __future__ import annotations
 
@@ -131,4 +133,55 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                            family=f"G={len(block_sizes)} W={world}",
                            derive=_fused_goal(len(block_sizes)) if goal else None,
                            clock=time.thread_time if goal else time.perf_counter))
+    return result + target_step_cases(device, quick)
+
+
+def _target_step_impls(step: BenchStep) -> dict:
+    """The step's requests on shuffled rows of request-indexed counts and tables, as model runner
+    V2 keeps them; the gathered tables as wide as the sources."""
+    device = step.query_start_loc.device
+    num_reqs, num_tokens = step.num_reqs, step.num_tokens
+    rows = torch.randperm(num_reqs, generator=torch.Generator().manual_seed(0)).to(device)
+    counts = torch.empty_like(step.pristine_counts)
+    counts[rows] = step.pristine_counts
+    tables = []
+    for table in step.block_tables:
+        by_row = torch.empty_like(table)
+        by_row[rows] = table
+        tables.append(by_row)
+    num_blocks = [torch.full((num_reqs,), t.size(1), dtype=torch.int32, device=device) for t in tables]
+    gathered = [torch.empty_like(t) for t in tables]
+    positions = torch.empty(num_tokens, dtype=torch.int64, device=device)
+    seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    slot_mappings = [torch.empty(num_tokens, dtype=torch.int64, device=device) for _ in tables]
+    empty = torch.empty(0, dtype=torch.int32, device=device)
+
+    def fused_target():
+        specops.prepare_spec_decode_inputs(
+            counts, empty, empty, empty, empty, empty, step.query_start_loc, tables, step.block_sizes,
+            positions=positions, seq_lens=seq_lens, slot_mappings=slot_mappings, cp_sharded=step.cp_sharded,
+            cp_world_size=step.cp_world_size, cp_rank=step.cp_rank, idx_mapping=rows, num_blocks=num_blocks,
+            request_indexed_counts=True, gathered_block_tables=gathered)
+
+    def unfused_target():
+        specops.prepare_positions_and_seq_lens(counts, step.query_start_loc, positions=positions, seq_lens=seq_lens,
+                                               idx_mapping=rows)
+        for g, (table, block_size) in enumerate(zip(tables, step.block_sizes)):
+            world, rank = _group_cp(step, g)
+            specops.compute_slot_mapping(step.query_start_loc, positions, table, block_size, out=slot_mappings[g],
+                                         cp_world_size=world, cp_rank=rank, idx_mapping=rows, num_blocks=num_blocks[g])
+        specops.gather_block_tables_multi(tables, num_blocks, rows, gathered, num_computed_tokens=counts,
+                                          block_sizes=step.block_sizes)
+
+    return {"specops": fused_target, "native-unfused": unfused_target}
+
+
+def target_step_cases(device: torch.device, quick: bool) -> list[Case]:
+    result = []
+    for num_reqs, query_len, block_sizes, cp_sharded, world in QUICK_SHAPES if quick else SHAPES[1:3]:
+        step = make_bench_step(num_reqs, query_len, block_sizes=block_sizes, cp_sharded=cp_sharded,
+                               cp_world_size=world, device=device)
+        label = f"MRV2 target R={num_reqs} q={query_len} G={len(block_sizes)} W={world}"
+        result.append(Case("prepare_spec_decode_inputs", label, num_reqs, step.num_tokens, _target_step_impls(step),
+                           baselines=("native-unfused",), family=f"MRV2 target G={len(block_sizes)} W={world}"))
     return result

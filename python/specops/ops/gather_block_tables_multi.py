@@ -4,6 +4,7 @@ op call (one launch on a device; docs/persistent_buffers.md)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -19,7 +20,17 @@ from specops.ops._op import SpecOp
 from specops.reference.gather_block_tables_multi import gather_block_tables_multi as _reference
 
 
-def _check(
+class GatherNames(NamedTuple):
+    """The names errors give the source tables, the outputs and the padded row count: this op's,
+    or another op's that gathers too (prepare_spec_decode_inputs: block_tables,
+    gathered_block_tables, num_gathered_rows)."""
+
+    src: str = "src_block_tables"
+    out: str = "out"
+    rows: str = "num_reqs_padded"
+
+
+def check_gather_block_tables_multi(
     src_block_tables: Sequence[torch.Tensor],
     num_blocks: Sequence[torch.Tensor],
     idx_mapping: torch.Tensor,
@@ -28,51 +39,54 @@ def _check(
     num_computed_tokens: torch.Tensor | None,
     sliding_window_reach: Sequence[int],
     block_sizes: Sequence[int],
+    names: GatherNames = GatherNames(),
 ) -> None:
-    """Mirrors csrc/cpu/gather_block_tables_multi.cpp (metadata only)."""
+    """Mirrors csrc/cpu/gather_block_tables_checks.h (metadata only)."""
+    src_name, out_name, rows_name = names
     num_groups = len(src_block_tables)
-    for name, values in (("num_blocks", num_blocks), ("out", out), ("sliding_window_reach", sliding_window_reach),
+    for name, values in (("num_blocks", num_blocks), (out_name, out), ("sliding_window_reach", sliding_window_reach),
                          ("block_sizes", block_sizes)):
         if len(values) != num_groups:
-            raise ValueError(f"{name} must have one entry per source table (len(src_block_tables) = {num_groups}), "
+            raise ValueError(f"{name} must have one entry per source table (len({src_name}) = {num_groups}), "
                              f"got {len(values)}")
     check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1)
     device = idx_mapping.device
     num_reqs = idx_mapping.numel()
     if num_reqs_padded < num_reqs:
-        raise ValueError(f"num_reqs_padded must be >= R = {num_reqs}, got {num_reqs_padded}")
+        raise ValueError(f"{rows_name} must be >= R = {num_reqs}, got {num_reqs_padded}")
     if num_computed_tokens is not None:
         check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device, "idx_mapping")
     for g in range(num_groups):
         target = out[g]
-        check_tensor(target, f"out[{g}]", [torch.int32], 2, device, "idx_mapping")
-        check_rows_disjoint(target, f"out[{g}]")
+        check_tensor(target, f"{out_name}[{g}]", [torch.int32], 2, device, "idx_mapping")
+        check_rows_disjoint(target, f"{out_name}[{g}]")
         src = src_block_tables[g]
-        check_tensor(src, f"src_block_tables[{g}]", [torch.int32], 2, device, "idx_mapping")
+        check_tensor(src, f"{src_name}[{g}]", [torch.int32], 2, device, "idx_mapping")
         check_tensor(num_blocks[g], f"num_blocks[{g}]", [torch.int32], 1, device, "idx_mapping")
         src_rows = src.size(0)
         if num_blocks[g].numel() != src_rows:
-            raise ValueError(f"num_blocks[{g}] must have one entry per src_block_tables[{g}] row ({src_rows}), "
+            raise ValueError(f"num_blocks[{g}] must have one entry per {src_name}[{g}] row ({src_rows}), "
                              f"got {num_blocks[g].numel()}")
         if num_reqs_padded > target.size(0):
-            raise ValueError(f"num_reqs_padded must be <= out[{g}].size(0) = {target.size(0)}, got {num_reqs_padded}")
+            raise ValueError(f"{rows_name} must be <= {out_name}[{g}].size(0) = {target.size(0)}, "
+                             f"got {num_reqs_padded}")
         check_int32_range(sliding_window_reach[g], f"sliding_window_reach[{g}]", 0)
         check_int32_range(block_sizes[g], f"block_sizes[{g}]", 0)
         if sliding_window_reach[g] > 0 and block_sizes[g] < 1:
             raise ValueError(f"block_sizes[{g}] must be given (>= 1) when sliding_window_reach[{g}] > 0, "
                              f"got {block_sizes[g]}")
         if num_computed_tokens is not None and num_computed_tokens.numel() < src_rows:
-            raise ValueError(f"num_computed_tokens must have at least src_block_tables[{g}].size(0) = {src_rows} "
+            raise ValueError(f"num_computed_tokens must have at least {src_name}[{g}].size(0) = {src_rows} "
                              f"entries, got {num_computed_tokens.numel()}")
     # Every input is read while outputs are written, and each output is written by its own
     # programs on a device: an output may share memory with nothing else.
     inputs = [pair for g in range(num_groups)
-              for pair in ((src_block_tables[g], f"src_block_tables[{g}]"), (num_blocks[g], f"num_blocks[{g}]"))]
+              for pair in ((src_block_tables[g], f"{src_name}[{g}]"), (num_blocks[g], f"num_blocks[{g}]"))]
     inputs += [(idx_mapping, "idx_mapping"), (num_computed_tokens, "num_computed_tokens")]
-    check_outputs_alias_nothing([(target, f"out[{g}]") for g, target in enumerate(out)], inputs)
+    check_outputs_alias_nothing([(target, f"{out_name}[{g}]") for g, target in enumerate(out)], inputs)
 
 
-_OP = SpecOp("gather_block_tables_multi", _check, _reference)
+_OP = SpecOp("gather_block_tables_multi", check_gather_block_tables_multi, _reference)
 
 
 def gather_block_tables_multi(

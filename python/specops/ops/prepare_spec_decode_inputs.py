@@ -1,7 +1,9 @@
 """prepare_spec_decode_inputs: one call for the metadata of an async spec-decode step.
 
 Equal to correct_num_computed_tokens, then prepare_positions_and_seq_lens, then
-compute_slot_mapping for every KV-cache group (see docs/async_accounting.md).
+compute_slot_mapping for every KV-cache group (see docs/async_accounting.md). With
+request_indexed_counts (a runner's own counts, as model runner V2 keeps them), no correction, and
+optionally every group's block-table gather (gather_block_tables_multi) in the same call.
 """
 
 from __future__ import annotations
@@ -32,8 +34,17 @@ from specops.ops._slot_mapping_checks import (
     check_slot_mapping_args,
     group_cp,
 )
+from specops.ops.gather_block_tables_multi import GatherNames, check_gather_block_tables_multi
 from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens
 from specops.reference.prepare_spec_decode_inputs import prepare_spec_decode_inputs as _reference
+
+
+# The schema's trailing arguments for the batch-indexed mode without a gather (positional callers
+# below the wrapper): request_indexed_counts, gathered_block_tables, num_gathered_rows,
+# sliding_window_reach.
+BATCH_COUNTS = (False, [], 0, [])
+# The gather's arguments as this op names them.
+_GATHER_NAMES = GatherNames("block_tables", "gathered_block_tables", "num_gathered_rows")
 
 
 class SpecDecodeInputs(NamedTuple):
@@ -65,6 +76,10 @@ def _check(
     cp_sharded: Sequence[bool],
     slot_mapping_enabled: Sequence[bool],
     num_blocks: Sequence[torch.Tensor] = (),
+    request_indexed_counts: bool = False,
+    gathered_block_tables: Sequence[torch.Tensor] = (),
+    num_gathered_rows: int = 0,
+    sliding_window_reach: Sequence[int] = (),
 ) -> None:
     """Mirrors csrc/cpu/prepare_spec_decode_inputs.cpp (metadata only)."""
     num_groups = len(block_tables)
@@ -73,8 +88,10 @@ def _check(
     check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
                            prev_num_draft_tokens, cpu_num_computed_tokens)
     check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
-                                 num_reqs_padded)
+                                 num_reqs_padded, request_indexed=request_indexed_counts)
     device = num_computed_tokens.device
+    check_target_step_mode(prev_positions, idx_mapping, block_tables, blocks_per_kv_block, num_blocks,
+                           request_indexed_counts, gathered_block_tables, sliding_window_reach)
     check_positive(cp_world_size, "cp_world_size")
     if not 0 <= cp_rank < cp_world_size:
         raise ValueError(f"cp_rank must be in [0, cp_world_size = {cp_world_size}), got {cp_rank}")
@@ -95,15 +112,58 @@ def _check(
         check_num_blocks(counts, f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
                          device_of="num_computed_tokens")
     check_idx_mapping(idx_mapping, query_start_loc.numel() - 1, device, device_of="num_computed_tokens")
+    if gathered_block_tables:
+        check_gather_block_tables_multi(block_tables, num_blocks, idx_mapping, gathered_block_tables, num_gathered_rows,
+                                        num_computed_tokens, sliding_window_reach or [0] * num_groups, block_sizes,
+                                        names=_GATHER_NAMES)
     # The correction's four inputs are read in full before the first store (every backend
     # gathers first), so they may alias any output; the rest is read while storing.
     outputs = [(num_computed_tokens, "num_computed_tokens"), (num_accepted_tokens, "num_accepted_tokens"),
                (positions, "positions"), (seq_lens, "seq_lens")]
     outputs += [(out, f"slot_mappings[{g}]") for g, out in enumerate(slot_mappings)]
+    outputs += [(out, f"gathered_block_tables[{g}]") for g, out in enumerate(gathered_block_tables)]
     read_while_storing = [(query_start_loc, "query_start_loc"), (idx_mapping, "idx_mapping")]
     read_while_storing += [(table, f"block_tables[{g}]") for g, table in enumerate(block_tables)]
     read_while_storing += [(counts, f"num_blocks[{g}]") for g, counts in enumerate(num_blocks)]
     check_outputs_alias_nothing(outputs, read_while_storing)
+
+
+def check_target_step_mode(
+    prev_positions: torch.Tensor,
+    idx_mapping: torch.Tensor | None,
+    block_tables: Sequence[torch.Tensor],
+    blocks_per_kv_block: Sequence[int],
+    num_blocks: Sequence[torch.Tensor],
+    request_indexed_counts: bool,
+    gathered_block_tables: Sequence[torch.Tensor],
+    sliding_window_reach: Sequence[int],
+) -> None:
+    """The request-indexed mode's and the gather's own conditions (mirrors check_target_step_mode
+    in csrc/cpu/prepare_spec_decode_inputs.cpp)."""
+    num_groups = len(block_tables)
+    if request_indexed_counts:
+        if idx_mapping is None:
+            raise ValueError("idx_mapping must be given with request_indexed_counts (it indexes num_computed_tokens)")
+        if prev_positions.numel() != 0:
+            raise ValueError(f"prev_positions must be empty with request_indexed_counts (a runner's request-indexed "
+                             f"counts have no rows to correct), got {prev_positions.numel()} entries")
+    if len(sliding_window_reach) not in (0, num_groups):
+        raise ValueError(f"sliding_window_reach must be empty or hold one entry per block table (len(block_tables) = "
+                         f"{num_groups}), got {len(sliding_window_reach)}")
+    if not gathered_block_tables:
+        return
+    if not request_indexed_counts:
+        raise ValueError("gathered_block_tables needs request_indexed_counts (the gather reads the counts by row)")
+    if len(gathered_block_tables) != num_groups:
+        raise ValueError(f"gathered_block_tables must be empty or hold one tensor per block table (len(block_tables) = "
+                         f"{num_groups}), got {len(gathered_block_tables)}")
+    if len(num_blocks) != num_groups:
+        raise ValueError(f"num_blocks must hold one tensor per block table (len(block_tables) = {num_groups}) with "
+                         f"gathered_block_tables, got {len(num_blocks)}")
+    for g, reach in enumerate(sliding_window_reach):
+        if reach > 0 and blocks_per_kv_block[g] != 1:
+            raise ValueError(f"blocks_per_kv_block[{g}] must be 1 where sliding_window_reach[{g}] > 0 (the window "
+                             f"is masked in blocks of block_sizes[{g}]), got {blocks_per_kv_block[g]}")
 
 
 _OP = SpecOp("prepare_spec_decode_inputs", _check, _reference)
@@ -136,6 +196,10 @@ def prepare_spec_decode_inputs(
     num_tokens_padded: int | None = None,
     num_reqs_padded: int | None = None,
     num_blocks: Sequence[torch.Tensor] | None = None,
+    request_indexed_counts: bool = False,
+    gathered_block_tables: Sequence[torch.Tensor] | None = None,
+    num_gathered_rows: int | None = None,
+    sliding_window_reach: Sequence[int] | int = 0,
 ) -> SpecDecodeInputs:
     """Correction, positions and seq_lens, and every group's slot mapping, in one op call.
 
@@ -157,6 +221,17 @@ def prepare_spec_decode_inputs(
     num_blocks: one int32 tensor per group (or None), the blocks allocated to each row of its
     table, as compute_slot_mapping takes it: a position past its row's allocated blocks is a
     ValueError naming the request, the position and the count on the host, PAD on device paths.
+
+    request_indexed_counts: num_computed_tokens is a runner's own request-indexed counts (model
+    runner V2's), read as num_computed_tokens[idx_mapping[r]] (a row of -1 counts 0), and nothing
+    is corrected: idx_mapping is required and prev_positions empty (the other correction inputs
+    are only checked). Then gathered_block_tables (int32 [>= num_gathered_rows, cols], one per
+    group) receive exactly what gather_block_tables_multi(block_tables, num_blocks, idx_mapping,
+    gathered_block_tables, num_reqs_padded=num_gathered_rows, num_computed_tokens=
+    num_computed_tokens, sliding_window_reach=..., block_sizes=block_sizes) writes, in the same
+    call (one launch on a device); num_blocks is required with them, num_gathered_rows defaults
+    to num_reqs_padded's value, and sliding_window_reach takes one value per group or one for all
+    (a group with a reach needs blocks_per_kv_block 1).
     """
     if idx_mapping is not None and (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
                                     and query_start_loc.dim() == 1
@@ -183,6 +258,12 @@ def prepare_spec_decode_inputs(
     if type(slot_mapping_enabled) is not list:
         slot_mapping_enabled = [slot_mapping_enabled] * num_groups if type(slot_mapping_enabled) is bool else \
             bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
+    gathered_block_tables = [] if gathered_block_tables is None else checked_tensor_list(gathered_block_tables,
+                                                                                          "gathered_block_tables")
+    if type(sliding_window_reach) is not list:
+        # 0 for all groups is the schema's empty list (no window), with nothing to expand.
+        sliding_window_reach = [] if sliding_window_reach == 0 else \
+            ints_per_group(sliding_window_reach, num_groups, "sliding_window_reach")
     # Given both outputs, the padded extents None are the op's (their numel), else the allocation's.
     if positions is None or seq_lens is None:
         positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
@@ -197,6 +278,8 @@ def prepare_spec_decode_inputs(
         slot_mappings = slot_mappings[:]  # the result's own list, which the caller's may not change
     else:
         slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
+    if num_gathered_rows is None:
+        num_gathered_rows = seq_lens.numel() if num_reqs_padded is None else num_reqs_padded
     # _OP.select()'s eager native case without its frame (its Dynamo test first: Dynamo cannot
     # trace the backend's ContextVar). Every other case asks select(), and has no FastOp to name
     # a list entry that is not a tensor: checked here.
@@ -208,6 +291,7 @@ def prepare_spec_decode_inputs(
     op(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
        cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, idx_mapping,
        num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block,
-       cp_sharded, slot_mapping_enabled, [] if num_blocks is None else list(num_blocks))
+       cp_sharded, slot_mapping_enabled, [] if num_blocks is None else list(num_blocks), request_indexed_counts,
+       gathered_block_tables, num_gathered_rows, sliding_window_reach)
     # The NamedTuple without its Python-level __new__ frame.
     return _new_tuple(SpecDecodeInputs, (positions, seq_lens, slot_mappings))

@@ -22,6 +22,7 @@ from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
 from specops.ops._checks import INT32_MAX, check_context_parallel, checked_int, checked_size
 from specops.ops.advance_draft_step import DraftStep
+from specops.ops.prepare_spec_decode_inputs import BATCH_COUNTS
 from specops.ops.registry import OPS
 from specops.persistent.captured import CapturedBuffers, CheckedTables, GroupLists
 from specops.persistent.checks import (CHECK_POSITIONS, check_host_copies, check_refresh,
@@ -372,7 +373,7 @@ class PersistentMappings:
             num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
             prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, self.positions, self.seq_lens,
             self.source_block_tables, self.slot_mappings, idx_mapping, tokens_written, num_reqs_padded,
-            *self.captured.cp, *self.captured.groups.as_arguments(), self.num_blocks)
+            *self.captured.cp, *self.captured.groups.as_arguments(), self.num_blocks, *BATCH_COUNTS)
         row_first = None
         if self.captured.masks_windows:
             # Request-indexed first positions for the gathers (the fused op's are batch-indexed).

@@ -55,7 +55,7 @@ class Point:
 
 
 def _points() -> tuple[Point, ...]:
-    from specops.integrations.vllm import draft_steps, mrv2
+    from specops.integrations.vllm import draft_steps, mrv2, target_step
 
     return (
         Point("input_ids", (
@@ -81,10 +81,14 @@ def _points() -> tuple[Point, ...]:
             Patch(f"{_BT}:BlockTables.compute_slot_mappings", draft_steps.make_compute_slot_mappings),
         ), reads=(f"{_BT}:BlockTables", f"{_AR}:TargetDependentARSpeculator._multi_step_decode",
                   f"{_AR}:TargetDependentARSpeculator._generate_draft")),
+        Point("target_step", (Patch(f"{_IB}:prepare_pos_seq_lens", target_step.make_prepare_pos_seq_lens),),
+              reads=(f"{_BT}:BlockTables", f"{_MR}:GPUModelRunner.prepare_inputs",
+                     f"{_MR}:GPUModelRunner.prepare_attn", f"{_MR}:GPUModelRunner.execute_model")),
     )
 
 
-POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables", "draft_steps")
+POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables", "draft_steps",
+               "target_step")
 
 
 @dataclasses.dataclass

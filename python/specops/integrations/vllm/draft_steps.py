@@ -42,9 +42,15 @@ class _Layout:
 
     dcp_sharded: list[bool]
     slot_mapping_enabled: list[bool]
+    sliding_window_reach: list[int]  # as vLLM keeps it: all 0 under context parallelism
 
 
 _layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def layout_of(block_tables) -> _Layout | None:
+    """The host layout recorded for these block tables, or None."""
+    return _layouts.get(block_tables)
 
 
 class _Loop:
@@ -78,7 +84,9 @@ def make_block_tables_init(original):
         _layouts[self] = _Layout(
             dcp_sharded=[bool(x) for x in dcp_sharded] if dcp_sharded is not None else [True] * num_groups,
             slot_mapping_enabled=([bool(x) for x in slot_mapping_enabled] if slot_mapping_enabled is not None
-                                  else [True] * num_groups))
+                                  else [True] * num_groups),
+            sliding_window_reach=([int(x) for x in sliding_window_reach]
+                                  if sliding_window_reach is not None and cp_size == 1 else [0] * num_groups))
     return __init__
 
 
@@ -174,11 +182,15 @@ def make_update_draft_inputs(original):
 
 
 def make_compute_slot_mappings(original):
+    from specops.integrations.vllm import target_step  # it imports this module
+
     # A seam: it runs vLLM's own method, or (its slot mappings already written by the launch
     # before) nothing at all.
     @point("draft_steps", seam=True)
     @functools.wraps(original)
     def compute_slot_mappings(self, idx_mapping, query_start_loc, positions, num_tokens_padded, out=None):
+        if out is None and target_step.mapped(self, idx_mapping, query_start_loc, positions, num_tokens_padded):
+            return self.slot_mappings[:, :num_tokens_padded]  # the target step's fused launch mapped them
         loop = _loop.get()
         if (loop is not None and out is None and loop.written is not None
                 and loop.written == _key(self, idx_mapping, query_start_loc, positions)):

@@ -43,17 +43,26 @@ def point(name: str, *, seam: bool = False):
 
 
 class _Pending:
-    """What prepare_inputs' first calls recorded for its last one."""
+    """What prepare_inputs' first calls recorded for its last one, and the host facts of the call
+    (its runner, its padded request count) for the target_step point."""
 
-    __slots__ = ("num_computed_tokens", "expanded", "prefill")
+    __slots__ = ("runner", "num_tokens", "num_reqs_padded", "num_computed_tokens", "expanded", "prefill")
 
-    def __init__(self, num_computed_tokens: torch.Tensor):
-        self.num_computed_tokens = num_computed_tokens
+    def __init__(self, runner, num_tokens: int, num_reqs_padded: int):
+        self.runner = runner
+        self.num_tokens = num_tokens
+        self.num_reqs_padded = num_reqs_padded
+        self.num_computed_tokens: torch.Tensor = runner.req_states.num_computed_tokens.gpu
         self.expanded: tuple[torch.Tensor, torch.Tensor] | None = None
         self.prefill: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
 
 _pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("specops_vllm_pending", default=None)
+
+
+def current_step() -> _Pending | None:
+    """The prepare_inputs call this one runs inside, or None outside it."""
+    return _pending.get()
 
 
 def make_prepare_inputs(original):
@@ -62,7 +71,9 @@ def make_prepare_inputs(original):
     def prepare_inputs(self, scheduler_output, batch_req_state, batch_desc, num_active_loras):
         if self.adaptive_verification is not None or self.model_state.num_new_sampled_tokens_per_step not in (0, 1):
             return original(self, scheduler_output, batch_req_state, batch_desc, num_active_loras)
-        token = _pending.set(_Pending(self.req_states.num_computed_tokens.gpu))
+        # prepare_inputs' own padded request count (InputBatch.num_reqs_after_padding).
+        num_reqs_padded = batch_desc.num_reqs or len(batch_req_state.req_ids)
+        token = _pending.set(_Pending(self, batch_req_state.num_tokens, num_reqs_padded))
         try:
             return original(self, scheduler_output, batch_req_state, batch_desc, num_active_loras)
         finally:
@@ -175,17 +186,26 @@ def make_prepare_dcp_local_seq_lens(original):
 
 
 def make_gather_block_tables(original):
+    from specops.integrations.vllm import target_step  # it imports this module
+
     @point("block_tables")
     @functools.wraps(original)
     def gather_block_tables(self, idx_mapping, num_reqs_padded, out=None, out_ptrs=None, num_computed_tokens=None):
         if self.num_kv_cache_groups == 0:
             return ()
+        if out is None and target_step.gathered(self, idx_mapping, num_reqs_padded, num_computed_tokens,
+                                                 max(num_reqs_padded, self._num_dirty_rows)):
+            # The target step's fused launch gathered these rows (and cleared any a larger batch left).
+            self._num_dirty_rows = idx_mapping.shape[0]
+            target_step.note_rows_left(self, idx_mapping.shape[0])
+            return tuple(table[:num_reqs_padded] for table in self.input_block_tables)
         num_rows = num_reqs_padded
         if out is None:
             # vLLM's own buffers: also clear the rows a larger previous batch left, as vLLM does.
             out = self.input_block_tables
             num_rows = max(num_rows, self._num_dirty_rows)
             self._num_dirty_rows = idx_mapping.shape[0]
+            target_step.note_rows_left(self, idx_mapping.shape[0])
         # vLLM masks the sliding-window groups only when it has some and is given the counts; its
         # host list of reaches is all zeros under context parallelism, as the op then needs.
         masking = self.has_sliding_window_groups and num_computed_tokens is not None
