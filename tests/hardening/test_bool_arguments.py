@@ -35,9 +35,11 @@ BOOL_ARGUMENTS = [
     ("prepare_spec_decode_inputs", "cp_sharded", True),
     ("prepare_spec_decode_inputs", "slot_mapping_enabled", True),
 ]
-# Bools whose other value the op's valid call does not fit (shift_input_ids sizes the outputs):
+# Bools whose other value the op's valid call does not fit (shift_input_ids sizes the outputs,
+# request_indexed_counts needs no rows to correct):
 # only their rejected values are tested here, the values they take in the op's own tests.
-REJECTED_ONLY = [("expand_parallel_draft_inputs", "shift_input_ids", False)]
+REJECTED_ONLY = [("expand_parallel_draft_inputs", "shift_input_ids", False),
+                 ("prepare_spec_decode_inputs", "request_indexed_counts", False)]
 # Schema bools a wrapper computes itself (from soc_version).
 COMPUTED = {("sas_metadata", "ascend950"), ("kv_quant_sas_metadata", "ascend950"),
             ("lightning_indexer_metadata", "ascend950")}
