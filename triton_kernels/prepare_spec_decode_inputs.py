@@ -6,9 +6,10 @@ registers, the slot of every KV-cache group (`slots_of_tokens`, the math of comp
 A correction needs every old count read before any store (correct_num_computed_tokens.py), so a
 call with rows to correct runs one program; with none (the request-indexed mode, model runner
 V2's counts read through idx_mapping, or an empty correction) the phases' tiles are spread over a
-persistent grid. With gathered tables (request-indexed mode only) a fourth phase writes every
-group's batch table over row tiles, with gather_block_tables' own store helper; it reads the
-source tables, counts and idx_mapping only, so it needs no barrier after the slots.
+persistent grid. With gathered tables (request-indexed mode only) a phase before the token
+tiles writes every group's batch table over row tiles, with gather_block_tables' own store
+helper; it reads the source tables, counts and idx_mapping only, none of which the launch writes,
+so it needs no barrier.
 
 Up to MAX_GROUPS groups per launch, each group's table, outputs and sizes passed as plain
 arguments (triton_kernels/_groups.py says why not tuples) and unrolled at compile time. Past
