@@ -121,7 +121,8 @@ $(PEERS)/.deps: tests/peers/requirements.txt | $(VENV)/.deps
 test-peers: install $(PEERS)/.site $(PEERS)/.deps
 	cd tests && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
 
-# vLLM's own model runner V2 driven without and with the specops plugin (docs/integrations.md):
+# vLLM's own model runner V2, and its V1 runner's Eagle path, driven without and with the specops
+# plugin (docs/integrations.md):
 # each configuration in two fresh processes, buffers compared on every step, launches and host
 # syncs counted. Same vLLM as test-peers; the plugin is found through specops' installed entry point.
 test-vllm-integration: install $(PEERS)/.site $(PEERS)/.deps

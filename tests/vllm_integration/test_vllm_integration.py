@@ -28,7 +28,8 @@ from masks import MASKS
 
 HERE = Path(__file__).resolve().parent
 
-# (name, drafts K, DCP size, DCP rank, PCP size, PCP rank); 30 steps per seed.
+# (name, drafts K, DCP size, DCP rank, PCP size, PCP rank) for model runner V2 (drive_mrv2.py); 30
+# steps per seed.
 CONFIGS = {
     "k3_dcp1": dict(k=3, dcp=1, dcp_rank=0, pcp=1, pcp_rank=0),
     "k1_dcp1": dict(k=1, dcp=1, dcp_rank=0, pcp=1, pcp_rank=0),
@@ -37,6 +38,9 @@ CONFIGS = {
     "k1_dcp4_rank2": dict(k=1, dcp=4, dcp_rank=2, pcp=1, pcp_rank=0),
     "k3_pcp2_rank0": dict(k=3, dcp=1, dcp_rank=0, pcp=2, pcp_rank=0),
     "k3_pcp2_rank1": dict(k=3, dcp=1, dcp_rank=0, pcp=2, pcp_rank=1),
+    # The V1 runner's Eagle path (drive_v1.py): one KV-cache group, no context parallelism.
+    "v1_k3": dict(driver="drive_v1.py", k=3),
+    "v1_k1": dict(driver="drive_v1.py", k=1),
 }
 STEPS = int(os.environ.get("SPECOPS_VLLM_STEPS", "30"))
 SEED = 1
@@ -51,7 +55,8 @@ def _start(cfg: dict, plugin: bool, tmp: Path) -> tuple[subprocess.Popen, Path]:
     out = tmp / f"{'plugin' if plugin else 'vllm'}.pt"
     # Output to a file: two drivers run at once, and a full pipe would stall one.
     with open(out.with_suffix(".log"), "w") as log:
-        proc = subprocess.Popen([sys.executable, str(HERE / "drive_mrv2.py"), json.dumps(cfg), str(out)], env=env,
+        driver = HERE / cfg.get("driver", "drive_mrv2.py")
+        proc = subprocess.Popen([sys.executable, str(driver), json.dumps(cfg), str(out)], env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     return proc, out
 
@@ -148,14 +153,15 @@ def test_compare_fails_on_a_changed_entry():
 
 
 @pytest.mark.parametrize("how", [dict(fake_version="0.34.0"),
-                                 dict(alter="vllm.v1.worker.gpu.input_batch:post_update")])
+                                 dict(alter="vllm.v1.worker.gpu.input_batch:post_update"),
+                                 dict(alter="vllm.v1.spec_decode.utils:eagle_step_update_slot_mapping_and_metadata")])
 def test_guard_patches_nothing_and_warns_once(how, tmp_path):
     cfg = dict(CONFIGS["k1_dcp1"], seed=SEED, steps=2, **how)
     run, stderr = _drive(cfg, True, tmp_path)
     assert run["points"] == []
     warnings = [line for line in stderr.splitlines() if "specops:" in line]
     assert len(warnings) == 1, stderr[-3000:]
-    expected = "0.34.0 is not supported" if "fake_version" in how else "input_batch:post_update differs"
+    expected = "0.34.0 is not supported" if "fake_version" in how else f"{how['alter']} differs"
     assert expected in warnings[0]
 
 

@@ -30,6 +30,9 @@ _MR = "vllm.v1.worker.gpu.model_runner"
 _CP = "vllm.v1.worker.gpu.cp_utils"
 _BT = "vllm.v1.worker.gpu.block_table"
 _AR = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
+_V1U = "vllm.v1.spec_decode.utils"
+_V1P = "vllm.v1.spec_decode.llm_base_proposer"
+_V1R = "vllm.v1.worker.gpu_model_runner"
 # Modules whose names bound at import are rebound too (imported before the scan).
 IMPORTERS = (_MR, "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
              "vllm.v1.worker.gpu.spec_decode.speculator", "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
@@ -48,6 +51,7 @@ class Point:
     name: str
     patches: tuple[Patch, ...]
     reads: tuple[str, ...] = ()  # targets whose attributes the adapters read (fingerprinted, not patched)
+    importers: tuple[str, ...] = ()  # further modules whose names bound at import are rebound too
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -55,7 +59,7 @@ class Point:
 
 
 def _points() -> tuple[Point, ...]:
-    from specops.integrations.vllm import draft_steps, mrv2, target_step
+    from specops.integrations.vllm import draft_steps, mrv2, target_step, v1_eagle
 
     return (
         Point("input_ids", (
@@ -84,11 +88,21 @@ def _points() -> tuple[Point, ...]:
         Point("target_step", (Patch(f"{_IB}:prepare_pos_seq_lens", target_step.make_prepare_pos_seq_lens),),
               reads=(f"{_BT}:BlockTables", f"{_MR}:GPUModelRunner.prepare_inputs",
                      f"{_MR}:GPUModelRunner.prepare_attn", f"{_MR}:GPUModelRunner.execute_model")),
+        Point("v1_eagle", (
+            Patch(f"{_V1R}:GPUModelRunner.propose_draft_token_ids", v1_eagle.make_propose_draft_token_ids),
+            Patch(f"{_V1U}:_eagle_prepare_next_token_padded", v1_eagle.make_prepare_next_token_padded),
+            Patch(f"{_V1U}:_eagle_prepare_inputs_padded", v1_eagle.make_prepare_inputs_padded_launch),
+            Patch(f"{_V1P}:SpecDecodeBaseProposer.prepare_inputs_padded", v1_eagle.make_prepare_inputs_padded),
+            Patch(f"{_V1U}:eagle_step_update_slot_mapping_and_metadata", v1_eagle.make_eagle_step),
+            Patch(f"{_V1U}:update_num_computed_tokens_for_batch_change", v1_eagle.make_update_num_computed_tokens),
+        ), reads=(f"{_V1P}:SpecDecodeBaseProposer.prepare_next_token_ids_padded",
+                  f"{_V1P}:SpecDecodeBaseProposer._update_positions_dependent_metadata"),
+              importers=(_V1P, _V1R)),
     )
 
 
 POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables", "draft_steps",
-               "target_step")
+               "target_step", "v1_eagle")
 
 
 @dataclasses.dataclass
@@ -109,7 +123,7 @@ def _install(points: tuple[Point, ...]) -> list[str]:
     """Replaces every target, all or nothing; returns where each adapter went."""
     from specops.integrations.vllm._guard import resolve
 
-    for name in IMPORTERS:
+    for name in IMPORTERS + tuple(m for p in points for m in p.importers):
         importlib.import_module(name)
     originals = {patch.target: resolve(patch.target) for p in points for patch in p.patches}
     planned = []  # (owner, attribute, adapter, original, where)

@@ -4,6 +4,13 @@ adapters before a version is added."""
 
 FINGERPRINTS: dict[str, dict[str, str]] = {
     '0.33.0': {
+        'vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer._update_positions_dependent_metadata': '3a81077e00d52d46402f',
+        'vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.prepare_inputs_padded': '959b77132a9f63b0fb44',
+        'vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.prepare_next_token_ids_padded': 'c7780e9711ae08b37398',
+        'vllm.v1.spec_decode.utils:_eagle_prepare_inputs_padded': 'a3a83104987977e2b07b',
+        'vllm.v1.spec_decode.utils:_eagle_prepare_next_token_padded': 'f077762e4556b18bb6f1',
+        'vllm.v1.spec_decode.utils:eagle_step_update_slot_mapping_and_metadata': '41a6acb0c1c34cdf2da2',
+        'vllm.v1.spec_decode.utils:update_num_computed_tokens_for_batch_change': '2bd90258872bad4a7f83',
         'vllm.v1.worker.gpu.block_table:BlockTables': '2d4f0f29453481c34f34',
         'vllm.v1.worker.gpu.block_table:BlockTables.__init__': '2d4f0f29453481c34f34',
         'vllm.v1.worker.gpu.block_table:BlockTables.compute_slot_mappings': '80e3118c639d0dd5b9dc',
@@ -26,5 +33,6 @@ FINGERPRINTS: dict[str, dict[str, str]] = {
         'vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator:prepare_decode_inputs': 'a6e03b402bf925f3db83',
         'vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator:update_draft_inputs': '68dc4f34f9f4e8a19210',
         'vllm.v1.worker.gpu.states:RequestState': '14a1e6bbefe46c721c02',
+        'vllm.v1.worker.gpu_model_runner:GPUModelRunner.propose_draft_token_ids': 'b00a7492626e365d003b',
     },
 }

@@ -1,0 +1,176 @@
+"""Point "v1_eagle": the V1 runner's Eagle path (vllm/v1/spec_decode, vllm/v1/worker/gpu_model_runner.py),
+which vLLM still runs wherever model runner V2 is unsupported.
+
+Adapters, as in mrv2.py, take vLLM's signatures, write only into the buffers vLLM hands them and
+read no device value on the host:
+- `update_num_computed_tokens_for_batch_change` (the runner's count correction under async
+  scheduling) is `correct_num_computed_tokens`, one for one.
+- `eagle_step_update_slot_mapping_and_metadata` (each later draft step's positions, slot mapping
+  and seq_lens) is `advance_draft_step` with the "reset" rule, one for one.
+- The padded drafter batch launches `eagle_prepare_next_token_padded_kernel` in
+  `prepare_next_token_ids_padded` and, a little later, `eagle_prepare_inputs_padded_kernel` in
+  `prepare_inputs_padded`. `prepare_next_token_ids` computes both in one launch. The first call
+  does not see what the second reads (the step's drafts per request and its query layout), but
+  `GPUModelRunner.propose_draft_token_ids`, which makes both calls, is given them: that method is
+  the seam. Inside it the first call launches the fused op, and the second finds its outputs
+  computed for exactly its arguments (the same tensors) and launches nothing; the
+  `prepare_inputs_padded` seam then returns those outputs in place of the two it allocated.
+  Sound because between the two calls nothing writes the drafts' prefix sums, the query layout or
+  the valid counts (the runner copies the counts to the host and picks the drafter's hidden
+  states). Any other caller gets one launch per call, as vLLM.
+
+The kernels are replaced by rebinding vLLM's host-side launchers, not through vLLM's
+`register_kernels`: an override registered there cannot be withdrawn (the plugin installs all of
+its points or none), it does not see the launch grid (the padded width of the eagle step), and it
+would also run on vLLM's JIT warm-up inputs. The launchers' own warm-up registration still reaches
+vLLM's kernels (harmless: they are compiled and never launched).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+
+import torch
+
+import specops
+from specops.integrations.vllm.mrv2 import point
+
+
+class _Step:
+    """What the seam knows about one propose_draft_token_ids call, and the fused launch's outputs."""
+
+    __slots__ = ("cu_num_draft_tokens", "query_start_loc", "num_reqs", "valid_count", "outputs", "taken")
+
+    def __init__(self, cu_num_draft_tokens: torch.Tensor, query_start_loc: torch.Tensor, num_reqs: int):
+        self.cu_num_draft_tokens = cu_num_draft_tokens
+        self.query_start_loc = query_start_loc
+        self.num_reqs = num_reqs
+        self.valid_count: torch.Tensor | None = None  # the fused launch's valid counts (vLLM's tensor)
+        self.outputs: tuple[torch.Tensor, torch.Tensor] | None = None  # (indices to sample, rejected)
+        self.taken: tuple[torch.Tensor, torch.Tensor] | None = None  # vLLM's unfilled pair they replace
+
+
+_step: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("specops_vllm_v1_step", default=None)
+
+
+def make_propose_draft_token_ids(original):
+    signature = inspect.signature(original)
+
+    @point("v1_eagle", seam=True)
+    @functools.wraps(original)
+    def propose_draft_token_ids(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        metadata = bound.arguments.get("spec_decode_metadata")
+        attn = bound.arguments.get("common_attn_metadata")
+        step = None
+        if metadata is not None and attn is not None and isinstance(bound.arguments.get("sampled_token_ids"),
+                                                                   torch.Tensor):
+            step = _Step(metadata.cu_num_draft_tokens, attn.query_start_loc, attn.num_reqs)
+        token = _step.set(step)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _step.reset(token)
+    return propose_draft_token_ids
+
+
+class _Launcher:
+    """Stands in for one of vLLM's JIT-warm-up launchers: calls go to the adapter, everything else
+    (`register_warmup`, the kernel it owns) to vLLM's launcher."""
+
+    def __init__(self, original, adapter):
+        self._original = original
+        self._adapter = adapter
+        functools.update_wrapper(self, original, updated=())
+        self.__specops_point__ = adapter.__specops_point__
+        self.__specops_seam__ = False
+
+    def __call__(self, *args, **kwargs):
+        return self._adapter(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._original, name)
+
+
+def make_prepare_next_token_padded(original):
+    @point("v1_eagle")
+    def eagle_prepare_next_token_padded(sampled_token_ids, discard_request_mask, backup_next_token_ids, next_token_ids,
+                                        valid_sampled_tokens_count, vocab_size, num_sampled_tokens_per_req, num_reqs,
+                                        stride_sampled_token_ids, *, BLOCK_SIZE_TOKENS):
+        sampled = sampled_token_ids[:num_reqs, :num_sampled_tokens_per_req]
+        step = _step.get()
+        fused = (step is not None and step.outputs is None and step.num_reqs == num_reqs
+                 and step.cu_num_draft_tokens.shape == (num_reqs,))
+        if not fused:
+            specops.prepare_next_token_ids(
+                sampled, vocab_size, discard_request_mask=discard_request_mask[:num_reqs],
+                backup_next_token_ids=backup_next_token_ids[:num_reqs], next_token_ids=next_token_ids[:num_reqs],
+                valid_sampled_token_count=valid_sampled_tokens_count[:num_reqs])
+            return
+        # The pair prepare_inputs_padded would allocate, computed in this launch.
+        indices = torch.empty(num_reqs, dtype=torch.int32, device=next_token_ids.device)
+        rejected = torch.empty(num_reqs, dtype=torch.int32, device=next_token_ids.device)
+        specops.prepare_next_token_ids(
+            sampled, vocab_size, discard_request_mask=discard_request_mask[:num_reqs],
+            backup_next_token_ids=backup_next_token_ids[:num_reqs], cu_num_draft_tokens=step.cu_num_draft_tokens,
+            query_start_loc=step.query_start_loc[:num_reqs + 1], next_token_ids=next_token_ids[:num_reqs],
+            valid_sampled_token_count=valid_sampled_tokens_count[:num_reqs], num_rejected_tokens=rejected,
+            token_indices_to_sample=indices)
+        step.valid_count, step.outputs = valid_sampled_tokens_count, (indices, rejected)
+    return _Launcher(original, eagle_prepare_next_token_padded)
+
+
+def make_prepare_inputs_padded_launch(original):
+    @point("v1_eagle")
+    def eagle_prepare_inputs_padded(cu_num_draft_tokens, valid_sampled_tokens_count, query_start_loc_gpu,
+                                    token_indices_to_sample, num_rejected_tokens_gpu, num_reqs):
+        step = _step.get()
+        if (step is not None and step.outputs is not None and step.taken is None and num_reqs == step.num_reqs
+                and cu_num_draft_tokens is step.cu_num_draft_tokens and query_start_loc_gpu is step.query_start_loc
+                and valid_sampled_tokens_count is step.valid_count):
+            step.taken = (token_indices_to_sample, num_rejected_tokens_gpu)
+            return
+        # No specops op computes these two alone (prepare_next_token_ids needs the sampled tokens).
+        original(cu_num_draft_tokens, valid_sampled_tokens_count, query_start_loc_gpu, token_indices_to_sample,
+                 num_rejected_tokens_gpu, num_reqs)
+    return _Launcher(original, eagle_prepare_inputs_padded)
+
+
+def make_prepare_inputs_padded(original):
+    @point("v1_eagle", seam=True)
+    @functools.wraps(original)
+    def prepare_inputs_padded(self, common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count):
+        attn, indices, rejected = original(self, common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count)
+        step = _step.get()
+        if step is not None and step.taken is not None and step.taken[0] is indices and step.taken[1] is rejected:
+            indices, rejected = step.outputs
+            step.taken = ()  # consumed: no later call matches
+        return attn, indices, rejected
+    return prepare_inputs_padded
+
+
+def make_eagle_step(original):
+    @point("v1_eagle")
+    @functools.wraps(original)
+    def eagle_step_update_slot_mapping_and_metadata(positions_1d, block_table_tensor, seq_lens, block_size,
+                                                    max_model_len, out_clamped_positions, out_slot_mapping,
+                                                    input_batch_size=None):
+        specops.advance_draft_step(
+            positions_1d, seq_lens, [block_table_tensor], block_size, max_model_len=max_model_len,
+            past_max_model_len="reset", out_positions=out_clamped_positions[:positions_1d.shape[0]],
+            slot_mappings=[out_slot_mapping],
+            num_tokens_padded=positions_1d.shape[0] if input_batch_size is None else input_batch_size)
+    return eagle_step_update_slot_mapping_and_metadata
+
+
+def make_update_num_computed_tokens(original):
+    @point("v1_eagle")
+    @functools.wraps(original)
+    def update_num_computed_tokens_for_batch_change(num_computed_tokens, num_accepted_tokens, prev_positions,
+                                                    valid_sampled_token_count, prev_num_draft_tokens,
+                                                    cpu_num_computed_tokens):
+        specops.correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions,
+                                            valid_sampled_token_count, prev_num_draft_tokens, cpu_num_computed_tokens)
+    return update_num_computed_tokens_for_batch_change
