@@ -133,3 +133,10 @@ def test_count_correction_is_the_op(prev_positions):
         assert counts.tolist() == [50, 51, 12] and accepted.tolist() == [1, 1, 2]
     else:
         assert counts.tolist() == [12, 51, 31] and accepted.tolist() == [2, 1, 1]
+
+
+def test_the_first_pass_without_extra_slots_is_vllms_own():
+    calls = []
+    first_pass = v1_eagle.make_set_inputs_first_pass(lambda *args: calls.append(args) or "vllm", None)
+    drafter = types.SimpleNamespace(needs_extra_input_slots=False, use_heterogeneous_vocab=False)
+    assert first_pass(drafter, *range(7)) == "vllm" and len(calls) == 1

@@ -7,8 +7,9 @@ SPECOPS_VLLM=1):
 
 vLLM's own code does the work: the V1 `GPUModelRunner.propose_draft_token_ids` (an instance made
 with `__new__`) on the padded drafter batch, `EagleProposer`'s `prepare_next_token_ids_padded`,
-`prepare_inputs_padded` and `propose` (the first pass's inputs, every later draft step's
-positions, slot mapping and seq_lens), and the runner's count correction
+`prepare_inputs_padded` and `propose` (the first pass's inputs, with parallel drafting's extra
+slots in the configuration that asks for them, every later draft step's positions, slot mapping
+and seq_lens), and the runner's count correction
 `update_num_computed_tokens_for_batch_change`, each looked up where vLLM's code looks it up, so
 that a plugin's rebinding is what runs. What stands in: the target model and sampler (tokens and
 acceptance from a seeded RNG), the draft model (hidden states and logits a fixed function of its
@@ -114,14 +115,23 @@ def _drafter(cfg, recorder, state) -> EagleProposer:
     d.arange = torch.arange(MAX_NUM_TOKENS + 1, dtype=torch.int32)
     d.token_arange_np = np.arange(MAX_NUM_TOKENS + 1, dtype=np.int32)
     d.backup_next_token_ids = CpuGpuBuffer(MAX_NUM_REQS, dtype=torch.int32, device=CPU, pin_memory=False)
-    for name in ("uses_mrope", "use_heterogeneous_vocab", "needs_extra_input_slots", "supports_mm_inputs",
-                 "constant_draft_positions", "parallel_drafting", "_share_mtp_indices", "use_local_argmax_reduction",
+    for name in ("uses_mrope", "use_heterogeneous_vocab", "supports_mm_inputs",
+                 "constant_draft_positions", "_share_mtp_indices", "use_local_argmax_reduction",
                  "_enable_probabilistic_draft_probs"):
         setattr(d, name, False)
     d.pass_hidden_states_to_model = True
     d.eplb_state = d.allowed_attn_types = d._last_draft_probs = None
     d.draft_attn_groups = []
     d.model = _DraftModel(recorder, state)
+    # Parallel drafting (Eagle's shift): K slots a request in one pass, K - 1 of them new.
+    d.parallel_drafting = bool(getattr(cfg, "parallel", False))
+    d.extra_slots_per_request = cfg.k if d.parallel_drafting else 1
+    d.net_num_new_slots_per_request = d.extra_slots_per_request - 1
+    d.needs_extra_input_slots = d.net_num_new_slots_per_request > 0
+    d.parallel_drafting_token_id = VOCAB - 1
+    d.parallel_drafting_hidden_state_tensor = torch.linspace(-1, 1, HIDDEN)
+    d.is_rejected_token_mask = torch.zeros(MAX_NUM_TOKENS, dtype=torch.bool)
+    d.is_masked_token_mask = torch.zeros(MAX_NUM_TOKENS, dtype=torch.bool)
 
     def dispatch(num_tokens, valid_modes=None):
         # A graph size: tokens padded to 8 (so every later draft step has padding slots).
@@ -321,7 +331,8 @@ def run(cfg) -> dict:
                 seen, drafts=drafts, num_computed_tokens=runner.num_computed_tokens,
                 num_accepted_tokens=runner.num_accepted_tokens.gpu, valid_count=runner.valid_sampled_token_count_gpu,
                 seq_lens=seq_lens, input_ids=drafter.input_ids, positions=drafter.positions,
-                hidden_states=drafter.hidden_states, slot_mapping=drafter._slot_mapping_buffer).items()})
+                hidden_states=drafter.hidden_states, slot_mapping=drafter._slot_mapping_buffer,
+                is_rejected=drafter.is_rejected_token_mask, is_masked=drafter.is_masked_token_mask).items()})
             step_counts.append(instruments.step_counts().as_dict())
             # The host's bookkeeping for the next step (the scheduler reads what it needs).
             next_tokens = seen["next_token_ids"].tolist()

@@ -41,6 +41,7 @@ CONFIGS = {
     # The V1 runner's Eagle path (drive_v1.py): one KV-cache group, no context parallelism.
     "v1_k3": dict(driver="drive_v1.py", k=3),
     "v1_k1": dict(driver="drive_v1.py", k=1),
+    "v1_k3_parallel": dict(driver="drive_v1.py", k=3, parallel=True),
 }
 STEPS = int(os.environ.get("SPECOPS_VLLM_STEPS", "30"))
 SEED = 1
@@ -130,8 +131,9 @@ def test_fewer_launches_and_no_host_sync(name):
     theirs, ours = _runs(name)
     vllm_launches, our_launches = _launches(theirs), _launches(ours)
     steps = len(theirs["counts"])
+    aten = [sum(step["aten"] for step in run["counts"]) / steps for run in (theirs, ours)]
     print(f"{name}: {vllm_launches / steps:.2f} launches a step with vLLM alone, {our_launches / steps:.2f} with the "
-          f"plugin ({steps} steps)")
+          f"plugin ({steps} steps; tensor ops besides: {aten[0]:.1f} -> {aten[1]:.1f} a step)")
     assert our_launches < vllm_launches
     syncs = {}
     for step in ours["counts"]:

@@ -95,8 +95,11 @@ def _points() -> tuple[Point, ...]:
             Patch(f"{_V1P}:SpecDecodeBaseProposer.prepare_inputs_padded", v1_eagle.make_prepare_inputs_padded),
             Patch(f"{_V1U}:eagle_step_update_slot_mapping_and_metadata", v1_eagle.make_eagle_step),
             Patch(f"{_V1U}:update_num_computed_tokens_for_batch_change", v1_eagle.make_update_num_computed_tokens),
+            Patch(f"{_V1P}:SpecDecodeBaseProposer.set_inputs_first_pass", v1_eagle.make_set_inputs_first_pass,
+                  (f"{_V1U}:extend_all_queries_by_N",)),
         ), reads=(f"{_V1P}:SpecDecodeBaseProposer.prepare_next_token_ids_padded",
-                  f"{_V1P}:SpecDecodeBaseProposer._update_positions_dependent_metadata"),
+                  f"{_V1P}:SpecDecodeBaseProposer._update_positions_dependent_metadata",
+                  f"{_V1U}:extend_all_queries_by_N"),
               importers=(_V1P, _V1R)),
     )
 

@@ -7,6 +7,10 @@ read no device value on the host:
   scheduling) is `correct_num_computed_tokens`, one for one.
 - `eagle_step_update_slot_mapping_and_metadata` (each later draft step's positions, slot mapping
   and seq_lens) is `advance_draft_step` with the "reset" rule, one for one.
+- The first pass with extra input slots (parallel drafting, draft models: the branch of
+  `set_inputs_first_pass` that launches `copy_and_expand_eagle_inputs_kernel` and then maps the
+  new slots with `compute_new_slot_mapping`'s dozen tensor ops) is `expand_parallel_draft_inputs`,
+  one launch for both; the hidden-state rows and the extended query layout stay vLLM's code.
 - The padded drafter batch launches `eagle_prepare_next_token_padded_kernel` in
   `prepare_next_token_ids_padded` and, a little later, `eagle_prepare_inputs_padded_kernel` in
   `prepare_inputs_padded`. `prepare_next_token_ids` computes both in one launch. The first call
@@ -174,3 +178,39 @@ def make_update_num_computed_tokens(original):
         specops.correct_num_computed_tokens(num_computed_tokens, num_accepted_tokens, prev_positions,
                                             valid_sampled_token_count, prev_num_draft_tokens, cpu_num_computed_tokens)
     return update_num_computed_tokens_for_batch_change
+
+
+def make_set_inputs_first_pass(original, extend_all_queries_by_n):
+    @point("v1_eagle")
+    @functools.wraps(original)
+    def set_inputs_first_pass(self, target_token_ids, next_token_ids, target_positions, target_hidden_states,
+                              token_indices_to_sample, cad, num_rejected_tokens_gpu):
+        if not self.needs_extra_input_slots or self.use_heterogeneous_vocab:
+            return original(self, target_token_ids, next_token_ids, target_positions, target_hidden_states,
+                            token_indices_to_sample, cad, num_rejected_tokens_gpu)
+        batch_size = cad.batch_size()
+        num_new = self.net_num_new_slots_per_request
+        num_in = target_token_ids.shape[0]
+        num_out = num_in + num_new * batch_size
+        shift = self.pass_hidden_states_to_model
+        device = target_token_ids.device
+        # vLLM's allocations: the sample indices, the hidden-state mapping, the new slot mapping.
+        indices = torch.empty(batch_size * self.extra_slots_per_request, dtype=torch.int32, device=device)
+        mapping = torch.empty(num_in, dtype=torch.int32, device=device)
+        slots = torch.empty(num_out, dtype=torch.int64, device=device)
+        # Views to T' tokens: vLLM's kernel writes nothing past them.
+        specops.expand_parallel_draft_inputs(
+            target_token_ids, target_positions, next_token_ids, cad.query_start_loc, [cad.block_table_tensor],
+            self.block_size, slots_per_request=self.extra_slots_per_request, max_model_len=self.max_model_len,
+            parallel_drafting_token_id=self.parallel_drafting_token_id, shift_input_ids=shift, padding_token_id=0,
+            num_rejected_tokens=num_rejected_tokens_gpu, input_ids=self.input_ids[:num_out],
+            positions=self.positions[:num_out], is_rejected_token_mask=self.is_rejected_token_mask[:num_out],
+            is_masked_token_mask=self.is_masked_token_mask[:num_out], token_indices_to_sample=indices,
+            hidden_state_mapping=mapping if shift else None, slot_mappings=[slots])
+        if shift:
+            self.hidden_states[mapping] = target_hidden_states
+            mask = self.is_masked_token_mask[:num_out]
+            torch.where(mask.unsqueeze(1), self.parallel_drafting_hidden_state_tensor, self.hidden_states[:num_out],
+                        out=self.hidden_states[:num_out])
+        return num_out, indices, extend_all_queries_by_n(cad, N=num_new, arange=self.arange, new_slot_mapping=slots)
+    return set_inputs_first_pass
