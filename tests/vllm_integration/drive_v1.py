@@ -68,6 +68,13 @@ ADAPTER_OWNERS = [gpu_model_runner, spec_utils, llm_base_proposer, gpu_model_run
                   llm_base_proposer.SpecDecodeBaseProposer]
 
 
+def _adapter_owners() -> list:
+    """vLLM's owners, and the plugin's own modules once vLLM loaded them: a seam that runs vLLM's
+    body in one case calls an adapter of the plugin's module in the other (looked up there)."""
+    plugin = [m for name, m in sorted(sys.modules.items()) if name.startswith("specops.integrations.vllm.")]
+    return ADAPTER_OWNERS + plugin
+
+
 class _Stub(types.SimpleNamespace):
     pass
 
@@ -222,7 +229,7 @@ class Scheduler:
 
 def run(cfg) -> dict:
     load_general_plugins()
-    points = watch_adapters(ADAPTER_OWNERS)
+    points = watch_adapters(_adapter_owners())
     recorder, state = Recorder(), {"step": 0, "draft": 0}
     drafter = _drafter(cfg, recorder, state)
     runner = _runner(cfg, drafter)

@@ -180,37 +180,46 @@ def make_update_num_computed_tokens(original):
     return update_num_computed_tokens_for_batch_change
 
 
+@point("v1_eagle")
+def expand_first_pass(drafter, extend_all_queries_by_n, target_token_ids, next_token_ids, target_positions,
+                      target_hidden_states, cad, num_rejected_tokens_gpu):
+    """set_inputs_first_pass's branch for extra input slots, with vLLM's allocations and results."""
+    batch_size = cad.batch_size()
+    num_new = drafter.net_num_new_slots_per_request
+    num_in = target_token_ids.shape[0]
+    num_out = num_in + num_new * batch_size
+    shift = drafter.pass_hidden_states_to_model
+    device = target_token_ids.device
+    indices = torch.empty(batch_size * drafter.extra_slots_per_request, dtype=torch.int32, device=device)
+    mapping = torch.empty(num_in, dtype=torch.int32, device=device)
+    slots = torch.empty(num_out, dtype=torch.int64, device=device)
+    # Views to T' tokens: vLLM's kernel writes nothing past them.
+    specops.expand_parallel_draft_inputs(
+        target_token_ids, target_positions, next_token_ids, cad.query_start_loc, [cad.block_table_tensor],
+        drafter.block_size, slots_per_request=drafter.extra_slots_per_request, max_model_len=drafter.max_model_len,
+        parallel_drafting_token_id=drafter.parallel_drafting_token_id, shift_input_ids=shift, padding_token_id=0,
+        num_rejected_tokens=num_rejected_tokens_gpu, input_ids=drafter.input_ids[:num_out],
+        positions=drafter.positions[:num_out], is_rejected_token_mask=drafter.is_rejected_token_mask[:num_out],
+        is_masked_token_mask=drafter.is_masked_token_mask[:num_out], token_indices_to_sample=indices,
+        hidden_state_mapping=mapping if shift else None, slot_mappings=[slots])
+    if shift:
+        drafter.hidden_states[mapping] = target_hidden_states
+        mask = drafter.is_masked_token_mask[:num_out]
+        torch.where(mask.unsqueeze(1), drafter.parallel_drafting_hidden_state_tensor,
+                    drafter.hidden_states[:num_out], out=drafter.hidden_states[:num_out])
+    return num_out, indices, extend_all_queries_by_n(cad, N=num_new, arange=drafter.arange, new_slot_mapping=slots)
+
+
 def make_set_inputs_first_pass(original, extend_all_queries_by_n):
-    @point("v1_eagle")
+    # A seam: without extra input slots it runs vLLM's own body (its copies into the drafter's
+    # buffers); with them, the adapter above (looked up at each call, where the proof watches it).
+    @point("v1_eagle", seam=True)
     @functools.wraps(original)
     def set_inputs_first_pass(self, target_token_ids, next_token_ids, target_positions, target_hidden_states,
                               token_indices_to_sample, cad, num_rejected_tokens_gpu):
         if not self.needs_extra_input_slots or self.use_heterogeneous_vocab:
             return original(self, target_token_ids, next_token_ids, target_positions, target_hidden_states,
                             token_indices_to_sample, cad, num_rejected_tokens_gpu)
-        batch_size = cad.batch_size()
-        num_new = self.net_num_new_slots_per_request
-        num_in = target_token_ids.shape[0]
-        num_out = num_in + num_new * batch_size
-        shift = self.pass_hidden_states_to_model
-        device = target_token_ids.device
-        # vLLM's allocations: the sample indices, the hidden-state mapping, the new slot mapping.
-        indices = torch.empty(batch_size * self.extra_slots_per_request, dtype=torch.int32, device=device)
-        mapping = torch.empty(num_in, dtype=torch.int32, device=device)
-        slots = torch.empty(num_out, dtype=torch.int64, device=device)
-        # Views to T' tokens: vLLM's kernel writes nothing past them.
-        specops.expand_parallel_draft_inputs(
-            target_token_ids, target_positions, next_token_ids, cad.query_start_loc, [cad.block_table_tensor],
-            self.block_size, slots_per_request=self.extra_slots_per_request, max_model_len=self.max_model_len,
-            parallel_drafting_token_id=self.parallel_drafting_token_id, shift_input_ids=shift, padding_token_id=0,
-            num_rejected_tokens=num_rejected_tokens_gpu, input_ids=self.input_ids[:num_out],
-            positions=self.positions[:num_out], is_rejected_token_mask=self.is_rejected_token_mask[:num_out],
-            is_masked_token_mask=self.is_masked_token_mask[:num_out], token_indices_to_sample=indices,
-            hidden_state_mapping=mapping if shift else None, slot_mappings=[slots])
-        if shift:
-            self.hidden_states[mapping] = target_hidden_states
-            mask = self.is_masked_token_mask[:num_out]
-            torch.where(mask.unsqueeze(1), self.parallel_drafting_hidden_state_tensor, self.hidden_states[:num_out],
-                        out=self.hidden_states[:num_out])
-        return num_out, indices, extend_all_queries_by_n(cad, N=num_new, arange=self.arange, new_slot_mapping=slots)
+        return expand_first_pass(self, extend_all_queries_by_n, target_token_ids, next_token_ids, target_positions,
+                                 target_hidden_states, cad, num_rejected_tokens_gpu)
     return set_inputs_first_pass
