@@ -227,6 +227,127 @@ class Scheduler:
         del self.reqs[req_id]
 
 
+class _Batch(types.SimpleNamespace):
+    """One step's batch as the V1 runner hands it to propose_draft_token_ids: req_ids, query,
+    drafts (per row), attn (CommonAttentionMetadata), sampled, kept (valid tokens per row),
+    metadata (SpecDecodeMetadata or None)."""
+
+
+def _correct_counts(runner, reqs, req_ids, prev_rows, prev_drafts) -> None:
+    """The runner's count correction (`_prepare_inputs`): the scheduler's counts are optimistic
+    (every draft of the last step accepted); the device corrects them from the last valid counts."""
+    num_reqs = len(reqs)
+    cpu_counts = torch.tensor([q["cpu"] for q in reqs], dtype=torch.int32)
+    prev_positions = torch.tensor([prev_rows.get(i, -1) for i in req_ids], dtype=torch.int32)
+    if runner.valid_sampled_token_count_gpu is None:
+        runner.num_computed_tokens[:num_reqs].copy_(cpu_counts)
+        return
+    runner.num_accepted_tokens.gpu.fill_(1)
+    gpu_model_runner.update_num_computed_tokens_for_batch_change(
+        runner.num_computed_tokens, runner.num_accepted_tokens.gpu[:num_reqs], prev_positions,
+        runner.valid_sampled_token_count_gpu, prev_drafts, cpu_counts)
+
+
+def _target_step(cfg, runner, sched, batch, rng) -> _Batch:
+    """The target step's inputs and the stand-in sampler's tokens: prefill rows that finish their
+    prompt sample one, partial prefills are discarded, decode rows keep 1 + accepted drafts."""
+    req_ids, query, drafts = [b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch]
+    reqs = [sched.reqs[i] for i in req_ids]
+    num_reqs = len(batch)
+    qsl = torch.zeros(num_reqs + 1, dtype=torch.int32)
+    qsl[1:] = torch.tensor(query).cumsum(0)
+    num_tokens = int(qsl[-1])
+    seq_lens = runner.num_computed_tokens[:num_reqs] + torch.tensor(query, dtype=torch.int32)
+    table = torch.zeros(num_reqs, BLOCKS_PER_REQ, dtype=torch.int32)
+    token_ids, positions = [], []
+    for r, (q, n) in enumerate(zip(reqs, query)):
+        table[r, :len(q["blocks"])] = torch.tensor(q["blocks"], dtype=torch.int32)
+        positions += list(range(q["start"], q["start"] + n))
+        known = q["tokens"][q["start"]:q["start"] + n]
+        token_ids += known + [rng.randrange(VOCAB) for _ in range(n - len(known))]
+    runner.input_ids.gpu[:num_tokens] = torch.tensor(token_ids, dtype=torch.int32)
+    runner.positions[:num_tokens] = torch.tensor(positions, dtype=torch.int64)
+    pos = runner.positions[:num_tokens]
+    req_of_token = torch.repeat_interleave(torch.arange(num_reqs), torch.tensor(query))
+    slots = table[req_of_token, pos // BLOCK_SIZE].to(torch.int64) * BLOCK_SIZE + pos % BLOCK_SIZE
+    attn = CommonAttentionMetadata(
+        query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=seq_lens, num_reqs=num_reqs,
+        num_actual_tokens=num_tokens, max_query_len=max(query), max_seq_len=int(seq_lens.max()),
+        block_table_tensor=table, slot_mapping=slots)
+    sampled = torch.full((num_reqs, cfg.k + 1), -1, dtype=torch.int32)
+    discard = runner.discard_request_mask.gpu
+    discard.zero_()
+    kept = []
+    for r, (q, n, d) in enumerate(zip(reqs, query, drafts)):
+        partial = q["start"] + n < q["prompt_len"]
+        discard[r] = partial
+        kept.append(0 if partial else rng.randint(1, d + 1))
+        width = max(kept[-1], 1)
+        sampled[r, :width] = torch.tensor([rng.randrange(VOCAB) for _ in range(width)], dtype=torch.int32)
+    metadata = None
+    if any(drafts):
+        cu = torch.tensor(drafts, dtype=torch.int32).cumsum(0).to(torch.int32)
+        num_drafts = int(cu[-1])
+        metadata = SpecDecodeMetadata(
+            draft_token_ids=torch.zeros(num_drafts, dtype=torch.int32), num_draft_tokens=drafts,
+            cu_num_draft_tokens=cu, cu_num_sampled_tokens=cu + torch.arange(1, num_reqs + 1, dtype=torch.int32),
+            target_logits_indices=torch.zeros(num_drafts, dtype=torch.int32),
+            bonus_logits_indices=torch.zeros(num_reqs, dtype=torch.int32),
+            logits_indices=torch.zeros(num_drafts + num_reqs, dtype=torch.int32))
+    runner.requests = {i: _Request(q["tokens"]) for i, q in zip(req_ids, reqs)}
+    runner.input_batch = _Stub(req_ids=req_ids, num_reqs=num_reqs, vocab_size=VOCAB, num_tokens_no_spec=np.array(
+        [q["start"] + n - d for q, n, d in zip(reqs, query, drafts)], dtype=np.int32))
+    return _Batch(req_ids=req_ids, reqs=reqs, query=query, drafts=drafts, attn=attn, sampled=sampled, kept=kept,
+                  metadata=metadata)
+
+
+def _propose(cfg, runner, drafter, batch: _Batch) -> dict:
+    """vLLM's propose_draft_token_ids on the batch; returns what the drafter was handed and proposed."""
+    num_tokens = batch.attn.num_actual_tokens
+    hidden = (runner.input_ids.gpu[:num_tokens].to(torch.float32)[:, None]
+              + torch.arange(HIDDEN, dtype=torch.float32)[None, :] * 0.5)
+    seen = {}
+    real_propose = drafter.propose
+
+    def propose(**kwargs):
+        seen.update({name: kwargs[name] for name in ("next_token_ids", "token_indices_to_sample",
+                                                     "num_rejected_tokens_gpu", "target_token_ids",
+                                                     "target_positions")})
+        return real_propose(**kwargs)
+
+    drafter.propose = propose
+    try:
+        so = _Stub(total_num_scheduled_tokens=num_tokens, num_spec_tokens_to_schedule=cfg.k,
+                   num_scheduled_tokens=dict(zip(batch.req_ids, batch.query)))
+        seen["drafts"] = runner.propose_draft_token_ids(so, batch.sampled, _Stub(all_greedy=True), hidden, None, None,
+                                                        batch.metadata, batch.attn, None)
+    finally:
+        del drafter.propose
+    return seen
+
+
+def _persistent(runner, drafter, batch: _Batch) -> dict:
+    return {"num_computed_tokens": runner.num_computed_tokens, "num_accepted_tokens": runner.num_accepted_tokens.gpu,
+            "valid_count": runner.valid_sampled_token_count_gpu, "seq_lens": batch.attn.seq_lens,
+            "input_ids": drafter.input_ids, "positions": drafter.positions, "hidden_states": drafter.hidden_states,
+            "slot_mapping": drafter._slot_mapping_buffer, "is_rejected": drafter.is_rejected_token_mask,
+            "is_masked": drafter.is_masked_token_mask}
+
+
+def _advance_host(sched, batch: _Batch, next_tokens: list[int], rng) -> None:
+    """The host's bookkeeping after the step: the true counts (the scheduler's next output), the
+    optimistic ones the runner starts from, the tokens, finished requests."""
+    for r, (req_id, q, n, d) in enumerate(zip(batch.req_ids, batch.reqs, batch.query, batch.drafts)):
+        q["cpu"] = q["start"] + n
+        q["start"] += batch.kept[r] if d else n
+        if batch.kept[r]:
+            known = q["tokens"][:q["start"]]
+            q["tokens"] = known + [rng.randrange(VOCAB) for _ in range(q["start"] - len(known))] + [next_tokens[r]]
+            q["outputs"] += batch.kept[r]
+        if q["outputs"] >= q["max_tokens"] or rng.random() < 0.04:
+            sched.finish(req_id)
+
+
 def run(cfg) -> dict:
     load_general_plugins()
     points = watch_adapters(_adapter_owners())
@@ -249,113 +370,20 @@ def run(cfg) -> dict:
     with instruments:
         for step in range(cfg.steps):
             state["step"], state["draft"] = step, 0
-            batch = sched.schedule(step)
-            if not batch:
-                step_counts.append(instruments.step_counts().as_dict())
-                continue
-            num_reqs = len(batch)
-            req_ids = [b[0] for b in batch]
-            reqs = [sched.reqs[i] for i in req_ids]
-            # The scheduler's counts are optimistic (every draft of the last step accepted); the
-            # device corrects them from the last step's valid counts.
-            cpu_counts = torch.tensor([q["cpu"] for q in reqs], dtype=torch.int32)
-            prev_positions = torch.tensor([prev_rows.get(i, -1) for i in req_ids], dtype=torch.int32)
-            if runner.valid_sampled_token_count_gpu is not None:
-                runner.num_accepted_tokens.gpu.fill_(1)
-                gpu_model_runner.update_num_computed_tokens_for_batch_change(
-                    runner.num_computed_tokens, runner.num_accepted_tokens.gpu[:num_reqs], prev_positions,
-                    runner.valid_sampled_token_count_gpu, prev_drafts, cpu_counts)
-            else:
-                runner.num_computed_tokens[:num_reqs].copy_(cpu_counts)
-            query = [n for _, n, _ in batch]
-            qsl = torch.zeros(num_reqs + 1, dtype=torch.int32)
-            qsl[1:] = torch.tensor(query).cumsum(0)
-            num_tokens = int(qsl[-1])
-            seq_lens = (runner.num_computed_tokens[:num_reqs] + torch.tensor(query, dtype=torch.int32))
-            table = torch.zeros(num_reqs, BLOCKS_PER_REQ, dtype=torch.int32)
-            token_ids, positions = [], []
-            for r, (q, (req_id, n, d)) in enumerate(zip(reqs, batch)):
-                table[r, :len(q["blocks"])] = torch.tensor(q["blocks"], dtype=torch.int32)
-                start = q["start"]
-                positions += list(range(start, start + n))
-                known = q["tokens"][start:start + n]
-                token_ids += known + [rng.randrange(VOCAB) for _ in range(n - len(known))]
-            runner.input_ids.gpu[:num_tokens] = torch.tensor(token_ids, dtype=torch.int32)
-            runner.positions[:num_tokens] = torch.tensor(positions, dtype=torch.int64)
-            pos = runner.positions[:num_tokens]
-            req_of_token = torch.repeat_interleave(torch.arange(num_reqs), torch.tensor(query))
-            slots = (table[req_of_token, pos // BLOCK_SIZE].to(torch.int64) * BLOCK_SIZE + pos % BLOCK_SIZE)
-            attn = CommonAttentionMetadata(
-                query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=seq_lens, num_reqs=num_reqs,
-                num_actual_tokens=num_tokens, max_query_len=max(query), max_seq_len=int(seq_lens.max()),
-                block_table_tensor=table, slot_mapping=slots)
-            # The target's sampled tokens: prefill rows that finish their prompt sample one, partial
-            # prefills are discarded, decode rows keep 1 + accepted drafts.
-            sampled = torch.full((num_reqs, cfg.k + 1), -1, dtype=torch.int32)
-            discard = runner.discard_request_mask.gpu
-            discard.zero_()
-            kept = []
-            for r, (q, (req_id, n, d)) in enumerate(zip(reqs, batch)):
-                partial = q["start"] + n < q["prompt_len"]
-                discard[r] = partial
-                keep = 0 if partial else rng.randint(1, d + 1)
-                sampled[r, :max(keep, 1)] = torch.tensor([rng.randrange(VOCAB) for _ in range(max(keep, 1))],
-                                                         dtype=torch.int32)
-                kept.append(keep)
-            drafts_per_req = [d for _, _, d in batch]
-            metadata = None
-            if any(drafts_per_req):
-                cu = torch.tensor(drafts_per_req, dtype=torch.int32).cumsum(0).to(torch.int32)
-                num_drafts = int(cu[-1])
-                metadata = SpecDecodeMetadata(
-                    draft_token_ids=torch.zeros(num_drafts, dtype=torch.int32), num_draft_tokens=drafts_per_req,
-                    cu_num_draft_tokens=cu, cu_num_sampled_tokens=cu + torch.arange(1, num_reqs + 1, dtype=torch.int32),
-                    target_logits_indices=torch.zeros(num_drafts, dtype=torch.int32),
-                    bonus_logits_indices=torch.zeros(num_reqs, dtype=torch.int32),
-                    logits_indices=torch.zeros(num_drafts + num_reqs, dtype=torch.int32))
-            runner.requests = {i: _Request(sched.reqs[i]["tokens"]) for i in req_ids}
-            runner.input_batch = _Stub(req_ids=req_ids, num_reqs=num_reqs, vocab_size=VOCAB,
-                                       num_tokens_no_spec=np.array([q["start"] + n - d for q, (_, n, d)
-                                                                    in zip(reqs, batch)], dtype=np.int32))
-            hidden = (runner.input_ids.gpu[:num_tokens].to(torch.float32)[:, None]
-                      + torch.arange(HIDDEN, dtype=torch.float32)[None, :] * 0.5)
-            seen = {}
-            real_propose = drafter.propose
-
-            def propose(**kwargs):
-                seen.update({name: kwargs[name] for name in ("next_token_ids", "token_indices_to_sample",
-                                                             "num_rejected_tokens_gpu", "target_token_ids",
-                                                             "target_positions")})
-                return real_propose(**kwargs)
-
-            drafter.propose = propose
-            so = _Stub(total_num_scheduled_tokens=num_tokens, num_spec_tokens_to_schedule=cfg.k,
-                       num_scheduled_tokens=dict(zip(req_ids, query)))
-            drafts = runner.propose_draft_token_ids(so, sampled, _Stub(all_greedy=True), hidden, None, None, metadata,
-                                                    attn, None)
-            del drafter.propose
-            recorder.add(step, "end", {f"v1.{name}": t for name, t in dict(
-                seen, drafts=drafts, num_computed_tokens=runner.num_computed_tokens,
-                num_accepted_tokens=runner.num_accepted_tokens.gpu, valid_count=runner.valid_sampled_token_count_gpu,
-                seq_lens=seq_lens, input_ids=drafter.input_ids, positions=drafter.positions,
-                hidden_states=drafter.hidden_states, slot_mapping=drafter._slot_mapping_buffer,
-                is_rejected=drafter.is_rejected_token_mask, is_masked=drafter.is_masked_token_mask).items()})
+            scheduled = sched.schedule(step)
+            if scheduled:
+                req_ids = [b[0] for b in scheduled]
+                _correct_counts(runner, [sched.reqs[i] for i in req_ids], req_ids, prev_rows, prev_drafts)
+                batch = _target_step(cfg, runner, sched, scheduled, rng)
+                seen = _propose(cfg, runner, drafter, batch)
+                recorder.add(step, "end", {f"v1.{name}": t for name, t in
+                                           {**seen, **_persistent(runner, drafter, batch)}.items()})
             step_counts.append(instruments.step_counts().as_dict())
-            # The host's bookkeeping for the next step (the scheduler reads what it needs).
-            next_tokens = seen["next_token_ids"].tolist()
-            prev_rows = {req_id: r for r, req_id in enumerate(req_ids)}
-            prev_drafts.zero_()
-            prev_drafts[:num_reqs] = torch.tensor(drafts_per_req, dtype=torch.int32)
-            for r, (q, (req_id, n, d)) in enumerate(zip(reqs, batch)):
-                q["cpu"] = q["start"] + n
-                q["start"] += kept[r] if d else n
-                if kept[r]:
-                    known = q["tokens"][:q["start"]]
-                    q["tokens"] = known + [rng.randrange(VOCAB) for _ in range(q["start"] - len(known))] + [next_tokens[r]]
-                    q["outputs"] += kept[r]
-                if q["outputs"] >= q["max_tokens"] or rng.random() < 0.04:
-                    sched.finish(req_id)
-                    prev_rows.pop(req_id)
+            if scheduled:
+                prev_drafts.zero_()
+                prev_drafts[:len(batch.drafts)] = torch.tensor(batch.drafts, dtype=torch.int32)
+                _advance_host(sched, batch, seen["next_token_ids"].tolist(), rng)
+                prev_rows = {req_id: r for r, req_id in enumerate(batch.req_ids) if req_id in sched.reqs}
     return {"records": recorder.records, "counts": step_counts, "points": points}
 
 

@@ -1,7 +1,8 @@
-"""vLLM 0.33's own model runner V2, driven on this host, without and with the specops plugin
-(docs/integrations.md, docs/conformance.md). `make test-vllm-integration` runs it.
+"""vLLM 0.33's own model runner V2, and its V1 runner's Eagle path, driven on this host without
+and with the specops plugin (docs/integrations.md, docs/conformance.md). `make
+test-vllm-integration` runs it.
 
-Each configuration runs twice in fresh processes (drive_mrv2.py): SPECOPS_VLLM unset, then
+Each configuration runs twice in fresh processes (drive_mrv2.py, or drive_v1.py for the V1 path): SPECOPS_VLLM unset, then
 SPECOPS_VLLM=1, where vLLM's load_general_plugins() loads the plugin through the installed entry
 point (this file never imports it). Then:
 - every recorded buffer of every step and forward is bitwise equal, bar the named masks of
