@@ -88,6 +88,18 @@ def assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str = "") ->
         )
 
 
+def assert_compiles_like_eager(step, *tensors: torch.Tensor) -> None:
+    """`step(*tensors)`, which writes into its tensors and returns tensors, compiles without a
+    graph break and gives what it gives eagerly: its results and every tensor it writes."""
+    eager = [t.clone() for t in tensors]
+    expected = step(*eager)
+    actual = torch.compile(step, fullgraph=True, backend="aot_eager")(*tensors)
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert_same(a, e, f"result {i}")
+    for i, (a, e) in enumerate(zip(tensors, eager)):
+        assert_same(a, e, f"argument {i}")
+
+
 class QueryStartLocSizes:
     """num_reqs and num_tokens of a batch described by its query_start_loc field."""
 

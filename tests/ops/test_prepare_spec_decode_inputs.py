@@ -21,7 +21,7 @@ from spec_decode_cases import (
     run_fused,
     run_unfused,
 )
-from strategies import assert_same, make_spec_decode_step
+from strategies import assert_compiles_like_eager, assert_same, make_spec_decode_step
 
 import specops
 from specops.ops.prepare_spec_decode_inputs import BATCH_COUNTS
@@ -294,13 +294,7 @@ def test_compiles_without_graph_break():
         return result.slot_mappings[1] + 1, nct * 2
 
     tensors = (nct, nacc, prev, valid, drafts, cpu, qsl, positions, seq_lens, *tables, *slots, idx)
-    eager = [t.clone() for t in tensors]
-    expected = step(*eager)
-    actual = torch.compile(step, fullgraph=True, backend="aot_eager")(*tensors)
-    assert_same(actual[0], expected[0])
-    assert_same(actual[1], expected[1])
-    for a, e in zip(tensors, eager):
-        assert_same(a, e)
+    assert_compiles_like_eager(step, *tensors)
 
 
 @pytest.mark.parametrize("name", ["block_sizes", "blocks_per_kv_block", "cp_sharded", "slot_mapping_enabled"])

@@ -26,7 +26,6 @@ and host syncs of each step (instruments.py).
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import types
@@ -35,12 +34,10 @@ import numpy as np
 
 import host
 
-if os.environ.get("TRITON_INTERPRET") != "1":
-    raise RuntimeError("the vLLM drivers need TRITON_INTERPRET=1 set before the process starts")
 host.apply()
 
 import torch  # noqa: E402
-from instruments import Instruments, watch_adapters  # noqa: E402
+from instruments import Instruments, Recorder, watch_adapters  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 from vllm.plugins import load_general_plugins  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
@@ -258,14 +255,6 @@ def _speculator(cfg: Config, runner) -> EagleSpeculator:
     spec.kv_cache_config = _Stub(kv_cache_groups=[_Stub(layer_names=[f"layer{g}"]) for g in range(len(BLOCK_SIZES))])
     spec.arange_np = np.arange(MAX_NUM_REQS + 1, dtype=np.int32)
     return spec
-
-
-class Recorder:
-    def __init__(self):
-        self.records = []  # (step, phase, {name: tensor})
-
-    def add(self, step: int, phase: str, buffers: dict) -> None:
-        self.records.append((step, phase, {name: t.detach().clone() for name, t in buffers.items()}))
 
 
 def _persistent(runner, bins) -> dict:

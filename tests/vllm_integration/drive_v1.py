@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import sys
 import types
@@ -37,12 +36,10 @@ import numpy as np
 
 import host
 
-if os.environ.get("TRITON_INTERPRET") != "1":
-    raise RuntimeError("the vLLM drivers need TRITON_INTERPRET=1 set before the process starts")
 host.apply()
 
 import torch  # noqa: E402
-from instruments import Instruments, watch_adapters  # noqa: E402
+from instruments import Instruments, Recorder, watch_adapters  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 from vllm.plugins import load_general_plugins  # noqa: E402
 from vllm.v1.attention.backend import CommonAttentionMetadata  # noqa: E402
@@ -170,14 +167,6 @@ def _runner(cfg, drafter) -> gpu_model_runner.GPUModelRunner:
 
     r._copy_valid_sampled_token_count = copy_valid_sampled_token_count
     return r
-
-
-class Recorder:
-    def __init__(self):
-        self.records = []
-
-    def add(self, step: int, phase: str, buffers: dict) -> None:
-        self.records.append((step, phase, {n: t.detach().clone() for n, t in buffers.items() if t is not None}))
 
 
 class Scheduler:

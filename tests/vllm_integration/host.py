@@ -23,6 +23,10 @@ def apply() -> None:
     global _APPLIED
     if _APPLIED:
         return
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("vLLM's kernels on this host need TRITON_INTERPRET=1 set before the process starts")
     _APPLIED = True
     import torch
     import triton

@@ -1,4 +1,4 @@
-"""What the drivers measure besides the buffers: kernel launches and host syncs.
+"""What the drivers measure: the buffers (Recorder), kernel launches and host syncs.
 
 Launches. vLLM's kernels run under Triton's interpreter: each launch is one call of
 `InterpretedFunction.run`, wrapped here. specops' ops reach the dispatcher as
@@ -63,6 +63,16 @@ class _Mode(TorchDispatchMode):
         if point is not None and name in _SYNC_OPS:
             self.counts.adapter_syncs[f"{point}: {name}"] += 1
         return func(*args, **(kwargs or {}))
+
+
+class Recorder:
+    """Copies of the buffers a driver records, in order: (step, phase, {name: tensor})."""
+
+    def __init__(self):
+        self.records = []
+
+    def add(self, step: int, phase: str, buffers: dict) -> None:
+        self.records.append((step, phase, {n: t.detach().clone() for n, t in buffers.items() if t is not None}))
 
 
 class Instruments:
