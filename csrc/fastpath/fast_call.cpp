@@ -138,6 +138,20 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
   }
 }
 
+namespace {
+
+// One empty list of each kind, shared by every call that passes one (an op's optional lists
+// left empty: prepare_spec_decode_inputs' batch mode passes two on every call). A list argument
+// is only read, so sharing is safe, and a copy costs a reference count where a new list costs an
+// allocation. Never destroyed: a call may run during interpreter shutdown.
+template <typename T>
+const c10::List<T>& empty_list() {
+  static const auto* list = new c10::List<T>();
+  return *list;
+}
+
+}  // namespace
+
 bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValue>& stack) const {
   switch (kind) {
     case ArgKind::kOptionalTensor:
@@ -155,6 +169,10 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
     case ArgKind::kTensorList: {
       if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
       const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+      if (size == 0) {
+        stack.emplace_back(empty_list<at::Tensor>());
+        return true;
+      }
       c10::List<at::Tensor> tensors;
       tensors.reserve(size);
       for (Py_ssize_t i = 0; i < size; ++i) {
@@ -184,6 +202,10 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
     case ArgKind::kIntList: {
       if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
       const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+      if (size == 0) {
+        stack.emplace_back(empty_list<int64_t>());
+        return true;
+      }
       // Straight into the IValue's list (a std::vector would be copied into one).
       c10::List<int64_t> numbers;
       numbers.reserve(size);
@@ -198,6 +220,10 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
     case ArgKind::kBoolList: {
       if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
       const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+      if (size == 0) {
+        stack.emplace_back(empty_list<bool>());
+        return true;
+      }
       c10::List<bool> flags;
       flags.reserve(size);
       for (Py_ssize_t i = 0; i < size; ++i) {

@@ -258,12 +258,19 @@ def prepare_spec_decode_inputs(
     if type(slot_mapping_enabled) is not list:
         slot_mapping_enabled = [slot_mapping_enabled] * num_groups if type(slot_mapping_enabled) is bool else \
             bools_per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled")
-    gathered_block_tables = [] if gathered_block_tables is None else checked_tensor_list(gathered_block_tables,
-                                                                                          "gathered_block_tables")
-    if type(sliding_window_reach) is not list:
-        # 0 for all groups is the schema's empty list (no window), with nothing to expand.
-        sliding_window_reach = [] if sliding_window_reach == 0 else \
-            ints_per_group(sliding_window_reach, num_groups, "sliding_window_reach")
+    if gathered_block_tables is None and type(sliding_window_reach) is int and sliding_window_reach == 0:
+        # No gather and no window (the batch mode's calls): the schema's empty values, nothing to
+        # normalize; num_gathered_rows is then not read.
+        gathered_block_tables, sliding_window_reach = [], []
+        if num_gathered_rows is None:
+            num_gathered_rows = 0
+    else:
+        gathered_block_tables = [] if gathered_block_tables is None else checked_tensor_list(
+            gathered_block_tables, "gathered_block_tables")
+        if type(sliding_window_reach) is not list:
+            # 0 for all groups is the schema's empty list (no window), with nothing to expand.
+            sliding_window_reach = [] if sliding_window_reach == 0 else \
+                ints_per_group(sliding_window_reach, num_groups, "sliding_window_reach")
     # Given both outputs, the padded extents None are the op's (their numel), else the allocation's.
     if positions is None or seq_lens is None:
         positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
