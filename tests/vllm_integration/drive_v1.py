@@ -217,9 +217,9 @@ class Scheduler:
 
 
 class _Batch(types.SimpleNamespace):
-    """One step's batch as the V1 runner hands it to propose_draft_token_ids: req_ids, query,
-    drafts (per row), attn (CommonAttentionMetadata), sampled, kept (valid tokens per row),
-    metadata (SpecDecodeMetadata or None)."""
+    """One step's batch as the V1 runner hands it to propose_draft_token_ids: req_ids, reqs (the
+    scheduler's records), query, drafts (per row), attn (CommonAttentionMetadata), sampled, kept
+    (valid tokens per row), metadata (SpecDecodeMetadata or None)."""
 
 
 def _correct_counts(runner, reqs, req_ids, prev_rows, prev_drafts) -> None:

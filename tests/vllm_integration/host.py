@@ -16,6 +16,8 @@ the stand-in sampler and drafter, identically in both runs.
 
 from __future__ import annotations
 
+import os
+
 _APPLIED = False
 
 
@@ -23,8 +25,6 @@ def apply() -> None:
     global _APPLIED
     if _APPLIED:
         return
-    import os
-
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("vLLM's kernels on this host need TRITON_INTERPRET=1 set before the process starts")
     _APPLIED = True

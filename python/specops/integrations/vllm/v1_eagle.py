@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
 
 import torch
 
@@ -60,21 +59,20 @@ _step: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("specops_vl
 
 
 def make_propose_draft_token_ids(original):
-    signature = inspect.signature(original)
-
     @point("v1_eagle", seam=True)
     @functools.wraps(original)
-    def propose_draft_token_ids(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        metadata = bound.arguments.get("spec_decode_metadata")
-        attn = bound.arguments.get("common_attn_metadata")
+    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                                sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
+                                slot_mappings):
         step = None
-        if metadata is not None and attn is not None and isinstance(bound.arguments.get("sampled_token_ids"),
-                                                                   torch.Tensor):
-            step = _Step(metadata.cu_num_draft_tokens, attn.query_start_loc, attn.num_reqs)
+        if spec_decode_metadata is not None and isinstance(sampled_token_ids, torch.Tensor):
+            step = _Step(spec_decode_metadata.cu_num_draft_tokens, common_attn_metadata.query_start_loc,
+                         common_attn_metadata.num_reqs)
         token = _step.set(step)
         try:
-            return original(*args, **kwargs)
+            return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                            sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
+                            slot_mappings)
         finally:
             _step.reset(token)
     return propose_draft_token_ids
