@@ -5,7 +5,8 @@ Launches. vLLM's kernels run under Triton's interpreter: each launch is one call
 `torch.ops.specops.*` (the native backend: on a GPU one Triton launch each) or, with the triton
 backend, launch through the same interpreter entry; a TorchDispatchMode counts the first kind.
 The two never overlap (a native op on CPU tensors runs C++, no interpreter), so their sum is
-the step's kernel launches in either run. aten ops are counted apart (`aten`), for information:
+the step's kernel launches in either run. specops' host ops (a C++ body on host data, no device
+kernel: pcp_partition) are not SpecOps (specops.ops.registry) and are counted apart (`host`). aten ops are counted apart (`aten`), for information:
 neither vLLM's counts nor specops' goals include them.
 
 Host syncs. On a GPU a host read of a device value is `aten::_local_scalar_dense` (`.item()`,
@@ -17,6 +18,13 @@ body, is not watched itself: the adapters it calls are) each of these counts as 
 `copy_` and `_to_copy` seen by the dispatch mode, and `Tensor.tolist`, `Tensor.numpy`,
 `Tensor.__array__` called from Python (they bypass the dispatcher). An adapter is meant to launch
 ops into buffers vLLM handed it and nothing else, so the rule has no exception.
+
+A host adapter (`point(..., host=True)`: the PCP layout) replaces vLLM's host planning: it reads
+host tensors it made itself and copies its result to the device once, which on this host looks
+like the reads above. What makes it sync-free is what it is given: every argument must be a
+host value (a NumPy array, a Python number, None), and its `self` gives it host settings only
+(the fingerprinted `__init__`). The proof checks the arguments on every call and counts a tensor
+argument as a host sync.
 """
 
 from __future__ import annotations
@@ -30,12 +38,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 _in_adapter: contextvars.ContextVar[str | None] = contextvars.ContextVar("in_adapter", default=None)
 _SYNC_OPS = ("aten::_local_scalar_dense", "aten::copy_", "aten::_to_copy")
+# Device values given to a host adapter, until Instruments.step_counts collects them.
+_host_adapter_syncs: collections.Counter = collections.Counter()
 
 
 class Counts:
     def __init__(self):
         self.triton = collections.Counter()  # kernel name -> launches
         self.specops = collections.Counter()  # op name -> calls
+        self.host = collections.Counter()  # specops host op name -> calls
         self.aten = 0
         self.adapter_syncs = collections.Counter()  # "point: op" -> count
 
@@ -44,8 +55,15 @@ class Counts:
         return sum(self.triton.values()) + sum(self.specops.values())
 
     def as_dict(self) -> dict:
-        return {"triton": dict(self.triton), "specops": dict(self.specops), "aten": self.aten,
+        return {"triton": dict(self.triton), "specops": dict(self.specops), "host": dict(self.host), "aten": self.aten,
                 "adapter_syncs": dict(self.adapter_syncs), "launches": self.launches}
+
+
+@functools.cache
+def _device_ops() -> frozenset[str]:
+    from specops.ops.registry import OPS
+
+    return frozenset(OPS)
 
 
 class _Mode(TorchDispatchMode):
@@ -56,7 +74,8 @@ class _Mode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.name()
         if func.namespace == "specops":
-            self.counts.specops[name.split("::")[1].split(".")[0]] += 1
+            op = name.split("::")[1].split(".")[0]
+            (self.counts.specops if op in _device_ops() else self.counts.host)[op] += 1
         elif not func.is_view:
             self.counts.aten += 1
         point = _in_adapter.get()
@@ -109,6 +128,8 @@ class Instruments:
 
     def step_counts(self) -> Counts:
         counts, self.counts = self.counts, Counts()
+        counts.adapter_syncs.update(_host_adapter_syncs)
+        _host_adapter_syncs.clear()
         self.mode.counts = self.counts
         return counts
 
@@ -132,9 +153,21 @@ def _watched(function, point: str):
     return watched
 
 
+def _host_checked(function, point: str):
+    @functools.wraps(function)
+    def checked(self, *args, **kwargs):
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor):
+                _host_adapter_syncs[f"{point}: tensor argument to a host adapter"] += 1
+        return function(self, *args, **kwargs)
+
+    return checked
+
+
 def watch_adapters(owners) -> list[str]:
     """Wraps every attribute of `owners` (modules and classes) that the plugin installed, so
-    that host syncs inside it are counted; returns the names of the points found."""
+    that host syncs inside it (or, for a host adapter, a device value given to it) are counted;
+    returns the names of the points found."""
     found = []
     for owner in owners:
         for name, value in list(vars(owner).items()):
@@ -142,6 +175,8 @@ def watch_adapters(owners) -> list[str]:
             if point is None:
                 continue
             found.append(f"{owner.__name__}.{name}")
-            if not getattr(value, "__specops_seam__", False):
+            if getattr(value, "__specops_host__", False):
+                setattr(owner, name, _host_checked(value, point))
+            elif not getattr(value, "__specops_seam__", False):
                 setattr(owner, name, _watched(value, point))
     return sorted(set(found))

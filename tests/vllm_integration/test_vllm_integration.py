@@ -189,3 +189,29 @@ def test_instruments_count_host_reads_inside_adapters_only():
         t.tolist()
         counts = instruments.step_counts()
     assert counts.adapter_syncs == {"probe: aten::_local_scalar_dense": 1, "probe: Tensor.tolist": 1}
+
+
+def test_instruments_count_device_values_given_to_a_host_adapter():
+    """A host adapter (host planning, not watched for reads) counts one host sync for each tensor
+    it is given, and none for host values; specops' host ops are not counted as launches."""
+    import types
+
+    import numpy as np
+    from instruments import Instruments, watch_adapters
+
+    import specops
+
+    def plan(owner, counts, pcp_world_size):
+        return specops.pcp_partition(counts, counts, counts > 0, pcp_world_size).padded_num_tokens
+
+    plan.__specops_point__, plan.__specops_host__ = "probe", True
+    owner = types.ModuleType("probe_owner")
+    owner.plan = plan
+    assert watch_adapters([owner]) == ["probe_owner.plan"]
+    with Instruments() as instruments:
+        owner.plan(owner, np.array([3, 1], dtype=np.int32), 2)
+        host_only = instruments.step_counts()
+        owner.plan(owner, torch.tensor([3, 1], dtype=torch.int32), 2)
+        given_a_tensor = instruments.step_counts()
+    assert host_only.adapter_syncs == {} and host_only.host == {"pcp_partition": 1} and host_only.launches == 0
+    assert given_a_tensor.adapter_syncs == {"probe: tensor argument to a host adapter": 1}

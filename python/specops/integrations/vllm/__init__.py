@@ -33,6 +33,7 @@ _AR = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
 _V1U = "vllm.v1.spec_decode.utils"
 _V1P = "vllm.v1.spec_decode.llm_base_proposer"
 _V1R = "vllm.v1.worker.gpu_model_runner"
+_PCP = "vllm.v1.worker.gpu.pcp_manager"
 # Modules whose names bound at import are rebound too (imported before the scan).
 IMPORTERS = (_MR, "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.worker.gpu.spec_decode.rejection_sampler",
              "vllm.v1.worker.gpu.spec_decode.speculator", "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
@@ -59,7 +60,7 @@ class Point:
 
 
 def _points() -> tuple[Point, ...]:
-    from specops.integrations.vllm import draft_steps, mrv2, target_step, v1_eagle
+    from specops.integrations.vllm import draft_steps, mrv2, pcp, target_step, v1_eagle
 
     return (
         Point("input_ids", (
@@ -88,6 +89,13 @@ def _points() -> tuple[Point, ...]:
         Point("target_step", (Patch(f"{_IB}:prepare_pos_seq_lens", target_step.make_prepare_pos_seq_lens),),
               reads=(f"{_BT}:BlockTables", f"{_MR}:GPUModelRunner.prepare_inputs",
                      f"{_MR}:GPUModelRunner.prepare_attn", f"{_MR}:GPUModelRunner.execute_model")),
+        Point("pcp", (
+            Patch(f"{_PCP}:PCPManager.partition_batch", pcp.make_partition_batch),
+            Patch(f"{_PCP}:PCPManager._convert_to_gathered_slot_mappings", pcp.make_convert_to_gathered_slot_mappings),
+        ), reads=(f"{_PCP}:PCPManager.__init__", f"{_PCP}:PCPManager.set_block_tables",
+                  *(f"{_PCP}:PCPManager.{name}" for name in (
+                      "_build_batch_layout", "replicated_requests", "_iter_rank_chunks", "_get_rank_segments",
+                      "_reorder_segments", "_resolve_num_reqs_after_padding")))),
         Point("v1_eagle", (
             Patch(f"{_V1R}:GPUModelRunner.propose_draft_token_ids", v1_eagle.make_propose_draft_token_ids),
             Patch(f"{_V1U}:_eagle_prepare_next_token_padded", v1_eagle.make_prepare_next_token_padded),
@@ -105,7 +113,7 @@ def _points() -> tuple[Point, ...]:
 
 
 POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables", "draft_steps",
-               "target_step", "v1_eagle")
+               "target_step", "pcp", "v1_eagle")
 
 
 @dataclasses.dataclass

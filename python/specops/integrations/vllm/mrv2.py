@@ -31,13 +31,16 @@ import torch
 import specops
 
 
-def point(name: str, *, seam: bool = False):
+def point(name: str, *, seam: bool = False, host: bool = False):
     """Marks an adapter with the point it belongs to (the proof harness finds adapters by it).
     A seam wraps one of vLLM's own methods and runs its body (with vLLM's own host-to-device
-    copies): its extent is vLLM's, and only the adapters it calls are specops'."""
+    copies): its extent is vLLM's, and only the adapters it calls are specops'. A host adapter
+    replaces host planning: vLLM passes it host values only (NumPy arrays, ints), it reads host
+    tensors it made itself and writes the device once, a host-to-device copy."""
     def mark(function):
         function.__specops_point__ = name
         function.__specops_seam__ = seam
+        function.__specops_host__ = host
         return function
     return mark
 
