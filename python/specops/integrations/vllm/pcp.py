@@ -47,15 +47,16 @@ def make_convert_to_gathered_slot_mappings(original):
 
 
 class _HostPlan(NamedTuple):
-    """This rank's batch as host planning leaves it (the partition's InputBatch fields that come
-    from host counts), and the two device tensors the host copied."""
+    """This rank's batch as host planning leaves it: the partition's InputBatch fields that come
+    from host counts, and what the host copied to the device."""
 
     fields: dict[str, Any]
     num_local_tokens: int  # N_k
     padded_num_tokens: int  # L
     num_reqs_after_padding: int
+    indices: specops.PCPDeviceLayout  # the layout's three indices, on the device
     local_gather_idx: torch.Tensor  # device, [L]
-    moe_is_padding: torch.Tensor | None  # device, the gathered rows' padding mask (MoE routing)
+    gathered_padding: np.ndarray  # host, [P L]: the gathered rows' padding (MoE routing)
 
 
 def _fits(manager, num_scheduled_tokens, query_start_loc_np) -> bool:
@@ -73,8 +74,8 @@ def plan_partition(manager, num_scheduled_tokens, num_computed_tokens, is_prefil
                    prefill_len_np, seq_lens_bound_np, global_num_tokens, has_prefill, padded_num_tokens,
                    padded_num_reqs) -> _HostPlan:
     """partition_batch's host work: the layout, this rank's host fields, the host-to-device copies
-    (the three layout indices in one, the local query layout, the local request mapping, the MoE
-    padding mask), with vLLM's checks before any of them."""
+    (the three layout indices in one, the local query layout, the local request mapping), with
+    vLLM's checks before any of them."""
     from vllm.utils.torch_utils import async_tensor_h2d
     from vllm.v1.worker.gpu.pcp_manager import PCPBatchMetadata
 
@@ -102,9 +103,6 @@ def plan_partition(manager, num_scheduled_tokens, num_computed_tokens, is_prefil
                            f"{buffers.max_num_tokens}.")
 
     indices = layout.copy_to(manager.device)
-    manager._padded_gather_idx = indices.padded_gather_idx
-    manager._gathered_kv_write_mask = indices.gathered_kv_write_mask
-    manager._hidden_restore_idx = indices.hidden_restore_idx
     requests = rank.local_to_global_batch_req_idx.numpy().astype(np.intp)
     start_pos = rank.local_start_pos.numpy()
     scheduled = rank.local_num_scheduled_tokens.numpy()
@@ -113,10 +111,7 @@ def plan_partition(manager, num_scheduled_tokens, num_computed_tokens, is_prefil
     async_tensor_h2d(query_start_loc_np, out=buffers.query_start_loc)
     idx_mapping_np = idx_mapping_np[requests]
     idx_mapping = async_tensor_h2d(idx_mapping_np, device=manager.device)
-    moe_is_padding = None
-    if manager._moe_is_padding is not None:
-        gathered = np.arange(padded) >= np.array(layout.per_rank_num_tokens)[:, None]
-        moe_is_padding = async_tensor_h2d(gathered.ravel(), out=manager._moe_is_padding[:gathered.size])
+    gathered_padding = (np.arange(padded) >= np.array(layout.per_rank_num_tokens)[:, None]).ravel()
 
     local_prefill_len = prefill_len_np[requests]
     computed_prefill = np.minimum(start_pos, local_prefill_len)
@@ -147,9 +142,9 @@ def plan_partition(manager, num_scheduled_tokens, num_computed_tokens, is_prefil
         cu_num_logits_np=(np.arange(num_local_reqs + 1, dtype=np.int32) if logits
                           else np.zeros(num_local_reqs + 1, dtype=np.int32)),
         prompt_lens=None)
-    return _HostPlan(fields, num_tokens, padded, num_reqs_after_padding,
+    return _HostPlan(fields, num_tokens, padded, num_reqs_after_padding, indices,
                      indices.padded_gather_idx[manager.pcp_rank * padded:(manager.pcp_rank + 1) * padded],
-                     moe_is_padding)
+                     gathered_padding)
 
 
 @point("pcp")
@@ -170,7 +165,7 @@ def local_inputs(global_input_ids, global_positions, plan: _HostPlan, buffers, e
     make = torch.arange if num_tokens > 0 else torch.zeros
     return dict(
         input_ids=buffers.input_ids[:padded], positions=buffers.positions[:padded],
-        is_padding=is_padding if plan.moe_is_padding is None else plan.moe_is_padding,
+        is_padding=is_padding,
         query_start_loc=query_start_loc, seq_lens=buffers.seq_lens[:plan.num_reqs_after_padding],
         logits_indices=query_start_loc[1:] - 1, expanded_local_pos=expanded_local_pos.new_zeros(num_reqs),
         cu_num_logits=make(num_reqs + 1, dtype=torch.int32, device=device))
@@ -178,6 +173,7 @@ def local_inputs(global_input_ids, global_positions, plan: _HostPlan, buffers, e
 
 def make_partition_batch(original):
     from vllm.config import CUDAGraphMode
+    from vllm.utils.torch_utils import async_tensor_h2d
 
     @point("pcp", seam=True)
     @functools.wraps(original)
@@ -195,9 +191,16 @@ def make_partition_batch(original):
             input_batch.req_ids, input_batch.idx_mapping_np, input_batch.prefill_len_np,
             input_batch.seq_lens_cpu_upper_bound.numpy(), input_batch.num_tokens, input_batch.has_prefill,
             padded_num_tokens, padded_num_reqs)
+        self._padded_gather_idx = plan.indices.padded_gather_idx
+        self._gathered_kv_write_mask = plan.indices.gathered_kv_write_mask
+        self._hidden_restore_idx = plan.indices.hidden_restore_idx
         self._local_gather_idx = plan.local_gather_idx
         device_fields = local_inputs(input_batch.input_ids, input_batch.positions, plan, self.input_buffers,
                                      input_batch.expanded_local_pos)
+        if self._moe_is_padding is not None:
+            # The MoE routes every rank's gathered rows: their padding mask, as vLLM copies it.
+            device_fields["is_padding"] = async_tensor_h2d(
+                plan.gathered_padding, out=self._moe_is_padding[:plan.gathered_padding.size])
         self._local_batch = dataclasses.replace(input_batch, **plan.fields, **device_fields)
         return self._local_batch
     return partition_batch
