@@ -160,6 +160,14 @@ TORCH_LIBRARY(specops, m) {
       "Tensor? backup_next_token_ids, Tensor? token_ids, Tensor? num_tokens_no_spec, Tensor? cu_num_draft_tokens, "
       "Tensor? query_start_loc, Tensor(a!) next_token_ids, Tensor(b!) valid_sampled_token_count, "
       "Tensor(c!)? num_rejected_tokens, Tensor(d!)? token_indices_to_sample, int num_reqs_padded) -> ()");
+  // The draft model's prefill inputs after a target step (MRV2's prepare_prefill_inputs), with the
+  // drafter's copy of the request mapping; every output padded to its own end.
+  m.def(
+      "prepare_draft_prefill_inputs(Tensor target_input_ids, Tensor target_positions, Tensor idx_mapping, "
+      "Tensor query_start_loc, Tensor seq_lens, Tensor num_sampled, Tensor num_rejected, "
+      "Tensor last_sampled_tokens, Tensor next_prefill_tokens, Tensor(a!) input_ids, Tensor(b!) positions, "
+      "Tensor(c!) out_query_start_loc, Tensor(d!) out_seq_lens, Tensor(e!) last_token_indices, "
+      "Tensor(f!)? current_draft_step, Tensor(g!)? request_idx_mapping) -> ()");
   // past_max_model_len: 0 "reset", 1 "clamp"; out_positions may be positions itself (in place)
   // without token_indices. num_draft_steps -1: no last step (draft_step only picks the column).
   m.def(

@@ -1,7 +1,7 @@
 """The step-bookkeeping ops written from their contract in plain Python (lists and ints, valid
 input only): the independent oracle of test_prepare_input_ids.py, test_count_sampled_and_rejected.py,
 test_post_update_after_sampling.py, test_prepare_next_token_ids.py, test_advance_draft_step.py,
-and test_expand_parallel_draft_inputs.py."""
+test_expand_parallel_draft_inputs.py and test_prepare_draft_prefill_inputs.py."""
 
 from __future__ import annotations
 
@@ -49,6 +49,49 @@ def sampled_and_rejected(num_sampled, seq_lens, cu, idx_mapping, prefill_len):
             sampled.append(num_sampled[r])
             rejected.append(cu[r + 1] - cu[r] - num_sampled[r])
     return sampled, rejected
+
+
+def int32(value):
+    """value as an int32 store keeps it (the low 32 bits, signed)."""
+    return (value + 2**31) % 2**32 - 2**31
+
+
+def draft_prefill_inputs(target_ids, target_positions, idx_mapping, qsl, seq_lens, num_sampled, num_rejected,
+                         last_sampled, next_prefill, *, ids_before, positions_before, qsl_before, seq_lens_before,
+                         last_index_before, mapping_before=None, id_bits=32, position_bits=64):
+    """(input_ids, positions, out_query_start_loc, out_seq_lens, last_token_indices,
+    request_idx_mapping) after the call: each request's kept tokens one at a time.
+    last_sampled and next_prefill are the request rows' values (row 0 of an [L, M] one)."""
+    def fit(value, bits):
+        return value if bits == 64 else int32(value)
+
+    ids, positions = list(ids_before), list(positions_before)
+    out_qsl, out_seq_lens, last_index = list(qsl_before), list(seq_lens_before), list(last_index_before)
+    mapping = list(mapping_before) if mapping_before is not None else None
+    num_reqs = len(idx_mapping)
+    for r, row in enumerate(idx_mapping):
+        start = qsl[r]
+        kept = qsl[r + 1] - start - num_rejected[r]
+        # The sampled token when the request sampled one this step, else the prompt's next token.
+        next_token = int32(last_sampled[row]) if num_sampled[r] > 0 else next_prefill[row]
+        for j in range(kept):
+            ids[start + j] = fit(target_ids[start + j + 1], id_bits) if j < kept - 1 else next_token
+            positions[start + j] = fit(target_positions[start + j], position_bits)
+        last_index[r] = start + kept - 1
+        out_qsl[r] = start
+        out_seq_lens[r] = seq_lens[r]
+        if mapping is not None:
+            mapping[r] = row
+    for i in range(num_reqs, len(out_qsl)):
+        out_qsl[i] = qsl[num_reqs]
+    for i in range(num_reqs, len(out_seq_lens)):
+        out_seq_lens[i] = 0
+    for i in range(num_reqs, len(last_index)):
+        last_index[i] = 0
+    if mapping is not None:
+        for i in range(num_reqs, len(mapping)):
+            mapping[i] = -1
+    return ids, positions, out_qsl, out_seq_lens, last_index, mapping
 
 
 def post_update(idx_mapping, num_computed, *, qsl=None, sampled=None, num_sampled=None, num_rejected=None,

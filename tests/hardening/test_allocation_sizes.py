@@ -95,7 +95,8 @@ ALLOCATES_FROM_NO_ARGUMENT = {"gather_block_tables", "gather_block_tables_multi"
                               "correct_num_computed_tokens", "correct_optimistic_seq_lens", "dcp_local_seq_lens",
                               "post_update_after_sampling", "format_slot_mapping_blocks", "cp_local_metadata",
                               "store_kv_block_metadata", "sas_metadata", "kv_quant_sas_metadata",
-                              "lightning_indexer_metadata", "compressor_metadata_multi"}
+                              "lightning_indexer_metadata", "compressor_metadata_multi",
+                              "prepare_draft_prefill_inputs"}
 SIZE_CASES = [(spec, name, value) for spec in OP_TABLE for name, values in ALLOCATION_SIZES.get(spec.name, {}).items()
               for value in values]
 

@@ -72,6 +72,9 @@ class Arg:
     dtypes: tuple[torch.dtype, ...]
     dim: int
     row_stride: bool = False
+    # Other ranks the op also takes for the argument ([M] or [L, M], 0-D or [1]): a derived rank
+    # change that lands on one of them is a valid call, not a case of the bad-input matrix.
+    other_dims: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

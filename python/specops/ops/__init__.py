@@ -20,6 +20,7 @@ from specops.ops.count_sampled_and_rejected import SampledCounts, count_sampled_
 from specops.ops.prepare_input_ids import StepInputIds, prepare_input_ids
 from specops.ops.post_update_after_sampling import post_update_after_sampling
 from specops.ops.prepare_next_token_ids import NextTokens, prepare_next_token_ids
+from specops.ops.prepare_draft_prefill_inputs import prepare_draft_prefill_inputs
 from specops.ops.advance_draft_step import DraftStep, advance_draft_step
 from specops.ops.advance_draft_steps import DraftSteps, advance_draft_steps
 from specops.ops.expand_parallel_draft_inputs import ParallelDraftInputs, expand_parallel_draft_inputs
@@ -63,6 +64,7 @@ __all__ = [
     "post_update_after_sampling",
     "NextTokens",
     "prepare_next_token_ids",
+    "prepare_draft_prefill_inputs",
     "DraftStep",
     "DraftSteps",
     "advance_draft_step",

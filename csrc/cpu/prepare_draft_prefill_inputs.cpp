@@ -1,0 +1,123 @@
+// CPU op for prepare_draft_prefill_inputs: validates (the query layout, the rejected counts, the
+// request rows, every buffer's size), then writes the draft prefill's inputs.
+#include <torch/library.h>
+
+#include "cpu/step_checks.h"
+#include "kernels/prepare_draft_prefill_inputs.h"
+
+namespace specops::cpu {
+namespace {
+
+constexpr const char* kWhatR = "R = idx_mapping.numel()";
+constexpr const char* kWhatR1 = "R + 1 (R = idx_mapping.numel())";
+
+kernels::IntSpan span_of(const at::Tensor& t) {
+  return {t.data_ptr(), t.scalar_type() == c10::kLong, t.numel()};
+}
+
+// A token buffer must hold the batch's T = query_start_loc[R] tokens.
+void check_holds_tokens(const at::Tensor& t, const char* name, int64_t num_tokens) {
+  TORCH_CHECK_VALUE(num_tokens <= t.numel(), "query_start_loc[R] = ", num_tokens, " tokens are past the ", t.numel(),
+                    " entries of ", name);
+}
+
+void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::Tensor& target_positions,
+                                  const at::Tensor& idx_mapping, const at::Tensor& query_start_loc,
+                                  const at::Tensor& seq_lens, const at::Tensor& num_sampled,
+                                  const at::Tensor& num_rejected, const at::Tensor& last_sampled_tokens,
+                                  const at::Tensor& next_prefill_tokens, const at::Tensor& input_ids,
+                                  const at::Tensor& positions, const at::Tensor& out_query_start_loc,
+                                  const at::Tensor& out_seq_lens, const at::Tensor& last_token_indices,
+                                  const OptTensor& current_draft_step, const OptTensor& request_idx_mapping) {
+  check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+  const int64_t num_reqs = idx_mapping.numel();
+  check_tensor(target_input_ids, "target_input_ids", {c10::kInt, c10::kLong}, 1);
+  check_tensor(target_positions, "target_positions", {c10::kLong, c10::kInt}, 1);
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  check_entries(query_start_loc, "query_start_loc", num_reqs + 1, kWhatR1);
+  for (const auto& [t, name] : {std::pair{&seq_lens, "seq_lens"}, std::pair{&num_sampled, "num_sampled"},
+                                std::pair{&num_rejected, "num_rejected"}}) {
+    check_tensor(*t, name, {c10::kInt}, 1);
+    check_entries(*t, name, num_reqs, kWhatR);
+  }
+  TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || last_sampled_tokens.dim() == 2,
+                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sizes());
+  check_tensor(last_sampled_tokens, "last_sampled_tokens", {c10::kInt, c10::kLong}, last_sampled_tokens.dim());
+  TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || last_sampled_tokens.size(1) == 1,
+                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sizes());
+  TORCH_CHECK_VALUE(next_prefill_tokens.dim() == 1 || next_prefill_tokens.dim() == 2,
+                    "next_prefill_tokens must be [M] or [L, M], got shape ", next_prefill_tokens.sizes());
+  check_tensor(next_prefill_tokens, "next_prefill_tokens", {c10::kInt}, next_prefill_tokens.dim());
+  TORCH_CHECK_VALUE(next_prefill_tokens.dim() == 1 || next_prefill_tokens.size(0) >= 1,
+                    "next_prefill_tokens must be [M] or [L, M] with L >= 1, got shape ", next_prefill_tokens.sizes());
+  check_tensor(input_ids, "input_ids", {c10::kInt, c10::kLong}, 1);
+  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
+  check_tensor(out_query_start_loc, "out_query_start_loc", {c10::kInt}, 1);
+  check_entries(out_query_start_loc, "out_query_start_loc", num_reqs + 1, kWhatR1);
+  check_tensor(out_seq_lens, "out_seq_lens", {c10::kInt}, 1);
+  check_entries(out_seq_lens, "out_seq_lens", num_reqs, kWhatR);
+  check_tensor(last_token_indices, "last_token_indices", {c10::kLong, c10::kInt}, 1);
+  check_entries(last_token_indices, "last_token_indices", num_reqs, kWhatR);
+  if (current_draft_step.has_value()) {
+    TORCH_CHECK_VALUE(current_draft_step->dim() <= 1 && current_draft_step->numel() == 1,
+                      "current_draft_step must be 0-D or [1], got shape ", current_draft_step->sizes());
+    check_tensor(*current_draft_step, "current_draft_step", {c10::kLong, c10::kInt}, current_draft_step->dim());
+  }
+  if (request_idx_mapping.has_value()) {
+    check_tensor(*request_idx_mapping, "request_idx_mapping", {c10::kLong, c10::kInt}, 1);
+    check_entries(*request_idx_mapping, "request_idx_mapping", num_reqs, kWhatR);
+  }
+  check_outputs_alias_nothing(
+      {{&input_ids, {"input_ids"}}, {&positions, {"positions"}}, {&out_query_start_loc, {"out_query_start_loc"}},
+       {&out_seq_lens, {"out_seq_lens"}}, {&last_token_indices, {"last_token_indices"}},
+       {ptr(current_draft_step), {"current_draft_step"}}, {ptr(request_idx_mapping), {"request_idx_mapping"}}},
+      {{&target_input_ids, {"target_input_ids"}}, {&target_positions, {"target_positions"}},
+       {&idx_mapping, {"idx_mapping"}}, {&query_start_loc, {"query_start_loc"}}, {&seq_lens, {"seq_lens"}},
+       {&num_sampled, {"num_sampled"}}, {&num_rejected, {"num_rejected"}},
+       {&last_sampled_tokens, {"last_sampled_tokens"}}, {&next_prefill_tokens, {"next_prefill_tokens"}}});
+
+  // Values, all before the first write.
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  TORCH_CHECK_VALUE(qsl[0] == 0, "query_start_loc[0] must be 0, got ", qsl[0]);
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    TORCH_CHECK_VALUE(qsl[r + 1] >= qsl[r], "query_start_loc must be non-decreasing, but query_start_loc[", r + 1,
+                      "] = ", qsl[r + 1], " < query_start_loc[", r, "] = ", qsl[r]);
+  }
+  const int64_t num_tokens = qsl[num_reqs];
+  check_holds_tokens(target_input_ids, "target_input_ids", num_tokens);
+  check_holds_tokens(target_positions, "target_positions", num_tokens);
+  check_holds_tokens(input_ids, "input_ids", num_tokens);
+  check_holds_tokens(positions, "positions", num_tokens);
+  const int32_t* rejected = num_rejected.data_ptr<int32_t>();
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    // The draft keeps at least one token of every request: the one its next token replaces.
+    const int64_t query_len = static_cast<int64_t>(qsl[r + 1]) - qsl[r];
+    TORCH_CHECK_VALUE(rejected[r] >= 0 && rejected[r] <= query_len - 1, "num_rejected[", r, "] = ", rejected[r],
+                      " must be in [0, query length - 1 = ", query_len - 1, "] (query_start_loc)");
+  }
+  kernels::DraftPrefillShape shape;
+  shape.num_reqs = num_reqs;
+  shape.num_rows = std::min(last_sampled_tokens.size(0), next_prefill_tokens.size(next_prefill_tokens.dim() - 1));
+  shape.last_sampled_stride = last_sampled_tokens.stride(0);
+  const kernels::IntSpan idx = span_of(idx_mapping);
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    const int64_t row = idx.get(r);
+    TORCH_CHECK_VALUE(row >= 0 && row < shape.num_rows, "idx_mapping[", r, "] = ", row, " is outside the ",
+                      shape.num_rows, " request rows of last_sampled_tokens and next_prefill_tokens");
+  }
+
+  const kernels::IntSpan step = current_draft_step.has_value() ? span_of(*current_draft_step) : kernels::IntSpan{};
+  const kernels::IntSpan mapping = request_idx_mapping.has_value() ? span_of(*request_idx_mapping) : kernels::IntSpan{};
+  kernels::prepare_draft_prefill_inputs(
+      span_of(target_input_ids), span_of(target_positions), idx, qsl, seq_lens.data_ptr<int32_t>(),
+      num_sampled.data_ptr<int32_t>(), rejected, span_of(last_sampled_tokens), next_prefill_tokens.data_ptr<int32_t>(),
+      span_of(input_ids), span_of(positions), out_query_start_loc.data_ptr<int32_t>(), out_query_start_loc.numel(),
+      out_seq_lens.data_ptr<int32_t>(), out_seq_lens.numel(), span_of(last_token_indices),
+      current_draft_step.has_value() ? &step : nullptr, request_idx_mapping.has_value() ? &mapping : nullptr, shape);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_draft_prefill_inputs", &prepare_draft_prefill_inputs); }
+
+}  // namespace specops::cpu

@@ -1,0 +1,122 @@
+"""prepare_draft_prefill_inputs: the draft model's prefill inputs after a target step (model runner
+V2's speculator), with the drafter's copy of the request mapping fused in."""
+
+from __future__ import annotations
+
+import torch
+
+from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_tensor
+from specops.ops._op import SpecOp
+from specops.reference.prepare_draft_prefill_inputs import prepare_draft_prefill_inputs as _reference
+
+_WHAT_R = "R = idx_mapping.numel()"
+_WHAT_R1 = "R + 1 (R = idx_mapping.numel())"
+_IDS = [torch.int32, torch.int64]
+_POSITIONS = [torch.int64, torch.int32]
+
+
+def _check(target_input_ids: torch.Tensor, target_positions: torch.Tensor, idx_mapping: torch.Tensor,
+           query_start_loc: torch.Tensor, seq_lens: torch.Tensor, num_sampled: torch.Tensor,
+           num_rejected: torch.Tensor, last_sampled_tokens: torch.Tensor, next_prefill_tokens: torch.Tensor,
+           input_ids: torch.Tensor, positions: torch.Tensor, out_query_start_loc: torch.Tensor,
+           out_seq_lens: torch.Tensor, last_token_indices: torch.Tensor, current_draft_step: torch.Tensor | None,
+           request_idx_mapping: torch.Tensor | None) -> None:
+    """Mirrors csrc/cpu/prepare_draft_prefill_inputs.cpp (metadata only: the values, query_start_loc[R]
+    against the token buffers included, are the host op's, as reading them would sync a device)."""
+    check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1)
+    device = idx_mapping.device
+    num_reqs = idx_mapping.numel()
+
+    def tensor(t: object, name: str, dtypes: list[torch.dtype], dim: int = 1) -> None:
+        check_tensor(t, name, dtypes, dim, device, "idx_mapping")
+
+    tensor(target_input_ids, "target_input_ids", _IDS)
+    tensor(target_positions, "target_positions", _POSITIONS)
+    tensor(query_start_loc, "query_start_loc", [torch.int32])
+    check_entries(query_start_loc, "query_start_loc", num_reqs + 1, _WHAT_R1)
+    for t, name in ((seq_lens, "seq_lens"), (num_sampled, "num_sampled"), (num_rejected, "num_rejected")):
+        tensor(t, name, [torch.int32])
+        check_entries(t, name, num_reqs, _WHAT_R)
+    if not isinstance(last_sampled_tokens, torch.Tensor) or last_sampled_tokens.dim() not in (1, 2):
+        raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got shape "
+                         f"{list(last_sampled_tokens.shape) if isinstance(last_sampled_tokens, torch.Tensor) else None}")
+    tensor(last_sampled_tokens, "last_sampled_tokens", [torch.int32, torch.int64], last_sampled_tokens.dim())
+    if last_sampled_tokens.dim() == 2 and last_sampled_tokens.size(1) != 1:
+        raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got shape {list(last_sampled_tokens.shape)}")
+    if not isinstance(next_prefill_tokens, torch.Tensor) or next_prefill_tokens.dim() not in (1, 2):
+        raise ValueError(f"next_prefill_tokens must be [M] or [L, M], got shape "
+                         f"{list(next_prefill_tokens.shape) if isinstance(next_prefill_tokens, torch.Tensor) else None}")
+    tensor(next_prefill_tokens, "next_prefill_tokens", [torch.int32], next_prefill_tokens.dim())
+    if next_prefill_tokens.dim() == 2 and next_prefill_tokens.size(0) < 1:
+        raise ValueError(f"next_prefill_tokens must be [M] or [L, M] with L >= 1, got shape "
+                         f"{list(next_prefill_tokens.shape)}")
+    tensor(input_ids, "input_ids", _IDS)
+    tensor(positions, "positions", _POSITIONS)
+    tensor(out_query_start_loc, "out_query_start_loc", [torch.int32])
+    check_entries(out_query_start_loc, "out_query_start_loc", num_reqs + 1, _WHAT_R1)
+    tensor(out_seq_lens, "out_seq_lens", [torch.int32])
+    check_entries(out_seq_lens, "out_seq_lens", num_reqs, _WHAT_R)
+    tensor(last_token_indices, "last_token_indices", _POSITIONS)
+    check_entries(last_token_indices, "last_token_indices", num_reqs, _WHAT_R)
+    if current_draft_step is not None:
+        if not isinstance(current_draft_step, torch.Tensor) or current_draft_step.dim() > 1 \
+                or current_draft_step.numel() != 1:
+            raise ValueError(f"current_draft_step must be 0-D or [1], got shape "
+                             f"{list(current_draft_step.shape) if isinstance(current_draft_step, torch.Tensor) else None}")
+        tensor(current_draft_step, "current_draft_step", _POSITIONS, current_draft_step.dim())
+    if request_idx_mapping is not None:
+        tensor(request_idx_mapping, "request_idx_mapping", _POSITIONS)
+        check_entries(request_idx_mapping, "request_idx_mapping", num_reqs, _WHAT_R)
+    check_outputs_alias_nothing(
+        [(input_ids, "input_ids"), (positions, "positions"), (out_query_start_loc, "out_query_start_loc"),
+         (out_seq_lens, "out_seq_lens"), (last_token_indices, "last_token_indices"),
+         (current_draft_step, "current_draft_step"), (request_idx_mapping, "request_idx_mapping")],
+        [(target_input_ids, "target_input_ids"), (target_positions, "target_positions"), (idx_mapping, "idx_mapping"),
+         (query_start_loc, "query_start_loc"), (seq_lens, "seq_lens"), (num_sampled, "num_sampled"),
+         (num_rejected, "num_rejected"), (last_sampled_tokens, "last_sampled_tokens"),
+         (next_prefill_tokens, "next_prefill_tokens")])
+
+
+_OP = SpecOp("prepare_draft_prefill_inputs", _check, _reference)
+
+
+def prepare_draft_prefill_inputs(
+    target_input_ids: torch.Tensor,
+    target_positions: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_sampled: torch.Tensor,
+    num_rejected: torch.Tensor,
+    last_sampled_tokens: torch.Tensor,
+    next_prefill_tokens: torch.Tensor,
+    *,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    out_query_start_loc: torch.Tensor,
+    out_seq_lens: torch.Tensor,
+    last_token_indices: torch.Tensor,
+    current_draft_step: torch.Tensor | None = None,
+    request_idx_mapping: torch.Tensor | None = None,
+) -> None:
+    """The draft model's prefill inputs, written into the drafter's persistent buffers (all given:
+    their sizes are the runner's max_num_tokens and max_num_reqs, which no argument here names).
+
+    For each of the R = idx_mapping.numel() requests, with s = query_start_loc[r] and
+    q = query_start_loc[r+1] - s - num_rejected[r] kept tokens: input_ids[s : s+q-1] =
+    target_input_ids[s+1 : s+q] and input_ids[s+q-1] = the next token (int32: last_sampled_tokens[row]
+    if num_sampled[r] > 0, else next_prefill_tokens[row], row 0 of an [L, M] one; row =
+    idx_mapping[r]); positions[s : s+q] = target_positions[s : s+q]; last_token_indices[r] =
+    s + q - 1; out_query_start_loc[r] = s; out_seq_lens[r] = seq_lens[r]. Past R, to each
+    buffer's end: out_query_start_loc = query_start_loc[R], out_seq_lens and last_token_indices 0.
+    current_draft_step (0-D or [1]) is set to 0 and request_idx_mapping to idx_mapping, -1 past R,
+    when given. The rejected tokens' entries and those past query_start_loc[R] are left as they
+    were. The host op rejects a request keeping no token (num_rejected outside [0, query length -
+    1]), a row outside last_sampled_tokens or next_prefill_tokens, query_start_loc not from 0 or
+    decreasing, and query_start_loc[R] past a token buffer; the device paths clamp the kept count
+    into [0, query length], write -1 as a bad row's next token and access no token outside its
+    buffer.
+    """
+    _OP.select()(target_input_ids, target_positions, idx_mapping, query_start_loc, seq_lens, num_sampled,
+                 num_rejected, last_sampled_tokens, next_prefill_tokens, input_ids, positions, out_query_start_loc,
+                 out_seq_lens, last_token_indices, current_draft_step, request_idx_mapping)

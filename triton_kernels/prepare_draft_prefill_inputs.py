@@ -1,0 +1,132 @@
+"""Triton kernel for prepare_draft_prefill_inputs: the draft prefill's inputs after a target step.
+
+Persistent grid. The token phase takes one request per program at a time and walks its kept
+tokens in tiles, each lane one output token o = s + j: the next target id (the shift by one), or
+the next token at j = q - 1, and the target position. The walk is bounded to the tokens inside
+some buffer, so an invalid layout costs at most the buffers' length. The request phase writes
+the per-request outputs and the padding in request tiles, each store masked by its own buffer's
+end. Every masked lane accesses offset 0 (the launcher passes empty tensors as one-element
+placeholders); a condition of several comparisons is folded into the offset (-1: off), so that no
+mask has more than one comparison (docs/device_readiness.md, the NPU route's rules).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from specops.triton_kernels._launch import nonempty, num_programs
+
+BLOCK_T = 256
+BLOCK_R = 128
+
+
+@triton.jit
+def _kept_tokens(qsl_ptr, num_rejected_ptr, r):
+    """Request r's first token and kept count q = clamp(query length - rejected, 0, query length)."""
+    start = tl.load(qsl_ptr + r).to(tl.int64)
+    query_len = tl.maximum(tl.load(qsl_ptr + r + 1).to(tl.int64) - start, 0)
+    kept = tl.minimum(tl.maximum(query_len - tl.load(num_rejected_ptr + r).to(tl.int64), 0), query_len)
+    return start, kept
+
+
+@triton.jit
+def _prepare_draft_prefill_inputs_kernel(
+    target_ids_ptr, target_positions_ptr, idx_ptr, qsl_ptr, seq_lens_ptr, num_sampled_ptr, num_rejected_ptr,
+    last_sampled_ptr, last_sampled_stride, next_prefill_ptr, ids_ptr, positions_ptr, out_qsl_ptr, out_seq_ptr,
+    last_index_ptr, step_ptr, mapping_ptr,
+    num_reqs, num_rows, target_ids_end, ids_end, position_end, token_bound, qsl_end, seq_end, index_end,
+    mapping_end, request_end,
+    HAS_STEP: tl.constexpr, HAS_MAPPING: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK_T)
+    for r in range(pid, num_reqs, num_progs):
+        # One per-request scalar load at an int64 index (the NPU adapter's --triton-to-unstructure rule).
+        start, kept = _kept_tokens(qsl_ptr, num_rejected_ptr, tl.cast(r, tl.int64))
+        row = tl.load(idx_ptr + r).to(tl.int64)
+        has_row = (row >= 0) & (row < num_rows)
+        # Both sources are gathered unmasked at a clamped row and selected after.
+        safe_row = tl.where(has_row, row, 0)
+        sampled = tl.load(last_sampled_ptr + safe_row * last_sampled_stride).to(tl.int32)
+        prefill = tl.load(next_prefill_ptr + safe_row)
+        next_token = tl.where(tl.load(num_sampled_ptr + r) > 0, sampled, prefill)
+        next_token = tl.where(has_row, next_token, -1)
+        # Only the j whose token s + j lies in [0, token_bound).
+        lo = tl.minimum(tl.maximum(-start, 0), kept)
+        hi = tl.maximum(tl.minimum(kept, token_bound - start), lo)
+        count = (hi - lo).to(tl.int32)
+        for t in range(0, count, BLOCK_T):
+            j = lo + (t + lanes).to(tl.int64)
+            lane = j < hi
+            o = start + j
+            is_last = j == kept - 1
+            # Output o holds target id o + 1 (the shift), or the next token for the last kept one.
+            read_at = tl.where(lane & (is_last == 0) & (o + 1 < target_ids_end), o + 1, -1)
+            ids = tl.load(target_ids_ptr + tl.maximum(read_at, 0), mask=read_at >= 0, other=0).to(tl.int64)
+            ids = tl.where(is_last, next_token.to(tl.int64), ids)
+            write_at = tl.where(lane & (o < ids_end) & (is_last | (read_at >= 0)), o, -1)
+            tl.store(ids_ptr + tl.maximum(write_at, 0), ids.to(ids_ptr.dtype.element_ty), mask=write_at >= 0)
+            copy_at = tl.where(lane & (o < position_end), o, -1)
+            position = tl.load(target_positions_ptr + tl.maximum(copy_at, 0), mask=copy_at >= 0, other=0)
+            tl.store(positions_ptr + tl.maximum(copy_at, 0), position.to(positions_ptr.dtype.element_ty),
+                     mask=copy_at >= 0)
+    # The per-request outputs and their padding past R.
+    request_lanes = tl.arange(0, BLOCK_R)
+    total = tl.load(qsl_ptr + num_reqs)
+    for tile in range(pid, tl.cdiv(request_end, BLOCK_R), num_progs):
+        r = tile * BLOCK_R + request_lanes
+        real = r < num_reqs
+        safe_r = tl.where(real, r, 0)
+        start = tl.load(qsl_ptr + safe_r, mask=real, other=0).to(tl.int64)
+        query_len = tl.maximum(tl.load(qsl_ptr + safe_r + 1, mask=real, other=0).to(tl.int64) - start, 0)
+        rejected = tl.load(num_rejected_ptr + safe_r, mask=real, other=0).to(tl.int64)
+        kept = tl.minimum(tl.maximum(query_len - rejected, 0), query_len)
+        tl.store(out_qsl_ptr + tl.where(r < qsl_end, r, 0), tl.where(real, start.to(tl.int32), total),
+                 mask=r < qsl_end)
+        seq_len = tl.load(seq_lens_ptr + safe_r, mask=real, other=0)
+        tl.store(out_seq_ptr + tl.where(r < seq_end, r, 0), tl.where(real, seq_len, 0), mask=r < seq_end)
+        last = tl.where(real, start + kept - 1, 0)
+        tl.store(last_index_ptr + tl.where(r < index_end, r, 0), last.to(last_index_ptr.dtype.element_ty),
+                 mask=r < index_end)
+        if HAS_MAPPING:
+            row = tl.load(idx_ptr + safe_r, mask=real, other=-1).to(tl.int64)
+            tl.store(mapping_ptr + tl.where(r < mapping_end, r, 0),
+                     tl.where(real, row, -1).to(mapping_ptr.dtype.element_ty), mask=r < mapping_end)
+    if HAS_STEP:
+        # Lane 0 of program 0 resets the step (a one-lane store rather than a scalar one).
+        step_at = tl.where(request_lanes + pid == 0, 0, -1)
+        tl.store(step_ptr + tl.maximum(step_at, 0), tl.zeros([BLOCK_R], dtype=step_ptr.dtype.element_ty),
+                 mask=step_at >= 0)
+
+
+def prepare_draft_prefill_inputs(
+    target_input_ids: torch.Tensor, target_positions: torch.Tensor, idx_mapping: torch.Tensor,
+    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, num_sampled: torch.Tensor, num_rejected: torch.Tensor,
+    last_sampled_tokens: torch.Tensor, next_prefill_tokens: torch.Tensor, input_ids: torch.Tensor,
+    positions: torch.Tensor, out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor,
+    last_token_indices: torch.Tensor, current_draft_step: torch.Tensor | None,
+    request_idx_mapping: torch.Tensor | None,
+) -> None:
+    num_reqs = idx_mapping.numel()
+    num_rows = min(last_sampled_tokens.size(0), next_prefill_tokens.size(-1))
+    token_bound = max(target_input_ids.numel(), input_ids.numel(), target_positions.numel(), positions.numel())
+    mapping_end = request_idx_mapping.numel() if request_idx_mapping is not None else 0
+    request_end = max(out_query_start_loc.numel(), out_seq_lens.numel(), last_token_indices.numel(), mapping_end)
+    num_tasks = max(num_reqs, triton.cdiv(request_end, BLOCK_R))
+    grid = (num_programs(idx_mapping.device, num_tasks),)
+    _prepare_draft_prefill_inputs_kernel[grid](
+        nonempty(target_input_ids), nonempty(target_positions), nonempty(idx_mapping), query_start_loc,
+        nonempty(seq_lens), nonempty(num_sampled), nonempty(num_rejected), nonempty(last_sampled_tokens),
+        last_sampled_tokens.stride(0), nonempty(next_prefill_tokens), nonempty(input_ids), nonempty(positions),
+        out_query_start_loc, nonempty(out_seq_lens), nonempty(last_token_indices),
+        current_draft_step if current_draft_step is not None else out_query_start_loc,
+        nonempty(request_idx_mapping) if request_idx_mapping is not None else out_query_start_loc,
+        num_reqs, num_rows, target_input_ids.numel(), input_ids.numel(),
+        min(target_positions.numel(), positions.numel()), token_bound, out_query_start_loc.numel(),
+        out_seq_lens.numel(), last_token_indices.numel(), mapping_end, request_end,
+        HAS_STEP=current_draft_step is not None, HAS_MAPPING=request_idx_mapping is not None,
+        BLOCK_T=BLOCK_T, BLOCK_R=BLOCK_R,
+    )
