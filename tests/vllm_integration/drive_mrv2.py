@@ -272,6 +272,7 @@ def _persistent(runner, bins) -> dict:
         "spec.idx_mapping": spec.idx_mapping, "spec.draft_tokens": spec.draft_tokens,
         "spec.hidden_states": spec.hidden_states, "spec.last_token_indices": spec.last_token_indices,
         "spec.sample_src_positions": spec.sample_src_positions, "spec.current_draft_step": spec.current_draft_step,
+        "spec.temperature": spec.temperature, "spec.seeds": spec.seeds,
     }
     for g in range(bt.num_kv_cache_groups):
         out[f"bt.block_tables[{g}]"] = bt.block_tables[g].gpu

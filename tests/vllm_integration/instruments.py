@@ -6,8 +6,14 @@ Launches. vLLM's kernels run under Triton's interpreter: each launch is one call
 backend, launch through the same interpreter entry; a TorchDispatchMode counts the first kind.
 The two never overlap (a native op on CPU tensors runs C++, no interpreter), so their sum is
 the step's kernel launches in either run. specops' host ops (a C++ body on host data, no device
-kernel: pcp_partition) are not SpecOps (specops.ops.registry) and are counted apart (`host`). aten ops are counted apart (`aten`), for information:
-neither vLLM's counts nor specops' goals include them.
+kernel: pcp_partition) are not SpecOps (specops.ops.registry) and are counted apart (`host`).
+
+Tensor ops. The aten ops the runner and the adapters issue outside any kernel are counted apart
+(`aten`, views excluded), for information: on a GPU most are kernels too (the tensor ops of
+vLLM's PCP partition, its slot-mapping conversion), some are host work on host tensors, and
+neither vLLM's counts nor specops' goals include them. The interpreter's own tensor ops while it
+runs a kernel (about seven per tensor argument: it emulates the device on host copies) are
+neither counted nor watched for syncs.
 
 Host syncs. On a GPU a host read of a device value is `aten::_local_scalar_dense` (`.item()`,
 `int(t)`, `bool(t)`), a device-to-host copy (`copy_` / `_to_copy` into host memory), or
@@ -37,6 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 _in_adapter: contextvars.ContextVar[str | None] = contextvars.ContextVar("in_adapter", default=None)
+_in_kernel: contextvars.ContextVar[bool] = contextvars.ContextVar("in_kernel", default=False)
 _SYNC_OPS = ("aten::_local_scalar_dense", "aten::copy_", "aten::_to_copy")
 # Device values given to a host adapter, until Instruments.step_counts collects them.
 _host_adapter_syncs: collections.Counter = collections.Counter()
@@ -72,6 +79,8 @@ class _Mode(TorchDispatchMode):
         self.counts = counts
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _in_kernel.get():  # the interpreter emulating a kernel
+            return func(*args, **(kwargs or {}))
         name = func.name()
         if func.namespace == "specops":
             op = name.split("::")[1].split(".")[0]
@@ -106,7 +115,11 @@ class Instruments:
 
         def run(self, *args, **kwargs):
             instruments.counts.triton[getattr(self.fn, "__name__", repr(self.fn))] += 1
-            return original_run(self, *args, **kwargs)
+            token = _in_kernel.set(True)
+            try:
+                return original_run(self, *args, **kwargs)
+            finally:
+                _in_kernel.reset(token)
 
         interpreter.InterpretedFunction.run = run
         for name in ("tolist", "numpy", "__array__"):
@@ -115,13 +128,13 @@ class Instruments:
 
     def _wrap_host_read(self, name: str) -> None:
         original = getattr(torch.Tensor, name)
-        counts = self.counts
+        instruments = self  # its counts are replaced at every step_counts()
 
         @functools.wraps(original)
         def host_read(tensor, *args, **kwargs):
             point = _in_adapter.get()
-            if point is not None:
-                counts.adapter_syncs[f"{point}: Tensor.{name}"] += 1
+            if point is not None and not _in_kernel.get():
+                instruments.counts.adapter_syncs[f"{point}: Tensor.{name}"] += 1
             return original(tensor, *args, **kwargs)
 
         setattr(torch.Tensor, name, host_read)

@@ -184,11 +184,41 @@ def test_instruments_count_host_reads_inside_adapters_only():
     assert watch_adapters([owner]) == ["probe_owner.adapter"]
     with Instruments() as instruments:
         t = torch.arange(4)
-        owner.adapter(t)
-        t.sum().item()
-        t.tolist()
+        for _ in range(2):  # every step's counts, not only the first's
+            owner.adapter(t)
+            t.sum().item()
+            t.tolist()
+            counts = instruments.step_counts()
+            assert counts.adapter_syncs == {"probe: aten::_local_scalar_dense": 1, "probe: Tensor.tolist": 1}
+
+
+def test_instruments_count_a_launch_not_the_interpreters_tensor_ops():
+    """An interpreted kernel is one launch; the interpreter's own copies of its arguments are
+    neither tensor ops nor, inside an adapter, host syncs."""
+    import types
+
+    import triton
+    import triton.language as tl
+    from instruments import Instruments, watch_adapters
+
+    @triton.jit
+    def add_one(src, dst):
+        offsets = tl.arange(0, 4)
+        tl.store(dst + offsets, tl.load(src + offsets) + 1)
+
+    def adapter(src, dst):
+        add_one[(1,)](src, dst)
+
+    adapter.__specops_point__ = "probe"
+    owner = types.ModuleType("probe_owner")
+    owner.adapter = adapter
+    watch_adapters([owner])
+    src, dst = torch.arange(4), torch.zeros(4, dtype=torch.int64)
+    with Instruments() as instruments:
+        owner.adapter(src, dst)
         counts = instruments.step_counts()
-    assert counts.adapter_syncs == {"probe: aten::_local_scalar_dense": 1, "probe: Tensor.tolist": 1}
+    assert dst.tolist() == [1, 2, 3, 4]
+    assert (counts.launches, counts.aten, counts.adapter_syncs) == (1, 0, {})
 
 
 def test_instruments_count_device_values_given_to_a_host_adapter():

@@ -30,6 +30,7 @@ _MR = "vllm.v1.worker.gpu.model_runner"
 _CP = "vllm.v1.worker.gpu.cp_utils"
 _BT = "vllm.v1.worker.gpu.block_table"
 _AR = "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"
+_SP = "vllm.v1.worker.gpu.spec_decode.speculator"
 _V1U = "vllm.v1.spec_decode.utils"
 _V1P = "vllm.v1.spec_decode.llm_base_proposer"
 _V1R = "vllm.v1.worker.gpu_model_runner"
@@ -81,6 +82,8 @@ def _points() -> tuple[Point, ...]:
         Point("draft_steps", (
             Patch(f"{_BT}:BlockTables.__init__", draft_steps.make_block_tables_init),
             Patch(f"{_AR}:TargetDependentARSpeculator.propose", draft_steps.make_propose),
+            Patch(f"{_SP}:DraftModelSpeculator._copy_request_inputs", draft_steps.make_copy_request_inputs),
+            Patch(f"{_AR}:prepare_prefill_inputs", draft_steps.make_prepare_prefill_inputs),
             Patch(f"{_AR}:prepare_decode_inputs", draft_steps.make_prepare_decode_inputs),
             Patch(f"{_AR}:update_draft_inputs", draft_steps.make_update_draft_inputs),
             Patch(f"{_BT}:BlockTables.compute_slot_mappings", draft_steps.make_compute_slot_mappings),

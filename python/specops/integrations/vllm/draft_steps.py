@@ -1,4 +1,11 @@
-"""Model runner V2's speculator decode loop (point "draft_steps"; docs/integrations.md).
+"""Model runner V2's speculator: its draft prefill and decode loop (point "draft_steps";
+docs/integrations.md).
+
+Before the draft prefill, `TargetDependentARSpeculator.propose` calls `_copy_request_inputs` (the
+drafter's temperatures, seeds and request mapping, the mapping padded with -1) and at once
+`prepare_prefill_inputs` (one launch); specops' prepare_draft_prefill_inputs writes the prefill
+inputs and the drafter's request mapping in one launch. Inside propose, for its own batch,
+`_copy_request_inputs` leaves the mapping to that launch: nothing reads it between the two calls.
 
 `TargetDependentARSpeculator._multi_step_decode` runs, for K drafts: `prepare_decode_inputs`
 (one launch), then for each step k = 1 .. K - 1 `BlockTables.compute_slot_mappings` (one launch,
@@ -9,16 +16,18 @@ k's update (on the last step, read on the device, the update stores the drafts a
 as vLLM's kernel does). The compute_slot_mappings call that follows then finds its slot mappings
 already written for exactly its arguments and launches nothing. K - 1 launches fewer a propose.
 
-The seam is `propose`: inside it (a ContextVar holds the speculator) the two updates fuse, and
-only when vLLM's loop would compute those slot mappings itself: positions advance between steps,
-attention is not skipped (a dummy run with skip_attn_for_dummy_run computes none), the loop is
-`_multi_step_decode` (the fused-metadata loop computes the first step's twice and, under full
-graphs, none), and the block tables' host layout is known (recorded by the `BlockTables.__init__`
-seam: vLLM keeps the CP-sharded flags on the device only, and reading them would sync). The
-record of what the slot mappings hold is consumed by the first compute_slot_mappings call with
-the same block tables, positions, request mapping and query layout, and by nothing else;
-anything else calls vLLM's own function. Under a replayed full graph the host sees no update, so
-every later compute_slot_mappings launches as vLLM's does (the values are the same either way).
+The seam is `propose`: inside it (ContextVars hold the speculator) the request mapping's copy
+joins the prefill launch (not in a dummy run, whose mapping vLLM fills with -1), and the two
+updates fuse, only when vLLM's loop would compute those slot mappings itself: positions advance
+between steps, attention is not skipped (a dummy run with skip_attn_for_dummy_run computes none),
+the loop is `_multi_step_decode` (the fused-metadata loop computes the first step's twice and,
+under full graphs, none), and the block tables' host layout is known (recorded by the
+`BlockTables.__init__` seam: vLLM keeps the CP-sharded flags on the device only, and reading them
+would sync). The record of what the slot mappings hold is consumed by the first
+compute_slot_mappings call with the same block tables, positions, request mapping and query
+layout, and by nothing else; anything else calls vLLM's own function. Under a replayed full graph
+the host sees no update, so every later compute_slot_mappings launches as vLLM's does (the values
+are the same either way).
 """
 
 from __future__ import annotations
@@ -64,6 +73,21 @@ class _Loop:
 
 
 _loop: contextvars.ContextVar[_Loop | None] = contextvars.ContextVar("specops_vllm_draft_loop", default=None)
+
+
+class _Prefill:
+    """One propose call's draft prefill: its speculator and batch, and the request-mapping copy
+    `_copy_request_inputs` left to the prefill launch (the drafter's buffer, the source, R)."""
+
+    __slots__ = ("speculator", "input_batch", "request_copy")
+
+    def __init__(self, speculator, input_batch):
+        self.speculator = speculator
+        self.input_batch = input_batch
+        self.request_copy: tuple[torch.Tensor, torch.Tensor, int] | None = None
+
+
+_prefill: contextvars.ContextVar[_Prefill | None] = contextvars.ContextVar("specops_vllm_draft_prefill", default=None)
 
 
 def _key(block_tables, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor, positions: torch.Tensor) -> tuple:
@@ -113,17 +137,60 @@ def make_propose(original):
     @functools.wraps(original)
     def propose(self, *args, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
-        skip_attn = bound.arguments.get("dummy_run", False) and bound.arguments.get("skip_attn_for_dummy_run", False)
-        if (skip_attn or not self.advance_draft_positions or self.supports_decode_metadata_update
-                or _loop_of_its_own(type(self), owner)
-                or self.block_tables.num_kv_cache_groups == 0 or self.block_tables not in _layouts):
-            return original(self, *args, **kwargs)
-        token = _loop.set(_Loop(self))
+        dummy_run = bound.arguments.get("dummy_run", False)
+        # The draft prefill: propose copies the request mapping, then prepares the prefill inputs
+        # (nothing reads the drafter's mapping between them), which the prefill launch does both.
+        prefill = _prefill.set(_Prefill(self, bound.arguments["input_batch"]) if not dummy_run else None)
+        skip_attn = dummy_run and bound.arguments.get("skip_attn_for_dummy_run", False)
+        steps = not (skip_attn or not self.advance_draft_positions or self.supports_decode_metadata_update
+                     or _loop_of_its_own(type(self), owner)
+                     or self.block_tables.num_kv_cache_groups == 0 or self.block_tables not in _layouts)
+        loop = _loop.set(_Loop(self) if steps else None)
         try:
             return original(self, *args, **kwargs)
         finally:
-            _loop.reset(token)
+            _loop.reset(loop)
+            _prefill.reset(prefill)
     return propose
+
+
+def make_copy_request_inputs(original):
+    # A seam: vLLM's own body, or (inside propose, for its batch) its two whole-buffer copies, with
+    # the request mapping's copy and -1 fill left to the prefill launch that follows.
+    @point("draft_steps", seam=True)
+    @functools.wraps(original)
+    def _copy_request_inputs(self, num_reqs, idx_mapping, temperature, seeds, dummy_run=False):
+        prefill = _prefill.get()
+        if (dummy_run or prefill is None or prefill.speculator is not self
+                or idx_mapping is not prefill.input_batch.idx_mapping or num_reqs != prefill.input_batch.num_reqs):
+            return original(self, num_reqs, idx_mapping, temperature, seeds, dummy_run)
+        self.temperature.copy_(temperature)
+        self.seeds.copy_(seeds)
+        prefill.request_copy = (self.idx_mapping, idx_mapping, num_reqs)
+    return _copy_request_inputs
+
+
+def make_prepare_prefill_inputs(original):
+    @point("draft_steps")
+    @functools.wraps(original)
+    def prepare_prefill_inputs(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled,
+                               num_rejected, last_sampled, next_prefill_tokens, max_num_reqs):
+        prefill = _prefill.get()
+        request_copy = None
+        if prefill is not None and prefill.input_batch is input_batch:
+            request_copy, prefill.request_copy = prefill.request_copy, None
+        num_reqs = input_batch.num_reqs
+        # vLLM's kernel pads the request-indexed buffers to max_num_reqs (+ 1); the op pads to the
+        # end of the views it is given.
+        specops.prepare_draft_prefill_inputs(
+            input_batch.input_ids, input_batch.positions, input_batch.idx_mapping[:num_reqs],
+            input_batch.query_start_loc, input_batch.seq_lens, num_sampled[:num_reqs], num_rejected[:num_reqs],
+            last_sampled, next_prefill_tokens, input_ids=input_buffers.input_ids, positions=input_buffers.positions,
+            out_query_start_loc=input_buffers.query_start_loc[:max_num_reqs + 1],
+            out_seq_lens=input_buffers.seq_lens[:max_num_reqs], last_token_indices=last_token_indices[:max_num_reqs],
+            current_draft_step=current_draft_step, request_idx_mapping=None if request_copy is None else request_copy[0])
+        return last_token_indices
+    return prepare_prefill_inputs
 
 
 def _advance(loop: _Loop, positions: torch.Tensor, seq_lens: torch.Tensor, max_model_len: int, **step) -> None:
