@@ -6,6 +6,7 @@ vLLM's own runner."""
 from __future__ import annotations
 
 import importlib.util
+import types
 
 import pytest
 import torch
@@ -130,3 +131,70 @@ def test_compute_slot_mappings_skips_only_the_call_the_launch_before_wrote_for()
     finally:
         draft_steps._loop.reset(token)
     assert compute(tables, idx, qsl, positions, 5) == "vllm" and len(calls) == 3
+
+
+class _Drafter:
+    """The drafter buffers the draft prefill fills, and a propose that calls the two functions in
+    vLLM's order (`_copy_request_inputs`, then the module's `prepare_prefill_inputs`)."""
+
+    advance_draft_positions = False  # no decode-loop fusion: this is about the prefill
+
+    def __init__(self, copy_request_inputs, prepare_prefill_inputs):
+        self.idx_mapping = torch.full((6,), 77, dtype=torch.int64)
+        self.temperature, self.seeds = torch.zeros(6), torch.zeros(6, dtype=torch.int64)
+        self.last_token_indices = torch.full((6,), 99, dtype=torch.int64)
+        self.current_draft_step = torch.tensor(5, dtype=torch.int64)
+        self.input_buffers = types.SimpleNamespace(
+            input_ids=torch.full((8,), 99, dtype=torch.int32), positions=torch.full((8,), 99, dtype=torch.int64),
+            query_start_loc=torch.full((7,), 99, dtype=torch.int32), seq_lens=torch.full((6,), 99, dtype=torch.int32))
+        self.copy_request_inputs, self.prepare_prefill_inputs = copy_request_inputs, prepare_prefill_inputs
+
+    def _copy_request_inputs(self, num_reqs, idx_mapping, temperature, seeds, dummy_run=False):
+        return self.copy_request_inputs(self, num_reqs, idx_mapping, temperature, seeds, dummy_run)
+
+    def propose(self, input_batch, *, dummy_run=False, copy_from=None):
+        self._copy_request_inputs(input_batch.num_reqs, input_batch.idx_mapping if copy_from is None else copy_from,
+                                  torch.arange(6.0), torch.arange(6) * 10, dummy_run=dummy_run)
+        self.prepare_prefill_inputs(self.last_token_indices, self.current_draft_step, self.input_buffers, input_batch,
+                                    torch.tensor([2, 0], dtype=torch.int32), torch.tensor([1, 0], dtype=torch.int32),
+                                    torch.arange(100, 106, dtype=torch.int64).view(6, 1),
+                                    torch.arange(200, 206, dtype=torch.int32), 6)
+
+
+def _vllm_copy_request_inputs(self, num_reqs, idx_mapping, temperature, seeds, dummy_run=False):
+    self.temperature.copy_(temperature)
+    self.seeds.copy_(seeds)
+    if dummy_run:
+        self.idx_mapping.fill_(-1)
+    else:
+        self.idx_mapping[:num_reqs].copy_(idx_mapping)
+        self.idx_mapping[num_reqs:].fill_(-1)
+
+
+@pytest.mark.parametrize("case", ["in_propose", "dummy_run", "another_mapping"])
+def test_the_draft_prefill_takes_the_request_mapping_only_for_propose_s_own_batch(case):
+    """Inside propose the mapping's copy joins the prefill launch; a dummy run and a mapping other
+    than the batch's keep vLLM's copy; the prefill inputs are vLLM's in every case (SPEC's example:
+    requests at rows 2 and 0, queries [0, 3) and [3, 4), one rejected token)."""
+    copies = []
+    copy = draft_steps.make_copy_request_inputs(lambda *args: copies.append(args) or _vllm_copy_request_inputs(*args))
+    prefill = draft_steps.make_prepare_prefill_inputs(None)
+    drafter = _Drafter(copy, prefill)
+    propose = draft_steps.make_propose(_Drafter.propose)
+    batch = types.SimpleNamespace(
+        num_reqs=2, idx_mapping=torch.tensor([2, 0], dtype=torch.int64), query_start_loc=torch.tensor([0, 3, 4],
+        dtype=torch.int32), seq_lens=torch.tensor([8, 10], dtype=torch.int32),
+        input_ids=torch.tensor([11, 12, 13, 21], dtype=torch.int32), positions=torch.tensor([5, 6, 7, 9]))
+    other = torch.tensor([2, 0], dtype=torch.int64)
+    drafter.block_tables = _tables()
+    propose(drafter, batch, dummy_run=case == "dummy_run", copy_from=other if case == "another_mapping" else None)
+    assert len(copies) == (0 if case == "in_propose" else 1)
+    assert drafter.temperature.tolist() == list(range(6)) and drafter.seeds.tolist() == [0, 10, 20, 30, 40, 50]
+    expected_mapping = [-1] * 6 if case == "dummy_run" else [2, 0, -1, -1, -1, -1]
+    assert drafter.idx_mapping.tolist() == expected_mapping
+    assert drafter.input_buffers.input_ids.tolist() == [12, 102, 99, 200, 99, 99, 99, 99]
+    assert drafter.input_buffers.positions.tolist() == [5, 6, 99, 9, 99, 99, 99, 99]
+    assert drafter.input_buffers.query_start_loc.tolist() == [0, 3, 4, 4, 4, 4, 4]
+    assert drafter.input_buffers.seq_lens.tolist() == [8, 10, 0, 0, 0, 0]
+    assert drafter.last_token_indices.tolist() == [1, 3, 0, 0, 0, 0] and drafter.current_draft_step.item() == 0
+    assert draft_steps._prefill.get() is None  # nothing leaks out of the call

@@ -140,7 +140,7 @@ def make_propose(original):
         dummy_run = bound.arguments.get("dummy_run", False)
         # The draft prefill: propose copies the request mapping, then prepares the prefill inputs
         # (nothing reads the drafter's mapping between them), which the prefill launch does both.
-        prefill = _prefill.set(_Prefill(self, bound.arguments["input_batch"]) if not dummy_run else None)
+        prefill = _prefill.set(_Prefill(self, bound.arguments.get("input_batch")) if not dummy_run else None)
         skip_attn = dummy_run and bound.arguments.get("skip_attn_for_dummy_run", False)
         steps = not (skip_attn or not self.advance_draft_positions or self.supports_decode_metadata_update
                      or _loop_of_its_own(type(self), owner)
