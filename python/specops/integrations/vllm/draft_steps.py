@@ -188,7 +188,8 @@ def make_prepare_prefill_inputs(original):
             last_sampled, next_prefill_tokens, input_ids=input_buffers.input_ids, positions=input_buffers.positions,
             out_query_start_loc=input_buffers.query_start_loc[:max_num_reqs + 1],
             out_seq_lens=input_buffers.seq_lens[:max_num_reqs], last_token_indices=last_token_indices[:max_num_reqs],
-            current_draft_step=current_draft_step, request_idx_mapping=None if request_copy is None else request_copy[0])
+            current_draft_step=current_draft_step,
+            request_idx_mapping=None if request_copy is None else request_copy[0])
         return last_token_indices
     return prepare_prefill_inputs
 

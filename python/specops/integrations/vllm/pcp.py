@@ -65,7 +65,8 @@ def _fits(manager, num_scheduled_tokens, query_start_loc_np) -> bool:
     that writes no KV for some tokens, docs/pcp.md)."""
     num_reqs = len(num_scheduled_tokens)
     prefix = query_start_loc_np[:num_reqs + 1]
-    return (len(prefix) == num_reqs + 1 and prefix[0] == 0 and np.array_equal(prefix[1:], np.cumsum(num_scheduled_tokens))
+    return (len(prefix) == num_reqs + 1 and prefix[0] == 0
+            and np.array_equal(prefix[1:], np.cumsum(num_scheduled_tokens))
             and not (manager.shard_decode_requests and manager.dcp_world_size > 1))
 
 
@@ -126,7 +127,8 @@ def plan_partition(manager, num_scheduled_tokens, num_computed_tokens, is_prefil
         whole = torch.from_numpy((num_computed_tokens + num_scheduled_tokens)[requests].astype(np.int32))
         dcp_bound = torch.zeros(num_reqs_after_padding, dtype=torch.int32)
         specops.dcp_local_seq_lens(whole, manager.dcp_world_size, 0, manager.cp_interleave, out=dcp_bound)
-    logits = num_local_reqs if num_tokens > 0 else 0
+    # One logit a local request, none when the rank has no token (its placeholder request).
+    logits = num_tokens > 0
     fields = dict(
         req_ids=[req_ids[r] for r in requests], num_reqs=num_local_reqs, num_reqs_after_padding=num_reqs_after_padding,
         idx_mapping=idx_mapping, idx_mapping_np=idx_mapping_np, expanded_idx_mapping=idx_mapping,
@@ -164,8 +166,7 @@ def local_inputs(global_input_ids, global_positions, plan: _HostPlan, buffers, e
     device = global_input_ids.device
     make = torch.arange if num_tokens > 0 else torch.zeros
     return dict(
-        input_ids=buffers.input_ids[:padded], positions=buffers.positions[:padded],
-        is_padding=is_padding,
+        input_ids=buffers.input_ids[:padded], positions=buffers.positions[:padded], is_padding=is_padding,
         query_start_loc=query_start_loc, seq_lens=buffers.seq_lens[:plan.num_reqs_after_padding],
         logits_indices=query_start_loc[1:] - 1, expanded_local_pos=expanded_local_pos.new_zeros(num_reqs),
         cu_num_logits=make(num_reqs + 1, dtype=torch.int32, device=device))
@@ -187,16 +188,19 @@ def make_partition_batch(original):
             if batch_desc.cg_mode == CUDAGraphMode.FULL:
                 padded_num_reqs = batch_desc.num_reqs
         plan = plan_partition(
-            self, input_batch.num_scheduled_tokens, input_batch.num_computed_tokens_np, input_batch.is_prefilling_np,
-            input_batch.req_ids, input_batch.idx_mapping_np, input_batch.prefill_len_np,
-            input_batch.seq_lens_cpu_upper_bound.numpy(), input_batch.num_tokens, input_batch.has_prefill,
-            padded_num_tokens, padded_num_reqs)
+            self, num_scheduled_tokens=input_batch.num_scheduled_tokens,
+            num_computed_tokens=input_batch.num_computed_tokens_np, is_prefilling=input_batch.is_prefilling_np,
+            req_ids=input_batch.req_ids, idx_mapping_np=input_batch.idx_mapping_np,
+            prefill_len_np=input_batch.prefill_len_np,
+            seq_lens_bound_np=input_batch.seq_lens_cpu_upper_bound.numpy(),  # a host tensor
+            global_num_tokens=input_batch.num_tokens, has_prefill=input_batch.has_prefill,
+            padded_num_tokens=padded_num_tokens, padded_num_reqs=padded_num_reqs)
         self._padded_gather_idx = plan.indices.padded_gather_idx
         self._gathered_kv_write_mask = plan.indices.gathered_kv_write_mask
         self._hidden_restore_idx = plan.indices.hidden_restore_idx
         self._local_gather_idx = plan.local_gather_idx
-        device_fields = local_inputs(input_batch.input_ids, input_batch.positions, plan, self.input_buffers,
-                                     input_batch.expanded_local_pos)
+        device_fields = local_inputs(input_batch.input_ids, input_batch.positions, plan=plan,
+                                     buffers=self.input_buffers, expanded_local_pos=input_batch.expanded_local_pos)
         if self._moe_is_padding is not None:
             # The MoE routes every rank's gathered rows: their padding mask, as vLLM copies it.
             device_fields["is_padding"] = async_tensor_h2d(
