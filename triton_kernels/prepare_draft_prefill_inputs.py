@@ -82,7 +82,10 @@ def _prepare_draft_prefill_inputs_kernel(
         real = req < num_reqs
         safe_req = tl.where(real, req, 0)
         first = tl.load(qsl_ptr + safe_req, mask=real, other=0).to(tl.int64)
-        req_len = tl.maximum(tl.load(qsl_ptr + safe_req + 1, mask=real, other=0).to(tl.int64) - first, 0)
+        # The end's offset is 0 on an off lane too (not safe_req + 1): the NPU route issues every
+        # lane's access, and at R = 0 query_start_loc has one entry.
+        end = tl.load(qsl_ptr + tl.where(real, req + 1, 0), mask=real, other=0).to(tl.int64)
+        req_len = tl.maximum(end - first, 0)
         rejected = tl.load(num_rejected_ptr + safe_req, mask=real, other=0).to(tl.int64)
         req_kept = tl.minimum(tl.maximum(req_len - rejected, 0), req_len)
         tl.store(out_qsl_ptr + tl.where(req < qsl_end, req, 0), tl.where(real, first.to(tl.int32), total),
