@@ -73,28 +73,32 @@ def _prepare_draft_prefill_inputs_kernel(
             position = tl.load(target_positions_ptr + tl.maximum(copy_at, 0), mask=copy_at >= 0, other=0)
             tl.store(positions_ptr + tl.maximum(copy_at, 0), position.to(positions_ptr.dtype.element_ty),
                      mask=copy_at >= 0)
-    # The per-request outputs and their padding past R.
+    # The per-request outputs and their padding past R (names of their own: Triton types a name
+    # once per kernel, and the token phase's are scalars).
     request_lanes = tl.arange(0, BLOCK_R)
     total = tl.load(qsl_ptr + num_reqs)
     for tile in range(pid, tl.cdiv(request_end, BLOCK_R), num_progs):
-        r = tile * BLOCK_R + request_lanes
-        real = r < num_reqs
-        safe_r = tl.where(real, r, 0)
-        start = tl.load(qsl_ptr + safe_r, mask=real, other=0).to(tl.int64)
-        query_len = tl.maximum(tl.load(qsl_ptr + safe_r + 1, mask=real, other=0).to(tl.int64) - start, 0)
-        rejected = tl.load(num_rejected_ptr + safe_r, mask=real, other=0).to(tl.int64)
-        kept = tl.minimum(tl.maximum(query_len - rejected, 0), query_len)
-        tl.store(out_qsl_ptr + tl.where(r < qsl_end, r, 0), tl.where(real, start.to(tl.int32), total),
-                 mask=r < qsl_end)
-        seq_len = tl.load(seq_lens_ptr + safe_r, mask=real, other=0)
-        tl.store(out_seq_ptr + tl.where(r < seq_end, r, 0), tl.where(real, seq_len, 0), mask=r < seq_end)
-        last = tl.where(real, start + kept - 1, 0)
-        tl.store(last_index_ptr + tl.where(r < index_end, r, 0), last.to(last_index_ptr.dtype.element_ty),
-                 mask=r < index_end)
+        req = tile * BLOCK_R + request_lanes
+        real = req < num_reqs
+        safe_req = tl.where(real, req, 0)
+        first = tl.load(qsl_ptr + safe_req, mask=real, other=0).to(tl.int64)
+        # The end's offset is 0 on an off lane too (not safe_req + 1): the NPU route issues every
+        # lane's access, and at R = 0 query_start_loc has one entry.
+        end = tl.load(qsl_ptr + tl.where(real, req + 1, 0), mask=real, other=0).to(tl.int64)
+        req_len = tl.maximum(end - first, 0)
+        rejected = tl.load(num_rejected_ptr + safe_req, mask=real, other=0).to(tl.int64)
+        req_kept = tl.minimum(tl.maximum(req_len - rejected, 0), req_len)
+        tl.store(out_qsl_ptr + tl.where(req < qsl_end, req, 0), tl.where(real, first.to(tl.int32), total),
+                 mask=req < qsl_end)
+        seq_len = tl.load(seq_lens_ptr + safe_req, mask=real, other=0)
+        tl.store(out_seq_ptr + tl.where(req < seq_end, req, 0), tl.where(real, seq_len, 0), mask=req < seq_end)
+        last = tl.where(real, first + req_kept - 1, 0)
+        tl.store(last_index_ptr + tl.where(req < index_end, req, 0), last.to(last_index_ptr.dtype.element_ty),
+                 mask=req < index_end)
         if HAS_MAPPING:
-            row = tl.load(idx_ptr + safe_r, mask=real, other=-1).to(tl.int64)
-            tl.store(mapping_ptr + tl.where(r < mapping_end, r, 0),
-                     tl.where(real, row, -1).to(mapping_ptr.dtype.element_ty), mask=r < mapping_end)
+            req_row = tl.load(idx_ptr + safe_req, mask=real, other=-1).to(tl.int64)
+            tl.store(mapping_ptr + tl.where(req < mapping_end, req, 0),
+                     tl.where(real, req_row, -1).to(mapping_ptr.dtype.element_ty), mask=req < mapping_end)
     if HAS_STEP:
         # Lane 0 of program 0 resets the step (a one-lane store rather than a scalar one).
         step_at = tl.where(request_lanes + pid == 0, 0, -1)
