@@ -161,7 +161,7 @@ def make_copy_request_inputs(original):
     @functools.wraps(original)
     def _copy_request_inputs(self, num_reqs, idx_mapping, temperature, seeds, dummy_run=False):
         prefill = _prefill.get()
-        if (dummy_run or prefill is None or prefill.speculator is not self
+        if (dummy_run or prefill is None or prefill.speculator is not self or num_reqs == 0
                 or idx_mapping is not prefill.input_batch.idx_mapping or num_reqs != prefill.input_batch.num_reqs):
             return original(self, num_reqs, idx_mapping, temperature, seeds, dummy_run)
         self.temperature.copy_(temperature)
@@ -175,11 +175,14 @@ def make_prepare_prefill_inputs(original):
     @functools.wraps(original)
     def prepare_prefill_inputs(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled,
                                num_rejected, last_sampled, next_prefill_tokens, max_num_reqs):
+        num_reqs = input_batch.num_reqs
+        if num_reqs == 0:  # vLLM's empty grid writes nothing; the op would write the padding
+            return original(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled,
+                            num_rejected, last_sampled, next_prefill_tokens, max_num_reqs)
         prefill = _prefill.get()
         request_copy = None
         if prefill is not None and prefill.input_batch is input_batch:
             request_copy, prefill.request_copy = prefill.request_copy, None
-        num_reqs = input_batch.num_reqs
         # vLLM's kernel pads the request-indexed buffers to max_num_reqs (+ 1); the op pads to the
         # end of the views it is given.
         specops.prepare_draft_prefill_inputs(
