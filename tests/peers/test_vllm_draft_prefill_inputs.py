@@ -127,28 +127,25 @@ def assert_agree(ours: dict, theirs: dict, what: str):
         assert ours[name] == want, f"{name} differs from vLLM's ({what})"
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_agrees_with_prepare_prefill_inputs_and_the_mapping_copy(seed):
-    case = random_case(seed)
+def assert_agree_on_every_backend(case, what: str):
     theirs = Drafter(case)
     theirs.vllm()
     for backend in BACKENDS:
         ours = Drafter(case)
         with specops.backend(backend):
             ours.ours()
-        assert_agree(ours.written(), theirs.written(), f"R={case.num_reqs} T={case.num_tokens} seed={seed} {backend}")
+        assert_agree(ours.written(), theirs.written(), f"{what} {backend}")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_agrees_with_prepare_prefill_inputs_and_the_mapping_copy(seed):
+    case = random_case(seed)
+    assert_agree_on_every_backend(case, f"R={case.num_reqs} T={case.num_tokens} seed={seed}")
 
 
 def test_a_full_batch_of_max_num_reqs():
     """R = max_num_reqs: no padding entry past R but out_query_start_loc's last."""
-    case = random_case(77, num_reqs=MAX_NUM_REQS)
-    theirs = Drafter(case)
-    theirs.vllm()
-    for backend in BACKENDS:
-        ours = Drafter(case)
-        with specops.backend(backend):
-            ours.ours()
-        assert_agree(ours.written(), theirs.written(), f"R={MAX_NUM_REQS} {backend}")
+    assert_agree_on_every_backend(random_case(77, num_reqs=MAX_NUM_REQS), f"R={MAX_NUM_REQS}")
 
 
 def test_the_worked_example():
