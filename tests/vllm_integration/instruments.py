@@ -12,8 +12,8 @@ Tensor ops. The aten ops the runner and the adapters issue outside any kernel ar
 (`aten`, views excluded), for information: on a GPU most are kernels too (the tensor ops of
 vLLM's PCP partition, its slot-mapping conversion), some are host work on host tensors, and
 neither vLLM's counts nor specops' goals include them. The interpreter's own tensor ops while it
-runs a kernel (about seven per tensor argument: it emulates the device on host copies) are
-neither counted nor watched for syncs.
+runs a kernel (about seven per tensor argument: it emulates the device on host copies) and the
+Recorder's snapshots are neither counted nor watched for syncs.
 
 Host syncs. On a GPU a host read of a device value is `aten::_local_scalar_dense` (`.item()`,
 `int(t)`, `bool(t)`), a device-to-host copy (`copy_` / `_to_copy` into host memory), or
@@ -43,7 +43,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 _in_adapter: contextvars.ContextVar[str | None] = contextvars.ContextVar("in_adapter", default=None)
-_in_kernel: contextvars.ContextVar[bool] = contextvars.ContextVar("in_kernel", default=False)
+# Set while the interpreter runs a kernel or the Recorder copies buffers: not the runner's work.
+_uncounted: contextvars.ContextVar[bool] = contextvars.ContextVar("uncounted", default=False)
 _SYNC_OPS = ("aten::_local_scalar_dense", "aten::copy_", "aten::_to_copy")
 # Device values given to a host adapter, until Instruments.step_counts collects them.
 _host_adapter_syncs: collections.Counter = collections.Counter()
@@ -79,7 +80,7 @@ class _Mode(TorchDispatchMode):
         self.counts = counts
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if _in_kernel.get():  # the interpreter emulating a kernel
+        if _uncounted.get():  # the interpreter emulating a kernel, or a snapshot
             return func(*args, **(kwargs or {}))
         name = func.name()
         if func.namespace == "specops":
@@ -100,7 +101,11 @@ class Recorder:
         self.records = []
 
     def add(self, step: int, phase: str, buffers: dict) -> None:
-        self.records.append((step, phase, {n: t.detach().clone() for n, t in buffers.items() if t is not None}))
+        token = _uncounted.set(True)
+        try:
+            self.records.append((step, phase, {n: t.detach().clone() for n, t in buffers.items() if t is not None}))
+        finally:
+            _uncounted.reset(token)
 
 
 class Instruments:
@@ -115,11 +120,11 @@ class Instruments:
 
         def run(self, *args, **kwargs):
             instruments.counts.triton[getattr(self.fn, "__name__", repr(self.fn))] += 1
-            token = _in_kernel.set(True)
+            token = _uncounted.set(True)
             try:
                 return original_run(self, *args, **kwargs)
             finally:
-                _in_kernel.reset(token)
+                _uncounted.reset(token)
 
         interpreter.InterpretedFunction.run = run
         for name in ("tolist", "numpy", "__array__"):
@@ -133,7 +138,7 @@ class Instruments:
         @functools.wraps(original)
         def host_read(tensor, *args, **kwargs):
             point = _in_adapter.get()
-            if point is not None and not _in_kernel.get():
+            if point is not None and not _uncounted.get():
                 instruments.counts.adapter_syncs[f"{point}: Tensor.{name}"] += 1
             return original(tensor, *args, **kwargs)
 
