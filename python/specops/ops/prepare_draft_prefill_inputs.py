@@ -30,6 +30,12 @@ def _check(target_input_ids: torch.Tensor, target_positions: torch.Tensor, idx_m
     def tensor(t: object, name: str, dtypes: list[torch.dtype], dim: int = 1) -> None:
         check_tensor(t, name, dtypes, dim, device, "idx_mapping")
 
+    def either_rank(t: object, name: str, dtypes: list[torch.dtype], ranks: tuple[int, int], shapes: str) -> None:
+        # An argument the op takes at two ranks; anything but a tensor gets check_tensor's message.
+        if isinstance(t, torch.Tensor) and t.dim() not in ranks:
+            raise ValueError(f"{name} must be {shapes}, got shape {list(t.shape)}")
+        tensor(t, name, dtypes, t.dim() if isinstance(t, torch.Tensor) else ranks[0])
+
     tensor(target_input_ids, "target_input_ids", _IDS)
     tensor(target_positions, "target_positions", _POSITIONS)
     tensor(query_start_loc, "query_start_loc", [torch.int32])
@@ -37,16 +43,10 @@ def _check(target_input_ids: torch.Tensor, target_positions: torch.Tensor, idx_m
     for t, name in ((seq_lens, "seq_lens"), (num_sampled, "num_sampled"), (num_rejected, "num_rejected")):
         tensor(t, name, [torch.int32])
         check_entries(t, name, num_reqs, _WHAT_R)
-    if not isinstance(last_sampled_tokens, torch.Tensor) or last_sampled_tokens.dim() not in (1, 2):
-        raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got shape "
-                         f"{list(last_sampled_tokens.shape) if isinstance(last_sampled_tokens, torch.Tensor) else None}")
-    tensor(last_sampled_tokens, "last_sampled_tokens", [torch.int32, torch.int64], last_sampled_tokens.dim())
+    either_rank(last_sampled_tokens, "last_sampled_tokens", [torch.int32, torch.int64], (1, 2), "[M] or [M, 1]")
     if last_sampled_tokens.dim() == 2 and last_sampled_tokens.size(1) != 1:
         raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got shape {list(last_sampled_tokens.shape)}")
-    if not isinstance(next_prefill_tokens, torch.Tensor) or next_prefill_tokens.dim() not in (1, 2):
-        raise ValueError(f"next_prefill_tokens must be [M] or [L, M], got shape "
-                         f"{list(next_prefill_tokens.shape) if isinstance(next_prefill_tokens, torch.Tensor) else None}")
-    tensor(next_prefill_tokens, "next_prefill_tokens", [torch.int32], next_prefill_tokens.dim())
+    either_rank(next_prefill_tokens, "next_prefill_tokens", [torch.int32], (1, 2), "[M] or [L, M]")
     if next_prefill_tokens.dim() == 2 and next_prefill_tokens.size(0) < 1:
         raise ValueError(f"next_prefill_tokens must be [M] or [L, M] with L >= 1, got shape "
                          f"{list(next_prefill_tokens.shape)}")
@@ -59,11 +59,9 @@ def _check(target_input_ids: torch.Tensor, target_positions: torch.Tensor, idx_m
     tensor(last_token_indices, "last_token_indices", _POSITIONS)
     check_entries(last_token_indices, "last_token_indices", num_reqs, _WHAT_R)
     if current_draft_step is not None:
-        if not isinstance(current_draft_step, torch.Tensor) or current_draft_step.dim() > 1 \
-                or current_draft_step.numel() != 1:
-            raise ValueError(f"current_draft_step must be 0-D or [1], got shape "
-                             f"{list(current_draft_step.shape) if isinstance(current_draft_step, torch.Tensor) else None}")
-        tensor(current_draft_step, "current_draft_step", _POSITIONS, current_draft_step.dim())
+        either_rank(current_draft_step, "current_draft_step", _POSITIONS, (0, 1), "0-D or [1]")
+        if current_draft_step.numel() != 1:
+            raise ValueError(f"current_draft_step must be 0-D or [1], got shape {list(current_draft_step.shape)}")
     if request_idx_mapping is not None:
         tensor(request_idx_mapping, "request_idx_mapping", _POSITIONS)
         check_entries(request_idx_mapping, "request_idx_mapping", num_reqs, _WHAT_R)
