@@ -10,6 +10,9 @@ TORCH_LIBRARY(specops, m) {
       "compute_slot_mapping(Tensor query_start_loc, Tensor positions, Tensor block_table, int block_size, "
       "Tensor(a!) out, int blocks_per_kv_block, int cp_world_size, int cp_rank, int cp_interleave, "
       "Tensor? idx_mapping, int num_tokens_padded, Tensor? num_blocks=None) -> ()");
+  // Host-only: query_start_loc[R] after query_start_loc's checks (the token count a wrapper sizes
+  // an output from).
+  m.def("query_start_loc_tokens(Tensor query_start_loc) -> int");
   // Host-only: compute_slot_mapping's value checks for several tables, writing nothing (so that
   // PersistentMappings.refresh rejects a batch before it rewrites any group). block_sizes,
   // blocks_per_kv_block, cp_sharded: one entry per table (a table not CP-sharded maps as a single
@@ -170,15 +173,16 @@ TORCH_LIBRARY(specops, m) {
       "Tensor(f!)? current_draft_step, Tensor(g!)? request_idx_mapping) -> ()");
   // past_max_model_len: 0 "reset", 1 "clamp"; out_positions may be positions itself (in place)
   // without token_indices. num_draft_steps -1: no last step (draft_step only picks the column).
+  // The token bookkeeping's arguments (target_seq_lens on) default to none.
   m.def(
       "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
       "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
       "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int max_model_len, int past_max_model_len, "
       "int num_tokens_padded, int num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, "
       "int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, "
-      "Tensor? target_seq_lens, Tensor(e!)? input_ids, Tensor(f!)? draft_tokens, Tensor? sampled_tokens, "
-      "Tensor? draft_step, int num_draft_steps, Tensor(g!)? sample_positions, Tensor? hidden_states, "
-      "Tensor(h!)? next_hidden_states) -> ()");
+      "Tensor? target_seq_lens=None, Tensor(e!)? input_ids=None, Tensor(f!)? draft_tokens=None, "
+      "Tensor? sampled_tokens=None, Tensor? draft_step=None, int num_draft_steps=-1, "
+      "Tensor(g!)? sample_positions=None, Tensor? hidden_states=None, Tensor(h!)? next_hidden_states=None) -> ()");
   // Row k - 1 of every output is pass k; storage_block_sizes: each group's block size in its KV
   // cache (the slot pairs' format).
   m.def(

@@ -127,7 +127,7 @@ def stand_in_npu(monkeypatch) -> tuple[dict[int, types.SimpleNamespace], list[in
     """A stand-in torch_npu (`torch.npu`, undone with `monkeypatch`): device i reports the
     properties in `table[i]` (name, and cube_core_num / vector_core_num where the test gives
     them), the current device is 0, and each read appends its index to `reads`. The caller
-    clears specops' per-device platform cache around its test (specops.ops._ascend_platform)."""
+    clears specops' per-device platform cache around its test (specops.ascend_platform)."""
     table: dict[int, types.SimpleNamespace] = {}
     reads: list[int] = []
 

@@ -325,6 +325,7 @@ def make_spec_decode_step(
     valid_dtype: torch.dtype = torch.int32,
     host_dtype: torch.dtype = torch.int32,
 ) -> SpecDecodeStep:
+    from specops.ops.registry import OPS
     from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens
 
     correction = make_correction_inputs(generator, num_rows=num_reqs, num_prev_rows=num_prev_rows,
@@ -333,7 +334,7 @@ def make_spec_decode_step(
     query_lens = torch.randint(0, max_query_len + 1, (num_reqs,), dtype=torch.int32, generator=generator)
     query_start_loc = query_start_loc_of(query_lens.tolist())
     corrected = correction.clone()
-    correct_num_computed_tokens(*corrected.args())
+    correct_num_computed_tokens(OPS["correct_num_computed_tokens"].arguments(*corrected.args()))
     max_seq_len = int((corrected.num_computed_tokens[:num_reqs] + query_lens).max()) if num_reqs else 1
     rows = num_reqs + 3
     block_tables = []

@@ -211,19 +211,26 @@ def pinned_words() -> torch.Tensor:
 _NOT_PROVIDED = torch.empty(0, dtype=torch.int32)
 
 
-def host_inputs(inputs: list[object]) -> list[object]:
+def host_inputs(inputs: tuple) -> list[object]:
     """The op's arguments for its C++ host op: host tensors as they are, a device tensor that
-    holds no values as the empty host placeholder. A device tensor with values is never read
-    on the host (that would sync the stream): the member's check refuses it before this point
-    (_sas_inputs.check_schedule_inputs), and this refuses it again."""
-    converted = list(inputs)
-    for position, value in enumerate(inputs):
-        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
-            if value.numel():
-                raise ValueError(f"argument {position} is a length tensor on {value.device}: the schedule is planned "
-                                 "on the host and reads host copies of the lengths only")
-            converted[position] = _NOT_PROVIDED
-    return converted
+    holds no values as the empty host placeholder (refuse_device_lengths has refused every
+    device tensor with values: reading one on the host would sync the stream)."""
+    return [_NOT_PROVIDED if isinstance(value, torch.Tensor) and value.device.type != "cpu" else value
+            for value in inputs]
+
+
+def refuse_device_lengths(arguments: tuple) -> None:
+    """On the host route a length tensor that holds values on out's device is refused, naming the
+    host copy to pass instead: the schedule is planned on the host, and reading a device tensor
+    there would drain the stream on every call (docs/sas_metadata.md says why this is an error,
+    not a silent copy). The op's checks have refused every other device (out's, or the host)."""
+    out = arguments[-1]
+    for name, value in zip(arguments._fields, arguments[:-1]):
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu" and value.numel():
+            raise ValueError(f"{name} is on {out.device}: on this device the schedule is planned on the host, which "
+                             f"would read {name} back with a blocking copy that drains the stream; pass its host "
+                             f"copy instead (the runner's query_start_loc_cpu / seq_lens_cpu, or {name}.cpu() where "
+                             "a sync is wanted)")
 
 
 def plans_on_host(inputs: list[object], out: torch.Tensor) -> bool:
@@ -236,12 +243,13 @@ def plans_on_host(inputs: list[object], out: torch.Tensor) -> bool:
         isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.numel() for value in inputs)
 
 
-def host_route(op_name: str, *arguments: object) -> None:
+def host_route(op_name: str, arguments: tuple) -> None:
     """The host route of the family's op `op_name`: its C++ host op on the host length tensors,
     then, for a device `out` (the last argument), one non-blocking copy of the 1024 words from
     pinned staging on the current stream. Nothing waits for the device and nothing is read from
     it; the words are in `out` for every kernel enqueued after this call on that stream (a reader
     on another stream waits on an event, as for any producer)."""
+    refuse_device_lengths(arguments)
     *inputs, out = arguments
     host_op = getattr(torch.ops.specops, op_name).default
     if out.device.type == "cpu":
@@ -255,13 +263,14 @@ def host_route(op_name: str, *arguments: object) -> None:
 def npu_host_routed(op_name: str) -> Callable[[Launcher], Launcher]:
     """A family member's launcher that takes `host_route` where `plans_on_host` says so (on the
     NPU, where the kernel does not compile: triton_kernels/sas_metadata.py says why; on any device
-    given host lengths) and launches the kernel everywhere else; all three members use it."""
+    given host lengths) and launches the kernel everywhere else; all three members use it. The
+    launcher takes the op's argument record (ops/_op.py), checked."""
     def route(launcher: Launcher) -> Launcher:
         @functools.wraps(launcher)
-        def routed(*arguments: object) -> None:
+        def routed(arguments: tuple) -> None:
             if plans_on_host(arguments[:-1], arguments[-1]):
-                host_route(op_name, *arguments)
+                host_route(op_name, arguments)
             else:
-                launcher(*arguments)
+                launcher(arguments)
         return routed
     return route

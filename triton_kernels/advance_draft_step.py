@@ -254,56 +254,47 @@ def _draft_input_arguments(stand_in: torch.Tensor, target_seq_lens, input_ids, d
             hidden[1], given(next_hidden_states), hidden[2], hidden[0]]
 
 
-def advance_draft_step(
-    positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: list[torch.Tensor],
-    token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None, idx_mapping: torch.Tensor | None,
-    out_positions: torch.Tensor, slot_mappings: list[torch.Tensor], query_start_loc: torch.Tensor | None,
-    num_blocks: list[torch.Tensor], max_model_len: int, past_max_model_len: int, num_tokens_padded: int,
-    num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int],
-    blocks_per_kv_block: list[int], cp_sharded: list[bool], slot_mapping_enabled: list[bool],
-    target_seq_lens: torch.Tensor | None, input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None,
-    sampled_tokens: torch.Tensor | None, draft_step: torch.Tensor | None, num_draft_steps: int,
-    sample_positions: torch.Tensor | None, hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None,
-) -> None:
-    rule = past_max_model_len
-    num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
-    positions_end = out_positions.numel()
-    if positions_end > num_reqs and num_tokens_padded >= 0:
-        positions_end = num_tokens_padded
-    seq_lens_end = seq_lens.numel() if num_reqs_padded < 0 else num_reqs_padded
+def advance_draft_step(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    rule = a.past_max_model_len
+    num_reqs = a.token_indices.numel() if a.token_indices is not None else a.positions.numel()
+    positions_end = a.out_positions.numel()
+    if positions_end > num_reqs and a.num_tokens_padded >= 0:
+        positions_end = a.num_tokens_padded
+    seq_lens_end = a.seq_lens.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded
     query_start_loc_end = 0
-    if query_start_loc is not None:
-        query_start_loc_end = query_start_loc.numel() if num_reqs_padded < 0 else num_reqs_padded + 1
-    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
-                            cp_rank, cp_interleave)
-    groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, layouts, num_reqs, num_tokens_padded)
+    if a.query_start_loc is not None:
+        query_start_loc_end = a.query_start_loc.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded + 1
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
+                            a.cp_rank, a.cp_interleave)
+    groups = draft_group_arguments(a.block_tables, a.slot_mappings, a.num_blocks, layouts, num_reqs, a.num_tokens_padded)
     step_end = max(positions_end, seq_lens_end, query_start_loc_end, num_reqs)
-    common = dict(CLAMP=rule == 1, HAS_TOKEN_INDICES=token_indices is not None,
-                  HAS_REJECTED=num_rejected_tokens is not None, HAS_IDX_MAPPING=idx_mapping is not None,
-                  HAS_QUERY_START_LOC=query_start_loc is not None, HAS_NUM_BLOCKS=bool(num_blocks),
-                  HAS_TARGET_SEQ_LENS=target_seq_lens is not None, HAS_INPUT_IDS=input_ids is not None,
-                  HAS_SAMPLED=sampled_tokens is not None, HAS_STEP=draft_step is not None,
-                  HAS_SAMPLE_POSITIONS=sample_positions is not None, HAS_HIDDEN=hidden_states is not None,
+    common = dict(CLAMP=rule == 1, HAS_TOKEN_INDICES=a.token_indices is not None,
+                  HAS_REJECTED=a.num_rejected_tokens is not None, HAS_IDX_MAPPING=a.idx_mapping is not None,
+                  HAS_QUERY_START_LOC=a.query_start_loc is not None, HAS_NUM_BLOCKS=bool(a.num_blocks),
+                  HAS_TARGET_SEQ_LENS=a.target_seq_lens is not None, HAS_INPUT_IDS=a.input_ids is not None,
+                  HAS_SAMPLED=a.sampled_tokens is not None, HAS_STEP=a.draft_step is not None,
+                  HAS_SAMPLE_POSITIONS=a.sample_positions is not None, HAS_HIDDEN=a.hidden_states is not None,
                   BLOCK=BLOCK, HIDDEN_ROWS=HIDDEN_ROWS, BLOCK_H=BLOCK_H)
-    inputs = _draft_input_arguments(seq_lens, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
-                                    num_draft_steps, sample_positions, hidden_states, next_hidden_states)
+    inputs = _draft_input_arguments(a.seq_lens, a.target_seq_lens, a.input_ids, a.draft_tokens, a.sampled_tokens, a.draft_step,
+                                    a.num_draft_steps, a.sample_positions, a.hidden_states, a.next_hidden_states)
     # Groups past the first MAX_GROUPS first, while positions and seq_lens still hold the inputs.
     def stand_in() -> list:
-        return _group_arguments(seq_lens.new_empty((0, 0)), seq_lens, seq_lens, (1, 1, 1, 0, 1, 0), 0)
+        return _group_arguments(a.seq_lens.new_empty((0, 0)), a.seq_lens, a.seq_lens, (1, 1, 1, 0, 1, 0), 0)
 
     for chunk, num_groups, write_step, flat in launch_chunks(groups, stand_in):
         end = max([step_end if write_step else num_reqs] + [group[-1] for group in chunk])
         if end == 0:
             continue
-        grid = (num_programs(seq_lens.device, triton.cdiv(end, BLOCK)),)
+        grid = (num_programs(a.seq_lens.device, triton.cdiv(end, BLOCK)),)
         # Masked lanes access offset 0 on the NPU route, also of a tensor with no element (a step
         # of no requests): each empty one goes as a placeholder element (its stand-ins too).
         _advance_draft_step_kernel[grid](
-            nonempty(positions), nonempty(seq_lens),
-            nonempty(token_indices if token_indices is not None else positions),
-            nonempty(num_rejected_tokens if num_rejected_tokens is not None else seq_lens),
-            nonempty(idx_mapping if idx_mapping is not None else seq_lens), nonempty(out_positions),
-            nonempty(query_start_loc if query_start_loc is not None else seq_lens),
-            num_reqs, positions.numel(), max_model_len, positions_end, seq_lens_end, query_start_loc_end, end,
+            nonempty(a.positions), nonempty(a.seq_lens),
+            nonempty(a.token_indices if a.token_indices is not None else a.positions),
+            nonempty(a.num_rejected_tokens if a.num_rejected_tokens is not None else a.seq_lens),
+            nonempty(a.idx_mapping if a.idx_mapping is not None else a.seq_lens), nonempty(a.out_positions),
+            nonempty(a.query_start_loc if a.query_start_loc is not None else a.seq_lens),
+            num_reqs, a.positions.numel(), a.max_model_len, positions_end, seq_lens_end, query_start_loc_end, end,
             *inputs, *flat, NUM_GROUPS=num_groups, WRITE_STEP=write_step, **common,
         )

@@ -224,60 +224,50 @@ def _group_arguments(table, out, pairs, target, num_blocks, layout, storage: int
             out.stride(0), pairs.stride(0), storage]
 
 
-def advance_draft_steps(
-    query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, token_indices: torch.Tensor,
-    num_rejected_tokens: torch.Tensor, idx_mapping: torch.Tensor | None, block_tables: list[torch.Tensor],
-    num_blocks: list[torch.Tensor], target_slot_mappings: list[torch.Tensor], rope_cos_sin_cache: torch.Tensor,
-    out_positions: torch.Tensor, out_seq_lens: torch.Tensor, out_query_start_loc: torch.Tensor,
-    out_cos_sin: torch.Tensor, out_local_cos_sin: torch.Tensor, out_local_query_start_loc: torch.Tensor,
-    out_local_seq_lens: torch.Tensor, out_start_pos: torch.Tensor, out_slots: list[torch.Tensor],
-    out_slot_pairs: list[torch.Tensor], num_steps: int, num_actual_tokens: int, num_input_tokens: int,
-    num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
-    cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int],
-    cp_sharded: list[bool], slot_mapping_enabled: list[bool], storage_block_sizes: list[int],
-) -> None:
-    num_tokens, rule, storage = num_actual_tokens, past_max_model_len, storage_block_sizes
-    num_groups = len(block_tables)
-    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
-                            cp_rank, cp_interleave)
-    num_reqs = token_indices.numel()
-    reqs_end = out_seq_lens.size(1)
-    first_per_rank = -(-num_input_tokens // split_size)
-    later_per_rank = -(-num_reqs_padded // split_size)
-    first_pad, later_pad = first_per_rank * split_size, later_per_rank * split_size
-    groups = [_group_arguments(table, out, pairs, target, num_blocks[g] if num_blocks else table, layouts[g],
+def advance_draft_steps(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_tokens, rule, storage = a.num_actual_tokens, a.past_max_model_len, a.storage_block_sizes
+    num_groups = len(a.block_tables)
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
+                            a.cp_rank, a.cp_interleave)
+    num_reqs = a.token_indices.numel()
+    reqs_end = a.out_seq_lens.size(1)
+    first_per_rank = -(-a.num_input_tokens // a.split_size)
+    later_per_rank = -(-a.num_reqs_padded // a.split_size)
+    first_pad, later_pad = first_per_rank * a.split_size, later_per_rank * a.split_size
+    groups = [_group_arguments(table, out, pairs, target, a.num_blocks[g] if a.num_blocks else table, layouts[g],
                                storage[g])
-              for g, (table, out, pairs, target) in enumerate(zip(block_tables, out_slots, out_slot_pairs,
-                                                                  target_slot_mappings))]
-    stand_in = [seq_lens, out_seq_lens, out_seq_lens, seq_lens, seq_lens] + [1] * 12  # never read: NUM_GROUPS stops it
+              for g, (table, out, pairs, target) in enumerate(zip(a.block_tables, a.out_slots, a.out_slot_pairs,
+                                                                  a.target_slot_mappings))]
+    stand_in = [a.seq_lens, a.out_seq_lens, a.out_seq_lens, a.seq_lens, a.seq_lens] + [1] * 12  # never read: NUM_GROUPS stops it
     chunks = [groups[i:i + MAX_GROUPS] for i in range(MAX_GROUPS, num_groups, MAX_GROUPS)] + [groups[:MAX_GROUPS]]
-    rot_dim = rope_cos_sin_cache.size(1)
+    rot_dim = a.rope_cos_sin_cache.size(1)
     for index, chunk in enumerate(chunks):
         write_step = index == len(chunks) - 1
         flat = [argument for group in chunk for argument in group] + stand_in * (MAX_GROUPS - len(chunk))
-        first_end = max(first_pad, num_input_tokens) if write_step else num_input_tokens
-        later_end = max(reqs_end + 1, later_pad, num_reqs_padded) if write_step else num_reqs_padded
-        if num_steps < 2 and not write_step:
+        first_end = max(first_pad, a.num_input_tokens) if write_step else a.num_input_tokens
+        later_end = max(reqs_end + 1, later_pad, a.num_reqs_padded) if write_step else a.num_reqs_padded
+        if a.num_steps < 2 and not write_step:
             later_end = 0
         tiles = triton.cdiv(first_end, BLOCK) + triton.cdiv(later_end, BLOCK)
         if tiles == 0:
             continue
-        grid = (num_programs(out_positions.device, tiles),)
+        grid = (num_programs(a.out_positions.device, tiles),)
         # Masked lanes access offset 0 on the NPU route, also of a tensor with no element (a step
         # of no requests): each empty one goes as a placeholder element.
         _advance_draft_steps_kernel[grid](
-            query_start_loc, nonempty(positions), nonempty(seq_lens), nonempty(token_indices),
-            nonempty(num_rejected_tokens), nonempty(idx_mapping if idx_mapping is not None else seq_lens),
-            rope_cos_sin_cache, nonempty(out_positions), nonempty(out_seq_lens), nonempty(out_query_start_loc),
-            nonempty(out_cos_sin), nonempty(out_local_cos_sin), nonempty(out_local_query_start_loc),
-            nonempty(out_local_seq_lens), nonempty(out_start_pos),
-            num_steps, num_reqs, num_tokens, num_input_tokens, num_reqs_padded, positions.numel(), max_model_len,
-            split_rank, reqs_end, rope_cos_sin_cache.size(0), rot_dim,
-            out_positions.stride(0), out_seq_lens.stride(0), out_query_start_loc.stride(0),
-            out_local_query_start_loc.stride(0), out_local_seq_lens.stride(0), out_start_pos.stride(0),
-            out_cos_sin.stride(0), out_local_cos_sin.stride(0),
+            a.query_start_loc, nonempty(a.positions), nonempty(a.seq_lens), nonempty(a.token_indices),
+            nonempty(a.num_rejected_tokens), nonempty(a.idx_mapping if a.idx_mapping is not None else a.seq_lens),
+            a.rope_cos_sin_cache, nonempty(a.out_positions), nonempty(a.out_seq_lens), nonempty(a.out_query_start_loc),
+            nonempty(a.out_cos_sin), nonempty(a.out_local_cos_sin), nonempty(a.out_local_query_start_loc),
+            nonempty(a.out_local_seq_lens), nonempty(a.out_start_pos),
+            a.num_steps, num_reqs, num_tokens, a.num_input_tokens, a.num_reqs_padded, a.positions.numel(), a.max_model_len,
+            a.split_rank, reqs_end, a.rope_cos_sin_cache.size(0), rot_dim,
+            a.out_positions.stride(0), a.out_seq_lens.stride(0), a.out_query_start_loc.stride(0),
+            a.out_local_query_start_loc.stride(0), a.out_local_seq_lens.stride(0), a.out_start_pos.stride(0),
+            a.out_cos_sin.stride(0), a.out_local_cos_sin.stride(0),
             first_per_rank, first_pad, later_per_rank, later_pad, first_end, later_end,
-            *flat, NUM_GROUPS=len(chunk), CLAMP=rule == 1, HAS_IDX_MAPPING=idx_mapping is not None,
-            HAS_NUM_BLOCKS=bool(num_blocks), WRITE_STEP=write_step, BLOCK=BLOCK,
+            *flat, NUM_GROUPS=len(chunk), CLAMP=rule == 1, HAS_IDX_MAPPING=a.idx_mapping is not None,
+            HAS_NUM_BLOCKS=bool(a.num_blocks), WRITE_STEP=write_step, BLOCK=BLOCK,
             DIM=triton.next_power_of_2(max(rot_dim, 1)),
         )

@@ -54,21 +54,16 @@ def _apply_staged_writes_kernel(
         tl.store(target, value, mask=fits)
 
 
-def apply_staged_writes(
-    table: torch.Tensor,
-    rows: torch.Tensor,
-    starts: torch.Tensor,
-    cu_lens: torch.Tensor,
-    values: torch.Tensor,
-) -> None:
-    num_writes = rows.numel()
-    if num_writes == 0 or values.numel() == 0:
+def apply_staged_writes(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_writes = a.rows.numel()
+    if num_writes == 0 or a.values.numel() == 0:
         return
-    num_tiles = triton.cdiv(values.numel(), BLOCK)
-    grid = (num_programs(table.device, num_tiles),)
+    num_tiles = triton.cdiv(a.values.numel(), BLOCK)
+    grid = (num_programs(a.table.device, num_tiles),)
     _apply_staged_writes_kernel[grid](
-        table, rows, starts, cu_lens, values,
-        num_writes, values.numel(), table.size(0), table.size(1), table.stride(0),
+        a.table, a.rows, a.starts, a.cu_lens, a.values,
+        num_writes, a.values.numel(), a.table.size(0), a.table.size(1), a.table.stride(0),
         search_steps(num_writes),
         BLOCK=BLOCK,
     )

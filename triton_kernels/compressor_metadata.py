@@ -89,18 +89,18 @@ def _compressor_metadata_kernel(
                         rope_dim, FORMAT, BLOCK, RB, DIM)
 
 
-def compressor_metadata(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqlens: torch.Tensor,
-                        start_pos: torch.Tensor, kv_block_table: torch.Tensor, kv_block_size: int,
-                        slot_mapping_format: int, compress_ratio: int, num_reqs_actual: int,
-                        compress_cos: torch.Tensor, compress_sin: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    num_rows = compress_cos.shape[0]
+def compressor_metadata(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    rope_cos = a.rope_cos
+    rope_sin = a.rope_sin
+    num_rows = a.compress_cos.shape[0]
     if num_rows == 0:
         return
     rope_cos, rope_sin = rope_cos.contiguous(), rope_sin.contiguous()
-    grid = (num_programs(compress_cos.device, triton.cdiv(num_rows, BLOCK)),)
+    grid = (num_programs(a.compress_cos.device, triton.cdiv(num_rows, BLOCK)),)
     _compressor_metadata_kernel[grid](
-        rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_table, compress_cos, compress_sin, slot_mapping,
-        kv_block_table.stride(0), kv_block_table.shape[1], kv_block_size, compress_ratio, num_reqs_actual,
+        rope_cos, rope_sin, a.cu_seqlens, a.start_pos, a.kv_block_table, a.compress_cos, a.compress_sin, a.slot_mapping,
+        a.kv_block_table.stride(0), a.kv_block_table.shape[1], a.kv_block_size, a.compress_ratio, a.num_reqs_actual,
         rope_cos.shape[0], rope_cos.shape[1], num_rows, rope_cos.shape[1],
-        FORMAT=slot_mapping_format, BLOCK=BLOCK, RB=RB, DIM=triton.next_power_of_2(max(rope_cos.shape[1], 1)),
+        FORMAT=a.slot_mapping_format, BLOCK=BLOCK, RB=RB, DIM=triton.next_power_of_2(max(rope_cos.shape[1], 1)),
     )

@@ -79,28 +79,25 @@ def _compressor_metadata_multi_kernel(
 assert MAX_GROUPS == 4, "the kernel above is unrolled for MAX_GROUPS groups"
 
 
-def compressor_metadata_multi(rope_cos: list[torch.Tensor], rope_sin: list[torch.Tensor], cu_seqlens: torch.Tensor,
-                              start_pos: torch.Tensor, kv_block_tables: list[torch.Tensor], kv_block_sizes: list[int],
-                              slot_mapping_formats: list[int], compress_ratios: list[int], num_reqs_actual: int,
-                              compress_cos: list[torch.Tensor], compress_sin: list[torch.Tensor],
-                              slot_mappings: list[torch.Tensor]) -> None:
-    num_steps = cu_seqlens.shape[0]
+def compressor_metadata_multi(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_steps = a.cu_seqlens.shape[0]
     # Empty tensors as one element (nonempty): a masked lane still addresses offset 0 on the NPU.
-    per_group = [(nonempty(rope_cos[g]), nonempty(rope_sin[g]), nonempty(kv_block_tables[g]), compress_cos[g],
-                  compress_sin[g], slot_mappings[g], kv_block_tables[g].stride(0), kv_block_tables[g].shape[1],
-                  kv_block_sizes[g], compress_ratios[g], rope_cos[g].shape[0], rope_cos[g].stride(0),
-                  compress_cos[g].shape[1], rope_cos[g].shape[1]) for g in range(len(rope_cos))]
-    constants = [(slot_mapping_formats[g], triton.next_power_of_2(max(rope_cos[g].shape[1], 1)))
-                 for g in range(len(rope_cos))]
-    for groups in group_chunks(len(rope_cos)):
-        num_tasks = sum(num_steps * triton.cdiv(compress_cos[g].shape[1], BLOCK) for g in groups)
+    per_group = [(nonempty(a.rope_cos[g]), nonempty(a.rope_sin[g]), nonempty(a.kv_block_tables[g]), a.compress_cos[g],
+                  a.compress_sin[g], a.slot_mappings[g], a.kv_block_tables[g].stride(0), a.kv_block_tables[g].shape[1],
+                  a.kv_block_sizes[g], a.compress_ratios[g], a.rope_cos[g].shape[0], a.rope_cos[g].stride(0),
+                  a.compress_cos[g].shape[1], a.rope_cos[g].shape[1]) for g in range(len(a.rope_cos))]
+    constants = [(a.slot_mapping_formats[g], triton.next_power_of_2(max(a.rope_cos[g].shape[1], 1)))
+                 for g in range(len(a.rope_cos))]
+    for groups in group_chunks(len(a.rope_cos)):
+        num_tasks = sum(num_steps * triton.cdiv(a.compress_cos[g].shape[1], BLOCK) for g in groups)
         if num_tasks == 0:
             continue
         chosen = [constants[g] for g in groups] + [constants[groups[0]]] * (MAX_GROUPS - len(groups))
-        grid = (num_programs(cu_seqlens.device, num_tasks),)
+        grid = (num_programs(a.cu_seqlens.device, num_tasks),)
         _compressor_metadata_multi_kernel[grid](
-            *flat_group_args(per_group, groups), cu_seqlens, cu_seqlens.stride(0), start_pos, start_pos.stride(0),
-            num_reqs_actual, num_steps, NUM_GROUPS=len(groups),
+            *flat_group_args(per_group, groups), a.cu_seqlens, a.cu_seqlens.stride(0), a.start_pos, a.start_pos.stride(0),
+            a.num_reqs_actual, num_steps, NUM_GROUPS=len(groups),
             **{f"{name}_{g}": value for g, pair in enumerate(chosen) for name, value in zip(("FORMAT", "DIM"), pair)},
             BLOCK=BLOCK, RB=RB,
         )

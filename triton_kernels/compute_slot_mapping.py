@@ -56,31 +56,19 @@ def _compute_slot_mapping_kernel(
         tl.store(out_ptr + token, narrowed_slot(slot, out_ptr), mask=in_buffer)
 
 
-def compute_slot_mapping(
-    query_start_loc: torch.Tensor,
-    positions: torch.Tensor,
-    block_table: torch.Tensor,
-    block_size: int,
-    out: torch.Tensor,
-    blocks_per_kv_block: int,
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
-    idx_mapping: torch.Tensor | None,
-    num_tokens_padded: int,
-    num_blocks: torch.Tensor | None = None,
-) -> None:
-    if num_tokens_padded == 0:
+def compute_slot_mapping(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    if a.num_tokens_padded == 0:
         return
-    num_reqs = query_start_loc.numel() - 1
-    num_tiles = triton.cdiv(num_tokens_padded, BLOCK)
-    grid = (num_programs(out.device, num_tiles),)
+    num_reqs = a.query_start_loc.numel() - 1
+    num_tiles = triton.cdiv(a.num_tokens_padded, BLOCK)
+    grid = (num_programs(a.out.device, num_tiles),)
     _compute_slot_mapping_kernel[grid](
-        query_start_loc, positions, nonempty(block_table),
-        nonempty(idx_mapping) if idx_mapping is not None else query_start_loc, out,
-        num_reqs, positions.numel(), num_tokens_padded,
-        block_table.size(0), block_table.size(1), block_table.stride(0),
-        block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
-        search_steps(num_reqs), nonempty(num_blocks) if num_blocks is not None else query_start_loc,
-        HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=num_blocks is not None, BLOCK=BLOCK,
+        a.query_start_loc, a.positions, nonempty(a.block_table),
+        nonempty(a.idx_mapping) if a.idx_mapping is not None else a.query_start_loc, a.out,
+        num_reqs, a.positions.numel(), a.num_tokens_padded,
+        a.block_table.size(0), a.block_table.size(1), a.block_table.stride(0),
+        a.block_size, a.blocks_per_kv_block, a.cp_world_size, a.cp_rank, a.cp_interleave,
+        search_steps(num_reqs), nonempty(a.num_blocks) if a.num_blocks is not None else a.query_start_loc,
+        HAS_IDX_MAPPING=a.idx_mapping is not None, HAS_NUM_BLOCKS=a.num_blocks is not None, BLOCK=BLOCK,
     )

@@ -115,24 +115,18 @@ def correction_scratch(buffer: torch.Tensor, num_rows: int, values_per_row: int,
     return torch.empty(values_per_row * num_rows, dtype=dtype, device=buffer.device), False
 
 
-def correct_num_computed_tokens(
-    num_computed_tokens: torch.Tensor,
-    num_accepted_tokens: torch.Tensor,
-    prev_positions: torch.Tensor,
-    valid_sampled_token_count: torch.Tensor,
-    prev_num_draft_tokens: torch.Tensor,
-    cpu_num_computed_tokens: torch.Tensor,
-) -> None:
-    num_rows = prev_positions.numel()
+def correct_num_computed_tokens(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_rows = a.prev_positions.numel()
     if num_rows == 0:
         return
-    num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
-                            num_computed_tokens.numel())
-    scratch, one_tile = correction_scratch(num_computed_tokens, num_rows, 2)
+    num_previous_rows = min(a.valid_sampled_token_count.numel(), a.prev_num_draft_tokens.numel(),
+                            a.num_computed_tokens.numel())
+    scratch, one_tile = correction_scratch(a.num_computed_tokens, num_rows, 2)
     # One program by design: see the module docstring.
     _correct_num_computed_tokens_kernel[(1,)](
-        num_computed_tokens, num_accepted_tokens, prev_positions, nonempty(valid_sampled_token_count),
-        nonempty(prev_num_draft_tokens),
-        cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
+        a.num_computed_tokens, a.num_accepted_tokens, a.prev_positions, nonempty(a.valid_sampled_token_count),
+        nonempty(a.prev_num_draft_tokens),
+        a.cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
         BLOCK=BLOCK, ONE_TILE=one_tile,
     )

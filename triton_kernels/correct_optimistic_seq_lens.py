@@ -57,21 +57,17 @@ def _correct_optimistic_seq_lens_kernel(
             tl.store(seq_lens_ptr + rows, tl.load(scratch_ptr + rows, mask=is_row, other=0), mask=is_row)
 
 
-def correct_optimistic_seq_lens(
-    seq_lens_cpu: torch.Tensor,
-    prev_positions: torch.Tensor,
-    valid_sampled_token_count: torch.Tensor,
-    prev_num_draft_tokens: torch.Tensor,
-) -> None:
-    num_rows = prev_positions.numel()
+def correct_optimistic_seq_lens(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_rows = a.prev_positions.numel()
     if num_rows == 0:
         return
-    num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel())
-    scratch, one_tile = correction_scratch(seq_lens_cpu, num_rows, 1, seq_lens_cpu.dtype)
+    num_previous_rows = min(a.valid_sampled_token_count.numel(), a.prev_num_draft_tokens.numel())
+    scratch, one_tile = correction_scratch(a.seq_lens_cpu, num_rows, 1, a.seq_lens_cpu.dtype)
     # nonempty: a previous step of no rows (every row new) leaves these empty, and triton-ascend
     # issues a masked gather at every lane's offset, 0 included (the lowered code read past them).
     _correct_optimistic_seq_lens_kernel[(1,)](
-        seq_lens_cpu, prev_positions, nonempty(valid_sampled_token_count), nonempty(prev_num_draft_tokens), scratch,
+        a.seq_lens_cpu, a.prev_positions, nonempty(a.valid_sampled_token_count), nonempty(a.prev_num_draft_tokens), scratch,
         num_rows, num_previous_rows,
         BLOCK=BLOCK, ONE_TILE=one_tile,
     )

@@ -43,17 +43,15 @@ def _count_sampled_and_rejected_kernel(
                  mask=r < rejected_end)
 
 
-def count_sampled_and_rejected(
-    num_sampled: torch.Tensor, seq_lens: torch.Tensor, cu_num_logits: torch.Tensor, idx_mapping: torch.Tensor,
-    prefill_len: torch.Tensor, num_rejected: torch.Tensor, num_reqs_padded: int,
-) -> None:
-    sampled_end = num_sampled.numel() if num_reqs_padded < 0 else num_reqs_padded
-    rejected_end = num_rejected.numel() if num_reqs_padded < 0 else num_reqs_padded
+def count_sampled_and_rejected(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    sampled_end = a.num_sampled.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded
+    rejected_end = a.num_rejected.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded
     num_tasks = triton.cdiv(max(sampled_end, rejected_end), BLOCK)
     if num_tasks == 0:
         return
-    grid = (num_programs(num_sampled.device, num_tasks),)
+    grid = (num_programs(a.num_sampled.device, num_tasks),)
     _count_sampled_and_rejected_kernel[grid](
-        num_sampled, seq_lens, cu_num_logits, idx_mapping, prefill_len, num_rejected,
-        idx_mapping.numel(), prefill_len.numel(), sampled_end, rejected_end, BLOCK=BLOCK,
+        a.num_sampled, a.seq_lens, a.cu_num_logits, a.idx_mapping, a.prefill_len, a.num_rejected,
+        a.idx_mapping.numel(), a.prefill_len.numel(), sampled_end, rejected_end, BLOCK=BLOCK,
     )

@@ -57,23 +57,14 @@ def _cp_local_metadata_kernel(
         tl.store(start_pos_ptr + index, start_pos, mask=in_range & (index < start_pos_len))
 
 
-def cp_local_metadata(
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    num_input_tokens: int,
-    cp_size: int,
-    cp_rank: int,
-    causal: bool,
-    local_query_start_loc: torch.Tensor,
-    local_seq_lens: torch.Tensor,
-    start_pos: torch.Tensor,
-) -> None:
-    split = cp_token_split(num_input_tokens, cp_size, cp_rank)
-    num_entries = max(local_query_start_loc.numel(), local_seq_lens.numel(), start_pos.numel())
-    grid = (num_programs(local_query_start_loc.device, triton.cdiv(num_entries, BLOCK)),)
+def cp_local_metadata(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    split = cp_token_split(a.num_input_tokens, a.cp_size, a.cp_rank)
+    num_entries = max(a.local_query_start_loc.numel(), a.local_seq_lens.numel(), a.start_pos.numel())
+    grid = (num_programs(a.local_query_start_loc.device, triton.cdiv(num_entries, BLOCK)),)
     _cp_local_metadata_kernel[grid](
-        query_start_loc, seq_lens, local_query_start_loc, local_seq_lens, start_pos,
-        query_start_loc.numel() - 1, split.local_start, split.local_end,
-        local_query_start_loc.numel(), local_seq_lens.numel(), start_pos.numel(), num_entries,
-        CAUSAL=causal, BLOCK=BLOCK,
+        a.query_start_loc, a.seq_lens, a.local_query_start_loc, a.local_seq_lens, a.start_pos,
+        a.query_start_loc.numel() - 1, split.local_start, split.local_end,
+        a.local_query_start_loc.numel(), a.local_seq_lens.numel(), a.start_pos.numel(), num_entries,
+        CAUSAL=a.causal, BLOCK=BLOCK,
     )

@@ -7,7 +7,6 @@ stores nothing: 0.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -36,13 +35,12 @@ def _dcp_local_seq_lens_kernel(
         tl.store(out_ptr + index, local.to(out_ptr.dtype.element_ty), mask=index < num_out)
 
 
-def dcp_local_seq_lens(
-    seq_lens: torch.Tensor, cp_world_size: int, cp_rank: int, cp_interleave: int, out: torch.Tensor
-) -> None:
-    num_out = out.numel()
+def dcp_local_seq_lens(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_out = a.out.numel()
     if num_out == 0:
         return
-    grid = (num_programs(out.device, triton.cdiv(num_out, BLOCK)),)
+    grid = (num_programs(a.out.device, triton.cdiv(num_out, BLOCK)),)
     _dcp_local_seq_lens_kernel[grid](
-        seq_lens, out, seq_lens.numel(), num_out, cp_world_size, cp_rank, cp_interleave, BLOCK=BLOCK,
+        a.seq_lens, a.out, a.seq_lens.numel(), num_out, a.cp_world_size, a.cp_rank, a.cp_interleave, BLOCK=BLOCK,
     )

@@ -109,31 +109,19 @@ def _dspark_swa_indices_kernel(
                             BLOCK_W)
 
 
-def dspark_swa_indices(
-    block_table: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    window: int,
-    num_speculative_tokens: int,
-    block_size: int,
-    num_tokens: int,
-    width: int,
-    cp_size: int,
-    cp_rank: int,
-    out: torch.Tensor,
-    out_lens: torch.Tensor,
-) -> None:
-    split = cp_token_split(num_tokens, cp_size, cp_rank)
+def dspark_swa_indices(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    split = cp_token_split(a.num_tokens, a.cp_size, a.cp_rank)
     num_rows = split.tokens_per_rank
     if num_rows == 0:
         return
-    num_reqs = query_start_loc.numel() - 1
-    num_tasks = triton.cdiv(num_rows, BLOCK_ROWS) * triton.cdiv(width, BLOCK_W)
-    grid = (num_programs(out.device, num_tasks),)
+    num_reqs = a.query_start_loc.numel() - 1
+    num_tasks = triton.cdiv(num_rows, BLOCK_ROWS) * triton.cdiv(a.width, BLOCK_W)
+    grid = (num_programs(a.out.device, num_tasks),)
     _dspark_swa_indices_kernel[grid](
-        nonempty(block_table), query_start_loc, nonempty(seq_lens), out, out_lens,
-        num_reqs, split.local_start, num_rows, width, window, block_size,
-        block_table.size(0), block_table.size(1), block_table.stride(0), out.stride(0),
+        nonempty(a.block_table), a.query_start_loc, nonempty(a.seq_lens), a.out, a.out_lens,
+        num_reqs, split.local_start, num_rows, a.width, a.window, a.block_size,
+        a.block_table.size(0), a.block_table.size(1), a.block_table.stride(0), a.out.stride(0),
         search_steps(num_reqs),
         BLOCK_ROWS=BLOCK_ROWS, BLOCK_W=BLOCK_W,
     )

@@ -75,32 +75,20 @@ def _dspark_swa_indices_multi_kernel(
 assert MAX_GROUPS == 4, "the kernel above is unrolled for MAX_GROUPS groups"
 
 
-def dspark_swa_indices_multi(
-    block_tables: list[torch.Tensor],
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    windows: list[int],
-    num_speculative_tokens: int,
-    block_sizes: list[int],
-    num_tokens: int,
-    widths: list[int],
-    cp_size: int,
-    cp_rank: int,
-    out: list[torch.Tensor],
-    out_lens: list[torch.Tensor],
-) -> None:
-    split = cp_token_split(num_tokens, cp_size, cp_rank)
+def dspark_swa_indices_multi(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    split = cp_token_split(a.num_tokens, a.cp_size, a.cp_rank)
     num_rows = split.tokens_per_rank
-    if num_rows == 0 or not block_tables:
+    if num_rows == 0 or not a.block_tables:
         return
-    num_reqs = query_start_loc.numel() - 1
-    per_group = [(nonempty(table), out[g], out_lens[g], widths[g], windows[g], block_sizes[g], table.size(0),
-                  table.size(1), table.stride(0), out[g].stride(0)) for g, table in enumerate(block_tables)]
-    for groups in group_chunks(len(block_tables)):
-        num_chunks = max(triton.cdiv(widths[g], BLOCK_W) for g in groups)
-        grid = (num_programs(query_start_loc.device, triton.cdiv(num_rows, BLOCK_ROWS) * num_chunks),)
+    num_reqs = a.query_start_loc.numel() - 1
+    per_group = [(nonempty(table), a.out[g], a.out_lens[g], a.widths[g], a.windows[g], a.block_sizes[g], table.size(0),
+                  table.size(1), table.stride(0), a.out[g].stride(0)) for g, table in enumerate(a.block_tables)]
+    for groups in group_chunks(len(a.block_tables)):
+        num_chunks = max(triton.cdiv(a.widths[g], BLOCK_W) for g in groups)
+        grid = (num_programs(a.query_start_loc.device, triton.cdiv(num_rows, BLOCK_ROWS) * num_chunks),)
         _dspark_swa_indices_multi_kernel[grid](
-            query_start_loc, nonempty(seq_lens), num_reqs, split.local_start, num_rows, num_chunks,
+            a.query_start_loc, nonempty(a.seq_lens), num_reqs, split.local_start, num_rows, num_chunks,
             search_steps(num_reqs),
             *flat_group_args(per_group, groups),
             NUM_GROUPS=len(groups), BLOCK_ROWS=BLOCK_ROWS, BLOCK_W=BLOCK_W, num_warps=NUM_WARPS,

@@ -138,40 +138,30 @@ def _expand_parallel_draft_inputs_kernel(
                 _pad(out_seq_ptr, tl.zeros([BLOCK], dtype=tl.int32), i, seq_end, num_reqs)
 
 
-def expand_parallel_draft_inputs(
-    target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_token_ids: torch.Tensor,
-    query_start_loc: torch.Tensor, block_tables: list[torch.Tensor], num_rejected_tokens: torch.Tensor | None,
-    seq_lens: torch.Tensor | None, idx_mapping: torch.Tensor | None, num_blocks: list[torch.Tensor],
-    input_ids: torch.Tensor, positions: torch.Tensor, is_rejected_token_mask: torch.Tensor,
-    is_masked_token_mask: torch.Tensor, token_indices_to_sample: torch.Tensor, hidden_state_mapping: torch.Tensor | None,
-    slot_mappings: list[torch.Tensor], out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor | None,
-    slots_per_request: int, shift_input_ids: bool, max_model_len: int, parallel_drafting_token_id: int,
-    padding_token_id: int, num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int,
-    cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int], cp_sharded: list[bool],
-    slot_mapping_enabled: list[bool],
-) -> None:
-    slots, shift = slots_per_request, int(shift_input_ids)
-    draft_token, padding_token = parallel_drafting_token_id, padding_token_id
-    num_reqs, num_tokens = next_token_ids.numel(), target_token_ids.numel()
+def expand_parallel_draft_inputs(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    slots, shift = a.slots_per_request, int(a.shift_input_ids)
+    draft_token, padding_token = a.parallel_drafting_token_id, a.padding_token_id
+    num_reqs, num_tokens = a.next_token_ids.numel(), a.target_token_ids.numel()
     new_tokens = slots - shift
-    num_out = parallel_draft_tokens(num_tokens, num_reqs, slots, shift_input_ids)
-    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
-                            cp_rank, cp_interleave)
-    groups = draft_group_arguments(block_tables, slot_mappings, num_blocks, layouts, num_out, num_tokens_padded)
-    ends = dict(ids_end=buffer_end(input_ids, num_tokens_padded),
-                positions_end=buffer_end(positions, num_tokens_padded),
-                rejected_end=buffer_end(is_rejected_token_mask, num_tokens_padded),
-                masked_end=buffer_end(is_masked_token_mask, num_tokens_padded),
-                indices_end=num_reqs_padded * slots if num_reqs_padded >= 0 else token_indices_to_sample.numel(),
-                hidden_end=hidden_state_mapping.numel() if hidden_state_mapping is not None else 0,
-                qsl_end=num_reqs_padded + 1 if num_reqs_padded >= 0 else out_query_start_loc.numel(),
-                seq_end=buffer_end(out_seq_lens, num_reqs_padded) if out_seq_lens is not None else 0)
+    num_out = parallel_draft_tokens(num_tokens, num_reqs, slots, a.shift_input_ids)
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
+                            a.cp_rank, a.cp_interleave)
+    groups = draft_group_arguments(a.block_tables, a.slot_mappings, a.num_blocks, layouts, num_out, a.num_tokens_padded)
+    ends = dict(ids_end=buffer_end(a.input_ids, a.num_tokens_padded),
+                positions_end=buffer_end(a.positions, a.num_tokens_padded),
+                rejected_end=buffer_end(a.is_rejected_token_mask, a.num_tokens_padded),
+                masked_end=buffer_end(a.is_masked_token_mask, a.num_tokens_padded),
+                indices_end=a.num_reqs_padded * slots if a.num_reqs_padded >= 0 else a.token_indices_to_sample.numel(),
+                hidden_end=a.hidden_state_mapping.numel() if a.hidden_state_mapping is not None else 0,
+                qsl_end=a.num_reqs_padded + 1 if a.num_reqs_padded >= 0 else a.out_query_start_loc.numel(),
+                seq_end=buffer_end(a.out_seq_lens, a.num_reqs_padded) if a.out_seq_lens is not None else 0)
     token_end = max(num_out, ends["ids_end"], ends["positions_end"], ends["rejected_end"], ends["masked_end"])
-    common = dict(SHIFT=shift, HAS_REJECTED=num_rejected_tokens is not None, HAS_IDX_MAPPING=idx_mapping is not None,
-                  HAS_HIDDEN=hidden_state_mapping is not None, HAS_SEQ_LENS=out_seq_lens is not None,
-                  HAS_NUM_BLOCKS=bool(num_blocks), BLOCK=BLOCK)
+    common = dict(SHIFT=shift, HAS_REJECTED=a.num_rejected_tokens is not None, HAS_IDX_MAPPING=a.idx_mapping is not None,
+                  HAS_HIDDEN=a.hidden_state_mapping is not None, HAS_SEQ_LENS=a.out_seq_lens is not None,
+                  HAS_NUM_BLOCKS=bool(a.num_blocks), BLOCK=BLOCK)
     def stand_in() -> list:  # no group at all: a view of query_start_loc as the never-read table
-        return _group_arguments(query_start_loc.unsqueeze(0), out_query_start_loc, query_start_loc,
+        return _group_arguments(a.query_start_loc.unsqueeze(0), a.out_query_start_loc, a.query_start_loc,
                                 (1, 1, 1, 0, 1, 0), 0)
 
     for chunk, num_groups, write_tokens, flat in launch_chunks(groups, stand_in):
@@ -181,14 +171,14 @@ def expand_parallel_draft_inputs(
                                     ends["qsl_end"], 0), BLOCK))
         if tasks == 0:
             continue
-        grid = (num_programs(target_token_ids.device, tasks),)
+        grid = (num_programs(a.target_token_ids.device, tasks),)
         _expand_parallel_draft_inputs_kernel[grid](
-            nonempty(target_token_ids), nonempty(target_positions), nonempty(next_token_ids), query_start_loc,
-            num_rejected_tokens if num_rejected_tokens is not None else query_start_loc,
-            seq_lens if seq_lens is not None else query_start_loc, idx_mapping if idx_mapping is not None else query_start_loc,
-            input_ids, positions, is_rejected_token_mask, is_masked_token_mask, token_indices_to_sample,
-            hidden_state_mapping if hidden_state_mapping is not None else token_indices_to_sample,
-            out_query_start_loc, out_seq_lens if out_seq_lens is not None else out_query_start_loc,
-            num_reqs, num_tokens, num_out, slots, new_tokens, max_model_len, draft_token, padding_token,
+            nonempty(a.target_token_ids), nonempty(a.target_positions), nonempty(a.next_token_ids), a.query_start_loc,
+            a.num_rejected_tokens if a.num_rejected_tokens is not None else a.query_start_loc,
+            a.seq_lens if a.seq_lens is not None else a.query_start_loc, a.idx_mapping if a.idx_mapping is not None else a.query_start_loc,
+            a.input_ids, a.positions, a.is_rejected_token_mask, a.is_masked_token_mask, a.token_indices_to_sample,
+            a.hidden_state_mapping if a.hidden_state_mapping is not None else a.token_indices_to_sample,
+            a.out_query_start_loc, a.out_seq_lens if a.out_seq_lens is not None else a.out_query_start_loc,
+            num_reqs, num_tokens, num_out, slots, new_tokens, a.max_model_len, draft_token, padding_token,
             *ends.values(), pad_end, *flat, NUM_GROUPS=num_groups, WRITE_TOKENS=write_tokens, **common,
         )

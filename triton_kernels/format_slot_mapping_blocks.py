@@ -47,11 +47,12 @@ def _format_slot_mapping_blocks_kernel(
         format_tile(slot_mapping_ptr, out_ptr, tile, num_slots, num_rows, row_stride, block_size, BLOCK)
 
 
-def format_slot_mapping_blocks(slot_mapping: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
-    num_rows = out.size(0)
+def format_slot_mapping_blocks(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_rows = a.out.size(0)
     if num_rows == 0:
         return
-    grid = (num_programs(out.device, triton.cdiv(num_rows, BLOCK)),)
+    grid = (num_programs(a.out.device, triton.cdiv(num_rows, BLOCK)),)
     _format_slot_mapping_blocks_kernel[grid](
-        slot_mapping, out, slot_mapping.numel(), num_rows, out.stride(0), block_size, BLOCK=BLOCK,
+        a.slot_mapping, a.out, a.slot_mapping.numel(), num_rows, a.out.stride(0), a.block_size, BLOCK=BLOCK,
     )

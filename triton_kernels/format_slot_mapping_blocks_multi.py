@@ -59,14 +59,14 @@ def _format_slot_mapping_blocks_multi_kernel(
 assert MAX_GROUPS == 4, "the kernel above is unrolled for MAX_GROUPS groups"
 
 
-def format_slot_mapping_blocks_multi(slot_mappings: list[torch.Tensor], block_sizes: list[int], num_slots: int,
-                                     out: list[torch.Tensor]) -> None:
-    per_group = [(slot_mappings[g], out[g], out[g].size(0), out[g].stride(0), block_sizes[g]) for g in range(len(out))]
-    for groups in group_chunks(len(out)):
-        num_tasks = sum(triton.cdiv(out[g].size(0), BLOCK) for g in groups)
+def format_slot_mapping_blocks_multi(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    per_group = [(a.slot_mappings[g], a.out[g], a.out[g].size(0), a.out[g].stride(0), a.block_sizes[g]) for g in range(len(a.out))]
+    for groups in group_chunks(len(a.out)):
+        num_tasks = sum(triton.cdiv(a.out[g].size(0), BLOCK) for g in groups)
         if num_tasks == 0:
             continue
-        grid = (num_programs(out[0].device, num_tasks),)
+        grid = (num_programs(a.out[0].device, num_tasks),)
         _format_slot_mapping_blocks_multi_kernel[grid](
-            *flat_group_args(per_group, groups), num_slots, NUM_GROUPS=len(groups), BLOCK=BLOCK,
+            *flat_group_args(per_group, groups), a.num_slots, NUM_GROUPS=len(groups), BLOCK=BLOCK,
         )

@@ -83,27 +83,19 @@ def _gather_block_tables_kernel(
                             block_size, BLOCK_ROWS, BLOCK_COLS, MASK_WINDOW)
 
 
-def gather_block_tables(
-    src_block_table: torch.Tensor,
-    num_blocks: torch.Tensor,
-    idx_mapping: torch.Tensor,
-    out: torch.Tensor,
-    num_reqs_padded: int,
-    num_computed_tokens: torch.Tensor | None,
-    sliding_window_reach: int,
-    block_size: int,
-) -> None:
-    if num_reqs_padded == 0 or out.size(1) == 0:
+def gather_block_tables(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    if a.num_reqs_padded == 0 or a.out.size(1) == 0:
         return
-    mask_window = num_computed_tokens is not None and sliding_window_reach > 0
-    num_tiles = triton.cdiv(num_reqs_padded, BLOCK_ROWS)
-    grid = (num_programs(out.device, num_tiles),)
+    mask_window = a.num_computed_tokens is not None and a.sliding_window_reach > 0
+    num_tiles = triton.cdiv(a.num_reqs_padded, BLOCK_ROWS)
+    grid = (num_programs(a.out.device, num_tiles),)
     _gather_block_tables_kernel[grid](
-        nonempty(src_block_table), nonempty(num_blocks), nonempty(idx_mapping),
-        nonempty(num_computed_tokens if mask_window else num_blocks), out,
-        idx_mapping.numel(), num_reqs_padded,
-        src_block_table.size(0), src_block_table.stride(0), out.size(1), out.stride(0),
-        min(src_block_table.size(1), out.size(1)),
-        sliding_window_reach, max(block_size, 1),
+        nonempty(a.src_block_table), nonempty(a.num_blocks), nonempty(a.idx_mapping),
+        nonempty(a.num_computed_tokens if mask_window else a.num_blocks), a.out,
+        a.idx_mapping.numel(), a.num_reqs_padded,
+        a.src_block_table.size(0), a.src_block_table.stride(0), a.out.size(1), a.out.stride(0),
+        min(a.src_block_table.size(1), a.out.size(1)),
+        a.sliding_window_reach, max(a.block_size, 1),
         BLOCK_ROWS=BLOCK_ROWS, BLOCK_COLS=BLOCK_COLS, MASK_WINDOW=mask_window,
     )

@@ -67,31 +67,23 @@ def _gather_block_tables_multi_kernel(
 assert MAX_GROUPS == 4, "the kernel above is unrolled for MAX_GROUPS groups"
 
 
-def gather_block_tables_multi(
-    src_block_tables: list[torch.Tensor],
-    num_blocks: list[torch.Tensor],
-    idx_mapping: torch.Tensor,
-    out: list[torch.Tensor],
-    num_reqs_padded: int,
-    num_computed_tokens: torch.Tensor | None,
-    sliding_window_reach: list[int],
-    block_sizes: list[int],
-) -> None:
-    if num_reqs_padded == 0 or not src_block_tables:
+def gather_block_tables_multi(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    if a.num_reqs_padded == 0 or not a.src_block_tables:
         return
     # A group without a window (reach 0) in a launch that masks is passed a reach of 2^31 - 1:
     # every int32 first position lies within it, so it masks nothing, with no per-group branch.
-    per_group = [(nonempty(src), nonempty(num_blocks[g]), nonempty(out[g]), src.size(0), src.stride(0),
-                  out[g].size(1), out[g].stride(0), min(src.size(1), out[g].size(1)),
-                  sliding_window_reach[g] or INT32_MAX, max(block_sizes[g], 1))
-                 for g, src in enumerate(src_block_tables)]
-    grid = (num_programs(idx_mapping.device, triton.cdiv(num_reqs_padded, BLOCK_ROWS)),)
-    for groups in group_chunks(len(src_block_tables)):
+    per_group = [(nonempty(src), nonempty(a.num_blocks[g]), nonempty(a.out[g]), src.size(0), src.stride(0),
+                  a.out[g].size(1), a.out[g].stride(0), min(src.size(1), a.out[g].size(1)),
+                  a.sliding_window_reach[g] or INT32_MAX, max(a.block_sizes[g], 1))
+                 for g, src in enumerate(a.src_block_tables)]
+    grid = (num_programs(a.idx_mapping.device, triton.cdiv(a.num_reqs_padded, BLOCK_ROWS)),)
+    for groups in group_chunks(len(a.src_block_tables)):
         # Masking compiled in only where a group of this launch has a window to mask.
-        mask_window = num_computed_tokens is not None and any(sliding_window_reach[g] > 0 for g in groups)
+        mask_window = a.num_computed_tokens is not None and any(a.sliding_window_reach[g] > 0 for g in groups)
         _gather_block_tables_multi_kernel[grid](
-            nonempty(idx_mapping), nonempty(num_computed_tokens if mask_window else idx_mapping),
-            idx_mapping.numel(), num_reqs_padded,
+            nonempty(a.idx_mapping), nonempty(a.num_computed_tokens if mask_window else a.idx_mapping),
+            a.idx_mapping.numel(), a.num_reqs_padded,
             *flat_group_args(per_group, groups),
             NUM_GROUPS=len(groups), BLOCK_ROWS=BLOCK_ROWS, BLOCK_COLS=BLOCK_COLS, MASK_WINDOW=mask_window,
         )

@@ -12,29 +12,24 @@ from specops.triton_kernels.sas_metadata import launch_schedule
 
 
 @npu_host_routed("lightning_indexer_metadata")
-def lightning_indexer_metadata(
-    num_heads_q: int, num_heads_k: int, head_dim: int, query_quant_mode: int, key_quant_mode: int,
-    actual_seq_lengths_query: torch.Tensor | None, actual_seq_lengths_key: torch.Tensor | None, batch_size: int,
-    max_seqlen_q: int, max_seqlen_k: int, layout_query: int, layout_key: int, sparse_count: int, sparse_mode: int,
-    pre_tokens: int, next_tokens: int, cmp_ratio: int, num_cube_cores: int, num_vector_cores: int, ascend950: bool,
-    out: torch.Tensor,
-) -> None:
-    has_query, has_key = is_given(actual_seq_lengths_query), is_given(actual_seq_lengths_key)
-    query_batches = actual_seq_lengths_query.numel() if has_query else batch_size
-    key_batches = actual_seq_lengths_key.numel() if has_key else batch_size
+def lightning_indexer_metadata(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    has_query, has_key = is_given(a.actual_seq_lengths_query), is_given(a.actual_seq_lengths_key)
+    query_batches = a.actual_seq_lengths_query.numel() if has_query else a.batch_size
+    key_batches = a.actual_seq_lengths_key.numel() if has_key else a.batch_size
     if not has_query:
-        query = LengthSource(SOURCE_CONSTANT, "max_seqlen_q", constant=max_seqlen_q)
-    elif layout_query != LAYOUT_QUERY_TND:
-        query = LengthSource(SOURCE_PER_BATCH, "actual_seq_lengths_query", actual_seq_lengths_query)
+        query = LengthSource(SOURCE_CONSTANT, "max_seqlen_q", constant=a.max_seqlen_q)
+    elif a.layout_query != LAYOUT_QUERY_TND:
+        query = LengthSource(SOURCE_PER_BATCH, "actual_seq_lengths_query", a.actual_seq_lengths_query)
     else:
         kind = SOURCE_CUMULATIVE if query_batches > key_batches else SOURCE_PREFIX_SUMS
-        query = LengthSource(kind, "actual_seq_lengths_query", actual_seq_lengths_query)
+        query = LengthSource(kind, "actual_seq_lengths_query", a.actual_seq_lengths_query)
     if not has_key:
-        key = LengthSource(SOURCE_CONSTANT, "max_seqlen_k", constant=max_seqlen_k * cmp_ratio)
+        key = LengthSource(SOURCE_CONSTANT, "max_seqlen_k", constant=a.max_seqlen_k * a.cmp_ratio)
     else:
-        kind = SOURCE_PREFIX_SUMS if layout_key == LAYOUT_KEY_TND else SOURCE_PER_BATCH
-        key = LengthSource(kind, "actual_seq_lengths_key", actual_seq_lengths_key)
+        kind = SOURCE_PREFIX_SUMS if a.layout_key == LAYOUT_KEY_TND else SOURCE_PER_BATCH
+        key = LengthSource(kind, "actual_seq_lengths_key", a.actual_seq_lengths_key)
     # The indexer's coster reads the mask mode (3: causal) and cmp_ratio; it has no window.
-    launch_schedule(query, key, out, min(query_batches, key_batches), num_heads_q,
-                    li_variant(ascend950, num_cube_cores), sparse_mode, 0, 0, True, cmp_ratio, 0,
-                    COST_INDEXER_950 if ascend950 else COST_INDEXER_A3)
+    launch_schedule(query, key, a.out, min(query_batches, key_batches), a.num_heads_q,
+                    li_variant(a.ascend950, a.num_cube_cores), a.sparse_mode, 0, 0, True, a.cmp_ratio, 0,
+                    COST_INDEXER_950 if a.ascend950 else COST_INDEXER_A3)

@@ -78,10 +78,9 @@ def launch_groups(slot_mappings: list[torch.Tensor], padded_gather_idx: torch.Te
     )
 
 
-def pcp_gathered_slot_mappings(slot_mappings: list[torch.Tensor], padded_gather_idx: torch.Tensor,
-                               gathered_kv_write_mask: torch.Tensor, out: list[torch.Tensor],
-                               num_tokens_padded: int) -> None:
-    num_out = [num_tokens_padded if num_tokens_padded >= 0 else t.numel() for t in out]
-    for first in range(0, len(out), MAX_GROUPS):
+def pcp_gathered_slot_mappings(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_out = [a.num_tokens_padded if a.num_tokens_padded >= 0 else t.numel() for t in a.out]
+    for first in range(0, len(a.out), MAX_GROUPS):
         chunk = slice(first, first + MAX_GROUPS)
-        launch_groups(slot_mappings[chunk], padded_gather_idx, gathered_kv_write_mask, out[chunk], num_out[chunk])
+        launch_groups(a.slot_mappings[chunk], a.padded_gather_idx, a.gathered_kv_write_mask, a.out[chunk], num_out[chunk])

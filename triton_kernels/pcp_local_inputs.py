@@ -67,28 +67,19 @@ def _not_empty(t: torch.Tensor) -> torch.Tensor:
     return t if t.numel() > 0 else torch.zeros(1, dtype=t.dtype, device=t.device)
 
 
-def pcp_local_inputs(
-    global_input_ids: torch.Tensor,
-    global_positions: torch.Tensor,
-    local_gather_idx: torch.Tensor,
-    local_query_start_loc: torch.Tensor,
-    num_local_tokens: int,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor,
-    seq_lens: torch.Tensor,
-    num_reqs_padded: int,
-) -> None:
-    num_tokens_out = max(input_ids.numel(), positions.numel())
-    num_tasks = triton.cdiv(num_tokens_out, BLOCK_TOKENS) + triton.cdiv(num_reqs_padded, BLOCK_REQS)
+def pcp_local_inputs(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_tokens_out = max(a.input_ids.numel(), a.positions.numel())
+    num_tasks = triton.cdiv(num_tokens_out, BLOCK_TOKENS) + triton.cdiv(a.num_reqs_padded, BLOCK_REQS)
     if num_tasks == 0:
         return
-    grid = (num_programs(input_ids.device, num_tasks),)
+    grid = (num_programs(a.input_ids.device, num_tasks),)
     _pcp_local_inputs_kernel[grid](
-        _not_empty(global_input_ids), _not_empty(global_positions), _not_empty(local_gather_idx),
-        local_query_start_loc, input_ids, positions, seq_lens,
-        global_input_ids.numel(), global_positions.numel(), max(local_gather_idx.numel() - 1, 0),
+        _not_empty(a.global_input_ids), _not_empty(a.global_positions), _not_empty(a.local_gather_idx),
+        a.local_query_start_loc, a.input_ids, a.positions, a.seq_lens,
+        a.global_input_ids.numel(), a.global_positions.numel(), max(a.local_gather_idx.numel() - 1, 0),
         # With an empty gather index there are no local tokens (N <= L = 0): the dummy is never used.
-        num_local_tokens if local_gather_idx.numel() > 0 else 0,
-        local_query_start_loc.numel() - 1, input_ids.numel(), positions.numel(), num_reqs_padded,
+        a.num_local_tokens if a.local_gather_idx.numel() > 0 else 0,
+        a.local_query_start_loc.numel() - 1, a.input_ids.numel(), a.positions.numel(), a.num_reqs_padded,
         BLOCK_TOKENS=BLOCK_TOKENS, BLOCK_REQS=BLOCK_REQS,
     )

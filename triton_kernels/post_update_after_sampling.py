@@ -74,40 +74,35 @@ def _post_update_kernel(
         tl.store(num_computed_tokens_ptr + row, computed.to(tl.int32), mask=has_row)
 
 
-def post_update_after_sampling(
-    idx_mapping: torch.Tensor, num_computed_tokens: torch.Tensor, query_start_loc: torch.Tensor | None,
-    sampled_tokens: torch.Tensor | None, num_sampled: torch.Tensor | None, num_rejected: torch.Tensor | None,
-    last_sampled_tokens: torch.Tensor | None, all_token_ids: torch.Tensor | None, total_len: torch.Tensor | None,
-    output_bin_counts: torch.Tensor | None, draft_tokens: torch.Tensor | None,
-    draft_tokens_out: torch.Tensor | None,
-) -> None:
-    num_reqs = idx_mapping.numel()
+def post_update_after_sampling(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_reqs = a.idx_mapping.numel()
     if num_reqs == 0:
         return
-    sampling = sampled_tokens is not None
-    num_rows = num_computed_tokens.numel()
-    stand_in = num_computed_tokens  # for the pointers a call leaves out (never read)
+    sampling = a.sampled_tokens is not None
+    num_rows = a.num_computed_tokens.numel()
+    stand_in = a.num_computed_tokens  # for the pointers a call leaves out (never read)
     if sampling:
-        num_rows = min(num_rows, last_sampled_tokens.size(0), all_token_ids.size(0), total_len.numel())
-        if output_bin_counts is not None:
-            num_rows = min(num_rows, output_bin_counts.size(0))
-    if draft_tokens is not None:
-        num_rows = min(num_rows, draft_tokens_out.size(0))
-    has_bins = output_bin_counts is not None
-    has_drafts = draft_tokens is not None
-    grid = (num_programs(idx_mapping.device, num_reqs),)
+        num_rows = min(num_rows, a.last_sampled_tokens.size(0), a.all_token_ids.size(0), a.total_len.numel())
+        if a.output_bin_counts is not None:
+            num_rows = min(num_rows, a.output_bin_counts.size(0))
+    if a.draft_tokens is not None:
+        num_rows = min(num_rows, a.draft_tokens_out.size(0))
+    has_bins = a.output_bin_counts is not None
+    has_drafts = a.draft_tokens is not None
+    grid = (num_programs(a.idx_mapping.device, num_reqs),)
     _post_update_kernel[grid](
-        idx_mapping, num_computed_tokens, query_start_loc if query_start_loc is not None else stand_in,
-        sampled_tokens if sampling else stand_in, sampled_tokens.stride(0) if sampling else 0,
-        sampled_tokens.size(1) if sampling else 0,
-        num_sampled if sampling else stand_in, num_rejected if sampling else stand_in,
-        last_sampled_tokens if sampling else stand_in, last_sampled_tokens.stride(0) if sampling else 0,
-        all_token_ids if sampling else stand_in, all_token_ids.stride(0) if sampling else 0,
-        all_token_ids.size(1) if sampling else 0, total_len if sampling else stand_in,
-        output_bin_counts if has_bins else stand_in, output_bin_counts.stride(0) if has_bins else 0,
-        output_bin_counts.size(1) if has_bins else 0,
-        draft_tokens if has_drafts else stand_in, draft_tokens.stride(0) if has_drafts else 0,
-        draft_tokens_out if has_drafts else stand_in, draft_tokens_out.stride(0) if has_drafts else 0,
-        draft_tokens.size(1) if has_drafts else 0, num_reqs, num_rows, int(query_start_loc is not None),
+        a.idx_mapping, a.num_computed_tokens, a.query_start_loc if a.query_start_loc is not None else stand_in,
+        a.sampled_tokens if sampling else stand_in, a.sampled_tokens.stride(0) if sampling else 0,
+        a.sampled_tokens.size(1) if sampling else 0,
+        a.num_sampled if sampling else stand_in, a.num_rejected if sampling else stand_in,
+        a.last_sampled_tokens if sampling else stand_in, a.last_sampled_tokens.stride(0) if sampling else 0,
+        a.all_token_ids if sampling else stand_in, a.all_token_ids.stride(0) if sampling else 0,
+        a.all_token_ids.size(1) if sampling else 0, a.total_len if sampling else stand_in,
+        a.output_bin_counts if has_bins else stand_in, a.output_bin_counts.stride(0) if has_bins else 0,
+        a.output_bin_counts.size(1) if has_bins else 0,
+        a.draft_tokens if has_drafts else stand_in, a.draft_tokens.stride(0) if has_drafts else 0,
+        a.draft_tokens_out if has_drafts else stand_in, a.draft_tokens_out.stride(0) if has_drafts else 0,
+        a.draft_tokens.size(1) if has_drafts else 0, num_reqs, num_rows, int(a.query_start_loc is not None),
         SAMPLING=sampling, HAS_BINS=has_bins, HAS_DRAFTS=has_drafts, BLOCK=BLOCK,
     )

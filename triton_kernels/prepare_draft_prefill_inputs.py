@@ -106,31 +106,25 @@ def _prepare_draft_prefill_inputs_kernel(
                  mask=step_at >= 0)
 
 
-def prepare_draft_prefill_inputs(
-    target_input_ids: torch.Tensor, target_positions: torch.Tensor, idx_mapping: torch.Tensor,
-    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, num_sampled: torch.Tensor, num_rejected: torch.Tensor,
-    last_sampled_tokens: torch.Tensor, next_prefill_tokens: torch.Tensor, input_ids: torch.Tensor,
-    positions: torch.Tensor, out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor,
-    last_token_indices: torch.Tensor, current_draft_step: torch.Tensor | None,
-    request_idx_mapping: torch.Tensor | None,
-) -> None:
-    num_reqs = idx_mapping.numel()
-    num_rows = min(last_sampled_tokens.size(0), next_prefill_tokens.size(-1))
-    token_bound = max(target_input_ids.numel(), input_ids.numel(), target_positions.numel(), positions.numel())
-    mapping_end = request_idx_mapping.numel() if request_idx_mapping is not None else 0
-    request_end = max(out_query_start_loc.numel(), out_seq_lens.numel(), last_token_indices.numel(), mapping_end)
+def prepare_draft_prefill_inputs(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_reqs = a.idx_mapping.numel()
+    num_rows = min(a.last_sampled_tokens.size(0), a.next_prefill_tokens.size(-1))
+    token_bound = max(a.target_input_ids.numel(), a.input_ids.numel(), a.target_positions.numel(), a.positions.numel())
+    mapping_end = a.request_idx_mapping.numel() if a.request_idx_mapping is not None else 0
+    request_end = max(a.out_query_start_loc.numel(), a.out_seq_lens.numel(), a.last_token_indices.numel(), mapping_end)
     num_tasks = max(num_reqs, triton.cdiv(request_end, BLOCK_R))
-    grid = (num_programs(idx_mapping.device, num_tasks),)
+    grid = (num_programs(a.idx_mapping.device, num_tasks),)
     _prepare_draft_prefill_inputs_kernel[grid](
-        nonempty(target_input_ids), nonempty(target_positions), nonempty(idx_mapping), query_start_loc,
-        nonempty(seq_lens), nonempty(num_sampled), nonempty(num_rejected), nonempty(last_sampled_tokens),
-        last_sampled_tokens.stride(0), nonempty(next_prefill_tokens), nonempty(input_ids), nonempty(positions),
-        out_query_start_loc, nonempty(out_seq_lens), nonempty(last_token_indices),
-        current_draft_step if current_draft_step is not None else out_query_start_loc,
-        nonempty(request_idx_mapping) if request_idx_mapping is not None else out_query_start_loc,
-        num_reqs, num_rows, target_input_ids.numel(), input_ids.numel(),
-        min(target_positions.numel(), positions.numel()), token_bound, out_query_start_loc.numel(),
-        out_seq_lens.numel(), last_token_indices.numel(), mapping_end, request_end,
-        HAS_STEP=current_draft_step is not None, HAS_MAPPING=request_idx_mapping is not None,
+        nonempty(a.target_input_ids), nonempty(a.target_positions), nonempty(a.idx_mapping), a.query_start_loc,
+        nonempty(a.seq_lens), nonempty(a.num_sampled), nonempty(a.num_rejected), nonempty(a.last_sampled_tokens),
+        a.last_sampled_tokens.stride(0), nonempty(a.next_prefill_tokens), nonempty(a.input_ids), nonempty(a.positions),
+        a.out_query_start_loc, nonempty(a.out_seq_lens), nonempty(a.last_token_indices),
+        a.current_draft_step if a.current_draft_step is not None else a.out_query_start_loc,
+        nonempty(a.request_idx_mapping) if a.request_idx_mapping is not None else a.out_query_start_loc,
+        num_reqs, num_rows, a.target_input_ids.numel(), a.input_ids.numel(),
+        min(a.target_positions.numel(), a.positions.numel()), token_bound, a.out_query_start_loc.numel(),
+        a.out_seq_lens.numel(), a.last_token_indices.numel(), mapping_end, request_end,
+        HAS_STEP=a.current_draft_step is not None, HAS_MAPPING=a.request_idx_mapping is not None,
         BLOCK_T=BLOCK_T, BLOCK_R=BLOCK_R,
     )

@@ -119,33 +119,29 @@ def _prepare_input_ids_kernel(
         tl.store(local_pos_ptr + tl.where(o < local_pos_end, o, 0), tl.zeros_like(o), mask=o < local_pos_end)
 
 
-def prepare_input_ids(
-    input_ids: torch.Tensor, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor,
-    num_computed_tokens: torch.Tensor, prefill_len: torch.Tensor, last_sampled_tokens: torch.Tensor,
-    draft_tokens: torch.Tensor, cu_num_logits: torch.Tensor, num_new_sampled_tokens: int,
-    all_token_ids: torch.Tensor | None, next_prefill_tokens: torch.Tensor | None, logits_indices: torch.Tensor,
-    expanded_idx_mapping: torch.Tensor, expanded_local_pos: torch.Tensor, num_logits_padded: int,
-    num_tokens_padded: int,
-) -> None:
-    num_reqs = idx_mapping.numel()
+def prepare_input_ids(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    all_token_ids = a.all_token_ids
+    next_prefill_tokens = a.next_prefill_tokens
+    num_reqs = a.idx_mapping.numel()
     has_prefill = all_token_ids is not None
-    num_rows = input_ids_request_rows(num_computed_tokens, prefill_len, last_sampled_tokens, draft_tokens,
+    num_rows = input_ids_request_rows(a.num_computed_tokens, a.prefill_len, a.last_sampled_tokens, a.draft_tokens,
                                       all_token_ids, next_prefill_tokens)
     if not has_prefill:
-        all_token_ids = next_prefill_tokens = input_ids
-    ends = logits_ends(num_logits_padded, logits_indices, expanded_idx_mapping, expanded_local_pos)
+        all_token_ids = next_prefill_tokens = a.input_ids
+    ends = logits_ends(a.num_logits_padded, a.logits_indices, a.expanded_idx_mapping, a.expanded_local_pos)
     # Requests first, then a tile of padding per program at least (cheap when there is none).
-    num_tasks = max(num_reqs, triton.cdiv(max(input_ids.numel(), *ends), BLOCK), 1)
-    grid = (num_programs(input_ids.device, num_tasks),)
+    num_tasks = max(num_reqs, triton.cdiv(max(a.input_ids.numel(), *ends), BLOCK), 1)
+    grid = (num_programs(a.input_ids.device, num_tasks),)
     _prepare_input_ids_kernel[grid](
-        input_ids, idx_mapping, query_start_loc, num_computed_tokens, prefill_len,
-        last_sampled_tokens, last_sampled_tokens.stride(0), nonempty(draft_tokens), draft_tokens.stride(0),
-        draft_tokens.size(1), cu_num_logits,
+        a.input_ids, a.idx_mapping, a.query_start_loc, a.num_computed_tokens, a.prefill_len,
+        a.last_sampled_tokens, a.last_sampled_tokens.stride(0), nonempty(a.draft_tokens), a.draft_tokens.stride(0),
+        a.draft_tokens.size(1), a.cu_num_logits,
         nonempty(all_token_ids), all_token_ids.stride(0) if has_prefill else 0,
         all_token_ids.size(1) if has_prefill else 0,
         next_prefill_tokens, next_prefill_tokens.stride(0) if has_prefill else 0,
         next_prefill_tokens.size(0) if has_prefill else 0,
-        logits_indices, expanded_idx_mapping, expanded_local_pos,
-        num_reqs, num_rows, num_new_sampled_tokens, int(has_prefill), input_ids.numel(), num_tokens_padded, *ends,
+        a.logits_indices, a.expanded_idx_mapping, a.expanded_local_pos,
+        num_reqs, num_rows, a.num_new_sampled_tokens, int(has_prefill), a.input_ids.numel(), a.num_tokens_padded, *ends,
         HAS_PREFILL=has_prefill, BLOCK=BLOCK,
     )

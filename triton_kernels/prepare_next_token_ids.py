@@ -72,35 +72,30 @@ def _prepare_next_token_ids_kernel(
                      mask=r < index_end)
 
 
-def prepare_next_token_ids(
-    sampled_token_ids: torch.Tensor, vocab_size: int, discard_request_mask: torch.Tensor | None,
-    backup_next_token_ids: torch.Tensor | None, token_ids: torch.Tensor | None,
-    num_tokens_no_spec: torch.Tensor | None, cu_num_draft_tokens: torch.Tensor | None,
-    query_start_loc: torch.Tensor | None, next_token_ids: torch.Tensor, valid_sampled_token_count: torch.Tensor,
-    num_rejected_tokens: torch.Tensor | None, token_indices_to_sample: torch.Tensor | None, num_reqs_padded: int,
-) -> None:
+def prepare_next_token_ids(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
     def end(out: torch.Tensor | None) -> int:
-        return 0 if out is None else (out.numel() if num_reqs_padded < 0 else num_reqs_padded)
+        return 0 if out is None else (out.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded)
 
-    ends = [end(out) for out in (next_token_ids, valid_sampled_token_count, num_rejected_tokens,
-                                 token_indices_to_sample)]
+    ends = [end(out) for out in (a.next_token_ids, a.valid_sampled_token_count, a.num_rejected_tokens,
+                                 a.token_indices_to_sample)]
     num_tasks = triton.cdiv(max(ends), BLOCK_R)
     if num_tasks == 0:
         return
-    stand_in = next_token_ids  # for the pointers a call leaves out (never read)
-    has_backup = backup_next_token_ids is not None
-    padded_path = cu_num_draft_tokens is not None
-    grid = (num_programs(next_token_ids.device, num_tasks),)
+    stand_in = a.next_token_ids  # for the pointers a call leaves out (never read)
+    has_backup = a.backup_next_token_ids is not None
+    padded_path = a.cu_num_draft_tokens is not None
+    grid = (num_programs(a.next_token_ids.device, num_tasks),)
     _prepare_next_token_ids_kernel[grid](
-        sampled_token_ids, sampled_token_ids.stride(0), sampled_token_ids.size(1), vocab_size,
-        discard_request_mask if discard_request_mask is not None else stand_in,
-        backup_next_token_ids if has_backup else stand_in,
-        token_ids if not has_backup else stand_in, token_ids.stride(0) if not has_backup else 0,
-        token_ids.size(1) if not has_backup else 0, num_tokens_no_spec if not has_backup else stand_in,
-        cu_num_draft_tokens if padded_path else stand_in, query_start_loc if padded_path else stand_in,
-        next_token_ids, valid_sampled_token_count,
-        num_rejected_tokens if padded_path else stand_in, token_indices_to_sample if padded_path else stand_in,
-        sampled_token_ids.size(0), *ends,
-        HAS_DISCARD=discard_request_mask is not None, HAS_BACKUP=has_backup, PADDED_PATH=padded_path,
-        BLOCK_R=BLOCK_R, BLOCK_S=triton.next_power_of_2(max(sampled_token_ids.size(1), 1)),
+        a.sampled_token_ids, a.sampled_token_ids.stride(0), a.sampled_token_ids.size(1), a.vocab_size,
+        a.discard_request_mask if a.discard_request_mask is not None else stand_in,
+        a.backup_next_token_ids if has_backup else stand_in,
+        a.token_ids if not has_backup else stand_in, a.token_ids.stride(0) if not has_backup else 0,
+        a.token_ids.size(1) if not has_backup else 0, a.num_tokens_no_spec if not has_backup else stand_in,
+        a.cu_num_draft_tokens if padded_path else stand_in, a.query_start_loc if padded_path else stand_in,
+        a.next_token_ids, a.valid_sampled_token_count,
+        a.num_rejected_tokens if padded_path else stand_in, a.token_indices_to_sample if padded_path else stand_in,
+        a.sampled_token_ids.size(0), *ends,
+        HAS_DISCARD=a.discard_request_mask is not None, HAS_BACKUP=has_backup, PADDED_PATH=padded_path,
+        BLOCK_R=BLOCK_R, BLOCK_S=triton.next_power_of_2(max(a.sampled_token_ids.size(1), 1)),
     )

@@ -89,23 +89,16 @@ def _prepare_positions_and_seq_lens_kernel(
             tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
 
 
-def prepare_positions_and_seq_lens(
-    num_computed_tokens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    positions: torch.Tensor,
-    seq_lens: torch.Tensor,
-    num_tokens_padded: int,
-    num_reqs_padded: int,
-    idx_mapping: torch.Tensor | None,
-) -> None:
-    num_tasks = triton.cdiv(num_tokens_padded, BLOCK) + triton.cdiv(num_reqs_padded, BLOCK)
+def prepare_positions_and_seq_lens(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_tasks = triton.cdiv(a.num_tokens_padded, BLOCK) + triton.cdiv(a.num_reqs_padded, BLOCK)
     if num_tasks == 0:
         return
-    num_reqs = query_start_loc.numel() - 1
-    grid = (num_programs(positions.device, num_tasks),)
+    num_reqs = a.query_start_loc.numel() - 1
+    grid = (num_programs(a.positions.device, num_tasks),)
     _prepare_positions_and_seq_lens_kernel[grid](
-        nonempty(num_computed_tokens), query_start_loc, positions, seq_lens,
-        nonempty(idx_mapping) if idx_mapping is not None else query_start_loc,
-        num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs), num_computed_tokens.numel(),
-        BLOCK=BLOCK, HAS_IDX_MAPPING=idx_mapping is not None,
+        nonempty(a.num_computed_tokens), a.query_start_loc, a.positions, a.seq_lens,
+        nonempty(a.idx_mapping) if a.idx_mapping is not None else a.query_start_loc,
+        num_reqs, a.num_tokens_padded, a.num_reqs_padded, search_steps(num_reqs), a.num_computed_tokens.numel(),
+        BLOCK=BLOCK, HAS_IDX_MAPPING=a.idx_mapping is not None,
     )

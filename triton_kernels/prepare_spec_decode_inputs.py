@@ -171,73 +171,48 @@ def _prepare_spec_decode_inputs_kernel(
 assert MAX_GROUPS == 4, "the kernel above is unrolled for MAX_GROUPS groups"
 
 
-def prepare_spec_decode_inputs(
-    num_computed_tokens: torch.Tensor,
-    num_accepted_tokens: torch.Tensor,
-    prev_positions: torch.Tensor,
-    valid_sampled_token_count: torch.Tensor,
-    prev_num_draft_tokens: torch.Tensor,
-    cpu_num_computed_tokens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    positions: torch.Tensor,
-    seq_lens: torch.Tensor,
-    block_tables: list[torch.Tensor],
-    slot_mappings: list[torch.Tensor],
-    idx_mapping: torch.Tensor | None,
-    num_tokens_padded: int | None,
-    num_reqs_padded: int | None,
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
-    block_sizes: list[int],
-    blocks_per_kv_block: list[int],
-    cp_sharded: list[bool],
-    slot_mapping_enabled: list[bool],
-    num_blocks: list[torch.Tensor] = (),
-    request_indexed_counts: bool = False,
-    gathered_block_tables: list[torch.Tensor] = (),
-    num_gathered_rows: int = 0,
-    sliding_window_reach: list[int] = (),
-) -> None:
-    num_tokens_padded, num_reqs_padded = spec_decode_extents(positions, seq_lens, num_tokens_padded, num_reqs_padded)
-    num_rows = prev_positions.numel()
-    num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
-                            num_computed_tokens.numel())
-    scratch, one_tile = correction_scratch(num_computed_tokens, num_rows, 2)
-    num_reqs = query_start_loc.numel() - 1
-    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
-                            cp_rank, cp_interleave)
-    reach = list(sliding_window_reach) or [0] * len(block_tables)
-    gather = bool(gathered_block_tables)
+def prepare_spec_decode_inputs(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    num_tokens_padded, num_reqs_padded = spec_decode_extents(a.positions, a.seq_lens, a.num_tokens_padded,
+                                                             a.num_reqs_padded)
+    num_rows = a.prev_positions.numel()
+    num_previous_rows = min(a.valid_sampled_token_count.numel(), a.prev_num_draft_tokens.numel(),
+                            a.num_computed_tokens.numel())
+    scratch, one_tile = correction_scratch(a.num_computed_tokens, num_rows, 2)
+    num_reqs = a.query_start_loc.numel() - 1
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
+                            a.cp_rank, a.cp_interleave)
+    reach = list(a.sliding_window_reach) or [0] * len(a.block_tables)
+    gather = bool(a.gathered_block_tables)
     # The gather's per-group part; a group without a window gets a reach no int32 first position
     # passes (it masks nothing), and without a gather the slots are never read.
-    per_group = [(nonempty(table), slot_mappings[g], nonempty(num_blocks[g]) if num_blocks else query_start_loc,
+    per_group = [(nonempty(table), a.slot_mappings[g], nonempty(a.num_blocks[g]) if a.num_blocks else a.query_start_loc,
                   table.size(0), table.size(1), table.stride(0), layout.block_size, layout.blocks_per_kv_block,
                   *layout.cp, int(layout.enabled),
-                  *((nonempty(gathered_block_tables[g]), gathered_block_tables[g].size(1),
-                     gathered_block_tables[g].stride(0), min(table.size(1), gathered_block_tables[g].size(1)),
-                     reach[g] or INT32_MAX, max(block_sizes[g], 1)) if gather else (table, 0, 0, 0, INT32_MAX, 1)))
-                 for g, (table, layout) in enumerate(zip(block_tables, layouts))]
+                  *((nonempty(a.gathered_block_tables[g]), a.gathered_block_tables[g].size(1),
+                     a.gathered_block_tables[g].stride(0), min(table.size(1), a.gathered_block_tables[g].size(1)),
+                     reach[g] or INT32_MAX, max(a.block_sizes[g], 1)) if gather else (table, 0, 0, 0, INT32_MAX, 1)))
+                 for g, (table, layout) in enumerate(zip(a.block_tables, layouts))]
     # A launch with no group still corrects the counts; its group slots are compiled away.
-    no_group = (query_start_loc, positions, query_start_loc, 0, 0, 0, 1, 1, 1, 0, 1, 0,
-                query_start_loc, 0, 0, 0, INT32_MAX, 1)
+    no_group = (a.query_start_loc, a.positions, a.query_start_loc, 0, 0, 0, 1, 1, 1, 0, 1, 0,
+                a.query_start_loc, 0, 0, 0, INT32_MAX, 1)
     if num_rows > 0:
         grid = (1,)  # the correction's: see the module docstring
     else:
         tiles = max(triton.cdiv(num_tokens_padded, BLOCK), triton.cdiv(num_reqs_padded, BLOCK),
-                    triton.cdiv(num_gathered_rows, BLOCK_ROWS) if gather else 0)
-        grid = (num_programs(query_start_loc.device, tiles),)
-    for launch, groups in enumerate(group_chunks(len(block_tables)) or [range(0)]):
+                    triton.cdiv(a.num_gathered_rows, BLOCK_ROWS) if gather else 0)
+        grid = (num_programs(a.query_start_loc.device, tiles),)
+    for launch, groups in enumerate(group_chunks(len(a.block_tables)) or [range(0)]):
         _prepare_spec_decode_inputs_kernel[grid](
-            nonempty(num_computed_tokens), num_accepted_tokens, prev_positions, nonempty(valid_sampled_token_count),
-            nonempty(prev_num_draft_tokens), cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
-            query_start_loc, positions, seq_lens,
-            nonempty(idx_mapping) if idx_mapping is not None else query_start_loc,
-            num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs), num_computed_tokens.numel(),
-            num_gathered_rows if gather else 0,
+            nonempty(a.num_computed_tokens), a.num_accepted_tokens, a.prev_positions, nonempty(a.valid_sampled_token_count),
+            nonempty(a.prev_num_draft_tokens), a.cpu_num_computed_tokens, scratch, num_rows, num_previous_rows,
+            a.query_start_loc, a.positions, a.seq_lens,
+            nonempty(a.idx_mapping) if a.idx_mapping is not None else a.query_start_loc,
+            num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs), a.num_computed_tokens.numel(),
+            a.num_gathered_rows if gather else 0,
             *flat_group_args(per_group, groups, filler=no_group),
-            NUM_GROUPS=len(groups), HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=bool(num_blocks),
-            BLOCK=BLOCK, ONE_TILE=one_tile, FIRST=launch == 0, REQUEST_INDEXED=request_indexed_counts,
+            NUM_GROUPS=len(groups), HAS_IDX_MAPPING=a.idx_mapping is not None, HAS_NUM_BLOCKS=bool(a.num_blocks),
+            BLOCK=BLOCK, ONE_TILE=one_tile, FIRST=launch == 0, REQUEST_INDEXED=a.request_indexed_counts,
             HAS_GATHER=gather and len(groups) > 0,
             MASK_WINDOW=gather and any(reach[g] > 0 for g in groups), GATHER_ROWS=BLOCK_ROWS, GATHER_COLS=BLOCK_COLS,
         )

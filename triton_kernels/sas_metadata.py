@@ -326,17 +326,11 @@ def launch_schedule(query: LengthSource, kv: LengthSource, out: torch.Tensor, ba
 
 
 @npu_host_routed("sas_metadata")
-def sas_metadata(
-    num_heads_q: int, num_heads_kv: int, head_dim: int, cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_ori_kv: torch.Tensor | None, cu_seqlens_cmp_kv: torch.Tensor | None, seqused_q: torch.Tensor | None,
-    seqused_kv: torch.Tensor | None, batch_size: int, max_seqlen_q: int, max_seqlen_kv: int, ori_topk: int,
-    cmp_topk: int, cmp_ratio: int, ori_mask_mode: int, cmp_mask_mode: int, ori_win_left: int, ori_win_right: int,
-    layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool, num_cube_cores: int, num_vector_cores: int,
-    ascend950: bool, out: torch.Tensor,
-) -> None:
-    m_tile, s2_tile = tile_sizes(num_heads_q, ascend950)
-    launch_schedule(query_lengths(layout_q, cu_seqlens_q, seqused_q, max_seqlen_q),
-                    kv_lengths(layout_kv, cu_seqlens_ori_kv, seqused_kv, max_seqlen_kv), out,
-                    num_batches(layout_q, cu_seqlens_q, seqused_q, batch_size), num_heads_q,
-                    Variant(m_tile, s2_tile, planned_cores=num_cube_cores), ori_mask_mode, ori_win_left, ori_win_right,
-                    has_cmp_kv, cmp_ratio, cmp_topk)
+def sas_metadata(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    m_tile, s2_tile = tile_sizes(a.num_heads_q, a.ascend950)
+    launch_schedule(query_lengths(a.layout_q, a.cu_seqlens_q, a.seqused_q, a.max_seqlen_q),
+                    kv_lengths(a.layout_kv, a.cu_seqlens_ori_kv, a.seqused_kv, a.max_seqlen_kv), a.out,
+                    num_batches(a.layout_q, a.cu_seqlens_q, a.seqused_q, a.batch_size), a.num_heads_q,
+                    Variant(m_tile, s2_tile, planned_cores=a.num_cube_cores), a.ori_mask_mode, a.ori_win_left, a.ori_win_right,
+                    a.has_cmp_kv, a.cmp_ratio, a.cmp_topk)

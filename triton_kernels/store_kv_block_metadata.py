@@ -56,7 +56,7 @@ def _store_kv_block_metadata_kernel(slot_ptr, len_ptr, key_idx_ptr, cache_idx_pt
         tl.store(cache_idx_ptr + at, zeros, mask=rest_at >= 0)
 
 
-def store_kv_block_metadata(slot_mapping: torch.Tensor, group_len: torch.Tensor, group_key_idx: torch.Tensor,
-                            group_key_cache_idx: torch.Tensor, block_size: int) -> None:
-    _store_kv_block_metadata_kernel[(1,)](slot_mapping, group_len, group_key_idx, group_key_cache_idx,
-                                          slot_mapping.numel(), group_len.numel(), block_size, BLOCK=BLOCK)
+def store_kv_block_metadata(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    _store_kv_block_metadata_kernel[(1,)](a.slot_mapping, a.group_len, a.group_key_idx, a.group_key_cache_idx,
+                                          a.slot_mapping.numel(), a.group_len.numel(), a.block_size, BLOCK=BLOCK)

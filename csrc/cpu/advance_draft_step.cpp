@@ -1,6 +1,7 @@
-// CPU op for advance_draft_step: validates everything (the draft positions against every
-// group's table included), then writes positions, seq_lens, the query layout, every slot mapping
-// and the step's token bookkeeping (kernels/advance_draft_step.h, DraftInputs).
+// advance_draft_step: its metadata checks (the Meta kernel, and every backend's first step), then
+// the CPU op: the checks, the values (the draft positions against every group's table included),
+// then positions, seq_lens, the query layout, every slot mapping and the step's token bookkeeping
+// (kernels/advance_draft_step.h, DraftInputs).
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -14,8 +15,16 @@
 namespace specops::cpu {
 namespace {
 
+// Whether two tensors are the same elements (out_positions given as positions itself).
 bool same_span(const at::Tensor& a, const at::Tensor& b) {
-  return a.data_ptr() == b.data_ptr() && a.numel() == b.numel() && a.scalar_type() == b.scalar_type();
+  if (a.is_same(b)) return true;
+  if (a.device() != b.device() || a.scalar_type() != b.scalar_type()) return false;
+  if (a.device().is_meta()) {  // a fake tensor's address is no address: its place in its storage
+    return a.has_storage() && b.has_storage() &&
+           a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl() &&
+           a.sym_storage_offset() == b.sym_storage_offset() && a.sym_numel() == b.sym_numel();
+  }
+  return a.data_ptr() == b.data_ptr() && a.numel() == b.numel();
 }
 
 template <typename PosT, typename TokT, typename IdxT>
@@ -47,86 +56,109 @@ void check_values(const at::Tensor& positions, const TokT* token_indices, const 
   }
 }
 
-// The token bookkeeping's tensors (metadata), and the DraftInputs they give. draft_step is read
-// here: this is the host op, and its tensors are host tensors.
-kernels::DraftInputs draft_inputs(int64_t num_reqs, const char* what, const OptTensor& target_seq_lens,
-                                  const OptTensor& input_ids, const OptTensor& draft_tokens,
-                                  const OptTensor& sampled_tokens, const OptTensor& draft_step, int64_t num_draft_steps,
+// An optional tensor of exactly one entry per request.
+template <typename Int>
+void check_per_request(const OptTensor& t, const char* name, std::initializer_list<c10::ScalarType> dtypes,
+                       const Int& num_reqs, const char* what, const Anchor& anchor) {
+  if (!t.has_value()) return;
+  check_tensor(*t, name, dtypes, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(*t) == num_reqs, name, " must have ", what, " = ", num_reqs, " entries, got ",
+                    numel_of<Int>(*t));
+}
+
+// The token bookkeeping's tensors (metadata); draft_step's value is the host op's to check (reading
+// it would sync a device).
+template <typename Int>
+void check_draft_inputs(const Int& num_reqs, const char* what, const Anchor& anchor, const OptTensor& target_seq_lens,
+                        const OptTensor& input_ids, const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
+                        const OptTensor& draft_step, int64_t num_draft_steps, const OptTensor& sample_positions,
+                        const OptTensor& hidden_states, const OptTensor& next_hidden_states) {
+  check_per_request(target_seq_lens, "target_seq_lens", {c10::kInt}, num_reqs, what, anchor);
+  check_per_request(sampled_tokens, "sampled_tokens", {c10::kLong, c10::kInt}, num_reqs, what, anchor);
+  if (draft_tokens.has_value()) {
+    check_tensor(*draft_tokens, "draft_tokens", {c10::kLong, c10::kInt}, 2, anchor);
+    TORCH_CHECK_VALUE(size_of<Int>(*draft_tokens, 0) >= num_reqs, "draft_tokens must have at least ", what, " = ",
+                      num_reqs, " rows, got ", size_of<Int>(*draft_tokens, 0));
+    check_rows_disjoint(*draft_tokens, "draft_tokens");
+  }
+  TORCH_CHECK_VALUE(!sampled_tokens.has_value() || draft_tokens.has_value(),
+                    "sampled_tokens needs draft_tokens (the buffer it is stored in)");
+  if (input_ids.has_value()) {
+    check_tensor(*input_ids, "input_ids", {c10::kInt, c10::kLong}, 1, anchor);
+    check_entries(*input_ids, "input_ids", num_reqs, what);
+    TORCH_CHECK_VALUE(draft_tokens.has_value(), "input_ids needs draft_tokens (the tokens it receives)");
+  }
+  if (draft_step.has_value()) {
+    TORCH_CHECK_VALUE(draft_step->defined(), "draft_step must be a tensor, got None");
+    TORCH_CHECK_VALUE(draft_step->device() == anchor.device, "draft_step must be on ", anchor.device, " like ",
+                      anchor.name, ", got ", draft_step->device());
+    TORCH_CHECK_VALUE(draft_step->scalar_type() == c10::kLong || draft_step->scalar_type() == c10::kInt,
+                      "draft_step must have dtype int64 or int32, got ", dtype_name(draft_step->scalar_type()));
+    TORCH_CHECK_VALUE(draft_step->dim() == 0, "draft_step must be 0-D, got shape ", draft_step->sym_sizes());
+  } else if (draft_tokens.has_value()) {
+    TORCH_CHECK_VALUE(size_of<Int>(*draft_tokens, 1) >= 1, "draft_tokens must have at least 1 column (step 0), got 0");
+  }
+  if (num_draft_steps >= 0) {
+    TORCH_CHECK_VALUE(draft_step.has_value(), "num_draft_steps needs draft_step (the step it is compared with)");
+    check_positive(num_draft_steps, "num_draft_steps");
+  }
+  if (sample_positions.has_value()) {
+    check_tensor(*sample_positions, "sample_positions", {c10::kLong, c10::kInt}, 1, anchor);
+    check_entries(*sample_positions, "sample_positions", num_reqs, what);
+  }
+  TORCH_CHECK_VALUE(hidden_states.has_value() == next_hidden_states.has_value(),
+                    "hidden_states and next_hidden_states come together, got only ",
+                    hidden_states.has_value() ? "hidden_states" : "next_hidden_states");
+  if (hidden_states.has_value()) {
+    check_tensor(*hidden_states, "hidden_states", {c10::kBFloat16, c10::kHalf, c10::kFloat}, 2, anchor);
+    TORCH_CHECK_VALUE(next_hidden_states->defined(), "next_hidden_states must be a tensor, got None");
+    TORCH_CHECK_VALUE(next_hidden_states->scalar_type() == hidden_states->scalar_type(),
+                      "next_hidden_states must have dtype ", dtype_name(hidden_states->scalar_type()),
+                      " like hidden_states, got ", dtype_name(next_hidden_states->scalar_type()));
+    check_tensor(*next_hidden_states, "next_hidden_states", {hidden_states->scalar_type()}, 2, anchor);
+    for (const auto& [t, name] : {std::pair{&*hidden_states, "hidden_states"},
+                                  std::pair{&*next_hidden_states, "next_hidden_states"}}) {
+      TORCH_CHECK_VALUE(size_of<Int>(*t, 0) >= num_reqs, name, " must have at least ", what, " = ", num_reqs,
+                        " rows, got ", size_of<Int>(*t, 0));
+    }
+    TORCH_CHECK_VALUE(size_of<Int>(*next_hidden_states, 1) == size_of<Int>(*hidden_states, 1),
+                      "next_hidden_states must have ", size_of<Int>(*hidden_states, 1),
+                      " columns like hidden_states, got ", size_of<Int>(*next_hidden_states, 1));
+    check_rows_disjoint(*next_hidden_states, "next_hidden_states");
+  }
+}
+
+// The DraftInputs the token bookkeeping's tensors give (checked), draft_step read: this is the
+// host op, and its tensors are host tensors.
+kernels::DraftInputs draft_inputs(const OptTensor& target_seq_lens, const OptTensor& input_ids,
+                                  const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
+                                  const OptTensor& draft_step, int64_t num_draft_steps,
                                   const OptTensor& sample_positions, const OptTensor& hidden_states,
                                   const OptTensor& next_hidden_states) {
   kernels::DraftInputs in;
-  if (target_seq_lens.has_value()) {
-    check_tensor(*target_seq_lens, "target_seq_lens", {c10::kInt}, 1);
-    TORCH_CHECK_VALUE(target_seq_lens->numel() == num_reqs, "target_seq_lens must have ", what, " = ", num_reqs,
-                      " entries, got ", target_seq_lens->numel());
-    in.target_seq_lens = target_seq_lens->data_ptr<int32_t>();
-  }
+  if (target_seq_lens.has_value()) in.target_seq_lens = target_seq_lens->data_ptr<int32_t>();
   if (draft_tokens.has_value()) {
-    check_tensor(*draft_tokens, "draft_tokens", {c10::kLong, c10::kInt}, 2);
-    TORCH_CHECK_VALUE(draft_tokens->size(0) >= num_reqs, "draft_tokens must have at least ", what, " = ", num_reqs,
-                      " rows, got ", draft_tokens->size(0));
-    check_rows_disjoint(*draft_tokens, "draft_tokens");
     in.draft_tokens = {draft_tokens->data_ptr(), draft_tokens->scalar_type() == c10::kLong};
     in.draft_tokens_stride = draft_tokens->stride(0);
     in.draft_tokens_columns = draft_tokens->size(1);
   }
   if (sampled_tokens.has_value()) {
-    check_tensor(*sampled_tokens, "sampled_tokens", {c10::kLong, c10::kInt}, 1);
-    TORCH_CHECK_VALUE(sampled_tokens->numel() == num_reqs, "sampled_tokens must have ", what, " = ", num_reqs,
-                      " entries, got ", sampled_tokens->numel());
-    TORCH_CHECK_VALUE(draft_tokens.has_value(), "sampled_tokens needs draft_tokens (the buffer it is stored in)");
     in.sampled_tokens = {sampled_tokens->data_ptr(), sampled_tokens->scalar_type() == c10::kLong};
   }
-  if (input_ids.has_value()) {
-    check_tensor(*input_ids, "input_ids", {c10::kInt, c10::kLong}, 1);
-    check_entries(*input_ids, "input_ids", num_reqs, what);
-    TORCH_CHECK_VALUE(draft_tokens.has_value(), "input_ids needs draft_tokens (the tokens it receives)");
-    in.input_ids = {input_ids->data_ptr(), input_ids->scalar_type() == c10::kLong};
-  }
+  if (input_ids.has_value()) in.input_ids = {input_ids->data_ptr(), input_ids->scalar_type() == c10::kLong};
   if (draft_step.has_value()) {
-    TORCH_CHECK_VALUE(draft_step->defined(), "draft_step must be a tensor, got None");
-    TORCH_CHECK_VALUE(draft_step->device().is_cpu(), "draft_step must be a CPU tensor for the CPU kernel, got device ",
-                      draft_step->device());
-    TORCH_CHECK_VALUE(draft_step->scalar_type() == c10::kLong || draft_step->scalar_type() == c10::kInt,
-                      "draft_step must have dtype int64 or int32, got ", dtype_name(draft_step->scalar_type()));
-    TORCH_CHECK_VALUE(draft_step->dim() == 0, "draft_step must be 0-D, got shape ", draft_step->sizes());
     in.step = draft_step->scalar_type() == c10::kLong ? *draft_step->data_ptr<int64_t>()
                                                       : static_cast<int64_t>(*draft_step->data_ptr<int32_t>());
     if (draft_tokens.has_value()) {
       TORCH_CHECK_VALUE(in.step_in_columns(), "draft_step = ", in.step, " is outside the ", in.draft_tokens_columns,
                         " columns of draft_tokens");
     }
-  } else if (draft_tokens.has_value()) {
-    TORCH_CHECK_VALUE(in.draft_tokens_columns >= 1, "draft_tokens must have at least 1 column (step 0), got 0");
   }
-  if (num_draft_steps >= 0) {
-    TORCH_CHECK_VALUE(draft_step.has_value(), "num_draft_steps needs draft_step (the step it is compared with)");
-    check_positive(num_draft_steps, "num_draft_steps");
-    in.last = in.step >= num_draft_steps - 1;
-  }
+  if (num_draft_steps >= 0) in.last = in.step >= num_draft_steps - 1;
   if (sample_positions.has_value()) {
-    check_tensor(*sample_positions, "sample_positions", {c10::kLong, c10::kInt}, 1);
-    check_entries(*sample_positions, "sample_positions", num_reqs, what);
     in.sample_positions = {sample_positions->data_ptr(), sample_positions->scalar_type() == c10::kLong};
   }
-  TORCH_CHECK_VALUE(hidden_states.has_value() == next_hidden_states.has_value(),
-                    "hidden_states and next_hidden_states come together, got only ",
-                    hidden_states.has_value() ? "hidden_states" : "next_hidden_states");
   if (hidden_states.has_value()) {
-    check_tensor(*hidden_states, "hidden_states", {c10::kBFloat16, c10::kHalf, c10::kFloat}, 2);
-    TORCH_CHECK_VALUE(next_hidden_states->defined(), "next_hidden_states must be a tensor, got None");
-    TORCH_CHECK_VALUE(next_hidden_states->scalar_type() == hidden_states->scalar_type(),
-                      "next_hidden_states must have dtype ", dtype_name(hidden_states->scalar_type()),
-                      " like hidden_states, got ", dtype_name(next_hidden_states->scalar_type()));
-    check_tensor(*next_hidden_states, "next_hidden_states", {hidden_states->scalar_type()}, 2);
-    for (const auto& [t, name] : {std::pair{&*hidden_states, "hidden_states"},
-                                  std::pair{&*next_hidden_states, "next_hidden_states"}}) {
-      TORCH_CHECK_VALUE(t->size(0) >= num_reqs, name, " must have at least ", what, " = ", num_reqs, " rows, got ",
-                        t->size(0));
-    }
-    TORCH_CHECK_VALUE(next_hidden_states->size(1) == hidden_states->size(1), "next_hidden_states must have ",
-                      hidden_states->size(1), " columns like hidden_states, got ", next_hidden_states->size(1));
-    check_rows_disjoint(*next_hidden_states, "next_hidden_states");
     const int64_t element = hidden_states->element_size();
     in.hidden_states = static_cast<const char*>(hidden_states->data_ptr());
     in.next_hidden_states = static_cast<char*>(next_hidden_states->data_ptr());
@@ -137,65 +169,51 @@ kernels::DraftInputs draft_inputs(int64_t num_reqs, const char* what, const OptT
   return in;
 }
 
-void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens, at::TensorList block_tables,
-                        const OptTensor& token_indices, const OptTensor& num_rejected_tokens,
-                        const OptTensor& idx_mapping, const at::Tensor& out_positions, at::TensorList slot_mappings,
-                        const OptTensor& query_start_loc, at::TensorList num_blocks, int64_t max_model_len,
-                        int64_t past_max_model_len, int64_t num_tokens_padded, int64_t num_reqs_padded,
-                        int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
-                        c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
-                        const c10::List<bool>& slot_mapping_enabled, const OptTensor& target_seq_lens,
-                        const OptTensor& input_ids, const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
-                        const OptTensor& draft_step, int64_t num_draft_steps, const OptTensor& sample_positions,
-                        const OptTensor& hidden_states, const OptTensor& next_hidden_states) {
-  const size_t num_groups = block_tables.size();
+template <typename Int>
+void check_advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens, at::TensorList block_tables,
+                              const OptTensor& token_indices, const OptTensor& num_rejected_tokens,
+                              const OptTensor& idx_mapping, const at::Tensor& out_positions, at::TensorList slot_mappings,
+                              const OptTensor& query_start_loc, at::TensorList num_blocks, int64_t max_model_len,
+                              int64_t past_max_model_len, int64_t num_tokens_padded, int64_t num_reqs_padded,
+                              int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
+                              c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+                              const c10::List<bool>& slot_mapping_enabled, const OptTensor& target_seq_lens,
+                              const OptTensor& input_ids, const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
+                              const OptTensor& draft_step, int64_t num_draft_steps, const OptTensor& sample_positions,
+                              const OptTensor& hidden_states, const OptTensor& next_hidden_states) {
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
   const int64_t rule = past_max_model_len;
   check_positive(max_model_len, "max_model_len");
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
-  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
-  check_positive(cp_interleave, "cp_interleave");
-
+  check_context_parallel(cp_world_size, cp_rank, cp_interleave);
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
-  if (token_indices.has_value()) check_tensor(*token_indices, "token_indices", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_reqs = token_indices.has_value() ? token_indices->numel() : positions.numel();
+  const Anchor anchor = anchor_of(positions, "positions");
+  if (token_indices.has_value()) check_tensor(*token_indices, "token_indices", {c10::kInt, c10::kLong}, 1, anchor);
+  const Int num_reqs = token_indices.has_value() ? numel_of<Int>(*token_indices) : numel_of<Int>(positions);
   const char* what = token_indices.has_value() ? "R = token_indices.numel()" : "R = positions.numel()";
-  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1, anchor);
   check_entries(seq_lens, "seq_lens", num_reqs, what);
-  const int64_t seq_lens_end = padded_end(seq_lens, "seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
-  if (num_rejected_tokens.has_value()) {
-    check_tensor(*num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1);
-    TORCH_CHECK_VALUE(num_rejected_tokens->numel() == num_reqs, "num_rejected_tokens must have ", what, " = ",
-                      num_reqs, " entries, got ", num_rejected_tokens->numel());
-  }
-  if (idx_mapping.has_value()) {
-    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have ", what, " = ", num_reqs,
-                      " entries, got ", idx_mapping->numel());
-  }
-  check_tensor(out_positions, "out_positions", {c10::kLong, c10::kInt}, 1);
+  padded_end(seq_lens, "seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
+  check_per_request(num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, num_reqs, what, anchor);
+  check_per_request(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, num_reqs, what, anchor);
+  check_tensor(out_positions, "out_positions", {c10::kLong, c10::kInt}, 1, anchor);
   check_entries(out_positions, "out_positions", num_reqs, what);
-  int64_t positions_end = out_positions.numel();
-  if (out_positions.numel() > num_reqs && num_tokens_padded >= 0) {
-    TORCH_CHECK_VALUE(num_tokens_padded >= num_reqs && num_tokens_padded <= out_positions.numel(),
+  if (numel_of<Int>(out_positions) > num_reqs && num_tokens_padded >= 0) {
+    TORCH_CHECK_VALUE(num_tokens_padded >= num_reqs && numel_of<Int>(out_positions) >= num_tokens_padded,
                       "num_tokens_padded must be in [R = ", num_reqs, ", out_positions.numel() = ",
-                      out_positions.numel(), "], got ", num_tokens_padded);
-    positions_end = num_tokens_padded;
+                      numel_of<Int>(out_positions), "], got ", num_tokens_padded);
   }
-  int64_t query_start_loc_end = 0;
   if (query_start_loc.has_value()) {
-    check_tensor(*query_start_loc, "query_start_loc", {c10::kInt}, 1);
-    query_start_loc_end = num_reqs_padded >= 0 ? num_reqs_padded + 1 : query_start_loc->numel();
-    TORCH_CHECK_VALUE(query_start_loc->numel() >= query_start_loc_end && query_start_loc_end >= num_reqs + 1,
-                      "query_start_loc must have at least num_reqs_padded + 1 = ", std::max(query_start_loc_end, num_reqs + 1),
-                      " entries, got ", query_start_loc->numel());
+    check_tensor(*query_start_loc, "query_start_loc", {c10::kInt}, 1, anchor);
+    const Int end = num_reqs_padded >= 0 ? Int(num_reqs_padded + 1) : numel_of<Int>(*query_start_loc);
+    TORCH_CHECK_VALUE(numel_of<Int>(*query_start_loc) >= end && end >= num_reqs + 1,
+                      "query_start_loc must have at least num_reqs_padded + 1 = ", end > num_reqs + 1 ? end : num_reqs + 1,
+                      " entries, got ", numel_of<Int>(*query_start_loc));
   }
-  const kernels::DraftInputs in =
-      draft_inputs(num_reqs, what, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
-                   num_draft_steps, sample_positions, hidden_states, next_hidden_states);
-  std::vector<kernels::DraftStepGroup> groups =
-      draft_step_groups(block_tables, slot_mappings, num_blocks, settings, num_reqs, num_reqs, num_tokens_padded);
+  check_draft_inputs<Int>(num_reqs, what, anchor, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
+                          num_draft_steps, sample_positions, hidden_states, next_hidden_states);
+  check_draft_step_groups<Int>(block_tables, slot_mappings, num_blocks, settings, num_reqs, num_tokens_padded, &anchor);
   // out_positions may be positions itself (in place, element by element), never a part of it,
   // nor share anything with positions when token_indices gathers (another request's position).
   const bool in_place = !token_indices.has_value() && same_span(out_positions, positions);
@@ -216,8 +234,43 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
   add_group_tensors(outputs, inputs, slot_mappings, block_tables, num_blocks);
   check_outputs_alias_nothing(outputs, inputs);
   for (const NamedTensor& out : outputs) {
-    if (out.tensor != nullptr && out.tensor != &out_positions) check_no_overlap(*out.tensor, out.name, positions, "positions");
+    if (out.tensor != nullptr && out.tensor != &out_positions) {
+      check_no_overlap(*out.tensor, out.name, positions, "positions");
+    }
   }
+}
+
+void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens, at::TensorList block_tables,
+                        const OptTensor& token_indices, const OptTensor& num_rejected_tokens,
+                        const OptTensor& idx_mapping, const at::Tensor& out_positions, at::TensorList slot_mappings,
+                        const OptTensor& query_start_loc, at::TensorList num_blocks, int64_t max_model_len,
+                        int64_t past_max_model_len, int64_t num_tokens_padded, int64_t num_reqs_padded,
+                        int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
+                        c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+                        const c10::List<bool>& slot_mapping_enabled, const OptTensor& target_seq_lens,
+                        const OptTensor& input_ids, const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
+                        const OptTensor& draft_step, int64_t num_draft_steps, const OptTensor& sample_positions,
+                        const OptTensor& hidden_states, const OptTensor& next_hidden_states) {
+  check_advance_draft_step<int64_t>(
+      positions, seq_lens, block_tables, token_indices, num_rejected_tokens, idx_mapping, out_positions, slot_mappings,
+      query_start_loc, num_blocks, max_model_len, past_max_model_len, num_tokens_padded, num_reqs_padded,
+      cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled,
+      target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step, num_draft_steps, sample_positions,
+      hidden_states, next_hidden_states);
+  const size_t num_groups = block_tables.size();
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  const int64_t rule = past_max_model_len;
+  const int64_t num_reqs = token_indices.has_value() ? token_indices->numel() : positions.numel();
+  const int64_t seq_lens_end = padded_end(seq_lens, "seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
+  const int64_t positions_end =
+      out_positions.numel() > num_reqs && num_tokens_padded >= 0 ? num_tokens_padded : out_positions.numel();
+  const int64_t query_start_loc_end =
+      !query_start_loc.has_value() ? 0 : num_reqs_padded >= 0 ? num_reqs_padded + 1 : query_start_loc->numel();
+  const kernels::DraftInputs in = draft_inputs(target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
+                                               num_draft_steps, sample_positions, hidden_states, next_hidden_states);
+  std::vector<kernels::DraftStepGroup> groups =
+      draft_step_groups(block_tables, slot_mappings, num_blocks, settings, num_reqs, num_reqs, num_tokens_padded);
 
   kernels::DraftStepShape s;
   s.num_reqs = num_reqs;
@@ -257,5 +310,6 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("advance_draft_step", &advance_draft_step); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("advance_draft_step", &check_advance_draft_step<c10::SymInt>); }
 
 }  // namespace specops::cpu

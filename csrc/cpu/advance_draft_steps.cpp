@@ -1,9 +1,12 @@
-// CPU op for advance_draft_steps: validates everything (every later pass's position against each
-// group's table and the RoPE cache included), then writes every draft pass's rows.
+// advance_draft_steps: its metadata checks (the Meta kernel, and every backend's first step), then
+// the CPU op: the checks, the values (every later pass's position against each group's table and the
+// RoPE cache included), then every draft pass's rows.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "cpu/slot_mapping_checks.h"
@@ -21,17 +24,20 @@ constexpr const char* kRequestRows = "num_steps rows; out_seq_lens.size(1) reque
 
 // An output: contiguous, with at least the given rows and entries (the last dimension exactly
 // `last` when it is >= 0).
-template <typename Name>
+template <typename Int, typename Name>
 void check_rows(const at::Tensor& t, const Name& name, std::initializer_list<c10::ScalarType> dtypes,
-                std::initializer_list<int64_t> shape, const char* sized_by, int64_t last = -1) {
-  check_tensor(t, name, dtypes, static_cast<int64_t>(shape.size()));
-  TORCH_CHECK_VALUE(t.is_contiguous(), name, " must be contiguous, got strides ", t.strides());
-  TORCH_CHECK_VALUE(last < 0 || t.size(-1) == last, name, " must have ", last,
-                    " entries in its last dimension, got shape ", t.sizes());
+                std::initializer_list<Int> shape, const char* sized_by, const Anchor& anchor,
+                const std::optional<Int>& last = std::nullopt) {
+  check_tensor(t, name, dtypes, static_cast<int64_t>(shape.size()), anchor);
+  TORCH_CHECK_VALUE(t.is_contiguous(), name, " must be contiguous, got strides ", t.sym_strides());
+  if (last.has_value()) {
+    TORCH_CHECK_VALUE(size_of<Int>(t, t.dim() - 1) == *last, name, " must have ", *last,
+                      " entries in its last dimension, got shape ", t.sym_sizes());
+  }
   int64_t d = 0;
-  for (int64_t least : shape) {
-    TORCH_CHECK_VALUE(t.size(d) >= least, name, " must have at least shape ", c10::IntArrayRef(shape), " (",
-                      sized_by, "), got ", t.sizes());
+  for (const Int& least : shape) {
+    TORCH_CHECK_VALUE(size_of<Int>(t, d) >= least, name, " must have at least shape ", c10::ArrayRef<Int>(shape),
+                      " (", sized_by, "), got ", t.sym_sizes());
     ++d;
   }
 }
@@ -93,20 +99,40 @@ void check_values(const int32_t* qsl, const PosT* positions, const int32_t* seq_
   }
 }
 
-void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& positions, const at::Tensor& seq_lens,
-                         const at::Tensor& token_indices, const at::Tensor& num_rejected_tokens,
-                         const OptTensor& idx_mapping, at::TensorList block_tables, at::TensorList num_blocks,
-                         at::TensorList target_slot_mappings, const at::Tensor& rope_cos_sin_cache,
-                         const at::Tensor& out_positions, const at::Tensor& out_seq_lens,
-                         const at::Tensor& out_query_start_loc, const at::Tensor& out_cos_sin,
-                         const at::Tensor& out_local_cos_sin, const at::Tensor& out_local_query_start_loc,
-                         const at::Tensor& out_local_seq_lens, const at::Tensor& out_start_pos,
-                         at::TensorList out_slots, at::TensorList out_slot_pairs, int64_t num_steps,
-                         int64_t num_actual_tokens, int64_t num_input_tokens, int64_t num_reqs_padded,
-                         int64_t max_model_len, int64_t past_max_model_len, int64_t split_size, int64_t split_rank,
-                         int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
-                         c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
-                         const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes) {
+// The per-pass extents: (rows per split rank, padded stream rows, slot entries) every pass needs.
+struct PassExtents {
+  int64_t per_rank = 0, pad = 0, slot_entries = 0;
+};
+
+PassExtents pass_extents(int64_t num_steps, int64_t num_input_tokens, int64_t num_reqs_padded, int64_t split_size) {
+  PassExtents e;
+  int64_t later_rank = 0, later_pad = 0;
+  stream_rows(num_input_tokens, "num_input_tokens", split_size, &e.per_rank, &e.pad);
+  e.slot_entries = num_input_tokens;
+  if (num_steps > 1) {
+    stream_rows(num_reqs_padded, "num_reqs_padded", split_size, &later_rank, &later_pad);
+    e.per_rank = std::max(e.per_rank, later_rank);
+    e.pad = std::max(e.pad, later_pad);
+    e.slot_entries = std::max(e.slot_entries, num_reqs_padded);
+  }
+  return e;
+}
+
+template <typename Int>
+void check_advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& positions, const at::Tensor& seq_lens,
+                               const at::Tensor& token_indices, const at::Tensor& num_rejected_tokens,
+                               const OptTensor& idx_mapping, at::TensorList block_tables, at::TensorList num_blocks,
+                               at::TensorList target_slot_mappings, const at::Tensor& rope_cos_sin_cache,
+                               const at::Tensor& out_positions, const at::Tensor& out_seq_lens,
+                               const at::Tensor& out_query_start_loc, const at::Tensor& out_cos_sin,
+                               const at::Tensor& out_local_cos_sin, const at::Tensor& out_local_query_start_loc,
+                               const at::Tensor& out_local_seq_lens, const at::Tensor& out_start_pos,
+                               at::TensorList out_slots, at::TensorList out_slot_pairs, int64_t num_steps,
+                               int64_t num_actual_tokens, int64_t num_input_tokens, int64_t num_reqs_padded,
+                               int64_t max_model_len, int64_t past_max_model_len, int64_t split_size, int64_t split_rank,
+                               int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
+                               c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+                               const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes) {
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -121,58 +147,54 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
                     ", got ", num_input_tokens);
   check_positive(max_model_len, "max_model_len");
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
-  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
-  check_positive(cp_interleave, "cp_interleave");
+  check_context_parallel(cp_world_size, cp_rank, cp_interleave);
   check_cp_rank(split_size, split_rank, "split_size", "split_rank");
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
-  check_tensor(token_indices, "token_indices", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_reqs = token_indices.numel();
+  const Anchor anchor = anchor_of(positions, "positions");
+  check_tensor(token_indices, "token_indices", {c10::kInt, c10::kLong}, 1, anchor);
+  const Int num_reqs = numel_of<Int>(token_indices);
   TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs, "num_reqs_padded must be >= R = token_indices.numel() = ", num_reqs,
                     ", got ", num_reqs_padded);
-  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1, anchor);
   check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1");
-  check_entries(positions, "positions", num_tokens, "num_actual_tokens");
-  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
+  check_entries(positions, "positions", Int(num_tokens), "num_actual_tokens");
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1, anchor);
   check_entries(seq_lens, "seq_lens", num_reqs, "R");
-  check_tensor(num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(num_rejected_tokens.numel() == num_reqs, "num_rejected_tokens must have R = token_indices.numel() = ",
-                    num_reqs, " entries, got ", num_rejected_tokens.numel());
+  check_tensor(num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(num_rejected_tokens) == num_reqs,
+                    "num_rejected_tokens must have R = token_indices.numel() = ", num_reqs, " entries, got ",
+                    numel_of<Int>(num_rejected_tokens));
   if (idx_mapping.has_value()) {
-    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = token_indices.numel() = ",
-                      num_reqs, " entries, got ", idx_mapping->numel());
+    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1, anchor);
+    TORCH_CHECK_VALUE(numel_of<Int>(*idx_mapping) == num_reqs, "idx_mapping must have R = token_indices.numel() = ",
+                      num_reqs, " entries, got ", numel_of<Int>(*idx_mapping));
   }
-  check_tensor(rope_cos_sin_cache, "rope_cos_sin_cache", {c10::kFloat, c10::kHalf, c10::kBFloat16}, 2);
-  TORCH_CHECK_VALUE(rope_cos_sin_cache.size(0) >= 1 && rope_cos_sin_cache.is_contiguous(),
+  check_tensor(rope_cos_sin_cache, "rope_cos_sin_cache", {c10::kFloat, c10::kHalf, c10::kBFloat16}, 2, anchor);
+  TORCH_CHECK_VALUE(size_of<Int>(rope_cos_sin_cache, 0) >= 1 && rope_cos_sin_cache.is_contiguous(),
                     "rope_cos_sin_cache must be a contiguous [>= 1, rot_dim] tensor, got shape ",
-                    rope_cos_sin_cache.sizes(), " strides ", rope_cos_sin_cache.strides());
-  const int64_t rot_dim = rope_cos_sin_cache.size(1);
+                    rope_cos_sin_cache.sym_sizes(), " strides ", rope_cos_sin_cache.sym_strides());
+  const Int rot_dim = size_of<Int>(rope_cos_sin_cache, 1);
   const c10::ScalarType rope_dtype = rope_cos_sin_cache.scalar_type();
-  int64_t per_rank = 0, pad = 0, later_rank = 0, later_pad = 0;
-  stream_rows(num_input_tokens, "num_input_tokens", split_size, &per_rank, &pad);
-  int64_t slot_entries = num_input_tokens;
-  if (num_steps > 1) {
-    stream_rows(num_reqs_padded, "num_reqs_padded", split_size, &later_rank, &later_pad);
-    per_rank = std::max(per_rank, later_rank);
-    pad = std::max(pad, later_pad);
-    slot_entries = std::max(slot_entries, num_reqs_padded);
-  }
-  check_rows(out_positions, "out_positions", {c10::kLong}, {num_steps, pad}, kStream);
+  const PassExtents e = pass_extents(num_steps, num_input_tokens, num_reqs_padded, split_size);
+  check_rows<Int>(out_positions, "out_positions", {c10::kLong}, {num_steps, e.pad}, kStream, anchor);
   // Named after the cache: a float32 cache with bfloat16 outputs is one mistake, whichever side it is on.
   for (const auto& [out, name] : {std::pair<const at::Tensor*, const char*>{&out_cos_sin, "out_cos_sin"},
                                   {&out_local_cos_sin, "out_local_cos_sin"}}) {
-    TORCH_CHECK_VALUE(out->scalar_type() == rope_dtype, name, " must have rope_cos_sin_cache's dtype ", dtype_name(rope_dtype),
-                      ", got ", dtype_name(out->scalar_type()));
+    TORCH_CHECK_VALUE(!out->defined() || out->scalar_type() == rope_dtype, name,
+                      " must have rope_cos_sin_cache's dtype ", dtype_name(rope_dtype), ", got ",
+                      dtype_name(out->scalar_type()));
   }
-  check_rows(out_cos_sin, "out_cos_sin", {rope_dtype}, {num_steps, pad, rot_dim}, kStream, rot_dim);
-  check_rows(out_local_cos_sin, "out_local_cos_sin", {rope_dtype}, {num_steps, per_rank, rot_dim}, kStream, rot_dim);
-  check_rows(out_seq_lens, "out_seq_lens", {c10::kInt}, {num_steps, num_reqs}, kRequests);
-  const int64_t reqs_end = out_seq_lens.size(1);
-  check_rows(out_query_start_loc, "out_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1}, kRequestRows);
-  check_rows(out_local_query_start_loc, "out_local_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1},
-             kRequestRows);
-  check_rows(out_local_seq_lens, "out_local_seq_lens", {c10::kInt}, {num_steps, reqs_end}, kRequestRows);
-  check_rows(out_start_pos, "out_start_pos", {c10::kInt}, {num_steps, reqs_end}, kRequestRows);
+  check_rows<Int>(out_cos_sin, "out_cos_sin", {rope_dtype}, {num_steps, e.pad, rot_dim}, kStream, anchor, rot_dim);
+  check_rows<Int>(out_local_cos_sin, "out_local_cos_sin", {rope_dtype}, {num_steps, e.per_rank, rot_dim}, kStream,
+                  anchor, rot_dim);
+  check_rows<Int>(out_seq_lens, "out_seq_lens", {c10::kInt}, {num_steps, num_reqs}, kRequests, anchor);
+  const Int reqs_end = size_of<Int>(out_seq_lens, 1);
+  check_rows<Int>(out_query_start_loc, "out_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1}, kRequestRows,
+                  anchor);
+  check_rows<Int>(out_local_query_start_loc, "out_local_query_start_loc", {c10::kInt}, {num_steps, reqs_end + 1},
+                  kRequestRows, anchor);
+  check_rows<Int>(out_local_seq_lens, "out_local_seq_lens", {c10::kInt}, {num_steps, reqs_end}, kRequestRows, anchor);
+  check_rows<Int>(out_start_pos, "out_start_pos", {c10::kInt}, {num_steps, reqs_end}, kRequestRows, anchor);
   const std::pair<size_t, const char*> lists[] = {{num_blocks.size(), "num_blocks"},
                                                   {target_slot_mappings.size(), "target_slot_mappings"},
                                                   {out_slots.size(), "out_slots"},
@@ -195,40 +217,80 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
                                      {&seq_lens, {"seq_lens"}}, {&token_indices, {"token_indices"}},
                                      {&num_rejected_tokens, {"num_rejected_tokens"}}, {ptr(idx_mapping), {"idx_mapping"}},
                                      {&rope_cos_sin_cache, {"rope_cos_sin_cache"}}};
-  std::vector<kernels::DraftStepsGroup> groups;
-  groups.reserve(num_groups);
-  std::vector<at::Tensor> first_rows;
-  first_rows.reserve(num_groups);
   // Only passes k >= 2 take a slot per request (num_reqs_padded of them); one pass takes none.
-  const int64_t later_reqs = num_steps > 1 ? num_reqs : 0, later_padded = num_steps > 1 ? num_reqs_padded : 0;
+  const Int later_reqs = num_steps > 1 ? num_reqs : Int(0);
+  const Int later_padded = Int(num_steps > 1 ? num_reqs_padded : 0);
   for (size_t g = 0; g < num_groups; ++g) {
     const int64_t gi = static_cast<int64_t>(g);
-    const int64_t storage = storage_block_sizes[g];
     const GroupSettings::Cp cp = settings.cp(g);
-    check_rows(out_slots[g], ArgName{"out_slots", gi}, {c10::kLong, c10::kInt}, {num_steps, slot_entries}, kStream);
-    first_rows.push_back(out_slots[g].select(0, 0));
-    const at::Tensor& first = first_rows.back();
+    check_rows<Int>(out_slots[g], ArgName{"out_slots", gi}, {c10::kLong, c10::kInt}, {num_steps, e.slot_entries},
+                    kStream, anchor);
     SlotMappingArgNames names = SlotMappingArgNames::of_group(gi);
     names.out = ArgName{"out_slots", gi};
-    kernels::SlotMappingShape shape = check_slot_mapping_args(
-        block_tables[g], block_sizes[g], first, blocks_per_kv_block[g], cp.world_size, cp.rank, cp.interleave,
-        num_reqs, later_reqs, later_padded, names);
+    // Row 0 of out_slots (each pass's row has its entries) is the group's slot mapping.
+    check_slot_mapping_layout<Int>(block_tables[g], block_sizes[g], blocks_per_kv_block[g], cp.world_size, cp.rank,
+                                   cp.interleave, later_reqs, later_padded, size_of<Int>(out_slots[g], 1), &anchor,
+                                   names);
     if (!num_blocks.empty()) {
-      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", gi}, block_tables[g],
-                     names.block_table, shape);
+      check_num_blocks<Int>(num_blocks[g], ArgName{"num_blocks", gi}, block_tables[g], names.block_table, &anchor);
       inputs.push_back({&num_blocks[g], {"num_blocks", gi}});
     }
-    check_positive(storage, ArgName{"storage_block_sizes", gi});
-    check_tensor(target_slot_mappings[g], ArgName{"target_slot_mappings", gi}, {c10::kLong, c10::kInt}, 1);
-    TORCH_CHECK_VALUE(target_slot_mappings[g].numel() >= num_tokens, "target_slot_mappings[", g,
+    check_positive(storage_block_sizes[g], ArgName{"storage_block_sizes", gi});
+    check_tensor(target_slot_mappings[g], ArgName{"target_slot_mappings", gi}, {c10::kLong, c10::kInt}, 1, anchor);
+    TORCH_CHECK_VALUE(numel_of<Int>(target_slot_mappings[g]) >= num_tokens, "target_slot_mappings[", g,
                       "] must have at least num_actual_tokens = ", num_tokens, " entries, got ",
-                      target_slot_mappings[g].numel());
-    check_rows(out_slot_pairs[g], ArgName{"out_slot_pairs", gi}, {c10::kLong, c10::kInt}, {num_steps, slot_entries, 2},
-               kStream, 2);
+                      numel_of<Int>(target_slot_mappings[g]));
+    check_rows<Int>(out_slot_pairs[g], ArgName{"out_slot_pairs", gi}, {c10::kLong, c10::kInt},
+                    {num_steps, e.slot_entries, 2}, kStream, anchor, Int(2));
     outputs.push_back({&out_slots[g], {"out_slots", gi}});
     outputs.push_back({&out_slot_pairs[g], {"out_slot_pairs", gi}});
     inputs.push_back({&block_tables[g], {"block_tables", gi}});
     inputs.push_back({&target_slot_mappings[g], {"target_slot_mappings", gi}});
+  }
+  check_outputs_alias_nothing(outputs, inputs);
+}
+
+void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& positions, const at::Tensor& seq_lens,
+                         const at::Tensor& token_indices, const at::Tensor& num_rejected_tokens,
+                         const OptTensor& idx_mapping, at::TensorList block_tables, at::TensorList num_blocks,
+                         at::TensorList target_slot_mappings, const at::Tensor& rope_cos_sin_cache,
+                         const at::Tensor& out_positions, const at::Tensor& out_seq_lens,
+                         const at::Tensor& out_query_start_loc, const at::Tensor& out_cos_sin,
+                         const at::Tensor& out_local_cos_sin, const at::Tensor& out_local_query_start_loc,
+                         const at::Tensor& out_local_seq_lens, const at::Tensor& out_start_pos,
+                         at::TensorList out_slots, at::TensorList out_slot_pairs, int64_t num_steps,
+                         int64_t num_actual_tokens, int64_t num_input_tokens, int64_t num_reqs_padded,
+                         int64_t max_model_len, int64_t past_max_model_len, int64_t split_size, int64_t split_rank,
+                         int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
+                         c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+                         const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes) {
+  check_advance_draft_steps<int64_t>(
+      query_start_loc, positions, seq_lens, token_indices, num_rejected_tokens, idx_mapping, block_tables, num_blocks,
+      target_slot_mappings, rope_cos_sin_cache, out_positions, out_seq_lens, out_query_start_loc, out_cos_sin,
+      out_local_cos_sin, out_local_query_start_loc, out_local_seq_lens, out_start_pos, out_slots, out_slot_pairs,
+      num_steps, num_actual_tokens, num_input_tokens, num_reqs_padded, max_model_len, past_max_model_len, split_size,
+      split_rank, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block, cp_sharded,
+      slot_mapping_enabled, storage_block_sizes);
+  const size_t num_groups = block_tables.size();
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  const int64_t num_tokens = num_actual_tokens, rule = past_max_model_len;
+  const int64_t num_reqs = token_indices.numel();
+  const int64_t rot_dim = rope_cos_sin_cache.size(1);
+  const int64_t reqs_end = out_seq_lens.size(1);
+  std::vector<kernels::DraftStepsGroup> groups;
+  groups.reserve(num_groups);
+  std::vector<at::Tensor> first_rows;
+  first_rows.reserve(num_groups);
+  const int64_t later_reqs = num_steps > 1 ? num_reqs : 0, later_padded = num_steps > 1 ? num_reqs_padded : 0;
+  for (size_t g = 0; g < num_groups; ++g) {
+    const GroupSettings::Cp cp = settings.cp(g);
+    first_rows.push_back(out_slots[g].select(0, 0));
+    const at::Tensor& first = first_rows.back();
+    kernels::SlotMappingShape shape = slot_mapping_shape(block_tables[g], block_sizes[g], blocks_per_kv_block[g],
+                                                         cp.world_size, cp.rank, cp.interleave, num_reqs, later_reqs,
+                                                         later_padded);
+    if (!num_blocks.empty()) shape.num_blocks = num_blocks[g].data_ptr<int32_t>();
     const bool wide = first.scalar_type() == c10::kLong;
     const at::Tensor& target = target_slot_mappings[g];
     const bool pairs_wide = out_slot_pairs[g].scalar_type() == c10::kLong;
@@ -239,9 +301,9 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
         target.scalar_type() == c10::kLong ? target.data_ptr<int64_t>() : nullptr,
         target.scalar_type() == c10::kLong ? nullptr : target.data_ptr<int32_t>(), out_slots[g].stride(0),
         pairs_wide ? out_slot_pairs[g].data_ptr<int64_t>() : nullptr,
-        pairs_wide ? nullptr : out_slot_pairs[g].data_ptr<int32_t>(), out_slot_pairs[g].stride(0), storage});
+        pairs_wide ? nullptr : out_slot_pairs[g].data_ptr<int32_t>(), out_slot_pairs[g].stride(0),
+        storage_block_sizes[g]});
   }
-  check_outputs_alias_nothing(outputs, inputs);
 
   kernels::DraftStepsShape s;
   s.num_steps = num_steps;
@@ -293,5 +355,6 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("advance_draft_steps", &advance_draft_steps); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("advance_draft_steps", &check_advance_draft_steps<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,4 +1,5 @@
-// CPU op for apply_staged_writes: validates every write, then runs the kernel body.
+// apply_staged_writes: its metadata checks (the Meta kernel, and every backend's first step), then
+// the CPU op: the checks, every write's values, the kernel body.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -8,24 +9,31 @@
 namespace specops::cpu {
 namespace {
 
-void apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const at::Tensor& starts,
-                         const at::Tensor& cu_lens, const at::Tensor& values) {
+template <typename Int>
+void check_apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const at::Tensor& starts,
+                               const at::Tensor& cu_lens, const at::Tensor& values) {
   check_tensor(table, "table", {c10::kInt}, 2);
   check_rows_disjoint(table, "table");
-  check_tensor(rows, "rows", {c10::kInt, c10::kLong}, 1);
-  check_tensor(starts, "starts", {c10::kInt}, 1);
-  check_tensor(cu_lens, "cu_lens", {c10::kInt}, 1);
-  check_tensor(values, "values", {c10::kInt}, 1);
-  const int64_t num_writes = rows.numel();
-  TORCH_CHECK_VALUE(starts.numel() == num_writes, "starts must have one entry per write (K = rows.numel() = ",
-                    num_writes, "), got ", starts.numel());
-  TORCH_CHECK_VALUE(cu_lens.numel() == num_writes + 1, "cu_lens must have K + 1 = rows.numel() + 1 = ", num_writes + 1,
-                    " entries, got ", cu_lens.numel());
+  const Anchor anchor = anchor_of(table, "table");
+  check_tensor(rows, "rows", {c10::kInt, c10::kLong}, 1, anchor);
+  check_tensor(starts, "starts", {c10::kInt}, 1, anchor);
+  check_tensor(cu_lens, "cu_lens", {c10::kInt}, 1, anchor);
+  check_tensor(values, "values", {c10::kInt}, 1, anchor);
+  const Int num_writes = numel_of<Int>(rows);
+  TORCH_CHECK_VALUE(numel_of<Int>(starts) == num_writes, "starts must have one entry per write (K = rows.numel() = ",
+                    num_writes, "), got ", numel_of<Int>(starts));
+  TORCH_CHECK_VALUE(numel_of<Int>(cu_lens) == num_writes + 1, "cu_lens must have K + 1 = rows.numel() + 1 = ",
+                    num_writes + 1, " entries, got ", numel_of<Int>(cu_lens));
   check_outputs_alias_nothing({{&table, {"table"}}}, {{&rows, {"rows"}},
                                                       {&starts, {"starts"}},
                                                       {&cu_lens, {"cu_lens"}},
                                                       {&values, {"values"}}});
+}
 
+void apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const at::Tensor& starts,
+                         const at::Tensor& cu_lens, const at::Tensor& values) {
+  check_apply_staged_writes<int64_t>(table, rows, starts, cu_lens, values);
+  const int64_t num_writes = rows.numel();
   kernels::StagedWritesShape shape;
   shape.num_writes = num_writes;
   shape.num_values = values.numel();
@@ -59,5 +67,6 @@ void apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("apply_staged_writes", &apply_staged_writes); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("apply_staged_writes", &check_apply_staged_writes<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,6 +1,6 @@
-// CPU op for compressor_metadata_multi: validates the steps and every group (compressor_metadata's
-// checks, naming the group's entry), then writes every group's rows of every step; nothing is
-// written before every check passed.
+// compressor_metadata_multi: its metadata checks (the steps and every group, compressor_metadata's
+// checks naming the group's entry; the Meta kernel, and every backend's first step), then the CPU
+// op: the checks, then every group's rows of every step; nothing is written before every check passed.
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/checks.h"
+#include "cpu/compressor_checks.h"
 #include "kernels/compressor_metadata_multi.h"
 
 namespace specops::cpu {
@@ -25,66 +25,13 @@ std::vector<unsigned char> fill_row(c10::ScalarType dtype, int64_t rope_dim, boo
   return row;
 }
 
-// compressor_metadata's checks of group g (python/specops/ops/compressor_metadata.py, check_group).
-void check_group(const at::Tensor& rope_cos, const at::Tensor& rope_sin, const at::Tensor& table, int64_t block_size,
-                 int64_t format, int64_t ratio, int64_t num_reqs, const at::Tensor& out_cos, const at::Tensor& out_sin,
-                 const at::Tensor& slots, int64_t g, int64_t num_steps, c10::ScalarType dtype) {
-  const ArgName cos_name{"rope_cos", g}, sin_name{"rope_sin", g}, table_name{"kv_block_tables", g};
-  const ArgName out_cos_name{"compress_cos", g}, out_sin_name{"compress_sin", g}, slots_name{"slot_mappings", g};
-  if (g == 0) {
-    check_tensor(rope_cos, cos_name, {c10::kFloat, c10::kBFloat16, c10::kHalf}, 2);
-  } else {
-    check_tensor(rope_cos, cos_name, {dtype}, 2);
-  }
-  for (const auto& [name, t] : {std::pair{sin_name, &rope_sin}, std::pair{out_cos_name, &out_cos},
-                                std::pair{out_sin_name, &out_sin}}) {
-    TORCH_CHECK_VALUE(!t->defined() || t->scalar_type() == rope_cos.scalar_type(), name, " must have ", cos_name,
-                      "'s dtype ", dtype_name(rope_cos.scalar_type()), ", got ", dtype_name(t->scalar_type()));
-  }
-  check_tensor(rope_sin, sin_name, {rope_cos.scalar_type()}, 2);
-  TORCH_CHECK_VALUE(rope_sin.sizes() == rope_cos.sizes(), sin_name, " must have ", cos_name, "'s shape ",
-                    rope_cos.sizes(), ", got ", rope_sin.sizes());
-  TORCH_CHECK_VALUE(rope_sin.stride(0) == rope_cos.stride(0), sin_name, " must have ", cos_name, "'s row stride ",
-                    rope_cos.stride(0), ", got ", rope_sin.stride(0));
-  check_tensor(table, table_name, {c10::kInt}, 2);
-  check_tensor(out_cos, out_cos_name, {rope_cos.scalar_type()}, 5);
-  check_tensor(out_sin, out_sin_name, {rope_cos.scalar_type()}, 5);
-  TORCH_CHECK_VALUE(out_cos.is_contiguous() && out_sin.is_contiguous(), out_cos_name, " and ", out_sin_name,
-                    " must be contiguous");
-  const int64_t num_rows = out_cos.size(1);
-  const int64_t rope_dim = rope_cos.size(1);
-  const std::vector<int64_t> row_shape{num_steps, num_rows, 1, 1, rope_dim};
-  TORCH_CHECK_VALUE(out_cos.sizes() == c10::IntArrayRef(row_shape), out_cos_name, " must have shape [S = ", num_steps,
-                    ", N, 1, 1, ", rope_dim, "], got ", out_cos.sizes());
-  TORCH_CHECK_VALUE(out_sin.sizes() == out_cos.sizes(), out_sin_name, " must have ", out_cos_name, "'s shape ",
-                    out_cos.sizes(), ", got ", out_sin.sizes());
-  TORCH_CHECK_VALUE(format == cm::kFormatFlat || format == cm::kFormatBlockOffset, ArgName{"slot_mapping_formats", g},
-                    " must be 1 (flat) or 2 (block, offset), got ", format);
-  if (format == cm::kFormatFlat) {
-    check_tensor(slots, slots_name, {c10::kInt}, 2);
-    TORCH_CHECK_VALUE(slots.size(0) == num_steps && slots.size(1) == num_rows && slots.is_contiguous(), slots_name,
-                      " must be a contiguous [S = ", num_steps, ", N = ", num_rows, "] tensor, got ", slots.sizes());
-  } else {
-    check_tensor(slots, slots_name, {c10::kInt}, 3);
-    TORCH_CHECK_VALUE(slots.size(0) == num_steps && slots.size(1) == num_rows && slots.size(2) == 2 &&
-                          slots.is_contiguous(),
-                      slots_name, " must be a contiguous [S = ", num_steps, ", N = ", num_rows, ", 2] tensor, got ",
-                      slots.sizes());
-  }
-  for (const auto& [name, value] : {std::pair{ArgName{"kv_block_sizes", g}, block_size},
-                                    std::pair{ArgName{"compress_ratios", g}, ratio}}) {
-    check_positive(value, name);
-    TORCH_CHECK_VALUE(value <= cm::kInt32Max, name, " must fit int32, got ", value);
-  }
-  TORCH_CHECK_VALUE(table.size(0) >= num_reqs, table_name, " must have at least num_reqs_actual = ", num_reqs,
-                    " rows, got ", table.size(0));
-}
-
-void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin, const at::Tensor& cu_seqlens,
-                               const at::Tensor& start_pos, at::TensorList kv_block_tables,
-                               c10::IntArrayRef kv_block_sizes, c10::IntArrayRef slot_mapping_formats,
-                               c10::IntArrayRef compress_ratios, int64_t num_reqs_actual, at::TensorList compress_cos,
-                               at::TensorList compress_sin, at::TensorList slot_mappings) {
+template <typename Int>
+void check_compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin, const at::Tensor& cu_seqlens,
+                                     const at::Tensor& start_pos, at::TensorList kv_block_tables,
+                                     c10::IntArrayRef kv_block_sizes, c10::IntArrayRef slot_mapping_formats,
+                                     c10::IntArrayRef compress_ratios, int64_t num_reqs_actual,
+                                     at::TensorList compress_cos, at::TensorList compress_sin,
+                                     at::TensorList slot_mappings) {
   const size_t num_groups = rope_cos.size();
   for (const auto& [values, name] :
        {std::pair{rope_sin.size(), "rope_sin"}, std::pair{kv_block_tables.size(), "kv_block_tables"},
@@ -96,20 +43,20 @@ void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin,
                       "), got ", values);
   }
   check_tensor(cu_seqlens, "cu_seqlens", {c10::kInt}, 2);
-  check_tensor(start_pos, "start_pos", {c10::kInt}, 2);
-  const int64_t num_steps = cu_seqlens.size(0);
-  TORCH_CHECK_VALUE(start_pos.size(0) == num_steps, "start_pos must have cu_seqlens's S = ", num_steps, " rows, got ",
-                    start_pos.size(0));
-  check_non_negative(num_reqs_actual, "num_reqs_actual");
-  TORCH_CHECK_VALUE(static_cast<uint64_t>(cu_seqlens.size(1)) >= one_more(num_reqs_actual),
-                    "cu_seqlens must have at least num_reqs_actual + 1 = ", one_more(num_reqs_actual),
-                    " entries, got ", cu_seqlens.size(1));
-  TORCH_CHECK_VALUE(start_pos.size(1) >= num_reqs_actual, "start_pos must have at least num_reqs_actual = ",
-                    num_reqs_actual, " entries, got ", start_pos.size(1));
+  const Anchor anchor = anchor_of(cu_seqlens, "cu_seqlens");
+  check_tensor(start_pos, "start_pos", {c10::kInt}, 2, anchor);
+  const Int num_steps = size_of<Int>(cu_seqlens, 0);
+  TORCH_CHECK_VALUE(size_of<Int>(start_pos, 0) == num_steps, "start_pos must have cu_seqlens's S = ", num_steps,
+                    " rows, got ", size_of<Int>(start_pos, 0));
+  check_compressor_requests<Int>(cu_seqlens, start_pos, num_reqs_actual);
   for (size_t g = 0; g < num_groups; ++g) {
-    check_group(rope_cos[g], rope_sin[g], kv_block_tables[g], kv_block_sizes[g], slot_mapping_formats[g],
-                compress_ratios[g], num_reqs_actual, compress_cos[g], compress_sin[g], slot_mappings[g],
-                static_cast<int64_t>(g), num_steps, rope_cos[0].scalar_type());
+    const auto index = static_cast<int64_t>(g);
+    check_compressor_group<Int>(rope_cos[g], rope_sin[g], kv_block_tables[g], kv_block_sizes[g],
+                                slot_mapping_formats[g], compress_ratios[g], compress_cos[g], compress_sin[g],
+                                slot_mappings[g], CompressorNames::of_group(index), std::optional<Int>(num_steps),
+                                g == 0 ? std::nullopt : std::optional<c10::ScalarType>(rope_cos[0].scalar_type()),
+                                &anchor);
+    check_compressor_table_rows<Int>(kv_block_tables[g], ArgName{"kv_block_tables", index}, num_reqs_actual);
   }
   // Every output is written once, and every input is read while outputs are written.
   std::vector<NamedTensor> outputs, inputs{{&cu_seqlens, {"cu_seqlens"}}, {&start_pos, {"start_pos"}}};
@@ -123,7 +70,18 @@ void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin,
     inputs.push_back({&kv_block_tables[g], {"kv_block_tables", index}});
   }
   check_outputs_alias_nothing(outputs, inputs);
+}
 
+void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin, const at::Tensor& cu_seqlens,
+                               const at::Tensor& start_pos, at::TensorList kv_block_tables,
+                               c10::IntArrayRef kv_block_sizes, c10::IntArrayRef slot_mapping_formats,
+                               c10::IntArrayRef compress_ratios, int64_t num_reqs_actual, at::TensorList compress_cos,
+                               at::TensorList compress_sin, at::TensorList slot_mappings) {
+  check_compressor_metadata_multi<int64_t>(rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_tables, kv_block_sizes,
+                                           slot_mapping_formats, compress_ratios, num_reqs_actual, compress_cos,
+                                           compress_sin, slot_mappings);
+  const size_t num_groups = rope_cos.size();
+  const int64_t num_steps = cu_seqlens.size(0);
   std::vector<std::vector<unsigned char>> fills;
   c10::SmallVector<cm::Group, 4> groups(num_groups);
   for (size_t g = 0; g < num_groups; ++g) {
@@ -152,5 +110,8 @@ void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("compressor_metadata_multi", &compressor_metadata_multi); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("compressor_metadata_multi", &check_compressor_metadata_multi<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

@@ -1,4 +1,6 @@
-// CPU op for compute_slot_mapping: validates, then runs the kernel body.
+// compute_slot_mapping: its metadata checks (the Meta kernel, and every backend's first step), then
+// the CPU op: the checks, the value checks, the kernel body; and check_slot_mapping_positions,
+// its value checks for several tables (host-only).
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -11,25 +13,42 @@
 namespace specops::cpu {
 namespace {
 
-void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& positions,
-                          const at::Tensor& block_table, int64_t block_size, const at::Tensor& out,
-                          int64_t blocks_per_kv_block, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
-                          const std::optional<at::Tensor>& idx_mapping, int64_t num_tokens_padded,
-                          const std::optional<at::Tensor>& num_blocks) {
-  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
-  check_query_start_loc(query_start_loc, positions.numel(), "positions");
-  const int64_t num_reqs = query_start_loc.numel() - 1;
-  kernels::SlotMappingShape shape =
-      check_slot_mapping_args(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
-                              num_reqs, positions.numel(), num_tokens_padded);
-  use_num_blocks(num_blocks, "num_blocks", block_table, "block_table", shape);
-  check_idx_mapping(idx_mapping, num_reqs);
-  // The body reads query_start_loc, positions, the table and idx_mapping while it stores.
+template <typename Int>
+void check_compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& positions,
+                                const at::Tensor& block_table, int64_t block_size, const at::Tensor& out,
+                                int64_t blocks_per_kv_block, int64_t cp_world_size, int64_t cp_rank,
+                                int64_t cp_interleave, const std::optional<at::Tensor>& idx_mapping,
+                                int64_t num_tokens_padded, const std::optional<at::Tensor>& num_blocks) {
+  check_tensor(out, "out", {c10::kLong, c10::kInt}, 1);
+  const Anchor anchor = anchor_of(out, "out");
+  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1, anchor);
+  const Int num_reqs = check_query_start_loc_meta<Int>(query_start_loc, &anchor);
+  check_slot_mapping_args<Int>(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank,
+                               cp_interleave, numel_of<Int>(positions), Int(num_tokens_padded), &anchor);
+  check_idx_mapping(idx_mapping, num_reqs, &anchor);
+  if (num_blocks.has_value()) check_num_blocks<Int>(*num_blocks, "num_blocks", block_table, "block_table", &anchor);
+  // Every kernel reads query_start_loc, positions, the table and idx_mapping while it stores.
   check_outputs_alias_nothing({{&out, {"out"}}}, {{&query_start_loc, {"query_start_loc"}},
                                                   {&positions, {"positions"}},
                                                   {&block_table, {"block_table"}},
                                                   {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}},
                                                   {num_blocks.has_value() ? &*num_blocks : nullptr, {"num_blocks"}}});
+}
+
+void compute_slot_mapping(const at::Tensor& query_start_loc, const at::Tensor& positions,
+                          const at::Tensor& block_table, int64_t block_size, const at::Tensor& out,
+                          int64_t blocks_per_kv_block, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
+                          const std::optional<at::Tensor>& idx_mapping, int64_t num_tokens_padded,
+                          const std::optional<at::Tensor>& num_blocks) {
+  check_compute_slot_mapping<int64_t>(query_start_loc, positions, block_table, block_size, out, blocks_per_kv_block,
+                                      cp_world_size, cp_rank, cp_interleave, idx_mapping, num_tokens_padded,
+                                      num_blocks);
+  check_query_start_loc(query_start_loc, positions.numel(), "positions");
+  const int64_t num_reqs = query_start_loc.numel() - 1;
+  kernels::SlotMappingShape shape =
+      slot_mapping_shape(block_table, block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave, num_reqs,
+                         positions.numel(), num_tokens_padded);
+  if (num_blocks.has_value()) shape.num_blocks = num_blocks->data_ptr<int32_t>();
 
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   const int32_t* table = block_table.data_ptr<int32_t>();
@@ -172,5 +191,6 @@ TORCH_LIBRARY_IMPL(specops, CPU, m) {
   m.impl("compute_slot_mapping", &compute_slot_mapping);
   m.impl("check_slot_mapping_positions", &check_slot_mapping_positions);
 }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("compute_slot_mapping", &check_compute_slot_mapping<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,4 +1,5 @@
-// CPU op for correct_num_computed_tokens: validates, then runs the two-pass body.
+// correct_num_computed_tokens: its metadata checks (check_count_correction, the Meta kernel, and
+// every backend's first step), then the CPU op: the checks, the two-pass body.
 #include <torch/library.h>
 
 
@@ -12,9 +13,10 @@ namespace {
 void correct_num_computed_tokens(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
                                  const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
                                  const at::Tensor& prev_num_draft_tokens, const at::Tensor& cpu_num_computed_tokens) {
+  check_count_correction<int64_t>(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+                                  prev_num_draft_tokens, cpu_num_computed_tokens);
   const kernels::CountCorrectionShape shape =
-      check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
-                             prev_num_draft_tokens, cpu_num_computed_tokens);
+      count_correction_shape(num_computed_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens);
   int32_t* scratch = int32_scratch(2 * shape.num_rows);
   with_correction_inputs(prev_positions, valid_sampled_token_count, cpu_num_computed_tokens,
                          [&](auto* prev, auto* valid, auto* host) {
@@ -24,8 +26,17 @@ void correct_num_computed_tokens(const at::Tensor& num_computed_tokens, const at
                          });
 }
 
+void check_correct_num_computed_tokens(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
+                                       const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
+                                       const at::Tensor& prev_num_draft_tokens,
+                                       const at::Tensor& cpu_num_computed_tokens) {
+  check_count_correction<c10::SymInt>(num_computed_tokens, num_accepted_tokens, prev_positions,
+                                      valid_sampled_token_count, prev_num_draft_tokens, cpu_num_computed_tokens);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("correct_num_computed_tokens", &correct_num_computed_tokens); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("correct_num_computed_tokens", &check_correct_num_computed_tokens); }
 
 }  // namespace specops::cpu

@@ -1,4 +1,5 @@
-// CPU op for correct_optimistic_seq_lens: validates, then runs the two-pass body.
+// correct_optimistic_seq_lens: its metadata checks (the Meta kernel, and every backend's first
+// step), then the CPU op: the checks, the two-pass body.
 #include <torch/library.h>
 
 #include <algorithm>
@@ -10,17 +11,26 @@
 namespace specops::cpu {
 namespace {
 
+template <typename Int>
+void check_correct_optimistic_seq_lens(const at::Tensor& seq_lens_cpu, const at::Tensor& prev_positions,
+                                       const at::Tensor& valid_sampled_token_count,
+                                       const at::Tensor& prev_num_draft_tokens) {
+  check_tensor(seq_lens_cpu, "seq_lens_cpu", {c10::kInt, c10::kLong}, 1);
+  const Anchor anchor = anchor_of(seq_lens_cpu, "seq_lens_cpu");
+  check_tensor(prev_positions, "prev_positions", {c10::kInt, c10::kLong}, 1, anchor);
+  // vllm-ascend's host copy of the valid counts is int64.
+  check_tensor(valid_sampled_token_count, "valid_sampled_token_count", {c10::kInt, c10::kLong}, 1, anchor);
+  check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", {c10::kInt}, 1, anchor);
+  check_entries(seq_lens_cpu, "seq_lens_cpu", numel_of<Int>(prev_positions), "n = prev_positions.numel()");
+}
+
 void correct_optimistic_seq_lens(const at::Tensor& seq_lens_cpu, const at::Tensor& prev_positions,
                                  const at::Tensor& valid_sampled_token_count, const at::Tensor& prev_num_draft_tokens) {
-  check_tensor(seq_lens_cpu, "seq_lens_cpu", {c10::kInt, c10::kLong}, 1);
-  check_tensor(prev_positions, "prev_positions", {c10::kInt, c10::kLong}, 1);
-  // vllm-ascend's host copy of the valid counts is int64.
-  check_tensor(valid_sampled_token_count, "valid_sampled_token_count", {c10::kInt, c10::kLong}, 1);
-  check_tensor(prev_num_draft_tokens, "prev_num_draft_tokens", {c10::kInt}, 1);
+  check_correct_optimistic_seq_lens<int64_t>(seq_lens_cpu, prev_positions, valid_sampled_token_count,
+                                             prev_num_draft_tokens);
   kernels::CountCorrectionShape shape;
   shape.num_rows = prev_positions.numel();
   shape.num_previous_rows = std::min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel());
-  check_entries(seq_lens_cpu, "seq_lens_cpu", shape.num_rows, "n = prev_positions.numel()");
   const bool wide = seq_lens_cpu.scalar_type() == c10::kLong;
   with_int_data(prev_positions, [&](auto* prev) {
     with_int_data(valid_sampled_token_count, [&](auto* valid) {
@@ -39,5 +49,8 @@ void correct_optimistic_seq_lens(const at::Tensor& seq_lens_cpu, const at::Tenso
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("correct_optimistic_seq_lens", &correct_optimistic_seq_lens); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("correct_optimistic_seq_lens", &check_correct_optimistic_seq_lens<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

@@ -1,4 +1,5 @@
-// CPU op for count_sampled_and_rejected: validates (the kept counts included), then counts.
+// count_sampled_and_rejected: its metadata checks (the Meta kernel, and every backend's first
+// step), then the CPU op: the checks, the kept counts' value checks, the count.
 #include <torch/library.h>
 
 #include "cpu/step_checks.h"
@@ -7,21 +8,24 @@
 namespace specops::cpu {
 namespace {
 
-void count_sampled_and_rejected(const at::Tensor& num_sampled, const at::Tensor& seq_lens,
-                                const at::Tensor& cu_num_logits, const at::Tensor& idx_mapping,
-                                const at::Tensor& prefill_len, const at::Tensor& num_rejected, int64_t num_reqs_padded) {
+template <typename Int>
+void check_count_sampled_and_rejected(const at::Tensor& num_sampled, const at::Tensor& seq_lens,
+                                      const at::Tensor& cu_num_logits, const at::Tensor& idx_mapping,
+                                      const at::Tensor& prefill_len, const at::Tensor& num_rejected,
+                                      int64_t num_reqs_padded) {
   check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_reqs = idx_mapping.numel();
-  check_tensor(num_sampled, "num_sampled", {c10::kInt}, 1);
-  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
-  check_tensor(cu_num_logits, "cu_num_logits", {c10::kInt}, 1);
-  check_tensor(prefill_len, "prefill_len", {c10::kInt}, 1);
-  check_tensor(num_rejected, "num_rejected", {c10::kInt}, 1);
+  const Anchor anchor = anchor_of(idx_mapping, "idx_mapping");
+  const Int num_reqs = numel_of<Int>(idx_mapping);
+  check_tensor(num_sampled, "num_sampled", {c10::kInt}, 1, anchor);
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1, anchor);
+  check_tensor(cu_num_logits, "cu_num_logits", {c10::kInt}, 1, anchor);
+  check_tensor(prefill_len, "prefill_len", {c10::kInt}, 1, anchor);
+  check_tensor(num_rejected, "num_rejected", {c10::kInt}, 1, anchor);
   check_entries(num_sampled, "num_sampled", num_reqs, "R = idx_mapping.numel()");
   check_entries(seq_lens, "seq_lens", num_reqs, "R = idx_mapping.numel()");
   check_entries(num_rejected, "num_rejected", num_reqs, "R = idx_mapping.numel()");
-  TORCH_CHECK_VALUE(cu_num_logits.numel() == num_reqs + 1, "cu_num_logits must have R + 1 = ", num_reqs + 1,
-                    " entries (R = idx_mapping.numel()), got ", cu_num_logits.numel());
+  TORCH_CHECK_VALUE(numel_of<Int>(cu_num_logits) == num_reqs + 1, "cu_num_logits must have R + 1 = ", num_reqs + 1,
+                    " entries (R = idx_mapping.numel()), got ", numel_of<Int>(cu_num_logits));
   if (num_reqs_padded >= 0) {
     padded_end(num_sampled, "num_sampled", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
     padded_end(num_rejected, "num_rejected", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
@@ -29,7 +33,14 @@ void count_sampled_and_rejected(const at::Tensor& num_sampled, const at::Tensor&
   check_outputs_alias_nothing({{&num_sampled, {"num_sampled"}}, {&num_rejected, {"num_rejected"}}},
                               {{&seq_lens, {"seq_lens"}}, {&cu_num_logits, {"cu_num_logits"}},
                                {&idx_mapping, {"idx_mapping"}}, {&prefill_len, {"prefill_len"}}});
+}
 
+void count_sampled_and_rejected(const at::Tensor& num_sampled, const at::Tensor& seq_lens,
+                                const at::Tensor& cu_num_logits, const at::Tensor& idx_mapping,
+                                const at::Tensor& prefill_len, const at::Tensor& num_rejected, int64_t num_reqs_padded) {
+  check_count_sampled_and_rejected<int64_t>(num_sampled, seq_lens, cu_num_logits, idx_mapping, prefill_len,
+                                            num_rejected, num_reqs_padded);
+  const int64_t num_reqs = idx_mapping.numel();
   kernels::CountSampledShape shape;
   shape.num_reqs = num_reqs;
   shape.num_rows = prefill_len.numel();
@@ -54,5 +65,8 @@ void count_sampled_and_rejected(const at::Tensor& num_sampled, const at::Tensor&
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("count_sampled_and_rejected", &count_sampled_and_rejected); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("count_sampled_and_rejected", &check_count_sampled_and_rejected<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

@@ -1,4 +1,5 @@
-// CPU ops for cp_local_metadata (docs/context_parallel.md): validates, then runs the kernel body. The second op,
+// cp_local_metadata (docs/context_parallel.md): its metadata checks (the Meta kernel, and every
+// backend's first step), then the CPU op: the checks, the values, the kernel body. The second op,
 // cp_local_max_lens, gives the host ints of CPLocalMetadata from host copies of the inputs, so
 // the Python wrapper never reads a device tensor. The wrapper runs it before the main op (its
 // inputs are then read before any output can have changed them). It checks shapes but not
@@ -55,24 +56,41 @@ kernels::CPLocalShape check_inputs(const at::Tensor& query_start_loc, const at::
   return shape;
 }
 
-void check_output(const at::Tensor& out, const char* name, int64_t min_entries) {
-  check_tensor(out, name, {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(out.numel() >= min_entries, name, " must have at least ", min_entries, " entries, got ",
-                    out.numel());
+template <typename Int>
+void check_entries_of(const at::Tensor& out, const char* name, const Int& min_entries, const Anchor& anchor) {
+  check_tensor(out, name, {c10::kInt}, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(out) >= min_entries, name, " must have at least ", min_entries, " entries, got ",
+                    numel_of<Int>(out));
+}
+
+template <typename Int>
+void check_cp_local_metadata(const at::Tensor& query_start_loc, const at::Tensor& seq_lens, int64_t num_input_tokens,
+                             int64_t cp_size, int64_t cp_rank, bool causal, const at::Tensor& local_query_start_loc,
+                             const at::Tensor& local_seq_lens, const at::Tensor& start_pos) {
+  check_tensor(local_query_start_loc, "local_query_start_loc", {c10::kInt}, 1);
+  const Anchor anchor = anchor_of(local_query_start_loc, "local_query_start_loc");
+  const Int num_reqs = check_query_start_loc_meta<Int>(query_start_loc, &anchor);
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(seq_lens) == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ",
+                    num_reqs, " entries, got ", numel_of<Int>(seq_lens));
+  check_cp_rank(cp_size, cp_rank, "cp_size");
+  check_token_count(num_input_tokens, "num_input_tokens", cp_size);
+  check_entries_of(local_query_start_loc, "local_query_start_loc", num_reqs + 1, anchor);
+  check_entries_of(local_seq_lens, "local_seq_lens", num_reqs, anchor);
+  check_entries_of(start_pos, "start_pos", num_reqs, anchor);
+  check_outputs_alias_nothing(
+      {{&local_query_start_loc, {"local_query_start_loc"}}, {&local_seq_lens, {"local_seq_lens"}},
+       {&start_pos, {"start_pos"}}},
+      {{&query_start_loc, {"query_start_loc"}}, {&seq_lens, {"seq_lens"}}});
 }
 
 void cp_local_metadata(const at::Tensor& query_start_loc, const at::Tensor& seq_lens, int64_t num_input_tokens,
                        int64_t cp_size, int64_t cp_rank, bool causal, const at::Tensor& local_query_start_loc,
                        const at::Tensor& local_seq_lens, const at::Tensor& start_pos) {
+  check_cp_local_metadata<int64_t>(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
+                                   local_query_start_loc, local_seq_lens, start_pos);
   kernels::CPLocalShape shape =
       check_inputs(query_start_loc, &seq_lens, num_input_tokens, cp_size, cp_rank, causal, /*check_values=*/true);
-  check_output(local_query_start_loc, "local_query_start_loc", shape.num_reqs + 1);
-  check_output(local_seq_lens, "local_seq_lens", shape.num_reqs);
-  check_output(start_pos, "start_pos", shape.num_reqs);
-  check_outputs_alias_nothing(
-      {{&local_query_start_loc, {"local_query_start_loc"}}, {&local_seq_lens, {"local_seq_lens"}},
-       {&start_pos, {"start_pos"}}},
-      {{&query_start_loc, {"query_start_loc"}}, {&seq_lens, {"seq_lens"}}});
   shape.local_query_start_loc_len = local_query_start_loc.numel();
   shape.local_seq_lens_len = local_seq_lens.numel();
   shape.start_pos_len = start_pos.numel();
@@ -100,5 +118,6 @@ TORCH_LIBRARY_IMPL(specops, CPU, m) {
   m.impl("cp_local_metadata", &cp_local_metadata);
   m.impl("cp_local_max_lens", &cp_local_max_lens);
 }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("cp_local_metadata", &check_cp_local_metadata<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,4 +1,5 @@
-// CPU op for dspark_swa_indices (docs/context_parallel.md): validates, then runs the kernel body.
+// dspark_swa_indices (docs/context_parallel.md): its metadata checks (the Meta kernel, and every
+// backend's first step), then the CPU op: the checks, the values, the kernel body.
 #include <torch/library.h>
 
 #include "cpu/checks.h"
@@ -8,19 +9,9 @@
 namespace specops::cpu {
 namespace {
 
-void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
-                        int64_t window, int64_t num_speculative_tokens, int64_t block_size, int64_t num_tokens,
-                        int64_t width, int64_t cp_size, int64_t cp_rank, const at::Tensor& out,
-                        const at::Tensor& out_lens) {
-  const int64_t num_real_tokens = check_query_start_loc_values(query_start_loc);
-  const int64_t num_reqs = query_start_loc.numel() - 1;
-  check_tensor(block_table, "block_table", {c10::kInt}, 2);
-  TORCH_CHECK_VALUE(block_table.size(0) >= num_reqs,
-                    "block_table must have at least R = query_start_loc.numel() - 1 = ", num_reqs, " rows, got ",
-                    block_table.size(0));
-  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(seq_lens.numel() == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ", num_reqs,
-                    " entries, got ", seq_lens.numel());
+// The int arguments (the Python wrapper sizes its outputs from them).
+void check_sizes(int64_t window, int64_t num_speculative_tokens, int64_t block_size, int64_t num_tokens, int64_t width,
+                 int64_t cp_size, int64_t cp_rank) {
   // Positions are int32: so are the window, the draft block and the block size, and their sums
   // below fit int64.
   check_int32_range(window, "window", 0);
@@ -31,19 +22,47 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
                     "), got ", width);
   check_cp_rank(cp_size, cp_rank, "cp_size");  // first: the bound below subtracts cp_size
   check_token_count(num_tokens, "num_tokens", cp_size);
-  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens, "num_tokens must be >= query_start_loc[R] = ", num_real_tokens,
-                    ", got ", num_tokens);
-  const kernels::CPTokenSplit split = kernels::cp_token_split(num_tokens, cp_size, cp_rank);
+}
+
+template <typename Int>
+void check_dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_start_loc,
+                              const at::Tensor& seq_lens, int64_t window, int64_t num_speculative_tokens,
+                              int64_t block_size, int64_t num_tokens, int64_t width, int64_t cp_size, int64_t cp_rank,
+                              const at::Tensor& out, const at::Tensor& out_lens) {
   check_tensor(out, "out", {c10::kInt}, 3);
   check_rows_disjoint(out, "out");
-  TORCH_CHECK_VALUE(out.size(0) >= split.tokens_per_rank && out.size(1) == 1 && out.size(2) == width,
-                    "out must have shape [>= ", split.tokens_per_rank, ", 1, width = ", width, "], got ", out.sizes());
-  check_tensor(out_lens, "out_lens", {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(out_lens.numel() >= split.tokens_per_rank, "out_lens must have at least ", split.tokens_per_rank,
-                    " entries, got ", out_lens.numel());
+  const Anchor anchor = anchor_of(out, "out");
+  const Int num_reqs = check_query_start_loc_meta<Int>(query_start_loc, &anchor);
+  check_tensor(block_table, "block_table", {c10::kInt}, 2, anchor);
+  TORCH_CHECK_VALUE(size_of<Int>(block_table, 0) >= num_reqs,
+                    "block_table must have at least R = query_start_loc.numel() - 1 = ", num_reqs, " rows, got ",
+                    size_of<Int>(block_table, 0));
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(seq_lens) == num_reqs, "seq_lens must have R = query_start_loc.numel() - 1 = ",
+                    num_reqs, " entries, got ", numel_of<Int>(seq_lens));
+  check_sizes(window, num_speculative_tokens, block_size, num_tokens, width, cp_size, cp_rank);
+  const int64_t rows = kernels::cp_token_split(num_tokens, cp_size, cp_rank).tokens_per_rank;
+  TORCH_CHECK_VALUE(size_of<Int>(out, 0) >= rows && size_of<Int>(out, 1) == 1 && size_of<Int>(out, 2) == width,
+                    "out must have shape [>= ", rows, ", 1, width = ", width, "], got ", out.sym_sizes());
+  check_tensor(out_lens, "out_lens", {c10::kInt}, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(out_lens) >= rows, "out_lens must have at least ", rows, " entries, got ",
+                    numel_of<Int>(out_lens));
   check_outputs_alias_nothing({{&out, {"out"}}, {&out_lens, {"out_lens"}}},
                               {{&block_table, {"block_table"}}, {&query_start_loc, {"query_start_loc"}},
                                {&seq_lens, {"seq_lens"}}});
+}
+
+void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
+                        int64_t window, int64_t num_speculative_tokens, int64_t block_size, int64_t num_tokens,
+                        int64_t width, int64_t cp_size, int64_t cp_rank, const at::Tensor& out,
+                        const at::Tensor& out_lens) {
+  check_dspark_swa_indices<int64_t>(block_table, query_start_loc, seq_lens, window, num_speculative_tokens, block_size,
+                                    num_tokens, width, cp_size, cp_rank, out, out_lens);
+  const int64_t num_real_tokens = check_query_start_loc_offsets(query_start_loc);
+  const int64_t num_reqs = query_start_loc.numel() - 1;
+  TORCH_CHECK_VALUE(num_tokens >= num_real_tokens, "num_tokens must be >= query_start_loc[R] = ", num_real_tokens,
+                    ", got ", num_tokens);
+  const kernels::CPTokenSplit split = kernels::cp_token_split(num_tokens, cp_size, cp_rank);
 
   kernels::DSparkShape shape;
   shape.num_reqs = num_reqs;
@@ -82,5 +101,6 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("dspark_swa_indices", &dspark_swa_indices); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("dspark_swa_indices", &check_dspark_swa_indices<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,6 +1,7 @@
-// CPU op for expand_parallel_draft_inputs: validates everything (the query layout, the rejected
-// counts, the target positions and every kept position against every group's table), then
-// writes the draft's ids, positions, masks, indices, hidden mapping, slots and query layout.
+// expand_parallel_draft_inputs: its metadata checks (the Meta kernel, and every backend's first
+// step), then the CPU op: the checks, the values (the query layout, the rejected counts, the target
+// positions and every kept position against every group's table), then the draft's ids, positions,
+// masks, indices, hidden mapping, slots and query layout.
 #include <torch/library.h>
 
 #include <sstream>
@@ -63,7 +64,8 @@ void check_values(const kernels::ParallelDraftBuffers& b, const std::vector<kern
   }
 }
 
-void expand_parallel_draft_inputs(
+template <typename Int>
+void check_expand_parallel_draft_inputs(
     const at::Tensor& target_token_ids, const at::Tensor& target_positions, const at::Tensor& next_token_ids,
     const at::Tensor& query_start_loc, at::TensorList block_tables, const OptTensor& num_rejected_tokens,
     const OptTensor& seq_lens, const OptTensor& idx_mapping, at::TensorList num_blocks, const at::Tensor& input_ids,
@@ -74,7 +76,6 @@ void expand_parallel_draft_inputs(
     int64_t num_tokens_padded, int64_t num_reqs_padded, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
     c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
     const c10::List<bool>& slot_mapping_enabled) {
-  const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
   const int64_t slots = slots_per_request, shift = shift_input_ids ? 1 : 0;
@@ -84,81 +85,74 @@ void expand_parallel_draft_inputs(
   TORCH_CHECK_VALUE(slots - shift >= 1, "slots_per_request must be >= 2 with shift_input_ids (N = slots_per_request "
                     "- 1 new tokens per request must be >= 1), got ", slots);
   check_positive(max_model_len, "max_model_len");
-  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
-  check_positive(cp_interleave, "cp_interleave");
+  check_context_parallel(cp_world_size, cp_rank, cp_interleave);
 
   check_tensor(target_token_ids, "target_token_ids", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_tokens = target_token_ids.numel();
-  check_tensor(target_positions, "target_positions", {c10::kLong, c10::kInt}, 1);
+  const Anchor anchor = anchor_of(target_token_ids, "target_token_ids");
+  const Int num_tokens = numel_of<Int>(target_token_ids);
+  check_tensor(target_positions, "target_positions", {c10::kLong, c10::kInt}, 1, anchor);
   check_entries(target_positions, "target_positions", num_tokens, "T = target_token_ids.numel()");
-  check_tensor(next_token_ids, "next_token_ids", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_reqs = next_token_ids.numel();
-  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  check_tensor(next_token_ids, "next_token_ids", {c10::kInt, c10::kLong}, 1, anchor);
+  const Int num_reqs = numel_of<Int>(next_token_ids);
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1, anchor);
   check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = next_token_ids.numel())");
   if (num_rejected_tokens.has_value()) {
-    check_tensor(*num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1);
-    TORCH_CHECK_VALUE(num_rejected_tokens->numel() == num_reqs, "num_rejected_tokens must have R = ", num_reqs,
-                      " entries (R = next_token_ids.numel()), got ", num_rejected_tokens->numel());
+    check_tensor(*num_rejected_tokens, "num_rejected_tokens", {c10::kInt}, 1, anchor);
+    TORCH_CHECK_VALUE(numel_of<Int>(*num_rejected_tokens) == num_reqs, "num_rejected_tokens must have R = ", num_reqs,
+                      " entries (R = next_token_ids.numel()), got ", numel_of<Int>(*num_rejected_tokens));
   }
   if (seq_lens.has_value()) {
-    check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1);
+    check_tensor(*seq_lens, "seq_lens", {c10::kInt}, 1, anchor);
     check_entries(*seq_lens, "seq_lens", num_reqs, "R = next_token_ids.numel()");
   }
   if (idx_mapping.has_value()) {
-    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-    TORCH_CHECK_VALUE(idx_mapping->numel() == num_reqs, "idx_mapping must have R = ", num_reqs,
-                      " entries (R = next_token_ids.numel()), got ", idx_mapping->numel());
+    check_tensor(*idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1, anchor);
+    TORCH_CHECK_VALUE(numel_of<Int>(*idx_mapping) == num_reqs, "idx_mapping must have R = ", num_reqs,
+                      " entries (R = next_token_ids.numel()), got ", numel_of<Int>(*idx_mapping));
   }
-  const int64_t new_tokens = slots - shift;
-  const int64_t num_out = num_tokens + num_reqs * new_tokens;
+  const Int num_out = num_tokens + num_reqs * (slots - shift);
   TORCH_CHECK_VALUE(num_out <= INT32_MAX, "T' = T + R * N must be < 2^31, got ", num_out);
   const char* out_what = "T' = T + R * N";
-  check_tensor(input_ids, "input_ids", {c10::kInt, c10::kLong}, 1);
+  check_tensor(input_ids, "input_ids", {c10::kInt, c10::kLong}, 1, anchor);
   check_entries(input_ids, "input_ids", num_out, out_what);
-  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
+  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1, anchor);
   check_entries(positions, "positions", num_out, out_what);
-  check_tensor(is_rejected_token_mask, "is_rejected_token_mask", {c10::kBool}, 1);
+  check_tensor(is_rejected_token_mask, "is_rejected_token_mask", {c10::kBool}, 1, anchor);
   check_entries(is_rejected_token_mask, "is_rejected_token_mask", num_out, out_what);
-  check_tensor(is_masked_token_mask, "is_masked_token_mask", {c10::kBool}, 1);
+  check_tensor(is_masked_token_mask, "is_masked_token_mask", {c10::kBool}, 1, anchor);
   check_entries(is_masked_token_mask, "is_masked_token_mask", num_out, out_what);
-  kernels::ParallelDraftShape s;
-  s.input_ids_end = padded_end(input_ids, "input_ids", num_tokens_padded, "num_tokens_padded", num_out, "T'");
-  s.positions_end = padded_end(positions, "positions", num_tokens_padded, "num_tokens_padded", num_out, "T'");
-  s.rejected_end = padded_end(is_rejected_token_mask, "is_rejected_token_mask", num_tokens_padded,
-                              "num_tokens_padded", num_out, "T'");
-  s.masked_end = padded_end(is_masked_token_mask, "is_masked_token_mask", num_tokens_padded, "num_tokens_padded",
-                            num_out, "T'");
+  padded_end(input_ids, "input_ids", num_tokens_padded, "num_tokens_padded", num_out, "T'");
+  padded_end(positions, "positions", num_tokens_padded, "num_tokens_padded", num_out, "T'");
+  padded_end(is_rejected_token_mask, "is_rejected_token_mask", num_tokens_padded, "num_tokens_padded", num_out, "T'");
+  padded_end(is_masked_token_mask, "is_masked_token_mask", num_tokens_padded, "num_tokens_padded", num_out, "T'");
   TORCH_CHECK_VALUE(num_reqs_padded < 0 || num_reqs_padded >= num_reqs, "num_reqs_padded must be >= R = ", num_reqs,
                     ", got ", num_reqs_padded);
   // Request offsets are int32: a larger padded count is no batch (and num_reqs_padded * slots must not overflow).
   TORCH_CHECK_VALUE(num_reqs_padded < INT32_MAX, "num_reqs_padded must be < 2^31 - 1, got ", num_reqs_padded);
-  check_tensor(token_indices_to_sample, "token_indices_to_sample", {c10::kInt}, 1);
+  check_tensor(token_indices_to_sample, "token_indices_to_sample", {c10::kInt}, 1, anchor);
   check_entries(token_indices_to_sample, "token_indices_to_sample", num_reqs * slots, "R * slots_per_request");
-  s.indices_end = token_indices_to_sample.numel();
   if (num_reqs_padded >= 0) {
-    check_entries(token_indices_to_sample, "token_indices_to_sample", num_reqs_padded * slots,
-                    "num_reqs_padded * slots_per_request");
-    s.indices_end = num_reqs_padded * slots;
+    check_entries(token_indices_to_sample, "token_indices_to_sample", Int(num_reqs_padded * slots),
+                  "num_reqs_padded * slots_per_request");
   }
   if (hidden_state_mapping.has_value()) {
     TORCH_CHECK_VALUE(shift == 1, "hidden_state_mapping is computed with shift_input_ids only");
-    check_tensor(*hidden_state_mapping, "hidden_state_mapping", {c10::kInt}, 1);
+    check_tensor(*hidden_state_mapping, "hidden_state_mapping", {c10::kInt}, 1, anchor);
     check_entries(*hidden_state_mapping, "hidden_state_mapping", num_tokens, "T = target_token_ids.numel()");
-    s.hidden_end = hidden_state_mapping->numel();
   }
-  check_tensor(out_query_start_loc, "out_query_start_loc", {c10::kInt}, 1);
-  s.query_start_loc_end = num_reqs_padded >= 0 ? num_reqs_padded + 1 : out_query_start_loc.numel();
-  TORCH_CHECK_VALUE(out_query_start_loc.numel() >= std::max(s.query_start_loc_end, num_reqs + 1),
-                    "out_query_start_loc must have at least num_reqs_padded + 1 = ",
-                    std::max(s.query_start_loc_end, num_reqs + 1), " entries, got ", out_query_start_loc.numel());
+  check_tensor(out_query_start_loc, "out_query_start_loc", {c10::kInt}, 1, anchor);
+  const Int query_start_loc_end = num_reqs_padded >= 0 ? Int(num_reqs_padded + 1) : numel_of<Int>(out_query_start_loc);
+  const Int least_entries = query_start_loc_end > num_reqs + 1 ? query_start_loc_end : num_reqs + 1;
+  TORCH_CHECK_VALUE(numel_of<Int>(out_query_start_loc) >= least_entries,
+                    "out_query_start_loc must have at least num_reqs_padded + 1 = ", least_entries, " entries, got ",
+                    numel_of<Int>(out_query_start_loc));
   if (out_seq_lens.has_value()) {
     TORCH_CHECK_VALUE(seq_lens.has_value(), "out_seq_lens needs seq_lens");
-    check_tensor(*out_seq_lens, "out_seq_lens", {c10::kInt}, 1);
+    check_tensor(*out_seq_lens, "out_seq_lens", {c10::kInt}, 1, anchor);
     check_entries(*out_seq_lens, "out_seq_lens", num_reqs, "R = next_token_ids.numel()");
-    s.seq_lens_end = padded_end(*out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
+    padded_end(*out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
   }
-  std::vector<kernels::DraftStepGroup> groups =
-      draft_step_groups(block_tables, slot_mappings, num_blocks, settings, num_reqs, num_out, num_tokens_padded);
+  check_draft_step_groups<Int>(block_tables, slot_mappings, num_blocks, settings, num_out, num_tokens_padded, &anchor);
   std::vector<NamedTensor> outputs = {{&input_ids, {"input_ids"}},
                                       {&positions, {"positions"}},
                                       {&is_rejected_token_mask, {"is_rejected_token_mask"}},
@@ -176,7 +170,48 @@ void expand_parallel_draft_inputs(
                                      {ptr(idx_mapping), {"idx_mapping"}}};
   add_group_tensors(outputs, inputs, slot_mappings, block_tables, num_blocks);
   check_outputs_alias_nothing(outputs, inputs);
+}
 
+void expand_parallel_draft_inputs(
+    const at::Tensor& target_token_ids, const at::Tensor& target_positions, const at::Tensor& next_token_ids,
+    const at::Tensor& query_start_loc, at::TensorList block_tables, const OptTensor& num_rejected_tokens,
+    const OptTensor& seq_lens, const OptTensor& idx_mapping, at::TensorList num_blocks, const at::Tensor& input_ids,
+    const at::Tensor& positions, const at::Tensor& is_rejected_token_mask, const at::Tensor& is_masked_token_mask,
+    const at::Tensor& token_indices_to_sample, const OptTensor& hidden_state_mapping, at::TensorList slot_mappings,
+    const at::Tensor& out_query_start_loc, const OptTensor& out_seq_lens, int64_t slots_per_request,
+    bool shift_input_ids, int64_t max_model_len, int64_t parallel_drafting_token_id, int64_t padding_token_id,
+    int64_t num_tokens_padded, int64_t num_reqs_padded, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
+    c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+    const c10::List<bool>& slot_mapping_enabled) {
+  check_expand_parallel_draft_inputs<int64_t>(
+      target_token_ids, target_positions, next_token_ids, query_start_loc, block_tables, num_rejected_tokens, seq_lens,
+      idx_mapping, num_blocks, input_ids, positions, is_rejected_token_mask, is_masked_token_mask,
+      token_indices_to_sample, hidden_state_mapping, slot_mappings, out_query_start_loc, out_seq_lens,
+      slots_per_request, shift_input_ids, max_model_len, parallel_drafting_token_id, padding_token_id,
+      num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block,
+      cp_sharded, slot_mapping_enabled);
+  const size_t num_groups = block_tables.size();
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  const int64_t slots = slots_per_request, shift = shift_input_ids ? 1 : 0;
+  const int64_t num_tokens = target_token_ids.numel();
+  const int64_t num_reqs = next_token_ids.numel();
+  const int64_t num_out = num_tokens + num_reqs * (slots - shift);
+  kernels::ParallelDraftShape s;
+  s.input_ids_end = padded_end(input_ids, "input_ids", num_tokens_padded, "num_tokens_padded", num_out, "T'");
+  s.positions_end = padded_end(positions, "positions", num_tokens_padded, "num_tokens_padded", num_out, "T'");
+  s.rejected_end = padded_end(is_rejected_token_mask, "is_rejected_token_mask", num_tokens_padded,
+                              "num_tokens_padded", num_out, "T'");
+  s.masked_end = padded_end(is_masked_token_mask, "is_masked_token_mask", num_tokens_padded, "num_tokens_padded",
+                            num_out, "T'");
+  s.indices_end = num_reqs_padded >= 0 ? num_reqs_padded * slots : token_indices_to_sample.numel();
+  if (hidden_state_mapping.has_value()) s.hidden_end = hidden_state_mapping->numel();
+  s.query_start_loc_end = num_reqs_padded >= 0 ? num_reqs_padded + 1 : out_query_start_loc.numel();
+  if (out_seq_lens.has_value()) {
+    s.seq_lens_end = padded_end(*out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
+  }
+  std::vector<kernels::DraftStepGroup> groups =
+      draft_step_groups(block_tables, slot_mappings, num_blocks, settings, num_reqs, num_out, num_tokens_padded);
   s.num_reqs = num_reqs;
   s.num_tokens = num_tokens;
   s.num_out_tokens = num_out;
@@ -208,5 +243,8 @@ void expand_parallel_draft_inputs(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("expand_parallel_draft_inputs", &expand_parallel_draft_inputs); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("expand_parallel_draft_inputs", &check_expand_parallel_draft_inputs<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

@@ -1,4 +1,5 @@
-// CPU op for format_slot_mapping_blocks (docs/context_parallel.md): validates, then runs the kernel body.
+// format_slot_mapping_blocks (docs/context_parallel.md): its metadata checks (the Meta kernel, and
+// every backend's first step), then the CPU op: the checks, the kernel body.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -8,14 +9,20 @@
 namespace specops::cpu {
 namespace {
 
-void format_slot_mapping_blocks(const at::Tensor& slot_mapping, int64_t block_size, const at::Tensor& out) {
-  check_tensor(slot_mapping, "slot_mapping", {c10::kLong, c10::kInt}, 1);
-  check_int32_range(block_size, "block_size", 1);
+template <typename Int>
+void check_format_slot_mapping_blocks(const at::Tensor& slot_mapping, int64_t block_size, const at::Tensor& out) {
   check_tensor(out, "out", {c10::kLong, c10::kInt}, 2);
   check_rows_disjoint(out, "out");
-  TORCH_CHECK_VALUE(out.size(1) == 2 && out.size(0) >= slot_mapping.numel(), "out must have shape [>= ",
-                    slot_mapping.numel(), ", 2], got ", out.sizes());
+  const Anchor anchor = anchor_of(out, "out");
+  check_tensor(slot_mapping, "slot_mapping", {c10::kLong, c10::kInt}, 1, anchor);
+  check_int32_range(block_size, "block_size", 1);
+  TORCH_CHECK_VALUE(size_of<Int>(out, 1) == 2 && size_of<Int>(out, 0) >= numel_of<Int>(slot_mapping),
+                    "out must have shape [>= ", numel_of<Int>(slot_mapping), ", 2], got ", out.sym_sizes());
   check_outputs_alias_nothing({{&out, {"out"}}}, {{&slot_mapping, {"slot_mapping"}}});
+}
+
+void format_slot_mapping_blocks(const at::Tensor& slot_mapping, int64_t block_size, const at::Tensor& out) {
+  check_format_slot_mapping_blocks<int64_t>(slot_mapping, block_size, out);
 
   kernels::FormatSlotShape shape;
   shape.num_slots = slot_mapping.numel();
@@ -35,5 +42,8 @@ void format_slot_mapping_blocks(const at::Tensor& slot_mapping, int64_t block_si
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("format_slot_mapping_blocks", &format_slot_mapping_blocks); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("format_slot_mapping_blocks", &check_format_slot_mapping_blocks<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

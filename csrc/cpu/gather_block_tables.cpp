@@ -1,4 +1,5 @@
-// CPU op for gather_block_tables: validates, then runs the kernel body.
+// gather_block_tables: its metadata checks (the Meta kernel, and every backend's first step), then
+// the CPU op: the checks, the kernel body with its value checks.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -11,38 +12,50 @@
 namespace specops::cpu {
 namespace {
 
-void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& num_blocks, const at::Tensor& idx_mapping,
-                         const at::Tensor& out, int64_t num_reqs_padded,
-                         const std::optional<at::Tensor>& num_computed_tokens, int64_t sliding_window_reach,
-                         int64_t block_size) {
-  check_tensor(src_block_table, "src_block_table", {c10::kInt}, 2);
-  check_tensor(num_blocks, "num_blocks", {c10::kInt}, 1);
-  check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
+template <typename Int>
+void check_gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& num_blocks,
+                               const at::Tensor& idx_mapping, const at::Tensor& out, int64_t num_reqs_padded,
+                               const std::optional<at::Tensor>& num_computed_tokens, int64_t sliding_window_reach,
+                               int64_t block_size) {
   check_tensor(out, "out", {c10::kInt}, 2);
   check_rows_disjoint(out, "out");
-  const int64_t src_rows = src_block_table.size(0);
-  TORCH_CHECK_VALUE(num_blocks.numel() == src_rows, "num_blocks must have one entry per src_block_table row (",
-                    src_rows, "), got ", num_blocks.numel());
-  const int64_t num_reqs = idx_mapping.numel();
-  TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs && num_reqs_padded <= out.size(0),
-                    "num_reqs_padded must be in [R = ", num_reqs, ", out.size(0) = ", out.size(0), "], got ",
+  const Anchor anchor = anchor_of(out, "out");
+  check_tensor(src_block_table, "src_block_table", {c10::kInt}, 2, anchor);
+  check_tensor(num_blocks, "num_blocks", {c10::kInt}, 1, anchor);
+  check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1, anchor);
+  const Int src_rows = size_of<Int>(src_block_table, 0);
+  TORCH_CHECK_VALUE(numel_of<Int>(num_blocks) == src_rows, "num_blocks must have one entry per src_block_table row (",
+                    src_rows, "), got ", numel_of<Int>(num_blocks));
+  const Int num_reqs = numel_of<Int>(idx_mapping);
+  TORCH_CHECK_VALUE(num_reqs_padded >= num_reqs && size_of<Int>(out, 0) >= num_reqs_padded,
+                    "num_reqs_padded must be in [R = ", num_reqs, ", out.size(0) = ", size_of<Int>(out, 0), "], got ",
                     num_reqs_padded);
   check_int32_range(sliding_window_reach, "sliding_window_reach", 0);
   // block_size 0 stands for None: it is needed only to mask.
   check_int32_range(block_size, "block_size", 0);
   TORCH_CHECK_VALUE(sliding_window_reach == 0 || block_size >= 1,
                     "block_size must be given (>= 1) when sliding_window_reach > 0, got ", block_size);
-  const int32_t* first_positions = nullptr;
   if (num_computed_tokens.has_value()) {
-    check_tensor(*num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
+    check_tensor(*num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1, anchor);
     check_entries(*num_computed_tokens, "num_computed_tokens", src_rows, "src_block_table.size(0)");
-    if (sliding_window_reach > 0) first_positions = num_computed_tokens->data_ptr<int32_t>();
   }
   check_outputs_alias_nothing({{&out, {"out"}}}, {{&src_block_table, {"src_block_table"}},
                                                   {&num_blocks, {"num_blocks"}},
                                                   {&idx_mapping, {"idx_mapping"}},
                                                   {num_computed_tokens.has_value() ? &*num_computed_tokens : nullptr,
                                                    {"num_computed_tokens"}}});
+}
+
+void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& num_blocks, const at::Tensor& idx_mapping,
+                         const at::Tensor& out, int64_t num_reqs_padded,
+                         const std::optional<at::Tensor>& num_computed_tokens, int64_t sliding_window_reach,
+                         int64_t block_size) {
+  check_gather_block_tables<int64_t>(src_block_table, num_blocks, idx_mapping, out, num_reqs_padded,
+                                     num_computed_tokens, sliding_window_reach, block_size);
+  const int64_t src_rows = src_block_table.size(0);
+  const int64_t num_reqs = idx_mapping.numel();
+  const int32_t* first_positions =
+      num_computed_tokens.has_value() && sliding_window_reach > 0 ? num_computed_tokens->data_ptr<int32_t>() : nullptr;
 
   kernels::GatherBlockTablesShape shape;
   shape.num_reqs = num_reqs;
@@ -78,5 +91,6 @@ void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& nu
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("gather_block_tables", &gather_block_tables); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("gather_block_tables", &check_gather_block_tables<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,5 +1,6 @@
-// CPU op for gather_block_tables_multi: validates the shared batch once and every group, then
-// gathers every group's rows. Nothing is written until every group has passed its checks.
+// gather_block_tables_multi: its metadata checks (the Meta kernel, and every backend's first step),
+// then the CPU op: the checks of the shared batch once and of every group, the rows' values, then
+// every group's rows. Nothing is written until every group has passed its checks.
 #include <ATen/Dispatch.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
@@ -11,30 +12,29 @@
 namespace specops::cpu {
 namespace {
 
+template <typename Int>
+void check_gather_block_tables_multi(at::TensorList src_block_tables, at::TensorList num_blocks,
+                                     const at::Tensor& idx_mapping, at::TensorList out, int64_t num_reqs_padded,
+                                     const std::optional<at::Tensor>& num_computed_tokens,
+                                     c10::IntArrayRef sliding_window_reach, c10::IntArrayRef block_sizes) {
+  const at::Tensor* first_positions = num_computed_tokens.has_value() ? &*num_computed_tokens : nullptr;
+  check_gather_groups<Int>(src_block_tables, num_blocks, idx_mapping, out, num_reqs_padded, first_positions,
+                           sliding_window_reach, block_sizes);
+  check_gather_outputs_alias_nothing(src_block_tables, num_blocks, idx_mapping, out, first_positions);
+}
+
 void gather_block_tables_multi(at::TensorList src_block_tables, at::TensorList num_blocks,
                                const at::Tensor& idx_mapping, at::TensorList out, int64_t num_reqs_padded,
                                const std::optional<at::Tensor>& num_computed_tokens,
                                c10::IntArrayRef sliding_window_reach, c10::IntArrayRef block_sizes) {
-  const size_t num_groups = src_block_tables.size();
+  check_gather_block_tables_multi<int64_t>(src_block_tables, num_blocks, idx_mapping, out, num_reqs_padded,
+                                           num_computed_tokens, sliding_window_reach, block_sizes);
   const at::Tensor* first_positions = num_computed_tokens.has_value() ? &*num_computed_tokens : nullptr;
-  c10::SmallVector<kernels::GatherBlockTablesGroup, 4> groups =
-      check_gather_groups(src_block_tables, num_blocks, idx_mapping, out, num_reqs_padded, first_positions,
-                          sliding_window_reach, block_sizes);
+  const c10::SmallVector<kernels::GatherBlockTablesGroup, 4> groups =
+      gather_groups_of(src_block_tables, num_blocks, idx_mapping, out, num_reqs_padded, first_positions,
+                       sliding_window_reach, block_sizes);
   const int64_t num_reqs = idx_mapping.numel();
-  // Every input is read while outputs are written, and each output is written by its own
-  // programs on a device: an output may share memory with nothing else.
-  c10::SmallVector<NamedTensor, 4> outputs;
-  c10::SmallVector<NamedTensor, 10> inputs;
-  for (size_t g = 0; g < num_groups; ++g) {
-    const auto index = static_cast<int64_t>(g);
-    outputs.push_back({&out[g], {"out", index}});
-    inputs.push_back({&src_block_tables[g], {"src_block_tables", index}});
-    inputs.push_back({&num_blocks[g], {"num_blocks", index}});
-  }
-  inputs.push_back({&idx_mapping, {"idx_mapping"}});
-  inputs.push_back({first_positions, {"num_computed_tokens"}});
-  check_outputs_alias_nothing(outputs, inputs);
-
+  const size_t num_groups = src_block_tables.size();
   AT_DISPATCH_INDEX_TYPES(idx_mapping.scalar_type(), "gather_block_tables_multi", [&] {
     const index_t* idx = idx_mapping.data_ptr<index_t>();
     check_gather_rows(idx, num_reqs, groups);
@@ -45,5 +45,8 @@ void gather_block_tables_multi(at::TensorList src_block_tables, at::TensorList n
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("gather_block_tables_multi", &gather_block_tables_multi); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("gather_block_tables_multi", &check_gather_block_tables_multi<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

@@ -1,6 +1,7 @@
-// CPU op for kv_quant_sas_metadata: the A5 kernel's checks (and refusals where its behaviour
-// would be undefined), then the sas schedule with the A5 variant (kernels/sas_metadata.h
-// Variant); nothing is written before every check passed.
+// kv_quant_sas_metadata: its metadata checks (the A5 kernel's, and refusals where its behaviour would
+// be undefined; the Meta kernel, and every backend's first step), then the CPU op: the checks, then
+// the sas schedule with the A5 variant (kernels/sas_metadata.h Variant); nothing is written before
+// every check passed.
 #include <torch/library.h>
 
 #include <optional>
@@ -20,17 +21,18 @@ using namespace sas_inputs;  // NOLINT: the family's shared checks and layout co
 const SourceNames kQueryNames{"max_seqlen_q", "seqused_q", "cu_seqlens_q"};
 const SourceNames kKvNames{"max_seqlen_kv", "seqused_kv", "cu_seqlens_ori_kv"};
 
-void kv_quant_sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim, int64_t kv_quant_mode,
-                           const std::optional<at::Tensor>& cu_seqlens_q,
-                           const std::optional<at::Tensor>& cu_seqlens_ori_kv,
-                           const std::optional<at::Tensor>& cu_seqlens_cmp_kv,
-                           const std::optional<at::Tensor>& seqused_q, const std::optional<at::Tensor>& seqused_kv,
-                           int64_t batch_size, int64_t max_seqlen_q, int64_t max_seqlen_kv, int64_t ori_topk,
-                           int64_t cmp_topk, int64_t tile_size, int64_t rope_head_dim, int64_t cmp_ratio,
-                           int64_t ori_mask_mode, int64_t cmp_mask_mode, int64_t ori_win_left, int64_t ori_win_right,
-                           int64_t layout_q, int64_t layout_kv, bool has_ori_kv, bool has_cmp_kv,
-                           int64_t num_cube_cores, int64_t num_vector_cores, bool ascend950, const at::Tensor& out) {
-  check_schedule_inputs(out,
+template <typename Int>
+void check_kv_quant_sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim, int64_t kv_quant_mode,
+                                 const std::optional<at::Tensor>& cu_seqlens_q,
+                                 const std::optional<at::Tensor>& cu_seqlens_ori_kv,
+                                 const std::optional<at::Tensor>& cu_seqlens_cmp_kv,
+                                 const std::optional<at::Tensor>& seqused_q, const std::optional<at::Tensor>& seqused_kv,
+                                 int64_t batch_size, int64_t max_seqlen_q, int64_t max_seqlen_kv, int64_t ori_topk,
+                                 int64_t cmp_topk, int64_t tile_size, int64_t rope_head_dim, int64_t cmp_ratio,
+                                 int64_t ori_mask_mode, int64_t cmp_mask_mode, int64_t ori_win_left, int64_t ori_win_right,
+                                 int64_t layout_q, int64_t layout_kv, bool has_ori_kv, bool has_cmp_kv,
+                                 int64_t num_cube_cores, int64_t num_vector_cores, bool ascend950, const at::Tensor& out) {
+  check_schedule_inputs<Int>(out,
                         {{cu_seqlens_q, "cu_seqlens_q"}, {cu_seqlens_ori_kv, "cu_seqlens_ori_kv"},
                          {cu_seqlens_cmp_kv, "cu_seqlens_cmp_kv"}, {seqused_q, "seqused_q"}, {seqused_kv, "seqused_kv"}},
                         {{num_heads_q, "num_heads_q"}, {num_heads_kv, "num_heads_kv"}, {head_dim, "head_dim"},
@@ -68,13 +70,35 @@ void kv_quant_sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t he
                     "num_vector_cores (AIV num) must give at most ", sas::kMaxVectorCores, " FD entries, got ",
                     num_vector_cores);
   check_window_bound(ori_win_left, "ori_win_left");
-  const QueryBatches batches = query_batches(layout_q, cu_seqlens_q, seqused_q, batch_size, max_seqlen_q);
-  TORCH_CHECK_VALUE(seqused_kv->numel() >= batches.num_batches, "seqused_kv must have at least B = ",
-                    batches.num_batches, " entries (the batches of ", batches.source, "), got ", seqused_kv->numel());
-  const sas::LengthSource kv = tensor_source(*seqused_kv, sas::LengthSource::kPerBatch);
+  const BatchCount<Int> batches = checked_batches<Int>(layout_q, cu_seqlens_q, seqused_q, batch_size);
+  TORCH_CHECK_VALUE(numel_of<Int>(*seqused_kv) >= batches.num_batches, "seqused_kv must have at least B = ",
+                    batches.num_batches, " entries (the batches of ", batches.source, "), got ",
+                    numel_of<Int>(*seqused_kv));
   check_lengths_alias_nothing(out, {{cu_seqlens_q, "cu_seqlens_q"}, {cu_seqlens_ori_kv, "cu_seqlens_ori_kv"},
                                     {cu_seqlens_cmp_kv, "cu_seqlens_cmp_kv"}, {seqused_q, "seqused_q"},
                                     {seqused_kv, "seqused_kv"}});
+
+}
+
+void kv_quant_sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim, int64_t kv_quant_mode,
+                           const std::optional<at::Tensor>& cu_seqlens_q,
+                           const std::optional<at::Tensor>& cu_seqlens_ori_kv,
+                           const std::optional<at::Tensor>& cu_seqlens_cmp_kv,
+                           const std::optional<at::Tensor>& seqused_q, const std::optional<at::Tensor>& seqused_kv,
+                           int64_t batch_size, int64_t max_seqlen_q, int64_t max_seqlen_kv, int64_t ori_topk,
+                           int64_t cmp_topk, int64_t tile_size, int64_t rope_head_dim, int64_t cmp_ratio,
+                           int64_t ori_mask_mode, int64_t cmp_mask_mode, int64_t ori_win_left, int64_t ori_win_right,
+                           int64_t layout_q, int64_t layout_kv, bool has_ori_kv, bool has_cmp_kv,
+                           int64_t num_cube_cores, int64_t num_vector_cores, bool ascend950, const at::Tensor& out) {
+  check_kv_quant_sas_metadata<int64_t>(
+      num_heads_q, num_heads_kv, head_dim, kv_quant_mode, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
+      seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, tile_size, rope_head_dim, cmp_ratio,
+      ori_mask_mode, cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv,
+      num_cube_cores, num_vector_cores, ascend950, out);
+  const kvq::Plan plan = kvq::plan(num_heads_q, has_cmp_kv && cmp_topk > 0, ascend950, num_cube_cores,
+                                   num_vector_cores);
+  const QueryBatches batches = query_batches(layout_q, cu_seqlens_q, seqused_q, batch_size, max_seqlen_q);
+  const sas::LengthSource kv = tensor_source(*seqused_kv, sas::LengthSource::kPerBatch);
 
   // ori_win_right is ignored by the kernel: the band ends at each token's own position.
   const sas::SASShape shape =
@@ -89,5 +113,6 @@ void kv_quant_sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t he
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("kv_quant_sas_metadata", &kv_quant_sas_metadata); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("kv_quant_sas_metadata", &check_kv_quant_sas_metadata<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,5 +1,6 @@
-// CPU op for lightning_indexer_metadata: the AI-CPU kernel's checks (and refusals where its
-// behaviour would be undefined), then the schedule; nothing is written before every check passed.
+// lightning_indexer_metadata: its metadata checks (the AI-CPU kernel's, and refusals where its
+// behaviour would be undefined; the Meta kernel, and every backend's first step), then the CPU op:
+// the checks, then the schedule; nothing is written before every check passed.
 #include <torch/library.h>
 
 #include <cstdint>
@@ -27,14 +28,15 @@ constexpr int64_t kKeyBsnd = 2;
 const SourceNames kQueryNames{"max_seqlen_q", "actual_seq_lengths_query", "actual_seq_lengths_query"};
 const SourceNames kKeyNames{"max_seqlen_k", "actual_seq_lengths_key", "actual_seq_lengths_key"};
 
-void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_t head_dim, int64_t query_quant_mode,
-                                int64_t key_quant_mode, const std::optional<at::Tensor>& actual_seq_lengths_query,
-                                const std::optional<at::Tensor>& actual_seq_lengths_key, int64_t batch_size,
-                                int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t layout_query, int64_t layout_key,
-                                int64_t sparse_count, int64_t sparse_mode, int64_t pre_tokens, int64_t next_tokens,
-                                int64_t cmp_ratio, int64_t num_cube_cores, int64_t num_vector_cores, bool ascend950,
-                                const at::Tensor& out) {
-  check_schedule_inputs(out,
+template <typename Int>
+void check_lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_t head_dim, int64_t query_quant_mode,
+                                      int64_t key_quant_mode, const std::optional<at::Tensor>& actual_seq_lengths_query,
+                                      const std::optional<at::Tensor>& actual_seq_lengths_key, int64_t batch_size,
+                                      int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t layout_query, int64_t layout_key,
+                                      int64_t sparse_count, int64_t sparse_mode, int64_t pre_tokens, int64_t next_tokens,
+                                      int64_t cmp_ratio, int64_t num_cube_cores, int64_t num_vector_cores, bool ascend950,
+                                      const at::Tensor& out) {
+  check_schedule_inputs<Int>(out,
                         {{actual_seq_lengths_query, "actual_seq_lengths_query"},
                          {actual_seq_lengths_key, "actual_seq_lengths_key"}},
                         {{num_heads_q, "num_heads_q"}, {num_heads_k, "num_heads_k"}, {head_dim, "head_dim"},
@@ -70,8 +72,8 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
                     "actual_seq_lengths_query must be provided (and non-empty) for layout_query TND");
   TORCH_CHECK_VALUE(layout_key == kKeyBsnd || has_key,
                     "actual_seq_lengths_key must be provided (and non-empty) for layout_key PA_BSND or TND");
-  const int64_t query_batches = has_query ? actual_seq_lengths_query->numel() : batch_size;
-  const int64_t key_batches = has_key ? actual_seq_lengths_key->numel() : batch_size;
+  const Int query_batches = has_query ? numel_of<Int>(*actual_seq_lengths_query) : Int(batch_size);
+  const Int key_batches = has_key ? numel_of<Int>(*actual_seq_lengths_key) : Int(batch_size);
   TORCH_CHECK_VALUE(!(layout_query == kQueryBsnd || layout_key == kKeyTnd) || query_batches == key_batches,
                     "actual_seq_lengths_query must have as many entries as actual_seq_lengths_key (",
                     key_batches, ") for layout_query BSND or TND/TND, got ", query_batches);
@@ -94,6 +96,25 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
                     "num_vector_cores (AIV num) must be in [1, ", sas::kMaxVectorCores, "], got ", num_vector_cores);
   TORCH_CHECK_VALUE(has_key || max_seqlen_k * cmp_ratio <= sas::kInt32Max, "max_seqlen_k * cmp_ratio (",
                     max_seqlen_k * cmp_ratio, ") must fit int32 (the kernel's key length without a tensor)");
+  check_lengths_alias_nothing(out, {{actual_seq_lengths_query, "actual_seq_lengths_query"},
+                                    {actual_seq_lengths_key, "actual_seq_lengths_key"}});
+}
+
+void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_t head_dim, int64_t query_quant_mode,
+                                int64_t key_quant_mode, const std::optional<at::Tensor>& actual_seq_lengths_query,
+                                const std::optional<at::Tensor>& actual_seq_lengths_key, int64_t batch_size,
+                                int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t layout_query, int64_t layout_key,
+                                int64_t sparse_count, int64_t sparse_mode, int64_t pre_tokens, int64_t next_tokens,
+                                int64_t cmp_ratio, int64_t num_cube_cores, int64_t num_vector_cores, bool ascend950,
+                                const at::Tensor& out) {
+  check_lightning_indexer_metadata<int64_t>(
+      num_heads_q, num_heads_k, head_dim, query_quant_mode, key_quant_mode, actual_seq_lengths_query,
+      actual_seq_lengths_key, batch_size, max_seqlen_q, max_seqlen_k, layout_query, layout_key, sparse_count,
+      sparse_mode, pre_tokens, next_tokens, cmp_ratio, num_cube_cores, num_vector_cores, ascend950, out);
+  const bool has_query = is_given(actual_seq_lengths_query);
+  const bool has_key = is_given(actual_seq_lengths_key);
+  const int64_t query_batches = has_query ? actual_seq_lengths_query->numel() : batch_size;
+  const int64_t key_batches = has_key ? actual_seq_lengths_key->numel() : batch_size;
   const int64_t num_batches = query_batches < key_batches ? query_batches : key_batches;
   sas::LengthSource query = constant_source(max_seqlen_q);
   if (has_query) {
@@ -108,8 +129,6 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
     key = tensor_source(*actual_seq_lengths_key,
                         layout_key == kKeyTnd ? sas::LengthSource::kPrefixSums : sas::LengthSource::kPerBatch);
   }
-  check_lengths_alias_nothing(out, {{actual_seq_lengths_query, "actual_seq_lengths_query"},
-                                    {actual_seq_lengths_key, "actual_seq_lengths_key"}});
 
   // The mask and window arguments of make_shape are unused: the indexer's coster has its own.
   const sas::SASShape shape = sas::make_shape(num_batches, num_heads_q, sas::kMaskNone, 0, 0, false, 1, 0,
@@ -122,5 +141,8 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("lightning_indexer_metadata", &lightning_indexer_metadata); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("lightning_indexer_metadata", &check_lightning_indexer_metadata<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

@@ -1,5 +1,6 @@
-// CPU op for pcp_gathered_slot_mappings: validates every group (values included) before the first
-// write, then runs the body once per group.
+// pcp_gathered_slot_mappings: its metadata checks (the Meta kernel, and every backend's first step),
+// then the CPU op: the checks and every group's values before the first write, then the body once
+// per group.
 #include <torch/library.h>
 
 #include <vector>
@@ -17,14 +18,16 @@ void run(const at::Tensor& slots, const at::Tensor& gather, const at::Tensor& ma
                                             mask.data_ptr<bool>(), gather.numel(), out.data_ptr<SlotT>(), num_out);
 }
 
-void pcp_gathered_slot_mappings(at::TensorList slot_mappings, const at::Tensor& padded_gather_idx,
-                                const at::Tensor& gathered_kv_write_mask, at::TensorList out,
-                                int64_t num_tokens_padded) {
+template <typename Int>
+void check_pcp_gathered_slot_mappings(at::TensorList slot_mappings, const at::Tensor& padded_gather_idx,
+                                      const at::Tensor& gathered_kv_write_mask, at::TensorList out,
+                                      int64_t num_tokens_padded) {
   check_tensor(padded_gather_idx, "padded_gather_idx", {c10::kLong}, 1);
-  check_tensor(gathered_kv_write_mask, "gathered_kv_write_mask", {c10::kBool}, 1);
-  const int64_t J = padded_gather_idx.numel();
-  TORCH_CHECK_VALUE(gathered_kv_write_mask.numel() == J, "gathered_kv_write_mask must have as many entries as ",
-                    "padded_gather_idx (", J, "), got ", gathered_kv_write_mask.numel());
+  const Anchor anchor = anchor_of(padded_gather_idx, "padded_gather_idx");
+  check_tensor(gathered_kv_write_mask, "gathered_kv_write_mask", {c10::kBool}, 1, anchor);
+  const Int J = numel_of<Int>(padded_gather_idx);
+  TORCH_CHECK_VALUE(numel_of<Int>(gathered_kv_write_mask) == J, "gathered_kv_write_mask must have as many entries as ",
+                    "padded_gather_idx (", J, "), got ", numel_of<Int>(gathered_kv_write_mask));
   const int64_t G = static_cast<int64_t>(slot_mappings.size());
   TORCH_CHECK_VALUE(static_cast<int64_t>(out.size()) == G, "out must have one buffer per tensor of slot_mappings (", G,
                     "), got ", out.size());
@@ -35,22 +38,31 @@ void pcp_gathered_slot_mappings(at::TensorList slot_mappings, const at::Tensor& 
   for (int64_t g = 0; g < G; ++g) {
     const ArgName slots_name{"slot_mappings", g};
     const ArgName out_name{"out", g};
-    check_tensor(slot_mappings[g], slots_name, {c10::kLong, c10::kInt}, 1);
-    check_tensor(out[g], out_name, {c10::kLong, c10::kInt}, 1);
+    check_tensor(slot_mappings[g], slots_name, {c10::kLong, c10::kInt}, 1, anchor);
+    check_tensor(out[g], out_name, {c10::kLong, c10::kInt}, 1, anchor);
     TORCH_CHECK_VALUE(out[g].scalar_type() == slot_mappings[g].scalar_type(), out_name, " must have the dtype of ",
                       slots_name, " (", dtype_name(slot_mappings[g].scalar_type()), "), got ",
                       dtype_name(out[g].scalar_type()));
-    TORCH_CHECK_VALUE(out[g].numel() >= J, out_name, " must have at least P L = padded_gather_idx.numel() = ", J,
-                      " entries, got ", out[g].numel());
+    TORCH_CHECK_VALUE(numel_of<Int>(out[g]) >= J, out_name, " must have at least P L = padded_gather_idx.numel() = ", J,
+                      " entries, got ", numel_of<Int>(out[g]));
     if (num_tokens_padded >= 0) {
-      TORCH_CHECK_VALUE(num_tokens_padded >= J && num_tokens_padded <= out[g].numel(),
+      TORCH_CHECK_VALUE(num_tokens_padded >= J && numel_of<Int>(out[g]) >= num_tokens_padded,
                         "num_tokens_padded must be in [P L = padded_gather_idx.numel() = ", J, ", ", out_name,
-                        ".numel() = ", out[g].numel(), "], got ", num_tokens_padded);
+                        ".numel() = ", numel_of<Int>(out[g]), "], got ", num_tokens_padded);
     }
     outputs.push_back({&out[g], out_name});
     inputs.push_back({&slot_mappings[g], slots_name});
   }
   check_outputs_alias_nothing(outputs, inputs);
+}
+
+void pcp_gathered_slot_mappings(at::TensorList slot_mappings, const at::Tensor& padded_gather_idx,
+                                const at::Tensor& gathered_kv_write_mask, at::TensorList out,
+                                int64_t num_tokens_padded) {
+  check_pcp_gathered_slot_mappings<int64_t>(slot_mappings, padded_gather_idx, gathered_kv_write_mask, out,
+                                            num_tokens_padded);
+  const int64_t J = padded_gather_idx.numel();
+  const int64_t G = static_cast<int64_t>(slot_mappings.size());
   const int64_t* gather = padded_gather_idx.data_ptr<int64_t>();
   const bool* mask = gathered_kv_write_mask.data_ptr<bool>();
   for (int64_t j = 0; j < J; ++j) {
@@ -74,5 +86,8 @@ void pcp_gathered_slot_mappings(at::TensorList slot_mappings, const at::Tensor& 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("pcp_gathered_slot_mappings", &pcp_gathered_slot_mappings); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("pcp_gathered_slot_mappings", &check_pcp_gathered_slot_mappings<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

@@ -1,4 +1,5 @@
-// CPU op for pcp_local_inputs: validates (values included), then runs the kernel body.
+// pcp_local_inputs: its metadata checks (the Meta kernel, and every backend's first step), then the
+// CPU op: the checks, the values, the kernel body.
 #include <torch/library.h>
 
 #include <tuple>
@@ -19,36 +20,47 @@ void run(const at::Tensor& global_input_ids, const at::Tensor& global_positions,
       seq_lens.data_ptr<int32_t>(), shape);
 }
 
-void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& global_positions,
-                      const at::Tensor& local_gather_idx, const at::Tensor& local_query_start_loc,
-                      int64_t num_local_tokens, const at::Tensor& input_ids, const at::Tensor& positions,
-                      const at::Tensor& seq_lens, int64_t num_reqs_padded) {
-  check_tensor(global_input_ids, "global_input_ids", {c10::kInt, c10::kLong}, 1);
-  check_tensor(global_positions, "global_positions", {c10::kLong, c10::kInt}, 1);
-  check_tensor(local_gather_idx, "local_gather_idx", {c10::kLong}, 1);
-  check_tensor(local_query_start_loc, "local_query_start_loc", {c10::kInt}, 1);
+template <typename Int>
+void check_pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& global_positions,
+                            const at::Tensor& local_gather_idx, const at::Tensor& local_query_start_loc,
+                            int64_t num_local_tokens, const at::Tensor& input_ids, const at::Tensor& positions,
+                            const at::Tensor& seq_lens, int64_t num_reqs_padded) {
   check_tensor(input_ids, "input_ids", {c10::kInt, c10::kLong}, 1);
-  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
-  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1);
+  const Anchor anchor = anchor_of(input_ids, "input_ids");
+  check_tensor(global_input_ids, "global_input_ids", {c10::kInt, c10::kLong}, 1, anchor);
+  check_tensor(global_positions, "global_positions", {c10::kLong, c10::kInt}, 1, anchor);
+  check_tensor(local_gather_idx, "local_gather_idx", {c10::kLong}, 1, anchor);
+  check_tensor(local_query_start_loc, "local_query_start_loc", {c10::kInt}, 1, anchor);
+  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1, anchor);
+  check_tensor(seq_lens, "seq_lens", {c10::kInt}, 1, anchor);
   TORCH_CHECK_VALUE(input_ids.scalar_type() == global_input_ids.scalar_type(),
-                    "input_ids must have the dtype of global_input_ids (", dtype_name(global_input_ids.scalar_type()), "), got ",
-                    dtype_name(input_ids.scalar_type()));
-  const int64_t L = local_gather_idx.numel();
-  TORCH_CHECK_VALUE(local_query_start_loc.numel() >= 1,
+                    "input_ids must have the dtype of global_input_ids (", dtype_name(global_input_ids.scalar_type()),
+                    "), got ", dtype_name(input_ids.scalar_type()));
+  const Int L = numel_of<Int>(local_gather_idx);
+  TORCH_CHECK_VALUE(numel_of<Int>(local_query_start_loc) >= 1,
                     "local_query_start_loc must have n + 1 >= 1 entries, got 0");
-  const int64_t n = local_query_start_loc.numel() - 1;
-  TORCH_CHECK_VALUE(num_local_tokens >= 0 && num_local_tokens <= L,
+  const Int n = numel_of<Int>(local_query_start_loc) - 1;
+  TORCH_CHECK_VALUE(num_local_tokens >= 0 && L >= num_local_tokens,
                     "num_local_tokens must be in [0, L = local_gather_idx.numel() = ", L, "], got ", num_local_tokens);
   check_entries(input_ids, "input_ids", L, "L = local_gather_idx.numel()");
   check_entries(positions, "positions", L, "L = local_gather_idx.numel()");
   check_entries(seq_lens, "seq_lens", n, "n = local_query_start_loc.numel() - 1");
-  TORCH_CHECK_VALUE(num_reqs_padded >= n && num_reqs_padded <= seq_lens.numel(),
+  TORCH_CHECK_VALUE(num_reqs_padded >= n && numel_of<Int>(seq_lens) >= num_reqs_padded,
                     "num_reqs_padded must be in [n = local_query_start_loc.numel() - 1 = ", n,
-                    ", seq_lens.numel() = ", seq_lens.numel(), "], got ", num_reqs_padded);
+                    ", seq_lens.numel() = ", numel_of<Int>(seq_lens), "], got ", num_reqs_padded);
   check_outputs_alias_nothing({{&input_ids, {"input_ids"}}, {&positions, {"positions"}}, {&seq_lens, {"seq_lens"}}},
                               {{&global_input_ids, {"global_input_ids"}}, {&global_positions, {"global_positions"}},
                                {&local_gather_idx, {"local_gather_idx"}},
                                {&local_query_start_loc, {"local_query_start_loc"}}});
+}
+
+void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& global_positions,
+                      const at::Tensor& local_gather_idx, const at::Tensor& local_query_start_loc,
+                      int64_t num_local_tokens, const at::Tensor& input_ids, const at::Tensor& positions,
+                      const at::Tensor& seq_lens, int64_t num_reqs_padded) {
+  check_pcp_local_inputs<int64_t>(global_input_ids, global_positions, local_gather_idx, local_query_start_loc,
+                                  num_local_tokens, input_ids, positions, seq_lens, num_reqs_padded);
+  const int64_t n = local_query_start_loc.numel() - 1;
   // Values: the local query layout ends at N, and every real token's gather index is inside
   // both global tensors.
   const int32_t* lqsl = local_query_start_loc.data_ptr<int32_t>();
@@ -106,5 +118,6 @@ void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& glob
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("pcp_local_inputs", &pcp_local_inputs); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("pcp_local_inputs", &check_pcp_local_inputs<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,5 +1,6 @@
-// CPU op for post_update_after_sampling: validates (repeated rows, kept counts, the token table's
-// width, the bins' vocabulary), then updates the request state.
+// post_update_after_sampling: its metadata checks (the Meta kernel, and every backend's first step),
+// then the CPU op: the checks, the values (repeated rows, kept counts, the token table's width, the
+// bins' vocabulary), then the request state's update.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -11,15 +12,17 @@
 namespace specops::cpu {
 namespace {
 
-void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor& num_computed_tokens,
-                                const OptTensor& query_start_loc, const OptTensor& sampled_tokens,
-                                const OptTensor& num_sampled, const OptTensor& num_rejected,
-                                const OptTensor& last_sampled_tokens, const OptTensor& all_token_ids,
-                                const OptTensor& total_len, const OptTensor& output_bin_counts,
-                                const OptTensor& draft_tokens, const OptTensor& draft_tokens_out) {
+template <typename Int>
+void check_post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor& num_computed_tokens,
+                                      const OptTensor& query_start_loc, const OptTensor& sampled_tokens,
+                                      const OptTensor& num_sampled, const OptTensor& num_rejected,
+                                      const OptTensor& last_sampled_tokens, const OptTensor& all_token_ids,
+                                      const OptTensor& total_len, const OptTensor& output_bin_counts,
+                                      const OptTensor& draft_tokens, const OptTensor& draft_tokens_out) {
   check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_reqs = idx_mapping.numel();
-  check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
+  const Anchor anchor = anchor_of(idx_mapping, "idx_mapping");
+  const Int num_reqs = numel_of<Int>(idx_mapping);
+  check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1, anchor);
   const int given = sampled_tokens.has_value() + num_sampled.has_value() + num_rejected.has_value() +
                     last_sampled_tokens.has_value() + all_token_ids.has_value() + total_len.has_value();
   TORCH_CHECK_VALUE(given == 0 || given == 6,
@@ -27,32 +30,29 @@ void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor&
                     "must be given together (sampling mode) or not at all (pooling mode), got ", given, " of them");
   const bool sampling = given == 6;
   if (query_start_loc.has_value()) {
-    check_tensor(*query_start_loc, "query_start_loc", {c10::kInt}, 1);
+    check_tensor(*query_start_loc, "query_start_loc", {c10::kInt}, 1, anchor);
     check_entries(*query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = idx_mapping.numel())");
   } else {
     TORCH_CHECK_VALUE(sampling, "query_start_loc is required in pooling mode (no sampled_tokens)");
   }
-  int64_t num_rows = num_computed_tokens.numel();
   if (sampling) {
-    check_tensor(*sampled_tokens, "sampled_tokens", {c10::kInt, c10::kLong}, 2);
-    TORCH_CHECK_VALUE(sampled_tokens->size(0) >= num_reqs, "sampled_tokens must have at least R = ", num_reqs,
-                      " rows, got ", sampled_tokens->size(0));
-    check_tensor(*num_sampled, "num_sampled", {c10::kInt}, 1);
+    check_tensor(*sampled_tokens, "sampled_tokens", {c10::kInt, c10::kLong}, 2, anchor);
+    TORCH_CHECK_VALUE(size_of<Int>(*sampled_tokens, 0) >= num_reqs, "sampled_tokens must have at least R = ", num_reqs,
+                      " rows, got ", size_of<Int>(*sampled_tokens, 0));
+    check_tensor(*num_sampled, "num_sampled", {c10::kInt}, 1, anchor);
     check_entries(*num_sampled, "num_sampled", num_reqs, "R = idx_mapping.numel()");
-    check_tensor(*num_rejected, "num_rejected", {c10::kInt}, 1);
+    check_tensor(*num_rejected, "num_rejected", {c10::kInt}, 1, anchor);
     check_entries(*num_rejected, "num_rejected", num_reqs, "R = idx_mapping.numel()");
     TORCH_CHECK_VALUE(last_sampled_tokens->dim() == 1 || (last_sampled_tokens->dim() == 2 &&
-                                                          last_sampled_tokens->size(1) == 1),
-                      "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens->sizes());
-    check_tensor(*last_sampled_tokens, "last_sampled_tokens", {c10::kInt, c10::kLong}, last_sampled_tokens->dim());
-    check_tensor(*all_token_ids, "all_token_ids", {c10::kInt}, 2);
+                                                          size_of<Int>(*last_sampled_tokens, 1) == 1),
+                      "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens->sym_sizes());
+    check_tensor(*last_sampled_tokens, "last_sampled_tokens", {c10::kInt, c10::kLong}, last_sampled_tokens->dim(), anchor);
+    check_tensor(*all_token_ids, "all_token_ids", {c10::kInt}, 2, anchor);
     check_rows_disjoint(*all_token_ids, "all_token_ids");
-    check_tensor(*total_len, "total_len", {c10::kInt}, 1);
-    num_rows = std::min({num_rows, last_sampled_tokens->size(0), all_token_ids->size(0), total_len->numel()});
+    check_tensor(*total_len, "total_len", {c10::kInt}, 1, anchor);
     if (output_bin_counts.has_value()) {
-      check_tensor(*output_bin_counts, "output_bin_counts", {c10::kInt}, 2);
+      check_tensor(*output_bin_counts, "output_bin_counts", {c10::kInt}, 2, anchor);
       check_rows_disjoint(*output_bin_counts, "output_bin_counts");
-      num_rows = std::min(num_rows, output_bin_counts->size(0));
     }
   } else {
     TORCH_CHECK_VALUE(!output_bin_counts.has_value() && !draft_tokens.has_value() && !draft_tokens_out.has_value(),
@@ -63,17 +63,17 @@ void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor&
   if (draft_tokens_out.has_value() && !draft_tokens.has_value()) {
     // vLLM's post_update is handed its draft buffer on every call and the received drafts only on
     // a non-last pipeline rank: without drafts nothing is stored there.
-    check_tensor(*draft_tokens_out, "draft_tokens_out", {c10::kInt, c10::kLong}, 2);
+    check_tensor(*draft_tokens_out, "draft_tokens_out", {c10::kInt, c10::kLong}, 2, anchor);
   }
   if (draft_tokens.has_value()) {
-    check_tensor(*draft_tokens, "draft_tokens", {c10::kInt, c10::kLong}, 2);
-    check_tensor(*draft_tokens_out, "draft_tokens_out", {draft_tokens->scalar_type()}, 2);
+    check_tensor(*draft_tokens, "draft_tokens", {c10::kInt, c10::kLong}, 2, anchor);
+    check_tensor(*draft_tokens_out, "draft_tokens_out", {draft_tokens->scalar_type()}, 2, anchor);
     check_rows_disjoint(*draft_tokens_out, "draft_tokens_out");
-    TORCH_CHECK_VALUE(draft_tokens->size(0) >= num_reqs, "draft_tokens must have at least R = ", num_reqs,
-                      " rows, got ", draft_tokens->size(0));
-    TORCH_CHECK_VALUE(draft_tokens->size(1) == draft_tokens_out->size(1), "draft_tokens_out must have the ",
-                      draft_tokens->size(1), " columns of draft_tokens, got ", draft_tokens_out->size(1));
-    num_rows = std::min(num_rows, draft_tokens_out->size(0));
+    TORCH_CHECK_VALUE(size_of<Int>(*draft_tokens, 0) >= num_reqs, "draft_tokens must have at least R = ", num_reqs,
+                      " rows, got ", size_of<Int>(*draft_tokens, 0));
+    TORCH_CHECK_VALUE(size_of<Int>(*draft_tokens, 1) == size_of<Int>(*draft_tokens_out, 1),
+                      "draft_tokens_out must have the ", size_of<Int>(*draft_tokens, 1), " columns of draft_tokens, got ",
+                      size_of<Int>(*draft_tokens_out, 1));
   }
   check_outputs_alias_nothing(
       {{&num_computed_tokens, {"num_computed_tokens"}}, {ptr(last_sampled_tokens), {"last_sampled_tokens"}},
@@ -82,7 +82,25 @@ void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor&
       {{&idx_mapping, {"idx_mapping"}}, {ptr(query_start_loc), {"query_start_loc"}},
        {ptr(sampled_tokens), {"sampled_tokens"}}, {ptr(num_sampled), {"num_sampled"}},
        {ptr(num_rejected), {"num_rejected"}}, {ptr(draft_tokens), {"draft_tokens"}}});
+}
 
+void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor& num_computed_tokens,
+                                const OptTensor& query_start_loc, const OptTensor& sampled_tokens,
+                                const OptTensor& num_sampled, const OptTensor& num_rejected,
+                                const OptTensor& last_sampled_tokens, const OptTensor& all_token_ids,
+                                const OptTensor& total_len, const OptTensor& output_bin_counts,
+                                const OptTensor& draft_tokens, const OptTensor& draft_tokens_out) {
+  check_post_update_after_sampling<int64_t>(idx_mapping, num_computed_tokens, query_start_loc, sampled_tokens,
+                                            num_sampled, num_rejected, last_sampled_tokens, all_token_ids, total_len,
+                                            output_bin_counts, draft_tokens, draft_tokens_out);
+  const int64_t num_reqs = idx_mapping.numel();
+  const bool sampling = sampled_tokens.has_value();
+  int64_t num_rows = num_computed_tokens.numel();
+  if (sampling) {
+    num_rows = std::min({num_rows, last_sampled_tokens->size(0), all_token_ids->size(0), total_len->numel()});
+    if (output_bin_counts.has_value()) num_rows = std::min(num_rows, output_bin_counts->size(0));
+  }
+  if (draft_tokens.has_value()) num_rows = std::min(num_rows, draft_tokens_out->size(0));
   kernels::PostUpdateShape s;
   s.num_reqs = num_reqs;
   s.num_rows = num_rows;
@@ -160,5 +178,8 @@ void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor&
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("post_update_after_sampling", &post_update_after_sampling); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("post_update_after_sampling", &check_post_update_after_sampling<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

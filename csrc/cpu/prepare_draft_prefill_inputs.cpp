@@ -1,5 +1,6 @@
-// CPU op for prepare_draft_prefill_inputs: validates (the query layout, the rejected counts, the
-// request rows, every buffer's size), then writes the draft prefill's inputs.
+// prepare_draft_prefill_inputs: its metadata checks (the Meta kernel, and every backend's first
+// step), then the CPU op: the checks, the values (the query layout, the rejected counts, the request
+// rows, every buffer's size), then the draft prefill's inputs.
 #include <torch/library.h>
 
 #include "cpu/step_checks.h"
@@ -21,50 +22,54 @@ void check_holds_tokens(const at::Tensor& t, const char* name, int64_t num_token
                     " entries of ", name);
 }
 
-void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::Tensor& target_positions,
-                                  const at::Tensor& idx_mapping, const at::Tensor& query_start_loc,
-                                  const at::Tensor& seq_lens, const at::Tensor& num_sampled,
-                                  const at::Tensor& num_rejected, const at::Tensor& last_sampled_tokens,
-                                  const at::Tensor& next_prefill_tokens, const at::Tensor& input_ids,
-                                  const at::Tensor& positions, const at::Tensor& out_query_start_loc,
-                                  const at::Tensor& out_seq_lens, const at::Tensor& last_token_indices,
-                                  const OptTensor& current_draft_step, const OptTensor& request_idx_mapping) {
+template <typename Int>
+void check_prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::Tensor& target_positions,
+                                        const at::Tensor& idx_mapping, const at::Tensor& query_start_loc,
+                                        const at::Tensor& seq_lens, const at::Tensor& num_sampled,
+                                        const at::Tensor& num_rejected, const at::Tensor& last_sampled_tokens,
+                                        const at::Tensor& next_prefill_tokens, const at::Tensor& input_ids,
+                                        const at::Tensor& positions, const at::Tensor& out_query_start_loc,
+                                        const at::Tensor& out_seq_lens, const at::Tensor& last_token_indices,
+                                        const OptTensor& current_draft_step, const OptTensor& request_idx_mapping) {
   check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_reqs = idx_mapping.numel();
-  check_tensor(target_input_ids, "target_input_ids", {c10::kInt, c10::kLong}, 1);
-  check_tensor(target_positions, "target_positions", {c10::kLong, c10::kInt}, 1);
-  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  const Anchor anchor = anchor_of(idx_mapping, "idx_mapping");
+  const Int num_reqs = numel_of<Int>(idx_mapping);
+  check_tensor(target_input_ids, "target_input_ids", {c10::kInt, c10::kLong}, 1, anchor);
+  check_tensor(target_positions, "target_positions", {c10::kLong, c10::kInt}, 1, anchor);
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1, anchor);
   check_entries(query_start_loc, "query_start_loc", num_reqs + 1, kWhatR1);
   for (const auto& [t, name] : {std::pair{&seq_lens, "seq_lens"}, std::pair{&num_sampled, "num_sampled"},
                                 std::pair{&num_rejected, "num_rejected"}}) {
-    check_tensor(*t, name, {c10::kInt}, 1);
+    check_tensor(*t, name, {c10::kInt}, 1, anchor);
     check_entries(*t, name, num_reqs, kWhatR);
   }
   TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || last_sampled_tokens.dim() == 2,
-                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sizes());
-  check_tensor(last_sampled_tokens, "last_sampled_tokens", {c10::kInt, c10::kLong}, last_sampled_tokens.dim());
-  TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || last_sampled_tokens.size(1) == 1,
-                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sizes());
+                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sym_sizes());
+  check_tensor(last_sampled_tokens, "last_sampled_tokens", {c10::kInt, c10::kLong}, last_sampled_tokens.dim(), anchor);
+  TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || size_of<Int>(last_sampled_tokens, 1) == 1,
+                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sym_sizes());
   TORCH_CHECK_VALUE(next_prefill_tokens.dim() == 1 || next_prefill_tokens.dim() == 2,
-                    "next_prefill_tokens must be [M] or [L, M], got shape ", next_prefill_tokens.sizes());
-  check_tensor(next_prefill_tokens, "next_prefill_tokens", {c10::kInt}, next_prefill_tokens.dim());
-  TORCH_CHECK_VALUE(next_prefill_tokens.dim() == 1 || next_prefill_tokens.size(0) >= 1,
-                    "next_prefill_tokens must be [M] or [L, M] with L >= 1, got shape ", next_prefill_tokens.sizes());
-  check_tensor(input_ids, "input_ids", {c10::kInt, c10::kLong}, 1);
-  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
-  check_tensor(out_query_start_loc, "out_query_start_loc", {c10::kInt}, 1);
+                    "next_prefill_tokens must be [M] or [L, M], got shape ", next_prefill_tokens.sym_sizes());
+  check_tensor(next_prefill_tokens, "next_prefill_tokens", {c10::kInt}, next_prefill_tokens.dim(), anchor);
+  TORCH_CHECK_VALUE(next_prefill_tokens.dim() == 1 || size_of<Int>(next_prefill_tokens, 0) >= 1,
+                    "next_prefill_tokens must be [M] or [L, M] with L >= 1, got shape ", next_prefill_tokens.sym_sizes());
+  check_tensor(input_ids, "input_ids", {c10::kInt, c10::kLong}, 1, anchor);
+  check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1, anchor);
+  check_tensor(out_query_start_loc, "out_query_start_loc", {c10::kInt}, 1, anchor);
   check_entries(out_query_start_loc, "out_query_start_loc", num_reqs + 1, kWhatR1);
-  check_tensor(out_seq_lens, "out_seq_lens", {c10::kInt}, 1);
+  check_tensor(out_seq_lens, "out_seq_lens", {c10::kInt}, 1, anchor);
   check_entries(out_seq_lens, "out_seq_lens", num_reqs, kWhatR);
-  check_tensor(last_token_indices, "last_token_indices", {c10::kLong, c10::kInt}, 1);
+  check_tensor(last_token_indices, "last_token_indices", {c10::kLong, c10::kInt}, 1, anchor);
   check_entries(last_token_indices, "last_token_indices", num_reqs, kWhatR);
   if (current_draft_step.has_value()) {
-    TORCH_CHECK_VALUE(current_draft_step->dim() <= 1 && current_draft_step->numel() == 1,
-                      "current_draft_step must be 0-D or [1], got shape ", current_draft_step->sizes());
-    check_tensor(*current_draft_step, "current_draft_step", {c10::kLong, c10::kInt}, current_draft_step->dim());
+    TORCH_CHECK_VALUE(current_draft_step->dim() <= 1, "current_draft_step must be 0-D or [1], got shape ",
+                      current_draft_step->sym_sizes());
+    check_tensor(*current_draft_step, "current_draft_step", {c10::kLong, c10::kInt}, current_draft_step->dim(), anchor);
+    TORCH_CHECK_VALUE(numel_of<Int>(*current_draft_step) == 1, "current_draft_step must be 0-D or [1], got shape ",
+                      current_draft_step->sym_sizes());
   }
   if (request_idx_mapping.has_value()) {
-    check_tensor(*request_idx_mapping, "request_idx_mapping", {c10::kLong, c10::kInt}, 1);
+    check_tensor(*request_idx_mapping, "request_idx_mapping", {c10::kLong, c10::kInt}, 1, anchor);
     check_entries(*request_idx_mapping, "request_idx_mapping", num_reqs, kWhatR);
   }
   check_outputs_alias_nothing(
@@ -75,7 +80,22 @@ void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::
        {&idx_mapping, {"idx_mapping"}}, {&query_start_loc, {"query_start_loc"}}, {&seq_lens, {"seq_lens"}},
        {&num_sampled, {"num_sampled"}}, {&num_rejected, {"num_rejected"}},
        {&last_sampled_tokens, {"last_sampled_tokens"}}, {&next_prefill_tokens, {"next_prefill_tokens"}}});
+}
 
+void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::Tensor& target_positions,
+                                  const at::Tensor& idx_mapping, const at::Tensor& query_start_loc,
+                                  const at::Tensor& seq_lens, const at::Tensor& num_sampled,
+                                  const at::Tensor& num_rejected, const at::Tensor& last_sampled_tokens,
+                                  const at::Tensor& next_prefill_tokens, const at::Tensor& input_ids,
+                                  const at::Tensor& positions, const at::Tensor& out_query_start_loc,
+                                  const at::Tensor& out_seq_lens, const at::Tensor& last_token_indices,
+                                  const OptTensor& current_draft_step, const OptTensor& request_idx_mapping) {
+  check_prepare_draft_prefill_inputs<int64_t>(target_input_ids, target_positions, idx_mapping, query_start_loc,
+                                              seq_lens, num_sampled, num_rejected, last_sampled_tokens,
+                                              next_prefill_tokens, input_ids, positions, out_query_start_loc,
+                                              out_seq_lens, last_token_indices, current_draft_step,
+                                              request_idx_mapping);
+  const int64_t num_reqs = idx_mapping.numel();
   // Values, all before the first write.
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
   TORCH_CHECK_VALUE(qsl[0] == 0, "query_start_loc[0] must be 0, got ", qsl[0]);
@@ -119,5 +139,8 @@ void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_draft_prefill_inputs", &prepare_draft_prefill_inputs); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("prepare_draft_prefill_inputs", &check_prepare_draft_prefill_inputs<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

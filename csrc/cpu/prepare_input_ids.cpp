@@ -1,5 +1,6 @@
-// CPU op for prepare_input_ids: validates everything the formulas read (offsets, rows, the
-// logits against each query, the drafts' width, the prompt's width), then writes.
+// prepare_input_ids: its metadata checks (the Meta kernel, and every backend's first step), then the
+// CPU op: the checks, everything the formulas read (offsets, rows, the logits against each query,
+// the drafts' width, the prompt's width), then the writes.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -20,52 +21,51 @@ int64_t check_offsets(const at::Tensor& offsets, const char* name, int64_t n) {
   return v[n];
 }
 
-void prepare_input_ids(const at::Tensor& input_ids, const at::Tensor& idx_mapping, const at::Tensor& query_start_loc,
-                       const at::Tensor& num_computed_tokens, const at::Tensor& prefill_len,
-                       const at::Tensor& last_sampled_tokens, const at::Tensor& draft_tokens,
-                       const at::Tensor& cu_num_logits, int64_t num_new_sampled_tokens,
-                       const std::optional<at::Tensor>& all_token_ids,
-                       const std::optional<at::Tensor>& next_prefill_tokens, const at::Tensor& logits_indices,
-                       const at::Tensor& expanded_idx_mapping, const at::Tensor& expanded_local_pos,
-                       int64_t num_logits_padded, int64_t num_tokens_padded) {
+template <typename Int>
+void check_prepare_input_ids(const at::Tensor& input_ids, const at::Tensor& idx_mapping,
+                             const at::Tensor& query_start_loc, const at::Tensor& num_computed_tokens,
+                             const at::Tensor& prefill_len, const at::Tensor& last_sampled_tokens,
+                             const at::Tensor& draft_tokens, const at::Tensor& cu_num_logits,
+                             int64_t num_new_sampled_tokens, const std::optional<at::Tensor>& all_token_ids,
+                             const std::optional<at::Tensor>& next_prefill_tokens, const at::Tensor& logits_indices,
+                             const at::Tensor& expanded_idx_mapping, const at::Tensor& expanded_local_pos,
+                             int64_t num_logits_padded, int64_t num_tokens_padded) {
   check_tensor(input_ids, "input_ids", {c10::kInt}, 1);
-  check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
-  const int64_t num_reqs = idx_mapping.numel();
-  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1);
+  const Anchor anchor = anchor_of(input_ids, "input_ids");
+  check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1, anchor);
+  const Int num_reqs = numel_of<Int>(idx_mapping);
+  check_tensor(query_start_loc, "query_start_loc", {c10::kInt}, 1, anchor);
   check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = idx_mapping.numel())");
-  check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1);
-  check_tensor(prefill_len, "prefill_len", {c10::kInt}, 1);
+  check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt}, 1, anchor);
+  check_tensor(prefill_len, "prefill_len", {c10::kInt}, 1, anchor);
   TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || last_sampled_tokens.dim() == 2,
-                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sizes());
-  check_tensor(last_sampled_tokens, "last_sampled_tokens", {c10::kInt, c10::kLong}, last_sampled_tokens.dim());
-  TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || last_sampled_tokens.size(1) == 1,
-                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sizes());
-  check_tensor(draft_tokens, "draft_tokens", {c10::kInt, c10::kLong}, 2);
-  check_tensor(cu_num_logits, "cu_num_logits", {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(cu_num_logits.numel() == num_reqs + 1, "cu_num_logits must have R + 1 = ", num_reqs + 1,
-                    " entries (R = idx_mapping.numel()), got ", cu_num_logits.numel());
+                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sym_sizes());
+  check_tensor(last_sampled_tokens, "last_sampled_tokens", {c10::kInt, c10::kLong}, last_sampled_tokens.dim(), anchor);
+  TORCH_CHECK_VALUE(last_sampled_tokens.dim() == 1 || size_of<Int>(last_sampled_tokens, 1) == 1,
+                    "last_sampled_tokens must be [M] or [M, 1], got shape ", last_sampled_tokens.sym_sizes());
+  check_tensor(draft_tokens, "draft_tokens", {c10::kInt, c10::kLong}, 2, anchor);
+  check_tensor(cu_num_logits, "cu_num_logits", {c10::kInt}, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(cu_num_logits) == num_reqs + 1, "cu_num_logits must have R + 1 = ", num_reqs + 1,
+                    " entries (R = idx_mapping.numel()), got ", numel_of<Int>(cu_num_logits));
   TORCH_CHECK_VALUE(num_new_sampled_tokens == 0 || num_new_sampled_tokens == 1,
                     "num_new_sampled_tokens must be 0 or 1, got ", num_new_sampled_tokens);
   TORCH_CHECK_VALUE(all_token_ids.has_value() == next_prefill_tokens.has_value(),
                     "all_token_ids and next_prefill_tokens must be given together or not at all");
-  int64_t num_rows = std::min({num_computed_tokens.numel(), prefill_len.numel(), last_sampled_tokens.size(0),
-                               draft_tokens.size(0)});
   if (all_token_ids.has_value()) {
-    check_tensor(*all_token_ids, "all_token_ids", {c10::kInt}, 2);
-    check_tensor(*next_prefill_tokens, "next_prefill_tokens", {c10::kInt}, 2);
+    check_tensor(*all_token_ids, "all_token_ids", {c10::kInt}, 2, anchor);
+    check_tensor(*next_prefill_tokens, "next_prefill_tokens", {c10::kInt}, 2, anchor);
     check_rows_disjoint(*next_prefill_tokens, "next_prefill_tokens");
-    num_rows = std::min({num_rows, all_token_ids->size(0), next_prefill_tokens->size(1)});
   }
-  check_tensor(logits_indices, "logits_indices", {c10::kLong}, 1);
-  check_tensor(expanded_idx_mapping, "expanded_idx_mapping", {idx_mapping.scalar_type()}, 1);
-  check_tensor(expanded_local_pos, "expanded_local_pos", {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(num_tokens_padded <= input_ids.numel(), "num_tokens_padded must be <= input_ids.numel() = ",
-                    input_ids.numel(), ", got ", num_tokens_padded);
+  check_tensor(logits_indices, "logits_indices", {c10::kLong}, 1, anchor);
+  check_tensor(expanded_idx_mapping, "expanded_idx_mapping", {idx_mapping.scalar_type()}, 1, anchor);
+  check_tensor(expanded_local_pos, "expanded_local_pos", {c10::kInt}, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(input_ids) >= num_tokens_padded, "num_tokens_padded must be <= input_ids.numel() = ",
+                    numel_of<Int>(input_ids), ", got ", num_tokens_padded);
   for (const auto& [out, name] : {std::pair{&logits_indices, "logits_indices"},
                                   std::pair{&expanded_idx_mapping, "expanded_idx_mapping"},
                                   std::pair{&expanded_local_pos, "expanded_local_pos"}}) {
-    TORCH_CHECK_VALUE(num_logits_padded <= out->numel(), "num_logits_padded must be <= ", name,
-                      ".numel() = ", out->numel(), ", got ", num_logits_padded);
+    TORCH_CHECK_VALUE(numel_of<Int>(*out) >= num_logits_padded, "num_logits_padded must be <= ", name, ".numel() = ",
+                      numel_of<Int>(*out), ", got ", num_logits_padded);
   }
   const at::Tensor* next = next_prefill_tokens.has_value() ? &*next_prefill_tokens : nullptr;
   const at::Tensor* tokens = all_token_ids.has_value() ? &*all_token_ids : nullptr;
@@ -76,6 +76,28 @@ void prepare_input_ids(const at::Tensor& input_ids, const at::Tensor& idx_mappin
        {&num_computed_tokens, {"num_computed_tokens"}}, {&prefill_len, {"prefill_len"}},
        {&last_sampled_tokens, {"last_sampled_tokens"}}, {&draft_tokens, {"draft_tokens"}},
        {&cu_num_logits, {"cu_num_logits"}}, {tokens, {"all_token_ids"}}});
+}
+
+void prepare_input_ids(const at::Tensor& input_ids, const at::Tensor& idx_mapping, const at::Tensor& query_start_loc,
+                       const at::Tensor& num_computed_tokens, const at::Tensor& prefill_len,
+                       const at::Tensor& last_sampled_tokens, const at::Tensor& draft_tokens,
+                       const at::Tensor& cu_num_logits, int64_t num_new_sampled_tokens,
+                       const std::optional<at::Tensor>& all_token_ids,
+                       const std::optional<at::Tensor>& next_prefill_tokens, const at::Tensor& logits_indices,
+                       const at::Tensor& expanded_idx_mapping, const at::Tensor& expanded_local_pos,
+                       int64_t num_logits_padded, int64_t num_tokens_padded) {
+  check_prepare_input_ids<int64_t>(input_ids, idx_mapping, query_start_loc, num_computed_tokens, prefill_len,
+                                   last_sampled_tokens, draft_tokens, cu_num_logits, num_new_sampled_tokens,
+                                   all_token_ids, next_prefill_tokens, logits_indices, expanded_idx_mapping,
+                                   expanded_local_pos, num_logits_padded, num_tokens_padded);
+  const int64_t num_reqs = idx_mapping.numel();
+  int64_t num_rows = std::min({num_computed_tokens.numel(), prefill_len.numel(), last_sampled_tokens.size(0),
+                               draft_tokens.size(0)});
+  if (all_token_ids.has_value()) {
+    num_rows = std::min({num_rows, all_token_ids->size(0), next_prefill_tokens->size(1)});
+  }
+  const at::Tensor* next = next_prefill_tokens.has_value() ? &*next_prefill_tokens : nullptr;
+  const at::Tensor* tokens = all_token_ids.has_value() ? &*all_token_ids : nullptr;
 
   // Values.
   const int64_t num_tokens = check_offsets(query_start_loc, "query_start_loc", num_reqs);
@@ -152,5 +174,6 @@ void prepare_input_ids(const at::Tensor& input_ids, const at::Tensor& idx_mappin
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_input_ids", &prepare_input_ids); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("prepare_input_ids", &check_prepare_input_ids<c10::SymInt>); }
 
 }  // namespace specops::cpu

@@ -1,5 +1,6 @@
-// CPU op for prepare_next_token_ids: validates (the draft counts against each query), then
-// computes the next tokens and counts.
+// prepare_next_token_ids: its metadata checks (the Meta kernel, and every backend's first step),
+// then the CPU op: the checks, the values (the draft counts against each query), then the next
+// tokens and counts.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -9,18 +10,20 @@
 namespace specops::cpu {
 namespace {
 
-void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_size,
-                            const OptTensor& discard_request_mask, const OptTensor& backup_next_token_ids,
-                            const OptTensor& token_ids, const OptTensor& num_tokens_no_spec,
-                            const OptTensor& cu_num_draft_tokens, const OptTensor& query_start_loc,
-                            const at::Tensor& next_token_ids, const at::Tensor& valid_sampled_token_count,
-                            const OptTensor& num_rejected_tokens, const OptTensor& token_indices_to_sample,
-                            int64_t num_reqs_padded) {
+template <typename Int>
+void check_prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_size,
+                                  const OptTensor& discard_request_mask, const OptTensor& backup_next_token_ids,
+                                  const OptTensor& token_ids, const OptTensor& num_tokens_no_spec,
+                                  const OptTensor& cu_num_draft_tokens, const OptTensor& query_start_loc,
+                                  const at::Tensor& next_token_ids, const at::Tensor& valid_sampled_token_count,
+                                  const OptTensor& num_rejected_tokens, const OptTensor& token_indices_to_sample,
+                                  int64_t num_reqs_padded) {
   check_tensor(sampled_token_ids, "sampled_token_ids", {c10::kInt, c10::kLong}, 2);
-  const int64_t num_reqs = sampled_token_ids.size(0);
+  const Anchor anchor = anchor_of(sampled_token_ids, "sampled_token_ids");
+  const Int num_reqs = size_of<Int>(sampled_token_ids, 0);
   check_positive(vocab_size, "vocab_size");
   if (discard_request_mask.has_value()) {
-    check_tensor(*discard_request_mask, "discard_request_mask", {c10::kBool}, 1);
+    check_tensor(*discard_request_mask, "discard_request_mask", {c10::kBool}, 1, anchor);
     check_entries(*discard_request_mask, "discard_request_mask", num_reqs, "R = sampled_token_ids.size(0)");
   }
   TORCH_CHECK_VALUE(token_ids.has_value() == num_tokens_no_spec.has_value(),
@@ -29,13 +32,13 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
                     "exactly one backup source must be given: backup_next_token_ids, or token_ids with "
                     "num_tokens_no_spec");
   if (backup_next_token_ids.has_value()) {
-    check_tensor(*backup_next_token_ids, "backup_next_token_ids", {c10::kInt}, 1);
+    check_tensor(*backup_next_token_ids, "backup_next_token_ids", {c10::kInt}, 1, anchor);
     check_entries(*backup_next_token_ids, "backup_next_token_ids", num_reqs, "R = sampled_token_ids.size(0)");
   } else {
-    check_tensor(*token_ids, "token_ids", {c10::kInt}, 2);
-    TORCH_CHECK_VALUE(token_ids->size(0) >= num_reqs, "token_ids must have at least R = ", num_reqs, " rows, got ",
-                      token_ids->size(0));
-    check_tensor(*num_tokens_no_spec, "num_tokens_no_spec", {c10::kInt}, 1);
+    check_tensor(*token_ids, "token_ids", {c10::kInt}, 2, anchor);
+    TORCH_CHECK_VALUE(size_of<Int>(*token_ids, 0) >= num_reqs, "token_ids must have at least R = ", num_reqs,
+                      " rows, got ", size_of<Int>(*token_ids, 0));
+    check_tensor(*num_tokens_no_spec, "num_tokens_no_spec", {c10::kInt}, 1, anchor);
     check_entries(*num_tokens_no_spec, "num_tokens_no_spec", num_reqs, "R = sampled_token_ids.size(0)");
   }
   TORCH_CHECK_VALUE(cu_num_draft_tokens.has_value() == query_start_loc.has_value(),
@@ -45,10 +48,10 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
                     "num_rejected_tokens and token_indices_to_sample are computed with cu_num_draft_tokens and "
                     "query_start_loc, and only then");
   if (padded_path) {
-    check_tensor(*cu_num_draft_tokens, "cu_num_draft_tokens", {c10::kInt}, 1);
-    TORCH_CHECK_VALUE(cu_num_draft_tokens->numel() == num_reqs, "cu_num_draft_tokens must have R = ", num_reqs,
-                      " entries (R = sampled_token_ids.size(0)), got ", cu_num_draft_tokens->numel());
-    check_tensor(*query_start_loc, "query_start_loc", {c10::kInt}, 1);
+    check_tensor(*cu_num_draft_tokens, "cu_num_draft_tokens", {c10::kInt}, 1, anchor);
+    TORCH_CHECK_VALUE(numel_of<Int>(*cu_num_draft_tokens) == num_reqs, "cu_num_draft_tokens must have R = ", num_reqs,
+                      " entries (R = sampled_token_ids.size(0)), got ", numel_of<Int>(*cu_num_draft_tokens));
+    check_tensor(*query_start_loc, "query_start_loc", {c10::kInt}, 1, anchor);
     check_entries(*query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = sampled_token_ids.size(0))");
   }
   const std::initializer_list<std::pair<const at::Tensor*, const char*>> outputs = {
@@ -56,16 +59,12 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
       {&valid_sampled_token_count, "valid_sampled_token_count"},
       {ptr(num_rejected_tokens), "num_rejected_tokens"},
       {ptr(token_indices_to_sample), "token_indices_to_sample"}};
-  int64_t ends[4];
-  int64_t k = 0;
   for (const auto& [out, name] : outputs) {
-    ends[k] = 0;
     if (out != nullptr) {
-      check_tensor(*out, name, {c10::kInt}, 1);
+      check_tensor(*out, name, {c10::kInt}, 1, anchor);
       check_entries(*out, name, num_reqs, "R = sampled_token_ids.size(0)");
-      ends[k] = padded_end(*out, name, num_reqs_padded, "num_reqs_padded", num_reqs, "R");
+      padded_end(*out, name, num_reqs_padded, "num_reqs_padded", num_reqs, "R");
     }
-    ++k;
   }
   check_outputs_alias_nothing(
       {{&next_token_ids, {"next_token_ids"}}, {&valid_sampled_token_count, {"valid_sampled_token_count"}},
@@ -74,7 +73,27 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
        {ptr(backup_next_token_ids), {"backup_next_token_ids"}}, {ptr(token_ids), {"token_ids"}},
        {ptr(num_tokens_no_spec), {"num_tokens_no_spec"}}, {ptr(cu_num_draft_tokens), {"cu_num_draft_tokens"}},
        {ptr(query_start_loc), {"query_start_loc"}}});
+}
 
+void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_size,
+                            const OptTensor& discard_request_mask, const OptTensor& backup_next_token_ids,
+                            const OptTensor& token_ids, const OptTensor& num_tokens_no_spec,
+                            const OptTensor& cu_num_draft_tokens, const OptTensor& query_start_loc,
+                            const at::Tensor& next_token_ids, const at::Tensor& valid_sampled_token_count,
+                            const OptTensor& num_rejected_tokens, const OptTensor& token_indices_to_sample,
+                            int64_t num_reqs_padded) {
+  check_prepare_next_token_ids<int64_t>(sampled_token_ids, vocab_size, discard_request_mask, backup_next_token_ids,
+                                        token_ids, num_tokens_no_spec, cu_num_draft_tokens, query_start_loc,
+                                        next_token_ids, valid_sampled_token_count, num_rejected_tokens,
+                                        token_indices_to_sample, num_reqs_padded);
+  const int64_t num_reqs = sampled_token_ids.size(0);
+  const bool padded_path = cu_num_draft_tokens.has_value();
+  int64_t ends[4];
+  int64_t k = 0;
+  for (const at::Tensor* out : {&next_token_ids, &valid_sampled_token_count, ptr(num_rejected_tokens),
+                                ptr(token_indices_to_sample)}) {
+    ends[k++] = out == nullptr ? 0 : padded_end(*out, "", num_reqs_padded, "num_reqs_padded", num_reqs, "R");
+  }
   if (padded_path) {
     const int32_t* cu = cu_num_draft_tokens->data_ptr<int32_t>();
     const int32_t* qsl = query_start_loc->data_ptr<int32_t>();
@@ -119,5 +138,6 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_next_token_ids", &prepare_next_token_ids); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("prepare_next_token_ids", &check_prepare_next_token_ids<c10::SymInt>); }
 
 }  // namespace specops::cpu

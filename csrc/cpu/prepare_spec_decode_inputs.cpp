@@ -1,6 +1,7 @@
-// CPU op for prepare_spec_decode_inputs: validates everything (the positions from the gathered
-// counts included), then stores the correction, positions, seq_lens and every slot mapping in
-// one pass over the requests (kernels/prepare_spec_decode_inputs.h).
+// prepare_spec_decode_inputs: its metadata checks (the Meta kernel, and every backend's first step),
+// then the CPU op: the checks, the values (the positions from the gathered counts included), then
+// the correction, positions, seq_lens and every slot mapping stored in one pass over the requests
+// (kernels/prepare_spec_decode_inputs.h).
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -18,8 +19,8 @@ namespace {
 // The gather's arguments as this op names them.
 const GatherArgNames kGatherNames{"block_tables", "gathered_block_tables", "num_gathered_rows"};
 
-// The request-indexed mode's and the gather's own conditions (ops/prepare_spec_decode_inputs.py
-// check_target_step_mode).
+// The request-indexed mode's and the gather's own conditions.
+template <typename Int>
 void check_target_step_mode(const at::Tensor& prev_positions, const std::optional<at::Tensor>& idx_mapping,
                             size_t num_groups, c10::IntArrayRef blocks_per_kv_block, at::TensorList num_blocks,
                             bool request_indexed_counts, at::TensorList gathered_block_tables,
@@ -27,10 +28,10 @@ void check_target_step_mode(const at::Tensor& prev_positions, const std::optiona
   if (request_indexed_counts) {
     TORCH_CHECK_VALUE(idx_mapping.has_value(),
                       "idx_mapping must be given with request_indexed_counts (it indexes num_computed_tokens)");
-    TORCH_CHECK_VALUE(prev_positions.numel() == 0,
+    TORCH_CHECK_VALUE(numel_of<Int>(prev_positions) == 0,
                       "prev_positions must be empty with request_indexed_counts (a runner's request-indexed "
                       "counts have no rows to correct), got ",
-                      prev_positions.numel(), " entries");
+                      numel_of<Int>(prev_positions), " entries");
   }
   TORCH_CHECK_VALUE(sliding_window_reach.empty() || sliding_window_reach.size() == num_groups,
                     "sliding_window_reach must be empty or hold one entry per block table (len(block_tables) = ",
@@ -51,6 +52,93 @@ void check_target_step_mode(const at::Tensor& prev_positions, const std::optiona
   }
 }
 
+// Every output is written once, so no two may share memory. The correction's four inputs are
+// read in full before the first store (gathered into scratch), so they may alias any output;
+// query_start_loc, idx_mapping, the block tables and their counts are read while storing.
+void check_outputs_apart(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
+                         const at::Tensor& query_start_loc, const at::Tensor& positions, const at::Tensor& seq_lens,
+                         at::TensorList block_tables, at::TensorList slot_mappings,
+                         const std::optional<at::Tensor>& idx_mapping, at::TensorList num_blocks,
+                         at::TensorList gathered_block_tables) {
+  // Per-thread lists that keep their capacity: the steady state allocates nothing.
+  thread_local std::vector<NamedTensor> outputs;
+  thread_local std::vector<NamedTensor> read_while_storing;
+  outputs.assign({{&num_computed_tokens, {"num_computed_tokens"}},
+                  {&num_accepted_tokens, {"num_accepted_tokens"}},
+                  {&positions, {"positions"}},
+                  {&seq_lens, {"seq_lens"}}});
+  read_while_storing.assign({{&query_start_loc, {"query_start_loc"}},
+                             {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}}});
+  for (size_t g = 0; g < block_tables.size(); ++g) {
+    outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
+    read_while_storing.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
+    if (!num_blocks.empty()) read_while_storing.push_back({&num_blocks[g], {"num_blocks", static_cast<int64_t>(g)}});
+  }
+  for (size_t g = 0; g < gathered_block_tables.size(); ++g) {
+    outputs.push_back({&gathered_block_tables[g], {"gathered_block_tables", static_cast<int64_t>(g)}});
+  }
+  check_outputs_alias_nothing_once(outputs, read_while_storing);
+}
+
+// The op's metadata checks (every tensor on num_computed_tokens' device).
+template <typename Int>
+void check_prepare_spec_decode_inputs(
+    const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens, const at::Tensor& prev_positions,
+    const at::Tensor& valid_sampled_token_count, const at::Tensor& prev_num_draft_tokens,
+    const at::Tensor& cpu_num_computed_tokens, const at::Tensor& query_start_loc, const at::Tensor& positions,
+    const at::Tensor& seq_lens, at::TensorList block_tables, at::TensorList slot_mappings,
+    const std::optional<at::Tensor>& idx_mapping, std::optional<int64_t> tokens_padded,
+    std::optional<int64_t> reqs_padded, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
+    c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
+    const c10::List<bool>& slot_mapping_enabled, at::TensorList num_blocks, bool request_indexed_counts,
+    at::TensorList gathered_block_tables, int64_t num_gathered_rows, c10::IntArrayRef sliding_window_reach) {
+  const size_t num_groups = block_tables.size();
+  const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
+                               cp_world_size, cp_rank,             cp_interleave};
+  settings.check(num_groups);
+  const Int num_tokens_padded = tokens_padded.has_value() ? Int(*tokens_padded) : numel_of<Int>(positions);
+  const Int num_reqs_padded = reqs_padded.has_value() ? Int(*reqs_padded) : numel_of<Int>(seq_lens);
+  // The pairs of outputs (and query_start_loc) these would test are tested with the op's others
+  // below, each tensor's span computed once.
+  check_count_correction<Int>(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+                              prev_num_draft_tokens, cpu_num_computed_tokens, /*check_outputs_apart=*/false);
+  check_positions_and_seq_lens<Int>(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
+                                    num_reqs_padded, request_indexed_counts, /*check_outputs_apart=*/false);
+  const Anchor anchor = anchor_of(num_computed_tokens, "num_computed_tokens");
+  check_target_step_mode<Int>(prev_positions, idx_mapping, num_groups, blocks_per_kv_block, num_blocks,
+                              request_indexed_counts, gathered_block_tables, sliding_window_reach);
+  check_context_parallel(cp_world_size, cp_rank, cp_interleave);
+  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups,
+                    "slot_mappings must have one tensor per block table (len(block_tables) = ", num_groups, "), got ",
+                    slot_mappings.size());
+  for (size_t g = 0; g < num_groups; ++g) {
+    const GroupSettings::Cp cp = settings.cp(g);
+    // The token count is a value (query_start_loc[R]): the slot mapping's sizes are checked
+    // against 0 tokens here, the count on the host (check_token_padding).
+    check_slot_mapping_args<Int>(block_tables[g], block_sizes[g], slot_mappings[g], blocks_per_kv_block[g],
+                                 cp.world_size, cp.rank, cp.interleave, Int(0), num_tokens_padded, &anchor,
+                                 SlotMappingArgNames::of_group(static_cast<int64_t>(g)));
+  }
+  TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == num_groups,
+                    "num_blocks must be empty or hold one tensor per block table (len(block_tables) = ", num_groups,
+                    "), got ", num_blocks.size());
+  for (size_t g = 0; g < num_blocks.size(); ++g) {
+    check_num_blocks<Int>(num_blocks[g], ArgName{"num_blocks", static_cast<int64_t>(g)}, block_tables[g],
+                          ArgName{"block_tables", static_cast<int64_t>(g)}, &anchor);
+  }
+  check_idx_mapping(idx_mapping, numel_of<Int>(query_start_loc) - 1, &anchor);
+  if (!gathered_block_tables.empty()) {
+    // Checked as gather_block_tables_multi checks them, under this op's names.
+    const std::vector<int64_t> no_reach(num_groups, 0);
+    check_gather_groups<Int>(block_tables, num_blocks, *idx_mapping, gathered_block_tables, num_gathered_rows,
+                             &num_computed_tokens,
+                             sliding_window_reach.empty() ? c10::IntArrayRef(no_reach) : sliding_window_reach,
+                             block_sizes, kGatherNames);
+  }
+  check_outputs_apart(num_computed_tokens, num_accepted_tokens, query_start_loc, positions, seq_lens, block_tables,
+                      slot_mappings, idx_mapping, num_blocks, gathered_block_tables);
+}
+
 void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
                                 const at::Tensor& prev_positions, const at::Tensor& valid_sampled_token_count,
                                 const at::Tensor& prev_num_draft_tokens, const at::Tensor& cpu_num_computed_tokens,
@@ -64,85 +152,43 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                                 at::TensorList num_blocks, bool request_indexed_counts,
                                 at::TensorList gathered_block_tables, int64_t num_gathered_rows,
                                 c10::IntArrayRef sliding_window_reach) {
+  check_prepare_spec_decode_inputs<int64_t>(
+      num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
+      cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, idx_mapping,
+      tokens_padded, reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block, cp_sharded,
+      slot_mapping_enabled, num_blocks, request_indexed_counts, gathered_block_tables, num_gathered_rows,
+      sliding_window_reach);
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
-  settings.check(num_groups);
   const int64_t num_tokens_padded = tokens_padded.value_or(positions.numel());
   const int64_t num_reqs_padded = reqs_padded.value_or(seq_lens.numel());
-  // The pairs of outputs (and query_start_loc) these would test are tested with the op's others
-  // below, each tensor's span computed once.
+  const int64_t num_tokens = check_token_padding(query_start_loc, positions, num_tokens_padded);
   const kernels::CountCorrectionShape correction =
-      check_count_correction(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
-                             prev_num_draft_tokens, cpu_num_computed_tokens, /*check_outputs_apart=*/false);
-  const int64_t num_tokens =
-      check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
-                                   num_reqs_padded, request_indexed_counts, /*check_outputs_apart=*/false);
-  check_target_step_mode(prev_positions, idx_mapping, num_groups, blocks_per_kv_block, num_blocks,
-                         request_indexed_counts, gathered_block_tables, sliding_window_reach);
+      count_correction_shape(num_computed_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens);
   const int64_t num_reqs = query_start_loc.numel() - 1;
-  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
-  check_positive(cp_interleave, "cp_interleave");
-  TORCH_CHECK_VALUE(slot_mappings.size() == num_groups,
-                    "slot_mappings must have one tensor per block table (len(block_tables) = ", num_groups, "), got ",
-                    slot_mappings.size());
-
-  TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == num_groups,
-                    "num_blocks must be empty or hold one tensor per block table (len(block_tables) = ", num_groups,
-                    "), got ", num_blocks.size());
   // Per-thread lists that keep their capacity: the steady state allocates nothing.
   thread_local std::vector<kernels::SlotMappingGroup> groups;
   groups.clear();
   for (size_t g = 0; g < num_groups; ++g) {
-    const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
     const GroupSettings::Cp cp = settings.cp(g);
-    // num_tokens <= num_tokens_padded is checked above: the slot mapping's sizes are checked
-    // against 0 tokens, as the Python check (which reads no value) does, and the count set after.
-    kernels::SlotMappingShape shape =
-        check_slot_mapping_args(block_tables[g], block_sizes[g], slot_mappings[g], blocks_per_kv_block[g],
-                                cp.world_size, cp.rank, cp.interleave, num_reqs, 0, num_tokens_padded, names);
-    shape.num_tokens = num_tokens;
-    if (!num_blocks.empty()) {
-      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
-                     block_tables[g], names.block_table, shape);
-      TORCH_CHECK_VALUE(num_blocks[g].device() == num_computed_tokens.device(), "num_blocks[", g, "] must be on ",
-                        num_computed_tokens.device(), " like num_computed_tokens, got ", num_blocks[g].device());
-    }
+    kernels::SlotMappingShape shape = slot_mapping_shape(block_tables[g], block_sizes[g], blocks_per_kv_block[g],
+                                                         cp.world_size, cp.rank, cp.interleave, num_reqs, num_tokens,
+                                                         num_tokens_padded);
+    if (!num_blocks.empty()) shape.num_blocks = num_blocks[g].data_ptr<int32_t>();
     const at::Tensor& out = slot_mappings[g];
     const bool wide = out.scalar_type() == c10::kLong;
     groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
                         wide ? nullptr : out.data_ptr<int32_t>(), shape, settings.enabled(g));
   }
-
-  check_idx_mapping(idx_mapping, num_reqs);
-  // The gather's groups (checked as gather_block_tables_multi checks them, under this op's names).
+  // The gather's groups.
   c10::SmallVector<kernels::GatherBlockTablesGroup, 4> gather_groups;
   if (!gathered_block_tables.empty()) {
     const std::vector<int64_t> no_reach(num_groups, 0);
-    gather_groups = check_gather_groups(
+    gather_groups = gather_groups_of(
         block_tables, num_blocks, *idx_mapping, gathered_block_tables, num_gathered_rows, &num_computed_tokens,
-        sliding_window_reach.empty() ? c10::IntArrayRef(no_reach) : sliding_window_reach, block_sizes, kGatherNames);
+        sliding_window_reach.empty() ? c10::IntArrayRef(no_reach) : sliding_window_reach, block_sizes);
   }
-  // Every output is written once, so no two may share memory. The correction's four inputs
-  // are read in full before the first store (gathered into scratch), so they may alias any
-  // output; query_start_loc, idx_mapping and the block tables are read while storing.
-  thread_local std::vector<NamedTensor> outputs;
-  thread_local std::vector<NamedTensor> read_while_storing;
-  outputs.assign({{&num_computed_tokens, {"num_computed_tokens"}},
-                  {&num_accepted_tokens, {"num_accepted_tokens"}},
-                  {&positions, {"positions"}},
-                  {&seq_lens, {"seq_lens"}}});
-  read_while_storing.assign({{&query_start_loc, {"query_start_loc"}},
-                             {idx_mapping.has_value() ? &*idx_mapping : nullptr, {"idx_mapping"}}});
-  for (size_t g = 0; g < num_groups; ++g) {
-    outputs.push_back({&slot_mappings[g], {"slot_mappings", static_cast<int64_t>(g)}});
-    read_while_storing.push_back({&block_tables[g], {"block_tables", static_cast<int64_t>(g)}});
-    if (!num_blocks.empty()) read_while_storing.push_back({&num_blocks[g], {"num_blocks", static_cast<int64_t>(g)}});
-  }
-  for (size_t g = 0; g < gathered_block_tables.size(); ++g) {
-    outputs.push_back({&gathered_block_tables[g], {"gathered_block_tables", static_cast<int64_t>(g)}});
-  }
-  check_outputs_alias_nothing_once(outputs, read_while_storing);
 
   // The gathered counts, and room for every request's corrected count (the gathered ones
   // themselves when the correction covers every request, as it usually does).
@@ -243,5 +289,8 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_spec_decode_inputs", &prepare_spec_decode_inputs); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("prepare_spec_decode_inputs", &check_prepare_spec_decode_inputs<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

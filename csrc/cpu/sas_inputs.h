@@ -1,7 +1,8 @@
 #pragma once
-// The inputs of the sas family's CPU ops (sas_metadata, kv_quant_sas_metadata,
-// lightning_indexer_metadata): their optional length tensors, int32 attributes, where each
-// batch's lengths come from, and the messages for lengths the schedule refuses.
+// The inputs of the sas family (sas_metadata, kv_quant_sas_metadata, lightning_indexer_metadata):
+// the checks the three ops' metadata checks share (their optional length tensors, int32
+// attributes, layouts, windows), where each batch's lengths come from, and the messages for
+// lengths the schedule refuses (the CPU ops').
 #include <torch/library.h>
 
 #include <initializer_list>
@@ -20,18 +21,7 @@ namespace specops::cpu::sas_inputs {
 namespace sas = kernels::sas;
 
 // The kernels' "provided": None and an empty tensor both mean not provided.
-inline bool is_given(const std::optional<at::Tensor>& t) { return t.has_value() && t->numel() > 0; }
-
-// An empty tensor is not provided whatever its dtype and shape (vllm-ascend's DSA builders pass
-// empty float32 placeholders), so the dtype and rank are checked only when it holds values. Its
-// device is checked always: a tensor on another device selects another kernel.
-inline void check_length_tensor(const std::optional<at::Tensor>& t, const char* name, const at::Tensor& out) {
-  if (!t.has_value()) return;
-  TORCH_CHECK_VALUE(t->defined(), name, " must be a tensor, got None");
-  TORCH_CHECK_VALUE(t->device() == out.device(), name, " must be on ", out.device(), " like out, got ", t->device());
-  if (t->numel() == 0) return;
-  check_tensor(*t, name, {c10::kInt, c10::kLong}, 1);
-}
+inline bool is_given(const std::optional<at::Tensor>& t) { return t.has_value() && t->sym_numel() > 0; }
 
 inline void check_int32_attribute(int64_t value, const char* name) {
   TORCH_CHECK_VALUE(value >= sas::kInt32Min && value <= sas::kInt32Max, name,
@@ -50,13 +40,38 @@ struct Int32Attribute {
 };
 
 // What every member checks first: out (int32, the 1024 words), its length tensors and the
-// attributes the kernel reads as int32 (python/specops/ops/_sas_inputs.py mirrors these checks).
-inline void check_schedule_inputs(const at::Tensor& out, std::initializer_list<LengthTensor> lengths,
-                                  std::initializer_list<Int32Attribute> attributes) {
+// attributes the kernel reads as int32. An empty length tensor is not provided whatever its dtype
+// and shape (vllm-ascend's DSA builders pass empty float32 placeholders), so the dtype and rank
+// are checked only when it holds values. Its device is checked always: out's, or with out on a
+// device the host (the host-planned form: every length tensor that holds values on the host, or
+// every one on out's device).
+template <typename Int>
+void check_schedule_inputs(const at::Tensor& out, std::initializer_list<LengthTensor> lengths,
+                           std::initializer_list<Int32Attribute> attributes) {
   check_tensor(out, "out", {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(out.numel() == sas::kNumWords, "out must have exactly ", sas::kNumWords, " int32 words, got ",
-                    out.numel());
-  for (const LengthTensor& length : lengths) check_length_tensor(length.tensor, length.name, out);
+  TORCH_CHECK_VALUE(numel_of<Int>(out) == sas::kNumWords, "out must have exactly ", sas::kNumWords,
+                    " int32 words, got ", numel_of<Int>(out));
+  const char* host_lengths = nullptr;    // the first host tensor that holds values
+  const char* device_lengths = nullptr;  // the first one on out's device (not the host)
+  for (const LengthTensor& length : lengths) {
+    const std::optional<at::Tensor>& t = length.tensor;
+    if (!t.has_value()) continue;
+    TORCH_CHECK_VALUE(t->defined(), length.name, " must be a tensor or None, got None");
+    const bool on_host = t->device().is_cpu();
+    TORCH_CHECK_VALUE(t->device() == out.device() || on_host, length.name, " must be on ", out.device(), " like out",
+                      out.device().is_cpu() ? "" : ", or on the host", ", got ", t->device());
+    if (numel_of<Int>(*t) == 0) continue;
+    check_tensor(*t, length.name, {c10::kInt, c10::kLong}, 1);
+    if (on_host) {
+      if (host_lengths == nullptr) host_lengths = length.name;
+    } else if (device_lengths == nullptr) {
+      device_lengths = length.name;
+    }
+  }
+  TORCH_CHECK_VALUE(device_lengths == nullptr || host_lengths == nullptr, device_lengths, " is on ", out.device(),
+                    " but ", host_lengths,
+                    " is on the host: pass every length tensor on the host (the host-planned form) or every one on "
+                    "out's device");
   for (const Int32Attribute& attribute : attributes) check_int32_attribute(attribute.value, attribute.name);
 }
 
@@ -138,9 +153,29 @@ inline sas::LengthSource constant_source(int64_t value) {
   return source;
 }
 
-// B, where the kernel takes it from, and each batch's query length: seqused_q, else a TND
-// query's cu_seqlens_q (checked given before), else batch_size and max_seqlen_q. B is bounded by
-// the kernel's int32 loop counters.
+// B and where the kernel takes it from: seqused_q, else a TND query's cu_seqlens_q (checked given
+// before), else batch_size. B is bounded by the kernel's int32 loop counters.
+template <typename Int>
+struct BatchCount {
+  Int num_batches;
+  const char* source;
+};
+
+template <typename Int>
+BatchCount<Int> checked_batches(int64_t layout_q, const std::optional<at::Tensor>& cu_seqlens_q,
+                                const std::optional<at::Tensor>& seqused_q, int64_t batch_size) {
+  BatchCount<Int> batches{Int(batch_size), "batch_size"};
+  if (is_given(seqused_q)) {
+    batches = {numel_of<Int>(*seqused_q), "seqused_q"};
+  } else if (layout_q == kLayoutQTnd) {
+    batches = {numel_of<Int>(*cu_seqlens_q) - 1, "cu_seqlens_q"};
+  }
+  TORCH_CHECK_VALUE(batches.num_batches <= sas::kInt32Max, batches.source, " describes ", batches.num_batches,
+                    " batches, more than 2^31 - 1");
+  return batches;
+}
+
+// B, where the kernel takes it from, and each batch's query length (the arguments checked).
 struct QueryBatches {
   int64_t num_batches;
   const char* source;
@@ -150,15 +185,13 @@ struct QueryBatches {
 inline QueryBatches query_batches(int64_t layout_q, const std::optional<at::Tensor>& cu_seqlens_q,
                                   const std::optional<at::Tensor>& seqused_q, int64_t batch_size,
                                   int64_t max_seqlen_q) {
-  QueryBatches batches{batch_size, "batch_size", constant_source(max_seqlen_q)};
   if (is_given(seqused_q)) {
-    batches = {seqused_q->numel(), "seqused_q", tensor_source(*seqused_q, sas::LengthSource::kPerBatch)};
-  } else if (layout_q == kLayoutQTnd) {
-    batches = {cu_seqlens_q->numel() - 1, "cu_seqlens_q", tensor_source(*cu_seqlens_q, sas::LengthSource::kCumulative)};
+    return {seqused_q->numel(), "seqused_q", tensor_source(*seqused_q, sas::LengthSource::kPerBatch)};
   }
-  TORCH_CHECK_VALUE(batches.num_batches <= sas::kInt32Max, batches.source, " describes ", batches.num_batches,
-                    " batches, more than 2^31 - 1");
-  return batches;
+  if (layout_q == kLayoutQTnd) {
+    return {cu_seqlens_q->numel() - 1, "cu_seqlens_q", tensor_source(*cu_seqlens_q, sas::LengthSource::kCumulative)};
+  }
+  return {batch_size, "batch_size", constant_source(max_seqlen_q)};
 }
 
 // Batches whose cost table the per-thread scratch keeps between calls (2 MiB at 4 values a row).

@@ -24,17 +24,17 @@ struct SlotMappingArgNames {
   }
 };
 
-inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block_table, int64_t block_size,
-                                                         const at::Tensor& out, int64_t blocks_per_kv_block,
-                                                         int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
-                                                         int64_t num_reqs, int64_t num_tokens, int64_t num_tokens_padded,
-                                                         const SlotMappingArgNames& names = {}) {
-  check_tensor(block_table, names.block_table, {c10::kInt}, 2);
-  check_tensor(out, names.out, {c10::kLong, c10::kInt}, 1);
+// One slot mapping's table on the anchor's device, the block size and CP layout, and
+// num_tokens <= num_tokens_padded <= out_entries, the entries of its output.
+template <typename Int>
+void check_slot_mapping_layout(const at::Tensor& block_table, int64_t block_size, int64_t blocks_per_kv_block,
+                               int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, const Int& num_tokens,
+                               const Int& num_tokens_padded, const Int& out_entries, const Anchor* anchor,
+                               const SlotMappingArgNames& names) {
+  check_tensor(block_table, names.block_table, {c10::kInt}, 2, anchor);
   check_positive(block_size, names.block_size);
   check_positive(blocks_per_kv_block, names.blocks_per_kv_block);
-  check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
-  check_positive(cp_interleave, "cp_interleave");
+  check_context_parallel(cp_world_size, cp_rank, cp_interleave);
   // Divided, not multiplied: the product of three int64 arguments can overflow.
   TORCH_CHECK_VALUE(block_size <= INT32_MAX / blocks_per_kv_block / cp_world_size, names.block_size, " * ",
                     names.blocks_per_kv_block, " * cp_world_size must be < 2^31, got ", block_size, " * ",
@@ -42,10 +42,28 @@ inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block
   const int64_t kv_block = block_size * blocks_per_kv_block;
   TORCH_CHECK_VALUE(kv_block % cp_interleave == 0, "cp_interleave must divide ", names.block_size, " * ",
                     names.blocks_per_kv_block, " = ", kv_block, ", got ", cp_interleave);
-  TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens && num_tokens_padded <= out.numel(),
-                    "num_tokens_padded must be in [num_tokens = ", num_tokens, ", ", names.out, ".numel() = ", out.numel(),
-                    "], got ", num_tokens_padded);
+  TORCH_CHECK_VALUE(num_tokens_padded >= num_tokens && out_entries >= num_tokens_padded,
+                    "num_tokens_padded must be in [num_tokens = ", num_tokens, ", ", names.out, ".numel() = ",
+                    out_entries, "], got ", num_tokens_padded);
+}
 
+// One slot mapping's metadata: its output and table on the anchor's device, the block size and
+// CP layout, and num_tokens <= num_tokens_padded <= out.numel().
+template <typename Int>
+void check_slot_mapping_args(const at::Tensor& block_table, int64_t block_size, const at::Tensor& out,
+                             int64_t blocks_per_kv_block, int64_t cp_world_size, int64_t cp_rank,
+                             int64_t cp_interleave, const Int& num_tokens, const Int& num_tokens_padded,
+                             const Anchor* anchor, const SlotMappingArgNames& names = {}) {
+  check_tensor(out, names.out, {c10::kLong, c10::kInt}, 1, anchor);
+  check_slot_mapping_layout<Int>(block_table, block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
+                                 num_tokens, num_tokens_padded, numel_of<Int>(out), anchor, names);
+}
+
+// One slot mapping's shape (its arguments checked).
+inline kernels::SlotMappingShape slot_mapping_shape(const at::Tensor& block_table, int64_t block_size,
+                                                    int64_t blocks_per_kv_block, int64_t cp_world_size,
+                                                    int64_t cp_rank, int64_t cp_interleave, int64_t num_reqs,
+                                                    int64_t num_tokens, int64_t num_tokens_padded) {
   kernels::SlotMappingShape shape;
   shape.num_reqs = num_reqs;
   shape.num_tokens = num_tokens;
@@ -59,6 +77,19 @@ inline kernels::SlotMappingShape check_slot_mapping_args(const at::Tensor& block
   shape.cp_rank = cp_rank;
   shape.cp_interleave = cp_interleave;
   return shape;
+}
+
+// The two above, on the host.
+inline kernels::SlotMappingShape checked_slot_mapping_shape(const at::Tensor& block_table, int64_t block_size,
+                                                            const at::Tensor& out, int64_t blocks_per_kv_block,
+                                                            int64_t cp_world_size, int64_t cp_rank,
+                                                            int64_t cp_interleave, int64_t num_reqs,
+                                                            int64_t num_tokens, int64_t num_tokens_padded,
+                                                            const SlotMappingArgNames& names = {}) {
+  check_slot_mapping_args<int64_t>(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank,
+                                   cp_interleave, num_tokens, num_tokens_padded, nullptr, names);
+  return slot_mapping_shape(block_table, block_size, blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave,
+                            num_reqs, num_tokens, num_tokens_padded);
 }
 
 // The per-group arguments of the ops that map the slots of several KV-cache groups
@@ -118,15 +149,22 @@ void check_rows_inside_table(const IdxT* idx_mapping, int64_t num_reqs, int64_t 
   }
 }
 
-// Checks an optional num_blocks (the blocks allocated to each row of `table`) and points the
-// shape at it: int32, one entry per table row at least.
+// An optional num_blocks' metadata (the blocks allocated to each row of `table`): int32 on the
+// anchor's device, one entry per table row at least.
+template <typename Int, typename Name, typename TableName>
+void check_num_blocks(const at::Tensor& num_blocks, const Name& name, const at::Tensor& table,
+                      const TableName& table_name, const Anchor* anchor) {
+  check_tensor(num_blocks, name, {c10::kInt}, 1, anchor);
+  TORCH_CHECK_VALUE(numel_of<Int>(num_blocks) >= size_of<Int>(table, 0), name, " must have one entry per row of ",
+                    table_name, " (", size_of<Int>(table, 0), "), got ", numel_of<Int>(num_blocks));
+}
+
+// Checks an optional num_blocks and points the shape at it.
 template <typename Name, typename TableName>
 void use_num_blocks(const std::optional<at::Tensor>& num_blocks, const Name& name, const at::Tensor& table,
                     const TableName& table_name, kernels::SlotMappingShape& shape) {
   if (!num_blocks.has_value()) return;
-  check_tensor(*num_blocks, name, {c10::kInt}, 1);
-  TORCH_CHECK_VALUE(num_blocks->numel() >= table.size(0), name, " must have one entry per row of ", table_name,
-                    " (", table.size(0), "), got ", num_blocks->numel());
+  check_num_blocks<int64_t>(*num_blocks, name, table, table_name, nullptr);
   shape.num_blocks = num_blocks->data_ptr<int32_t>();
 }
 

@@ -30,15 +30,6 @@ void check_request_rows(const IdxT* idx_mapping, int64_t num_reqs, int64_t num_r
   }
 }
 
-// Where the padding of `out` ends: `padded` (the op's *_padded argument; -1: the buffer's end),
-// which must lie in [real, out.numel()].
-inline int64_t padded_end(const at::Tensor& out, const char* out_name, int64_t padded, const char* padded_name,
-                          int64_t real, const char* real_name) {
-  if (padded < 0) return out.numel() > real ? out.numel() : real;
-  TORCH_CHECK_VALUE(padded >= real && padded <= out.numel(), padded_name, " must be in [", real_name, " = ", real,
-                    ", ", out_name, ".numel() = ", out.numel(), "], got ", padded);
-  return padded;
-}
 
 template <typename Run>
 void with_index_type(const at::Tensor& t, Run&& run) {
@@ -49,15 +40,15 @@ void with_index_type(const at::Tensor& t, Run&& run) {
   }
 }
 
-// Every group's slot target of a draft op (advance_draft_step, expand_parallel_draft_inputs):
-// the group's settings (block size, blocks per KV block, CP-sharded, slot mapping on), the
-// slot-mapping checks of prepare_spec_decode_inputs for num_tokens tokens of num_reqs requests
-// (W = 1 for a group that is not CP-sharded), and num_blocks[g] when given. The slots are PAD
-// in [num_tokens, end): end is num_tokens_padded, or (-1) the buffer's end.
-inline std::vector<kernels::DraftStepGroup> draft_step_groups(at::TensorList block_tables, at::TensorList slot_mappings,
-                                                              at::TensorList num_blocks, const GroupSettings& settings,
-                                                              int64_t num_reqs, int64_t num_tokens,
-                                                              int64_t num_tokens_padded) {
+// Every group's slot target of a draft op (advance_draft_step, expand_parallel_draft_inputs): the
+// group's settings (block size, blocks per KV block, CP-sharded, slot mapping on), the slot-mapping
+// checks of prepare_spec_decode_inputs for num_tokens tokens (W = 1 for a group that is not
+// CP-sharded), and num_blocks[g] when given. The slots are PAD in [num_tokens, end): end is
+// num_tokens_padded, or (-1) the buffer's end.
+template <typename Int>
+void check_draft_step_groups(at::TensorList block_tables, at::TensorList slot_mappings, at::TensorList num_blocks,
+                             const GroupSettings& settings, const Int& num_tokens, int64_t num_tokens_padded,
+                             const Anchor* anchor) {
   const size_t num_groups = block_tables.size();
   settings.check(num_groups);
   TORCH_CHECK_VALUE(slot_mappings.size() == num_groups,
@@ -66,20 +57,37 @@ inline std::vector<kernels::DraftStepGroup> draft_step_groups(at::TensorList blo
   TORCH_CHECK_VALUE(num_blocks.empty() || num_blocks.size() == num_groups,
                     "num_blocks must be empty or hold one tensor per block table (len(block_tables) = ", num_groups,
                     "), got ", num_blocks.size());
-  std::vector<kernels::DraftStepGroup> groups;
-  groups.reserve(num_groups);
   for (size_t g = 0; g < num_groups; ++g) {
     const SlotMappingArgNames names = SlotMappingArgNames::of_group(static_cast<int64_t>(g));
     const GroupSettings::Cp cp = settings.cp(g);
     const at::Tensor& out = slot_mappings[g];
-    const int64_t slot_end = num_tokens_padded >= 0 ? num_tokens_padded : std::max(out.numel(), num_tokens);
-    kernels::SlotMappingShape shape = check_slot_mapping_args(
-        block_tables[g], settings.block_sizes[g], out, settings.blocks_per_kv_block[g], cp.world_size, cp.rank,
-        cp.interleave, num_reqs, num_tokens, slot_end, names);
+    Int slot_end = Int(num_tokens_padded);
+    if (num_tokens_padded < 0) slot_end = out.defined() && numel_of<Int>(out) > num_tokens ? numel_of<Int>(out) : num_tokens;
+    check_slot_mapping_args<Int>(block_tables[g], settings.block_sizes[g], out, settings.blocks_per_kv_block[g],
+                                 cp.world_size, cp.rank, cp.interleave, num_tokens, slot_end, anchor, names);
     if (!num_blocks.empty()) {
-      use_num_blocks(std::optional<at::Tensor>(num_blocks[g]), ArgName{"num_blocks", static_cast<int64_t>(g)},
-                     block_tables[g], names.block_table, shape);
+      check_num_blocks<Int>(num_blocks[g], ArgName{"num_blocks", static_cast<int64_t>(g)}, block_tables[g],
+                            names.block_table, anchor);
     }
+  }
+}
+
+// The groups of a draft op, their arguments checked.
+inline std::vector<kernels::DraftStepGroup> draft_step_groups(at::TensorList block_tables, at::TensorList slot_mappings,
+                                                              at::TensorList num_blocks, const GroupSettings& settings,
+                                                              int64_t num_reqs, int64_t num_tokens,
+                                                              int64_t num_tokens_padded) {
+  const size_t num_groups = block_tables.size();
+  std::vector<kernels::DraftStepGroup> groups;
+  groups.reserve(num_groups);
+  for (size_t g = 0; g < num_groups; ++g) {
+    const GroupSettings::Cp cp = settings.cp(g);
+    const at::Tensor& out = slot_mappings[g];
+    const int64_t slot_end = num_tokens_padded >= 0 ? num_tokens_padded : std::max(out.numel(), num_tokens);
+    kernels::SlotMappingShape shape =
+        slot_mapping_shape(block_tables[g], settings.block_sizes[g], settings.blocks_per_kv_block[g], cp.world_size,
+                           cp.rank, cp.interleave, num_reqs, num_tokens, slot_end);
+    if (!num_blocks.empty()) shape.num_blocks = num_blocks[g].data_ptr<int32_t>();
     const bool wide = out.scalar_type() == c10::kLong;
     groups.emplace_back(block_tables[g].data_ptr<int32_t>(), wide ? out.data_ptr<int64_t>() : nullptr,
                         wide ? nullptr : out.data_ptr<int32_t>(), wide, shape, settings.enabled(g), slot_end);

@@ -1,4 +1,5 @@
-// CPU op for store_kv_block_metadata: the AI-CPU kernel's checks, a capacity check the kernel
+// store_kv_block_metadata: its metadata checks (the AI-CPU kernel's; the Meta kernel, and every
+// backend's first step), then the CPU op: the checks, the slots' values, a capacity check the kernel
 // lacks (it writes past outputs too small for the runs), then the groups; nothing is written
 // before every check passed.
 #include <torch/library.h>
@@ -32,28 +33,37 @@ void check_and_write(const T* slots, int64_t num_slots, int64_t block_size, cons
                     group_key_idx.data_ptr<int32_t>(), group_key_cache_idx.data_ptr<int32_t>());
 }
 
-void store_kv_block_metadata(const at::Tensor& slot_mapping, const at::Tensor& group_len,
-                             const at::Tensor& group_key_idx, const at::Tensor& group_key_cache_idx,
-                             int64_t block_size) {
+template <typename Int>
+void check_store_kv_block_metadata(const at::Tensor& slot_mapping, const at::Tensor& group_len,
+                                   const at::Tensor& group_key_idx, const at::Tensor& group_key_cache_idx,
+                                   int64_t block_size) {
   check_tensor(slot_mapping, "slot_mapping", {c10::kInt, c10::kLong}, 1);
-  check_tensor(group_len, "group_len", {c10::kInt}, 1);
-  check_tensor(group_key_idx, "group_key_idx", {c10::kInt}, 1);
-  check_tensor(group_key_cache_idx, "group_key_cache_idx", {c10::kInt}, 1);
+  const Anchor anchor = anchor_of(slot_mapping, "slot_mapping");
+  check_tensor(group_len, "group_len", {c10::kInt}, 1, anchor);
+  check_tensor(group_key_idx, "group_key_idx", {c10::kInt}, 1, anchor);
+  check_tensor(group_key_cache_idx, "group_key_cache_idx", {c10::kInt}, 1, anchor);
   // The kernel casts block_size to int32 and refuses what is not positive then; a value outside
   // int32 is refused here rather than read modulo 2^32.
   TORCH_CHECK_VALUE(block_size > 0 && block_size <= kInt32Max, "block_size must be positive (and fit int32), got ",
                     block_size);
-  TORCH_CHECK_VALUE(slot_mapping.numel() > 0, "slot_mapping is empty");
-  TORCH_CHECK_VALUE(group_len.numel() > 0 && group_key_idx.numel() > 0 && group_key_cache_idx.numel() > 0,
+  const Int capacity = numel_of<Int>(group_len);
+  TORCH_CHECK_VALUE(numel_of<Int>(slot_mapping) > 0, "slot_mapping is empty");
+  TORCH_CHECK_VALUE(capacity > 0 && numel_of<Int>(group_key_idx) > 0 && numel_of<Int>(group_key_cache_idx) > 0,
                     "group_len, group_key_idx and group_key_cache_idx must not be empty");
-  TORCH_CHECK_VALUE(group_key_idx.numel() == group_len.numel() && group_key_cache_idx.numel() == group_len.numel(),
-                    "group_key_idx and group_key_cache_idx must have group_len's ", group_len.numel(),
-                    " entries, got ", group_key_idx.numel(), " and ", group_key_cache_idx.numel());
-  TORCH_CHECK_VALUE(slot_mapping.numel() <= kInt32Max, "slot_mapping has more than 2^31 - 1 slots");
+  TORCH_CHECK_VALUE(numel_of<Int>(group_key_idx) == capacity && numel_of<Int>(group_key_cache_idx) == capacity,
+                    "group_key_idx and group_key_cache_idx must have group_len's ", capacity, " entries, got ",
+                    numel_of<Int>(group_key_idx), " and ", numel_of<Int>(group_key_cache_idx));
+  TORCH_CHECK_VALUE(numel_of<Int>(slot_mapping) <= kInt32Max, "slot_mapping has more than 2^31 - 1 slots");
   check_outputs_alias_nothing({{&group_len, {"group_len"}},
                                {&group_key_idx, {"group_key_idx"}},
                                {&group_key_cache_idx, {"group_key_cache_idx"}}},
                               {{&slot_mapping, {"slot_mapping"}}});
+}
+
+void store_kv_block_metadata(const at::Tensor& slot_mapping, const at::Tensor& group_len,
+                             const at::Tensor& group_key_idx, const at::Tensor& group_key_cache_idx,
+                             int64_t block_size) {
+  check_store_kv_block_metadata<int64_t>(slot_mapping, group_len, group_key_idx, group_key_cache_idx, block_size);
   if (slot_mapping.scalar_type() == c10::kInt) {
     check_and_write(slot_mapping.data_ptr<int32_t>(), slot_mapping.numel(), block_size, group_len, group_key_idx,
                     group_key_cache_idx);
@@ -66,5 +76,8 @@ void store_kv_block_metadata(const at::Tensor& slot_mapping, const at::Tensor& g
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("store_kv_block_metadata", &store_kv_block_metadata); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) {
+  m.impl("store_kv_block_metadata", &check_store_kv_block_metadata<c10::SymInt>);
+}
 
 }  // namespace specops::cpu

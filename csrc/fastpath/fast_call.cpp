@@ -9,6 +9,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
@@ -86,12 +87,15 @@ class PooledStack {
 
 }  // namespace
 
-FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
+FastOp::FastOp(const std::string& qualified_name, py::object generic_entry,
+               std::optional<c10::DispatchKey> dispatch_key)
     : op_(c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name.c_str(), "")),
+      dispatch_key_(dispatch_key),
       generic_entry_(std::move(generic_entry)) {
   const c10::FunctionSchema& schema = op_.schema();
   for (const c10::Argument& argument : schema.arguments()) {
     names_.push_back(argument.name());
+    defaults_.push_back(argument.default_value());
     const c10::TypePtr& type = argument.type();
     if (type->kind() == c10::TypeKind::TensorType) {
       kinds_.push_back(ArgKind::kTensor);
@@ -120,9 +124,6 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
   // calls written before it on the fast path.
   num_required_ = schema.arguments().size();
   while (num_required_ > 0 && schema.arguments()[num_required_ - 1].default_value().has_value()) --num_required_;
-  for (size_t i = num_required_; i < schema.arguments().size(); ++i) {
-    defaults_.push_back(*schema.arguments()[i].default_value());
-  }
   for (const c10::Argument& value : schema.returns()) {
     const c10::TypePtr& type = value.type();
     if (type->kind() == c10::TypeKind::IntType) {
@@ -136,6 +137,33 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry)
                                   ", which the fast path does not convert");
     }
   }
+  // Keywords written in code are interned strings: matched by address first.
+  for (const std::string& name : names_) {
+    PyObject* interned = PyUnicode_InternFromString(name.c_str());
+    if (interned == nullptr) throw py::error_already_set();
+    interned_names_.push_back(interned);
+  }
+}
+
+FastOp::~FastOp() {
+  for (PyObject* name : interned_names_) Py_DECREF(name);
+}
+
+size_t FastOp::position_of(PyObject* name, size_t hint) const {
+  const size_t count = interned_names_.size();
+  if (hint < count && interned_names_[hint] == name) return hint;  // keywords in the schema's order
+  for (size_t i = 0; i < count; ++i) {
+    if (interned_names_[i] == name) return i;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const int equal = PyUnicode_Compare(interned_names_[i], name);
+    if (equal == -1 && PyErr_Occurred()) {
+      PyErr_Clear();  // not a string: torch's entry names the error
+      return count;
+    }
+    if (equal == 0) return i;
+  }
+  return count;
 }
 
 namespace {
@@ -347,18 +375,44 @@ PyObject* FastOp::generic_call(PyObject* const* args, size_t nargs, PyObject* kw
 }
 
 PyObject* FastOp::call(PyObject* const* args, size_t nargs, PyObject* kwnames) const {
-  if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) > 0) || nargs < num_required_ || nargs > kinds_.size() ||
+  const size_t num_keywords = kwnames == nullptr ? 0 : static_cast<size_t>(PyTuple_GET_SIZE(kwnames));
+  const size_t num_arguments = kinds_.size();
+  if (nargs + num_keywords > num_arguments || (num_keywords == 0 && nargs < num_required_) ||
       at::impl::torch_function_mode_enabled()) {
     return generic_call(args, nargs, kwnames);
+  }
+  // The arguments in the schema's order: the positional ones, then each keyword at its name's
+  // place; null where the schema's default stands in.
+  c10::SmallVector<PyObject*, 40> ordered;
+  PyObject* const* values = args;
+  size_t num_values = nargs;
+  if (num_keywords > 0) {
+    ordered.assign(num_arguments, nullptr);
+    std::copy(args, args + nargs, ordered.begin());
+    for (size_t k = 0; k < num_keywords; ++k) {
+      const size_t position = position_of(PyTuple_GET_ITEM(kwnames, k), nargs + k);
+      // A name the schema lacks, or an argument given twice: torch's own TypeError.
+      if (position == num_arguments || ordered[position] != nullptr) return generic_call(args, nargs, kwnames);
+      ordered[position] = args[nargs + k];
+    }
+    for (size_t i = nargs; i < num_arguments; ++i) {
+      if (ordered[i] == nullptr && !defaults_[i].has_value()) return generic_call(args, nargs, kwnames);
+    }
+    values = ordered.data();
+    num_values = num_arguments;
   }
   HANDLE_TH_ERRORS
   PooledStack pooled;
   std::vector<c10::IValue>& stack = pooled.get();
-  stack.reserve(kinds_.size());
-  for (size_t i = 0; i < nargs; ++i) {
-    if (!push_argument(args[i], kinds_[i], stack)) {
+  stack.reserve(num_arguments);
+  for (size_t i = 0; i < num_values; ++i) {
+    if (values[i] == nullptr) {
+      stack.push_back(*defaults_[i]);
+      continue;
+    }
+    if (!push_argument(values[i], kinds_[i], stack)) {
       try {
-        reject_unusable(args[i], i);
+        reject_unusable(values[i], i);
       } catch (const py::builtin_exception& error) {
         error.set_error();
         return nullptr;
@@ -366,7 +420,7 @@ PyObject* FastOp::call(PyObject* const* args, size_t nargs, PyObject* kwnames) c
       return generic_call(args, nargs, kwnames);
     }
   }
-  for (size_t i = nargs; i < kinds_.size(); ++i) stack.push_back(defaults_[i - num_required_]);
+  for (size_t i = num_values; i < num_arguments; ++i) stack.push_back(*defaults_[i]);
   {
     // A second reference to every tensor argument, dropped only once the GIL is held again. A
     // tensor that Python also holds has its Python object tied to its C++ references: the
@@ -381,7 +435,11 @@ PyObject* FastOp::call(PyObject* const* args, size_t nargs, PyObject* kwnames) c
     {
       // As torch's own entry does: other Python threads run while the op does.
       py::gil_scoped_release no_gil;
-      op_.callBoxed(stack);
+      if (dispatch_key_.has_value()) {
+        op_.callBoxedForDispatchKey(*dispatch_key_, stack);
+      } else {
+        op_.callBoxed(stack);
+      }
     }
   }
   if (return_kinds_.empty()) Py_RETURN_NONE;
@@ -403,15 +461,18 @@ PyObject* fast_op_vectorcall(PyObject* self, PyObject* const* args, size_t nargs
 }
 
 PyObject* fast_op_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  static const char* keywords[] = {"qualified_name", "generic_entry", nullptr};
+  static const char* keywords[] = {"qualified_name", "generic_entry", "dispatch_key", nullptr};
   const char* qualified_name = nullptr;
   PyObject* generic_entry = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO:FastOp", const_cast<char**>(keywords), &qualified_name,
-                                   &generic_entry)) {
+  const char* dispatch_key = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|z:FastOp", const_cast<char**>(keywords), &qualified_name,
+                                   &generic_entry, &dispatch_key)) {
     return nullptr;
   }
   try {
-    auto op = std::make_unique<FastOp>(qualified_name, py::reinterpret_borrow<py::object>(generic_entry));
+    std::optional<c10::DispatchKey> key;
+    if (dispatch_key != nullptr) key = c10::parseDispatchKey(dispatch_key);
+    auto op = std::make_unique<FastOp>(qualified_name, py::reinterpret_borrow<py::object>(generic_entry), key);
     PyObject* self = type->tp_alloc(type, 0);
     if (self == nullptr) return nullptr;
     auto* object = reinterpret_cast<FastOpObject*>(self);
@@ -438,8 +499,9 @@ PyTypeObject fast_op_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
 void bind_fast_call(py::module_& module) {
   fast_op_type.tp_name = "specops._C.FastOp";
   fast_op_type.tp_doc =
-      "FastOp(qualified_name, generic_entry): calls one specops op through the dispatcher, boxing its arguments "
-      "without torch's generic parser; takes the schema's arguments positionally";
+      "FastOp(qualified_name, generic_entry, dispatch_key=None): calls one specops op through the dispatcher (or "
+      "the kernel of dispatch_key alone), boxing its arguments without torch's generic parser; takes the schema's "
+      "arguments by position or by name";
   fast_op_type.tp_basicsize = sizeof(FastOpObject);
   fast_op_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
   fast_op_type.tp_new = fast_op_new;

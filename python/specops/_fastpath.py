@@ -4,7 +4,8 @@ The native helpers (csrc/fastpath/) reach into CPython's and torch's C APIs for 
 Python and torch's generic argument parser would do on every call: FastOp (an op's dispatcher
 entry without OpOverload's frame and the generic parser), row_views (the drafting layer's buffer
 views in one call) and the drafting step's per-group lookups (items, items_each, rows_below).
-Beside them, one Python-level trick: new_tuple, a NamedTuple made without its Python __new__.
+Beside them, one Python-level trick: select(), an op's choice of what to run, reading
+torch.compiler's private flag in place of a call to torch.compiler.is_compiling().
 Each plain twin here computes what its helper computes, with the same errors and messages
 (tests/tooling/test_fastpath.py holds every pair to that), in plain Python over torch's own
 Python bindings: PlainOp checks the arguments as FastOp does, then calls the op through torch's
@@ -17,14 +18,16 @@ extension is not loaded, their plain twins. `make test-plain` runs a reduced sui
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch._C import _dispatch_find_schema_or_throw, _is_torch_function_mode_enabled
 
+from specops._backend import _current_backend
 from specops._extension import EXTENSION
 
 # Whether the native helpers are in use: the extension is loaded and SPECOPS_FASTPATH is not "0".
@@ -166,18 +169,23 @@ def _reject_unusable(name: str, kind: int, value: object) -> None:
                 _reject(f"{name}[{i}]", "a tensor" if tensors else "an int", item)
 
 
+_ABSENT = object()  # an argument a keyword call leaves to its schema default
+
+
 class PlainOp:
     """FastOp's plain twin: PlainOp(qualified_name, generic_entry) calls generic_entry (the
-    overload's own entry, OpOverload._op) with the schema's arguments, after refusing an argument
-    of the wrong kind with the ValueError FastOp raises. Every call FastOp hands to the generic
-    entry (keywords, a count it does not box, a torch-function mode, an argument torch converts)
-    goes there unchecked, as it does from FastOp."""
+    overload's own entry, OpOverload._op, or its _op_dk bound to a dispatch key) with the schema's
+    arguments, by position or by keyword, after refusing an argument of the wrong kind with the
+    ValueError FastOp raises. Every call FastOp hands to the generic entry (a count or a keyword it
+    cannot place, a value it does not box, a torch-function mode, an argument torch converts) goes
+    there unchecked, as it does from FastOp."""
 
     def __init__(self, qualified_name: str, generic_entry: Callable[..., Any]):
         # The dispatcher's own lookup, as FastOp's (and its RuntimeError for an op it lacks).
         schema = _dispatch_find_schema_or_throw(qualified_name, "").schema()
         self._generic_entry = generic_entry
         self._names = [argument.name for argument in schema.arguments]
+        self._has_default = [argument.has_default_value() for argument in schema.arguments]
         self._kinds = []
         for argument in schema.arguments:
             kind = _kind_of(argument.type)
@@ -194,14 +202,42 @@ class PlainOp:
                 raise ValueError(f"FastOp: {qualified_name} returns a {value.type.str()}, "
                                  "which the fast path does not convert")
 
+    def _ordered(self, args: tuple, kwargs: dict) -> Any:
+        """The arguments in the schema's order (_ABSENT where a default stands in), or None where
+        FastOp hands the call on unchecked."""
+        if len(args) + len(kwargs) > len(self._kinds):
+            return None
+        if not kwargs:
+            return args if len(args) >= self._num_required else None
+        values = [*args, *[_ABSENT] * (len(self._kinds) - len(args))]
+        for name, value in kwargs.items():
+            position = self._names.index(name) if name in self._names else None
+            if position is None or values[position] is not _ABSENT:
+                return None
+            values[position] = value
+        if any(value is _ABSENT and not has_default for value, has_default in zip(values, self._has_default)):
+            return None
+        return values
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs and self._num_required <= len(args) <= len(self._kinds) \
-                and not _is_torch_function_mode_enabled():
-            for name, kind, value in zip(self._names, self._kinds, args):
-                if not _boxed(value, kind):
+        values = self._ordered(args, kwargs)
+        if values is not None and not _is_torch_function_mode_enabled():
+            for name, kind, value in zip(self._names, self._kinds, values):
+                if value is not _ABSENT and not _boxed(value, kind):
                     _reject_unusable(name, kind, value)
                     break
         return self._generic_entry(*args, **kwargs)
+
+
+def _overload(op_name: str) -> Any:
+    return getattr(torch.ops.specops, op_name).default
+
+
+def op_schema(op_name: str) -> Any:
+    """The registered schema of torch.ops.specops.<op_name> (a torch FunctionSchema: its arguments'
+    names, types, defaults and alias annotations), read from the overload (torch keeps it there,
+    as a private attribute: read here, in the one module that reaches into torch)."""
+    return _overload(op_name)._schema
 
 
 def native_entry(op_name: str) -> Callable[..., Any] | None:
@@ -209,8 +245,61 @@ def native_entry(op_name: str) -> Callable[..., Any] | None:
     PlainOp under SPECOPS_FASTPATH=0; None without the extension."""
     if not EXTENSION.loaded:
         return None
-    entry = getattr(torch.ops.specops, op_name).default._op
-    return (_C.FastOp if ENABLED else PlainOp)(f"specops::{op_name}", entry)
+    return (_C.FastOp if ENABLED else PlainOp)(f"specops::{op_name}", _overload(op_name)._op)
+
+
+def check_entry(op_name: str) -> Callable[..., None] | None:
+    """The op's metadata checks, run on any tensors: its Meta kernel (the checks of
+    csrc/cpu/<op_name>.cpp, the op's fake kernel) called directly, through a FastOp (or its PlainOp)
+    bound to the Meta key. The Triton launcher and the reference run it before anything else;
+    None without the extension."""
+    if not EXTENSION.loaded:
+        return None
+    meta = functools.partial(_overload(op_name)._op_dk, torch._C.DispatchKey.Meta)
+    qualified_name = f"specops::{op_name}"
+    return _C.FastOp(qualified_name, meta, "Meta") if ENABLED else PlainOp(qualified_name, meta)
+
+
+def _selector(native: Callable[..., Any] | None, entry: Callable[..., Any] | None,
+              other_backends: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:
+    """The fast select(): reads torch.compiler's two conditions itself. torch.compiler.is_compiling()
+    is them with one call more on every eager call (its torch.jit.is_scripting() is False outside
+    TorchScript): Dynamo folds is_dynamo_compiling() to True, so it never reads the private flag,
+    and torch.export's non-strict tracing sets the flag."""
+    current = _current_backend.get
+    is_dynamo_compiling, compiler = torch.compiler.is_dynamo_compiling, torch.compiler
+
+    def select() -> Callable[..., Any]:
+        if is_dynamo_compiling() or compiler._is_compiling_flag:
+            return native
+        if entry is not None and current() == "native":
+            return entry
+        return other_backends
+    return select
+
+
+def plain_selector(native: Callable[..., Any] | None, entry: Callable[..., Any] | None,
+                   other_backends: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:
+    """_selector's plain twin: asks torch.compiler.is_compiling()."""
+    current = _current_backend.get
+    is_compiling = torch.compiler.is_compiling
+
+    def plain_select() -> Callable[..., Any]:
+        if is_compiling():
+            return native
+        if entry is not None and current() == "native":
+            return entry
+        return other_backends
+    return plain_select
+
+
+def selector(native: Callable[..., Any] | None, entry: Callable[..., Any] | None,
+             other_backends: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:
+    """An op's select(): what a wrapper's call runs. In a compiled graph the registered op
+    (`native`, which dispatches by device: the backend switch is an eager tool, and Dynamo cannot
+    trace its ContextVar); on the eager native backend `entry` (its FastOp: no Python frame between
+    the wrapper and the dispatcher); else `other_backends`."""
+    return (_selector if ENABLED else plain_selector)(native, entry, other_backends)
 
 
 # --- row_views and the lookups (csrc/fastpath/row_views.h) ------------------------------------
@@ -285,20 +374,8 @@ def plain_rows_below(*args: Any, **kwargs: Any) -> bool:
     return False
 
 
-# --- new_tuple ----------------------------------------------------------------------------------
-
-def plain_new_tuple(cls: type, values: Iterable) -> tuple:
-    """new_tuple(cls, values): the NamedTuple cls holding values, through its constructor.
-    tuple.__new__, the fast twin, skips the constructor's Python frame; values must hold one
-    entry per field (the callers' own tuples always do): the constructor refuses another count,
-    tuple.__new__ does not look."""
-    return cls(*values)
-
-
-# The helpers the package calls: native (and tuple.__new__), or their plain twins.
+# The helpers the package calls: native, or their plain twins.
 if ENABLED:
     row_views, items, items_each, rows_below = _C.row_views, _C.items, _C.items_each, _C.rows_below
-    new_tuple = tuple.__new__
 else:
     row_views, items, items_each, rows_below = plain_row_views, plain_items, plain_items_each, plain_rows_below
-    new_tuple = plain_new_tuple

@@ -23,6 +23,7 @@ from strategies import CorrectionInputs, assert_same, make_spec_decode_step
 
 import specops
 from specops import MappingGroup, PersistentMappings
+from specops.ops.registry import OPS
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens as reference_correction
 
 PAD, NULL = specops.PAD_SLOT_ID, specops.NULL_BLOCK_ID
@@ -45,7 +46,7 @@ def _without_correction(step):
     """The step as the first one after a reset sees it: nothing in flight (an empty
     prev_positions), the counts already the corrected ones (so the tables cover them)."""
     corrected = step.correction.clone()
-    reference_correction(*corrected.args())
+    reference_correction(OPS["correct_num_computed_tokens"].arguments(*corrected.args()))
     step.correction = CorrectionInputs(corrected.num_computed_tokens, corrected.num_accepted_tokens,
                                        corrected.prev_positions[:0], corrected.valid_sampled_token_count,
                                        corrected.prev_num_draft_tokens, corrected.cpu_num_computed_tokens)

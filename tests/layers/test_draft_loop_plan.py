@@ -17,7 +17,7 @@ from host_syncs import OpLog
 from sas_checker import FD_BASE, NUM_WORDS
 
 import specops
-from specops.devtools.launch_count import LaunchCounter
+from specops.launch_count import LaunchCounter
 from specops.triton_kernels._launch import assumed_npu
 
 FIELDS = ("input_positions", "cos", "sin", "local_cos", "local_sin", "start_pos", "slot_mapping", "compress_cos",

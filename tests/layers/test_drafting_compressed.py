@@ -23,7 +23,7 @@ from drafting_cases import (
 )
 from golden_cases import golden_cases
 
-from specops.devtools.launch_count import count_launches
+from specops.launch_count import count_launches
 from specops.drafting import (
     DraftMetadataBuilder,
     GroupConfig,

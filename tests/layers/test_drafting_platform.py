@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import specops
 from specops.drafting import (
     CommonDraftInputs, DraftMetadataBuilder, GroupConfig, ModelConfig, build_draft_attn_metadata, naive)
-from specops.ops import _ascend_platform
+from specops import ascend_platform as _ascend_platform
 from specops.triton_kernels._launch import assumed_npu
 
 KINDS = ["swa", "c4", "c128"]

@@ -13,7 +13,6 @@ from step_expectations import draft_step
 from strategies import assert_rejected_without_writes
 
 import specops
-from specops.ops.advance_draft_step import NO_DRAFT_INPUTS
 
 PAD = specops.PAD_SLOT_ID
 
@@ -144,7 +143,7 @@ def _opcheck_args():
     positions = torch.tensor([5, 38, 39, 15])
     return (positions, t32([6, 39, 40, 16, 3]), tables, None, None, None, torch.zeros(6, dtype=torch.int64),
             [torch.zeros(6, dtype=torch.int64), torch.zeros(6, dtype=torch.int32)], torch.zeros(6, dtype=torch.int32),
-            [], 40, 0, 6, 5, 1, 0, 1, [16, 8], [1, 1], [True, True], [True, True], *NO_DRAFT_INPUTS)
+            [], 40, 0, 6, 5, 1, 0, 1, [16, 8], [1, 1], [True, True], [True, True])
 
 
 def test_opcheck():

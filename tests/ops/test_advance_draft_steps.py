@@ -13,6 +13,7 @@ from strategies import assert_rejected_without_writes
 
 import specops
 from specops.ops.advance_draft_steps import empty_draft_steps
+from specops.ops.registry import OPS
 from specops.reference.cp_local_metadata import cp_local_metadata
 
 PAD = specops.PAD_SLOT_ID
@@ -93,7 +94,8 @@ def _build(case):
     rows = num_reqs + 2
     idx = torch.randperm(rows, generator=gen)[:num_reqs].int() if case["idx"] else None
     world = case["world"]
-    cols = [-(-(case["limit"] + case["num_steps"] + 2) // (bs * world)) + 1 for bs in case["block_sizes"]]
+    cols = [-(-(case["limit"] + case["num_steps"] + 2) // (bs * (world if sharded else 1))) + 1
+            for bs, sharded in zip(case["block_sizes"], case["sharded"])]
     tables = [torch.randint(0, 1000, (rows, c), dtype=torch.int32, generator=gen) for c in cols]
     targets = [torch.randint(-1, 5000, (num_tokens + 1,), generator=gen) for _ in tables]
     rope = rope_cache(case["limit"] + case["num_steps"] + 4)
@@ -174,7 +176,7 @@ def test_random_steps_match_advance_draft_step_pass_after_pass(backend, case):
         reqs_end = out.seq_lens.size(1)
         lqsl, lseq, start = (torch.zeros(reqs_end + 1, dtype=torch.int32), torch.zeros(reqs_end, dtype=torch.int32),
                              torch.zeros(reqs_end, dtype=torch.int32))
-        cp_local_metadata(qsl, seq, stream, split, rank, True, lqsl, lseq, start)
+        cp_local_metadata(OPS["cp_local_metadata"].arguments(qsl, seq, stream, split, rank, True, lqsl, lseq, start))
         assert torch.equal(out.local_query_start_loc[k], lqsl), k
         assert torch.equal(out.local_seq_lens[k], lseq), k
         assert torch.equal(out.start_pos[k], start), k

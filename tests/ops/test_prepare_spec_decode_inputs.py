@@ -24,7 +24,6 @@ from spec_decode_cases import (
 from strategies import assert_compiles_like_eager, assert_same, make_spec_decode_step
 
 import specops
-from specops.ops.prepare_spec_decode_inputs import BATCH_COUNTS
 from specops.ops.registry import OPS
 
 
@@ -272,7 +271,7 @@ def _opcheck_args(prev_dtype=torch.int32):
     return (*step.correction.args(), step.query_start_loc, outputs["positions"], outputs["seq_lens"],
             step.block_tables, outputs["slot_mappings"], step.idx_mapping, step.num_tokens + 3, 7, 2, 1, 2,
             list(step.block_sizes), list(step.blocks_per_kv_block), list(step.cp_sharded), [True, False], [],
-            *BATCH_COUNTS)
+            False, [], 0, [])
 
 
 @pytest.mark.parametrize("prev_dtype", [torch.int32, torch.int64])

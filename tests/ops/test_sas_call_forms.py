@@ -22,7 +22,7 @@ from golden_cases import SAS_TENSORS, golden_cases, tensor_call
 from test_sas_metadata import _KERNEL_MESSAGE_ARGUMENT
 
 import specops
-from specops.ops import _ascend_platform
+from specops import ascend_platform as _ascend_platform
 from specops.persistent.staging import StagedBlockWrites
 from specops.triton_kernels import _sas_family
 from specops.triton_kernels._launch import assumed_npu

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -32,18 +31,18 @@ needs_native = pytest.mark.skipif(not NATIVE, reason="native extension not built
 _REPORT = """
 import importlib, json
 from specops import _fastpath as f
-buffers, plan, step, _op, cp_local_metadata, pcp_partition, prepare_spec_decode_inputs, checks = (
+buffers, plan, step, registry, cp_local_metadata, pcp_partition, checks = (
     importlib.import_module(f"specops.{name}") for name in (
-        "drafting.buffers", "drafting.plan", "drafting.step", "ops._op", "ops.cp_local_metadata",
-        "ops.pcp_partition", "ops.prepare_spec_decode_inputs", "persistent.checks"))
-entries = [op.native_entry for op in _op.DECLARED.values()]
+        "drafting.buffers", "drafting.plan", "drafting.step", "ops.registry", "ops.cp_local_metadata",
+        "ops.pcp_partition", "persistent.checks"))
+entries = [op.native_entry for op in registry.OPS.values()] + [op.check for op in registry.OPS.values()]
 entries += [cp_local_metadata._NATIVE_MAX_LENS, pcp_partition._NATIVE, checks.CHECK_POSITIONS]
 helpers = dict(row_views=[f.row_views, buffers.row_views, plan.row_views], items=[f.items, step.items],
-               items_each=[f.items_each, step.items_each], rows_below=[f.rows_below, step.rows_below],
-               new_tuple=[f.new_tuple, plan.new_tuple, prepare_spec_decode_inputs._new_tuple])
+               items_each=[f.items_each, step.items_each], rows_below=[f.rows_below, step.rows_below])
 print(json.dumps(dict(enabled=f.ENABLED, entries=sorted({type(e).__name__ for e in entries}),
                       plain={name: sorted({h is getattr(f, "plain_" + name) for h in found})
-                             for name, found in helpers.items()})))
+                             for name, found in helpers.items()},
+                      selects=sorted({op.select.__name__ for op in registry.OPS.values()}))))
 """
 
 
@@ -66,16 +65,16 @@ def test_the_switch_selects_the_helpers_or_their_plain_twins_for_every_user(swit
     report = _report(switch)
     assert report["enabled"] is enabled
     assert report["entries"] == (["FastOp"] if enabled else ["PlainOp"])
-    assert report["plain"] == {name: [not enabled] for name in
-                               ("row_views", "items", "items_each", "rows_below", "new_tuple")}
+    assert report["plain"] == {name: [not enabled] for name in ("row_views", "items", "items_each", "rows_below")}
+    assert report["selects"] == (["select"] if enabled else ["plain_select"])
 
 
 def test_without_the_extension_every_user_gets_the_plain_twins():
     report = _report("1", _UNLOADED)
     assert report["enabled"] is False
     assert report["entries"] == ["NoneType"]  # no native entry: the wrappers run their Python backends
-    assert report["plain"] == {name: [True] for name in ("row_views", "items", "items_each", "rows_below",
-                                                         "new_tuple")}
+    assert report["plain"] == {name: [True] for name in ("row_views", "items", "items_each", "rows_below")}
+    assert report["selects"] == ["plain_select"]
 
 
 def test_this_process_uses_what_the_switch_says():
@@ -261,13 +260,17 @@ def test_rows_below_calls_of_the_wrong_shape_agree(args, kwargs):
     same(specops._C.rows_below, _fastpath.plain_rows_below, *args, **kwargs)
 
 
-class _Pair(NamedTuple):
-    first: torch.Tensor
-    second: list
-
-
-def test_new_tuple_and_its_twin_agree():
-    values = (torch.zeros(2), [1])
-    fast, plain = tuple.__new__(_Pair, values), _fastpath.plain_new_tuple(_Pair, values)
-    assert type(fast) is type(plain) is _Pair and fast.first is plain.first and fast.second is plain.second
-    assert _fastpath.plain_new_tuple(_Pair, iter(values)) == plain
+def test_select_and_its_twin_agree(monkeypatch):
+    """An op's select() hands out the entry on the eager native backend, the Python backends'
+    call elsewhere, and the registered op while torch.compiler traces (here: its flag, which
+    torch.export's non-strict tracing sets; Dynamo folds is_dynamo_compiling() itself)."""
+    native, entry, other = object(), object(), object()
+    for make in (_fastpath._selector, _fastpath.plain_selector):
+        select = make(native, entry, other)
+        assert select() is entry
+        with specops.backend("reference"):
+            assert select() is other
+        assert make(native, None, other)() is other  # no entry (no extension): the Python backends' call
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.compiler, "_is_compiling_flag", True)
+            assert select() is native

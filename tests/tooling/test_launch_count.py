@@ -1,4 +1,4 @@
-"""Launch counts (specops.devtools.launch_count): the counter itself, a decode step fused and
+"""Launch counts (specops.launch_count): the counter itself, a decode step fused and
 unfused, and a draft step whose groups share their arguments.
 
 On a GPU or NPU each op that reaches the dispatcher is at least one kernel launch, so these
@@ -16,7 +16,7 @@ from op_table import FUSED, SLOT_MAPPING
 
 import specops
 from specops.bench import drafting as drafting_bench
-from specops.devtools.launch_count import LaunchCounter, count_launches
+from specops.launch_count import LaunchCounter, count_launches
 from specops.drafting import StepCache, build_draft_attn_metadata
 
 META = torch.device("meta")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from specops.devtools.launch_count import count_launches
+from specops.launch_count import count_launches
 
 @dataclasses.dataclass
 class Case:
@@ -79,7 +79,7 @@ class Measurement:
     p80_us: float
     plotted: bool = True
     role: str = "specops"  # Case.role(impl)
-    # Ops one call launches (specops.devtools.launch_count): specops ops, and aten ops that are not views.
+    # Ops one call launches (specops.launch_count): specops ops, and aten ops that are not views.
     specops_launches: int = 0
     aten_launches: int = 0
 

@@ -10,7 +10,7 @@ import random
 import torch
 
 from specops.bench._harness import Case, goal_figure
-from specops.devtools.launch_count import LaunchCounter
+from specops.launch_count import LaunchCounter
 
 QUICK_SHAPES = [(8, 3, "swa")]
 SHAPES = [(8, 3, "swa"), (8, 3, "swa+c4+c128"), (64, 3, "swa"), (64, 5, "swa+c4+c128")]

@@ -44,7 +44,7 @@ Figures (extras of `step shared`), goal in brackets, met or not:
   (each such group's follows, `(a) gK`);
 - (b) `layer/empty-op`: the largest, over later groups, of what the layer adds beyond the
   group's own ops, layer(K) - layer(K-1), over one empty op [<= 1.0] (each group's follows);
-- (c) `launches`: op launches of the whole step (specops.devtools.launch_count: specops ops and
+- (c) `launches`: op launches of the whole step (specops.launch_count: specops ops and
   aten ops that are not views; on these host tensors the host-only cp_local_max_lens counts
   too), and `extra launches`: that count minus the count of a step over one group of each kind
   (same sas_metadata arguments and DSpark or not) [0: the count does not grow with groups that
@@ -70,7 +70,7 @@ import torch
 
 from specops.drafting import step as drafting_step
 from specops.bench._harness import Case, empty_op_call
-from specops.devtools.launch_count import count_launches
+from specops.launch_count import count_launches
 from specops.drafting import (
     CommonDraftInputs,
     DraftMetadataBuilder,

@@ -2,7 +2,7 @@
 eager composition, and for advance_draft_step the vLLM-style chain of one launch per group
 (the same op called once per KV-cache group) against all groups in one launch.
 
-Every implementation's launches are counted (specops.devtools.launch_count, the report's
+Every implementation's launches are counted (specops.launch_count, the report's
 `ops s+a` column). vLLM's own kernels do not run here; each case's extras name how many kernel
 launches vLLM 0.33 spends on the same work (VLLM_LAUNCHES, read from its code):
 prepare_input_ids replaces `_expand_idx_mapping_kernel`, `_prepare_prefill_inputs_kernel` and

@@ -11,7 +11,13 @@ import torch
 from specops.drafting.buffers import DraftBuffers
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import (
-    SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig, checked_draft_index)
+    SLOT_MAPPING_FORMATS,
+    CommonDraftInputs,
+    DraftAttnMetadata,
+    GroupConfig,
+    ModelConfig,
+    checked_draft_index,
+)
 from specops.drafting.plan import StepPlans
 from specops.drafting.platform import DraftPlatform
 from specops.drafting.setup import GroupSetup, SasArguments, group_setup

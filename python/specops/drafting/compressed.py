@@ -26,13 +26,12 @@ import torch
 from specops.drafting.buffers import DraftBuffers, Generation
 from specops.drafting.cache import logger
 from specops.drafting.calls import (
-    COMPRESSOR,
     COMPRESSOR_METADATA,
     LIGHTNING_INDEXER_METADATA,
     indexer_arguments,
     set_indexer_batch,
 )
-from specops.reference.compressor_metadata import FORMAT_BLOCK_OFFSET, FORMAT_FLAT
+from specops.compressor_layout import FORMAT_BLOCK_OFFSET, FORMAT_FLAT
 
 if TYPE_CHECKING:
     from specops.drafting.cache import StepCache
@@ -147,11 +146,9 @@ class CompressorBatch:
         # On a device: two reused pinned staging blocks, each rewritten only once the copy that
         # last read it has completed (the event recorded behind it; normally a step ago).
         self.staging = StagingBlocks(2 * entries + 1, device) if device.type != "cpu" else None
-        self.arguments = [None] * len(COMPRESSOR)
-        self.arguments[COMPRESSOR.rope_cos], self.arguments[COMPRESSOR.rope_sin] = self.rope_cos, self.rope_sin
-        self.arguments[COMPRESSOR.kv_block_size] = self.block_size
-        self.arguments[COMPRESSOR.slot_mapping_format] = self.format
-        self.arguments[COMPRESSOR.compress_ratio] = self.ratio
+        # compressor_metadata's keyword arguments: the batch's here, each launch's in _run_batch.
+        self.arguments = dict(rope_cos=self.rope_cos, rope_sin=self.rope_sin, kv_block_size=self.block_size,
+                              slot_mapping_format=self.format, compress_ratio=self.ratio)
 
     def stack(self, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         found = self.stacks.get(width)
@@ -274,7 +271,7 @@ def _run_qli(call: QliCall, invariant: GroupInvariant) -> None:
     local_query_start_loc, local_seq_lens = invariant.local_lengths_cpu()
     set_indexer_batch(call.arguments, local_query_start_loc, local_seq_lens, cp.max_local_query_len,
                       cp.max_local_seq_len)
-    LIGHTNING_INDEXER_METADATA.select()(*call.arguments)
+    LIGHTNING_INDEXER_METADATA.select()(**call.arguments)
 
 
 def _run_batch(batch: CompressorBatch, common: CommonDraftInputs, invariant: GroupInvariant,
@@ -326,13 +323,13 @@ def _run_batch(batch: CompressorBatch, common: CommonDraftInputs, invariant: Gro
         else:
             rows, end = None, len(positions) * bound
             out_cos, out_sin, out_slots = cos[:end], sin[:end], slots[:end]
-        arguments[COMPRESSOR.cu_seqlens] = arrays[:count + 1]
-        arguments[COMPRESSOR.start_pos] = arrays[entries + 1:entries + 1 + count]
-        arguments[COMPRESSOR.kv_block_table] = stack[:count]
-        arguments[COMPRESSOR.num_reqs_actual] = count
-        arguments[COMPRESSOR.compress_cos], arguments[COMPRESSOR.compress_sin] = out_cos, out_sin
-        arguments[COMPRESSOR.slot_mapping] = out_slots
-        COMPRESSOR_METADATA.select()(*arguments)
+        arguments["cu_seqlens"] = arrays[:count + 1]
+        arguments["start_pos"] = arrays[entries + 1:entries + 1 + count]
+        arguments["kv_block_table"] = stack[:count]
+        arguments["num_reqs_actual"] = count
+        arguments["compress_cos"], arguments["compress_sin"] = out_cos, out_sin
+        arguments["slot_mapping"] = out_slots
+        COMPRESSOR_METADATA.select()(**arguments)
         if rows is not None:
             for k, (c, s, m) in enumerate(rows):
                 c.copy_(out_cos[k * bound:(k + 1) * bound])

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import (
+from specops.arguments import (
     INT32_MAX,
     check_cp_rank,
     check_int32_range,

@@ -13,7 +13,7 @@ from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, InvariantV
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import CommonDraftInputs, SharedFields
 from specops.drafting.loop_schedules import local_lengths
-from specops.ops._checks import checked_int
+from specops.arguments import checked_int
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
 

@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from specops.drafting.calls import COMPRESSOR_METADATA_MULTI, COMPRESSOR_MULTI, CompressorMultiArguments
+from specops.drafting.calls import COMPRESSOR_METADATA_MULTI
 from specops.drafting.compressed import compressor_format, rope_halves, row_bound
 from specops.drafting.configs import SLOT_MAPPING_FORMATS, DraftAttnMetadata, checked_draft_index
 from specops.drafting.loop_schedules import LoopSchedules, PassHost, local_lengths, split_of
-from specops.ops._checks import check_positive, checked_int
+from specops.arguments import check_positive, checked_int
 from specops.ops.advance_draft_step import RULES
 from specops.ops.advance_draft_steps import empty_draft_steps
 from specops.ops.cp_local_metadata import CPLocalMetadata
 from specops.ops.registry import OPS
-from specops.reference.compressor_metadata import FORMAT_FLAT
+from specops.compressor_layout import FORMAT_FLAT
 
 if TYPE_CHECKING:
     from specops.drafting.builder import DraftMetadataBuilder
@@ -48,9 +48,6 @@ if TYPE_CHECKING:
 
 
 _DRAFT_STEPS = OPS["advance_draft_steps"]
-# Where a step's num_actual_tokens, num_input_tokens and num_reqs_padded go in advance_all's
-# arguments (the op's schema order).
-_STEP_SIZES = slice(21, 24)
 
 
 class DraftLoopPlan:
@@ -120,17 +117,24 @@ class DraftLoopPlan:
         self._passes: list[PassHost] = []
         self._num_reqs = 0
         self._views: dict[tuple, list[DraftAttnMetadata]] = {}
-        # advance_all's argument list in the op's schema order, its step's entries set by position
-        # (its tensors by advance_all, its sizes by plan_step), the rest fixed here.
+        # advance_all's keyword arguments: its step's entries set by advance_all (the tensors) and
+        # plan_step (the sizes), the rest fixed here.
         groups = mappings.groups
-        self._arguments = [None, mappings.positions, mappings.seq_lens, None, None, None,
-                           list(mappings.source_block_tables), list(mappings.num_blocks), list(mappings.slot_mappings),
-                           model.rope_cos_sin_cache, *self.buffers[:8], list(self.buffers.slots),
-                           list(self.buffers.slot_pairs), num_steps, None, None, None, self.max_model_len,
-                           RULES[past_max_model_len], model.cp_size, model.cp_rank, mappings.cp_world_size,
-                           mappings.cp_rank, mappings.cp_interleave, [g.block_size for g in groups],
-                           [g.blocks_per_kv_block for g in groups], [g.cp_sharded for g in groups],
-                           [g.slot_mapping_enabled for g in groups], storage]
+        out = self.buffers
+        self._arguments = dict(
+            query_start_loc=None, positions=mappings.positions, seq_lens=mappings.seq_lens, token_indices=None,
+            num_rejected_tokens=None, idx_mapping=None, block_tables=list(mappings.source_block_tables),
+            num_blocks=list(mappings.num_blocks), target_slot_mappings=list(mappings.slot_mappings),
+            rope_cos_sin_cache=model.rope_cos_sin_cache, out_positions=out.positions, out_seq_lens=out.seq_lens,
+            out_query_start_loc=out.query_start_loc, out_cos_sin=out.cos_sin, out_local_cos_sin=out.local_cos_sin,
+            out_local_query_start_loc=out.local_query_start_loc, out_local_seq_lens=out.local_seq_lens,
+            out_start_pos=out.start_pos, out_slots=list(out.slots), out_slot_pairs=list(out.slot_pairs),
+            num_steps=num_steps, num_actual_tokens=None, num_input_tokens=None, num_reqs_padded=None,
+            max_model_len=self.max_model_len, past_max_model_len=RULES[past_max_model_len], split_size=model.cp_size,
+            split_rank=model.cp_rank, cp_world_size=mappings.cp_world_size, cp_rank=mappings.cp_rank,
+            cp_interleave=mappings.cp_interleave, block_sizes=[g.block_size for g in groups],
+            blocks_per_kv_block=[g.blocks_per_kv_block for g in groups], cp_sharded=[g.cp_sharded for g in groups],
+            slot_mapping_enabled=[g.slot_mapping_enabled for g in groups], storage_block_sizes=storage)
 
     # ------------------------------------------------------------------ host: the plan
 
@@ -194,7 +198,7 @@ class DraftLoopPlan:
             previous, previous_lengths = host, lengths
         schedules.plan(num_reqs, passes, equal)
         self._passes, self._num_reqs = passes, num_reqs
-        self._arguments[_STEP_SIZES] = num_tokens, num_input_tokens, padded
+        self._arguments.update(num_actual_tokens=num_tokens, num_input_tokens=num_input_tokens, num_reqs_padded=padded)
 
     # ------------------------------------------------------------------ device: one launch
 
@@ -209,14 +213,14 @@ class DraftLoopPlan:
         if not self._passes:
             raise RuntimeError("advance_all needs plan_step first (the step's sizes and schedules)")
         arguments = self._arguments
-        arguments[0] = query_start_loc
+        arguments.update(query_start_loc=query_start_loc, token_indices=token_indices,
+                         num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping)
         if positions is not None:
-            arguments[1] = positions
+            arguments["positions"] = positions
         if seq_lens is not None:
-            arguments[2] = seq_lens
-        arguments[3], arguments[4], arguments[5] = token_indices, num_rejected_tokens, idx_mapping
-        _DRAFT_STEPS.select()(*arguments)
-        arguments[1], arguments[2] = self.mappings.positions, self.mappings.seq_lens
+            arguments["seq_lens"] = seq_lens
+        _DRAFT_STEPS.select()(**arguments)
+        arguments["positions"], arguments["seq_lens"] = self.mappings.positions, self.mappings.seq_lens
         self._compressor.run(self._num_reqs)
 
     # ------------------------------------------------------------------ the metadata
@@ -321,13 +325,13 @@ class _CompressorRows:
             formats.append(slot_format)
             ratios.append(ratio)
         self.cos, self.sin, self.slots, self.ratios = cos, sin, slots, ratios
-        self.arguments = list(CompressorMultiArguments(
+        self.arguments = dict(
             rope_cos=[pair[0] for pair in ropes], rope_sin=[pair[1] for pair in ropes],
             cu_seqlens=buffers.query_start_loc, start_pos=buffers.start_pos, kv_block_tables=tables,
             kv_block_sizes=block_sizes, slot_mapping_formats=formats, compress_ratios=ratios, num_reqs_actual=0,
-            compress_cos=cos, compress_sin=sin, slot_mappings=slots))
+            compress_cos=cos, compress_sin=sin, slot_mappings=slots)
 
     def run(self, num_reqs: int) -> None:
         if self.index:
-            self.arguments[COMPRESSOR_MULTI.num_reqs_actual] = num_reqs
-            COMPRESSOR_METADATA_MULTI.select()(*self.arguments)
+            self.arguments["num_reqs_actual"] = num_reqs
+            COMPRESSOR_METADATA_MULTI.select()(**self.arguments)

@@ -72,9 +72,9 @@ def local_lengths(starts: np.ndarray, seq_lens: np.ndarray, local_start: int, lo
 
 class SasSlot:
     """One distinct sas schedule of the groups (their fixed arguments are equal), per pass and
-    per host block its argument list with its output there."""
+    per host block its keyword arguments with its output there."""
 
-    __slots__ = ("fixed", "op", "slots", "arguments", "empty_kv")
+    __slots__ = ("fixed", "op", "arguments", "empty_kv")
 
     def __init__(self, fixed: SasArguments, outputs: list[list[torch.Tensor]]):
         self.fixed = fixed
@@ -82,7 +82,7 @@ class SasSlot:
         for block in outputs:
             per_pass = []
             for out in block:
-                self.op, self.slots, arguments = sas_arguments(fixed, out)
+                self.op, arguments = sas_arguments(fixed, out)
                 per_pass.append(arguments)
             self.arguments.append(per_pass)
         # The A5 op wants seqused_kv in every layout: one host entry it never reads (B = 0).
@@ -162,14 +162,14 @@ def _record(device: torch.device) -> object | None:
     return event
 
 
-def _plan_sas(slot: SasSlot, arguments: list, starts: torch.Tensor, seq_lens: torch.Tensor, host: PassHost) -> None:
+def _plan_sas(slot: SasSlot, arguments: dict[str, object], starts: torch.Tensor, seq_lens: torch.Tensor,
+              host: PassHost) -> None:
     """One sas (A5: kv_quant_sas) schedule of a pass, host tensors in, host words out."""
-    set_sas_batch(arguments, slot.slots, slot.empty_kv, starts, seq_lens, host.max_local_query_len,
-                  host.max_local_seq_len)
-    slot.op.select()(*arguments)
+    set_sas_batch(arguments, slot.empty_kv, starts, seq_lens, host.max_local_query_len, host.max_local_seq_len)
+    slot.op.select()(**arguments)
 
 
-def _plan_qli(arguments: list, starts: torch.Tensor, seq_lens: torch.Tensor, host: PassHost) -> None:
+def _plan_qli(arguments: dict[str, object], starts: torch.Tensor, seq_lens: torch.Tensor, host: PassHost) -> None:
     """The lightning-indexer schedule of a pass (TND query ends, paged keys), host in and out."""
     set_indexer_batch(arguments, starts, seq_lens, host.max_local_query_len, host.max_local_seq_len)
-    LIGHTNING_INDEXER_METADATA.select()(*arguments)
+    LIGHTNING_INDEXER_METADATA.select()(**arguments)

@@ -11,11 +11,18 @@ step.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from specops._constants import PAD_SLOT_ID
 from specops.drafting.configs import (
-    SLOT_MAPPING_FORMATS, CommonDraftInputs, DraftAttnMetadata, GroupConfig, ModelConfig)
+    SLOT_MAPPING_FORMATS,
+    CommonDraftInputs,
+    DraftAttnMetadata,
+    GroupConfig,
+    ModelConfig,
+)
 from specops.drafting.platform import resolved_draft_platform
 from specops.ops.compressor_metadata import compressor_metadata
 from specops.ops.cp_local_metadata import CPLocalMetadata
@@ -80,8 +87,10 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
     local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
     start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, common.causal,
-                      local_query_start_loc, local_seq_lens, start_pos)
+    cp_local_metadata(SimpleNamespace(
+        query_start_loc=query_start_loc, seq_lens=seq_lens, num_input_tokens=num_input_tokens, cp_size=model.cp_size,
+        cp_rank=model.cp_rank, causal=common.causal, local_query_start_loc=local_query_start_loc,
+        local_seq_lens=local_seq_lens, start_pos=start_pos))
     local_query_lens = (local_query_start_loc[1:] - local_query_start_loc[:-1]).tolist()
     max_local_query_len = max([1, *local_query_lens])
     max_local_seq_len = max([1, *local_seq_lens.tolist()])

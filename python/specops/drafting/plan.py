@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 
-from specops._fastpath import new_tuple, row_views
+from specops._fastpath import row_views
 from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, Generation
-from specops.drafting.calls import DSPARK, FORMAT, dspark_arguments, format_arguments, sas_arguments
+from specops.drafting.calls import dspark_arguments, format_arguments, sas_arguments
 from specops.drafting.compressed import compressed_plan
 from specops.drafting.invariant import DSparkWidths
-from specops.ops._op import SpecOp
+from specops.ops.registry import SpecOp
 
 if TYPE_CHECKING:
     from specops.drafting.setup import GroupSetup
@@ -35,10 +35,9 @@ class SasCall(NamedTuple):
     invariant_slot: int  # the group-invariant entry whose CP metadata it reads
     rope_id: int  # the id of the RoPE cache its fingerprint is taken with
     writes: Generation  # the writes of its buffer
-    arguments: list  # the op's arguments but the batch's (calls.sas_arguments)
+    arguments: dict[str, object]  # the op's keyword arguments but the batch's (calls.sas_arguments)
     out: torch.Tensor  # its buffer
     op: SpecOp  # sas_metadata, or kv_quant_sas_metadata on A5
-    slots: tuple  # the op's argument positions by name (calls.SAS / calls.KV_QUANT_SAS)
     empty_kv: torch.Tensor | None  # A5: the one-entry seqused_kv an empty batch passes (never read)
 
 
@@ -56,8 +55,8 @@ class MetadataRow(NamedTuple):
 class ShapeOutputs(NamedTuple):
     """Everything a step at one num_input_tokens writes into or hands out."""
 
-    format_arguments: list  # the format's arguments, its outputs one view per group (calls.format_arguments)
-    dspark_arguments: list[list]  # per DSpark call, its arguments with its outputs (calls.dspark_arguments)
+    format_arguments: dict[str, object]  # the format's arguments, its outputs one view per group (calls.format_arguments)
+    dspark_arguments: list[dict[str, object]]  # per DSpark call, its arguments with its outputs (calls.dspark_arguments)
     rows: list[tuple]  # one per group: MetadataRow's fields
 
 
@@ -200,23 +199,22 @@ class StepPlan:
         # step's loop over the groups unpacks an exact tuple directly, a NamedTuple through an
         # iterator (the count is in docs/changelog.md).
         if not self.dspark_calls:
-            format_call[FORMAT.out] = views
+            format_call["out"] = views
             rows = list(zip(views, self.no_dspark, self.no_dspark, self.windows, self.invariant_of, self.sas_of))
-            # new_tuple: tuple.__new__, without the Python frame of a NamedTuple's generated __new__.
-            return new_tuple(ShapeOutputs, (format_call, [], rows))
+            return ShapeOutputs(format_call, [], rows)
         per_call = []
         for call in self.dspark_calls:
             arguments = call.arguments.copy()
-            arguments[DSPARK.num_tokens] = num_input_tokens
-            arguments[DSPARK.out] = views[call.out_views]
-            arguments[DSPARK.out_lens] = views[call.lens_views]
+            arguments["num_tokens"] = num_input_tokens
+            arguments["out"] = views[call.out_views]
+            arguments["out_lens"] = views[call.lens_views]
             per_call.append(arguments)
-        format_call[FORMAT.out] = views[:num_groups]
+        format_call["out"] = views[:num_groups]
         views.append(None)  # what dspark_at's -1 (a group without DSpark indices) reads
         view = views.__getitem__
         rows = list(zip(views, map(view, self.dspark_at), map(view, self.dspark_lens_at), self.windows,
                         self.invariant_of, self.sas_of))
-        return new_tuple(ShapeOutputs, (format_call, per_call, rows))
+        return ShapeOutputs(format_call, per_call, rows)
 
     def forget_shapes(self) -> None:
         """Drops what was made per batch shape: the output views and the group-invariant views."""
@@ -227,11 +225,11 @@ class StepPlan:
 
 def _sas_call(setup: GroupSetup, buffers: DraftBuffers, invariant_slot: int, causal: bool) -> SasCall:
     fixed = setup.sas_arguments[causal]
-    op, slots, arguments = sas_arguments(fixed, buffers.sas)
+    op, arguments = sas_arguments(fixed, buffers.sas)
     empty_kv = torch.zeros(1, dtype=torch.int32, device=buffers.sas.device) if fixed.a5 else None
     return SasCall(key=buffers.sas_keys[causal], invariant_slot=invariant_slot,
                    rope_id=id(setup.model.rope_cos_sin_cache), writes=buffers.sas_writes, arguments=arguments,
-                   out=buffers.sas, op=op, slots=slots, empty_kv=empty_kv)
+                   out=buffers.sas, op=op, empty_kv=empty_kv)
 
 
 def _sharing(keys: list) -> Sharing:

@@ -5,7 +5,7 @@ the sas variant that follows from the SoC.
 The drafting layer follows the schedule ops' rule (docs/sas_metadata.md, "Core counts and SoC"):
 a default (the old 24 / 48 / "Ascend910B1") gave a silently wrong schedule on a chip with other
 counts, so a count or SoC left out is read from the NPU (torch_npu's device properties, else the
-SoC name's table, cached per device: specops.ops._ascend_platform), and off the NPU it is an
+SoC name's table, cached per device: specops.ascend_platform), and off the NPU it is an
 error naming it. The result is the builder's own record (DraftMetadataBuilder.platform), never
 written into the ModelConfig: one config may serve builders on several devices.
 """
@@ -16,9 +16,8 @@ from typing import NamedTuple
 
 import torch
 
+from specops.ascend_platform import plans_on_host, resolved_platform
 from specops.drafting.configs import ModelConfig, check_core_counts, check_variant_heads, sas_variant_of
-from specops.ops._ascend_platform import resolved_platform
-from specops.ops._sas_inputs import plans_on_host
 from specops.sas_layout import ASCEND950
 
 _ARGUMENTS = ("num_cube_cores", "num_vector_cores", "soc_version")

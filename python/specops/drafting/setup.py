@@ -20,7 +20,7 @@ import torch
 
 from specops.drafting.configs import GroupConfig, ModelConfig
 from specops.drafting.platform import DraftPlatform, resolved_draft_platform
-from specops.ops._checks import check_allocated_elements, checked_size
+from specops.arguments import check_allocated_elements, checked_size
 from specops.ops.dspark_swa_indices import default_width
 from specops.sas_family_layout import LI_HEADS
 from specops.sas_layout import CMP_TOPKS

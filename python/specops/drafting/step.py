@@ -13,13 +13,7 @@ import torch
 
 from specops._fastpath import items, items_each, rows_below
 from specops.drafting.cache import StepCache, logger
-from specops.drafting.calls import (
-    DSPARK,
-    DSPARK_SWA_INDICES_MULTI,
-    FORMAT,
-    FORMAT_SLOT_MAPPING_BLOCKS_MULTI,
-    set_sas_batch,
-)
+from specops.drafting.calls import DSPARK_SWA_INDICES_MULTI, FORMAT_SLOT_MAPPING_BLOCKS_MULTI, set_sas_batch
 from specops.drafting.configs import CommonDraftInputs, DraftAttnMetadata, checked_draft_index, group_metadata
 from specops.drafting.invariant import GroupInvariant, check_step_inputs, fingerprint, resolve_invariant, step_inputs
 from specops.drafting.plan import DSparkCall, SasCall, StepBuilder, StepPlan
@@ -118,16 +112,16 @@ def _resolve_sas(plan: StepPlan, invariants: list[GroupInvariant], shared: StepC
 
 
 # The groups' own launches, each with the assembly of its arguments from the step's data: the
-# plan's argument lists (calls.py) with the step's entries set by name, in place (a copy per
-# launch would cost a third of an empty op; a list keeps the last step's inputs referenced
+# plan's keyword arguments (calls.py) with the step's entries set by name, in place (a copy per
+# launch would cost a third of an empty op; the dict keeps the last step's inputs referenced
 # until the next step sets them).
 
-def _run_format(arguments: list, slot_mappings: list[torch.Tensor], num_slots: int) -> None:
-    """Every group's slot mapping, formatted in one launch (arguments: the size's list from
+def _run_format(arguments: dict[str, object], slot_mappings: list[torch.Tensor], num_slots: int) -> None:
+    """Every group's slot mapping, formatted in one launch (arguments: the size's from
     calls.format_arguments)."""
-    arguments[FORMAT.slot_mappings] = slot_mappings
-    arguments[FORMAT.num_slots] = num_slots
-    FORMAT_SLOT_MAPPING_BLOCKS_MULTI.select()(*arguments)
+    arguments["slot_mappings"] = slot_mappings
+    arguments["num_slots"] = num_slots
+    FORMAT_SLOT_MAPPING_BLOCKS_MULTI.select()(**arguments)
 
 
 def _run_sas(calls: Sequence[SasCall], invariants: list[GroupInvariant]) -> None:
@@ -139,23 +133,22 @@ def _run_sas(calls: Sequence[SasCall], invariants: list[GroupInvariant]) -> None
         cp = invariant.shared.cp
         # The host copies on every device: the op plans on the host and reads no device value.
         local_query_start_loc, local_seq_lens = invariant.local_lengths_cpu()
-        set_sas_batch(  # call.slots: calls.SAS, or calls.KV_QUANT_SAS on A5
-            call.arguments, call.slots, call.empty_kv, local_query_start_loc, local_seq_lens,
-            cp.max_local_query_len, cp.max_local_seq_len)
-        call.op.select()(*call.arguments)
+        set_sas_batch(call.arguments, call.empty_kv, local_query_start_loc, local_seq_lens, cp.max_local_query_len,
+                      cp.max_local_seq_len)
+        call.op.select()(**call.arguments)
 
 
-def _run_dspark(calls: list[DSparkCall], arguments: list[list], tables: list[list[torch.Tensor]],
+def _run_dspark(calls: list[DSparkCall], arguments: list[dict[str, object]], tables: list[list[torch.Tensor]],
                 invariants: list[GroupInvariant]) -> None:
     """Every DSpark group's indices: one launch per call (one per CP split and draft length),
-    with the step's block tables and batch (the rest: the size's lists from calls.dspark_arguments)."""
+    with the step's block tables and batch (the rest: the size's from calls.dspark_arguments)."""
     dspark_op = DSPARK_SWA_INDICES_MULTI.select()
     for call, call_arguments, call_tables in zip(calls, arguments, tables):
         invariant = invariants[call.invariant_slot]
-        call_arguments[DSPARK.block_tables] = call_tables
-        call_arguments[DSPARK.query_start_loc] = invariant.query_start_loc
-        call_arguments[DSPARK.seq_lens] = invariant.seq_lens
-        dspark_op(*call_arguments)
+        call_arguments["block_tables"] = call_tables
+        call_arguments["query_start_loc"] = invariant.query_start_loc
+        call_arguments["seq_lens"] = invariant.seq_lens
+        dspark_op(**call_arguments)
 
 
 def step_fingerprints(builders: Sequence[StepBuilder], common: CommonDraftInputs) -> dict[int, tuple] | None:

@@ -1,28 +1,32 @@
 """One place that wires an op's faces together.
 
-Each op module declares a `SpecOp` with its metadata check and its reference. The schema and
-the CPU kernel come from the C++ extension (csrc/registration.cpp, csrc/cpu/); this module adds
-the fake kernel (the check, then nothing: every op writes into caller buffers and returns ()),
-the CUDA and PrivateUse1 (Ascend NPU) kernels, which launch the op's Triton kernel, and the
-backend switch used by the public wrappers. On the Python backends (Triton launcher, reference)
-it also does what the native path gets from its entry (specops._fastpath.native_entry) and the
-dispatcher: int arguments taken as torch's schema takes them, and a new version for every tensor
-the op wrote.
+Each op module declares a `SpecOp` with its reference. The schema, the CPU kernel and the Meta
+kernel come from the C++ extension (csrc/registration.cpp, csrc/cpu/NAME.cpp): the Meta kernel is
+the op's metadata checks, so it is the fake kernel under torch.compile, and `SpecOp.check` calls
+it directly (specops._fastpath.check_entry) before the Triton launcher or the reference touches
+anything. This module adds the CUDA and PrivateUse1 (Ascend NPU) kernels, which check and then
+launch the op's Triton kernel, the op's argument record and the backend switch used by the public
+wrappers. On the Python backends (Triton launcher, reference) it also does what the native path
+gets from its entry (specops._fastpath.native_entry) and the dispatcher: int and bool arguments
+taken as torch's schema takes them, and a new version for every tensor the op wrote.
+
+Without the extension there is no schema, no check and no record: every backend's call raises
+the reason (specops._extension), which import has already logged.
 """
 
 from __future__ import annotations
 
+import collections
 import importlib
-import inspect
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from specops._backend import _current_backend, triton_interpreter_enabled
+from specops._backend import current_backend, triton_interpreter_enabled
 from specops._extension import EXTENSION, require_native
-from specops._fastpath import native_entry
-from specops.ops._checks import checked_bool, checked_int
+from specops._fastpath import check_entry, native_entry, op_schema, selector
 
 # Torch keeps the registrations alive as long as this object lives.
 _IMPL_LIBRARY = torch.library.Library("specops", "IMPL") if EXTENSION.loaded else None
@@ -31,12 +35,6 @@ DEVICE_DISPATCH_KEYS = ("CUDA", "PrivateUse1")
 
 # Every SpecOp by op name, as it is declared (read through specops.ops.registry).
 DECLARED: dict[str, SpecOp] = {}
-
-# torch.compiler.is_compiling() is these two (its torch.jit.is_scripting() is False outside
-# TorchScript), one Python call fewer on every eager call: Dynamo folds is_dynamo_compiling() to
-# True (so it never reads the flag), and torch.export's non-strict tracing sets the flag.
-_is_dynamo_compiling = torch.compiler.is_dynamo_compiling
-_torch_compiler = torch.compiler
 
 
 def triton_launcher(op_name: str) -> Callable[..., None]:
@@ -50,38 +48,24 @@ def triton_launcher(op_name: str) -> Callable[..., None]:
     return getattr(module, op_name)
 
 
-# The scalar argument kinds of a schema, as torch names them (Argument.type) and as the op's
-# check annotates them (used without the extension).
+# The scalar argument kinds of a schema, as torch names them (Argument.type).
 _INT, _OPTIONAL_INT, _INT_LIST, _BOOL, _BOOL_LIST = "int", "int?", "int[]", "bool", "bool[]"
 _SCHEMA_KINDS = {"int": _INT, "Optional[int]": _OPTIONAL_INT, "List[int]": _INT_LIST, "bool": _BOOL,
                  "List[bool]": _BOOL_LIST}
-_ANNOTATION_KINDS = {"int": _INT, "int | None": _OPTIONAL_INT, "Sequence[int]": _INT_LIST, "list[int]": _INT_LIST,
-                     "bool": _BOOL, "Sequence[bool]": _BOOL_LIST, "list[bool]": _BOOL_LIST}
 
 
-def scalar_arguments(name: str, check: Callable[..., None]) -> list[tuple[int, str, str]]:
-    """(position, name, kind) of every int, int?, int[], bool and bool[] argument of the op: from its schema,
-    or without the extension from the annotations of its check (which takes the schema's
-    arguments; tests/hardening/test_bad_input_matrix.py holds the two equal)."""
-    if EXTENSION.loaded:
-        arguments = getattr(torch.ops.specops, name).default._schema.arguments
-        kinds = [(argument.name, _SCHEMA_KINDS.get(str(argument.type))) for argument in arguments]
-    else:
-        parameters = inspect.signature(check).parameters.values()
-        kinds = [(parameter.name, _ANNOTATION_KINDS.get(str(parameter.annotation))) for parameter in parameters]
-    return [(position, argument, kind) for position, (argument, kind) in enumerate(kinds) if kind is not None]
-
-
-def written_arguments(name: str, check: Callable[..., None]) -> list[int]:
-    """Positions of the tensors (and tensor lists) the op writes: its schema's Tensor(a!)
-    arguments, or without the extension every tensor argument (a needless version bump only
-    costs a cache miss; a missing one serves a stale value)."""
-    if EXTENSION.loaded:
-        arguments = getattr(torch.ops.specops, name).default._schema.arguments
-        return [position for position, argument in enumerate(arguments)
-                if argument.alias_info is not None and argument.alias_info.is_write]
-    parameters = inspect.signature(check).parameters.values()
-    return [position for position, parameter in enumerate(parameters) if "Tensor" in str(parameter.annotation)]
+def argument_record(name: str, schema: Any) -> type:
+    """The op's argument record: a NamedTuple of its schema's arguments, in the schema's order,
+    with the schema's defaults. The wrapper fills it by keyword, the reference and the Triton
+    launcher read it by name (`a.seq_lens`); no face restates the list."""
+    arguments = schema.arguments
+    defaults = []
+    for argument in reversed(arguments):
+        if not argument.has_default_value():
+            break
+        default = argument.default_value
+        defaults.insert(0, list(default) if isinstance(default, (list, tuple)) else default)
+    return collections.namedtuple(f"{name}_arguments", [argument.name for argument in arguments], defaults=defaults)
 
 
 def _check_triton_can_run(op_name: str, args: tuple[Any, ...]) -> None:
@@ -95,104 +79,100 @@ def _check_triton_can_run(op_name: str, args: tuple[Any, ...]) -> None:
         )
 
 
-class SpecOp:
-    """Dispatches one op to the selected backend; all three take the schema's arguments."""
+def _taken(value: Any, kind: str) -> Any:
+    """An argument the op's checks accepted, as torch's schema takes it: a NumPy integer or a
+    one-element tensor as the int (or bool) it holds (the checks refused every other kind)."""
+    if kind == _INT or kind == _OPTIONAL_INT:
+        return value if type(value) is int or value is None else operator.index(value)
+    if kind == _BOOL:
+        return value if type(value) is bool else bool(value)
+    if kind == _BOOL_LIST:
+        return [item if type(item) is bool else bool(item) for item in value]
+    return [item if type(item) is int else operator.index(item) for item in value]
 
-    def __init__(self, name: str, check: Callable[..., None], reference: Callable[..., None]):
+
+class SpecOp:
+    """Dispatches one op to the selected backend; all three take the schema's arguments, by
+    position or by keyword (the layers' calls)."""
+
+    def __init__(self, name: str, reference: Callable[..., None]):
         self.name = name
-        self.check = check
         self.reference = reference
-        self._native = getattr(torch.ops.specops, name).default if EXTENSION.loaded else None
+        self._triton: Callable[..., None] | None = None
+        if EXTENSION.loaded:
+            schema = op_schema(name)
+            self._native = getattr(torch.ops.specops, name).default
+            self.arguments = argument_record(name, schema)
+            self._scalars = [(position, _SCHEMA_KINDS[str(argument.type)])
+                             for position, argument in enumerate(schema.arguments)
+                             if str(argument.type) in _SCHEMA_KINDS]
+            self._written = [position for position, argument in enumerate(schema.arguments)
+                             if argument.alias_info is not None and argument.alias_info.is_write]
+        else:
+            self._native = self.arguments = None
+            self._scalars = self._written = []
         # The same dispatcher call as `self._native` at a third of a small op's cost (its FastOp;
         # under SPECOPS_FASTPATH=0 the plain twin): what select() hands out on the eager native
         # backend (None without the extension).
         self.native_entry = native_entry(name)
-        self._triton: Callable[..., None] | None = None
-        self._scalars = scalar_arguments(name, check)
-        self._written = written_arguments(name, check)
+        # The op's metadata checks (its Meta kernel), on any device.
+        self.check = check_entry(name)
+        # What a wrapper's call runs now (specops._fastpath.selector): `_OP.select()(...)`.
+        self.select = selector(self._native, self.native_entry, self._call_selected_backend)
         DECLARED[name] = self
         if _IMPL_LIBRARY is not None:
-            torch.library.register_fake(f"specops::{name}", self._fake, lib=_IMPL_LIBRARY)
             for key in DEVICE_DISPATCH_KEYS:
                 _IMPL_LIBRARY.impl(name, self._device, key)
 
-    def _fake(self, *args: Any) -> None:
-        self.check(*args)
-
     def _device(self, *args: Any) -> None:
         self.check(*args)
-        self.triton(*args)
+        self.triton(self.arguments(*args))
 
-    def triton(self, *args: Any) -> None:
+    def triton(self, arguments: tuple) -> None:
         if self._triton is None:
             self._triton = triton_launcher(self.name)
-        self._triton(*args)
+        self._triton(arguments)
 
-    def select(self) -> Callable[..., None]:
-        """What this call runs, taking the schema's arguments. Wrappers call `_OP.select()(...)`:
-        on the hot path (eager, native backend) that is the op's FastOp, a C++ object, so no
-        Python frame stands between the wrapper and the dispatcher (specops._fastpath)."""
-        # Compiled graphs always call the registered op, which dispatches by device; the
-        # backend switch is an eager-mode tool (and a ContextVar cannot be traced).
-        if _is_dynamo_compiling() or _torch_compiler._is_compiling_flag:
-            return self._native
-        if _current_backend.get() == "native" and self.native_entry is not None:
-            return self.native_entry
-        return self._call_selected_backend
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.select()(*args, **kwargs)
 
-    def __call__(self, *args: Any) -> None:
-        self.select()(*args)
+    def checked(self, *args: Any, **kwargs: Any) -> tuple:
+        """The call's argument record after the op's checks (its Meta kernel, specops._fastpath
+        check_entry), every int and bool taken as torch's schema takes it (a NumPy integer as the
+        int it holds): what the Python backends run on."""
+        require_native(self.name)  # the checks and the record come from the extension
+        self.check(*args, **kwargs)
+        arguments = self.arguments(*args, **kwargs)
+        converted = None
+        for position, kind in self._scalars:
+            value = arguments[position]
+            taken = _taken(value, kind)
+            if taken is not value:
+                converted = converted or {}
+                converted[arguments._fields[position]] = taken
+        if converted:
+            arguments = arguments._replace(**converted)
+        return arguments
 
-    def _call_selected_backend(self, *args: Any) -> None:
-        selected = _current_backend.get()
+    def _call_selected_backend(self, *args: Any, **kwargs: Any) -> None:
+        selected = current_backend()
         if selected == "native":
-            # Reached only without the extension (select() hands out the native entry otherwise).
             require_native(self.name)
-            self._native(*args)
+            self._native(*args, **kwargs)  # reached only when the wrapper's entry was replaced
             return
-        args = self.scalars_checked(args)
-        self.check(*args)
+        arguments = self.checked(*args, **kwargs)
         if selected == "triton":
-            _check_triton_can_run(self.name, args)
-            self.triton(*args)
+            _check_triton_can_run(self.name, arguments)
+            self.triton(arguments)
         else:
-            self.reference(*args)
-        self._bump_written_versions(args)
+            self.reference(arguments)
+        self._bump_written_versions(arguments)
 
-    def _bump_written_versions(self, args: tuple[Any, ...]) -> None:
+    def _bump_written_versions(self, arguments: tuple) -> None:
         """As the native path's ADInplaceOrView kernel does (csrc/written_versions.h): every tensor
         the op wrote gets a new version, after the op (a raw Triton store bumps nothing by itself)."""
         for position in self._written:
-            written = args[position]
+            written = arguments[position]
             for tensor in (written,) if isinstance(written, torch.Tensor) else written or ():
                 if isinstance(tensor, torch.Tensor) and not tensor.is_inference():
                     torch.autograd.graph.increment_version(tensor)
-
-    def scalars_checked(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """args with every int, int?, int[], bool and bool[] argument taken as torch's schema takes it (NumPy
-        integers converted), before anything is checked or written; a ValueError names any other.
-        The native path gets the same from FastOp and the dispatcher."""
-        converted = None
-        for position, name, kind in self._scalars:
-            value = args[position]
-            if kind == _INT or kind == _OPTIONAL_INT:
-                if type(value) is int or (value is None and kind == _OPTIONAL_INT):
-                    continue
-                value = checked_int(value, name)
-            elif kind == _BOOL:
-                if type(value) is bool:
-                    continue
-                value = checked_bool(value, name)
-            elif kind == _BOOL_LIST:
-                if not isinstance(value, (list, tuple)):
-                    raise ValueError(f"{name} must be a list of bools, got {type(value).__name__}")
-                value = [item if type(item) is bool else checked_bool(item, f"{name}[{i}]")
-                         for i, item in enumerate(value)]
-            else:
-                if not isinstance(value, (list, tuple)):
-                    raise ValueError(f"{name} must be a list of ints, got {type(value).__name__}")
-                value = [item if type(item) is int else checked_int(item, f"{name}[{i}]") for i, item in enumerate(value)]
-            if converted is None:
-                converted = list(args)
-            converted[position] = value
-        return args if converted is None else tuple(converted)

@@ -15,30 +15,10 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import (
-    check_allocated_elements,
-    check_cp_rank,
-    check_non_negative,
-    check_outputs_alias_nothing,
-    check_positive,
-    check_tensor,
-    checked_int,
-    checked_size,
-    ints_per_group,
-)
+from specops.arguments import check_allocated_elements, checked_int, checked_size, group_settings, ints_per_group
 from specops.ops._op import SpecOp
-from specops.ops._slot_mapping_checks import (
-    SlotMappingArgNames,
-    check_group_settings,
-    check_num_blocks,
-    check_slot_mapping_args,
-    group_cp,
-)
-from specops.ops._step_checks import group_settings
 from specops.ops.advance_draft_step import RULES
 from specops.reference.advance_draft_steps import advance_draft_steps as _reference
-
-ROPE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class DraftSteps(NamedTuple):
@@ -73,142 +53,10 @@ def pass_extents(num_steps: int, num_input_tokens: int, num_reqs_padded: int, sp
 
 
 # What sizes each output, for the error that finds it too small (as csrc/cpu/advance_draft_steps.cpp).
-STREAM = "num_steps rows; each pass's stream of num_input_tokens or num_reqs_padded tokens, padded to split_size"
-REQUESTS = "num_steps rows of R = token_indices.numel() requests"
-REQUEST_ROWS = "num_steps rows; out_seq_lens.size(1) requests"
+_OP = SpecOp("advance_draft_steps", _reference)
 
 
-def _check_rows(t: object, name: str, dtypes: Sequence[torch.dtype], shape: Sequence[int], device: torch.device,
-                sized_by: str, last: int | None = None) -> None:
-    """An output: contiguous, at least `shape` (the last dimension exactly `last` when given)."""
-    check_tensor(t, name, dtypes, len(shape), device, "positions")
-    if not t.is_contiguous():
-        raise ValueError(f"{name} must be contiguous, got strides {list(t.stride())}")
-    if last is not None and t.size(-1) != last:
-        raise ValueError(f"{name} must have {last} entries in its last dimension, got shape {list(t.shape)}")
-    if any(t.size(d) < least for d, least in enumerate(shape)):
-        raise ValueError(f"{name} must have at least shape {list(shape)} ({sized_by}), got {list(t.shape)}")
-
-
-def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor,
-           token_indices: torch.Tensor, num_rejected_tokens: torch.Tensor, idx_mapping: torch.Tensor | None,
-           block_tables: Sequence[torch.Tensor], num_blocks: Sequence[torch.Tensor],
-           target_slot_mappings: Sequence[torch.Tensor], rope_cos_sin_cache: torch.Tensor,
-           out_positions: torch.Tensor, out_seq_lens: torch.Tensor, out_query_start_loc: torch.Tensor,
-           out_cos_sin: torch.Tensor, out_local_cos_sin: torch.Tensor, out_local_query_start_loc: torch.Tensor,
-           out_local_seq_lens: torch.Tensor, out_start_pos: torch.Tensor, out_slots: Sequence[torch.Tensor],
-           out_slot_pairs: Sequence[torch.Tensor], num_steps: int, num_actual_tokens: int, num_input_tokens: int,
-           num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
-           cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: Sequence[int],
-           blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool], slot_mapping_enabled: Sequence[bool],
-           storage_block_sizes: Sequence[int]) -> None:
-    """Mirrors csrc/cpu/advance_draft_steps.cpp (metadata only)."""
-    num_groups = len(block_tables)
-    check_group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
-    if len(storage_block_sizes) != num_groups:
-        raise ValueError(f"storage_block_sizes must have one entry per block table (len(block_tables) = "
-                         f"{num_groups}), got {len(storage_block_sizes)}")
-    num_tokens, rule = num_actual_tokens, past_max_model_len
-    world, rank, interleave = cp_world_size, cp_rank, cp_interleave
-    check_positive(num_steps, "num_steps")
-    check_non_negative(num_tokens, "num_actual_tokens")
-    if num_input_tokens < num_tokens:
-        raise ValueError(f"num_input_tokens must be >= num_actual_tokens = {num_tokens}, got {num_input_tokens}")
-    check_positive(max_model_len, "max_model_len")
-    if rule not in (0, 1):
-        raise ValueError(f"past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got {rule}")
-    check_cp_rank(world, rank, "cp_world_size")
-    check_positive(interleave, "cp_interleave")
-    check_cp_rank(split_size, split_rank, "split_size", "split_rank")
-    check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
-    device = positions.device
-    check_tensor(token_indices, "token_indices", [torch.int32, torch.int64], 1, device, "positions")
-    num_reqs = token_indices.numel()
-    if num_reqs_padded < num_reqs:
-        raise ValueError(f"num_reqs_padded must be >= R = token_indices.numel() = {num_reqs}, got {num_reqs_padded}")
-    check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device, "positions")
-    for tensor, name, least, what in ((query_start_loc, "query_start_loc", num_reqs + 1, "R + 1"),
-                                      (positions, "positions", num_tokens, "num_actual_tokens"),
-                                      (seq_lens, "seq_lens", num_reqs, "R")):
-        if name == "seq_lens":
-            check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "positions")
-        if tensor.numel() < least:
-            raise ValueError(f"{name} must have at least {what} = {least} entries, got {tensor.numel()}")
-    for tensor, name in ((num_rejected_tokens, "num_rejected_tokens"), (idx_mapping, "idx_mapping")):
-        if tensor is None and name == "idx_mapping":
-            continue
-        check_tensor(tensor, name, [torch.int32] if name == "num_rejected_tokens" else [torch.int32, torch.int64], 1,
-                     device, "positions")
-        if tensor.numel() != num_reqs:
-            raise ValueError(f"{name} must have R = token_indices.numel() = {num_reqs} entries, got {tensor.numel()}")
-    check_tensor(rope_cos_sin_cache, "rope_cos_sin_cache", list(ROPE_DTYPES), 2, device, "positions")
-    if rope_cos_sin_cache.size(0) < 1 or not rope_cos_sin_cache.is_contiguous():
-        raise ValueError(f"rope_cos_sin_cache must be a contiguous [>= 1, rot_dim] tensor, got shape "
-                         f"{list(rope_cos_sin_cache.shape)} strides {list(rope_cos_sin_cache.stride())}")
-    rot_dim = rope_cos_sin_cache.size(1)
-    pad, per_rank, slot_entries = pass_extents(num_steps, num_input_tokens, num_reqs_padded, split_size)
-    _check_rows(out_positions, "out_positions", [torch.int64], (num_steps, pad), device, STREAM)
-    # Named after the cache: a float32 cache with bfloat16 outputs is one mistake, whichever side it is on.
-    for out, name in ((out_cos_sin, "out_cos_sin"), (out_local_cos_sin, "out_local_cos_sin")):
-        if isinstance(out, torch.Tensor) and out.dtype != rope_cos_sin_cache.dtype:
-            raise ValueError(f"{name} must have rope_cos_sin_cache's dtype "
-                             f"{str(rope_cos_sin_cache.dtype).removeprefix('torch.')}, got "
-                             f"{str(out.dtype).removeprefix('torch.')}")
-    _check_rows(out_cos_sin, "out_cos_sin", [rope_cos_sin_cache.dtype], (num_steps, pad, rot_dim), device, STREAM,
-                rot_dim)
-    _check_rows(out_local_cos_sin, "out_local_cos_sin", [rope_cos_sin_cache.dtype], (num_steps, per_rank, rot_dim),
-                device, STREAM, rot_dim)
-    _check_rows(out_seq_lens, "out_seq_lens", [torch.int32], (num_steps, num_reqs), device, REQUESTS)
-    reqs_end = out_seq_lens.size(1)
-    for out, name, least in ((out_query_start_loc, "out_query_start_loc", reqs_end + 1),
-                             (out_local_query_start_loc, "out_local_query_start_loc", reqs_end + 1),
-                             (out_local_seq_lens, "out_local_seq_lens", reqs_end),
-                             (out_start_pos, "out_start_pos", reqs_end)):
-        _check_rows(out, name, [torch.int32], (num_steps, least), device, REQUEST_ROWS)
-    for values, name in ((num_blocks, "num_blocks"), (target_slot_mappings, "target_slot_mappings"),
-                         (out_slots, "out_slots"), (out_slot_pairs, "out_slot_pairs")):
-        if len(values) != num_groups and not (name == "num_blocks" and not values):
-            raise ValueError(f"{name} must hold one tensor per block table (len(block_tables) = {num_groups})"
-                             f"{', or none' if name == 'num_blocks' else ''}, got {len(values)}")
-    outputs = [(out_positions, "out_positions"), (out_seq_lens, "out_seq_lens"),
-               (out_query_start_loc, "out_query_start_loc"), (out_cos_sin, "out_cos_sin"),
-               (out_local_cos_sin, "out_local_cos_sin"), (out_local_query_start_loc, "out_local_query_start_loc"),
-               (out_local_seq_lens, "out_local_seq_lens"), (out_start_pos, "out_start_pos")]
-    inputs = [(query_start_loc, "query_start_loc"), (positions, "positions"), (seq_lens, "seq_lens"),
-              (token_indices, "token_indices"), (num_rejected_tokens, "num_rejected_tokens"),
-              (idx_mapping, "idx_mapping"), (rope_cos_sin_cache, "rope_cos_sin_cache")]
-    # Only passes k >= 2 take a slot per request (num_reqs_padded of them); one pass takes none.
-    later_reqs, later_padded = (num_reqs, num_reqs_padded) if num_steps > 1 else (0, 0)
-    for g in range(num_groups):
-        storage = storage_block_sizes[g]
-        _check_rows(out_slots[g], f"out_slots[{g}]", [torch.int64, torch.int32], (num_steps, slot_entries), device,
-                    STREAM)
-        names = SlotMappingArgNames(f"block_tables[{g}]", f"out_slots[{g}]", f"block_sizes[{g}]",
-                                    f"blocks_per_kv_block[{g}]")
-        check_slot_mapping_args(block_tables[g], block_sizes[g], out_slots[g][0], blocks_per_kv_block[g],
-                                *group_cp(cp_sharded[g], world, rank, interleave), later_reqs, later_padded, device,
-                                names, device_of="positions")
-        if num_blocks:
-            check_num_blocks(num_blocks[g], f"num_blocks[{g}]", block_tables[g], f"block_tables[{g}]", device,
-                             device_of="positions")
-            inputs.append((num_blocks[g], f"num_blocks[{g}]"))
-        check_positive(storage, f"storage_block_sizes[{g}]")
-        check_tensor(target_slot_mappings[g], f"target_slot_mappings[{g}]", [torch.int64, torch.int32], 1, device,
-                     "positions")
-        if target_slot_mappings[g].numel() < num_tokens:
-            raise ValueError(f"target_slot_mappings[{g}] must have at least num_actual_tokens = {num_tokens} "
-                             f"entries, got {target_slot_mappings[g].numel()}")
-        _check_rows(out_slot_pairs[g], f"out_slot_pairs[{g}]", [torch.int64, torch.int32], (num_steps, slot_entries, 2),
-                    device, STREAM, 2)
-        outputs += [(out_slots[g], f"out_slots[{g}]"), (out_slot_pairs[g], f"out_slot_pairs[{g}]")]
-        inputs += [(block_tables[g], f"block_tables[{g}]"), (target_slot_mappings[g], f"target_slot_mappings[{g}]")]
-    check_outputs_alias_nothing(outputs, inputs)
-
-
-_OP = SpecOp("advance_draft_steps", _check, _reference)
-
-
-def _check_allocation(num_steps: int, num_input_tokens: int, num_reqs_padded: int, num_reqs: int, split_size: int,
+def _allocation_bounded(num_steps: int, num_input_tokens: int, num_reqs_padded: int, num_reqs: int, split_size: int,
                       rope_cos_sin_cache: object) -> None:
     """The sizes the wrapper allocates the outputs from, checked before it does (never a negative
     dimension, never gigabytes from an unchecked value)."""
@@ -269,9 +117,10 @@ def advance_draft_steps(
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
     num_groups = len(block_tables)
-    per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
-    storage = per_group[0] if storage_block_sizes is None else ints_per_group(storage_block_sizes, num_groups,
-                                                                            "storage_block_sizes")
+    block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled = group_settings(
+        block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
+    storage = block_sizes if storage_block_sizes is None else ints_per_group(storage_block_sizes, num_groups,
+                                                                             "storage_block_sizes")
     num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else 0
     padded = num_reqs if num_reqs_padded is None else num_reqs_padded
     if out is None:
@@ -279,16 +128,23 @@ def advance_draft_steps(
         num_steps, num_input_tokens = checked_int(num_steps, "num_steps"), checked_int(num_input_tokens,
                                                                                       "num_input_tokens")
         split_size, padded = checked_int(split_size, "split_size"), checked_int(padded, "num_reqs_padded")
-        _check_allocation(num_steps, num_input_tokens, padded, num_reqs, split_size, rope_cos_sin_cache)
+        _allocation_bounded(num_steps, num_input_tokens, padded, num_reqs, split_size, rope_cos_sin_cache)
         out = empty_draft_steps(num_steps, num_input_tokens, padded, padded, split_size, rope_cos_sin_cache,
-                                [t.dtype for t in target_slot_mappings], positions.device)
-    _OP.select()(query_start_loc, positions, seq_lens, token_indices, num_rejected_tokens, idx_mapping,
-                 list(block_tables), [] if num_blocks is None else list(num_blocks), list(target_slot_mappings),
-                 rope_cos_sin_cache, out.positions, out.seq_lens, out.query_start_loc, out.cos_sin,
-                 out.local_cos_sin, out.local_query_start_loc, out.local_seq_lens, out.start_pos, list(out.slots),
-                 list(out.slot_pairs), num_steps, num_actual_tokens, num_input_tokens, padded, max_model_len,
-                 RULES[past_max_model_len], split_size, split_rank, cp_world_size, cp_rank, cp_interleave, *per_group,
-                 storage)
+                                [t.dtype for t in target_slot_mappings],
+                                positions.device if isinstance(positions, torch.Tensor) else None)
+    _OP.select()(
+        query_start_loc=query_start_loc, positions=positions, seq_lens=seq_lens, token_indices=token_indices,
+        num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping, block_tables=list(block_tables),
+        num_blocks=[] if num_blocks is None else list(num_blocks), target_slot_mappings=list(target_slot_mappings),
+        rope_cos_sin_cache=rope_cos_sin_cache, out_positions=out.positions, out_seq_lens=out.seq_lens,
+        out_query_start_loc=out.query_start_loc, out_cos_sin=out.cos_sin, out_local_cos_sin=out.local_cos_sin,
+        out_local_query_start_loc=out.local_query_start_loc, out_local_seq_lens=out.local_seq_lens,
+        out_start_pos=out.start_pos, out_slots=list(out.slots), out_slot_pairs=list(out.slot_pairs),
+        num_steps=num_steps, num_actual_tokens=num_actual_tokens, num_input_tokens=num_input_tokens,
+        num_reqs_padded=padded, max_model_len=max_model_len, past_max_model_len=RULES[past_max_model_len],
+        split_size=split_size, split_rank=split_rank, cp_world_size=cp_world_size, cp_rank=cp_rank,
+        cp_interleave=cp_interleave, block_sizes=block_sizes, blocks_per_kv_block=blocks_per_kv_block,
+        cp_sharded=cp_sharded, slot_mapping_enabled=slot_mapping_enabled, storage_block_sizes=storage)
     return out
 
 

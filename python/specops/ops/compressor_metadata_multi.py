@@ -8,10 +8,10 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_outputs_alias_nothing, check_tensor, checked_tensor_list, ints_per_group
+from specops.arguments import checked_tensor_list, ints_per_group
 from specops.ops._op import SpecOp
-from specops.ops.compressor_metadata import GroupNames, check_group, check_num_reqs, check_table_rows
 from specops.reference.compressor_metadata_multi import compressor_metadata_multi as _reference
+
 
 class CompressorMetadataMulti(NamedTuple):
     compress_cos: list[torch.Tensor]  # per group [S, N_g, 1, 1, D_g]
@@ -19,46 +19,7 @@ class CompressorMetadataMulti(NamedTuple):
     slot_mappings: list[torch.Tensor]  # per group int32 [S, N_g] (format 1) or [S, N_g, 2] (format 2)
 
 
-_LISTS = ("rope_sin", "kv_block_tables", "kv_block_sizes", "slot_mapping_formats", "compress_ratios", "compress_cos",
-          "compress_sin", "slot_mappings")
-
-
-def _check(rope_cos: Sequence[torch.Tensor], rope_sin: Sequence[torch.Tensor], cu_seqlens: torch.Tensor,
-           start_pos: torch.Tensor, kv_block_tables: Sequence[torch.Tensor], kv_block_sizes: Sequence[int],
-           slot_mapping_formats: Sequence[int], compress_ratios: Sequence[int], num_reqs_actual: int,
-           compress_cos: Sequence[torch.Tensor], compress_sin: Sequence[torch.Tensor],
-           slot_mappings: Sequence[torch.Tensor]) -> None:
-    """Mirrors csrc/cpu/compressor_metadata_multi.cpp (metadata only): compressor_metadata's
-    checks for every group, naming the group's entry (kv_block_tables[1])."""
-    num_groups = len(rope_cos)
-    lists = (rope_sin, kv_block_tables, kv_block_sizes, slot_mapping_formats, compress_ratios, compress_cos,
-             compress_sin, slot_mappings)
-    for name, values in zip(_LISTS, lists):
-        if len(values) != num_groups:
-            raise ValueError(f"{name} must have one entry per group (len(rope_cos) = {num_groups}), got {len(values)}")
-    check_tensor(cu_seqlens, "cu_seqlens", [torch.int32], 2)
-    device = cu_seqlens.device
-    check_tensor(start_pos, "start_pos", [torch.int32], 2, device, "cu_seqlens")
-    steps = cu_seqlens.shape[0]
-    if start_pos.shape[0] != steps:
-        raise ValueError(f"start_pos must have cu_seqlens's S = {steps} rows, got {start_pos.shape[0]}")
-    check_num_reqs(cu_seqlens, start_pos, num_reqs_actual)
-    for g in range(num_groups):
-        check_group(rope_cos[g], rope_sin[g], kv_block_tables[g], kv_block_sizes[g], slot_mapping_formats[g],
-                    compress_ratios[g], compress_cos[g], compress_sin[g], slot_mappings[g],
-                    GroupNames.of_group(g), steps, None if g == 0 else [rope_cos[0].dtype], device, "cu_seqlens")
-        check_table_rows(kv_block_tables[g], f"kv_block_tables[{g}]", num_reqs_actual)
-    # Every output is written once, and every input is read while outputs are written.
-    outputs, inputs = [], [(cu_seqlens, "cu_seqlens"), (start_pos, "start_pos")]
-    for g in range(num_groups):
-        outputs += [(compress_cos[g], f"compress_cos[{g}]"), (compress_sin[g], f"compress_sin[{g}]"),
-                    (slot_mappings[g], f"slot_mappings[{g}]")]
-        inputs += [(rope_cos[g], f"rope_cos[{g}]"), (rope_sin[g], f"rope_sin[{g}]"),
-                   (kv_block_tables[g], f"kv_block_tables[{g}]")]
-    check_outputs_alias_nothing(outputs, inputs)
-
-
-_OP = SpecOp("compressor_metadata_multi", _check, _reference)
+_OP = SpecOp("compressor_metadata_multi", _reference)
 
 
 def compressor_metadata_multi(
@@ -103,6 +64,8 @@ def compressor_metadata_multi(
     compress_cos = checked_tensor_list(compress_cos, "compress_cos")
     compress_sin = checked_tensor_list(compress_sin, "compress_sin")
     slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
-    _OP.select()(rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_tables, kv_block_sizes, slot_mapping_formats,
-                 compress_ratios, num_reqs_actual, compress_cos, compress_sin, slot_mappings)
+    _OP.select()(rope_cos=rope_cos, rope_sin=rope_sin, cu_seqlens=cu_seqlens, start_pos=start_pos,
+        kv_block_tables=kv_block_tables, kv_block_sizes=kv_block_sizes, slot_mapping_formats=slot_mapping_formats,
+        compress_ratios=compress_ratios, num_reqs_actual=num_reqs_actual, compress_cos=compress_cos,
+        compress_sin=compress_sin, slot_mappings=slot_mappings)
     return CompressorMetadataMulti(compress_cos, compress_sin, slot_mappings)

@@ -4,47 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import (
-    check_idx_mapping,
-    check_outputs_alias_nothing,
-    check_query_start_loc,
-    check_tensor,
-    checked_size,
-)
+from specops.arguments import checked_size
 from specops.ops._op import SpecOp
-from specops.ops._slot_mapping_checks import check_num_blocks, check_slot_mapping_args
 from specops.reference.compute_slot_mapping import compute_slot_mapping as _reference
 
 
-def _check(
-    query_start_loc: torch.Tensor,
-    positions: torch.Tensor,
-    block_table: torch.Tensor,
-    block_size: int,
-    out: torch.Tensor,
-    blocks_per_kv_block: int,
-    cp_world_size: int,
-    cp_rank: int,
-    cp_interleave: int,
-    idx_mapping: torch.Tensor | None,
-    num_tokens_padded: int,
-    num_blocks: torch.Tensor | None = None,
-) -> None:
-    check_tensor(out, "out", [torch.int64, torch.int32], 1)
-    device = out.device
-    check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device)
-    num_reqs = check_query_start_loc(query_start_loc, device)
-    check_slot_mapping_args(block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank,
-                            cp_interleave, positions.numel(), num_tokens_padded, device)
-    check_idx_mapping(idx_mapping, num_reqs, device)
-    check_num_blocks(num_blocks, "num_blocks", block_table, "block_table", device)
-    # Every kernel reads its inputs while it stores.
-    check_outputs_alias_nothing([(out, "out")], [(query_start_loc, "query_start_loc"), (positions, "positions"),
-                                                 (block_table, "block_table"), (idx_mapping, "idx_mapping"),
-                                                 (num_blocks, "num_blocks")])
 
-
-_OP = SpecOp("compute_slot_mapping", _check, _reference)
+_OP = SpecOp("compute_slot_mapping", _reference)
 
 
 def compute_slot_mapping(
@@ -77,17 +43,18 @@ def compute_slot_mapping(
     naming the request, the position and the count on the host, PAD on device paths, never the
     null block the row holds there. Without it every column of the table counts as allocated.
     """
-    if out is None:
-        check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
+    if out is None and isinstance(positions, torch.Tensor):  # else the op names positions
         if num_tokens_padded is not None:
             num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", positions.numel(),
                                              f"num_tokens = positions.numel() = {positions.numel()}")
         size = positions.numel() if num_tokens_padded is None else num_tokens_padded
         out = torch.empty(size, dtype=torch.int64, device=positions.device)
     if num_tokens_padded is None:
-        num_tokens_padded = out.numel()
+        num_tokens_padded = out.numel() if isinstance(out, torch.Tensor) else 0
     _OP.select()(
-        query_start_loc, positions, block_table, block_size, out,
-        blocks_per_kv_block, cp_world_size, cp_rank, cp_interleave, idx_mapping, num_tokens_padded, num_blocks,
+        query_start_loc=query_start_loc, positions=positions, block_table=block_table, block_size=block_size, out=out,
+        blocks_per_kv_block=blocks_per_kv_block, cp_world_size=cp_world_size, cp_rank=cp_rank,
+        cp_interleave=cp_interleave, idx_mapping=idx_mapping, num_tokens_padded=num_tokens_padded,
+        num_blocks=num_blocks,
     )
     return out

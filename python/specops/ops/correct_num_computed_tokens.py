@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._accounting_checks import check_count_correction
 from specops.ops._op import SpecOp
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens as _reference
 
-_OP = SpecOp("correct_num_computed_tokens", check_count_correction, _reference)
+_OP = SpecOp("correct_num_computed_tokens", _reference)
 
 
 def correct_num_computed_tokens(
@@ -34,5 +33,6 @@ def correct_num_computed_tokens(
     int32 arithmetic by its low 32 bits, as the peer's `.int()` and its copy into the int32
     outputs take it.
     """
-    _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
-        cpu_num_computed_tokens)
+    _OP.select()(num_computed_tokens=num_computed_tokens, num_accepted_tokens=num_accepted_tokens,
+                  prev_positions=prev_positions, valid_sampled_token_count=valid_sampled_token_count,
+                  prev_num_draft_tokens=prev_num_draft_tokens, cpu_num_computed_tokens=cpu_num_computed_tokens)

@@ -9,14 +9,7 @@ import torch
 from specops._backend import current_backend
 from specops._cp import cp_token_split
 from specops._fastpath import native_entry
-from specops.ops._checks import (
-    check_cp_rank,
-    check_entries,
-    check_outputs_alias_nothing,
-    check_query_start_loc,
-    check_tensor,
-    check_token_count,
-)
+from specops.ops._checks import check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_max_lens
 from specops.reference.cp_local_metadata import cp_local_metadata as _reference
@@ -42,37 +35,7 @@ class CPLocalMetadata:
     max_local_seq_len: int | None
 
 
-def _check(
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    num_input_tokens: int,
-    cp_size: int,
-    cp_rank: int,
-    causal: bool,
-    local_query_start_loc: torch.Tensor,
-    local_seq_lens: torch.Tensor,
-    start_pos: torch.Tensor,
-) -> None:
-    check_tensor(local_query_start_loc, "local_query_start_loc", [torch.int32], 1)
-    device = local_query_start_loc.device
-    num_reqs = check_query_start_loc(query_start_loc, device, "local_query_start_loc")
-    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "local_query_start_loc")
-    if seq_lens.numel() != num_reqs:
-        raise ValueError(
-            f"seq_lens must have R = query_start_loc.numel() - 1 = {num_reqs} entries, got {seq_lens.numel()}")
-    check_cp_rank(cp_size, cp_rank, "cp_size")
-    check_token_count(num_input_tokens, "num_input_tokens", cp_size)
-    check_entries(local_query_start_loc, "local_query_start_loc", num_reqs + 1)
-    check_tensor(local_seq_lens, "local_seq_lens", [torch.int32], 1, device, "local_query_start_loc")
-    check_entries(local_seq_lens, "local_seq_lens", num_reqs)
-    check_tensor(start_pos, "start_pos", [torch.int32], 1, device, "local_query_start_loc")
-    check_entries(start_pos, "start_pos", num_reqs)
-    check_outputs_alias_nothing(
-        [(local_query_start_loc, "local_query_start_loc"), (local_seq_lens, "local_seq_lens"), (start_pos, "start_pos")],
-        [(query_start_loc, "query_start_loc"), (seq_lens, "seq_lens")])
-
-
-_OP = SpecOp("cp_local_metadata", _check, _reference)
+_OP = SpecOp("cp_local_metadata", _reference)
 # The host-only helper op, entered like every wrapper's op.
 _NATIVE_MAX_LENS = native_entry("cp_local_max_lens")
 
@@ -130,38 +93,40 @@ def cp_local_metadata(
     seq_lens_cpu int32 or int64) used for the host maxima when the inputs live on a device; no
     device-to-host copy is ever made.
     """
+    # The host copies' lengths and the outputs' follow query_start_loc's (its checks come with the op's).
+    num_reqs = max(query_start_loc.numel() - 1, 0) if isinstance(query_start_loc, torch.Tensor) else 0
     if local_query_start_loc is None or local_seq_lens is None or start_pos is None:
-        num_reqs = check_query_start_loc(query_start_loc)
-        device = query_start_loc.device
+        device = query_start_loc.device if isinstance(query_start_loc, torch.Tensor) else None
         if local_query_start_loc is None:
             local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
         if local_seq_lens is None:
             local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
         if start_pos is None:
             start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    # The host copies' lengths follow query_start_loc's (its checks come with the op's).
-    num_reqs = query_start_loc.numel() - 1 if isinstance(query_start_loc, torch.Tensor) else 0
     # Checked even where unused (inputs on the host), and before the op writes anything.
     _check_host_copy(query_start_loc_cpu, "query_start_loc_cpu", "query_start_loc", num_reqs + 1)
     # Runners keep int64 host copies of seq_lens (numpy's default integer): accepted as they are.
     _check_host_copy(seq_lens_cpu, "seq_lens_cpu", "seq_lens", num_reqs, (torch.int32, torch.int64))
     # The maxima first: they read host inputs only, which are then unchanged whatever the
     # outputs alias (a rejected call computes them in vain, and writes nothing). The C++
-    # helper checks what it reads; the plain-torch one does not, so the op's check goes first.
+    # helper checks what it reads; the plain-torch one does not, so the op's checks go first.
     # (A ContextVar cannot be traced; compiled graphs compute no maxima and run the registered op.)
-    if not torch.compiler.is_compiling() and (_NATIVE_MAX_LENS is None or current_backend() == "reference"):
-        args = _OP.scalars_checked((query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
-                                    local_query_start_loc, local_seq_lens, start_pos))
-        _check(*args)
-        num_input_tokens, cp_size, cp_rank, causal = args[2:6]
+    if not torch.compiler.is_compiling() and current_backend() == "reference":
+        checked = _OP.checked(query_start_loc=query_start_loc, seq_lens=seq_lens, num_input_tokens=num_input_tokens,
+                              cp_size=cp_size, cp_rank=cp_rank, causal=causal,
+                              local_query_start_loc=local_query_start_loc, local_seq_lens=local_seq_lens,
+                              start_pos=start_pos)
+        num_input_tokens, cp_size, cp_rank, causal = (checked.num_input_tokens, checked.cp_size, checked.cp_rank,
+                                                      checked.causal)
     on_host = isinstance(query_start_loc, torch.Tensor) and query_start_loc.device.type == "cpu"
     max_query, max_seq = _host_maxima(
         query_start_loc if on_host else query_start_loc_cpu,
         seq_lens if isinstance(seq_lens, torch.Tensor) and seq_lens.device.type == "cpu" else seq_lens_cpu,
         num_input_tokens, cp_size, cp_rank, causal,
     )
-    _OP.select()(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal,
-        local_query_start_loc, local_seq_lens, start_pos)
+    _OP.select()(query_start_loc=query_start_loc, seq_lens=seq_lens, num_input_tokens=num_input_tokens,
+        cp_size=cp_size, cp_rank=cp_rank, causal=causal, local_query_start_loc=local_query_start_loc,
+        local_seq_lens=local_seq_lens, start_pos=start_pos)
     split = cp_token_split(num_input_tokens, cp_size, cp_rank)
     return CPLocalMetadata(
         local_query_start_loc, local_seq_lens, start_pos,

@@ -4,27 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import INT32_MAX, check_cp_rank, check_entries, check_no_overlap, check_positive, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.dcp_local_seq_lens import dcp_local_seq_lens as _reference
 
-
-def _check(seq_lens: torch.Tensor, cp_world_size: int, cp_rank: int, cp_interleave: int, out: torch.Tensor) -> None:
-    """Mirrors csrc/cpu/dcp_local_seq_lens.cpp (metadata only)."""
-    check_tensor(seq_lens, "seq_lens", [torch.int32, torch.int64], 1)
-    check_tensor(out, "out", [torch.int32, torch.int64], 1, seq_lens.device, "seq_lens")
-    if out.dtype != seq_lens.dtype:
-        raise ValueError(f"out must have the dtype of seq_lens ({str(seq_lens.dtype).removeprefix('torch.')}), "
-                         f"got {str(out.dtype).removeprefix('torch.')}")
-    check_entries(out, "out", seq_lens.numel(), "R = seq_lens.numel()")
-    check_no_overlap(out, "out", seq_lens, "seq_lens")
-    check_cp_rank(cp_world_size, cp_rank, "cp_world_size")
-    check_positive(cp_interleave, "cp_interleave")
-    if cp_world_size > INT32_MAX // cp_interleave:
-        raise ValueError(f"cp_world_size * cp_interleave must be <= 2^31 - 1, got {cp_world_size} * {cp_interleave}")
-
-
-_OP = SpecOp("dcp_local_seq_lens", _check, _reference)
+_OP = SpecOp("dcp_local_seq_lens", _reference)
 
 
 def dcp_local_seq_lens(
@@ -46,5 +29,5 @@ def dcp_local_seq_lens(
     """
     if out is None:
         out = torch.empty_like(seq_lens)
-    _OP.select()(seq_lens, cp_world_size, cp_rank, cp_interleave, out)
+    _OP.select()(seq_lens=seq_lens, cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave, out=out)
     return out

@@ -10,21 +10,17 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import (
+from specops.arguments import (
+    INT32_MAX,
     check_allocated_elements,
-    check_cp_rank,
-    check_entries,
-    check_outputs_alias_nothing,
-    check_positive,
-    check_tensor,
     checked_bool,
     checked_int,
+    group_settings,
+    padded_argument,
 )
 from specops.ops._op import SpecOp
-from specops.ops._step_checks import check_draft_groups, group_settings, group_tensors, padded_argument, padded_end
 from specops.reference.expand_parallel_draft_inputs import expand_parallel_draft_inputs as _reference
 
-INT32_MAX = 2**31 - 1
 
 
 class ParallelDraftInputs(NamedTuple):
@@ -40,112 +36,7 @@ class ParallelDraftInputs(NamedTuple):
     seq_lens: torch.Tensor | None  # with seq_lens only
 
 
-def check_slots_bound(slots: int) -> None:
-    """slots_per_request at most 2^31 - 1: every product of it with a count stays in int64."""
-    if slots > INT32_MAX:
-        raise ValueError(f"slots_per_request must be <= 2^31 - 1, got {slots}")
-
-
-def _check(target_token_ids: torch.Tensor, target_positions: torch.Tensor, next_token_ids: torch.Tensor,
-           query_start_loc: torch.Tensor, block_tables: Sequence[torch.Tensor], num_rejected_tokens: torch.Tensor | None,
-           seq_lens: torch.Tensor | None, idx_mapping: torch.Tensor | None, num_blocks: Sequence[torch.Tensor],
-           input_ids: torch.Tensor, positions: torch.Tensor, is_rejected_token_mask: torch.Tensor,
-           is_masked_token_mask: torch.Tensor, token_indices_to_sample: torch.Tensor,
-           hidden_state_mapping: torch.Tensor | None, slot_mappings: Sequence[torch.Tensor],
-           out_query_start_loc: torch.Tensor, out_seq_lens: torch.Tensor | None, slots_per_request: int,
-           shift_input_ids: bool, max_model_len: int, parallel_drafting_token_id: int, padding_token_id: int,
-           num_tokens_padded: int, num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int,
-           block_sizes: Sequence[int], blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool],
-           slot_mapping_enabled: Sequence[bool]) -> None:
-    """Mirrors csrc/cpu/expand_parallel_draft_inputs.cpp (metadata only)."""
-    slots, shift = slots_per_request, int(shift_input_ids)
-    world, rank, interleave = cp_world_size, cp_rank, cp_interleave
-    check_positive(slots, "slots_per_request")
-    check_slots_bound(slots)
-    if slots - shift < 1:
-        raise ValueError("slots_per_request must be >= 2 with shift_input_ids (N = slots_per_request - 1 new tokens "
-                         f"per request must be >= 1), got {slots}")
-    check_positive(max_model_len, "max_model_len")
-    check_cp_rank(world, rank, "cp_world_size")
-    check_positive(interleave, "cp_interleave")
-    check_tensor(target_token_ids, "target_token_ids", [torch.int32, torch.int64], 1)
-    device = target_token_ids.device
-    num_tokens = target_token_ids.numel()
-
-    def tensor(t: torch.Tensor, name: str, dtypes: list[torch.dtype]) -> None:
-        check_tensor(t, name, dtypes, 1, device, "target_token_ids")
-
-    tensor(target_positions, "target_positions", [torch.int64, torch.int32])
-    check_entries(target_positions, "target_positions", num_tokens, "T = target_token_ids.numel()")
-    tensor(next_token_ids, "next_token_ids", [torch.int32, torch.int64])
-    num_reqs = next_token_ids.numel()
-    tensor(query_start_loc, "query_start_loc", [torch.int32])
-    check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = next_token_ids.numel())")
-    if num_rejected_tokens is not None:
-        tensor(num_rejected_tokens, "num_rejected_tokens", [torch.int32])
-        if num_rejected_tokens.numel() != num_reqs:
-            raise ValueError(f"num_rejected_tokens must have R = {num_reqs} entries (R = next_token_ids.numel()), "
-                             f"got {num_rejected_tokens.numel()}")
-    if seq_lens is not None:
-        tensor(seq_lens, "seq_lens", [torch.int32])
-        check_entries(seq_lens, "seq_lens", num_reqs, "R = next_token_ids.numel()")
-    if idx_mapping is not None:
-        tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64])
-        if idx_mapping.numel() != num_reqs:
-            raise ValueError(f"idx_mapping must have R = {num_reqs} entries (R = next_token_ids.numel()), "
-                             f"got {idx_mapping.numel()}")
-    num_out = num_tokens + num_reqs * (slots - shift)
-    if num_out > INT32_MAX:
-        raise ValueError(f"T' = T + R * N must be < 2^31, got {num_out}")
-    for out, name, dtypes in ((input_ids, "input_ids", [torch.int32, torch.int64]),
-                              (positions, "positions", [torch.int64, torch.int32]),
-                              (is_rejected_token_mask, "is_rejected_token_mask", [torch.bool]),
-                              (is_masked_token_mask, "is_masked_token_mask", [torch.bool])):
-        tensor(out, name, dtypes)
-        check_entries(out, name, num_out, "T' = T + R * N")
-    for out, name in ((input_ids, "input_ids"), (positions, "positions"),
-                      (is_rejected_token_mask, "is_rejected_token_mask"), (is_masked_token_mask, "is_masked_token_mask")):
-        padded_end(out, name, num_tokens_padded, "num_tokens_padded", num_out, "T'")
-    if 0 <= num_reqs_padded < num_reqs:
-        raise ValueError(f"num_reqs_padded must be >= R = {num_reqs}, got {num_reqs_padded}")
-    tensor(token_indices_to_sample, "token_indices_to_sample", [torch.int32])
-    check_entries(token_indices_to_sample, "token_indices_to_sample", num_reqs * slots, "R * slots_per_request")
-    if num_reqs_padded >= 0:
-        check_entries(token_indices_to_sample, "token_indices_to_sample", num_reqs_padded * slots,
-                      "num_reqs_padded * slots_per_request")
-    if hidden_state_mapping is not None:
-        if shift != 1:
-            raise ValueError("hidden_state_mapping is computed with shift_input_ids only")
-        tensor(hidden_state_mapping, "hidden_state_mapping", [torch.int32])
-        check_entries(hidden_state_mapping, "hidden_state_mapping", num_tokens, "T = target_token_ids.numel()")
-    tensor(out_query_start_loc, "out_query_start_loc", [torch.int32])
-    end = num_reqs_padded + 1 if num_reqs_padded >= 0 else out_query_start_loc.numel()
-    if out_query_start_loc.numel() < max(end, num_reqs + 1):
-        raise ValueError(f"out_query_start_loc must have at least num_reqs_padded + 1 = {max(end, num_reqs + 1)} "
-                         f"entries, got {out_query_start_loc.numel()}")
-    if out_seq_lens is not None:
-        if seq_lens is None:
-            raise ValueError("out_seq_lens needs seq_lens")
-        tensor(out_seq_lens, "out_seq_lens", [torch.int32])
-        check_entries(out_seq_lens, "out_seq_lens", num_reqs, "R = next_token_ids.numel()")
-        padded_end(out_seq_lens, "out_seq_lens", num_reqs_padded, "num_reqs_padded", num_reqs, "R")
-    check_draft_groups(block_tables, slot_mappings, num_blocks, block_sizes, blocks_per_kv_block, cp_sharded,
-                       slot_mapping_enabled, (world, rank, interleave), num_out, num_tokens_padded, device,
-                       "target_token_ids")
-    outputs = [(input_ids, "input_ids"), (positions, "positions"), (is_rejected_token_mask, "is_rejected_token_mask"),
-               (is_masked_token_mask, "is_masked_token_mask"), (token_indices_to_sample, "token_indices_to_sample"),
-               (hidden_state_mapping, "hidden_state_mapping"), (out_query_start_loc, "out_query_start_loc"),
-               (out_seq_lens, "out_seq_lens")]
-    inputs = [(target_token_ids, "target_token_ids"), (target_positions, "target_positions"),
-              (next_token_ids, "next_token_ids"), (query_start_loc, "query_start_loc"),
-              (num_rejected_tokens, "num_rejected_tokens"), (seq_lens, "seq_lens"), (idx_mapping, "idx_mapping")]
-    group_outputs, group_inputs = group_tensors(slot_mappings, block_tables, num_blocks)
-    outputs += group_outputs
-    inputs += group_inputs
-    check_outputs_alias_nothing(outputs, inputs)
-
-
-_OP = SpecOp("expand_parallel_draft_inputs", _check, _reference)
+_OP = SpecOp("expand_parallel_draft_inputs", _reference)
 
 
 def expand_parallel_draft_inputs(
@@ -202,9 +93,9 @@ def expand_parallel_draft_inputs(
     """
     num_groups = len(block_tables)
     slots_per_request = checked_int(slots_per_request, "slots_per_request")
-    check_slots_bound(slots_per_request)  # before any output is sized from it
     shift = checked_bool(shift_input_ids, "shift_input_ids")  # sizes the outputs: T' = T + R (S - shift)
-    per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
+    block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled = group_settings(
+        block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     tokens_padded = padded_argument(num_tokens_padded, "num_tokens_padded")
     reqs_padded = padded_argument(num_reqs_padded, "num_reqs_padded")
     num_tokens = target_token_ids.numel() if isinstance(target_token_ids, torch.Tensor) else 0
@@ -249,12 +140,18 @@ def expand_parallel_draft_inputs(
         out_seq_lens = new(req_size, torch.int32)
     block_tables = list(block_tables)
     slot_mappings = list(slot_mappings)
-    _OP.select()(target_token_ids, target_positions, next_token_ids, query_start_loc, block_tables,
-                 num_rejected_tokens, seq_lens, idx_mapping, [] if num_blocks is None else list(num_blocks), input_ids,
-                 positions, is_rejected_token_mask, is_masked_token_mask, token_indices_to_sample, hidden_state_mapping,
-                 slot_mappings, out_query_start_loc, out_seq_lens, slots_per_request, shift, max_model_len,
-                 parallel_drafting_token_id, padding_token_id, tokens_padded, reqs_padded, cp_world_size, cp_rank,
-                 cp_interleave, *per_group)
+    _OP.select()(
+        target_token_ids=target_token_ids, target_positions=target_positions, next_token_ids=next_token_ids,
+        query_start_loc=query_start_loc, block_tables=block_tables, num_rejected_tokens=num_rejected_tokens,
+        seq_lens=seq_lens, idx_mapping=idx_mapping, num_blocks=[] if num_blocks is None else list(num_blocks),
+        input_ids=input_ids, positions=positions, is_rejected_token_mask=is_rejected_token_mask,
+        is_masked_token_mask=is_masked_token_mask, token_indices_to_sample=token_indices_to_sample,
+        hidden_state_mapping=hidden_state_mapping, slot_mappings=slot_mappings,
+        out_query_start_loc=out_query_start_loc, out_seq_lens=out_seq_lens, slots_per_request=slots_per_request,
+        shift_input_ids=shift, max_model_len=max_model_len, parallel_drafting_token_id=parallel_drafting_token_id,
+        padding_token_id=padding_token_id, num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded,
+        cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave, block_sizes=block_sizes,
+        blocks_per_kv_block=blocks_per_kv_block, cp_sharded=cp_sharded, slot_mapping_enabled=slot_mapping_enabled)
     return ParallelDraftInputs(num_out, input_ids, positions, is_rejected_token_mask, is_masked_token_mask,
                                token_indices_to_sample, hidden_state_mapping, slot_mappings, out_query_start_loc,
                                out_seq_lens)

@@ -4,28 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import (
-    check_allocated_elements,
-    check_int32_range,
-    check_outputs_alias_nothing,
-    check_rows_disjoint,
-    check_tensor,
-)
+from specops.arguments import check_allocated_elements
 from specops.ops._op import SpecOp
 from specops.reference.format_slot_mapping_blocks import format_slot_mapping_blocks as _reference
 
 
-def _check(slot_mapping: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
-    check_tensor(out, "out", [torch.int64, torch.int32], 2)
-    check_rows_disjoint(out, "out")
-    check_tensor(slot_mapping, "slot_mapping", [torch.int64, torch.int32], 1, out.device)
-    check_int32_range(block_size, "block_size", 1)
-    if out.size(1) != 2 or out.size(0) < slot_mapping.numel():
-        raise ValueError(f"out must have shape [>= {slot_mapping.numel()}, 2], got {list(out.shape)}")
-    check_outputs_alias_nothing([(out, "out")], [(slot_mapping, "slot_mapping")])
 
-
-_OP = SpecOp("format_slot_mapping_blocks", _check, _reference)
+_OP = SpecOp("format_slot_mapping_blocks", _reference)
 
 
 def format_slot_mapping_blocks(
@@ -40,5 +25,5 @@ def format_slot_mapping_blocks(
     if out is None and isinstance(slot_mapping, torch.Tensor):  # else the op names slot_mapping
         check_allocated_elements(slot_mapping.numel(), 2, "slot_mapping", "slot_mapping.numel() pairs")
         out = torch.empty((slot_mapping.numel(), 2), dtype=slot_mapping.dtype, device=slot_mapping.device)
-    _OP.select()(slot_mapping, block_size, out)
+    _OP.select()(slot_mapping=slot_mapping, block_size=block_size, out=out)
     return out

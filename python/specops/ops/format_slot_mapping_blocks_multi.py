@@ -7,53 +7,12 @@ from collections.abc import Sequence
 
 import torch
 
-from specops.ops._checks import (
-    check_allocated_elements,
-    check_int32_range,
-    check_no_overlap,
-    check_non_negative,
-    check_rows_disjoint,
-    check_tensor,
-    checked_size,
-    checked_tensor_list,
-    ints_per_group,
-)
+from specops.arguments import check_allocated_elements, checked_size, checked_tensor_list, ints_per_group
 from specops.ops._op import SpecOp
 from specops.reference.format_slot_mapping_blocks_multi import format_slot_mapping_blocks_multi as _reference
 
 
-def _check(slot_mappings: Sequence[torch.Tensor], block_sizes: Sequence[int], num_slots: int,
-           out: Sequence[torch.Tensor]) -> None:
-    """Mirrors csrc/cpu/format_slot_mapping_blocks_multi.cpp (metadata only)."""
-    num_groups = len(slot_mappings)
-    if len(block_sizes) != num_groups:
-        raise ValueError(f"block_sizes must have one entry per slot mapping (len(slot_mappings) = {num_groups}), "
-                         f"got {len(block_sizes)}")
-    if len(out) != num_groups:
-        raise ValueError(f"out must have one tensor per slot mapping (len(slot_mappings) = {num_groups}), "
-                         f"got {len(out)}")
-    check_non_negative(num_slots, "num_slots")
-    device = out[0].device if num_groups and isinstance(out[0], torch.Tensor) else None
-    for g in range(num_groups):
-        target = out[g]
-        check_tensor(target, f"out[{g}]", [torch.int64, torch.int32], 2, device, "out[0]")
-        check_rows_disjoint(target, f"out[{g}]")
-        check_tensor(slot_mappings[g], f"slot_mappings[{g}]", [torch.int64, torch.int32], 1, device, "out[0]")
-        if slot_mappings[g].numel() < num_slots:
-            raise ValueError(f"slot_mappings[{g}] must have at least num_slots = {num_slots} entries, "
-                             f"got {slot_mappings[g].numel()}")
-        check_int32_range(block_sizes[g], f"block_sizes[{g}]", 1)
-        if target.size(1) != 2 or target.size(0) < num_slots:
-            raise ValueError(f"out[{g}] must have shape [>= num_slots = {num_slots}, 2], got {list(target.shape)}")
-        for earlier in range(g):
-            check_no_overlap(target, f"out[{g}]", out[earlier], f"out[{earlier}]")
-    # Every slot mapping is read while outputs are written.
-    for g in range(num_groups):
-        for source in range(num_groups):
-            check_no_overlap(out[g], f"out[{g}]", slot_mappings[source], f"slot_mappings[{source}]")
-
-
-_OP = SpecOp("format_slot_mapping_blocks_multi", _check, _reference)
+_OP = SpecOp("format_slot_mapping_blocks_multi", _reference)
 
 
 def format_slot_mapping_blocks_multi(
@@ -86,15 +45,11 @@ def format_slot_mapping_blocks_multi(
         # Sized from num_slots: checked first (the op reads num_slots entries of each mapping).
         num_slots = checked_size(num_slots, "num_slots", 0)
         check_allocated_elements(num_slots, 2, "num_slots", "num_slots pairs")
-        for g, mapping in enumerate(slot_mappings):
-            if mapping.numel() < num_slots:
-                raise ValueError(f"slot_mappings[{g}] must have at least num_slots = {num_slots} entries, "
-                                 f"got {mapping.numel()}")
         out = [torch.empty((num_slots, 2), dtype=t.dtype, device=t.device) for t in slot_mappings]
     out = checked_tensor_list(out, "out")
     if not slot_mappings:
-        # Nothing to format, and no tensor for the dispatcher to pick a kernel by.
-        _check(slot_mappings, block_sizes, num_slots, out)
+        # Nothing to format, and no tensor for the dispatcher to pick a kernel by: only checked.
+        _OP.check(slot_mappings=slot_mappings, block_sizes=block_sizes, num_slots=num_slots, out=out)
         return out
-    _OP.select()(slot_mappings, block_sizes, num_slots, out)
+    _OP.select()(slot_mappings=slot_mappings, block_sizes=block_sizes, num_slots=num_slots, out=out)
     return out

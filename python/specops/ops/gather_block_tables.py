@@ -4,46 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_entries, check_int32_range, check_outputs_alias_nothing, check_rows_disjoint, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.gather_block_tables import gather_block_tables as _reference
 
 
-def _check(
-    src_block_table: torch.Tensor,
-    num_blocks: torch.Tensor,
-    idx_mapping: torch.Tensor,
-    out: torch.Tensor,
-    num_reqs_padded: int,
-    num_computed_tokens: torch.Tensor | None,
-    sliding_window_reach: int,
-    block_size: int,
-) -> None:
-    check_tensor(out, "out", [torch.int32], 2)
-    check_rows_disjoint(out, "out")
-    device = out.device
-    check_tensor(src_block_table, "src_block_table", [torch.int32], 2, device)
-    check_tensor(num_blocks, "num_blocks", [torch.int32], 1, device)
-    check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device)
-    src_rows = src_block_table.size(0)
-    if num_blocks.numel() != src_rows:
-        raise ValueError(f"num_blocks must have one entry per src_block_table row ({src_rows}), got {num_blocks.numel()}")
-    num_reqs = idx_mapping.numel()
-    if not num_reqs <= num_reqs_padded <= out.size(0):
-        raise ValueError(f"num_reqs_padded must be in [R = {num_reqs}, out.size(0) = {out.size(0)}], got {num_reqs_padded}")
-    check_int32_range(sliding_window_reach, "sliding_window_reach", 0)
-    check_int32_range(block_size, "block_size", 0)
-    if sliding_window_reach > 0 and block_size < 1:
-        raise ValueError(f"block_size must be given (>= 1) when sliding_window_reach > 0, got {block_size}")
-    if num_computed_tokens is not None:
-        check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device)
-        check_entries(num_computed_tokens, "num_computed_tokens", src_rows, "src_block_table.size(0)")
-    check_outputs_alias_nothing([(out, "out")], [(src_block_table, "src_block_table"), (num_blocks, "num_blocks"),
-                                                 (idx_mapping, "idx_mapping"),
-                                                 (num_computed_tokens, "num_computed_tokens")])
 
-
-_OP = SpecOp("gather_block_tables", _check, _reference)
+_OP = SpecOp("gather_block_tables", _reference)
 
 
 def gather_block_tables(
@@ -75,6 +41,7 @@ def gather_block_tables(
     """
     if num_reqs_padded is None:
         num_reqs_padded = out.size(0)
-    _OP.select()(src_block_table, num_blocks, idx_mapping, out, num_reqs_padded, num_computed_tokens,
-                 sliding_window_reach, 0 if block_size is None else block_size)
+    _OP.select()(src_block_table=src_block_table, num_blocks=num_blocks, idx_mapping=idx_mapping, out=out,
+                  num_reqs_padded=num_reqs_padded, num_computed_tokens=num_computed_tokens,
+                  sliding_window_reach=sliding_window_reach, block_size=0 if block_size is None else block_size)
     return out

@@ -8,14 +8,7 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import (
-    check_int32_range,
-    check_outputs_alias_nothing,
-    check_rows_disjoint,
-    check_tensor,
-    checked_tensor_list,
-    ints_per_group,
-)
+from specops.arguments import checked_tensor_list, ints_per_group
 from specops.ops._op import SpecOp
 from specops.reference.gather_block_tables_multi import gather_block_tables_multi as _reference
 
@@ -30,63 +23,8 @@ class GatherNames(NamedTuple):
     rows: str = "num_reqs_padded"
 
 
-def check_gather_block_tables_multi(
-    src_block_tables: Sequence[torch.Tensor],
-    num_blocks: Sequence[torch.Tensor],
-    idx_mapping: torch.Tensor,
-    out: Sequence[torch.Tensor],
-    num_reqs_padded: int,
-    num_computed_tokens: torch.Tensor | None,
-    sliding_window_reach: Sequence[int],
-    block_sizes: Sequence[int],
-    names: GatherNames = GatherNames(),
-) -> None:
-    """Mirrors csrc/cpu/gather_block_tables_checks.h (metadata only)."""
-    src_name, out_name, rows_name = names
-    num_groups = len(src_block_tables)
-    for name, values in (("num_blocks", num_blocks), (out_name, out), ("sliding_window_reach", sliding_window_reach),
-                         ("block_sizes", block_sizes)):
-        if len(values) != num_groups:
-            raise ValueError(f"{name} must have one entry per source table (len({src_name}) = {num_groups}), "
-                             f"got {len(values)}")
-    check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1)
-    device = idx_mapping.device
-    num_reqs = idx_mapping.numel()
-    if num_reqs_padded < num_reqs:
-        raise ValueError(f"{rows_name} must be >= R = {num_reqs}, got {num_reqs_padded}")
-    if num_computed_tokens is not None:
-        check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device, "idx_mapping")
-    for g in range(num_groups):
-        target = out[g]
-        check_tensor(target, f"{out_name}[{g}]", [torch.int32], 2, device, "idx_mapping")
-        check_rows_disjoint(target, f"{out_name}[{g}]")
-        src = src_block_tables[g]
-        check_tensor(src, f"{src_name}[{g}]", [torch.int32], 2, device, "idx_mapping")
-        check_tensor(num_blocks[g], f"num_blocks[{g}]", [torch.int32], 1, device, "idx_mapping")
-        src_rows = src.size(0)
-        if num_blocks[g].numel() != src_rows:
-            raise ValueError(f"num_blocks[{g}] must have one entry per {src_name}[{g}] row ({src_rows}), "
-                             f"got {num_blocks[g].numel()}")
-        if num_reqs_padded > target.size(0):
-            raise ValueError(f"{rows_name} must be <= {out_name}[{g}].size(0) = {target.size(0)}, "
-                             f"got {num_reqs_padded}")
-        check_int32_range(sliding_window_reach[g], f"sliding_window_reach[{g}]", 0)
-        check_int32_range(block_sizes[g], f"block_sizes[{g}]", 0)
-        if sliding_window_reach[g] > 0 and block_sizes[g] < 1:
-            raise ValueError(f"block_sizes[{g}] must be given (>= 1) when sliding_window_reach[{g}] > 0, "
-                             f"got {block_sizes[g]}")
-        if num_computed_tokens is not None and num_computed_tokens.numel() < src_rows:
-            raise ValueError(f"num_computed_tokens must have at least {src_name}[{g}].size(0) = {src_rows} "
-                             f"entries, got {num_computed_tokens.numel()}")
-    # Every input is read while outputs are written, and each output is written by its own
-    # programs on a device: an output may share memory with nothing else.
-    inputs = [pair for g in range(num_groups)
-              for pair in ((src_block_tables[g], f"{src_name}[{g}]"), (num_blocks[g], f"num_blocks[{g}]"))]
-    inputs += [(idx_mapping, "idx_mapping"), (num_computed_tokens, "num_computed_tokens")]
-    check_outputs_alias_nothing([(target, f"{out_name}[{g}]") for g, target in enumerate(out)], inputs)
 
-
-_OP = SpecOp("gather_block_tables_multi", check_gather_block_tables_multi, _reference)
+_OP = SpecOp("gather_block_tables_multi", _reference)
 
 
 def gather_block_tables_multi(
@@ -126,6 +64,7 @@ def gather_block_tables_multi(
         if len(rows) > 1:
             raise ValueError(f"num_reqs_padded must be given when the outputs differ in rows, got {sorted(rows)}")
         num_reqs_padded = rows.pop() if rows else (idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0)
-    _OP.select()(src_block_tables, num_blocks, idx_mapping, out, num_reqs_padded, num_computed_tokens,
-                 sliding_window_reach, block_sizes)
+    _OP.select()(src_block_tables=src_block_tables, num_blocks=num_blocks, idx_mapping=idx_mapping, out=out,
+                  num_reqs_padded=num_reqs_padded, num_computed_tokens=num_computed_tokens,
+                  sliding_window_reach=sliding_window_reach, block_sizes=block_sizes)
     return out

@@ -7,47 +7,12 @@ from collections.abc import Sequence
 
 import torch
 
-from specops.ops._checks import check_no_overlap, check_tensor, checked_size
+from specops.arguments import checked_size
 from specops.ops._op import SpecOp
 from specops.reference.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings as _reference
 
 
-def _check(slot_mappings: Sequence[torch.Tensor], padded_gather_idx: torch.Tensor,
-           gathered_kv_write_mask: torch.Tensor, out: Sequence[torch.Tensor], num_tokens_padded: int) -> None:
-    """Mirrors csrc/cpu/pcp_gathered_slot_mappings.cpp (metadata only)."""
-    check_tensor(padded_gather_idx, "padded_gather_idx", [torch.int64], 1)
-    device = padded_gather_idx.device
-    check_tensor(gathered_kv_write_mask, "gathered_kv_write_mask", [torch.bool], 1, device, "padded_gather_idx")
-    num_gathered = padded_gather_idx.numel()
-    if gathered_kv_write_mask.numel() != num_gathered:
-        raise ValueError(f"gathered_kv_write_mask must have as many entries as padded_gather_idx ({num_gathered}), "
-                         f"got {gathered_kv_write_mask.numel()}")
-    if len(out) != len(slot_mappings):
-        raise ValueError(f"out must have one buffer per tensor of slot_mappings ({len(slot_mappings)}), got {len(out)}")
-    if num_tokens_padded < -1:
-        raise ValueError(f"num_tokens_padded must be >= 0 (or None), got {num_tokens_padded}")
-    for g, (slots, target) in enumerate(zip(slot_mappings, out)):
-        check_tensor(slots, f"slot_mappings[{g}]", [torch.int64, torch.int32], 1, device, "padded_gather_idx")
-        check_tensor(target, f"out[{g}]", [torch.int64, torch.int32], 1, device, "padded_gather_idx")
-        if target.dtype != slots.dtype:
-            raise ValueError(f"out[{g}] must have the dtype of slot_mappings[{g}] "
-                             f"({str(slots.dtype).removeprefix('torch.')}), got {str(target.dtype).removeprefix('torch.')}")
-        if target.numel() < num_gathered:
-            raise ValueError(f"out[{g}] must have at least P L = padded_gather_idx.numel() = {num_gathered} entries, "
-                             f"got {target.numel()}")
-        if num_tokens_padded >= 0 and not num_gathered <= num_tokens_padded <= target.numel():
-            raise ValueError(f"num_tokens_padded must be in [P L = padded_gather_idx.numel() = {num_gathered}, "
-                             f"out[{g}].numel() = {target.numel()}], got {num_tokens_padded}")
-    inputs = [(padded_gather_idx, "padded_gather_idx"), (gathered_kv_write_mask, "gathered_kv_write_mask")]
-    inputs += [(slots, f"slot_mappings[{g}]") for g, slots in enumerate(slot_mappings)]
-    for g, target in enumerate(out):
-        for earlier in range(g):
-            check_no_overlap(target, f"out[{g}]", out[earlier], f"out[{earlier}]")
-        for tensor, name in inputs:
-            check_no_overlap(target, f"out[{g}]", tensor, name)
-
-
-_OP = SpecOp("pcp_gathered_slot_mappings", _check, _reference)
+_OP = SpecOp("pcp_gathered_slot_mappings", _reference)
 
 
 def pcp_gathered_slot_mappings(
@@ -83,6 +48,7 @@ def pcp_gathered_slot_mappings(
         out = list(out.unbind(0)) if out.dim() == 2 else [out]
     elif not isinstance(out, list):
         out = list(out)
-    _OP.select()(slot_mappings, padded_gather_idx, gathered_kv_write_mask, out,
-                 -1 if num_tokens_padded is None else num_tokens_padded)
+    _OP.select()(slot_mappings=slot_mappings, padded_gather_idx=padded_gather_idx,
+        gathered_kv_write_mask=gathered_kv_write_mask, out=out,
+        num_tokens_padded=-1 if num_tokens_padded is None else num_tokens_padded)
     return out

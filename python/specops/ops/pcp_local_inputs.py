@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_tensor, checked_int, checked_size
+from specops.arguments import checked_size
 from specops.ops._op import SpecOp
 from specops.reference.pcp_local_inputs import pcp_local_inputs as _reference
 
@@ -18,50 +18,7 @@ class PCPLocalInputs(NamedTuple):
     seq_lens: torch.Tensor
 
 
-def _check(
-    global_input_ids: torch.Tensor,
-    global_positions: torch.Tensor,
-    local_gather_idx: torch.Tensor,
-    local_query_start_loc: torch.Tensor,
-    num_local_tokens: int,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor,
-    seq_lens: torch.Tensor,
-    num_reqs_padded: int,
-) -> None:
-    """Mirrors csrc/cpu/pcp_local_inputs.cpp (metadata only)."""
-    check_tensor(input_ids, "input_ids", [torch.int32, torch.int64], 1)
-    device = input_ids.device
-    check_tensor(global_input_ids, "global_input_ids", [torch.int32, torch.int64], 1, device, "input_ids")
-    check_tensor(global_positions, "global_positions", [torch.int64, torch.int32], 1, device, "input_ids")
-    check_tensor(local_gather_idx, "local_gather_idx", [torch.int64], 1, device, "input_ids")
-    check_tensor(local_query_start_loc, "local_query_start_loc", [torch.int32], 1, device, "input_ids")
-    check_tensor(positions, "positions", [torch.int64, torch.int32], 1, device, "input_ids")
-    check_tensor(seq_lens, "seq_lens", [torch.int32], 1, device, "input_ids")
-    if input_ids.dtype != global_input_ids.dtype:
-        raise ValueError(f"input_ids must have the dtype of global_input_ids "
-                         f"({str(global_input_ids.dtype).removeprefix('torch.')}), got "
-                         f"{str(input_ids.dtype).removeprefix('torch.')}")
-    num_gather = local_gather_idx.numel()
-    if local_query_start_loc.numel() < 1:
-        raise ValueError("local_query_start_loc must have n + 1 >= 1 entries, got 0")
-    num_reqs = local_query_start_loc.numel() - 1
-    if not 0 <= num_local_tokens <= num_gather:
-        raise ValueError(f"num_local_tokens must be in [0, L = local_gather_idx.numel() = {num_gather}], "
-                         f"got {num_local_tokens}")
-    check_entries(input_ids, "input_ids", num_gather, "L = local_gather_idx.numel()")
-    check_entries(positions, "positions", num_gather, "L = local_gather_idx.numel()")
-    check_entries(seq_lens, "seq_lens", num_reqs, "n = local_query_start_loc.numel() - 1")
-    if not num_reqs <= num_reqs_padded <= seq_lens.numel():
-        raise ValueError(f"num_reqs_padded must be in [n = local_query_start_loc.numel() - 1 = {num_reqs}, "
-                         f"seq_lens.numel() = {seq_lens.numel()}], got {num_reqs_padded}")
-    check_outputs_alias_nothing(
-        [(input_ids, "input_ids"), (positions, "positions"), (seq_lens, "seq_lens")],
-        [(global_input_ids, "global_input_ids"), (global_positions, "global_positions"),
-         (local_gather_idx, "local_gather_idx"), (local_query_start_loc, "local_query_start_loc")])
-
-
-_OP = SpecOp("pcp_local_inputs", _check, _reference)
+_OP = SpecOp("pcp_local_inputs", _reference)
 
 
 def pcp_local_inputs(
@@ -104,6 +61,8 @@ def pcp_local_inputs(
                                device=device)
     if num_reqs_padded is None:
         num_reqs_padded = seq_lens.numel()
-    _OP.select()(global_input_ids, global_positions, local_gather_idx, local_query_start_loc, num_local_tokens,
-                 input_ids, positions, seq_lens, num_reqs_padded)
+    _OP.select()(global_input_ids=global_input_ids, global_positions=global_positions,
+        local_gather_idx=local_gather_idx, local_query_start_loc=local_query_start_loc,
+        num_local_tokens=num_local_tokens, input_ids=input_ids, positions=positions, seq_lens=seq_lens,
+        num_reqs_padded=num_reqs_padded)
     return PCPLocalInputs(input_ids, positions, seq_lens)

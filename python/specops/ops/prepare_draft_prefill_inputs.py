@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.prepare_draft_prefill_inputs import prepare_draft_prefill_inputs as _reference
 
@@ -15,67 +14,7 @@ _IDS = [torch.int32, torch.int64]
 _POSITIONS = [torch.int64, torch.int32]
 
 
-def _check(target_input_ids: torch.Tensor, target_positions: torch.Tensor, idx_mapping: torch.Tensor,
-           query_start_loc: torch.Tensor, seq_lens: torch.Tensor, num_sampled: torch.Tensor,
-           num_rejected: torch.Tensor, last_sampled_tokens: torch.Tensor, next_prefill_tokens: torch.Tensor,
-           input_ids: torch.Tensor, positions: torch.Tensor, out_query_start_loc: torch.Tensor,
-           out_seq_lens: torch.Tensor, last_token_indices: torch.Tensor, current_draft_step: torch.Tensor | None,
-           request_idx_mapping: torch.Tensor | None) -> None:
-    """Mirrors csrc/cpu/prepare_draft_prefill_inputs.cpp (metadata only: the values, query_start_loc[R]
-    against the token buffers included, are the host op's, as reading them would sync a device)."""
-    check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1)
-    device = idx_mapping.device
-    num_reqs = idx_mapping.numel()
-
-    def tensor(t: object, name: str, dtypes: list[torch.dtype], dim: int = 1) -> None:
-        check_tensor(t, name, dtypes, dim, device, "idx_mapping")
-
-    def either_rank(t: object, name: str, dtypes: list[torch.dtype], ranks: tuple[int, int], shapes: str) -> None:
-        # An argument the op takes at two ranks; anything but a tensor gets check_tensor's message.
-        if isinstance(t, torch.Tensor) and t.dim() not in ranks:
-            raise ValueError(f"{name} must be {shapes}, got shape {list(t.shape)}")
-        tensor(t, name, dtypes, t.dim() if isinstance(t, torch.Tensor) else ranks[0])
-
-    tensor(target_input_ids, "target_input_ids", _IDS)
-    tensor(target_positions, "target_positions", _POSITIONS)
-    tensor(query_start_loc, "query_start_loc", [torch.int32])
-    check_entries(query_start_loc, "query_start_loc", num_reqs + 1, _WHAT_R1)
-    for t, name in ((seq_lens, "seq_lens"), (num_sampled, "num_sampled"), (num_rejected, "num_rejected")):
-        tensor(t, name, [torch.int32])
-        check_entries(t, name, num_reqs, _WHAT_R)
-    either_rank(last_sampled_tokens, "last_sampled_tokens", [torch.int32, torch.int64], (1, 2), "[M] or [M, 1]")
-    if last_sampled_tokens.dim() == 2 and last_sampled_tokens.size(1) != 1:
-        raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got shape {list(last_sampled_tokens.shape)}")
-    either_rank(next_prefill_tokens, "next_prefill_tokens", [torch.int32], (1, 2), "[M] or [L, M]")
-    if next_prefill_tokens.dim() == 2 and next_prefill_tokens.size(0) < 1:
-        raise ValueError(f"next_prefill_tokens must be [M] or [L, M] with L >= 1, got shape "
-                         f"{list(next_prefill_tokens.shape)}")
-    tensor(input_ids, "input_ids", _IDS)
-    tensor(positions, "positions", _POSITIONS)
-    tensor(out_query_start_loc, "out_query_start_loc", [torch.int32])
-    check_entries(out_query_start_loc, "out_query_start_loc", num_reqs + 1, _WHAT_R1)
-    tensor(out_seq_lens, "out_seq_lens", [torch.int32])
-    check_entries(out_seq_lens, "out_seq_lens", num_reqs, _WHAT_R)
-    tensor(last_token_indices, "last_token_indices", _POSITIONS)
-    check_entries(last_token_indices, "last_token_indices", num_reqs, _WHAT_R)
-    if current_draft_step is not None:
-        either_rank(current_draft_step, "current_draft_step", _POSITIONS, (0, 1), "0-D or [1]")
-        if current_draft_step.numel() != 1:
-            raise ValueError(f"current_draft_step must be 0-D or [1], got shape {list(current_draft_step.shape)}")
-    if request_idx_mapping is not None:
-        tensor(request_idx_mapping, "request_idx_mapping", _POSITIONS)
-        check_entries(request_idx_mapping, "request_idx_mapping", num_reqs, _WHAT_R)
-    check_outputs_alias_nothing(
-        [(input_ids, "input_ids"), (positions, "positions"), (out_query_start_loc, "out_query_start_loc"),
-         (out_seq_lens, "out_seq_lens"), (last_token_indices, "last_token_indices"),
-         (current_draft_step, "current_draft_step"), (request_idx_mapping, "request_idx_mapping")],
-        [(target_input_ids, "target_input_ids"), (target_positions, "target_positions"), (idx_mapping, "idx_mapping"),
-         (query_start_loc, "query_start_loc"), (seq_lens, "seq_lens"), (num_sampled, "num_sampled"),
-         (num_rejected, "num_rejected"), (last_sampled_tokens, "last_sampled_tokens"),
-         (next_prefill_tokens, "next_prefill_tokens")])
-
-
-_OP = SpecOp("prepare_draft_prefill_inputs", _check, _reference)
+_OP = SpecOp("prepare_draft_prefill_inputs", _reference)
 
 
 def prepare_draft_prefill_inputs(
@@ -115,6 +54,9 @@ def prepare_draft_prefill_inputs(
     into [0, query length], write -1 as a bad row's next token and access no token outside its
     buffer.
     """
-    _OP.select()(target_input_ids, target_positions, idx_mapping, query_start_loc, seq_lens, num_sampled,
-                 num_rejected, last_sampled_tokens, next_prefill_tokens, input_ids, positions, out_query_start_loc,
-                 out_seq_lens, last_token_indices, current_draft_step, request_idx_mapping)
+    _OP.select()(target_input_ids=target_input_ids, target_positions=target_positions, idx_mapping=idx_mapping,
+        query_start_loc=query_start_loc, seq_lens=seq_lens, num_sampled=num_sampled, num_rejected=num_rejected,
+        last_sampled_tokens=last_sampled_tokens, next_prefill_tokens=next_prefill_tokens, input_ids=input_ids,
+        positions=positions, out_query_start_loc=out_query_start_loc, out_seq_lens=out_seq_lens,
+        last_token_indices=last_token_indices, current_draft_step=current_draft_step,
+        request_idx_mapping=request_idx_mapping)

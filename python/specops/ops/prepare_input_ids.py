@@ -7,15 +7,8 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import (
-    check_entries,
-    check_outputs_alias_nothing,
-    check_rows_disjoint,
-    check_tensor,
-    checked_size,
-)
+from specops.arguments import checked_size, padded_argument
 from specops.ops._op import SpecOp
-from specops.ops._step_checks import padded_argument
 from specops.reference.prepare_input_ids import prepare_input_ids as _reference
 
 
@@ -25,60 +18,7 @@ class StepInputIds(NamedTuple):
     expanded_local_pos: torch.Tensor
 
 
-def _check(input_ids: torch.Tensor, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor,
-           num_computed_tokens: torch.Tensor, prefill_len: torch.Tensor, last_sampled_tokens: torch.Tensor,
-           draft_tokens: torch.Tensor, cu_num_logits: torch.Tensor, num_new_sampled_tokens: int,
-           all_token_ids: torch.Tensor | None, next_prefill_tokens: torch.Tensor | None,
-           logits_indices: torch.Tensor, expanded_idx_mapping: torch.Tensor, expanded_local_pos: torch.Tensor,
-           num_logits_padded: int, num_tokens_padded: int) -> None:
-    """Mirrors csrc/cpu/prepare_input_ids.cpp (metadata only)."""
-    check_tensor(input_ids, "input_ids", [torch.int32], 1)
-    device = input_ids.device
-    check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, device, "input_ids")
-    num_reqs = idx_mapping.numel()
-    check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device, "input_ids")
-    check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = idx_mapping.numel())")
-    check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1, device, "input_ids")
-    check_tensor(prefill_len, "prefill_len", [torch.int32], 1, device, "input_ids")
-    if not isinstance(last_sampled_tokens, torch.Tensor) or last_sampled_tokens.dim() not in (1, 2):
-        raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got shape "
-                         f"{list(last_sampled_tokens.shape) if isinstance(last_sampled_tokens, torch.Tensor) else None}")
-    check_tensor(last_sampled_tokens, "last_sampled_tokens", [torch.int32, torch.int64], last_sampled_tokens.dim(),
-                 device, "input_ids")
-    if last_sampled_tokens.dim() == 2 and last_sampled_tokens.size(1) != 1:
-        raise ValueError(f"last_sampled_tokens must be [M] or [M, 1], got shape {list(last_sampled_tokens.shape)}")
-    check_tensor(draft_tokens, "draft_tokens", [torch.int32, torch.int64], 2, device, "input_ids")
-    check_tensor(cu_num_logits, "cu_num_logits", [torch.int32], 1, device, "input_ids")
-    if cu_num_logits.numel() != num_reqs + 1:
-        raise ValueError(f"cu_num_logits must have R + 1 = {num_reqs + 1} entries (R = idx_mapping.numel()), "
-                         f"got {cu_num_logits.numel()}")
-    if num_new_sampled_tokens not in (0, 1):
-        raise ValueError(f"num_new_sampled_tokens must be 0 or 1, got {num_new_sampled_tokens}")
-    if (all_token_ids is None) != (next_prefill_tokens is None):
-        raise ValueError("all_token_ids and next_prefill_tokens must be given together or not at all")
-    if all_token_ids is not None:
-        check_tensor(all_token_ids, "all_token_ids", [torch.int32], 2, device, "input_ids")
-        check_tensor(next_prefill_tokens, "next_prefill_tokens", [torch.int32], 2, device, "input_ids")
-        check_rows_disjoint(next_prefill_tokens, "next_prefill_tokens")
-    check_tensor(logits_indices, "logits_indices", [torch.int64], 1, device, "input_ids")
-    check_tensor(expanded_idx_mapping, "expanded_idx_mapping", [idx_mapping.dtype], 1, device, "input_ids")
-    check_tensor(expanded_local_pos, "expanded_local_pos", [torch.int32], 1, device, "input_ids")
-    if num_tokens_padded > input_ids.numel():
-        raise ValueError(f"num_tokens_padded must be <= input_ids.numel() = {input_ids.numel()}, got {num_tokens_padded}")
-    for out, name in ((logits_indices, "logits_indices"), (expanded_idx_mapping, "expanded_idx_mapping"),
-                      (expanded_local_pos, "expanded_local_pos")):
-        if num_logits_padded > out.numel():
-            raise ValueError(f"num_logits_padded must be <= {name}.numel() = {out.numel()}, got {num_logits_padded}")
-    check_outputs_alias_nothing(
-        [(input_ids, "input_ids"), (next_prefill_tokens, "next_prefill_tokens"), (logits_indices, "logits_indices"),
-         (expanded_idx_mapping, "expanded_idx_mapping"), (expanded_local_pos, "expanded_local_pos")],
-        [(idx_mapping, "idx_mapping"), (query_start_loc, "query_start_loc"),
-         (num_computed_tokens, "num_computed_tokens"), (prefill_len, "prefill_len"),
-         (last_sampled_tokens, "last_sampled_tokens"), (draft_tokens, "draft_tokens"),
-         (cu_num_logits, "cu_num_logits"), (all_token_ids, "all_token_ids")])
-
-
-_OP = SpecOp("prepare_input_ids", _check, _reference)
+_OP = SpecOp("prepare_input_ids", _reference)
 
 
 def prepare_input_ids(
@@ -135,9 +75,11 @@ def prepare_input_ids(
             expanded_idx_mapping = torch.empty(size, dtype=idx_mapping.dtype, device=device)
         if expanded_local_pos is None:
             expanded_local_pos = torch.empty(size, dtype=torch.int32, device=device)
-    _OP.select()(input_ids, idx_mapping, query_start_loc, num_computed_tokens, prefill_len, last_sampled_tokens,
-                 draft_tokens, cu_num_logits, num_new_sampled_tokens, all_token_ids, next_prefill_tokens,
-                 logits_indices, expanded_idx_mapping, expanded_local_pos,
-                 padded_argument(num_logits_padded, "num_logits_padded"),
-                 padded_argument(num_tokens_padded, "num_tokens_padded"))
+    _OP.select()(input_ids=input_ids, idx_mapping=idx_mapping, query_start_loc=query_start_loc,
+        num_computed_tokens=num_computed_tokens, prefill_len=prefill_len, last_sampled_tokens=last_sampled_tokens,
+        draft_tokens=draft_tokens, cu_num_logits=cu_num_logits, num_new_sampled_tokens=num_new_sampled_tokens,
+        all_token_ids=all_token_ids, next_prefill_tokens=next_prefill_tokens, logits_indices=logits_indices,
+        expanded_idx_mapping=expanded_idx_mapping, expanded_local_pos=expanded_local_pos,
+        num_logits_padded=padded_argument(num_logits_padded, "num_logits_padded"),
+        num_tokens_padded=padded_argument(num_tokens_padded, "num_tokens_padded"))
     return StepInputIds(logits_indices, expanded_idx_mapping, expanded_local_pos)

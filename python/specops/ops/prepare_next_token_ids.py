@@ -7,9 +7,8 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_entries, check_outputs_alias_nothing, check_positive, check_tensor, checked_size
+from specops.arguments import checked_size, padded_argument
 from specops.ops._op import SpecOp
-from specops.ops._step_checks import padded_argument, padded_end
 from specops.reference.prepare_next_token_ids import prepare_next_token_ids as _reference
 
 
@@ -20,64 +19,7 @@ class NextTokens(NamedTuple):
     token_indices_to_sample: torch.Tensor | None
 
 
-def _check(sampled_token_ids: torch.Tensor, vocab_size: int, discard_request_mask: torch.Tensor | None,
-           backup_next_token_ids: torch.Tensor | None, token_ids: torch.Tensor | None,
-           num_tokens_no_spec: torch.Tensor | None, cu_num_draft_tokens: torch.Tensor | None,
-           query_start_loc: torch.Tensor | None, next_token_ids: torch.Tensor,
-           valid_sampled_token_count: torch.Tensor, num_rejected_tokens: torch.Tensor | None,
-           token_indices_to_sample: torch.Tensor | None, num_reqs_padded: int) -> None:
-    """Mirrors csrc/cpu/prepare_next_token_ids.cpp (metadata only)."""
-    check_tensor(sampled_token_ids, "sampled_token_ids", [torch.int32, torch.int64], 2)
-    device = sampled_token_ids.device
-    num_reqs = sampled_token_ids.size(0)
-    what = "R = sampled_token_ids.size(0)"
-    check_positive(vocab_size, "vocab_size")
-    if discard_request_mask is not None:
-        check_tensor(discard_request_mask, "discard_request_mask", [torch.bool], 1, device, "sampled_token_ids")
-        check_entries(discard_request_mask, "discard_request_mask", num_reqs, what)
-    if (token_ids is None) != (num_tokens_no_spec is None):
-        raise ValueError("token_ids and num_tokens_no_spec must be given together")
-    if (backup_next_token_ids is None) == (token_ids is None):
-        raise ValueError("exactly one backup source must be given: backup_next_token_ids, or token_ids with "
-                         "num_tokens_no_spec")
-    if backup_next_token_ids is not None:
-        check_tensor(backup_next_token_ids, "backup_next_token_ids", [torch.int32], 1, device, "sampled_token_ids")
-        check_entries(backup_next_token_ids, "backup_next_token_ids", num_reqs, what)
-    else:
-        check_tensor(token_ids, "token_ids", [torch.int32], 2, device, "sampled_token_ids")
-        if token_ids.size(0) < num_reqs:
-            raise ValueError(f"token_ids must have at least R = {num_reqs} rows, got {token_ids.size(0)}")
-        check_tensor(num_tokens_no_spec, "num_tokens_no_spec", [torch.int32], 1, device, "sampled_token_ids")
-        check_entries(num_tokens_no_spec, "num_tokens_no_spec", num_reqs, what)
-    if (cu_num_draft_tokens is None) != (query_start_loc is None):
-        raise ValueError("cu_num_draft_tokens and query_start_loc must be given together")
-    padded_path = cu_num_draft_tokens is not None
-    if (num_rejected_tokens is not None) != padded_path or (token_indices_to_sample is not None) != padded_path:
-        raise ValueError("num_rejected_tokens and token_indices_to_sample are computed with cu_num_draft_tokens and "
-                         "query_start_loc, and only then")
-    if padded_path:
-        check_tensor(cu_num_draft_tokens, "cu_num_draft_tokens", [torch.int32], 1, device, "sampled_token_ids")
-        if cu_num_draft_tokens.numel() != num_reqs:
-            raise ValueError(f"cu_num_draft_tokens must have R = {num_reqs} entries (R = sampled_token_ids.size(0)), "
-                             f"got {cu_num_draft_tokens.numel()}")
-        check_tensor(query_start_loc, "query_start_loc", [torch.int32], 1, device, "sampled_token_ids")
-        check_entries(query_start_loc, "query_start_loc", num_reqs + 1, "R + 1 (R = sampled_token_ids.size(0))")
-    outputs = [(next_token_ids, "next_token_ids"), (valid_sampled_token_count, "valid_sampled_token_count"),
-               (num_rejected_tokens, "num_rejected_tokens"), (token_indices_to_sample, "token_indices_to_sample")]
-    for out, name in outputs:
-        if out is not None:
-            check_tensor(out, name, [torch.int32], 1, device, "sampled_token_ids")
-            check_entries(out, name, num_reqs, what)
-            padded_end(out, name, num_reqs_padded, "num_reqs_padded", num_reqs, "R")
-    check_outputs_alias_nothing(
-        outputs,
-        [(sampled_token_ids, "sampled_token_ids"), (discard_request_mask, "discard_request_mask"),
-         (backup_next_token_ids, "backup_next_token_ids"), (token_ids, "token_ids"),
-         (num_tokens_no_spec, "num_tokens_no_spec"), (cu_num_draft_tokens, "cu_num_draft_tokens"),
-         (query_start_loc, "query_start_loc")])
-
-
-_OP = SpecOp("prepare_next_token_ids", _check, _reference)
+_OP = SpecOp("prepare_next_token_ids", _reference)
 
 
 def prepare_next_token_ids(
@@ -129,7 +71,11 @@ def prepare_next_token_ids(
             num_rejected_tokens = allocated()
         if token_indices_to_sample is None:
             token_indices_to_sample = allocated()
-    _OP.select()(sampled_token_ids, vocab_size, discard_request_mask, backup_next_token_ids, token_ids,
-                 num_tokens_no_spec, cu_num_draft_tokens, query_start_loc, next_token_ids, valid_sampled_token_count,
-                 num_rejected_tokens, token_indices_to_sample, padded_argument(num_reqs_padded, "num_reqs_padded"))
+    _OP.select()(sampled_token_ids=sampled_token_ids, vocab_size=vocab_size,
+        discard_request_mask=discard_request_mask, backup_next_token_ids=backup_next_token_ids, token_ids=token_ids,
+        num_tokens_no_spec=num_tokens_no_spec, cu_num_draft_tokens=cu_num_draft_tokens,
+        query_start_loc=query_start_loc, next_token_ids=next_token_ids,
+        valid_sampled_token_count=valid_sampled_token_count, num_rejected_tokens=num_rejected_tokens,
+        token_indices_to_sample=token_indices_to_sample,
+        num_reqs_padded=padded_argument(num_reqs_padded, "num_reqs_padded"))
     return NextTokens(next_token_ids, valid_sampled_token_count, num_rejected_tokens, token_indices_to_sample)

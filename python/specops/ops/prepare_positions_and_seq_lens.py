@@ -4,41 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._accounting_checks import check_positions_and_seq_lens
-from specops.ops._checks import (
-    check_outputs_alias_nothing,
-    check_query_start_loc,
-    check_tensor,
-    checked_size,
-    host_token_count,
-)
+from specops.arguments import checked_size, query_start_loc_tokens
 from specops.ops._op import SpecOp
 from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens as _reference
 
-
-def _check(
-    num_computed_tokens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    positions: torch.Tensor,
-    seq_lens: torch.Tensor,
-    num_tokens_padded: int,
-    num_reqs_padded: int,
-    idx_mapping: torch.Tensor | None,
-) -> None:
-    check_tensor(num_computed_tokens, "num_computed_tokens", [torch.int32], 1)
-    check_positions_and_seq_lens(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded,
-                                 num_reqs_padded, request_indexed=idx_mapping is not None)
-    if idx_mapping is not None:
-        check_tensor(idx_mapping, "idx_mapping", [torch.int32, torch.int64], 1, num_computed_tokens.device,
-                     "num_computed_tokens")
-        num_reqs = query_start_loc.numel() - 1
-        if idx_mapping.numel() != num_reqs:
-            raise ValueError(f"idx_mapping must have R = query_start_loc.numel() - 1 = {num_reqs} entries, "
-                             f"got {idx_mapping.numel()}")
-        check_outputs_alias_nothing([(positions, "positions"), (seq_lens, "seq_lens")], [(idx_mapping, "idx_mapping")])
-
-
-_OP = SpecOp("prepare_positions_and_seq_lens", _check, _reference)
+_OP = SpecOp("prepare_positions_and_seq_lens", _reference)
 
 
 def allocate_positions_and_seq_lens(
@@ -50,12 +20,12 @@ def allocate_positions_and_seq_lens(
 ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """The outputs the caller did not pass, and the padded sizes they imply. Every size is
     checked before it allocates anything."""
-    num_reqs = check_query_start_loc(query_start_loc)
-    device = query_start_loc.device
+    num_reqs = query_start_loc.numel() - 1 if isinstance(query_start_loc, torch.Tensor) else 0
+    device = query_start_loc.device if isinstance(query_start_loc, torch.Tensor) else None
     if positions is None:
         if num_tokens_padded is None:
             # Without a buffer or a padded size, the token count is query_start_loc[R]: a host read.
-            size = host_token_count(query_start_loc)
+            size = query_start_loc_tokens(query_start_loc)
         else:
             size = num_tokens_padded = checked_size(num_tokens_padded, "num_tokens_padded", 0)
         positions = torch.empty(size, dtype=torch.int64, device=device)
@@ -97,6 +67,7 @@ def prepare_positions_and_seq_lens(
     """
     positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
         query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
-    _OP.select()(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded,
-                 idx_mapping)
+    _OP.select()(num_computed_tokens=num_computed_tokens, query_start_loc=query_start_loc, positions=positions,
+                  seq_lens=seq_lens, num_tokens_padded=num_tokens_padded, num_reqs_padded=num_reqs_padded,
+                  idx_mapping=idx_mapping)
     return positions, seq_lens

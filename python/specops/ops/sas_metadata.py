@@ -6,93 +6,12 @@ from __future__ import annotations
 import torch
 
 from specops.ops import _sas_inputs as inputs
-from specops.ops._ascend_platform import resolved_platform
+from specops.ascend_platform import resolved_platform
 from specops.ops._op import SpecOp
 from specops.reference.sas_metadata import sas_metadata as _reference
-from specops.sas_layout import (
-    LAYOUT_KV_BSND,
-    LAYOUT_KV_PA_ND,
-    LAYOUT_KV_TND,
-    MAX_CUBE_CORES,
-    MAX_VECTOR_CORES,
-    is_given,
-)
 
-_LENGTH_TENSORS = ("cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv")
 # The kernel reads these attributes as int32; it would truncate anything wider.
-_INT32_ATTRIBUTES = ("num_heads_q", "num_heads_kv", "head_dim", "batch_size", "max_seqlen_q", "max_seqlen_kv",
-                     "ori_topk", "cmp_topk", "cmp_ratio", "ori_mask_mode", "cmp_mask_mode")
-
-
-def _check(
-    num_heads_q: int,
-    num_heads_kv: int,
-    head_dim: int,
-    cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_ori_kv: torch.Tensor | None,
-    cu_seqlens_cmp_kv: torch.Tensor | None,
-    seqused_q: torch.Tensor | None,
-    seqused_kv: torch.Tensor | None,
-    batch_size: int,
-    max_seqlen_q: int,
-    max_seqlen_kv: int,
-    ori_topk: int,
-    cmp_topk: int,
-    cmp_ratio: int,
-    ori_mask_mode: int,
-    cmp_mask_mode: int,
-    ori_win_left: int,
-    ori_win_right: int,
-    layout_q: int,
-    layout_kv: int,
-    has_ori_kv: bool,
-    has_cmp_kv: bool,
-    num_cube_cores: int,
-    num_vector_cores: int,
-    ascend950: bool,
-    out: torch.Tensor,
-) -> None:
-    """Every rejection of the AI-CPU kernel, in its order, plus what would be undefined there
-    (mirrors csrc/cpu/sas_metadata.cpp)."""
-    arguments = locals()
-    inputs.check_schedule_inputs(arguments, _LENGTH_TENSORS, _INT32_ATTRIBUTES)
-
-    # The kernel's own checks.
-    if not 1 <= num_cube_cores <= MAX_CUBE_CORES:
-        raise ValueError(f"num_cube_cores (AIC num) must be in [1, {MAX_CUBE_CORES}], got {num_cube_cores}")
-    if not 1 <= num_vector_cores <= MAX_VECTOR_CORES:
-        raise ValueError(f"num_vector_cores (AIV num) must be in [1, {MAX_VECTOR_CORES}], got {num_vector_cores}")
-    inputs.check_nonnegative(arguments, ("batch_size", "max_seqlen_q"))
-    if layout_kv == LAYOUT_KV_BSND and num_heads_q not in (32, 64):
-        raise ValueError(f"num_heads_q should only be 64 or 32 when layout_kv is BSND, but got {num_heads_q}")
-    inputs.check_kv_heads_and_mask(arguments)
-    for name in ("ori_win_left", "ori_win_right"):
-        inputs.check_window_sign(name, arguments[name])
-        inputs.check_window_bound(name, arguments[name])
-    inputs.check_sas_layouts(arguments)
-    inputs.check_cu_seqlens_q(arguments)
-    if layout_kv == LAYOUT_KV_PA_ND and not is_given(seqused_kv):
-        raise ValueError("seqused_kv must be provided when layout_kv is PA_ND")
-    if has_cmp_kv:
-        inputs.check_cmp_topk(cmp_topk)
-        inputs.check_cmp_ratio(cmp_ratio)
-
-    # Inputs on which the kernel's behaviour is undefined.
-    if num_heads_q < 1:
-        raise ValueError(f"num_heads_q must be >= 1 (the kernel divides by it), got {num_heads_q}")
-    inputs.check_nonnegative(arguments, ("max_seqlen_kv",))
-    batches = inputs.checked_batches(arguments)
-    if is_given(seqused_kv):
-        if seqused_kv.numel() < batches:
-            raise ValueError(f"seqused_kv must have at least B = {batches} entries (the batches of "
-                             f"{inputs.batch_source(arguments)}), got {seqused_kv.numel()}")
-    elif layout_kv == LAYOUT_KV_TND and is_given(cu_seqlens_ori_kv) and cu_seqlens_ori_kv.numel() < batches + 1:
-        raise ValueError(f"cu_seqlens_ori_kv must have at least B + 1 = {batches + 1} entries (the batches of "
-                         f"{inputs.batch_source(arguments)}), got {cu_seqlens_ori_kv.numel()}")
-    inputs.check_lengths_alias_nothing(arguments, _LENGTH_TENSORS)
-
-
-_OP = SpecOp("sas_metadata", _check, _reference)
+_OP = SpecOp("sas_metadata", _reference)
 _STRINGS = inputs.StringArguments(*inputs.SAS_STRINGS)
 _KEPT_STRINGS = _STRINGS.kept
 
@@ -158,8 +77,11 @@ def sas_metadata(
         layout_q_code, layout_kv_code, ascend950 = _KEPT_STRINGS[layout_q, layout_kv, soc_version]
     except (KeyError, TypeError):  # TypeError: an unhashable value, which _STRINGS rejects by name
         layout_q_code, layout_kv_code, ascend950 = _STRINGS(layout_q, layout_kv, soc_version)
-    _OP.select()(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
-                 seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
-                 cmp_mask_mode, ori_win_left, ori_win_right, layout_q_code, layout_kv_code, has_ori_kv, has_cmp_kv,
-                 num_cube_cores, num_vector_cores, ascend950, out)
+    _OP.select()(num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_ori_kv=cu_seqlens_ori_kv, cu_seqlens_cmp_kv=cu_seqlens_cmp_kv, seqused_q=seqused_q,
+        seqused_kv=seqused_kv, batch_size=batch_size, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+        ori_topk=ori_topk, cmp_topk=cmp_topk, cmp_ratio=cmp_ratio, ori_mask_mode=ori_mask_mode,
+        cmp_mask_mode=cmp_mask_mode, ori_win_left=ori_win_left, ori_win_right=ori_win_right, layout_q=layout_q_code,
+        layout_kv=layout_kv_code, has_ori_kv=has_ori_kv, has_cmp_kv=has_cmp_kv, num_cube_cores=num_cube_cores,
+        num_vector_cores=num_vector_cores, ascend950=ascend950, out=out)
     return out

@@ -8,12 +8,8 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._checks import check_outputs_alias_nothing, check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.store_kv_block_metadata import store_kv_block_metadata as _reference
-from specops.sas_layout import INT32_MAX
-
-_OUTPUTS = ("group_len", "group_key_idx", "group_key_cache_idx")
 
 
 class StoreKvBlockGroups(NamedTuple):
@@ -25,29 +21,7 @@ class StoreKvBlockGroups(NamedTuple):
     group_key_cache_idx: torch.Tensor
 
 
-def _check(slot_mapping: torch.Tensor, group_len: torch.Tensor, group_key_idx: torch.Tensor,
-           group_key_cache_idx: torch.Tensor, block_size: int) -> None:
-    """The kernel's rejections plus the shapes (mirrors csrc/cpu/store_kv_block_metadata.cpp);
-    the slot values (INT32_MAX, more runs than the capacity) are checked on the host only."""
-    check_tensor(slot_mapping, "slot_mapping", [torch.int32, torch.int64], 1)
-    for name, t in zip(_OUTPUTS, (group_len, group_key_idx, group_key_cache_idx)):
-        check_tensor(t, name, [torch.int32], 1, slot_mapping.device, "slot_mapping")
-    if not 0 < block_size <= INT32_MAX:
-        raise ValueError(f"block_size must be positive (and fit int32), got {block_size}")
-    if slot_mapping.numel() == 0:
-        raise ValueError("slot_mapping is empty")
-    if group_len.numel() == 0 or group_key_idx.numel() == 0 or group_key_cache_idx.numel() == 0:
-        raise ValueError("group_len, group_key_idx and group_key_cache_idx must not be empty")
-    if group_key_idx.numel() != group_len.numel() or group_key_cache_idx.numel() != group_len.numel():
-        raise ValueError(f"group_key_idx and group_key_cache_idx must have group_len's {group_len.numel()} entries, "
-                         f"got {group_key_idx.numel()} and {group_key_cache_idx.numel()}")
-    if slot_mapping.numel() > INT32_MAX:
-        raise ValueError("slot_mapping has more than 2^31 - 1 slots")
-    check_outputs_alias_nothing([(group_len, "group_len"), (group_key_idx, "group_key_idx"),
-                                 (group_key_cache_idx, "group_key_cache_idx")], [(slot_mapping, "slot_mapping")])
-
-
-_OP = SpecOp("store_kv_block_metadata", _check, _reference)
+_OP = SpecOp("store_kv_block_metadata", _reference)
 
 
 def store_kv_block_metadata(
@@ -66,11 +40,10 @@ def store_kv_block_metadata(
     more runs than the capacity is a ValueError naming group_len; on a device the runs past the
     capacity are not written.
     """
-    if not isinstance(slot_mapping, torch.Tensor):
-        raise ValueError(f"slot_mapping must be a tensor, got {type(slot_mapping).__name__}")
-    outputs = [group_len, group_key_idx, group_key_cache_idx]
-    for i, t in enumerate(outputs):
-        if t is None:
-            outputs[i] = torch.zeros(max(slot_mapping.numel(), 1), dtype=torch.int32, device=slot_mapping.device)
-    _OP.select()(slot_mapping, *outputs, block_size)
-    return StoreKvBlockGroups(*outputs)
+    # Sized from slot_mapping (the op names it when it is not a tensor).
+    size, device = (slot_mapping.numel(), slot_mapping.device) if isinstance(slot_mapping, torch.Tensor) else (0, None)
+    outputs = StoreKvBlockGroups(*(torch.zeros(max(size, 1), dtype=torch.int32, device=device) if given is None
+                                   else given for given in (group_len, group_key_idx, group_key_cache_idx)))
+    _OP.select()(slot_mapping=slot_mapping, group_len=outputs.group_len, group_key_idx=outputs.group_key_idx,
+                  group_key_cache_idx=outputs.group_key_cache_idx, block_size=block_size)
+    return outputs

@@ -3,27 +3,34 @@
 The checks (persistent/checks.py) and the draft step (persistent/draft_step.py) take this frozen
 record, made once when the mappings are built, instead of the class: the buffers they read or
 write (every one allocated once, its data pointer fixed), the batch limits, the CP layout and
-the per-group lists every multi-group op takes.
+the per-group lists every multi-group op takes, by the schema's names.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
 
 @dataclasses.dataclass(frozen=True)
-class GroupLists:
-    """The per-group lists of the multi-group ops, in schema order, one entry per group."""
+class GroupLayout:
+    """The CP layout and the per-group lists (one entry per group) that every multi-group op takes
+    under these names (prepare_spec_decode_inputs, advance_draft_step, ...)."""
 
+    cp_world_size: int
+    cp_rank: int
+    cp_interleave: int
     block_sizes: list[int]
     blocks_per_kv_block: list[int]
     cp_sharded: list[bool]
     slot_mapping_enabled: list[bool]
 
-    def as_arguments(self) -> tuple[list[int], list[int], list[bool], list[bool]]:
-        return self.block_sizes, self.blocks_per_kv_block, self.cp_sharded, self.slot_mapping_enabled
+    @functools.cached_property
+    def keywords(self) -> dict[str, object]:
+        """The seven as an op call's keyword arguments (`op(..., **layout.keywords)`)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +51,7 @@ class CapturedBuffers:
     device: torch.device  # the buffers' device, as their tensors report it
     max_num_reqs: int
     max_num_tokens: int
-    cp: tuple[int, int, int]  # (cp_world_size, cp_rank, cp_interleave)
-    groups: GroupLists
+    layout: GroupLayout
     # Every captured block table and slot mapping lies in these two (callers' tensors may share
     # memory with neither).
     table_storage: torch.Tensor

@@ -15,7 +15,8 @@ import torch
 
 from specops._backend import current_backend
 from specops._fastpath import native_entry
-from specops.ops._checks import check_no_overlap, check_query_start_loc, check_tensor, checked_int
+from specops.arguments import checked_int
+from specops.ops._checks import check_no_overlap, check_query_start_loc, check_tensor
 from specops.persistent.captured import CapturedBuffers
 
 # compute_slot_mapping's value checks for every group's table at once, writing nothing.
@@ -84,9 +85,12 @@ def check_refresh(captured: CapturedBuffers, idx_mapping: torch.Tensor, query_st
         # mapping; groups differ there, so every group is checked before the first one is
         # rewritten (device kernels write PAD instead and never reject a value).
         try:
-            CHECK_POSITIONS(query_start_loc, positions, checked.tables, idx_mapping, checked.block_sizes,
-                            checked.blocks_per_kv_block, checked.cp_sharded, *captured.cp, checked.counts,
-                            checked.slots)
+            CHECK_POSITIONS(query_start_loc=query_start_loc, positions=positions, block_tables=checked.tables,
+                            idx_mapping=idx_mapping, block_sizes=checked.block_sizes,
+                            blocks_per_kv_block=checked.blocks_per_kv_block, cp_sharded=checked.cp_sharded,
+                            cp_world_size=captured.layout.cp_world_size, cp_rank=captured.layout.cp_rank,
+                            cp_interleave=captured.layout.cp_interleave, num_blocks=checked.counts,
+                            slot_mappings=checked.slots)
         except ValueError as error:
             raise ValueError(_named_by_group(str(error), checked.groups)) from None
     return num_reqs_padded, num_tokens_padded, windowed

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops.advance_draft_step import NO_DRAFT_INPUTS, RULES, DraftStep
+from specops.ops.advance_draft_step import RULES, DraftStep
 from specops.ops.registry import OPS
 from specops.persistent.captured import CapturedBuffers
 from specops.persistent.checks import padded_extents
@@ -44,8 +44,10 @@ def advance_draft_step(
     draft_positions = captured.draft_positions[:num_reqs]
     # The first step gathers from the target step's positions; later steps advance in place.
     positions = captured.positions if token_indices is not None else draft_positions
-    _DRAFT_STEP.select()(positions, captured.seq_lens, captured.source_block_tables, token_indices,
-                         num_rejected_tokens, idx_mapping, draft_positions, captured.slot_mappings, query_start_loc,
-                         captured.num_blocks, max_model_len, RULES[past_max_model_len], num_tokens_padded,
-                         num_reqs_padded, *captured.cp, *captured.groups.as_arguments(), *NO_DRAFT_INPUTS)
+    _DRAFT_STEP.select()(
+        positions=positions, seq_lens=captured.seq_lens, block_tables=captured.source_block_tables,
+        token_indices=token_indices, num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping,
+        out_positions=draft_positions, slot_mappings=captured.slot_mappings, query_start_loc=query_start_loc,
+        num_blocks=captured.num_blocks, max_model_len=max_model_len, past_max_model_len=RULES[past_max_model_len],
+        num_tokens_padded=num_tokens_padded, num_reqs_padded=num_reqs_padded, **captured.layout.keywords)
     return DraftStep(draft_positions, captured.seq_lens[:num_reqs_padded], captured.slot_mappings, query_start_loc)

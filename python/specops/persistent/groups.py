@@ -6,13 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from specops.ops._checks import (
-    check_int32_range,
-    check_interleave_divides,
-    check_positive,
-    checked_int,
-    normalize_config_fields,
-)
+from specops.arguments import check_int32_range, check_positive, checked_int, normalize_config_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,30 +52,22 @@ def widths_per_group(max_num_blocks_per_req: int | Sequence[int], num_groups: in
     return widths
 
 
-@dataclasses.dataclass(frozen=True)
-class SlotMappingArgs:
-    """compute_slot_mapping's arguments for one group (a group without CP sharding sees one rank)."""
-
-    block_size: int
-    blocks_per_kv_block: int
-    cp_world_size: int
-    cp_rank: int
-    cp_interleave: int
-
-
 def slot_mapping_args(groups: Sequence[MappingGroup], cp_world_size: int, cp_rank: int,
-                      cp_interleave: int) -> list[SlotMappingArgs | None]:
-    """Each group's slot-mapping arguments; None for a group without a slot mapping (PAD, its
-    table never read)."""
-    args: list[SlotMappingArgs | None] = []
+                      cp_interleave: int) -> list[dict[str, int] | None]:
+    """Each group's compute_slot_mapping keywords (block_size, blocks_per_kv_block and the CP
+    layout: a group without CP sharding sees one rank); None for a group without a slot mapping
+    (PAD, its table never read)."""
+    args: list[dict[str, int] | None] = []
     for index, group in enumerate(groups):
         if not group.slot_mapping_enabled:
             args.append(None)
-        elif group.cp_sharded:
-            check_interleave_divides(group.block_size * group.blocks_per_kv_block, cp_interleave, f" of groups[{index}]")
-            args.append(SlotMappingArgs(block_size=group.block_size, blocks_per_kv_block=group.blocks_per_kv_block,
-                                        cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave))
-        else:
-            args.append(SlotMappingArgs(block_size=group.block_size, blocks_per_kv_block=group.blocks_per_kv_block,
-                                        cp_world_size=1, cp_rank=0, cp_interleave=1))
+            continue
+        kv_block = group.block_size * group.blocks_per_kv_block
+        if group.cp_sharded and kv_block % cp_interleave != 0:
+            # At construction, naming the group, rather than at the group's first step.
+            raise ValueError(f"cp_interleave must divide block_size * blocks_per_kv_block = {kv_block} of "
+                             f"groups[{index}], got {cp_interleave}")
+        cp = (cp_world_size, cp_rank, cp_interleave) if group.cp_sharded else (1, 0, 1)
+        args.append(dict(block_size=group.block_size, blocks_per_kv_block=group.blocks_per_kv_block,
+                         cp_world_size=cp[0], cp_rank=cp[1], cp_interleave=cp[2]))
     return args

@@ -20,13 +20,17 @@ import torch
 
 from specops._backend import current_backend
 from specops._constants import NULL_BLOCK_ID, PAD_SLOT_ID
-from specops.ops._checks import INT32_MAX, check_context_parallel, checked_int, checked_size
+from specops.arguments import INT32_MAX, check_cp_rank, check_positive, checked_int, checked_size
 from specops.ops.advance_draft_step import DraftStep
-from specops.ops.prepare_spec_decode_inputs import BATCH_COUNTS
 from specops.ops.registry import OPS
-from specops.persistent.captured import CapturedBuffers, CheckedTables, GroupLists
-from specops.persistent.checks import (CHECK_POSITIONS, check_host_copies, check_refresh,
-                                       check_shares_no_captured_buffer, padded_extents)
+from specops.persistent.captured import CapturedBuffers, CheckedTables, GroupLayout
+from specops.persistent.checks import (
+    CHECK_POSITIONS,
+    check_host_copies,
+    check_refresh,
+    check_shares_no_captured_buffer,
+    padded_extents,
+)
 from specops.persistent.draft_step import advance_draft_step as _advance_draft_step
 from specops.persistent.extents import EndPadding, peer_batch
 from specops.persistent.groups import MappingGroup, slot_mapping_args, widths_per_group
@@ -88,7 +92,8 @@ class PersistentMappings:
         cp_world_size, cp_rank = checked_int(cp_world_size, "cp_world_size"), checked_int(cp_rank, "cp_rank")
         cp_interleave = checked_int(cp_interleave, "cp_interleave")
         widths = widths_per_group(max_num_blocks_per_req, len(groups))
-        check_context_parallel(cp_world_size, cp_rank, cp_interleave)
+        check_cp_rank(cp_world_size, cp_rank, "cp_world_size")
+        check_positive(cp_interleave, "cp_interleave")
         if slot_dtype not in (torch.int64, torch.int32):
             raise ValueError(f"slot_dtype must be torch.int64 or torch.int32, got {slot_dtype}")
         self._slot_args = slot_mapping_args(groups, cp_world_size, cp_rank, cp_interleave)
@@ -169,12 +174,12 @@ class PersistentMappings:
                 # int32 slot mappings: every group's slots are checked to fit before the first write
                 # (each compute_slot_mapping would check only its own, after the groups before it).
                 [self.slot_mappings[g] for g in mapped] if slot_dtype == torch.int32 else [])
-        lists = GroupLists([group.block_size for group in groups], [group.blocks_per_kv_block for group in groups],
-                           [group.cp_sharded for group in groups], [args is not None for args in self._slot_args])
+        layout = GroupLayout(cp_world_size, cp_rank, cp_interleave, [group.block_size for group in groups],
+                             [group.blocks_per_kv_block for group in groups], [group.cp_sharded for group in groups],
+                             [args is not None for args in self._slot_args])
         # What the helpers (checks.py, draft_step.py) read: a frozen record, not this object.
         self.captured = CapturedBuffers(
-            self._source_storage.device, max_num_reqs, max_num_tokens, (cp_world_size, cp_rank, cp_interleave),
-            lists, self._captured_tables, self._captured_slots, self.source_block_tables, self.num_blocks,
+            self._source_storage.device, max_num_reqs, max_num_tokens, layout, self._captured_tables, self._captured_slots, self.source_block_tables, self.num_blocks,
             self.slot_mappings, self.positions, self.seq_lens, self.draft_positions, len(mapped),
             any(reach > 0 for reach in self._window_reach), checked)
 
@@ -284,10 +289,9 @@ class PersistentMappings:
             self._gather(groups[first], idx_mapping, rows_written, num_computed_tokens)
         for group, source, counts, table, slots, args, reach in groups:
             if args is not None:
-                _SLOT_MAPPING(
-                    query_start_loc, positions, source, args.block_size, slots, args.blocks_per_kv_block,
-                    args.cp_world_size, args.cp_rank, args.cp_interleave, idx_mapping, tokens_written, counts,
-                )
+                _SLOT_MAPPING(query_start_loc=query_start_loc, positions=positions, block_table=source, out=slots,
+                              idx_mapping=idx_mapping, num_tokens_padded=tokens_written, num_blocks=counts,
+                              **args)
         for g, group in enumerate(groups):
             if g != first:
                 self._gather(group, idx_mapping, rows_written, num_computed_tokens)
@@ -301,7 +305,8 @@ class PersistentMappings:
     def _gather(group_views: tuple, idx_mapping: torch.Tensor, rows: int,
                 num_computed_tokens: torch.Tensor | None) -> None:
         group, source, counts, table, _, _, reach = group_views
-        _GATHER(source, counts, idx_mapping, table, rows, num_computed_tokens, reach, group.block_size)
+        _GATHER(src_block_table=source, num_blocks=counts, idx_mapping=idx_mapping, out=table, num_reqs_padded=rows,
+                num_computed_tokens=num_computed_tokens, sliding_window_reach=reach, block_size=group.block_size)
 
     def prepare_step(
         self,
@@ -370,10 +375,15 @@ class PersistentMappings:
                                      self.block_tables_by_name, self.slot_mappings_by_name)
             self._step_views[(num_tokens_padded, num_reqs_padded)] = views
         _FUSED_STEP.select()(
-            num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
-            prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, self.positions, self.seq_lens,
-            self.source_block_tables, self.slot_mappings, idx_mapping, tokens_written, num_reqs_padded,
-            *self.captured.cp, *self.captured.groups.as_arguments(), self.num_blocks, *BATCH_COUNTS)
+            num_computed_tokens=num_computed_tokens, num_accepted_tokens=num_accepted_tokens,
+            prev_positions=prev_positions, valid_sampled_token_count=valid_sampled_token_count,
+            prev_num_draft_tokens=prev_num_draft_tokens, cpu_num_computed_tokens=cpu_num_computed_tokens,
+            query_start_loc=query_start_loc, positions=self.positions, seq_lens=self.seq_lens,
+            block_tables=self.source_block_tables, slot_mappings=self.slot_mappings, idx_mapping=idx_mapping,
+            num_tokens_padded=tokens_written, num_reqs_padded=num_reqs_padded, num_blocks=self.num_blocks,
+            # The batch-indexed mode, without a gather (the gathers run below, per group).
+            request_indexed_counts=False, gathered_block_tables=[], num_gathered_rows=0, sliding_window_reach=[],
+            **self.captured.layout.keywords)
         row_first = None
         if self.captured.masks_windows:
             # Request-indexed first positions for the gathers (the fused op's are batch-indexed).
@@ -390,8 +400,9 @@ class PersistentMappings:
             row_first = self._row_first_position[1 : self.max_num_reqs + 1]
         for group, source, counts, table, reach in zip(self.groups, self.source_block_tables, self.num_blocks,
                                                        self.block_tables, self._window_reach):
-            _GATHER(source, counts, idx_mapping, table, rows_written, row_first if reach else None, reach,
-                    group.block_size)
+            _GATHER(src_block_table=source, num_blocks=counts, idx_mapping=idx_mapping, out=table,
+                    num_reqs_padded=rows_written, num_computed_tokens=row_first if reach else None,
+                    sliding_window_reach=reach, block_size=group.block_size)
         self._end_padding.written(num_reqs, num_tokens_padded)
         return views
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from specops._constants import NULL_BLOCK_ID
-from specops.ops._checks import INT32_MAX, checked_int
+from specops.arguments import INT32_MAX, checked_int
 from specops.ops.apply_staged_writes import apply_staged_writes
 
 

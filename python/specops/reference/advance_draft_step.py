@@ -32,74 +32,65 @@ def _slots(table: torch.Tensor, counts: torch.Tensor | None, row: torch.Tensor, 
     return (block_id * block_size + local_offset % block_size).where(valid, PAD_SLOT_ID)
 
 
-def advance_draft_step(
-    positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: list[torch.Tensor],
-    token_indices: torch.Tensor | None, num_rejected_tokens: torch.Tensor | None, idx_mapping: torch.Tensor | None,
-    out_positions: torch.Tensor, slot_mappings: list[torch.Tensor], query_start_loc: torch.Tensor | None,
-    num_blocks: list[torch.Tensor], max_model_len: int, past_max_model_len: int, num_tokens_padded: int,
-    num_reqs_padded: int, cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int],
-    blocks_per_kv_block: list[int], cp_sharded: list[bool], slot_mapping_enabled: list[bool],
-    target_seq_lens: torch.Tensor | None, input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None,
-    sampled_tokens: torch.Tensor | None, draft_step: torch.Tensor | None, num_draft_steps: int,
-    sample_positions: torch.Tensor | None, hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None,
-) -> None:
-    rule = past_max_model_len
-    num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
-    step = int(draft_step) if draft_step is not None else 0
-    in_columns = draft_tokens is not None and 0 <= step < draft_tokens.size(1)
-    if sampled_tokens is not None and in_columns:
-        draft_tokens[:num_reqs, step] = sampled_tokens.to(draft_tokens.dtype)
-    if num_draft_steps >= 0 and step >= num_draft_steps - 1:
+def advance_draft_step(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    rule = a.past_max_model_len
+    num_reqs = a.token_indices.numel() if a.token_indices is not None else a.positions.numel()
+    step = int(a.draft_step) if a.draft_step is not None else 0
+    in_columns = a.draft_tokens is not None and 0 <= step < a.draft_tokens.size(1)
+    if a.sampled_tokens is not None and in_columns:
+        a.draft_tokens[:num_reqs, step] = a.sampled_tokens.to(a.draft_tokens.dtype)
+    if a.num_draft_steps >= 0 and step >= a.num_draft_steps - 1:
         return  # the last draft step: only the sampled tokens' store
-    if input_ids is not None:
-        tokens = sampled_tokens if sampled_tokens is not None else (
-            draft_tokens[:num_reqs, step] if in_columns else torch.zeros(num_reqs, dtype=torch.int64))
-        input_ids[:num_reqs] = tokens.to(input_ids.dtype)
-    if sample_positions is not None:
-        sample_positions[:num_reqs] += 1
-    if hidden_states is not None:
-        next_hidden_states[:num_reqs] = hidden_states[:num_reqs]
-    if token_indices is not None:
-        num_reqs = token_indices.numel()
-        index = token_indices.long()
-        ok = (index >= 0) & (index < positions.numel())
-        current = positions.long()[index.where(ok, 0)] if positions.numel() else torch.zeros_like(index)
+    if a.input_ids is not None:
+        tokens = a.sampled_tokens if a.sampled_tokens is not None else (
+            a.draft_tokens[:num_reqs, step] if in_columns else torch.zeros(num_reqs, dtype=torch.int64))
+        a.input_ids[:num_reqs] = tokens.to(a.input_ids.dtype)
+    if a.sample_positions is not None:
+        a.sample_positions[:num_reqs] += 1
+    if a.hidden_states is not None:
+        a.next_hidden_states[:num_reqs] = a.hidden_states[:num_reqs]
+    if a.token_indices is not None:
+        num_reqs = a.token_indices.numel()
+        index = a.token_indices.long()
+        ok = (index >= 0) & (index < a.positions.numel())
+        current = a.positions.long()[index.where(ok, 0)] if a.positions.numel() else torch.zeros_like(index)
     else:
-        num_reqs = positions.numel()
+        num_reqs = a.positions.numel()
         ok = torch.ones(num_reqs, dtype=torch.bool)
-        current = positions.long()
+        current = a.positions.long()
     # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum wraps to
     # -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
-    over = ok & (current >= max_model_len - 1)
+    over = ok & (current >= a.max_model_len - 1)
     p = (current + 1).where(ok & ~over, 0)
-    base = (target_seq_lens if target_seq_lens is not None else seq_lens[:num_reqs]).long()
-    if num_rejected_tokens is not None:
-        base = base - num_rejected_tokens.long()
+    base = (a.target_seq_lens if a.target_seq_lens is not None else a.seq_lens[:num_reqs]).long()
+    if a.num_rejected_tokens is not None:
+        base = base - a.num_rejected_tokens.long()
     if rule == 1:
-        position = p.where(~over, max_model_len - 1)
-        seq_len = (base + 1).clamp(max=max_model_len)
+        position = p.where(~over, a.max_model_len - 1)
+        seq_len = (base + 1).clamp(max=a.max_model_len)
         mapped = ok
     else:
         position = p.where(~over, 0)
-        seq_len = (base + 1).where(~over, 1).clamp(max=max_model_len)
+        seq_len = (base + 1).where(~over, 1).clamp(max=a.max_model_len)
         mapped = ok & ~over
-    row = idx_mapping.long() if idx_mapping is not None else torch.arange(num_reqs)
-    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
-                            cp_rank, cp_interleave)
-    for g, (table, out, layout) in enumerate(zip(block_tables, slot_mappings, layouts)):
-        slots = _slots(table, num_blocks[g] if num_blocks else None, row, position, mapped & layout.enabled,
+    row = a.idx_mapping.long() if a.idx_mapping is not None else torch.arange(num_reqs)
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
+                            a.cp_rank, a.cp_interleave)
+    for g, (table, out, layout) in enumerate(zip(a.block_tables, a.slot_mappings, layouts)):
+        slots = _slots(table, a.num_blocks[g] if a.num_blocks else None, row, position, mapped & layout.enabled,
                        layout.block_size, layout.blocks_per_kv_block, *layout.cp)
         if out.dtype == torch.int32:
             slots = slots.where(slots <= INT32_MAX, PAD_SLOT_ID)
         out[:num_reqs] = slots.to(out.dtype)
-        out[num_reqs:num_tokens_padded if num_tokens_padded >= 0 else out.numel()] = PAD_SLOT_ID
-    out_positions[:num_reqs] = position.to(out_positions.dtype)
-    positions_end = out_positions.numel()
-    if positions_end > num_reqs and num_tokens_padded >= 0:
-        positions_end = num_tokens_padded
-    out_positions[num_reqs:positions_end] = 0
-    seq_lens[:num_reqs] = seq_len.to(torch.int32)
-    seq_lens[num_reqs:seq_lens.numel() if num_reqs_padded < 0 else num_reqs_padded] = 0
-    if query_start_loc is not None:
-        end = query_start_loc.numel() if num_reqs_padded < 0 else num_reqs_padded + 1
-        query_start_loc[:end] = torch.arange(end).clamp(max=num_reqs).to(torch.int32)
+        out[num_reqs:a.num_tokens_padded if a.num_tokens_padded >= 0 else out.numel()] = PAD_SLOT_ID
+    a.out_positions[:num_reqs] = position.to(a.out_positions.dtype)
+    positions_end = a.out_positions.numel()
+    if positions_end > num_reqs and a.num_tokens_padded >= 0:
+        positions_end = a.num_tokens_padded
+    a.out_positions[num_reqs:positions_end] = 0
+    a.seq_lens[:num_reqs] = seq_len.to(torch.int32)
+    a.seq_lens[num_reqs:a.seq_lens.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded] = 0
+    if a.query_start_loc is not None:
+        end = a.query_start_loc.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded + 1
+        a.query_start_loc[:end] = torch.arange(end).clamp(max=num_reqs).to(torch.int32)

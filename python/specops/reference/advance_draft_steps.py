@@ -45,67 +45,57 @@ def _rope_rows(cache: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return torch.where(valid[:, None], rows, torch.zeros_like(rows))
 
 
-def advance_draft_steps(
-    query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor, token_indices: torch.Tensor,
-    num_rejected_tokens: torch.Tensor, idx_mapping: torch.Tensor | None, block_tables: list[torch.Tensor],
-    num_blocks: list[torch.Tensor], target_slot_mappings: list[torch.Tensor], rope_cos_sin_cache: torch.Tensor,
-    out_positions: torch.Tensor, out_seq_lens: torch.Tensor, out_query_start_loc: torch.Tensor,
-    out_cos_sin: torch.Tensor, out_local_cos_sin: torch.Tensor, out_local_query_start_loc: torch.Tensor,
-    out_local_seq_lens: torch.Tensor, out_start_pos: torch.Tensor, out_slots: list[torch.Tensor],
-    out_slot_pairs: list[torch.Tensor], num_steps: int, num_actual_tokens: int, num_input_tokens: int,
-    num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
-    cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int],
-    cp_sharded: list[bool], slot_mapping_enabled: list[bool], storage_block_sizes: list[int],
-) -> None:
-    num_tokens, rule, storage = num_actual_tokens, past_max_model_len, storage_block_sizes
-    layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
-                            cp_rank, cp_interleave)
-    num_reqs = token_indices.numel()
-    reqs_end = out_seq_lens.size(1)
-    device = out_positions.device
-    row = idx_mapping.long() if idx_mapping is not None else torch.arange(num_reqs, device=device)
-    later = draft_pass_positions(positions, seq_lens, token_indices, num_rejected_tokens, num_steps, max_model_len,
+def advance_draft_steps(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    num_tokens, rule, storage = a.num_actual_tokens, a.past_max_model_len, a.storage_block_sizes
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
+                            a.cp_rank, a.cp_interleave)
+    num_reqs = a.token_indices.numel()
+    reqs_end = a.out_seq_lens.size(1)
+    device = a.out_positions.device
+    row = a.idx_mapping.long() if a.idx_mapping is not None else torch.arange(num_reqs, device=device)
+    later = draft_pass_positions(a.positions, a.seq_lens, a.token_indices, a.num_rejected_tokens, a.num_steps, a.max_model_len,
                                  rule == 1)
     entries = torch.arange(reqs_end + 1, device=device)
-    for k in range(num_steps):
+    for k in range(a.num_steps):
         if k == 0:
-            tokens, stream = num_tokens, num_input_tokens
-            token_positions = positions[:num_tokens].long()
-            seq = seq_lens[:num_reqs].long()
-            qsl = query_start_loc.long()[entries.clamp(max=num_reqs)]
-            slots = [target[:num_tokens].long() for target in target_slot_mappings]
+            tokens, stream = num_tokens, a.num_input_tokens
+            token_positions = a.positions[:num_tokens].long()
+            seq = a.seq_lens[:num_reqs].long()
+            qsl = a.query_start_loc.long()[entries.clamp(max=num_reqs)]
+            slots = [target[:num_tokens].long() for target in a.target_slot_mappings]
         else:
-            tokens, stream = num_reqs, num_reqs_padded
+            tokens, stream = num_reqs, a.num_reqs_padded
             token_positions, seq, mapped = later[k - 1]
             qsl = entries.clamp(max=num_reqs)
-            slots = [draft_slots(table, num_blocks[g] if num_blocks else None, row, token_positions,
+            slots = [draft_slots(table, a.num_blocks[g] if a.num_blocks else None, row, token_positions,
                                  mapped & layout.enabled, layout.block_size, layout.blocks_per_kv_block, *layout.cp)
-                     for g, (table, layout) in enumerate(zip(block_tables, layouts))]
-        per_rank = -(-stream // split_size)
-        pad = per_rank * split_size
-        local_start, local_end = split_rank * per_rank, (split_rank + 1) * per_rank
+                     for g, (table, layout) in enumerate(zip(a.block_tables, layouts))]
+        per_rank = -(-stream // a.split_size)
+        pad = per_rank * a.split_size
+        local_start, local_end = a.split_rank * per_rank, (a.split_rank + 1) * per_rank
         padded = torch.zeros(pad, dtype=torch.int64, device=device)
         padded[:tokens] = token_positions
-        out_positions[k, :pad] = padded.to(out_positions.dtype)
-        rows = _rope_rows(rope_cos_sin_cache, padded)
-        out_cos_sin[k, :pad] = rows
+        a.out_positions[k, :pad] = padded.to(a.out_positions.dtype)
+        rows = _rope_rows(a.rope_cos_sin_cache, padded)
+        a.out_cos_sin[k, :pad] = rows
         local = rows[local_start:local_end].clone()
         local[max(tokens - local_start, 0):] = 0
-        out_local_cos_sin[k, :per_rank] = local
-        out_seq_lens[k, :num_reqs] = seq.to(torch.int32)
-        out_seq_lens[k, num_reqs:] = 0
-        out_query_start_loc[k, :reqs_end + 1] = qsl.to(torch.int32)
+        a.out_local_cos_sin[k, :per_rank] = local
+        a.out_seq_lens[k, :num_reqs] = seq.to(torch.int32)
+        a.out_seq_lens[k, num_reqs:] = 0
+        a.out_query_start_loc[k, :reqs_end + 1] = qsl.to(torch.int32)
         clamped = qsl.clamp(local_start, local_end)
-        out_local_query_start_loc[k, :reqs_end + 1] = (clamped - clamped[0]).to(torch.int32)
+        a.out_local_query_start_loc[k, :reqs_end + 1] = (clamped - clamped[0]).to(torch.int32)
         starts, ends = qsl[:num_reqs], qsl[1:num_reqs + 1]
         local_lens = clamped[1:num_reqs + 1] - clamped[:num_reqs]
         beyond = ends - clamped[1:num_reqs + 1]  # the request's tokens on later ranks
         local_seq = torch.where((local_lens > 0) & (seq > 0), (seq - beyond).clamp(min=0), 0)
-        out_local_seq_lens[k, :num_reqs] = local_seq.to(torch.int32)
-        out_local_seq_lens[k, num_reqs:] = 0
-        out_start_pos[k, :num_reqs] = (seq - (ends - starts)).to(torch.int32)
-        out_start_pos[k, num_reqs:] = 0
-        for g, (out, pairs, source) in enumerate(zip(out_slots, out_slot_pairs, slots)):
+        a.out_local_seq_lens[k, :num_reqs] = local_seq.to(torch.int32)
+        a.out_local_seq_lens[k, num_reqs:] = 0
+        a.out_start_pos[k, :num_reqs] = (seq - (ends - starts)).to(torch.int32)
+        a.out_start_pos[k, num_reqs:] = 0
+        for g, (out, pairs, source) in enumerate(zip(a.out_slots, a.out_slot_pairs, slots)):
             if out.dtype == torch.int32:
                 source = source.where(source <= INT32_MAX, PAD_SLOT_ID)
             written = torch.full((stream,), PAD_SLOT_ID, dtype=torch.int64, device=device)

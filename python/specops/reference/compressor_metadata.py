@@ -12,48 +12,44 @@ from __future__ import annotations
 
 import torch
 
+from specops.compressor_layout import FORMAT_FLAT
 from specops.sas_layout import INT32_MAX
 
-FORMAT_FLAT = 1
-FORMAT_BLOCK_OFFSET = 2
 
-
-def compressor_metadata(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqlens: torch.Tensor,
-                        start_pos: torch.Tensor, kv_block_table: torch.Tensor, kv_block_size: int,
-                        slot_mapping_format: int, compress_ratio: int, num_reqs_actual: int,
-                        compress_cos: torch.Tensor, compress_sin: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    num_rows = compress_cos.shape[0]
-    device = compress_cos.device
-    starts = start_pos[:num_reqs_actual].long()
-    lengths = (cu_seqlens[1:num_reqs_actual + 1] - cu_seqlens[:num_reqs_actual]).long()
+def compressor_metadata(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    num_rows = a.compress_cos.shape[0]
+    device = a.compress_cos.device
+    starts = a.start_pos[:a.num_reqs_actual].long()
+    lengths = (a.cu_seqlens[1:a.num_reqs_actual + 1] - a.cu_seqlens[:a.num_reqs_actual]).long()
     counts = torch.where((starts >= 0) & (lengths > 0),
-                         (starts + lengths) // compress_ratio - starts // compress_ratio, 0)
+                         (starts + lengths) // a.compress_ratio - starts // a.compress_ratio, 0)
     counts = counts.clamp(min=0)
-    request = torch.repeat_interleave(torch.arange(num_reqs_actual, device=device), counts)[:num_rows]
+    request = torch.repeat_interleave(torch.arange(a.num_reqs_actual, device=device), counts)[:num_rows]
     first_row = torch.cumsum(counts, 0) - counts
     row = torch.arange(request.numel(), device=device)
-    position = starts[request] // compress_ratio + row - first_row[request]
-    block_index = position // kv_block_size
-    rope_row = position * compress_ratio
-    width = kv_block_table.shape[1]
-    inside = (block_index < width) & (rope_row < rope_cos.shape[0])
-    block_id = kv_block_table[request, block_index.clamp(max=max(width - 1, 0))].long() if width else \
+    position = starts[request] // a.compress_ratio + row - first_row[request]
+    block_index = position // a.kv_block_size
+    rope_row = position * a.compress_ratio
+    width = a.kv_block_table.shape[1]
+    inside = (block_index < width) & (rope_row < a.rope_cos.shape[0])
+    block_id = a.kv_block_table[request, block_index.clamp(max=max(width - 1, 0))].long() if width else \
         torch.full_like(position, -1)
-    offset = position % kv_block_size
+    offset = position % a.kv_block_size
     valid = inside & (block_id >= 0)
-    if slot_mapping_format == FORMAT_FLAT:
-        valid = valid & (block_id * kv_block_size + offset <= INT32_MAX)
-    cos = torch.ones((num_rows, rope_cos.shape[1]), dtype=rope_cos.dtype, device=device)
+    if a.slot_mapping_format == FORMAT_FLAT:
+        valid = valid & (block_id * a.kv_block_size + offset <= INT32_MAX)
+    cos = torch.ones((num_rows, a.rope_cos.shape[1]), dtype=a.rope_cos.dtype, device=device)
     sin = torch.zeros_like(cos)
-    gathered = rope_row.clamp(max=rope_cos.shape[0] - 1)
-    cos[:row.numel()] = torch.where(valid[:, None], rope_cos[gathered], cos[:row.numel()])
-    sin[:row.numel()] = torch.where(valid[:, None], rope_sin[gathered], sin[:row.numel()])
-    if slot_mapping_format == FORMAT_FLAT:
+    gathered = rope_row.clamp(max=a.rope_cos.shape[0] - 1)
+    cos[:row.numel()] = torch.where(valid[:, None], a.rope_cos[gathered], cos[:row.numel()])
+    sin[:row.numel()] = torch.where(valid[:, None], a.rope_sin[gathered], sin[:row.numel()])
+    if a.slot_mapping_format == FORMAT_FLAT:
         slots = torch.full((num_rows,), -1, dtype=torch.int64, device=device)
-        slots[:row.numel()] = torch.where(valid, block_id * kv_block_size + offset, -1)
+        slots[:row.numel()] = torch.where(valid, block_id * a.kv_block_size + offset, -1)
     else:
-        slots = torch.tensor([-1, kv_block_size - 1], device=device).repeat(num_rows, 1)
+        slots = torch.tensor([-1, a.kv_block_size - 1], device=device).repeat(num_rows, 1)
         slots[:row.numel()] = torch.where(valid[:, None], torch.stack([block_id, offset], 1), slots[:row.numel()])
-    compress_cos.copy_(cos.reshape(compress_cos.shape))
-    compress_sin.copy_(sin.reshape(compress_sin.shape))
-    slot_mapping.copy_(slots.to(torch.int32).reshape(slot_mapping.shape))
+    a.compress_cos.copy_(cos.reshape(a.compress_cos.shape))
+    a.compress_sin.copy_(sin.reshape(a.compress_sin.shape))
+    a.slot_mapping.copy_(slots.to(torch.int32).reshape(a.slot_mapping.shape))

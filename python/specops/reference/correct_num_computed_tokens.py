@@ -26,24 +26,18 @@ def gather_rows(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return values[rows]
 
 
-def correct_num_computed_tokens(
-    num_computed_tokens: torch.Tensor,
-    num_accepted_tokens: torch.Tensor,
-    prev_positions: torch.Tensor,
-    valid_sampled_token_count: torch.Tensor,
-    prev_num_draft_tokens: torch.Tensor,
-    cpu_num_computed_tokens: torch.Tensor,
-) -> None:
-    num_rows = prev_positions.numel()
-    num_previous_rows = min(valid_sampled_token_count.numel(), prev_num_draft_tokens.numel(),
-                            num_computed_tokens.numel())
-    rows, continues = continued_rows(prev_positions, num_previous_rows, prev_num_draft_tokens)
+def correct_num_computed_tokens(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    num_rows = a.prev_positions.numel()
+    num_previous_rows = min(a.valid_sampled_token_count.numel(), a.prev_num_draft_tokens.numel(),
+                            a.num_computed_tokens.numel())
+    rows, continues = continued_rows(a.prev_positions, num_previous_rows, a.prev_num_draft_tokens)
     # Every value below is a new tensor, so all reads happen before the two stores, whichever
     # input aliases an output.
     # int64 valid or host counts enter the int32 arithmetic by their low 32 bits (the peer's `.int()`).
-    valid = gather_rows(valid_sampled_token_count, rows).int()
-    new_computed = torch.where(continues, gather_rows(num_computed_tokens, rows) + valid,
-                               cpu_num_computed_tokens[:num_rows].int())
-    new_accepted = torch.where(continues, valid, num_accepted_tokens[:num_rows])
-    num_computed_tokens[:num_rows] = new_computed
-    num_accepted_tokens[:num_rows] = new_accepted
+    valid = gather_rows(a.valid_sampled_token_count, rows).int()
+    new_computed = torch.where(continues, gather_rows(a.num_computed_tokens, rows) + valid,
+                               a.cpu_num_computed_tokens[:num_rows].int())
+    new_accepted = torch.where(continues, valid, a.num_accepted_tokens[:num_rows])
+    a.num_computed_tokens[:num_rows] = new_computed
+    a.num_accepted_tokens[:num_rows] = new_accepted

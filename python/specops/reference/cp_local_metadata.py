@@ -26,30 +26,21 @@ def local_lens(
     return local_query_lens, local_seq
 
 
-def cp_local_metadata(
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    num_input_tokens: int,
-    cp_size: int,
-    cp_rank: int,
-    causal: bool,
-    local_query_start_loc: torch.Tensor,
-    local_seq_lens: torch.Tensor,
-    start_pos: torch.Tensor,
-) -> None:
-    split = cp_token_split(num_input_tokens, cp_size, cp_rank)
-    num_reqs = query_start_loc.numel() - 1
-    local_query_lens, local_seq = local_lens(query_start_loc, seq_lens, split.local_start, split.local_end, causal)
+def cp_local_metadata(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    split = cp_token_split(a.num_input_tokens, a.cp_size, a.cp_rank)
+    num_reqs = a.query_start_loc.numel() - 1
+    local_query_lens, local_seq = local_lens(a.query_start_loc, a.seq_lens, split.local_start, split.local_end, a.causal)
 
-    local_query_start_loc[0] = 0
-    local_query_start_loc[1 : num_reqs + 1] = torch.cumsum(local_query_lens, 0).to(torch.int32)
+    a.local_query_start_loc[0] = 0
+    a.local_query_start_loc[1 : num_reqs + 1] = torch.cumsum(local_query_lens, 0).to(torch.int32)
     # Padded requests repeat the last start: they are empty.
-    local_query_start_loc[num_reqs + 1 :] = local_query_start_loc[num_reqs]
-    local_seq_lens[:num_reqs] = local_seq.to(torch.int32)
-    local_seq_lens[num_reqs:] = 0
-    query_lens = query_start_loc[1:] - query_start_loc[:-1]
-    start_pos[:num_reqs] = (seq_lens - query_lens).to(torch.int32)
-    start_pos[num_reqs:] = 0
+    a.local_query_start_loc[num_reqs + 1 :] = a.local_query_start_loc[num_reqs]
+    a.local_seq_lens[:num_reqs] = local_seq.to(torch.int32)
+    a.local_seq_lens[num_reqs:] = 0
+    query_lens = a.query_start_loc[1:] - a.query_start_loc[:-1]
+    a.start_pos[:num_reqs] = (a.seq_lens - query_lens).to(torch.int32)
+    a.start_pos[num_reqs:] = 0
 
 
 def cp_local_max_lens(

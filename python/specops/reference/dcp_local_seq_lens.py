@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import torch
 
-
-def dcp_local_seq_lens(
-    seq_lens: torch.Tensor, cp_world_size: int, cp_rank: int, cp_interleave: int, out: torch.Tensor
-) -> None:
-    num_reqs = seq_lens.numel()
-    seq_len = seq_lens.long().clamp(min=0)  # a negative length (rejected by the host op) stores nothing
-    base = seq_len // cp_interleave // cp_world_size * cp_interleave
-    tail = seq_len - base * cp_world_size - cp_rank * cp_interleave
-    out[:num_reqs] = (base + tail.clamp(0, cp_interleave)).to(out.dtype)
-    out[num_reqs:] = 0
+def dcp_local_seq_lens(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    num_reqs = a.seq_lens.numel()
+    seq_len = a.seq_lens.long().clamp(min=0)  # a negative length (rejected by the host op) stores nothing
+    base = seq_len // a.cp_interleave // a.cp_world_size * a.cp_interleave
+    tail = seq_len - base * a.cp_world_size - a.cp_rank * a.cp_interleave
+    a.out[:num_reqs] = (base + tail.clamp(0, a.cp_interleave)).to(a.out.dtype)
+    a.out[num_reqs:] = 0

@@ -38,34 +38,22 @@ def request_rows(
     return torch.where(valid, slot, PAD_SLOT_ID), visible
 
 
-def dspark_swa_indices(
-    block_table: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    window: int,
-    num_speculative_tokens: int,
-    block_size: int,
-    num_tokens: int,
-    width: int,
-    cp_size: int,
-    cp_rank: int,
-    out: torch.Tensor,
-    out_lens: torch.Tensor,
-) -> None:
-    split = cp_token_split(num_tokens, cp_size, cp_rank)
+def dspark_swa_indices(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    split = cp_token_split(a.num_tokens, a.cp_size, a.cp_rank)
     rows = split.tokens_per_rank
-    num_reqs = query_start_loc.numel() - 1
+    num_reqs = a.query_start_loc.numel() - 1
     if num_reqs == 0:
-        out[:rows] = PAD_SLOT_ID
-        out_lens[:rows] = 0
+        a.out[:rows] = PAD_SLOT_ID
+        a.out_lens[:rows] = 0
         return
-    row_of_request, visible = request_rows(block_table, query_start_loc, seq_lens, window, block_size, width)
+    row_of_request, visible = request_rows(a.block_table, a.query_start_loc, a.seq_lens, a.window, a.block_size, a.width)
 
     # The global tokens of this rank's slice, and the request of each (searchsorted, so that no
     # token count has to be read back from a device).
-    token = torch.arange(split.local_start, split.local_end, device=block_table.device)
-    boundaries = query_start_loc.long()
+    token = torch.arange(split.local_start, split.local_end, device=a.block_table.device)
+    boundaries = a.query_start_loc.long()
     request = torch.searchsorted(boundaries[1:], token, right=True).clamp(max=num_reqs - 1)
     is_real = token < boundaries[num_reqs]
-    out[:rows, 0] = torch.where(is_real[:, None], row_of_request[request], PAD_SLOT_ID).to(torch.int32)
-    out_lens[:rows] = torch.where(is_real, visible[request], 0).to(torch.int32)
+    a.out[:rows, 0] = torch.where(is_real[:, None], row_of_request[request], PAD_SLOT_ID).to(torch.int32)
+    a.out_lens[:rows] = torch.where(is_real, visible[request], 0).to(torch.int32)

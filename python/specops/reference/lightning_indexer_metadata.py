@@ -93,21 +93,16 @@ def indexer_schedule_words(s1: torch.Tensor, s2: torch.Tensor, batches: int, cau
     return layout_words(table, tiles.tolist(), batches, variant)
 
 
-def lightning_indexer_metadata(
-    num_heads_q: int, num_heads_k: int, head_dim: int, query_quant_mode: int, key_quant_mode: int,
-    actual_seq_lengths_query: torch.Tensor | None, actual_seq_lengths_key: torch.Tensor | None, batch_size: int,
-    max_seqlen_q: int, max_seqlen_k: int, layout_query: int, layout_key: int, sparse_count: int, sparse_mode: int,
-    pre_tokens: int, next_tokens: int, cmp_ratio: int, num_cube_cores: int, num_vector_cores: int, ascend950: bool,
-    out: torch.Tensor,
-) -> None:
+def lightning_indexer_metadata(a) -> None:
     # head_dim, the quant modes and sparse_count do not change the schedule.
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
     try:
-        batches, s1, s2 = indexer_lengths(actual_seq_lengths_query, actual_seq_lengths_key, batch_size, max_seqlen_q,
-                                          max_seqlen_k, layout_query, layout_key, cmp_ratio)
+        batches, s1, s2 = indexer_lengths(a.actual_seq_lengths_query, a.actual_seq_lengths_key, a.batch_size, a.max_seqlen_q,
+                                          a.max_seqlen_k, a.layout_query, a.layout_key, a.cmp_ratio)
         if (s2 > INT32_MAX).any():
             raise InvalidValues("a key length past int32")
-        words = indexer_schedule_words(s1, s2, batches, sparse_mode == SPARSE_MODE_CAUSAL, cmp_ratio, num_cube_cores,
-                                       ascend950)
+        words = indexer_schedule_words(s1, s2, batches, a.sparse_mode == SPARSE_MODE_CAUSAL, a.cmp_ratio, a.num_cube_cores,
+                                       a.ascend950)
     except InvalidValues:
         words = [0] * NUM_WORDS
-    out.copy_(torch.tensor(words, dtype=torch.int32))
+    a.out.copy_(torch.tensor(words, dtype=torch.int32))

@@ -16,29 +16,20 @@ def _gathered(values: torch.Tensor, gather: torch.Tensor, offsets: torch.Tensor,
     return result
 
 
-def pcp_local_inputs(
-    global_input_ids: torch.Tensor,
-    global_positions: torch.Tensor,
-    local_gather_idx: torch.Tensor,
-    local_query_start_loc: torch.Tensor,
-    num_local_tokens: int,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor,
-    seq_lens: torch.Tensor,
-    num_reqs_padded: int,
-) -> None:
-    device = input_ids.device
-    gather = local_gather_idx.cpu()
-    ids_offsets = torch.arange(input_ids.numel())
-    pos_offsets = torch.arange(positions.numel())
+def pcp_local_inputs(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    device = a.input_ids.device
+    gather = a.local_gather_idx.cpu()
+    ids_offsets = torch.arange(a.input_ids.numel())
+    pos_offsets = torch.arange(a.positions.numel())
     # Computed in full before the first write.
-    ids = _gathered(global_input_ids.cpu(), gather, ids_offsets, num_local_tokens)
-    pos = _gathered(global_positions.cpu(), gather, pos_offsets, num_local_tokens)
-    lqsl = local_query_start_loc.cpu().long()
+    ids = _gathered(a.global_input_ids.cpu(), gather, ids_offsets, a.num_local_tokens)
+    pos = _gathered(a.global_positions.cpu(), gather, pos_offsets, a.num_local_tokens)
+    lqsl = a.local_query_start_loc.cpu().long()
     starts, ends = lqsl[:-1], lqsl[1:]
-    last = _gathered(global_positions.cpu(), gather, ends - 1, num_local_tokens).long()
+    last = _gathered(a.global_positions.cpu(), gather, ends - 1, a.num_local_tokens).long()
     lens = torch.where(ends > starts, last + 1, 0).to(torch.int32)
-    input_ids.copy_(ids.to(device))
-    positions.copy_(pos.to(positions.dtype).to(device))
-    seq_lens[: lens.numel()] = lens.to(device)
-    seq_lens[lens.numel():num_reqs_padded] = 0
+    a.input_ids.copy_(ids.to(device))
+    a.positions.copy_(pos.to(a.positions.dtype).to(device))
+    a.seq_lens[: lens.numel()] = lens.to(device)
+    a.seq_lens[lens.numel():a.num_reqs_padded] = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops._checks import INT32_MAX
+from specops.arguments import INT32_MAX
 
 # The largest pcp_world_size (docs/pcp.md; csrc/cpu/pcp_partition.cpp's kMaxPcpWorldSize): the
 # layout holds host arrays per rank, and int32 indexing alone let 2^30 ranks ask for tens of GiB.

@@ -5,43 +5,38 @@ from __future__ import annotations
 import torch
 
 
-def prepare_next_token_ids(
-    sampled_token_ids: torch.Tensor, vocab_size: int, discard_request_mask: torch.Tensor | None,
-    backup_next_token_ids: torch.Tensor | None, token_ids: torch.Tensor | None,
-    num_tokens_no_spec: torch.Tensor | None, cu_num_draft_tokens: torch.Tensor | None,
-    query_start_loc: torch.Tensor | None, next_token_ids: torch.Tensor, valid_sampled_token_count: torch.Tensor,
-    num_rejected_tokens: torch.Tensor | None, token_indices_to_sample: torch.Tensor | None, num_reqs_padded: int,
-) -> None:
-    num_reqs, width = sampled_token_ids.shape
-    sampled = sampled_token_ids.long()
-    valid = (sampled >= 0) & (sampled < vocab_size)
+def prepare_next_token_ids(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    num_reqs, width = a.sampled_token_ids.shape
+    sampled = a.sampled_token_ids.long()
+    valid = (sampled >= 0) & (sampled < a.vocab_size)
     count = valid.sum(dim=1)
     columns = torch.arange(width).expand(num_reqs, width)
     last_valid = columns.where(valid, -1).max(dim=1).values if width else torch.full((num_reqs,), -1)
-    if discard_request_mask is not None:
-        count = count.where(~discard_request_mask[:num_reqs], 0)
-    if backup_next_token_ids is not None:
-        backup = backup_next_token_ids[:num_reqs].long()
+    if a.discard_request_mask is not None:
+        count = count.where(~a.discard_request_mask[:num_reqs], 0)
+    if a.backup_next_token_ids is not None:
+        backup = a.backup_next_token_ids[:num_reqs].long()
     else:
-        n = num_tokens_no_spec[:num_reqs].long()
-        in_table = (n >= 1) & (n <= token_ids.size(1))
-        gathered = token_ids[:num_reqs].long().gather(1, (n - 1).where(in_table, 0).view(-1, 1)).view(-1) \
-            if token_ids.size(1) else torch.zeros(num_reqs, dtype=torch.int64)
+        n = a.num_tokens_no_spec[:num_reqs].long()
+        in_table = (n >= 1) & (n <= a.token_ids.size(1))
+        gathered = a.token_ids[:num_reqs].long().gather(1, (n - 1).where(in_table, 0).view(-1, 1)).view(-1) \
+            if a.token_ids.size(1) else torch.zeros(num_reqs, dtype=torch.int64)
         backup = gathered.where(in_table, -1)
     chosen = sampled.gather(1, last_valid.clamp(min=0).view(-1, 1)).view(-1) if width else backup
     next_token = chosen.where(count > 0, backup)
 
     def padded(out: torch.Tensor, values: torch.Tensor) -> None:
         out[:num_reqs] = values.to(out.dtype)
-        out[num_reqs:out.numel() if num_reqs_padded < 0 else num_reqs_padded] = 0
+        out[num_reqs:out.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded] = 0
 
-    padded(next_token_ids, next_token)
-    padded(valid_sampled_token_count, count)
-    if cu_num_draft_tokens is None:
+    padded(a.next_token_ids, next_token)
+    padded(a.valid_sampled_token_count, count)
+    if a.cu_num_draft_tokens is None:
         return
-    cu = cu_num_draft_tokens.long()
+    cu = a.cu_num_draft_tokens.long()
     drafts = cu - torch.cat([cu.new_zeros(1), cu[:-1]])[:num_reqs]
     rejected = (drafts + 1 - count).where(drafts > 0, 0)
-    qsl = query_start_loc.long()
-    padded(num_rejected_tokens, rejected)
-    padded(token_indices_to_sample, torch.maximum(qsl[1:num_reqs + 1] - 1 - rejected, qsl[:num_reqs]))
+    qsl = a.query_start_loc.long()
+    padded(a.num_rejected_tokens, rejected)
+    padded(a.token_indices_to_sample, torch.maximum(qsl[1:num_reqs + 1] - 1 - rejected, qsl[:num_reqs]))

@@ -267,20 +267,14 @@ def blocks_between(table: CostTable, tiles: list[int], start: tuple[int, int], e
     return sum(table.tile_blocks[index(start): index(end)])
 
 
-def sas_metadata(
-    num_heads_q: int, num_heads_kv: int, head_dim: int, cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_ori_kv: torch.Tensor | None, cu_seqlens_cmp_kv: torch.Tensor | None, seqused_q: torch.Tensor | None,
-    seqused_kv: torch.Tensor | None, batch_size: int, max_seqlen_q: int, max_seqlen_kv: int, ori_topk: int,
-    cmp_topk: int, cmp_ratio: int, ori_mask_mode: int, cmp_mask_mode: int, ori_win_left: int, ori_win_right: int,
-    layout_q: int, layout_kv: int, has_ori_kv: bool, has_cmp_kv: bool, num_cube_cores: int, num_vector_cores: int,
-    ascend950: bool, out: torch.Tensor,
-) -> None:
+def sas_metadata(a) -> None:
     # head_dim, ori_topk, cmp_mask_mode, has_ori_kv and cu_seqlens_cmp_kv do not change the
     # schedule; the vector cores get no FD work (no KV range is split).
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
     try:
-        words = schedule_words(num_heads_q, cu_seqlens_q, cu_seqlens_ori_kv, seqused_q, seqused_kv, batch_size,
-                               max_seqlen_q, max_seqlen_kv, cmp_topk, cmp_ratio, ori_mask_mode, ori_win_left,
-                               ori_win_right, layout_q, layout_kv, has_cmp_kv, num_cube_cores, ascend950)
+        words = schedule_words(a.num_heads_q, a.cu_seqlens_q, a.cu_seqlens_ori_kv, a.seqused_q, a.seqused_kv, a.batch_size,
+                               a.max_seqlen_q, a.max_seqlen_kv, a.cmp_topk, a.cmp_ratio, a.ori_mask_mode, a.ori_win_left,
+                               a.ori_win_right, a.layout_q, a.layout_kv, a.has_cmp_kv, a.num_cube_cores, a.ascend950)
     except InvalidValues:
         words = [0] * NUM_WORDS
-    out.copy_(torch.tensor(words, dtype=torch.int32))
+    a.out.copy_(torch.tensor(words, dtype=torch.int32))

@@ -23,12 +23,12 @@ def _check_host_values(slots: torch.Tensor, runs: int, capacity: int) -> None:
                          "case, slot_mapping's length")
 
 
-def store_kv_block_metadata(slot_mapping: torch.Tensor, group_len: torch.Tensor, group_key_idx: torch.Tensor,
-                            group_key_cache_idx: torch.Tensor, block_size: int) -> None:
-    slots = slot_mapping.long()
+def store_kv_block_metadata(a) -> None:
+    """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    slots = a.slot_mapping.long()
     previous = torch.cat([slots.new_full((1,), -2), slots[:-1]])
     valid = slots >= 0
-    starts = valid & ~((previous == slots - 1) & (slots % block_size != 0))
+    starts = valid & ~((previous == slots - 1) & (slots % a.block_size != 0))
     token = torch.arange(slots.numel(), device=slots.device)
     first = token[starts]
     # A run ends where the next run starts or a negative slot comes, whichever is first.
@@ -39,14 +39,14 @@ def store_kv_block_metadata(slot_mapping: torch.Tensor, group_len: torch.Tensor,
     if slots.device.type == "cpu":
         # On host tensors this is the host op (the AI-CPU kernel's place), and refuses what
         # csrc/cpu/store_kv_block_metadata.cpp refuses, before any write, in its words.
-        _check_host_values(slots, runs, group_len.numel())
+        _check_host_values(slots, runs, a.group_len.numel())
     # Only the runs that fit are written: on a device (this reference stands for it there) the
     # rest are dropped, never written out of bounds.
-    kept = min(runs, group_len.numel())
-    values = torch.zeros((3, group_len.numel()), dtype=torch.int32, device=group_len.device)
+    kept = min(runs, a.group_len.numel())
+    values = torch.zeros((3, a.group_len.numel()), dtype=torch.int32, device=a.group_len.device)
     values[0, :kept] = (stop[starts] - first)[:kept].to(torch.int32)
     values[1, :kept] = first[:kept].to(torch.int32)
     values[2, :kept] = slots[starts][:kept].to(torch.int32)
-    group_len.copy_(values[0])
-    group_key_idx.copy_(values[1])
-    group_key_cache_idx.copy_(values[2])
+    a.group_len.copy_(values[0])
+    a.group_key_idx.copy_(values[1])
+    a.group_key_cache_idx.copy_(values[2])

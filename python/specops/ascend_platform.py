@@ -14,7 +14,13 @@ from typing import NamedTuple
 
 import torch
 
-from specops.ops._sas_inputs import plans_on_host
+
+def plans_on_host(device: torch.device) -> bool:
+    """Whether the sas family plans every schedule for `device` on the host (the NPU, where the
+    kernel does not compile; `specops.triton_kernels._launch.assumed_npu` makes any device one)."""
+    from specops.triton_kernels._launch import on_npu  # Triton-free; imported on device calls only
+
+    return on_npu(device)
 
 
 class Platform(NamedTuple):
