@@ -25,8 +25,11 @@ def compressor_metadata(a) -> None:
     counts = torch.where((starts >= 0) & (lengths > 0),
                          (starts + lengths) // a.compress_ratio - starts // a.compress_ratio, 0)
     counts = counts.clamp(min=0)
-    request = torch.repeat_interleave(torch.arange(a.num_reqs_actual, device=device), counts)[:num_rows]
     first_row = torch.cumsum(counts, 0) - counts
+    # Only the first num_rows rows are written: each request keeps what is left of them, so an
+    # extreme length never materialises billions of row indices.
+    kept = torch.minimum(counts, (num_rows - first_row).clamp(min=0))
+    request = torch.repeat_interleave(torch.arange(a.num_reqs_actual, device=device), kept)
     row = torch.arange(request.numel(), device=device)
     position = starts[request] // a.compress_ratio + row - first_row[request]
     block_index = position // a.kv_block_size
