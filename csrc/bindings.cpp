@@ -1,11 +1,13 @@
-// specops._C: the build facts of this extension and the fast-path helpers (csrc/fastpath/, used
-// through specops._fastpath alone). Loading it also runs the TORCH_LIBRARY registrations of every
-// op compiled into the same shared object.
+// specops._C: the build facts of this extension, the fast-path helpers (csrc/fastpath/, used
+// through specops._fastpath alone) and checks.h's shared checks (used through specops.arguments).
+// Loading it also runs the TORCH_LIBRARY registrations of every op compiled into the same shared
+// object.
 #include <pybind11/pybind11.h>
 
 #include <string>
 
 #include "build_facts.h"
+#include "checks_binding.h"
 #include "fastpath/fast_call.h"
 #include "fastpath/row_views.h"
 
@@ -14,9 +16,11 @@ namespace py = pybind11;
 PYBIND11_MODULE(_C, m) {
   m.doc() =
       "specops native extension: ops are in torch.ops.specops; this module holds build facts and the fast-path "
-      "helpers (FastOp, row_views, items, items_each, rows_below)";
+      "helpers (FastOp, row_views, items, items_each, rows_below) and checks.h's shared checks (check_tensor, "
+      "check_query_start_loc, check_no_overlap, check_outputs_alias_nothing; used through specops.arguments)";
   specops::bind_fast_call(m);
   specops::bind_row_views(m);
+  specops::bind_checks(m);
   namespace facts = specops::build_facts;
   m.attr("version") = facts::kVersion;
   const std::string cann_version = facts::kCannVersion;

@@ -14,8 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from specops.sas_layout import NUM_WORDS
-from specops.triton_kernels._launch import on_npu
+from specops.launch_target import on_npu
+# pinned_words: called through this module's name (the tests replace it here).
+from specops.sas_layout import pinned_words  # noqa: F401
 
 Launcher = Callable[..., None]
 
@@ -193,16 +194,6 @@ def _finish_pairs_kernel(
         tl.store(first + ENTRY_WIDTH + field, tl.load(first + field))
         tl.store(first + ENTRY_WORDS, most.to(tl.int32))
         tl.store(first + ENTRY_WIDTH + ENTRY_WORDS, most.to(tl.int32))
-
-
-def pinned_words() -> torch.Tensor:
-    """1024 words of page-locked host memory from torch's caching host allocator (CUDA's, or
-    torch_npu's through the accelerator hooks). That allocator records an event on the stream of
-    every non-blocking copy out of the block and hands the block out again only once the event
-    has completed, so a block released right after its copy is never overwritten while the
-    copy is still pending. Pageable memory would make the copy synchronous (torch_npu drains the
-    stream first)."""
-    return torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=True)
 
 
 # What stands for a device tensor that holds no values (vllm-ascend's empty placeholders): an

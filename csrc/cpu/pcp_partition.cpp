@@ -78,9 +78,10 @@ std::vector<at::Tensor> run(const at::Tensor& q_t, const at::Tensor& c_t, const 
   return {gather, mask, restore, replicated, rank_info, segments, query_start_loc};
 }
 
-std::vector<at::Tensor> pcp_partition(const at::Tensor& num_scheduled_tokens, const at::Tensor& num_computed_tokens,
-                                      const at::Tensor& is_prefilling, int64_t pcp_world_size,
-                                      bool shard_decode_requests, int64_t dcp_world_size, int64_t padded_num_tokens) {
+// The metadata checks (the values are checked by the body's pass below).
+void check_pcp_partition(const at::Tensor& num_scheduled_tokens, const at::Tensor& num_computed_tokens,
+                         const at::Tensor& is_prefilling, int64_t pcp_world_size, bool shard_decode_requests,
+                         int64_t dcp_world_size, int64_t padded_num_tokens) {
   check_tensor(num_scheduled_tokens, "num_scheduled_tokens", {c10::kInt, c10::kLong}, 1);
   check_tensor(num_computed_tokens, "num_computed_tokens", {c10::kInt, c10::kLong}, 1);
   check_tensor(is_prefilling, "is_prefilling", {c10::kBool}, 1);
@@ -101,6 +102,14 @@ std::vector<at::Tensor> pcp_partition(const at::Tensor& num_scheduled_tokens, co
                     R, " entries, got ", num_computed_tokens.numel());
   TORCH_CHECK_VALUE(is_prefilling.numel() == R, "is_prefilling must have R = num_scheduled_tokens.numel() = ", R,
                     " entries, got ", is_prefilling.numel());
+}
+
+std::vector<at::Tensor> pcp_partition(const at::Tensor& num_scheduled_tokens, const at::Tensor& num_computed_tokens,
+                                      const at::Tensor& is_prefilling, int64_t pcp_world_size,
+                                      bool shard_decode_requests, int64_t dcp_world_size, int64_t padded_num_tokens) {
+  check_pcp_partition(num_scheduled_tokens, num_computed_tokens, is_prefilling, pcp_world_size,
+                      shard_decode_requests, dcp_world_size, padded_num_tokens);
+  const int64_t R = num_scheduled_tokens.numel();
   int64_t total = 0;
   for (int64_t r = 0; r < R; ++r) {
     const int64_t q = value_at(num_scheduled_tokens, r);
@@ -128,8 +137,24 @@ std::vector<at::Tensor> pcp_partition(const at::Tensor& num_scheduled_tokens, co
   return run<int64_t, int64_t>(q, c, is_prefilling, shape, padded_num_tokens);
 }
 
+// The Meta entry: the checks alone, for the reference backend's pre-check (specops._fastpath.
+// check_entry calls it on the host tensors). The layout's sizes depend on the counts' values, so
+// there is no fake kernel: on meta (fake) tensors it refuses after the checks. A host op, it is
+// called before the forward, never inside a graph.
+std::vector<at::Tensor> check_only(const at::Tensor& num_scheduled_tokens, const at::Tensor& num_computed_tokens,
+                                   const at::Tensor& is_prefilling, int64_t pcp_world_size,
+                                   bool shard_decode_requests, int64_t dcp_world_size, int64_t padded_num_tokens) {
+  check_pcp_partition(num_scheduled_tokens, num_computed_tokens, is_prefilling, pcp_world_size,
+                      shard_decode_requests, dcp_world_size, padded_num_tokens);
+  TORCH_CHECK(!num_scheduled_tokens.device().is_meta(),
+              "pcp_partition is a host op: its outputs' sizes depend on the counts' values, so it has no fake "
+              "kernel (call it before the forward, outside a compiled region)");
+  return {};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("pcp_partition", &pcp_partition); }
+TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("pcp_partition", &check_only); }
 
 }  // namespace specops::cpu

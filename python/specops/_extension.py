@@ -37,8 +37,8 @@ class ExtensionStatus:
 def _version_class():
     try:
         from packaging.version import Version
-    except ImportError:  # torch carries its own copy
-        from torch._vendor.packaging.version import Version
+    except ImportError:  # torch carries its own copy, public as torch.torch_version's
+        from torch.torch_version import Version
     return Version
 
 

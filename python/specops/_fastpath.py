@@ -5,7 +5,11 @@ Python and torch's generic argument parser would do on every call: FastOp (an op
 entry without OpOverload's frame and the generic parser), row_views (the drafting layer's buffer
 views in one call) and the drafting step's per-group lookups (items, items_each, rows_below).
 Beside them, one Python-level trick: select(), an op's choice of what to run, reading
-torch.compiler's private flag in place of a call to torch.compiler.is_compiling().
+torch.compiler's private flag in place of a call to torch.compiler.is_compiling(). And every
+other private name of torch's that the package reads is read here alone (at the end: the
+dispatch-mode base class, a tensor's version counter, the device check's busy-wait kernel), so a
+torch upgrade that moves one breaks this module and nothing else (tests/tooling/test_module_layout.py
+holds the rest of the package to that).
 Each plain twin here computes what its helper computes, with the same errors and messages
 (tests/tooling/test_fastpath.py holds every pair to that), in plain Python over torch's own
 Python bindings: PlainOp checks the arguments as FastOp does, then calls the op through torch's
@@ -26,6 +30,7 @@ from typing import Any
 
 import torch
 from torch._C import _dispatch_find_schema_or_throw, _is_torch_function_mode_enabled
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from specops._backend import _current_backend
 from specops._extension import EXTENSION
@@ -379,3 +384,19 @@ if ENABLED:
     row_views, items, items_each, rows_below = _C.row_views, _C.items, _C.items_each, _C.rows_below
 else:
     row_views, items, items_each, rows_below = plain_row_views, plain_items, plain_items_each, plain_rows_below
+
+
+# --- torch's private names, read here alone ------------------------------------------------------
+
+# The base class of launch_count's LaunchCounter (torch has no public name for it).
+DispatchMode = TorchDispatchMode
+
+# A tensor's version counter, bumped by every in-place write (RuntimeError for an inference
+# tensor, which keeps none): persistent/extents.py's test for writes the mappings did not make.
+version_counter = operator.attrgetter("_version")
+
+
+def device_sleep(cycles: int) -> None:
+    """Keeps the current CUDA stream busy for about `cycles` clock cycles (the device check's
+    test that a call does not synchronize)."""
+    torch.cuda._sleep(cycles)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specops._extension import require_native
+from specops._extension import EXTENSION, require_native
 from specops._fastpath import native_entry
 
 INT32_MAX = 2**31 - 1
@@ -196,6 +196,30 @@ def query_start_loc_tokens(query_start_loc: Any) -> int:
     caller gives neither the output nor its size, never an unchecked value."""
     require_native("query_start_loc_tokens")
     return _TOKENS(query_start_loc.cpu() if isinstance(query_start_loc, torch.Tensor) else query_start_loc)
+
+
+# checks.h's shared metadata checks themselves (csrc/checks_binding.cpp), for tensors that reach
+# no op's schema as one call (a layer checking several ops' arguments before its first write, a
+# layout's buffers, a host copy): the ops' messages, from the same code. Like the ops, they need
+# the extension.
+if EXTENSION.loaded:
+    from specops import _C
+
+    check_tensor = _C.check_tensor
+    check_query_start_loc = _C.check_query_start_loc
+    check_no_overlap = _C.check_no_overlap
+    check_outputs_alias_nothing = _C.check_outputs_alias_nothing
+else:
+    def _needs_native(name: str) -> Any:
+        def check(*args: Any, **kwargs: Any) -> Any:
+            require_native(name)
+        check.__name__ = name
+        return check
+
+    check_tensor = _needs_native("check_tensor")
+    check_query_start_loc = _needs_native("check_query_start_loc")
+    check_no_overlap = _needs_native("check_no_overlap")
+    check_outputs_alias_nothing = _needs_native("check_outputs_alias_nothing")
 
 
 # A config object's numbers (MappingGroup, PersistentMappings, ModelConfig, GroupConfig, the

@@ -14,12 +14,12 @@ from typing import NamedTuple
 
 import torch
 
+from specops.launch_target import on_npu
+
 
 def plans_on_host(device: torch.device) -> bool:
     """Whether the sas family plans every schedule for `device` on the host (the NPU, where the
-    kernel does not compile; `specops.triton_kernels._launch.assumed_npu` makes any device one)."""
-    from specops.triton_kernels._launch import on_npu  # Triton-free; imported on device calls only
-
+    kernel does not compile; `specops.launch_target.assumed_npu` makes any device one)."""
     return on_npu(device)
 
 

@@ -24,7 +24,8 @@ import dataclasses
 from collections.abc import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from specops._fastpath import DispatchMode
 
 
 @dataclasses.dataclass
@@ -53,7 +54,7 @@ def _tensor_devices(values) -> list[str]:
     return found
 
 
-class LaunchCounter(TorchDispatchMode):
+class LaunchCounter(DispatchMode):
     """Counts the ops run inside the block (see the module docstring); `counts` holds the totals."""
 
     def __init__(self, device_type: str | None = None):

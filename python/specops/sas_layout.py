@@ -211,3 +211,13 @@ def num_batches(layout_q: int, cu_seqlens_q: torch.Tensor | None, seqused_q: tor
     if layout_q == LAYOUT_Q_TND and is_given(cu_seqlens_q):
         return cu_seqlens_q.numel() - 1
     return batch_size
+
+
+def pinned_words() -> torch.Tensor:
+    """1024 words of page-locked host memory from torch's caching host allocator (CUDA's, or
+    torch_npu's through the accelerator hooks). That allocator records an event on the stream of
+    every non-blocking copy out of the block and hands the block out again only once the event
+    has completed, so a block released right after its copy is never overwritten while the
+    copy is still pending. Pageable memory would make the copy synchronous (torch_npu drains the
+    stream first)."""
+    return torch.empty(NUM_WORDS, dtype=torch.int32, pin_memory=True)

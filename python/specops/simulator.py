@@ -16,7 +16,7 @@ prepare_positions_and_seq_lens, then compute_slot_mapping per group (or the fuse
 prepare_spec_decode_inputs), and correct_optimistic_seq_lens on the host. Everything they
 produce is compared with the model, padding tails included; the first difference raises
 SimulationMismatch. The slots of the model come from each request's own list of allocation
-blocks (never a block table) and the placement math of specops.reference._slot_math.
+blocks (never a block table) and the placement math of specops.slot_math.
 
     stats = Simulator(SimulatorConfig(seed=0, num_steps=2000, cp_world_size=2, cp_rank=1)).run()
 
@@ -42,7 +42,7 @@ from specops.ops import (
     prepare_spec_decode_inputs,
 )
 from specops.persistent import MappingGroup
-from specops.reference._slot_math import kv_placement
+from specops.slot_math import kv_placement
 
 CorrectFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 

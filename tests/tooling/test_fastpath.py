@@ -86,8 +86,8 @@ def test_this_process_uses_what_the_switch_says():
 
 
 # Modules that reach specops._C for something other than a fast-path helper: _extension loads it
-# (the op registrations).
-_OTHER_USERS = {"_extension.py"}
+# (the op registrations); arguments takes checks.h's shared checks from it.
+_OTHER_USERS = {"_extension.py", "arguments.py"}
 
 
 def test_no_other_module_reaches_the_helpers():

@@ -2,7 +2,10 @@
 module's imports at load time form a graph without a cycle, so no module works only because
 another one happened to be loaded first); inside a package not even through the imports made for
 type checking (a lower module naming a higher one's type is a cycle of design); persistent/ never
-imports drafting/; and no module reads another object's underscore attribute."""
+imports drafting/; a private module or name (`_x`) is imported only inside its own package (a
+top-level `specops._x` is the whole package's); the layers take nothing from the reference
+implementations; the benchmarks import nothing of the developer tools; torch's private names are
+read in specops/_fastpath.py alone; and no module reads another object's underscore attribute."""
 
 from __future__ import annotations
 
@@ -127,11 +130,12 @@ def test_persistent_never_imports_drafting():
 
 
 # Underscore attributes of torch's objects the package reads on purpose (a tensor's version
-# counter and storage identity, an OpOverload's schema and C++ entry, the device check's
-# torch.cuda._sleep), and a NamedTuple's public API, which is spelled with an underscore so that
-# it clashes with no field.
-TORCH_AND_STDLIB_ATTRIBUTES = {"_version", "_cdata", "_schema", "_op", "_is_compiling_flag", "_init_slots", "_sleep",
-                               "_fields", "_asdict", "_make", "_replace"}
+# counter, an OpOverload's schema and C++ entries, torch.compiler's flag, the device check's
+# torch.cuda._sleep): in specops/_fastpath.py alone (test_torchs_private_names_are_read_in_the_seam_alone).
+TORCH_PRIVATE_ATTRIBUTES = {"_version", "_schema", "_op", "_op_dk", "_is_compiling_flag", "_sleep"}
+# A NamedTuple's public API, which is spelled with an underscore so that it clashes with no field,
+# and the Triton descriptor slots kernel_capture binds launches with, as Triton itself does.
+TORCH_AND_STDLIB_ATTRIBUTES = TORCH_PRIVATE_ATTRIBUTES | {"_init_slots", "_fields", "_asdict", "_make", "_replace"}
 # Names bound to another project's module without an import statement, by module: the device
 # check's `vllm` is vLLM's kernels file loaded by path, whose launchers are private to it.
 FOREIGN_MODULES = {"specops.devtools.device_check.vllm_peers": {"vllm"}}
@@ -172,3 +176,109 @@ def test_the_underscore_check_sees_a_read():
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def all_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module or module.name) of every import statement in the file, at any level
+    (function bodies and `if TYPE_CHECKING:` included); relative imports resolved."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found += [(node.lineno, base)] + [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
+
+
+def private_owner(dotted: str) -> str | None:
+    """The package or module that owns the first private component of a dotted name (`a.b._c.d`:
+    `a.b`), None when no component is private."""
+    parts = dotted.split(".")
+    for index, part in enumerate(parts[1:], 1):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:index])
+    return None
+
+
+def foreign_private_imports(path: Path) -> list[str]:
+    """Imports of a specops private module or name owned by a package other than the importer's
+    own or one above it."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for line, dotted in all_imports(path):
+        owner = private_owner(dotted)
+        if dotted.split(".")[0] == "specops" and owner is not None and \
+                not (package == owner or package.startswith(owner + ".")):
+            found.append(f"{name}:{line}: {dotted}")
+    return found
+
+
+def test_private_modules_stay_private():
+    found = sorted({entry for path in MODULES.values() for entry in foreign_private_imports(path)})
+    assert not found, "a private module or name is its package's own; give what others need a public name:\n" + \
+        "\n".join(found)
+
+
+def test_the_private_import_check_sees_one(tmp_path):
+    assert private_owner("specops.ops._op.SpecOp") == "specops.ops"
+    assert private_owner("specops._fastpath.row_views") == "specops"
+    assert private_owner("specops.reference.advance_draft_step._slots") == "specops.reference.advance_draft_step"
+    assert private_owner("specops.arguments.checked_int") is None
+    drafting = MODULES["specops.drafting.plan"]
+    assert not foreign_private_imports(drafting)
+
+
+def test_the_layers_take_nothing_from_the_reference():
+    """drafting/ and persistent/ call ops through their public wrappers (any backend), never a
+    reference implementation directly, and take no constant from one."""
+    found = [f"{name}:{line}: {dotted}" for name, path in MODULES.items()
+             if name.startswith(("specops.drafting", "specops.persistent"))
+             for line, dotted in all_imports(path) if dotted.startswith("specops.reference")]
+    assert not found, "\n".join(found)
+
+
+def test_the_benchmarks_import_nothing_of_the_developer_tools():
+    """devtools/ is a layer over the benchmark cases (it compiles and runs them on devices); the
+    benchmarks take what both use from public modules of their own (specops.launch_count)."""
+    found = [f"{name}:{line}: {dotted}" for name, path in MODULES.items() if name.startswith("specops.bench")
+             for line, dotted in all_imports(path) if dotted.startswith("specops.devtools")]
+    assert not found, "\n".join(found)
+
+
+def torch_private_names(source: str) -> list[str]:
+    """Every private name of torch's in source: an import of a private torch module or name, a
+    dotted torch.a._b, and a read of one of TORCH_PRIVATE_ATTRIBUTES."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] + [f"{node.module}.{alias.name}" for alias in node.names]
+            found += [f"{node.lineno}: {dotted}" for dotted in names
+                      if dotted.split(".")[0] == "torch" and private_owner(dotted) is not None]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            text = ast.unparse(node)
+            if text.split(".")[0] == "torch" or node.attr in TORCH_PRIVATE_ATTRIBUTES:
+                found.append(f"{node.lineno}: {text}")
+    return sorted(set(found))
+
+
+def test_torchs_private_names_are_read_in_the_seam_alone():
+    """A torch upgrade that moves a private name breaks specops/_fastpath.py and nothing else."""
+    found = [f"{name}:{entry}" for name, path in MODULES.items() if name != "specops._fastpath"
+             for entry in torch_private_names(path.read_text())]
+    assert not found, "read torch's private names through specops._fastpath:\n" + "\n".join(found)
+
+
+def test_the_torch_private_name_check_sees_one():
+    source = ("import torch\nfrom torch._C import x\nfrom torch.utils._python_dispatch import M\n"
+              "a = torch.compiler._is_compiling_flag\nb = t._version\nc = torch.compiler.is_compiling\n")
+    assert torch_private_names(source) == [
+        "2: torch._C", "2: torch._C.x", "3: torch.utils._python_dispatch", "3: torch.utils._python_dispatch.M",
+        "4: torch.compiler._is_compiling_flag", "5: t._version"]

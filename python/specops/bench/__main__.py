@@ -38,11 +38,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "stamped with date, host and commit")
     parser.add_argument("--compare", nargs=2, metavar=("OLD_CSV", "NEW_CSV"), help="print the change per row and exit")
     parser.add_argument("--threshold", type=float, default=1.5, help="new/old ratio that --compare flags")
-    parser.add_argument("--kernels", action="store_true",
-                        help="compile every Triton kernel the cases launch for CUDA sm_80/sm_90 and AMD gfx942 (no "
-                             "device needed) and print registers, spills, shared memory and each case's grid")
-    parser.add_argument("--kernels-csv", default="bench-results/specops-kernels.csv",
-                        help="where --kernels writes one row per kernel build")
     return parser.parse_args(argv)
 
 
@@ -84,11 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines))
         print(f"{regressions} regression(s) at new/old >= {args.threshold}")
         return 1 if regressions else 0
-    if args.kernels:
-        from specops.devtools.kernel_report import report_main
-
-        return report_main(args.op or list(BENCHMARKS), args.quick, args.kernels_csv)
-
     problem = device_problem(args.device)
     if problem is not None:
         print(f"specops-bench: --device {args.device}: {problem}", file=sys.stderr)

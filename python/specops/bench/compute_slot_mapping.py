@@ -15,7 +15,7 @@ import torch
 import specops
 from specops.bench._harness import Case, empty_op_call, goal_figure
 from specops.bench.workload import make_bench_batch
-from specops.reference._slot_math import kv_placement
+from specops.slot_math import kv_placement
 
 BLOCK_SIZE = 128
 SHAPES = [(8, 1), (256, 4), (256, 8), (1024, 8)]

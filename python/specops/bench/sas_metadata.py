@@ -18,10 +18,9 @@ import specops
 import time
 
 from specops.bench._harness import Case, empty_op_call, goal_figure
-from specops.triton_kernels._sas_family import pinned_words
 from specops.reference.sas_metadata import sas_metadata as reference_sas_metadata
 from specops.reference.sas_metadata_python import python_sas_metadata
-from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES, NUM_WORDS
+from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES, NUM_WORDS, pinned_words
 
 # A DeepSeek-V4-style layer on one rank: 64 query heads on one shared KV head of 512 dims, a
 # 128-token window, 24 cube and 48 vector cores (Ascend 910B).

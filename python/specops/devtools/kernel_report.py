@@ -1,4 +1,4 @@
-"""`specops-bench --kernels`: resources per kernel and target, and grids per benchmark case.
+"""`specops-kernels`: resources per kernel and target, and grids per benchmark case.
 
 The benchmark cases' specops implementations run on the Triton backend with launches captured
 (kernel_capture.py, kernels not run), each distinct variant is compiled (kernel_compile.py), and
@@ -30,7 +30,7 @@ def capture_bench_launches(selected: list[str], quick: bool, targets: Iterable[T
 
     import specops
     from specops.bench import BENCHMARKS
-    from specops.triton_kernels._launch import assumed_cores
+    from specops.launch_target import assumed_cores
 
     device = torch.device("cpu")
     launches = []
@@ -115,7 +115,8 @@ def write_builds_csv(path: str, builds: list[KernelBuild]) -> None:
 
 
 def report_main(selected: list[str], quick: bool, csv_path: str | None) -> int:
-    """`specops-bench --kernels`: resources per kernel and target, grids per benchmark case."""
+    """Resources per kernel and target, grids per benchmark case (of `selected`, names of
+    specops.bench.BENCHMARKS)."""
     targets = installed_targets()
     started = time.perf_counter()
     launches = _capture_in_interpreter(selected, quick, targets)
@@ -134,3 +135,25 @@ def report_main(selected: list[str], quick: bool, csv_path: str | None) -> int:
         write_builds_csv(csv_path, builds)
         print(f"CSV: {csv_path}")
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specops-kernels` / `python -m specops.devtools.kernel_report`. A tool over the benchmark
+    cases (it imports specops.bench; the bench imports nothing of devtools)."""
+    import argparse
+
+    from specops.bench import BENCHMARKS
+
+    parser = argparse.ArgumentParser(
+        prog="specops-kernels",
+        description="compile every Triton kernel the benchmark cases launch for CUDA sm_80/sm_90 and AMD gfx942 (no "
+                    "device needed) and print registers, spills, shared memory and each case's grid")
+    parser.add_argument("--quick", action="store_true", help="the benchmark's tiny shapes")
+    parser.add_argument("--op", action="append", choices=sorted(BENCHMARKS), help="only this op's cases (repeatable)")
+    parser.add_argument("--csv", default="bench-results/specops-kernels.csv", help="where to write one row per kernel build")
+    args = parser.parse_args(argv)
+    return report_main(args.op or list(BENCHMARKS), args.quick, args.csv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from specops._fastpath import version_counter as version
 from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, InvariantViews
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import CommonDraftInputs, SharedFields
@@ -103,7 +104,7 @@ def check_dspark_width(setup: GroupSetup, invariant: GroupInvariant) -> None:
 
 
 def fingerprint(common: CommonDraftInputs, rope_cache: torch.Tensor) -> tuple | None:
-    """Identity, _version, data pointer and shape of every input tensor of the group-invariant
+    """Identity, version counter, data pointer and shape of every input tensor of the group-invariant
     results, and the sizes, for inputs already checked (check_step_inputs). The RoPE cache's
     identity is part of the entry names; its version and data pointer are here. None when an
     input is an inference tensor: it has no version counter, so no fingerprint could see a
@@ -114,16 +115,16 @@ def fingerprint(common: CommonDraftInputs, rope_cache: torch.Tensor) -> tuple | 
             or sc is not None and sc.is_inference()):
         return None
     fingerprint = (
-        id(q), q._version, q.data_ptr(), q.shape, id(qc), qc._version, qc.data_ptr(), qc.shape,
-        id(s), s._version, s.data_ptr(), s.shape, id(p), p._version, p.data_ptr(), p.shape,
-        rope_cache._version, rope_cache.data_ptr(),
+        id(q), version(q), q.data_ptr(), q.shape, id(qc), version(qc), qc.data_ptr(), qc.shape,
+        id(s), version(s), s.data_ptr(), s.shape, id(p), version(p), p.data_ptr(), p.shape,
+        version(rope_cache), rope_cache.data_ptr(),
         common.num_reqs, common.num_actual_tokens, common.num_input_tokens, common.causal,
     )
     if sc is not None:
-        fingerprint += (id(sc), sc._version, sc.data_ptr(), sc.shape)
+        fingerprint += (id(sc), version(sc), sc.data_ptr(), sc.shape)
     flags = common.is_prefilling
     if flags is not None:
-        fingerprint += (id(flags), flags._version, flags.data_ptr(), flags.shape)
+        fingerprint += (id(flags), version(flags), flags.data_ptr(), flags.shape)
     return fingerprint
 
 

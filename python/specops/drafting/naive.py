@@ -11,8 +11,6 @@ step.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 
 from specops._constants import PAD_SLOT_ID
@@ -25,12 +23,11 @@ from specops.drafting.configs import (
 )
 from specops.drafting.platform import resolved_draft_platform
 from specops.ops.compressor_metadata import compressor_metadata
-from specops.ops.cp_local_metadata import CPLocalMetadata
+from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import dspark_swa_indices
 from specops.ops.kv_quant_sas_metadata import kv_quant_sas_metadata
 from specops.ops.lightning_indexer_metadata import lightning_indexer_metadata
 from specops.ops.sas_metadata import sas_metadata
-from specops.reference.cp_local_metadata import cp_local_metadata
 
 
 def step_window(group: GroupConfig, num_speculative_tokens: int, causal: bool) -> tuple[int, int]:
@@ -87,10 +84,8 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
     local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
     start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    cp_local_metadata(SimpleNamespace(
-        query_start_loc=query_start_loc, seq_lens=seq_lens, num_input_tokens=num_input_tokens, cp_size=model.cp_size,
-        cp_rank=model.cp_rank, causal=common.causal, local_query_start_loc=local_query_start_loc,
-        local_seq_lens=local_seq_lens, start_pos=start_pos))
+    cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, causal=common.causal,
+                      local_query_start_loc=local_query_start_loc, local_seq_lens=local_seq_lens, start_pos=start_pos)
     local_query_lens = (local_query_start_loc[1:] - local_query_start_loc[:-1]).tolist()
     max_local_query_len = max([1, *local_query_lens])
     max_local_seq_len = max([1, *local_seq_lens.tolist()])

@@ -9,7 +9,7 @@ import torch
 from specops._backend import current_backend
 from specops._cp import cp_token_split
 from specops._fastpath import native_entry
-from specops.ops._checks import check_tensor
+from specops.arguments import check_tensor
 from specops.ops._op import SpecOp
 from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_max_lens
 from specops.reference.cp_local_metadata import cp_local_metadata as _reference

@@ -2,7 +2,8 @@
 
 A host op: the layout is computed from host counts before the forward, outside any captured
 graph, identically on every rank. The C++ body runs whatever the backend (there is no device
-kernel), except under the "reference" backend, which runs the plain-Python reference.
+kernel), except under the "reference" backend, which runs the op's checks (its Meta entry, the
+C++ checks themselves) and then the plain-Python reference.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import numpy as np
 import torch
 
 from specops._backend import current_backend
-from specops._fastpath import native_entry
-from specops.ops._checks import check_outputs_alias_nothing, checked_bool, checked_int
-from specops.reference.pcp_partition import MAX_PCP_WORLD_SIZE
+from specops._extension import require_native
+from specops._fastpath import check_entry, native_entry
+from specops.arguments import check_outputs_alias_nothing, checked_bool, checked_int
 from specops.reference.pcp_partition import pcp_partition as _reference
 
 _NATIVE = native_entry("pcp_partition")
+_CHECK = check_entry("pcp_partition")
 
 
 class PCPRankLayout(NamedTuple):
@@ -158,40 +160,15 @@ class PCPLayout(NamedTuple):
         return PCPDeviceLayout(**results)
 
 
-def _host_counts(value: Any, name: str, dtypes: tuple[torch.dtype, ...]) -> torch.Tensor:
+def _host_counts(value: Any, name: str) -> torch.Tensor:
+    """A host tensor of the counts (a NumPy array's, shared); the op checks its dtype and rank."""
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(np.ascontiguousarray(value))
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"{name} must be a CPU tensor or a NumPy array, got {type(value).__name__}")
     if value.device.type != "cpu":
         raise ValueError(f"{name} must be a CPU tensor (host counts), got device {value.device}")
-    if value.dtype not in dtypes:
-        expected = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise ValueError(f"{name} must have dtype {expected}, got {str(value.dtype).removeprefix('torch.')}")
-    if value.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {list(value.shape)}")
     return value.contiguous()
-
-
-def _check_sizes(q: torch.Tensor, c: torch.Tensor, f: torch.Tensor, world: int, shard: bool, dcp: int,
-                 padded: int) -> None:
-    """Mirrors csrc/cpu/pcp_partition.cpp's metadata checks (the reference checks the values)."""
-    if world < 1:
-        raise ValueError(f"pcp_world_size must be >= 1, got {world}")
-    if world > MAX_PCP_WORLD_SIZE:
-        raise ValueError(f"pcp_world_size must be <= {MAX_PCP_WORLD_SIZE}, got {world}")
-    if dcp < 1:
-        raise ValueError(f"dcp_world_size must be >= 1, got {dcp}")
-    if shard and dcp > 1:
-        raise ValueError(f"shard_decode_requests=True needs dcp_world_size == 1 (got {dcp}): a short prefill "
-                         "replicated under DCP would get one owner, and no rank would write its KV when that "
-                         "owner is not rank 0")
-    if padded < -1:
-        raise ValueError(f"padded_num_tokens must be >= 0 (or None), got {padded}")
-    for t, name in ((c, "num_computed_tokens"), (f, "is_prefilling")):
-        if t.numel() != q.numel():
-            raise ValueError(f"{name} must have R = num_scheduled_tokens.numel() = {q.numel()} entries, "
-                             f"got {t.numel()}")
 
 
 def pcp_partition(
@@ -224,20 +201,22 @@ def pcp_partition(
     padded = -1 if padded_num_tokens is None else checked_int(padded_num_tokens, "padded_num_tokens")
     if padded_num_tokens is not None and padded < 0:
         raise ValueError(f"padded_num_tokens must be >= 0 (or None), got {padded}")
-    native = _NATIVE is not None and current_backend() != "reference"
+    if _NATIVE is None:
+        require_native("pcp_partition")  # its checks are the C++ op's, whatever the backend
+    native = current_backend() != "reference"
     counts = (num_scheduled_tokens, num_computed_tokens, is_prefilling)
     if native and all(type(t) is torch.Tensor and t.device.type == "cpu" for t in counts):
         # The C++ op checks the tensors itself (device, dtype, rank, layout: the same messages).
         parts = _NATIVE(*counts, world, shard, dcp, padded)
     else:
-        q = _host_counts(num_scheduled_tokens, "num_scheduled_tokens", (torch.int32, torch.int64))
-        c = _host_counts(num_computed_tokens, "num_computed_tokens", (torch.int32, torch.int64))
-        f = _host_counts(is_prefilling, "is_prefilling", (torch.bool,))
+        q = _host_counts(num_scheduled_tokens, "num_scheduled_tokens")
+        c = _host_counts(num_computed_tokens, "num_computed_tokens")
+        f = _host_counts(is_prefilling, "is_prefilling")
         args = (q, c, f, world, shard, dcp, padded)
         if native:
             parts = _NATIVE(*args)
         else:
-            _check_sizes(*args)
+            _CHECK(*args)  # the C++ op's checks (its Meta entry), then the reference's value checks
             parts = _reference(*args)
     gather, mask, restore, replicated, rank_info, segments, query_start_locs = parts
     info = rank_info.tolist()

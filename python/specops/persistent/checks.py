@@ -15,8 +15,7 @@ import torch
 
 from specops._backend import current_backend
 from specops._fastpath import native_entry
-from specops.arguments import checked_int
-from specops.ops._checks import check_no_overlap, check_query_start_loc, check_tensor
+from specops.arguments import check_no_overlap, check_query_start_loc, check_tensor, checked_int
 from specops.persistent.captured import CapturedBuffers
 
 # compute_slot_mapping's value checks for every group's table at once, writing nothing.

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from specops._fastpath import version_counter
+
 
 class EndPadding:
     """The high-water marks of the captured buffers (see the module docstring)."""
@@ -29,7 +31,7 @@ class EndPadding:
 
     def _current_versions(self) -> tuple[int, int] | None:
         try:
-            return self._slots._version, self._tables._version
+            return version_counter(self._slots), version_counter(self._tables)
         except RuntimeError:  # inference tensors keep no version counter: always the full extents
             return None
 

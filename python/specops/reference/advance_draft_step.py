@@ -7,14 +7,14 @@ import torch
 
 from specops._constants import PAD_SLOT_ID
 from specops._step_layout import group_layouts
-from specops.reference._slot_math import kv_placement
+from specops.slot_math import kv_placement
 
 INT32_MAX = 2**31 - 1
 
 
-def _slots(table: torch.Tensor, counts: torch.Tensor | None, row: torch.Tensor, position: torch.Tensor,
-           mapped: torch.Tensor, block_size: int, blocks_per_kv_block: int, world: int, rank: int,
-           interleave: int) -> torch.Tensor:
+def draft_slots(table: torch.Tensor, counts: torch.Tensor | None, row: torch.Tensor, position: torch.Tensor,
+                mapped: torch.Tensor, block_size: int, blocks_per_kv_block: int, world: int, rank: int,
+                interleave: int) -> torch.Tensor:
     """int64 slot of (row, position) per request; PAD where it has none."""
     rows, cols = table.shape
     valid = mapped & (row >= 0) & (row < rows) & (position >= 0) & (position <= INT32_MAX)
@@ -78,7 +78,7 @@ def advance_draft_step(a) -> None:
     layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
                             a.cp_rank, a.cp_interleave)
     for g, (table, out, layout) in enumerate(zip(a.block_tables, a.slot_mappings, layouts)):
-        slots = _slots(table, a.num_blocks[g] if a.num_blocks else None, row, position, mapped & layout.enabled,
+        slots = draft_slots(table, a.num_blocks[g] if a.num_blocks else None, row, position, mapped & layout.enabled,
                        layout.block_size, layout.blocks_per_kv_block, *layout.cp)
         if out.dtype == torch.int32:
             slots = slots.where(slots <= INT32_MAX, PAD_SLOT_ID)

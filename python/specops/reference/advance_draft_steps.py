@@ -11,7 +11,7 @@ import torch
 from specops._constants import PAD_SLOT_ID
 from specops._step_layout import group_layouts
 from specops.reference.advance_draft_step import INT32_MAX
-from specops.reference.advance_draft_step import _slots as draft_slots
+from specops.reference.advance_draft_step import draft_slots
 
 
 def draft_pass_positions(positions: torch.Tensor, seq_lens: torch.Tensor, token_indices: torch.Tensor,

@@ -6,7 +6,7 @@ import torch
 
 from specops._constants import PAD_SLOT_ID
 from specops.reference._batch import request_of_each_token
-from specops.reference._slot_math import kv_placement
+from specops.slot_math import kv_placement
 
 INT32_MAX = 2**31 - 1
 

@@ -10,7 +10,7 @@ import torch
 
 from specops._constants import PAD_SLOT_ID
 from specops._step_layout import buffer_end, group_layouts, parallel_draft_tokens
-from specops.reference.advance_draft_step import _slots
+from specops.reference.advance_draft_step import draft_slots
 
 INT32_MAX = 2**31 - 1
 
@@ -66,7 +66,7 @@ def expand_parallel_draft_inputs(a) -> None:
     layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
                             a.cp_rank, a.cp_interleave)
     for g, (table, out, layout) in enumerate(zip(a.block_tables, a.slot_mappings, layouts)):
-        slot = _slots(table, a.num_blocks[g] if a.num_blocks else None, row, position, mapped & layout.enabled,
+        slot = draft_slots(table, a.num_blocks[g] if a.num_blocks else None, row, position, mapped & layout.enabled,
                       layout.block_size, layout.blocks_per_kv_block, *layout.cp)
         if out.dtype == torch.int32:
             slot = slot.where(slot <= INT32_MAX, PAD_SLOT_ID)

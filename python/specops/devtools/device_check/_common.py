@@ -137,11 +137,12 @@ def environment(target: Target) -> dict[str, Any]:
 
 
 # What specops calls of torch and Triton beyond their long-stable core, by version-sensitive name:
-# a missing one names the ops it breaks before any op runs (every op goes through ops/_op.py).
+# a missing one names the ops it breaks before any op runs (every op goes through ops/_op.py, and
+# torch's private names are read in specops/_fastpath.py alone).
 TORCH_APIS = {
-    "torch.library.register_fake": "every op's fake kernel (ops/_op.py)",
-    "torch.compiler.is_dynamo_compiling": "every op's backend switch (ops/_op.py)",
-    "torch.compiler._is_compiling_flag": "every op's backend switch, prepare_spec_decode_inputs' fast path",
+    "torch.compiler.is_dynamo_compiling": "every op's backend switch (specops/_fastpath.py's select())",
+    "torch.compiler._is_compiling_flag": "every op's backend switch (specops/_fastpath.py's select())",
+    "torch.utils._python_dispatch.TorchDispatchMode": "the launch counter (specops/launch_count.py)",
     "torch.autograd.graph.increment_version": "the version bump of the Python backends (ops/_op.py)",
     "torch.get_default_device": "PersistentMappings and the drafting builders without device=",
 }

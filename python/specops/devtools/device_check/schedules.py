@@ -4,7 +4,7 @@ A runner holds host copies of the length tensors; the sas family's schedule is t
 the host and its 1024 words copied to the device with one asynchronous copy through pinned
 memory, which the host need not wait for. The check calls `specops.sas_metadata` with CPU
 length tensors and a device `out`, behind a kernel that keeps the stream busy
-(`torch.cuda._sleep`), and reports:
+(`specops._fastpath.device_sleep`, torch.cuda's busy-wait kernel), and reports:
 
 - whether the call is accepted (the op may require every tensor on out's device): status
   "unsupported" when it is not, which fails nothing;
@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 import specops
+from specops._fastpath import device_sleep
 from specops.devtools.device_check._common import Target, error_text, skipped
 from specops.devtools.host_planned import check_host_planned_copies
 
@@ -65,7 +66,7 @@ def run(target: Target) -> dict[str, Any]:
         SCHEDULE_CALL(**_arguments(out))  # a first call imports and compiles what it needs
         module.synchronize(target.device)
         if target.kind == "cuda":
-            torch.cuda._sleep(SLEEP_CYCLES)
+            device_sleep(SLEEP_CYCLES)
         SCHEDULE_CALL(**_arguments(out))
         busy = not stream.query() if target.kind == "cuda" else None
         module.synchronize(target.device)
