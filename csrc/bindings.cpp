@@ -17,7 +17,8 @@ PYBIND11_MODULE(_C, m) {
   m.doc() =
       "specops native extension: ops are in torch.ops.specops; this module holds build facts and the fast-path "
       "helpers (FastOp, row_views, items, items_each, rows_below) and checks.h's shared checks (check_tensor, "
-      "check_query_start_loc, check_no_overlap, check_outputs_alias_nothing; used through specops.arguments)";
+      "check_query_start_loc, check_entries, check_no_overlap, check_outputs_alias_nothing; used through "
+      "specops.arguments)";
   specops::bind_fast_call(m);
   specops::bind_row_views(m);
   specops::bind_checks(m);

@@ -66,6 +66,10 @@ void check_no_overlap(const py::handle& a, const std::string& a_name, const py::
   cpu::check_no_overlap(tensor_of(a, a_name), a_name.c_str(), tensor_of(b, b_name), b_name.c_str());
 }
 
+void check_entries(const py::handle& value, const std::string& name, int64_t required, const std::string& what) {
+  cpu::check_entries(tensor_of(value, name), name.c_str(), required, what.c_str());
+}
+
 // outputs, inputs: sequences of (tensor or None, name).
 void check_outputs_alias_nothing(const py::sequence& outputs, const py::sequence& inputs) {
   const auto named = [](const py::sequence& pairs) {
@@ -99,6 +103,8 @@ void bind_checks(py::module_& module) {
   module.def("check_query_start_loc", torch::wrap_pybind_function(check_query_start_loc),
              py::arg("query_start_loc"), py::arg("device") = py::none(), py::arg("device_of") = "out",
              "query_start_loc's metadata (int32 [R + 1], R >= 0); returns R");
+  module.def("check_entries", torch::wrap_pybind_function(check_entries), py::arg("t"), py::arg("name"),
+             py::arg("required"), py::arg("what"), "at least `required` entries, `what` naming that count");
   module.def("check_no_overlap", torch::wrap_pybind_function(check_no_overlap), py::arg("a"), py::arg("a_name"),
              py::arg("b"), py::arg("b_name"), "a and b share no memory (nothing when on two devices)");
   module.def("check_outputs_alias_nothing", torch::wrap_pybind_function(check_outputs_alias_nothing),

@@ -207,6 +207,7 @@ if EXTENSION.loaded:
 
     check_tensor = _C.check_tensor
     check_query_start_loc = _C.check_query_start_loc
+    check_entries = _C.check_entries
     check_no_overlap = _C.check_no_overlap
     check_outputs_alias_nothing = _C.check_outputs_alias_nothing
 else:
@@ -218,6 +219,7 @@ else:
 
     check_tensor = _needs_native("check_tensor")
     check_query_start_loc = _needs_native("check_query_start_loc")
+    check_entries = _needs_native("check_entries")
     check_no_overlap = _needs_native("check_no_overlap")
     check_outputs_alias_nothing = _needs_native("check_outputs_alias_nothing")
 

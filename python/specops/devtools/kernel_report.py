@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                     "device needed) and print registers, spills, shared memory and each case's grid")
     parser.add_argument("--quick", action="store_true", help="the benchmark's tiny shapes")
     parser.add_argument("--op", action="append", choices=sorted(BENCHMARKS), help="only this op's cases (repeatable)")
-    parser.add_argument("--csv", default="bench-results/specops-kernels.csv", help="where to write one row per kernel build")
+    parser.add_argument("--csv", default="bench-results/specops-kernels.csv",
+                        help="where to write one row per kernel build")
     args = parser.parse_args(argv)
     return report_main(args.op or list(BENCHMARKS), args.quick, args.csv)
 

@@ -247,7 +247,8 @@ def _compute(setup: GroupSetup, common: CommonDraftInputs, buffers: DraftBuffers
 
     # Whole buffers, so the padded requests past R are rewritten too; the metadata gets views.
     full = cp_local_metadata(
-        query_start_loc, seq_lens, common.num_input_tokens, model.cp_size, model.cp_rank, causal=common.causal,
+        query_start_loc=query_start_loc, seq_lens=seq_lens, num_input_tokens=common.num_input_tokens,
+        cp_size=model.cp_size, cp_rank=model.cp_rank, causal=common.causal,
         local_query_start_loc=buffers.local_query_start_loc, local_seq_lens=buffers.local_seq_lens,
         start_pos=buffers.start_pos, query_start_loc_cpu=query_start_loc_cpu, seq_lens_cpu=seq_lens_cpu,
     )

@@ -107,9 +107,10 @@ class DraftLoopPlan:
         self.max_num_reqs = min(mappings.max_num_reqs, *(setup.max_num_reqs for setup in setups))
         self.max_num_tokens = min(mappings.max_num_tokens, *(setup.max_num_tokens for setup in setups))
         self.storage_block_sizes = storage
-        self.buffers = empty_draft_steps(num_steps, self.max_num_tokens, self.max_num_reqs, self.max_num_reqs,
-                                         model.cp_size, model.rope_cos_sin_cache, [mappings.slot_dtype] * len(names),
-                                         self.device, pair_dtypes)
+        self.buffers = empty_draft_steps(
+            num_steps=num_steps, num_input_tokens=self.max_num_tokens, num_reqs_padded=self.max_num_reqs,
+            max_num_reqs=self.max_num_reqs, split_size=model.cp_size, rope_cos_sin_cache=model.rope_cos_sin_cache,
+            slot_dtypes=[mappings.slot_dtype] * len(names), device=self.device, pair_dtypes=pair_dtypes)
         self.schedules = LoopSchedules(setups, num_steps, self.max_num_reqs, self.device, shared_schedule)
         self.seq_lens_cpu = torch.zeros((num_steps, self.max_num_reqs), dtype=torch.int32)
         self.half = model.rope_cos_sin_cache.size(1) // 2

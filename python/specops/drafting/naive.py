@@ -84,7 +84,8 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     local_query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
     local_seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
     start_pos = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    cp_local_metadata(query_start_loc, seq_lens, num_input_tokens, model.cp_size, model.cp_rank, causal=common.causal,
+    cp_local_metadata(query_start_loc=query_start_loc, seq_lens=seq_lens, num_input_tokens=num_input_tokens,
+                      cp_size=model.cp_size, cp_rank=model.cp_rank, causal=common.causal,
                       local_query_start_loc=local_query_start_loc, local_seq_lens=local_seq_lens, start_pos=start_pos)
     local_query_lens = (local_query_start_loc[1:] - local_query_start_loc[:-1]).tolist()
     max_local_query_len = max([1, *local_query_lens])
@@ -115,9 +116,10 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
         if platform.sas_variant == "a5":
             if not num_reqs:
                 arguments.update(seqused_kv=torch.zeros(1, dtype=torch.int32, device=device), layout_kv="PA_ND")
-            sas = kv_quant_sas_metadata(model.num_heads_q, 1, model.head_dim, 1, **arguments)
+            sas = kv_quant_sas_metadata(num_heads_q=model.num_heads_q, num_heads_kv=1, head_dim=model.head_dim,
+                                        kv_quant_mode=1, **arguments)
         else:
-            sas = sas_metadata(model.num_heads_q, 1, model.head_dim, **arguments)
+            sas = sas_metadata(num_heads_q=model.num_heads_q, num_heads_kv=1, head_dim=model.head_dim, **arguments)
 
     # A C4 group's lightning-indexer schedule: this rank's query ends and KV lengths (TND queries,
     # paged keys); no requests: BSND without tensors, the empty schedule.
@@ -132,7 +134,8 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
                            layout_key="PA_BSND")
         else:
             indexer.update(layout_query="BSND", layout_key="BSND")
-        qli = lightning_indexer_metadata(model.index_n_heads, 1, model.index_head_dim, 0, 0, **indexer)
+        qli = lightning_indexer_metadata(num_heads_q=model.index_n_heads, num_heads_k=1, head_dim=model.index_head_dim,
+                                         query_quant_mode=0, key_quant_mode=0, **indexer)
 
     # A compressed group's compressor metadata: the compression groups its requests complete,
     # from its block table, with the ratio's RoPE table, min(T, T // ratio + R) rows; slots flat
@@ -143,9 +146,10 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
         half = table.size(1) // 2
         start_pos = seq_lens - torch.tensor(query_lens, dtype=torch.int32, device=device)
         compressed = compressor_metadata(
-            table[:, :half], table[:, half:], query_start_loc, start_pos, common.block_tables[group.name][:num_reqs],
-            group.storage_block_size, 1 if platform.sas_variant == "a5" else 2, ratio,
-            min(num_tokens, num_tokens // ratio + num_reqs), num_reqs)
+            rope_cos=table[:, :half], rope_sin=table[:, half:], cu_seqlens=query_start_loc, start_pos=start_pos,
+            kv_block_table=common.block_tables[group.name][:num_reqs], kv_block_size=group.storage_block_size,
+            slot_mapping_format=1 if platform.sas_variant == "a5" else 2, compress_ratio=ratio,
+            num_compressed_tokens=min(num_tokens, num_tokens // ratio + num_reqs), num_reqs_actual=num_reqs)
 
     # Each token's slot as (storage block, offset), PAD for the padding tokens; int32 formats
     # stop at the real tokens.
@@ -160,7 +164,8 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     indices = lens = None
     if group.dspark and not common.causal:
         indices, lens = dspark_swa_indices(
-            common.block_tables[group.name][:num_reqs], query_start_loc, seq_lens, window=group.sliding_window,
+            block_table=common.block_tables[group.name][:num_reqs], query_start_loc=query_start_loc, seq_lens=seq_lens,
+            window=group.sliding_window,
             num_speculative_tokens=model.num_speculative_tokens, block_size=group.block_size,
             num_tokens=num_input_tokens, width=dspark_width(group, model.num_speculative_tokens),
             cp_size=model.cp_size, cp_rank=model.cp_rank)

@@ -16,7 +16,7 @@ import torch
 from specops._backend import current_backend
 from specops._extension import require_native
 from specops._fastpath import check_entry, native_entry
-from specops.arguments import check_outputs_alias_nothing, checked_bool, checked_int
+from specops.arguments import check_entries, check_outputs_alias_nothing, check_tensor, checked_bool, checked_int
 from specops.reference.pcp_partition import pcp_partition as _reference
 
 _NATIVE = native_entry("pcp_partition")
@@ -104,15 +104,11 @@ class PCPLayout(NamedTuple):
             if buffer is None:
                 continue
             source = sources[name]
-            if not isinstance(buffer, torch.Tensor):
-                raise ValueError(f"{name} must be a tensor, got {type(buffer).__name__}")
-            if buffer.dtype != source.dtype or buffer.dim() != 1 or not buffer.is_contiguous():
-                raise ValueError(f"{name} must be a contiguous 1-D {str(source.dtype).removeprefix('torch.')} tensor, "
-                                 f"got {str(buffer.dtype).removeprefix('torch.')} of shape {list(buffer.shape)}")
+            check_tensor(buffer, name, [source.dtype], 1)
+            # `device` without an index takes a buffer on any device of its type.
             if buffer.device != device and not (device.index is None and buffer.device.type == device.type):
                 raise ValueError(f"{name} must be on {device}, got {buffer.device}")
-            if buffer.numel() < source.numel():
-                raise ValueError(f"{name} must have at least {source.numel()} entries, got {buffer.numel()}")
+            check_entries(buffer, name, source.numel(), "the layout's size")
         # Outputs that share memory are rejected before any write (docs/hardening.md): one given
         # buffer over another, or over a layout tensor copied after it, would be overwritten
         # silently (the restore index over the gather index).
@@ -198,9 +194,8 @@ def pcp_partition(
     world = checked_int(pcp_world_size, "pcp_world_size")
     shard = checked_bool(shard_decode_requests, "shard_decode_requests")
     dcp = checked_int(dcp_world_size, "dcp_world_size")
+    # None is -1 in the op's schema (the op rejects what is below).
     padded = -1 if padded_num_tokens is None else checked_int(padded_num_tokens, "padded_num_tokens")
-    if padded_num_tokens is not None and padded < 0:
-        raise ValueError(f"padded_num_tokens must be >= 0 (or None), got {padded}")
     if _NATIVE is None:
         require_native("pcp_partition")  # its checks are the C++ op's, whatever the backend
     native = current_backend() != "reference"

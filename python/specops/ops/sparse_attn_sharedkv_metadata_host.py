@@ -47,7 +47,8 @@ def sparse_attn_sharedkv_metadata_host(
     with its case (the port ignores case).
     """
     return sas_metadata(
-        num_heads_q, num_heads_kv, head_dim, cu_seqlens_q=cu_seqlens_q, seqused_kv=seqused_kv, batch_size=batch_size,
+        num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim, cu_seqlens_q=cu_seqlens_q,
+        seqused_kv=seqused_kv, batch_size=batch_size,
         cmp_topk=cmp_topk, cmp_ratio=cmp_ratio, ori_mask_mode=ori_mask_mode, cmp_mask_mode=cmp_mask_mode,
         ori_win_left=ori_win_left, ori_win_right=ori_win_right, layout_q=layout_q, layout_kv=layout_kv,
         has_ori_kv=has_ori_kv, has_cmp_kv=has_cmp_kv, num_cube_cores=num_cube_cores,

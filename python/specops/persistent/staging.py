@@ -150,7 +150,7 @@ class StagedBlockWrites:
             cu_lens, values = self._cu_lens[: num_writes + 1], self._values[:num_values]
         else:
             rows, starts, cu_lens, values = self._copy_to_device(num_writes, num_values)
-        apply_staged_writes(self._storage_as_table, rows, starts, cu_lens, values)
+        apply_staged_writes(table=self._storage_as_table, rows=rows, starts=starts, cu_lens=cu_lens, values=values)
         self._num_writes = 0
         self._num_values = 0
         self._pending_write.fill(-1)
