@@ -10,6 +10,7 @@
 #include "checks_binding.h"
 #include "fastpath/fast_call.h"
 #include "fastpath/row_views.h"
+#include "written_versions.h"
 
 namespace py = pybind11;
 
@@ -19,6 +20,8 @@ PYBIND11_MODULE(_C, m) {
       "helpers (FastOp, row_views, items, items_each, rows_below) and checks.h's shared checks (check_tensor, "
       "check_query_start_loc, check_entries, check_no_overlap, check_outputs_alias_nothing; used through "
       "specops.arguments)";
+  // After every static initializer of this shared object: every op's schema is defined.
+  specops::register_written_versions();
   specops::bind_fast_call(m);
   specops::bind_row_views(m);
   specops::bind_checks(m);

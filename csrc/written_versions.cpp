@@ -75,16 +75,17 @@ std::vector<std::pair<std::string, std::vector<size_t>>> specops_ops() {
 
 }  // namespace
 
-void register_written_version_bumps(torch::Library& library) {
+void register_written_versions() {
+  // The registrations live as long as the process (the extension is never unloaded).
+  static torch::Library* inplace =
+      new torch::Library(torch::Library::IMPL, "specops", c10::DispatchKey::ADInplaceOrView, __FILE__, __LINE__);
+  static torch::Library* autograd =
+      new torch::Library(torch::Library::IMPL, "specops", c10::DispatchKey::Autograd, __FILE__, __LINE__);
   for (auto& [name, written] : specops_ops()) {
-    if (written.empty()) continue;
-    library.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RunThenBump>(written)));
-  }
-}
-
-void register_autograd_kernels(torch::Library& library) {
-  for (auto& [name, written] : specops_ops()) {
-    library.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RunThenBump>(written)));
+    if (!written.empty()) {
+      inplace->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RunThenBump>(written)));
+    }
+    autograd->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RunThenBump>(written)));
   }
 }
 

@@ -11,14 +11,13 @@ namespace specops {
 
 // Registers, for every specops schema with a Tensor(a!) or Tensor(a!)[] argument, an
 // ADInplaceOrView kernel that runs the op below and then bumps the version of every tensor
-// those arguments hold (a rejected call bumps nothing). Called after the schemas are defined.
-void register_written_version_bumps(torch::Library& library);
-
-// Registers, for every specops schema, an Autograd kernel (the alias key: every backend's
-// autograd key) that does the same below ADInplaceOrView at once: no specops op is
-// differentiable (torch's opcheck asks such ops for an Autograd kernel that runs the op below
-// autograd), and a call from autograd then skips torch's boxed autograd fallback and the
-// ADInplaceOrView hop. The ADInplaceOrView kernels stay for callers below autograd.
-void register_autograd_kernels(torch::Library& library);
+// those arguments hold (a rejected call bumps nothing); and, for every specops schema, an
+// Autograd kernel (the alias key: every backend's autograd key) that does the same below
+// ADInplaceOrView at once: no specops op is differentiable (torch's opcheck asks such ops for an
+// Autograd kernel that runs the op below autograd), and a call from autograd then skips torch's
+// boxed autograd fallback and the ADInplaceOrView hop. The ADInplaceOrView kernels stay for
+// callers below autograd. Called once, when specops._C is loaded: the schemas are defined by
+// every op's file (TORCH_LIBRARY_FRAGMENT), and only then have all their static initializers run.
+void register_written_versions();
 
 }  // namespace specops

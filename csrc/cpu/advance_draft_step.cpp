@@ -309,6 +309,21 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // past_max_model_len: 0 "reset", 1 "clamp"; out_positions may be positions itself (in place)
+  // without token_indices. num_draft_steps -1: no last step (draft_step only picks the column).
+  // The token bookkeeping's arguments (target_seq_lens on) default to none.
+  m.def(
+      "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
+      "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
+      "Tensor(d!)? query_start_loc, Tensor[] num_blocks, int max_model_len, int past_max_model_len, "
+      "int num_tokens_padded, int num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, "
+      "int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, "
+      "Tensor? target_seq_lens=None, Tensor(e!)? input_ids=None, Tensor(f!)? draft_tokens=None, "
+      "Tensor? sampled_tokens=None, Tensor? draft_step=None, int num_draft_steps=-1, "
+      "Tensor(g!)? sample_positions=None, Tensor? hidden_states=None, Tensor(h!)? next_hidden_states=None) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("advance_draft_step", &advance_draft_step); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("advance_draft_step", &check_advance_draft_step<c10::SymInt>); }
 

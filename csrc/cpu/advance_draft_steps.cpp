@@ -354,6 +354,21 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // Row k - 1 of every output is pass k; storage_block_sizes: each group's block size in its KV
+  // cache (the slot pairs' format).
+  m.def(
+      "advance_draft_steps(Tensor query_start_loc, Tensor positions, Tensor seq_lens, Tensor token_indices, "
+      "Tensor num_rejected_tokens, Tensor? idx_mapping, Tensor[] block_tables, Tensor[] num_blocks, "
+      "Tensor[] target_slot_mappings, Tensor rope_cos_sin_cache, Tensor(a!) out_positions, Tensor(b!) out_seq_lens, "
+      "Tensor(c!) out_query_start_loc, Tensor(d!) out_cos_sin, Tensor(e!) out_local_cos_sin, "
+      "Tensor(f!) out_local_query_start_loc, Tensor(g!) out_local_seq_lens, Tensor(h!) out_start_pos, "
+      "Tensor(i!)[] out_slots, Tensor(j!)[] out_slot_pairs, int num_steps, int num_actual_tokens, "
+      "int num_input_tokens, int num_reqs_padded, int max_model_len, int past_max_model_len, int split_size, "
+      "int split_rank, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
+      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, int[] storage_block_sizes) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("advance_draft_steps", &advance_draft_steps); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("advance_draft_steps", &check_advance_draft_steps<c10::SymInt>); }
 

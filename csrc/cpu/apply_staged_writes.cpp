@@ -66,6 +66,10 @@ void apply_staged_writes(const at::Tensor& table, const at::Tensor& rows, const 
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def("apply_staged_writes(Tensor(a!) table, Tensor rows, Tensor starts, Tensor cu_lens, Tensor values) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("apply_staged_writes", &apply_staged_writes); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("apply_staged_writes", &check_apply_staged_writes<c10::SymInt>); }
 

@@ -24,7 +24,7 @@
 
 namespace specops::cpu {
 
-// A dtype as Python names it (int32, not Int), so the host op's messages match the Python checks'.
+// A dtype as Python names it (int32, not Int), so the messages read as Python's own.
 inline std::string dtype_name(c10::ScalarType dtype) { return std::string(c10::getDtypeNames(dtype).first); }
 
 inline std::string dtype_list(std::initializer_list<c10::ScalarType> dtypes) {
@@ -234,8 +234,8 @@ inline void check_token_count(int64_t value, const char* name, int64_t cp_size) 
   TORCH_CHECK_VALUE(value >= 0 && value <= INT32_MAX - cp_size, name, " must be in [0, 2^31 - 1 - cp_size], got ", value);
 }
 
-// At least `required` entries; `what` says where the number comes from (e.g. "R"). Same name and
-// message as the Python check (python/specops/ops/_checks.py).
+// At least `required` entries; `what` says where the number comes from (e.g. "R"). Python checks
+// a tensor no op takes with this one (specops.arguments.check_entries, csrc/checks_binding.cpp).
 // count + 1 for a count already checked >= 0, in unsigned arithmetic: a count of INT64_MAX needs
 // 2^63 entries (which no tensor has, and which Python's message prints) instead of overflowing.
 inline uint64_t one_more(int64_t count) { return static_cast<uint64_t>(count) + 1; }
@@ -252,8 +252,9 @@ inline void check_entries(const at::Tensor& t, const char* name, const c10::SymI
 
 // The byte range [first, last] a tensor's elements span (torch strides are never negative).
 // Two tensors whose ranges meet may share memory; the test is conservative for interleaved
-// strided views (two column halves of one buffer count as overlapping), and the Python check
-// (python/specops/ops/_checks.py) is the same, so every backend rejects the same calls.
+// strided views (two column halves of one buffer count as overlapping). Every backend runs this
+// check (the Meta kernel is the Python backends' pre-check), so every backend rejects the same
+// calls; Python layers reach it as specops.arguments.check_no_overlap.
 struct ByteSpan {
   uintptr_t first;
   uintptr_t last;

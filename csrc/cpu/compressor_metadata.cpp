@@ -65,6 +65,14 @@ void compressor_metadata(const at::Tensor& rope_cos, const at::Tensor& rope_sin,
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // N = compress_cos.size(0) rows; slot_mapping [N] (format 1, flat) or [N, 2] (format 2).
+  m.def(
+      "compressor_metadata(Tensor rope_cos, Tensor rope_sin, Tensor cu_seqlens, Tensor start_pos, "
+      "Tensor kv_block_table, int kv_block_size, int slot_mapping_format, int compress_ratio, int num_reqs_actual, "
+      "Tensor(a!) compress_cos, Tensor(b!) compress_sin, Tensor(c!) slot_mapping) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("compressor_metadata", &compressor_metadata); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("compressor_metadata", &check_compressor_metadata<c10::SymInt>); }
 

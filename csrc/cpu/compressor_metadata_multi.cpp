@@ -109,6 +109,17 @@ void compressor_metadata_multi(at::TensorList rope_cos, at::TensorList rope_sin,
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // compressor_metadata for every group g and step s at once (one launch): group g's RoPE tables,
+  // block table, block size, format and ratio; step s's row of cu_seqlens [S, >= R + 1] and
+  // start_pos [S, >= R]; into step s of compress_cos[g] / compress_sin[g] [S, N_g, 1, 1, D_g] and
+  // slot_mappings[g] [S, N_g] (format 1) or [S, N_g, 2] (format 2).
+  m.def(
+      "compressor_metadata_multi(Tensor[] rope_cos, Tensor[] rope_sin, Tensor cu_seqlens, Tensor start_pos, "
+      "Tensor[] kv_block_tables, int[] kv_block_sizes, int[] slot_mapping_formats, int[] compress_ratios, "
+      "int num_reqs_actual, Tensor(a!)[] compress_cos, Tensor(b!)[] compress_sin, Tensor(c!)[] slot_mappings) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("compressor_metadata_multi", &compressor_metadata_multi); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("compressor_metadata_multi", &check_compressor_metadata_multi<c10::SymInt>);

@@ -187,6 +187,24 @@ void check_slot_mapping_positions(const at::Tensor& query_start_loc, const at::T
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // docs/slot_mapping.md
+  m.def(
+      "compute_slot_mapping(Tensor query_start_loc, Tensor positions, Tensor block_table, int block_size, "
+      "Tensor(a!) out, int blocks_per_kv_block, int cp_world_size, int cp_rank, int cp_interleave, "
+      "Tensor? idx_mapping, int num_tokens_padded, Tensor? num_blocks=None) -> ()");
+  // Host-only: compute_slot_mapping's value checks for several tables, writing nothing (so that
+  // PersistentMappings.refresh rejects a batch before it rewrites any group). block_sizes,
+  // blocks_per_kv_block, cp_sharded: one entry per table (a table not CP-sharded maps as a single
+  // rank); num_blocks: empty, or the blocks allocated to each row, one tensor per table;
+  // slot_mappings: empty, or the output each table's slots go to, one per table (never written:
+  // an int32 one has its slots checked to fit, as compute_slot_mapping checks its int32 out).
+  m.def(
+      "check_slot_mapping_positions(Tensor query_start_loc, Tensor positions, Tensor[] block_tables, "
+      "Tensor? idx_mapping, int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, int cp_world_size, "
+      "int cp_rank, int cp_interleave, Tensor[] num_blocks, Tensor[] slot_mappings) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) {
   m.impl("compute_slot_mapping", &compute_slot_mapping);
   m.impl("check_slot_mapping_positions", &check_slot_mapping_positions);

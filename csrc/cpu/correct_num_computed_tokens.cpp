@@ -36,6 +36,15 @@ void check_correct_num_computed_tokens(const at::Tensor& num_computed_tokens, co
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // docs/async_accounting.md: async spec-decode token accounting. The corrections are in place: every read sees
+  // the values from before the call.
+  m.def(
+      "correct_num_computed_tokens(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
+      "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
+      "Tensor cpu_num_computed_tokens) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("correct_num_computed_tokens", &correct_num_computed_tokens); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("correct_num_computed_tokens", &check_correct_num_computed_tokens); }
 

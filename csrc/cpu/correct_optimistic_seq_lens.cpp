@@ -48,6 +48,12 @@ void correct_optimistic_seq_lens(const at::Tensor& seq_lens_cpu, const at::Tenso
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "correct_optimistic_seq_lens(Tensor(a!) seq_lens_cpu, Tensor prev_positions, Tensor valid_sampled_token_count, "
+      "Tensor prev_num_draft_tokens) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("correct_optimistic_seq_lens", &correct_optimistic_seq_lens); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("correct_optimistic_seq_lens", &check_correct_optimistic_seq_lens<c10::SymInt>);

@@ -64,6 +64,15 @@ void count_sampled_and_rejected(const at::Tensor& num_sampled, const at::Tensor&
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // docs/step_bookkeeping.md: the spec-decode step's own bookkeeping (input ids, sampled and
+  // rejected counts, request state, next tokens, later draft steps). A *_padded of -1: each
+  // output padded to its own end.
+  m.def(
+      "count_sampled_and_rejected(Tensor(a!) num_sampled, Tensor seq_lens, Tensor cu_num_logits, "
+      "Tensor idx_mapping, Tensor prefill_len, Tensor(b!) num_rejected, int num_reqs_padded) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("count_sampled_and_rejected", &count_sampled_and_rejected); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("count_sampled_and_rejected", &check_count_sampled_and_rejected<c10::SymInt>);

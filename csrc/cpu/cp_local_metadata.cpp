@@ -114,6 +114,17 @@ std::vector<int64_t> cp_local_max_lens(const at::Tensor& query_start_loc, const 
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // docs/context_parallel.md
+  m.def(
+      "cp_local_metadata(Tensor query_start_loc, Tensor seq_lens, int num_input_tokens, int cp_size, int cp_rank, "
+      "bool causal, Tensor(a!) local_query_start_loc, Tensor(b!) local_seq_lens, Tensor(c!) start_pos) -> ()");
+  // Host-only: the host ints of CPLocalMetadata from host copies of the inputs.
+  m.def(
+      "cp_local_max_lens(Tensor query_start_loc, Tensor? seq_lens, int num_input_tokens, int cp_size, int cp_rank, "
+      "bool causal) -> int[]");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) {
   m.impl("cp_local_metadata", &cp_local_metadata);
   m.impl("cp_local_max_lens", &cp_local_max_lens);

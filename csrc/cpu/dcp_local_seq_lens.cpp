@@ -54,6 +54,12 @@ void dcp_local_seq_lens(const at::Tensor& seq_lens, int64_t cp_world_size, int64
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // The KV length each decode-context-parallel rank stores (vllm-ascend get_dcp_local_seq_lens).
+  m.def(
+      "dcp_local_seq_lens(Tensor seq_lens, int cp_world_size, int cp_rank, int cp_interleave, Tensor(a!) out) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("dcp_local_seq_lens", &dcp_local_seq_lens); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("dcp_local_seq_lens", &check_dcp_local_seq_lens<c10::SymInt>); }
 

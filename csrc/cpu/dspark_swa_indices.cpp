@@ -100,6 +100,13 @@ void dspark_swa_indices(const at::Tensor& block_table, const at::Tensor& query_s
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "dspark_swa_indices(Tensor block_table, Tensor query_start_loc, Tensor seq_lens, int window, "
+      "int num_speculative_tokens, int block_size, int num_tokens, int width, int cp_size, int cp_rank, "
+      "Tensor(a!) out, Tensor(b!) out_lens) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("dspark_swa_indices", &dspark_swa_indices); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("dspark_swa_indices", &check_dspark_swa_indices<c10::SymInt>); }
 

@@ -146,6 +146,13 @@ void dspark_swa_indices_multi(at::TensorList block_tables, const at::Tensor& que
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "dspark_swa_indices_multi(Tensor[] block_tables, Tensor query_start_loc, Tensor seq_lens, int[] windows, "
+      "int num_speculative_tokens, int[] block_sizes, int num_tokens, int[] widths, int cp_size, int cp_rank, "
+      "Tensor(a!)[] out, Tensor(b!)[] out_lens) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("dspark_swa_indices_multi", &dspark_swa_indices_multi); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("dspark_swa_indices_multi", &check_dspark_swa_indices_multi<c10::SymInt>);

@@ -242,6 +242,19 @@ void expand_parallel_draft_inputs(
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "expand_parallel_draft_inputs(Tensor target_token_ids, Tensor target_positions, Tensor next_token_ids, "
+      "Tensor query_start_loc, Tensor[] block_tables, Tensor? num_rejected_tokens, Tensor? seq_lens, "
+      "Tensor? idx_mapping, Tensor[] num_blocks, Tensor(a!) input_ids, Tensor(b!) positions, "
+      "Tensor(c!) is_rejected_token_mask, Tensor(d!) is_masked_token_mask, Tensor(e!) token_indices_to_sample, "
+      "Tensor(f!)? hidden_state_mapping, Tensor(g!)[] slot_mappings, Tensor(h!) out_query_start_loc, "
+      "Tensor(i!)? out_seq_lens, int slots_per_request, bool shift_input_ids, int max_model_len, "
+      "int parallel_drafting_token_id, int padding_token_id, int num_tokens_padded, int num_reqs_padded, "
+      "int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, int[] blocks_per_kv_block, "
+      "bool[] cp_sharded, bool[] slot_mapping_enabled) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("expand_parallel_draft_inputs", &expand_parallel_draft_inputs); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("expand_parallel_draft_inputs", &check_expand_parallel_draft_inputs<c10::SymInt>);

@@ -41,6 +41,10 @@ void format_slot_mapping_blocks(const at::Tensor& slot_mapping, int64_t block_si
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def("format_slot_mapping_blocks(Tensor slot_mapping, int block_size, Tensor(a!) out) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("format_slot_mapping_blocks", &format_slot_mapping_blocks); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("format_slot_mapping_blocks", &check_format_slot_mapping_blocks<c10::SymInt>);

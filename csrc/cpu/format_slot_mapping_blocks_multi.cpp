@@ -79,6 +79,16 @@ void format_slot_mapping_blocks_multi(at::TensorList slot_mappings, c10::IntArra
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // The two per-group ops of a draft step for every group at once (one launch each):
+  // slot_mappings[g][:num_slots] formatted with block_sizes[g] into out[g]; and the DSpark
+  // indices of group g (block_tables[g], windows[g], block_sizes[g], widths[g]) into out[g],
+  // out_lens[g], every group sharing the batch, the token count and the CP split.
+  m.def(
+      "format_slot_mapping_blocks_multi(Tensor[] slot_mappings, int[] block_sizes, int num_slots, "
+      "Tensor(a!)[] out) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("format_slot_mapping_blocks_multi", &format_slot_mapping_blocks_multi); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("format_slot_mapping_blocks_multi", &check_format_slot_mapping_blocks_multi<c10::SymInt>);

@@ -90,6 +90,13 @@ void gather_block_tables(const at::Tensor& src_block_table, const at::Tensor& nu
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // docs/persistent_buffers.md
+  m.def(
+      "gather_block_tables(Tensor src_block_table, Tensor num_blocks, Tensor idx_mapping, Tensor(a!) out, "
+      "int num_reqs_padded, Tensor? num_computed_tokens, int sliding_window_reach, int block_size) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("gather_block_tables", &gather_block_tables); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("gather_block_tables", &check_gather_block_tables<c10::SymInt>); }
 

@@ -44,6 +44,17 @@ void gather_block_tables_multi(at::TensorList src_block_tables, at::TensorList n
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // gather_block_tables of every KV-cache group in one call (one launch on a device): group g
+  // gathers src_block_tables[g] (num_blocks[g], sliding_window_reach[g], block_sizes[g]; a block
+  // size of 0 stands for None) into out[g]; the groups share idx_mapping, num_reqs_padded and
+  // num_computed_tokens.
+  m.def(
+      "gather_block_tables_multi(Tensor[] src_block_tables, Tensor[] num_blocks, Tensor idx_mapping, "
+      "Tensor(a!)[] out, int num_reqs_padded, Tensor? num_computed_tokens, int[] sliding_window_reach, "
+      "int[] block_sizes) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("gather_block_tables_multi", &gather_block_tables_multi); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("gather_block_tables_multi", &check_gather_block_tables_multi<c10::SymInt>);

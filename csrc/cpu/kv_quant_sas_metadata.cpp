@@ -112,6 +112,18 @@ void kv_quant_sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t he
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // docs/dsa_metadata_family.md: the rest of the DSA metadata family (string arguments as codes,
+  // as for sas_metadata; layout_query 0 BSND / 1 TND, layout_key 0 PA_BSND / 1 TND / 2 BSND).
+  m.def(
+      "kv_quant_sas_metadata(int num_heads_q, int num_heads_kv, int head_dim, int kv_quant_mode, Tensor? cu_seqlens_q, "
+      "Tensor? cu_seqlens_ori_kv, Tensor? cu_seqlens_cmp_kv, Tensor? seqused_q, Tensor? seqused_kv, int batch_size, "
+      "int max_seqlen_q, int max_seqlen_kv, int ori_topk, int cmp_topk, int tile_size, int rope_head_dim, "
+      "int cmp_ratio, int ori_mask_mode, int cmp_mask_mode, int ori_win_left, int ori_win_right, int layout_q, "
+      "int layout_kv, bool has_ori_kv, bool has_cmp_kv, int num_cube_cores, int num_vector_cores, bool ascend950, "
+      "Tensor(a!) out) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("kv_quant_sas_metadata", &kv_quant_sas_metadata); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("kv_quant_sas_metadata", &check_kv_quant_sas_metadata<c10::SymInt>); }
 

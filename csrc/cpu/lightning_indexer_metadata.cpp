@@ -140,6 +140,15 @@ void lightning_indexer_metadata(int64_t num_heads_q, int64_t num_heads_k, int64_
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "lightning_indexer_metadata(int num_heads_q, int num_heads_k, int head_dim, int query_quant_mode, "
+      "int key_quant_mode, Tensor? actual_seq_lengths_query, Tensor? actual_seq_lengths_key, int batch_size, "
+      "int max_seqlen_q, int max_seqlen_k, int layout_query, int layout_key, int sparse_count, int sparse_mode, "
+      "int pre_tokens, int next_tokens, int cmp_ratio, int num_cube_cores, int num_vector_cores, bool ascend950, "
+      "Tensor(a!) out) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("lightning_indexer_metadata", &lightning_indexer_metadata); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("lightning_indexer_metadata", &check_lightning_indexer_metadata<c10::SymInt>);

@@ -85,6 +85,13 @@ void pcp_gathered_slot_mappings(at::TensorList slot_mappings, const at::Tensor& 
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // num_tokens_padded -1: every buffer padded to its own end.
+  m.def(
+      "pcp_gathered_slot_mappings(Tensor[] slot_mappings, Tensor padded_gather_idx, Tensor gathered_kv_write_mask, "
+      "Tensor(a!)[] out, int num_tokens_padded) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("pcp_gathered_slot_mappings", &pcp_gathered_slot_mappings); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("pcp_gathered_slot_mappings", &check_pcp_gathered_slot_mappings<c10::SymInt>);

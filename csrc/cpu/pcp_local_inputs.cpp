@@ -117,6 +117,13 @@ void pcp_local_inputs(const at::Tensor& global_input_ids, const at::Tensor& glob
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "pcp_local_inputs(Tensor global_input_ids, Tensor global_positions, Tensor local_gather_idx, "
+      "Tensor local_query_start_loc, int num_local_tokens, Tensor(a!) input_ids, Tensor(b!) positions, "
+      "Tensor(c!) seq_lens, int num_reqs_padded) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("pcp_local_inputs", &pcp_local_inputs); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("pcp_local_inputs", &check_pcp_local_inputs<c10::SymInt>); }
 

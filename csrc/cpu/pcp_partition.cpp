@@ -154,6 +154,19 @@ std::vector<at::Tensor> check_only(const at::Tensor& num_scheduled_tokens, const
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // end of the step-bookkeeping block
+  // docs/pcp.md: prefill context parallelism (DualChunkSwap).
+  // Host-only: every rank's layout from host counts (padded_num_tokens -1: the largest rank's
+  // count). Returns [padded_gather_idx, gathered_kv_write_mask, hidden_restore_idx, replicated,
+  // rank_info (L, then the tokens and the segment count of every rank), segments (int32 [4, S]:
+  // request, length, start position, seq_len bound of every rank's segments, rank after rank),
+  // local_query_start_loc (int32 [S + P], every rank's n_k + 1 entries, rank after rank)].
+  m.def(
+      "pcp_partition(Tensor num_scheduled_tokens, Tensor num_computed_tokens, Tensor is_prefilling, "
+      "int pcp_world_size, bool shard_decode_requests, int dcp_world_size, int padded_num_tokens) -> Tensor[]");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("pcp_partition", &pcp_partition); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("pcp_partition", &check_only); }
 

@@ -177,6 +177,14 @@ void post_update_after_sampling(const at::Tensor& idx_mapping, const at::Tensor&
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "post_update_after_sampling(Tensor idx_mapping, Tensor(a!) num_computed_tokens, Tensor? query_start_loc, "
+      "Tensor? sampled_tokens, Tensor? num_sampled, Tensor? num_rejected, Tensor(b!)? last_sampled_tokens, "
+      "Tensor(c!)? all_token_ids, Tensor(d!)? total_len, Tensor(e!)? output_bin_counts, Tensor? draft_tokens, "
+      "Tensor(f!)? draft_tokens_out) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("post_update_after_sampling", &post_update_after_sampling); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("post_update_after_sampling", &check_post_update_after_sampling<c10::SymInt>);

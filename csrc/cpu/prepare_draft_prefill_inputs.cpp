@@ -138,6 +138,17 @@ void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // The draft model's prefill inputs after a target step (MRV2's prepare_prefill_inputs), with the
+  // drafter's copy of the request mapping; every output padded to its own end.
+  m.def(
+      "prepare_draft_prefill_inputs(Tensor target_input_ids, Tensor target_positions, Tensor idx_mapping, "
+      "Tensor query_start_loc, Tensor seq_lens, Tensor num_sampled, Tensor num_rejected, "
+      "Tensor last_sampled_tokens, Tensor next_prefill_tokens, Tensor(a!) input_ids, Tensor(b!) positions, "
+      "Tensor(c!) out_query_start_loc, Tensor(d!) out_seq_lens, Tensor(e!) last_token_indices, "
+      "Tensor(f!)? current_draft_step, Tensor(g!)? request_idx_mapping) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_draft_prefill_inputs", &prepare_draft_prefill_inputs); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("prepare_draft_prefill_inputs", &check_prepare_draft_prefill_inputs<c10::SymInt>);

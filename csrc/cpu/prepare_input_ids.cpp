@@ -173,6 +173,15 @@ void prepare_input_ids(const at::Tensor& input_ids, const at::Tensor& idx_mappin
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "prepare_input_ids(Tensor(a!) input_ids, Tensor idx_mapping, Tensor query_start_loc, "
+      "Tensor num_computed_tokens, Tensor prefill_len, Tensor last_sampled_tokens, Tensor draft_tokens, "
+      "Tensor cu_num_logits, int num_new_sampled_tokens, Tensor? all_token_ids, Tensor(b!)? next_prefill_tokens, "
+      "Tensor(c!) logits_indices, Tensor(d!) expanded_idx_mapping, Tensor(e!) expanded_local_pos, "
+      "int num_logits_padded, int num_tokens_padded) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_input_ids", &prepare_input_ids); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("prepare_input_ids", &check_prepare_input_ids<c10::SymInt>); }
 

@@ -137,6 +137,14 @@ void prepare_next_token_ids(const at::Tensor& sampled_token_ids, int64_t vocab_s
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "prepare_next_token_ids(Tensor sampled_token_ids, int vocab_size, Tensor? discard_request_mask, "
+      "Tensor? backup_next_token_ids, Tensor? token_ids, Tensor? num_tokens_no_spec, Tensor? cu_num_draft_tokens, "
+      "Tensor? query_start_loc, Tensor(a!) next_token_ids, Tensor(b!) valid_sampled_token_count, "
+      "Tensor(c!)? num_rejected_tokens, Tensor(d!)? token_indices_to_sample, int num_reqs_padded) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_next_token_ids", &prepare_next_token_ids); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("prepare_next_token_ids", &check_prepare_next_token_ids<c10::SymInt>); }
 

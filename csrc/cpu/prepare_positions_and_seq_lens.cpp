@@ -59,6 +59,12 @@ void prepare_positions_and_seq_lens(const at::Tensor& num_computed_tokens, const
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "prepare_positions_and_seq_lens(Tensor num_computed_tokens, Tensor query_start_loc, Tensor(a!) positions, "
+      "Tensor(b!) seq_lens, int num_tokens_padded, int num_reqs_padded, Tensor? idx_mapping) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_positions_and_seq_lens", &prepare_positions_and_seq_lens); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("prepare_positions_and_seq_lens", &check_prepare_positions_and_seq_lens<c10::SymInt>);

@@ -288,6 +288,28 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // Fused: the correction, positions and seq_lens, and the slot mapping of every KV-cache group.
+  // The multi-group ops (this one, advance_draft_step, advance_draft_steps,
+  // expand_parallel_draft_inputs) take one entry per block table in block_sizes,
+  // blocks_per_kv_block, cp_sharded (else a single rank) and slot_mapping_enabled (else every
+  // slot PAD, the table never read). num_blocks: empty, or the blocks allocated to each table
+  // row, one tensor per group. num_tokens_padded / num_reqs_padded None: positions.numel() /
+  // seq_lens.numel(), as the wrapper's defaults. request_indexed_counts: num_computed_tokens is
+  // a runner's request-indexed counts (read through idx_mapping, no correction); then
+  // gathered_block_tables (empty: none) receive gather_block_tables_multi of the block tables
+  // (rows [0, num_gathered_rows), sliding_window_reach per group or empty) in the same call.
+  m.def(
+      "prepare_spec_decode_inputs(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
+      "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
+      "Tensor cpu_num_computed_tokens, Tensor query_start_loc, Tensor(c!) positions, Tensor(d!) seq_lens, "
+      "Tensor[] block_tables, Tensor(e!)[] slot_mappings, Tensor? idx_mapping, int? num_tokens_padded, "
+      "int? num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
+      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, Tensor[] num_blocks, "
+      "bool request_indexed_counts, Tensor(f!)[] gathered_block_tables, int num_gathered_rows, "
+      "int[] sliding_window_reach) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_spec_decode_inputs", &prepare_spec_decode_inputs); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("prepare_spec_decode_inputs", &check_prepare_spec_decode_inputs<c10::SymInt>);

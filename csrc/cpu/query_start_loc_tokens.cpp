@@ -14,6 +14,12 @@ int64_t query_start_loc_tokens(const at::Tensor& query_start_loc) {
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // Host-only: query_start_loc[R] after query_start_loc's checks (the token count a wrapper sizes
+  // an output from).
+  m.def("query_start_loc_tokens(Tensor query_start_loc) -> int");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("query_start_loc_tokens", &query_start_loc_tokens); }
 
 }  // namespace specops::cpu

@@ -113,6 +113,19 @@ void sas_metadata(int64_t num_heads_q, int64_t num_heads_kv, int64_t head_dim,
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  // docs/sas_metadata.md
+  // The arguments of vllm-ascend's npu_sparse_attn_sharedkv_metadata, with the string ones as
+  // the wrapper resolves them: layout_q 0 BSND / 1 TND, layout_kv 0 PA_ND / 1 TND / 2 BSND,
+  // ascend950 = soc_version contains "Ascend950".
+  m.def(
+      "sas_metadata(int num_heads_q, int num_heads_kv, int head_dim, Tensor? cu_seqlens_q, Tensor? cu_seqlens_ori_kv, "
+      "Tensor? cu_seqlens_cmp_kv, Tensor? seqused_q, Tensor? seqused_kv, int batch_size, int max_seqlen_q, "
+      "int max_seqlen_kv, int ori_topk, int cmp_topk, int cmp_ratio, int ori_mask_mode, int cmp_mask_mode, "
+      "int ori_win_left, int ori_win_right, int layout_q, int layout_kv, bool has_ori_kv, bool has_cmp_kv, "
+      "int num_cube_cores, int num_vector_cores, bool ascend950, Tensor(a!) out) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("sas_metadata", &sas_metadata); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("sas_metadata", &check_sas_metadata<c10::SymInt>); }
 

@@ -113,8 +113,8 @@ struct GroupSettings {
   }
   bool enabled(size_t g) const { return slot_mapping_enabled.get(g); }
 
-  // Every list holds one entry per block table (python: check_group_settings in
-  // ops/_slot_mapping_checks.py); has_enabled false: the op takes no slot_mapping_enabled.
+  // Every list holds one entry per block table; has_enabled false: the op takes no
+  // slot_mapping_enabled.
   void check(size_t num_groups, bool has_enabled = true) const {
     auto one_per_table = [num_groups](size_t size, const char* name) {
       TORCH_CHECK_VALUE(size == num_groups, name, " must have one entry per block table (len(block_tables) = ",

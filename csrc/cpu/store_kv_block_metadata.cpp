@@ -75,6 +75,12 @@ void store_kv_block_metadata(const at::Tensor& slot_mapping, const at::Tensor& g
 
 }  // namespace
 
+// The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
+TORCH_LIBRARY_FRAGMENT(specops, m) {
+  m.def(
+      "store_kv_block_metadata(Tensor slot_mapping, Tensor(a!) group_len, Tensor(b!) group_key_idx, "
+      "Tensor(c!) group_key_cache_idx, int block_size) -> ()");
+}
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("store_kv_block_metadata", &store_kv_block_metadata); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {
   m.impl("store_kv_block_metadata", &check_store_kv_block_metadata<c10::SymInt>);

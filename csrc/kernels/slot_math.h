@@ -2,7 +2,7 @@
 // The slot of a position in a block-table row under KV-sharding context parallelism: the one
 // place every C++ body that maps positions to KV-cache slots takes it from (compute_slot_mapping,
 // the fused prepare_spec_decode_inputs). The same math on device is triton_kernels/_slot_math.py,
-// in torch python/specops/reference/_slot_math.py (docs/slot_mapping.md).
+// in torch python/specops/slot_math.py (docs/slot_mapping.md).
 //
 // A CP "virtual block" spans cp_world_size ranks: ranks take turns storing runs of
 // cp_interleave tokens, so one allocation block of kv_block tokens on a rank holds

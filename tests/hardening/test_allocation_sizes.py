@@ -68,36 +68,10 @@ def test_wrappers_check_a_size_before_they_allocate_from_it(backend, case):
 
 
 # The allocation-size rule (docs/hardening.md, "Sizes an op allocates from"): every size an op
-# allocates an output from, per op, with the values past its bound (default: past int32
-# indexing, 2^31 and 2^40). The call is the op table's valid call with every output the wrapper
-# may allocate left out.
-PAST_INT32 = (2**31, 2**40)
-ALLOCATION_SIZES: dict[str, dict[str, tuple[object, ...]]] = {
-    "compute_slot_mapping": {"num_tokens_padded": PAST_INT32},
-    "prepare_positions_and_seq_lens": {"num_tokens_padded": PAST_INT32, "num_reqs_padded": PAST_INT32},
-    "prepare_spec_decode_inputs": {"num_tokens_padded": PAST_INT32},
-    "advance_draft_step": {"num_tokens_padded": PAST_INT32},
-    "expand_parallel_draft_inputs": {"num_tokens_padded": PAST_INT32, "num_reqs_padded": PAST_INT32,
-                                     # 2^30 is inside the argument's own bound; T' and R * S are not
-                                     "slots_per_request": (2**30, *PAST_INT32)},
-    "prepare_input_ids": {"num_logits": PAST_INT32},
-    "count_sampled_and_rejected": {"num_reqs_padded": PAST_INT32},
-    "prepare_next_token_ids": {"num_reqs_padded": PAST_INT32},
-    "pcp_local_inputs": {"num_reqs_padded": PAST_INT32},
-    "pcp_gathered_slot_mappings": {"num_tokens_padded": PAST_INT32},
-    "compressor_metadata": {"num_compressed_tokens": (2**30, *PAST_INT32)},  # 2^30 rows of rope_dim values
-    "format_slot_mapping_blocks_multi": {"num_slots": (2**30, *PAST_INT32)},  # [num_slots, 2] outputs
-    "dspark_swa_indices": {"width": PAST_INT32},
-    "dspark_swa_indices_multi": {"widths": PAST_INT32},
-}
-# Ops that allocate nothing, or only from the sizes of tensors that exist or a fixed size (the schedules' 1024 words).
-ALLOCATES_FROM_NO_ARGUMENT = {"gather_block_tables", "gather_block_tables_multi", "apply_staged_writes",
-                              "correct_num_computed_tokens", "correct_optimistic_seq_lens", "dcp_local_seq_lens",
-                              "post_update_after_sampling", "format_slot_mapping_blocks", "cp_local_metadata",
-                              "store_kv_block_metadata", "sas_metadata", "kv_quant_sas_metadata",
-                              "lightning_indexer_metadata", "compressor_metadata_multi",
-                              "prepare_draft_prefill_inputs"}
-SIZE_CASES = [(spec, name, value) for spec in OP_TABLE for name, values in ALLOCATION_SIZES.get(spec.name, {}).items()
+# allocates an output from, per op, with the values past its bound, is its OpSpec's
+# allocation_sizes (tests/op_specs/NAME.py). The call is the op table's valid call with every
+# output the wrapper may allocate left out.
+SIZE_CASES = [(spec, name, value) for spec in OP_TABLE for name, values in (spec.allocation_sizes or {}).items()
               for value in values]
 
 
@@ -116,8 +90,8 @@ SIZE_ROWS_IN_ALLOCATION_CASES = {"advance_draft_steps"}
 
 def test_every_allocating_op_has_a_size_row():
     assert SIZE_ROWS_IN_ALLOCATION_CASES <= {op for op, _, _ in ALLOCATION_CASES}
-    described = set(ALLOCATION_SIZES) | ALLOCATES_FROM_NO_ARGUMENT | SIZE_ROWS_IN_ALLOCATION_CASES
-    assert {spec.name for spec in OP_TABLE} == described, "add the op to ALLOCATION_SIZES or ALLOCATES_FROM_NO_ARGUMENT"
+    described = {spec.name for spec in OP_TABLE if spec.allocation_sizes is not None} | SIZE_ROWS_IN_ALLOCATION_CASES
+    assert {spec.name for spec in OP_TABLE} == described, "give the op's OpSpec its allocation_sizes ({}: none)"
 
 
 @pytest.mark.parametrize("spec,name,value", SIZE_CASES, ids=[f"{s.name}-{n}-{v}" for s, n, v in SIZE_CASES])

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 I32, I64 = torch.int32, torch.int64
 INT32_MAX = 2**31 - 1
 STALE = 0x0BADF00D  # what an output holds before a call: a value no op computes here
+PAST_INT32 = (2**31, 2**40)  # sizes past int32 indexing (OpSpec.allocation_sizes' default bound)
 
 Call = dict[str, Any]
 
@@ -145,6 +146,12 @@ class OpSpec:
     # have (prepare_spec_decode_inputs' request-indexed mode and its gathered tables): compiled
     # for the device targets (tooling/test_kernel_compile.py) and run on the NPU route (tests/ascend).
     mode_calls: Callable[[], list[tuple[str, Call]]] = lambda: []
+    # Every size the wrapper allocates an output from when the call leaves the output out, with
+    # the values past its bound (typically PAST_INT32); {} for an op that allocates from no
+    # argument (only from the sizes of tensors that exist, or a fixed size); None: not described,
+    # which tests/hardening/test_allocation_sizes.py rejects (docs/hardening.md, "Sizes an op
+    # allocates from").
+    allocation_sizes: dict[str, tuple[object, ...]] | None = None
 
 
 def extreme_values(dtype: torch.dtype) -> tuple[int, ...]:

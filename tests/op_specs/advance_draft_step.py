@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _negative_block_ids, _pick, _seed
-from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32, t64
+from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, PAST_INT32, bad, bad_with, stale, t32, t64
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -200,4 +200,5 @@ ADVANCE_DRAFT_STEP = OpSpec(
     ),
     scalars=("max_model_len", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes", "blocks_per_kv_block",
              "num_tokens_padded", "num_reqs_padded", "num_draft_steps"),
+    allocation_sizes={"num_tokens_padded": PAST_INT32},
 )

@@ -83,4 +83,5 @@ APPLY = OpSpec(
         # Write boundaries that go backwards: which values land where is unspecified.
         Corruption("cu_lens decreasing", _decreasing("cu_lens"), device="bounds"),
     ),
+    allocation_sizes={},
 )

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _negative_block_ids
-from ._spec import I32, Arg, Bad, Call, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, t32
+from ._spec import I32, Arg, Bad, Call, Corruption, OpSpec, PAST_INT32, SLOW_KERNEL_GUARD_EXAMPLES, bad, t32
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -79,4 +79,5 @@ COMPRESSOR = OpSpec(
     draw_call=_compressor_draw(),
     corruptions=(Corruption("negative block ids", lambda draw, call: _negative_block_ids(draw, call, "kv_block_table")),),
     scalars=("kv_block_size", "slot_mapping_format", "compress_ratio", "num_compressed_tokens", "num_reqs_actual"),
+    allocation_sizes={"num_compressed_tokens": (2**30, *PAST_INT32)},  # 2^30 rows of rope_dim values
 )

@@ -117,4 +117,5 @@ COMPRESSOR_MULTI = OpSpec(
     draw_call=_multi_draw(),
     corruptions=(Corruption("negative block ids", _negative_ids_in_every_table),),
     scalars=("kv_block_sizes", "slot_mapping_formats", "compress_ratios", "num_reqs_actual"),
+    allocation_sizes={},
 )

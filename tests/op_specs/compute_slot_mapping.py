@@ -11,7 +11,7 @@ import specops
 from ._corruptions import (
     _seed, _pick, _one_entry, _negative, _with_idx_mapping, _negative_block_ids, _query_start_loc_past,
 )
-from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, t32, t64, stale
+from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, PAST_INT32, bad, t32, t64, stale
 
 
 def _slot_valid() -> Call:
@@ -159,4 +159,5 @@ SLOT_MAPPING = OpSpec(
                    device="bounds"),
         Corruption("T past query_start_loc[R]", _slot_more_positions_than_tokens, device="bounds"),
     ),
+    allocation_sizes={"num_tokens_padded": PAST_INT32},
 )

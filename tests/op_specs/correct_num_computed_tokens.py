@@ -61,4 +61,5 @@ CORRECT_COUNTS = OpSpec(
         Corruption("counts at int32 extremes", _extreme("num_computed_tokens", "valid_sampled_token_count",
                                                          "prev_num_draft_tokens", "cpu_num_computed_tokens")),
     ),
+    allocation_sizes={},
 )

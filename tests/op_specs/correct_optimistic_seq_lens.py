@@ -43,4 +43,5 @@ CORRECT_SEQ_LENS = OpSpec(
         Corruption("counts at int32 extremes", _extreme("seq_lens_cpu", "valid_sampled_token_count",
                                                          "prev_num_draft_tokens")),
     ),
+    allocation_sizes={},
 )

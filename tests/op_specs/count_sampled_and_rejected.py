@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _extreme, _pick, _seed
-from ._spec import I32, I64, STALE, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32
+from ._spec import I32, I64, STALE, Arg, Bad, Call, Corruption, OpSpec, PAST_INT32, bad, bad_with, stale, t32
 
 
 def _valid() -> Call:
@@ -85,4 +85,5 @@ COUNT_SAMPLED = OpSpec(
         Corruption("a kept count past the logits", _kept_past_logits),
         Corruption("counts at int32 extremes", _extreme("seq_lens", "prefill_len")),
     ),
+    allocation_sizes={"num_reqs_padded": PAST_INT32},
 )

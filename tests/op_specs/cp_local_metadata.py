@@ -83,4 +83,5 @@ CP_LOCAL = OpSpec(
         Corruption("query_start_loc out of order", _cp_query_start_loc_out_of_order),
         Corruption("num_input_tokens below query_start_loc[R]", _tokens_below_real("num_input_tokens")),
     ),
+    allocation_sizes={},
 )

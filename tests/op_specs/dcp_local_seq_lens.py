@@ -60,4 +60,5 @@ DCP_LOCAL = OpSpec(
         Corruption("negative seq_len", _one_entry("seq_lens", _negative, native_raises=True)),
         Corruption("lengths at the top of the dtype", _dcp_huge_lengths),
     ),
+    allocation_sizes={},
 )

@@ -9,7 +9,7 @@ from strategies import cp_batches
 import specops
 
 from ._corruptions import _pick, _one_entry, _tokens_below_real, _negative, _negative_block_ids, _query_start_loc_past
-from ._spec import I32, INT32_MAX, Call, Arg, Bad, Corruption, OpSpec, bad, t32, stale
+from ._spec import I32, INT32_MAX, Call, Arg, Bad, Corruption, OpSpec, PAST_INT32, bad, t32, stale
 
 
 def _dspark_valid() -> Call:
@@ -126,4 +126,5 @@ DSPARK = OpSpec(
         Corruption("query_start_loc[R] past num_tokens", _query_start_loc_past(lambda call: call["num_tokens"]),
                    device="bounds"),
     ),
+    allocation_sizes={"width": PAST_INT32},
 )

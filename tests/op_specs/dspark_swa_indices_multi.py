@@ -11,7 +11,7 @@ import specops
 from ._corruptions import (
     _seed, _pick, _one_entry, _tokens_below_real, _negative, _negative_block_ids, _query_start_loc_past,
 )
-from ._spec import I32, INT32_MAX, Call, Arg, Bad, Corruption, OpSpec, bad, t32, stale
+from ._spec import I32, INT32_MAX, Call, Arg, Bad, Corruption, OpSpec, PAST_INT32, bad, t32, stale
 from .dspark_swa_indices import _dspark_valid, _dspark_visible, _dspark_rows, _dspark_request_with_tokens
 
 
@@ -155,4 +155,5 @@ DSPARK_MULTI = OpSpec(
     ),
     guard_examples=25,
     scalars=("windows", "num_speculative_tokens", "block_sizes", "num_tokens", "widths", "cp_size", "cp_rank"),
+    allocation_sizes={"widths": PAST_INT32},
 )

@@ -9,7 +9,8 @@ import specops
 
 from ._corruptions import _negative_block_ids, _pick, _seed
 from ._spec import (
-    I32, I64, Arg, Bad, Call, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, bad_with, stale, t32, t64,
+    I32, I64, PAST_INT32, Arg, Bad, Call, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, bad_with, stale, t32,
+    t64,
 )
 
 BOOL = torch.bool
@@ -170,4 +171,7 @@ EXPAND_PARALLEL_DRAFT = OpSpec(
     # parallel_drafting_token_id and padding_token_id: any int64 is a token id.
     scalars=("slots_per_request", "max_model_len", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes",
              "blocks_per_kv_block", "num_tokens_padded", "num_reqs_padded"),
+    allocation_sizes={"num_tokens_padded": PAST_INT32, "num_reqs_padded": PAST_INT32,
+                      # 2^30 is inside the argument's own bound; T' and R * S are not
+                      "slots_per_request": (2**30, *PAST_INT32)},
 )

@@ -52,4 +52,5 @@ FORMAT = OpSpec(
     value_errors=lambda: [],  # every int is a slot: negative ones floor-divide like PAD
     draw_call=_format_draw(),
     corruptions=(Corruption("slots at the dtype's extremes", _format_extreme_slots),),
+    allocation_sizes={},
 )

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _seed
-from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, t32, t64, stale
+from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, PAST_INT32, bad, t32, t64, stale
 from .format_slot_mapping_blocks import _format_extreme_slots
 
 
@@ -65,4 +65,5 @@ FORMAT_MULTI = OpSpec(
     draw_call=_format_multi_draw(),
     corruptions=(Corruption("slots at the dtype's extremes", _format_multi_extreme_slots),),
     scalars=("num_slots", "block_sizes"),
+    allocation_sizes={"num_slots": (2**30, *PAST_INT32)},  # [num_slots, 2] outputs
 )

@@ -108,4 +108,5 @@ GATHER = OpSpec(
         Corruption("num_blocks outside [0, columns]", _gather_count_out_of_range),
         Corruption("negative num_computed_tokens", _gather_negative_first_position),
     ),
+    allocation_sizes={},
 )

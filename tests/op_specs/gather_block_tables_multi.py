@@ -142,4 +142,5 @@ GATHER_MULTI = OpSpec(
         Corruption("negative num_computed_tokens", _gather_multi_negative_first_position),
     ),
     scalars=("num_reqs_padded", "sliding_window_reach", "block_sizes"),
+    allocation_sizes={},
 )

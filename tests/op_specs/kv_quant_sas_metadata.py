@@ -105,4 +105,5 @@ KV_QUANT_SAS = OpSpec(
     scalars=("num_heads_q", "num_heads_kv", "head_dim", "kv_quant_mode", "batch_size", "max_seqlen_q",
              "max_seqlen_kv", "ori_topk", "cmp_topk", "tile_size", "rope_head_dim", "cmp_ratio", "ori_mask_mode",
              "cmp_mask_mode", "ori_win_left", "num_cube_cores", "num_vector_cores"),
+    allocation_sizes={},
 )

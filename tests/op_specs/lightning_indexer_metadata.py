@@ -99,4 +99,5 @@ LIGHTNING_INDEXER = OpSpec(
     scalars=("num_heads_q", "num_heads_k", "head_dim", "query_quant_mode", "key_quant_mode", "batch_size",
              "max_seqlen_q", "max_seqlen_k", "sparse_count", "sparse_mode", "pre_tokens", "next_tokens", "cmp_ratio",
              "num_cube_cores", "num_vector_cores"),
+    allocation_sizes={},
 )

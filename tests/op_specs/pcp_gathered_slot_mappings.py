@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _pick, _seed
-from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t64
+from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, PAST_INT32, bad, bad_with, stale, t64
 
 
 def _pcp_slots_valid() -> Call:
@@ -113,4 +113,5 @@ PCP_SLOTS = OpSpec(
         Corruption("garbage behind a cleared mask bit", _masked_out_garbage),
     ),
     scalars=("num_tokens_padded",),
+    allocation_sizes={"num_tokens_padded": PAST_INT32},
 )

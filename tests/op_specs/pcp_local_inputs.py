@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _pick, _seed
-from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32, t64
+from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, PAST_INT32, bad, bad_with, stale, t32, t64
 
 
 def _pcp_local_valid() -> Call:
@@ -115,4 +115,5 @@ PCP_LOCAL = OpSpec(
         Corruption("garbage in the padding of the gather index", _padding_garbage),
         Corruption("local_query_start_loc past N", _layout_past_n, device="bounds"),
     ),
+    allocation_sizes={"num_reqs_padded": PAST_INT32},
 )

@@ -128,4 +128,5 @@ POST_UPDATE = OpSpec(
         Corruption("tokens past all_token_ids", _tokens_past_the_table),
         Corruption("rejected counts at int32 extremes", _extreme_rejected),
     ),
+    allocation_sizes={},
 )

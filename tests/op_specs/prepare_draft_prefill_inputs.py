@@ -153,4 +153,5 @@ PREPARE_DRAFT_PREFILL_INPUTS = OpSpec(
         Corruption("values at int32 extremes", _extreme("seq_lens", "num_sampled", "last_sampled_tokens")),
     ),
     offsets=("query_start_loc",),
+    allocation_sizes={},
 )

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _decreasing, _pick, _seed
-from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32, t64
+from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, PAST_INT32, bad, bad_with, stale, t32, t64
 
 
 def _tokens(rows: int, width: int) -> torch.Tensor:
@@ -144,4 +144,5 @@ PREPARE_INPUT_IDS = OpSpec(
         Corruption("more drafts than columns", _drafts_past_width),
         Corruption("query_start_loc decreasing", _decreasing("query_start_loc"), device="bounds"),
     ),
+    allocation_sizes={"num_logits": PAST_INT32},
 )

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import specops
 
 from ._corruptions import _pick, _seed
-from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, bad, bad_with, stale, t32, t64
+from ._spec import I32, I64, Arg, Bad, Call, Corruption, OpSpec, PAST_INT32, bad, bad_with, stale, t32, t64
 
 
 def _valid() -> Call:
@@ -109,4 +109,5 @@ NEXT_TOKENS = OpSpec(
         Corruption("more drafts than the query holds", _too_many_drafts),
         Corruption("a backup index outside the row", _backup_outside),
     ),
+    allocation_sizes={"num_reqs_padded": PAST_INT32},
 )

@@ -9,7 +9,7 @@ from strategies import query_start_loc_of
 import specops
 
 from ._corruptions import _seed, _pick, _with_idx_mapping, _decreasing, _extreme
-from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, bad_with, t32, stale
+from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, PAST_INT32, bad, bad_with, t32, stale
 
 
 def _positions_valid() -> Call:
@@ -97,4 +97,5 @@ PREPARE_POSITIONS = OpSpec(
         Corruption("query_start_loc decreasing", _decreasing("query_start_loc"), device="bounds"),
         Corruption("idx_mapping past num_computed_tokens", _positions_idx_past_counts),
     ),
+    allocation_sizes={"num_tokens_padded": PAST_INT32, "num_reqs_padded": PAST_INT32},
 )

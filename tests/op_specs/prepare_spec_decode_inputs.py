@@ -9,7 +9,7 @@ from strategies import make_spec_decode_step
 import specops
 
 from ._corruptions import _seed, _pick, _with_idx_mapping, _negative_block_ids
-from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, bad, bad_with, t32, stale
+from ._spec import I32, I64, Call, Arg, Bad, Corruption, OpSpec, PAST_INT32, bad, bad_with, t32, stale
 from .correct_num_computed_tokens import CORRECTION_TENSORS, CORRECTION_INPUTS
 from .prepare_positions_and_seq_lens import _positions_tokens_past_padding
 
@@ -264,4 +264,5 @@ FUSED = OpSpec(
     # The request-indexed mode's outputs: its calls are mode_calls and _mode_metadata's.
     exclusive=("gathered_block_tables[0]", "gathered_block_tables[1]"),
     mode_calls=_fused_mode_calls,
+    allocation_sizes={"num_tokens_padded": PAST_INT32},
 )

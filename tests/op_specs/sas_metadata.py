@@ -115,4 +115,5 @@ SAS = OpSpec(
     scalars=("num_heads_q", "num_heads_kv", "head_dim", "batch_size", "max_seqlen_q", "max_seqlen_kv", "ori_topk",
              "cmp_topk", "cmp_ratio", "ori_mask_mode", "cmp_mask_mode", "ori_win_left", "ori_win_right",
              "num_cube_cores", "num_vector_cores"),
+    allocation_sizes={},
 )

@@ -71,4 +71,5 @@ STORE_KV_BLOCK = OpSpec(
     draw_call=_store_draw(),
     corruptions=(Corruption("slots near the int32 extremes", _one_entry("slot_mapping", _extreme_slot,
                                                                           native_raises=False)),),
+    allocation_sizes={},
 )

@@ -1,7 +1,7 @@
-"""Each op's contract is written once (docs/adding_an_op.md): its schema (csrc/registration.cpp)
-and its C++ checks (csrc/cpu/NAME.cpp, csrc/cpu/*checks.h), which are the CPU kernel's checks,
-the op's Meta (fake) kernel and the check-only entry the Triton launcher and the reference run
-first. So no Python module under ops/ restates a check, no Python fake kernel exists, the
+"""Each op's contract is written once (docs/adding_an_op.md): its schema and its C++ checks, in
+one file (csrc/cpu/NAME.cpp, with helpers of csrc/cpu/*checks.h); the checks are the CPU kernel's
+checks, the op's Meta (fake) kernel and the check-only entry the Triton launcher and the
+reference run first. So no Python module under ops/ restates a check, no Python fake kernel exists, the
 references and the launchers read the op's one argument record by name, and the layers call ops
 by keyword, never through an argument list of their own."""
 
@@ -83,6 +83,15 @@ def test_no_python_fake_kernel():
 def test_every_op_has_its_cpp_checks_as_its_meta_kernel(name):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"specops::{name}", "Meta")
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"specops::{name}", "CPU")
+
+
+def test_each_schema_is_defined_in_its_ops_file():
+    """The schema beside the checks and the kernels (TORCH_LIBRARY_FRAGMENT in csrc/cpu/NAME.cpp);
+    csrc/registration.cpp names the library and defines no schema."""
+    assert "m.def(" not in (ROOT / "csrc" / "registration.cpp").read_text()
+    missing = [name for name in sorted(OPS)
+               if f'"{name}(' not in (ROOT / "csrc" / "cpu" / f"{name}.cpp").read_text()]
+    assert not missing, f"define the schema in csrc/cpu/NAME.cpp: {missing}"
 
 
 @pytest.mark.parametrize("name", sorted(OPS))

@@ -1,7 +1,7 @@
 """One place that wires an op's faces together.
 
 Each op module declares a `SpecOp` with its reference. The schema, the CPU kernel and the Meta
-kernel come from the C++ extension (csrc/registration.cpp, csrc/cpu/NAME.cpp): the Meta kernel is
+kernel come from the C++ extension (csrc/cpu/NAME.cpp, all three in one file): the Meta kernel is
 the op's metadata checks, so it is the fake kernel under torch.compile, and `SpecOp.check` calls
 it directly (specops._fastpath.check_entry) before the Triton launcher or the reference touches
 anything. This module adds the CUDA and PrivateUse1 (Ascend NPU) kernels, which check and then

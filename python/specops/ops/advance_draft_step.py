@@ -14,6 +14,8 @@ from specops.arguments import checked_size, group_settings, padded_argument
 from specops.ops._op import SpecOp
 from specops.reference.advance_draft_step import advance_draft_step as _reference
 
+__all__ = ["DraftStep", "advance_draft_step"]
+
 # past_max_model_len as the schema takes it.
 RULES = {"reset": 0, "clamp": 1}
 

@@ -20,6 +20,8 @@ from specops.ops._op import SpecOp
 from specops.ops.advance_draft_step import RULES
 from specops.reference.advance_draft_steps import advance_draft_steps as _reference
 
+__all__ = ["DraftSteps", "advance_draft_steps"]
+
 
 class DraftSteps(NamedTuple):
     """The outputs, row k - 1 of each holding draft pass k."""

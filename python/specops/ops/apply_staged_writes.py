@@ -7,6 +7,8 @@ import torch
 from specops.ops._op import SpecOp
 from specops.reference.apply_staged_writes import apply_staged_writes as _reference
 
+__all__ = ["apply_staged_writes"]
+
 
 _OP = SpecOp("apply_staged_writes", _reference)
 

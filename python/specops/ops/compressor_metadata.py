@@ -12,6 +12,8 @@ from specops.ops._op import SpecOp
 from specops.compressor_layout import FORMAT_FLAT
 from specops.reference.compressor_metadata import compressor_metadata as _reference
 
+__all__ = ["CompressorMetadata", "compressor_metadata"]
+
 
 class CompressorMetadata(NamedTuple):
     compress_cos: torch.Tensor  # [N, 1, 1, rope_dim]

@@ -12,6 +12,8 @@ from specops.arguments import checked_tensor_list, ints_per_group
 from specops.ops._op import SpecOp
 from specops.reference.compressor_metadata_multi import compressor_metadata_multi as _reference
 
+__all__ = ["CompressorMetadataMulti", "compressor_metadata_multi"]
+
 
 class CompressorMetadataMulti(NamedTuple):
     compress_cos: list[torch.Tensor]  # per group [S, N_g, 1, 1, D_g]

@@ -8,6 +8,8 @@ from specops.arguments import checked_size
 from specops.ops._op import SpecOp
 from specops.reference.compute_slot_mapping import compute_slot_mapping as _reference
 
+__all__ = ["compute_slot_mapping"]
+
 
 
 _OP = SpecOp("compute_slot_mapping", _reference)

@@ -7,6 +7,8 @@ import torch
 from specops.ops._op import SpecOp
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens as _reference
 
+__all__ = ["correct_num_computed_tokens"]
+
 _OP = SpecOp("correct_num_computed_tokens", _reference)
 
 

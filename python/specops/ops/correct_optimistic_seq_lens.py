@@ -7,6 +7,8 @@ import torch
 from specops.ops._op import SpecOp
 from specops.reference.correct_optimistic_seq_lens import correct_optimistic_seq_lens as _reference
 
+__all__ = ["correct_optimistic_seq_lens"]
+
 
 
 _OP = SpecOp("correct_optimistic_seq_lens", _reference)

@@ -10,6 +10,8 @@ from specops.arguments import checked_size, padded_argument
 from specops.ops._op import SpecOp
 from specops.reference.count_sampled_and_rejected import count_sampled_and_rejected as _reference
 
+__all__ = ["SampledCounts", "count_sampled_and_rejected"]
+
 
 class SampledCounts(NamedTuple):
     num_sampled: torch.Tensor

@@ -14,6 +14,8 @@ from specops.ops._op import SpecOp
 from specops.reference.cp_local_metadata import cp_local_max_lens as _reference_max_lens
 from specops.reference.cp_local_metadata import cp_local_metadata as _reference
 
+__all__ = ["CPLocalMetadata", "cp_local_metadata"]
+
 
 @dataclasses.dataclass(slots=True)
 class CPLocalMetadata:

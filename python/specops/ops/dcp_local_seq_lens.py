@@ -7,6 +7,8 @@ import torch
 from specops.ops._op import SpecOp
 from specops.reference.dcp_local_seq_lens import dcp_local_seq_lens as _reference
 
+__all__ = ["dcp_local_seq_lens"]
+
 _OP = SpecOp("dcp_local_seq_lens", _reference)
 
 

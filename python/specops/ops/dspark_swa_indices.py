@@ -9,6 +9,8 @@ from specops.arguments import check_allocated_elements, checked_int, query_start
 from specops.ops._op import SpecOp
 from specops.reference.dspark_swa_indices import dspark_swa_indices as _reference
 
+__all__ = ["dspark_swa_indices"]
+
 WIDTH_ALIGNMENT = 128
 
 

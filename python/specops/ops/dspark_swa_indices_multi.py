@@ -18,6 +18,8 @@ from specops.ops._op import SpecOp
 from specops.ops.dspark_swa_indices import default_width, local_rows
 from specops.reference.dspark_swa_indices_multi import dspark_swa_indices_multi as _reference
 
+__all__ = ["dspark_swa_indices_multi"]
+
 
 _OP = SpecOp("dspark_swa_indices_multi", _reference)
 

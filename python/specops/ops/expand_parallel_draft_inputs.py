@@ -21,6 +21,8 @@ from specops.arguments import (
 from specops.ops._op import SpecOp
 from specops.reference.expand_parallel_draft_inputs import expand_parallel_draft_inputs as _reference
 
+__all__ = ["ParallelDraftInputs", "expand_parallel_draft_inputs"]
+
 
 
 class ParallelDraftInputs(NamedTuple):

@@ -8,6 +8,8 @@ from specops.arguments import check_allocated_elements
 from specops.ops._op import SpecOp
 from specops.reference.format_slot_mapping_blocks import format_slot_mapping_blocks as _reference
 
+__all__ = ["format_slot_mapping_blocks"]
+
 
 
 _OP = SpecOp("format_slot_mapping_blocks", _reference)

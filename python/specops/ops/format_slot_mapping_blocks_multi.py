@@ -11,6 +11,8 @@ from specops.arguments import check_allocated_elements, checked_size, checked_te
 from specops.ops._op import SpecOp
 from specops.reference.format_slot_mapping_blocks_multi import format_slot_mapping_blocks_multi as _reference
 
+__all__ = ["format_slot_mapping_blocks_multi"]
+
 
 _OP = SpecOp("format_slot_mapping_blocks_multi", _reference)
 

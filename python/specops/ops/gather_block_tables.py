@@ -7,6 +7,8 @@ import torch
 from specops.ops._op import SpecOp
 from specops.reference.gather_block_tables import gather_block_tables as _reference
 
+__all__ = ["gather_block_tables"]
+
 
 
 _OP = SpecOp("gather_block_tables", _reference)

@@ -12,6 +12,8 @@ from specops.arguments import checked_tensor_list, ints_per_group
 from specops.ops._op import SpecOp
 from specops.reference.gather_block_tables_multi import gather_block_tables_multi as _reference
 
+__all__ = ["gather_block_tables_multi"]
+
 
 class GatherNames(NamedTuple):
     """The names errors give the source tables, the outputs and the padded row count: this op's,

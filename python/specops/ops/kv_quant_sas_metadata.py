@@ -11,6 +11,8 @@ from specops.ascend_platform import resolved_platform
 from specops.ops._op import SpecOp
 from specops.reference.kv_quant_sas_metadata import kv_quant_sas_metadata as _reference
 
+__all__ = ["kv_quant_sas_metadata"]
+
 _OP = SpecOp("kv_quant_sas_metadata", _reference)
 _STRINGS = inputs.StringArguments(*inputs.SAS_STRINGS)
 

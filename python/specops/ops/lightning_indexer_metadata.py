@@ -12,6 +12,8 @@ from specops.ops._op import SpecOp
 from specops.reference.lightning_indexer_metadata import lightning_indexer_metadata as _reference
 from specops.sas_family_layout import INT64_MAX, LAYOUT_KEY_CODES, LAYOUT_QUERY_CODES
 
+__all__ = ["lightning_indexer_metadata"]
+
 _LAYOUT_QUERY_CHOICES = "TND or BSND"
 _LAYOUT_KEY_CHOICES = "PA_BSND, TND or BSND"
 

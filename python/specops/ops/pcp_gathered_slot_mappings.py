@@ -11,6 +11,8 @@ from specops.arguments import checked_size
 from specops.ops._op import SpecOp
 from specops.reference.pcp_gathered_slot_mappings import pcp_gathered_slot_mappings as _reference
 
+__all__ = ["pcp_gathered_slot_mappings"]
+
 
 _OP = SpecOp("pcp_gathered_slot_mappings", _reference)
 

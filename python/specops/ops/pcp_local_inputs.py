@@ -11,6 +11,8 @@ from specops.arguments import checked_size
 from specops.ops._op import SpecOp
 from specops.reference.pcp_local_inputs import pcp_local_inputs as _reference
 
+__all__ = ["PCPLocalInputs", "pcp_local_inputs"]
+
 
 class PCPLocalInputs(NamedTuple):
     input_ids: torch.Tensor

@@ -19,6 +19,8 @@ from specops._fastpath import check_entry, native_entry
 from specops.arguments import check_entries, check_outputs_alias_nothing, check_tensor, checked_bool, checked_int
 from specops.reference.pcp_partition import pcp_partition as _reference
 
+__all__ = ["PCPDeviceLayout", "PCPLayout", "PCPRankLayout", "pcp_partition"]
+
 _NATIVE = native_entry("pcp_partition")
 _CHECK = check_entry("pcp_partition")
 

@@ -7,6 +7,8 @@ import torch
 from specops.ops._op import SpecOp
 from specops.reference.post_update_after_sampling import post_update_after_sampling as _reference
 
+__all__ = ["post_update_after_sampling"]
+
 _SAMPLING_GROUP = ("sampled_tokens", "num_sampled", "num_rejected", "last_sampled_tokens", "all_token_ids", "total_len")
 
 

@@ -8,6 +8,8 @@ import torch
 from specops.ops._op import SpecOp
 from specops.reference.prepare_draft_prefill_inputs import prepare_draft_prefill_inputs as _reference
 
+__all__ = ["prepare_draft_prefill_inputs"]
+
 _WHAT_R = "R = idx_mapping.numel()"
 _WHAT_R1 = "R + 1 (R = idx_mapping.numel())"
 _IDS = [torch.int32, torch.int64]

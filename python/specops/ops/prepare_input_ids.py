@@ -11,6 +11,8 @@ from specops.arguments import checked_size, padded_argument
 from specops.ops._op import SpecOp
 from specops.reference.prepare_input_ids import prepare_input_ids as _reference
 
+__all__ = ["StepInputIds", "prepare_input_ids"]
+
 
 class StepInputIds(NamedTuple):
     logits_indices: torch.Tensor

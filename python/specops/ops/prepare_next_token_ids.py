@@ -11,6 +11,8 @@ from specops.arguments import checked_size, padded_argument
 from specops.ops._op import SpecOp
 from specops.reference.prepare_next_token_ids import prepare_next_token_ids as _reference
 
+__all__ = ["NextTokens", "prepare_next_token_ids"]
+
 
 class NextTokens(NamedTuple):
     next_token_ids: torch.Tensor

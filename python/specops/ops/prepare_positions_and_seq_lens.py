@@ -8,6 +8,8 @@ from specops.arguments import checked_size, query_start_loc_tokens
 from specops.ops._op import SpecOp
 from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens as _reference
 
+__all__ = ["prepare_positions_and_seq_lens"]
+
 _OP = SpecOp("prepare_positions_and_seq_lens", _reference)
 
 

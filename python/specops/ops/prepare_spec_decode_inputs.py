@@ -18,6 +18,8 @@ from specops.ops._op import SpecOp
 from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens
 from specops.reference.prepare_spec_decode_inputs import prepare_spec_decode_inputs as _reference
 
+__all__ = ["SpecDecodeInputs", "prepare_spec_decode_inputs"]
+
 
 class SpecDecodeInputs(NamedTuple):
     positions: torch.Tensor

@@ -10,6 +10,8 @@ from specops.ascend_platform import resolved_platform
 from specops.ops._op import SpecOp
 from specops.reference.sas_metadata import sas_metadata as _reference
 
+__all__ = ["sas_metadata"]
+
 # The kernel reads these attributes as int32; it would truncate anything wider.
 _OP = SpecOp("sas_metadata", _reference)
 _STRINGS = inputs.StringArguments(*inputs.SAS_STRINGS)

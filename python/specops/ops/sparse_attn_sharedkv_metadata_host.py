@@ -10,6 +10,8 @@ import torch
 
 from specops.ops.sas_metadata import sas_metadata
 
+__all__ = ["sparse_attn_sharedkv_metadata_host"]
+
 
 def sparse_attn_sharedkv_metadata_host(
     num_heads_q: int,

@@ -11,6 +11,8 @@ import torch
 from specops.ops._op import SpecOp
 from specops.reference.store_kv_block_metadata import store_kv_block_metadata as _reference
 
+__all__ = ["StoreKvBlockGroups", "store_kv_block_metadata"]
+
 
 class StoreKvBlockGroups(NamedTuple):
     """Run g: group_len[g] tokens from token group_key_idx[g] on, stored from slot

@@ -3,7 +3,7 @@
 Written as a runner would write it (one walk per rank over the requests, lists, then tensors);
 it is also the plain-Python baseline of the benchmark. Returns the schema's tensors:
 [padded_gather_idx, gathered_kv_write_mask, hidden_restore_idx, replicated, rank_info,
-segments, local_query_start_loc] (csrc/registration.cpp).
+segments, local_query_start_loc] (its schema: csrc/cpu/pcp_partition.cpp).
 """
 
 from __future__ import annotations
