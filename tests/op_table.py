@@ -44,6 +44,7 @@ OP_TABLE: tuple[OpSpec, ...] = _discovered()
 HOST_HELPERS = {
     "cp_local_max_lens": "the host ints of cp_local_metadata, from its query_start_loc(_cpu)/seq_lens(_cpu)",
     "check_slot_mapping_positions": "compute_slot_mapping's value checks for every group of PersistentMappings.refresh",
+    "query_start_loc_tokens": "query_start_loc[R] after query_start_loc's checks, the token count a wrapper sizes from",
     # A public op, but host-only (no device kernel, no buffers to write: it returns the layout),
     # so none of the matrix's families applies; tests/ops/test_pcp_partition.py covers its bad input.
     "pcp_partition": "every PCP rank's layout from host counts (specops.pcp_partition)",

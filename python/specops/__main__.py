@@ -1,4 +1,5 @@
-"""`python -m specops`: what is installed, what the extension was built against, what can run."""
+"""`python -m specops`: what is installed, what the extension was built against, what can run;
+`python -m specops --schemas`: every op's schema, one a line (the API surface in one screen)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ def environment_report() -> str:
 
 
 def main() -> None:
+    import sys
+
+    if sys.argv[1:] == ["--schemas"]:
+        from specops._fastpath import specops_schemas
+
+        print("\n".join(specops_schemas()) if EXTENSION.loaded else f"no schemas: {EXTENSION.error}")
+        return
     print(environment_report())
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch._C import _dispatch_find_schema_or_throw, _is_torch_function_mode_enabled
+from torch._C import _dispatch_find_schema_or_throw, _is_torch_function_mode_enabled, _jit_get_all_schemas
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from specops._backend import _current_backend
@@ -400,3 +400,9 @@ def device_sleep(cycles: int) -> None:
     """Keeps the current CUDA stream busy for about `cycles` clock cycles (the device check's
     test that a call does not synchronize)."""
     torch.cuda._sleep(cycles)
+
+
+def specops_schemas() -> list[str]:
+    """Every torch.ops.specops schema, as torch prints it, by name (each op's file defines its own,
+    csrc/cpu/NAME.cpp): the API surface in one listing (`python -m specops --schemas`)."""
+    return sorted(str(schema) for schema in _jit_get_all_schemas() if schema.name.startswith("specops::"))

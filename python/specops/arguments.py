@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specops._extension import EXTENSION, require_native
+from specops._extension import EXTENSION
 from specops._fastpath import native_entry
 
 INT32_MAX = 2**31 - 1
@@ -194,34 +194,59 @@ def query_start_loc_tokens(query_start_loc: Any) -> int:
     query_start_loc's own checks, the host op's (csrc/cpu/query_start_loc_tokens.cpp: int32
     [R + 1] from 0, never decreasing): the token count a wrapper sizes an output from when the
     caller gives neither the output nor its size, never an unchecked value."""
-    require_native("query_start_loc_tokens")
+    if _TOKENS is None:  # without the extension: the reference backend alone runs, unchecked
+        return int(query_start_loc[-1])
     return _TOKENS(query_start_loc.cpu() if isinstance(query_start_loc, torch.Tensor) else query_start_loc)
 
 
 # checks.h's shared metadata checks themselves (csrc/checks_binding.cpp), for tensors that reach
 # no op's schema as one call (a layer checking several ops' arguments before its first write, a
-# layout's buffers, a host copy): the ops' messages, from the same code. Like the ops, they need
-# the extension.
+# layout's buffers, a host copy): the ops' messages, from the same code. Inside a traced region
+# they check nothing (Dynamo cannot trace a C extension's function): there every op's fake kernel
+# checks its own arguments while the graph is traced, before any of it runs. Without the
+# extension they check nothing either: then only the reference backend runs, unchecked.
+_C = None
 if EXTENSION.loaded:
     from specops import _C
+_is_compiling = torch.compiler.is_compiling
 
-    check_tensor = _C.check_tensor
-    check_query_start_loc = _C.check_query_start_loc
-    check_entries = _C.check_entries
-    check_no_overlap = _C.check_no_overlap
-    check_outputs_alias_nothing = _C.check_outputs_alias_nothing
-else:
-    def _needs_native(name: str) -> Any:
-        def check(*args: Any, **kwargs: Any) -> Any:
-            require_native(name)
-        check.__name__ = name
-        return check
 
-    check_tensor = _needs_native("check_tensor")
-    check_query_start_loc = _needs_native("check_query_start_loc")
-    check_entries = _needs_native("check_entries")
-    check_no_overlap = _needs_native("check_no_overlap")
-    check_outputs_alias_nothing = _needs_native("check_outputs_alias_nothing")
+def _unchecked() -> bool:
+    return _C is None or _is_compiling()
+
+
+def check_tensor(t: Any, name: str, dtypes: Sequence[torch.dtype], dim: int, device: torch.device | None = None,
+                 device_of: str = "out") -> None:
+    """dtype, rank, layout and (given device) the device of device_of, the argument every other
+    tensor of the call shares a device with (checks.h's check_tensor)."""
+    if not _unchecked():
+        _C.check_tensor(t, name, dtypes, dim, device, device_of)
+
+
+def check_query_start_loc(query_start_loc: Any, device: torch.device | None = None, device_of: str = "out") -> int:
+    """query_start_loc's metadata (int32 [R + 1], R >= 0); returns R."""
+    if _unchecked():
+        return query_start_loc.numel() - 1
+    return _C.check_query_start_loc(query_start_loc, device, device_of)
+
+
+def check_entries(t: Any, name: str, required: int, what: str) -> None:
+    """At least `required` entries, `what` naming that count."""
+    if not _unchecked():
+        _C.check_entries(t, name, required, what)
+
+
+def check_no_overlap(a: Any, a_name: str, b: Any, b_name: str) -> None:
+    """a and b share no memory (nothing when on two devices)."""
+    if not _unchecked():
+        _C.check_no_overlap(a, a_name, b, b_name)
+
+
+def check_outputs_alias_nothing(outputs: Sequence, inputs: Sequence) -> None:
+    """No output shares memory with another output or an input; each a sequence of (tensor or
+    None, name)."""
+    if not _unchecked():
+        _C.check_outputs_alias_nothing(outputs, inputs)
 
 
 # A config object's numbers (MappingGroup, PersistentMappings, ModelConfig, GroupConfig, the

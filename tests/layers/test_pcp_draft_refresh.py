@@ -91,9 +91,9 @@ def test_pad_to_end_costs_what_was_written_not_the_buffer(monkeypatch):
     def recording_select():
         inner = original()
 
-        def call(*args):
-            extents.append(args[10])  # the num_tokens_padded the op writes up to
-            return inner(*args)
+        def call(**arguments):  # the layers call ops by keyword
+            extents.append(arguments["num_tokens_padded"])  # the extent the op writes up to
+            return inner(**arguments)
         return call
 
     monkeypatch.setattr(slot_op, "select", recording_select)

@@ -94,6 +94,15 @@ def test_each_schema_is_defined_in_its_ops_file():
     assert not missing, f"define the schema in csrc/cpu/NAME.cpp: {missing}"
 
 
+@needs_native
+def test_the_schemas_are_listed_in_one_place():
+    """`python -m specops --schemas`: the API surface in one listing, every op's schema once."""
+    from specops._fastpath import specops_schemas
+
+    listed = [schema.split("(")[0].removeprefix("specops::") for schema in specops_schemas()]
+    assert sorted(OPS) == sorted(set(listed) & set(OPS)) and len(listed) == len(set(listed))
+
+
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_the_reference_reads_the_record(name):
     """A reference takes the op's argument record (`a.seq_lens`), not a list of its own."""

@@ -8,6 +8,7 @@ import torch
 
 import specops
 from specops.bench._harness import Case
+from specops.ops.registry import OPS
 from specops.reference.compressor_metadata_multi import compressor_metadata_multi as torch_multi
 
 BLOCK_SIZE = 128
@@ -55,13 +56,11 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                         compress_cos=a["compress_cos"][g][s], compress_sin=a["compress_sin"][g][s],
                         slot_mapping=a["slot_mappings"][g][s])
 
-        schema_order = ("rope_cos", "rope_sin", "cu_seqlens", "start_pos", "kv_block_tables", "kv_block_sizes",
-                        "slot_mapping_formats", "compress_ratios", "num_reqs_actual", "compress_cos", "compress_sin",
-                        "slot_mappings")
         impls = {
             "specops": lambda a=args: specops.compressor_metadata_multi(**a),
             "single ops": single_ops,
-            "torch-eager": lambda a=args: torch_multi(*(a[name] for name in schema_order)),
+            # The reference over the op's argument record (the wrapper's keywords are the schema's).
+            "torch-eager": lambda record=OPS["compressor_metadata_multi"].arguments(**args): torch_multi(record),
         }
         result.append(Case("compressor_metadata_multi", f"R={num_reqs} S={steps} G={num_groups}", num_reqs,
                            num_reqs * steps, impls, baselines=("single ops", "torch-eager"), family=f"G={num_groups}"))

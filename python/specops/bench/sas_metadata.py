@@ -18,6 +18,7 @@ import specops
 import time
 
 from specops.bench._harness import Case, empty_op_call, goal_figure
+from specops.ops.registry import OPS
 from specops.reference.sas_metadata import sas_metadata as reference_sas_metadata
 from specops.reference.sas_metadata_python import python_sas_metadata
 from specops.sas_layout import LAYOUT_KV_CODES, LAYOUT_Q_CODES, NUM_WORDS, pinned_words
@@ -59,10 +60,14 @@ def _case(layer: str, num_reqs: int, device: torch.device) -> Case:
                   ori_win_left=127, ori_win_right=0, layout_q="TND", layout_kv="PA_ND", **LAYERS[layer], **PLATFORM)
     out = torch.empty(NUM_WORDS, dtype=torch.int32)
     reference_out = torch.empty_like(out)
-    schema_args = (HEADS["num_heads_q"], HEADS["num_heads_kv"], HEADS["head_dim"], cu_seqlens_q, None, None, None,
-                   seqused_kv, kwargs["batch_size"], kwargs["max_seqlen_q"], kwargs["max_seqlen_kv"], 0,
-                   kwargs["cmp_topk"], kwargs["cmp_ratio"], 4, 3, 127, 0, LAYOUT_Q_CODES["TND"],
-                   LAYOUT_KV_CODES["PA_ND"], True, kwargs["has_cmp_kv"], 24, 48, False, reference_out)
+    # The reference over the op's argument record: the schema's arguments, the string ones as codes.
+    record = OPS["sas_metadata"].arguments(
+        **HEADS, cu_seqlens_q=cu_seqlens_q, cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None, seqused_q=None,
+        seqused_kv=seqused_kv, batch_size=kwargs["batch_size"], max_seqlen_q=kwargs["max_seqlen_q"],
+        max_seqlen_kv=kwargs["max_seqlen_kv"], ori_topk=0, cmp_topk=kwargs["cmp_topk"], cmp_ratio=kwargs["cmp_ratio"],
+        ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=127, ori_win_right=0, layout_q=LAYOUT_Q_CODES["TND"],
+        layout_kv=LAYOUT_KV_CODES["PA_ND"], has_ori_kv=True, has_cmp_kv=kwargs["has_cmp_kv"], num_cube_cores=24,
+        num_vector_cores=48, ascend950=False, out=reference_out)
 
     def run_specops():
         specops.sas_metadata(**kwargs, out=out)
@@ -79,7 +84,7 @@ def _case(layer: str, num_reqs: int, device: torch.device) -> Case:
     run_specops()
     if not torch.equal(run_sgl_form().cpu(), out):
         raise RuntimeError(f"sas_metadata {layer} R={num_reqs}: the sgl-kernel-npu call form disagrees")
-    reference_sas_metadata(*schema_args)
+    reference_sas_metadata(record)
     if out.tolist() != reference_out.tolist() or out.tolist() != python_sas_metadata(**kwargs):
         raise RuntimeError(f"sas_metadata {layer} R={num_reqs}: specops, the reference and the Python restatement "
                            "disagree")
@@ -92,7 +97,7 @@ def _case(layer: str, num_reqs: int, device: torch.device) -> Case:
     return Case(
         "sas_metadata", f"{layer} R={num_reqs} q=1-{MAX_QUERY_LEN}", num_reqs, int(cu_seqlens_q[-1]),
         {"specops": run_specops, "sgl-form": run_sgl_form, **staging,
-         "reference": lambda: reference_sas_metadata(*schema_args), "python": lambda: python_sas_metadata(**kwargs),
+         "reference": lambda: reference_sas_metadata(record), "python": lambda: python_sas_metadata(**kwargs),
          "empty-op": empty_op_call(torch.device("cpu"))},
         baselines=("reference", "python"), floors=("empty-op", "staged-copy"), extras={"cores": used}, family=layer,
         plotted=("specops", "reference", "python"), derive=derive if goal else None,

@@ -10,8 +10,11 @@ wrappers. On the Python backends (Triton launcher, reference) it also does what 
 gets from its entry (specops._fastpath.native_entry) and the dispatcher: int and bool arguments
 taken as torch's schema takes them, and a new version for every tensor the op wrote.
 
-Without the extension there is no schema, no check and no record: every backend's call raises
-the reason (specops._extension), which import has already logged.
+Without the extension there is no schema, no check and no record: the native and Triton
+backends raise the reason (specops._extension), which import has already logged, and the reference
+backend still runs, unchecked, on the wrapper's keywords as they are (every wrapper passes every
+schema argument by name): the reference is plain torch, the oracle a build that cannot load is
+compared with.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from __future__ import annotations
 import collections
 import importlib
 import operator
+import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from specops import _extension
 from specops._backend import current_backend, triton_interpreter_enabled
 from specops._extension import EXTENSION, require_native
 from specops._fastpath import check_entry, native_entry, op_schema, selector
@@ -139,8 +144,12 @@ class SpecOp:
     def checked(self, *args: Any, **kwargs: Any) -> tuple:
         """The call's argument record after the op's checks (its Meta kernel, specops._fastpath
         check_entry), every int and bool taken as torch's schema takes it (a NumPy integer as the
-        int it holds): what the Python backends run on."""
-        require_native(self.name)  # the checks and the record come from the extension
+        int it holds): what the Python backends run on. Without the extension (read now: a test
+        may stand one in), the reference backend's record is the keywords as given, unchecked."""
+        if not _extension.EXTENSION.loaded:
+            if args or current_backend() != "reference":
+                require_native(self.name)  # the checks and the record come from the extension
+            return types.SimpleNamespace(**kwargs)
         self.check(*args, **kwargs)
         arguments = self.arguments(*args, **kwargs)
         converted = None
@@ -170,7 +179,11 @@ class SpecOp:
 
     def _bump_written_versions(self, arguments: tuple) -> None:
         """As the native path's ADInplaceOrView kernel does (csrc/written_versions.h): every tensor
-        the op wrote gets a new version, after the op (a raw Triton store bumps nothing by itself)."""
+        the op wrote gets a new version, after the op (a raw Triton store bumps nothing by itself).
+        Without the extension's record nothing is known of what was written: the reference's own
+        torch writes have bumped their tensors."""
+        if not isinstance(arguments, tuple):
+            return
         for position in self._written:
             written = arguments[position]
             for tensor in (written,) if isinstance(written, torch.Tensor) else written or ():

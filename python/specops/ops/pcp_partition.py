@@ -3,7 +3,8 @@
 A host op: the layout is computed from host counts before the forward, outside any captured
 graph, identically on every rank. The C++ body runs whatever the backend (there is no device
 kernel), except under the "reference" backend, which runs the op's checks (its Meta entry, the
-C++ checks themselves) and then the plain-Python reference.
+C++ checks themselves) and then the plain-Python reference (without the extension: the
+reference alone).
 """
 
 from __future__ import annotations
@@ -198,9 +199,9 @@ def pcp_partition(
     dcp = checked_int(dcp_world_size, "dcp_world_size")
     # None is -1 in the op's schema (the op rejects what is below).
     padded = -1 if padded_num_tokens is None else checked_int(padded_num_tokens, "padded_num_tokens")
-    if _NATIVE is None:
-        require_native("pcp_partition")  # its checks are the C++ op's, whatever the backend
     native = current_backend() != "reference"
+    if native and _NATIVE is None:
+        require_native("pcp_partition")
     counts = (num_scheduled_tokens, num_computed_tokens, is_prefilling)
     if native and all(type(t) is torch.Tensor and t.device.type == "cpu" for t in counts):
         # The C++ op checks the tensors itself (device, dtype, rank, layout: the same messages).
@@ -213,7 +214,8 @@ def pcp_partition(
         if native:
             parts = _NATIVE(*args)
         else:
-            _CHECK(*args)  # the C++ op's checks (its Meta entry), then the reference's value checks
+            if _CHECK is not None:  # without the extension the reference runs unchecked
+                _CHECK(*args)  # the C++ op's checks (its Meta entry), then the reference's value checks
             parts = _reference(*args)
     gather, mask, restore, replicated, rank_info, segments, query_start_locs = parts
     info = rank_info.tolist()
