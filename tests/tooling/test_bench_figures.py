@@ -59,14 +59,16 @@ def _fixture_rows() -> list[dict]:
                  _row("drafting", label, "G=2", "step g0", batch, tokens, shared * 0.6, "specops", "step shared"),
                  _row("drafting", label, "G=2", "step no-cache", batch, tokens, alone, "baseline", "step shared")]
     # An op no family names, with a baseline no colour names.
-    rows += [_row("new_op", "R=4", "", "specops", 4, 4, 1.0, "specops"), _row("new_op", "R=4", "", "my-baseline", 4, 4, 3.0)]
+    rows += [_row("new_op", "R=4", "", "specops", 4, 4, 1.0, "specops"),
+             _row("new_op", "R=4", "", "my-baseline", 4, 4, 3.0)]
     return rows
 
 
 # (size, op, baseline) -> the ratio the rows imply: the baseline's median over the subject's.
 EXPECTED = {
     ("decode", "compute_slot_mapping", "numpy"): 112 / 8, ("decode", "compute_slot_mapping", "torch-eager"): 330 / 8,
-    ("prefill", "compute_slot_mapping", "numpy"): 400 / 36, ("prefill", "compute_slot_mapping", "torch-eager"): 770 / 36,
+    ("prefill", "compute_slot_mapping", "numpy"): 400 / 36,
+    ("prefill", "compute_slot_mapping", "torch-eager"): 770 / 36,
     ("decode", "gather_block_tables_multi", "single ops"): 10.5 / 10,
     ("decode", "gather_block_tables_multi", "torch-eager"): 200 / 10,
     ("decode", "drafting", "step no-cache"): 1.8, ("prefill", "drafting", "step no-cache"): 1.25,
@@ -108,7 +110,7 @@ def test_the_summary_has_one_bar_per_op_baseline_and_size_with_the_ratio_the_csv
         axis = bar.axes
         y = bar.get_y() + bar.get_height() / 2
         labels = [text.get_text() for text in axis.texts if text.get_position()[1] == pytest.approx(y)]
-        assert _figures._ratio_text(ratio) in labels, (key, labels)
+        assert _figures.ratio_text(ratio) in labels, (key, labels)
     # One colour per baseline across the figure, the fixed ones where the name has one.
     colours = {}
     for (_, _, baseline), bar in bars.items():
@@ -128,7 +130,7 @@ def test_the_summary_marks_1x_and_explains_each_colour_once(summary):
     (legend,) = summary.legends
     labels = [text.get_text() for text in legend.get_texts()]
     kinds = ("numpy", "torch-eager", "unfused", "step no-cache")
-    assert labels == [_figures._kind_label(kind) for kind in kinds] + ["my-baseline"]
+    assert labels == [_figures.kind_label(kind) for kind in kinds] + ["my-baseline"]
     # Ops by family, in FAMILIES' order, the unnamed op last; each op's name once.
     ticks = [label.get_text() for label in summary.axes[0].get_yticklabels()]
     assert ticks == ["compute_slot_mapping", "gather_block_tables_multi", "drafting", "new_op"]
@@ -195,7 +197,7 @@ def test_detail_figures_one_per_op_legends_outside_lines_from_three_sizes(fixtur
     written = _figures.detail_figures(str(tmp_path), rows)
     assert sorted(Path(path).name for path in written) == sorted(f"{op}.png" for op in
                                                                  {row["op"] for row in rows})
-    figures = {op: _figures._detail_figure(plt, op, [row for row in rows if row["op"] == op])
+    figures = {op: _figures.detail_figure(plt, op, [row for row in rows if row["op"] == op])
                for op in ("compute_slot_mapping", "drafting")}
     try:
         for op, figure in figures.items():

@@ -56,7 +56,7 @@ def baseline_colors(names: Iterable[str]) -> dict[str, str]:
     return {name: BASELINES[name][0] if name in BASELINES else colors[name] for name in names}
 
 
-def _kind_label(kind: str) -> str:
+def kind_label(kind: str) -> str:
     _, names, what = KINDS[kind]
     return f"{' / '.join(names)}: {what}"
 
@@ -96,7 +96,7 @@ def save(figure, path: str, source: str = "") -> None:
                              "specops-figure-source": source_stamp(source, source) if source else ""})
 
 
-def _ratio_text(ratio: float) -> str:
+def ratio_text(ratio: float) -> str:
     if ratio >= 9.95:
         return f"{ratio:.0f}x"
     return f"{ratio:.1f}x" if ratio >= 1 else f"{ratio:.2f}x"
@@ -150,7 +150,7 @@ TEXT_INCHES = 0.4  # a bar's ratio label and its gap, at most ("2648x", "0.13x")
 def _legend(colors: dict[str, str], names: Iterable[str]) -> list[tuple[str, str]]:
     """(colour, label) per kind of baseline among `names`, in KINDS' order, then the others."""
     present = set(names)
-    entries = [(color, _kind_label(kind)) for kind, (color, members, _) in KINDS.items() if present & set(members)]
+    entries = [(color, kind_label(kind)) for kind, (color, members, _) in KINDS.items() if present & set(members)]
     return entries + [(colors[name], name) for name in sorted(present - set(BASELINES))]
 
 
@@ -207,7 +207,7 @@ def summary_figure(rows: list[Mapping[str, object]]):
                     continue
                 axis.barh(row, point.ratio - 1, left=1, height=0.8, color=colors[name], gid=f"{size}|{op}|{name}")
                 outward = 1.1 if point.ratio >= 1 else 1 / 1.1
-                axis.text(point.ratio * outward, row, _ratio_text(point.ratio), va="center",
+                axis.text(point.ratio * outward, row, ratio_text(point.ratio), va="center",
                           ha="left" if point.ratio >= 1 else "right", fontsize=7.5)
             case = next(iter(found.values())).case if found else f"no {size}-sized case"
             axis.text(1.1, case_rows[op] + 0.1, case, ha="left", va="center", fontsize=7, color="#555555",
@@ -302,7 +302,12 @@ def runner_figure(runner_rows: list[Mapping[str, object]]):
     return figure
 
 
-def _detail_figure(plt, op: str, points: list[Mapping[str, object]]):
+def detail_figure(plt, op: str, points: list[Mapping[str, object]]):
+    """One op's detail figure (not saved): median time against the batch's size, a series per
+    implementation and case family."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogFormatter
+
     by_tokens = all(int(row["num_tokens"]) > 0 for row in points)
 
     def size(row) -> int:
@@ -337,12 +342,10 @@ def _detail_figure(plt, op: str, points: list[Mapping[str, object]]):
                           **dict(style, linestyle=style["linestyle"] if len(series) >= 3 else "none"))
         label = {"specops": f"{impl} (specops)", "baseline": impl}.get(role, f"{impl} (floor)")
         label = "specops" if impl == "specops" else label
-        impl_handles.append(plt.Line2D([], [], label=label, **style))
+        impl_handles.append(Line2D([], [], label=label, **style))
     for index, family in enumerate(families):
-        family_handles.append(plt.Line2D([], [], color="#555555", linestyle="none", marker=markers[index % len(markers)],
-                                         label=family or "(one family)"))
-    from matplotlib.ticker import FuncFormatter, LogFormatter
-
+        family_handles.append(Line2D([], [], color="#555555", linestyle="none", marker=markers[index % len(markers)],
+                                     label=family or "(one family)"))
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
     axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
@@ -374,7 +377,7 @@ def detail_figures(directory: str, rows: list[Mapping[str, object]]) -> list[str
         points = [row for row in rows if row["op"] == op and str(row.get("plotted", True)) != "False"]
         if not points:
             continue
-        figure = _detail_figure(plt, op, points)
+        figure = detail_figure(plt, op, points)
         path = str(Path(directory) / f"{op}.png")
         save(figure, path)
         plt.close(figure)

@@ -18,8 +18,8 @@ from specops.bench._harness import Case, Measurement
 
 CSV_COLUMNS = [
     "op", "case", "family", "impl", "batch_size", "num_tokens", "median_us", "p20_us", "p80_us",
-    "role", "subject", "plotted", "specops_launches", "aten_launches", "machine", "python", "torch", "triton", "specops",
-    "timestamp",
+    "role", "subject", "plotted", "specops_launches", "aten_launches", "machine", "python", "torch", "triton",
+    "specops", "timestamp",
 ]
 
 
