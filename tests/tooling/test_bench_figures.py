@@ -7,7 +7,6 @@ the current code."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import itertools
 from pathlib import Path
 
@@ -18,10 +17,12 @@ from specops.bench._report import CSV_COLUMNS, read_csv
 from specops.bench._runner_counts import RUNNER_COLUMNS, read_runner_counts, record_runner_counts
 from specops.bench._summary import FAMILIES, OTHER, family_of, speedups, summary_cases, summary_lines
 
-plt = pytest.importorskip("matplotlib.pyplot")
+pytest.importorskip("matplotlib")
 from matplotlib.legend import Legend  # noqa: E402
 
 from specops.bench import BENCHMARKS, _figures  # noqa: E402
+
+plt = _figures.pyplot()  # on the Agg backend, as the bench draws
 
 ROOT = Path(__file__).resolve().parents[2]
 
