@@ -290,10 +290,10 @@ def runner_figure(runner_rows: list[Mapping[str, object]]):
         label.set_color("#b2182b" if count else "#1a7f37")
     syncs.set_ylabel("host syncs in specops' adapters (all steps)", fontsize=8.5)
     syncs.tick_params(axis="y", length=0)
-    figure.text(0.02, 0.08 / height, "configurations as the proofs name them (docs/integrations.md): k3 = 3 drafts a "
-                "step; dcp2 / pcp2 = decode / prefill context parallelism over 2 ranks (rank1: the second);\nv1 = "
-                "vLLM's V1 runner, else model runner V2; each configuration drives the runner twice, alone and with "
-                "specops, on the same requests", fontsize=7.5, color="#444444", va="bottom")
+    figure.text(0.02, 0.08 / height, "configurations as the proofs name them (docs/integrations.md): kK = K drafts a "
+                "step; dcpN / pcpN = decode / prefill context parallelism over N ranks, rankR = the rank measured;\n"
+                "v1 = vLLM's V1 runner, else model runner V2; each configuration drives the runner twice, alone and "
+                "with specops, on the same requests", fontsize=7.5, color="#444444", va="bottom")
     handles = [Patch(color=RUNNER_ALONE, label="the runner alone"), Patch(color=WITH_SPECOPS, label="with specops")]
     figure.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.53, 1 - 0.45 / height), ncol=2, fontsize=9,
                   frameon=False)
