@@ -125,8 +125,10 @@ test-peers: install $(PEERS)/.site $(PEERS)/.deps
 # plugin (docs/integrations.md):
 # each configuration in two fresh processes, buffers compared on every step, launches and host
 # syncs counted. Same vLLM as test-peers; the plugin is found through specops' installed entry point.
+# Each configuration's counts go to VLLM_COUNTS, where `make bench` draws its runner figure from.
+VLLM_COUNTS ?= $(CURDIR)/bench-results/vllm-proof.csv
 test-vllm-integration: install $(PEERS)/.site $(PEERS)/.deps
-	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps TRITON_INTERPRET=1 \
+	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps TRITON_INTERPRET=1 SPECOPS_VLLM_COUNTS=$(VLLM_COUNTS) \
 	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
 
 # The first minutes on a lent GPU or NPU (docs/device_readiness.md, "The first minutes on a
