@@ -25,14 +25,15 @@ def compressor_metadata(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqle
     num_rows = compress_cos.shape[0]
     device = compress_cos.device
     starts = start_pos[:num_reqs_actual].long()
-    lengths = cu_seqlens[1:num_reqs_actual + 1].long() - cu_seqlens[:num_reqs_actual].long()  # int64, as the docs
+    lengths = (cu_seqlens[1:num_reqs_actual + 1] - cu_seqlens[:num_reqs_actual]).long()
     counts = torch.where((starts >= 0) & (lengths > 0),
                          (starts + lengths) // compress_ratio - starts // compress_ratio, 0)
     counts = counts.clamp(min=0)
     first_row = torch.cumsum(counts, 0) - counts
-    # Only the rows that fit are enumerated: a length near 2^32 completes 2^30 groups.
-    fitting = torch.minimum(counts, (num_rows - first_row).clamp(min=0))
-    request = torch.repeat_interleave(torch.arange(num_reqs_actual, device=device), fitting)
+    # Only the first num_rows rows are written: each request keeps what is left of them, so an
+    # extreme length never materialises billions of row indices.
+    kept = torch.minimum(counts, (num_rows - first_row).clamp(min=0))
+    request = torch.repeat_interleave(torch.arange(num_reqs_actual, device=device), kept)
     row = torch.arange(request.numel(), device=device)
     position = starts[request] // compress_ratio + row - first_row[request]
     block_index = position // kv_block_size
