@@ -106,7 +106,8 @@ def test_advance_draft_steps_agrees_with_advance_draft_step_at_the_limit(rule):
                 single = specops.advance_draft_step(positions, seq_lens, [table], 16, max_model_len=100,
                                                     past_max_model_len=rule, token_indices=i32(0, 2))
             where = (name, positions.dtype)
-            assert steps.positions[1, :2].tolist() == single.positions.tolist() == [4, 0 if rule == "reset" else 99], where
+            top = 0 if rule == "reset" else 99
+            assert steps.positions[1, :2].tolist() == single.positions.tolist() == [4, top], where
             assert steps.seq_lens[1, :2].tolist() == seq_lens.tolist(), where
             assert steps.slots[0][1, :2].tolist() == single.slot_mappings[0].tolist(), where
             results.append([t.tolist() for t in (*steps[:8], *steps.slots, *steps.slot_pairs)])

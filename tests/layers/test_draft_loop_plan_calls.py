@@ -135,7 +135,8 @@ LAYOUTS = [([0, 3, 2], r"query_start_loc_cpu must be non-decreasing, got query_s
            ([2, 1, 3], r"query_start_loc_cpu must be non-decreasing, got query_start_loc_cpu\[1\] = 1"),
            ([-1, 1, 2], r"query_start_loc_cpu\[0\] = -1 must be >= 0"),
            ([-(2**31), 1, 2], r"query_start_loc_cpu\[0\] = -2147483648 must be >= 0"),
-           ([0, 2**31 - 1, -(2**31)], r"query_start_loc_cpu must be non-decreasing, got query_start_loc_cpu\[2\] = -2147483648")]
+           ([0, 2**31 - 1, -(2**31)],
+            r"query_start_loc_cpu must be non-decreasing, got query_start_loc_cpu\[2\] = -2147483648")]
 
 
 @pytest.mark.parametrize("starts,message", LAYOUTS)
