@@ -163,14 +163,16 @@ def _advance_draft_steps_kernel(
         ok = real & (index >= 0) & (index < num_positions)
         current = tl.load(positions_ptr + tl.where(ok, index, 0), mask=ok, other=-1).to(tl.int64)
         base = seq - tl.load(rejected_ptr + safe_r, mask=real, other=0).to(tl.int64)
-        p = tl.where(ok, current + 1, 0)
+        # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum
+        # wraps to -2^63 (advance_draft_step's rule, as the C++ draft_position).
+        over = ok & (current >= max_model_len - 1)
+        p = tl.where(ok & (over == 0), current + 1, 0)
         if CLAMP:
-            position = tl.minimum(p, max_model_len - 1)
+            position = tl.where(over, max_model_len - 1, p)
             seq_len = tl.minimum(base + 1, max_model_len)
             mapped = ok.to(tl.int32)
         else:
-            over = p >= max_model_len
-            position = tl.where(over, 0, p)
+            position = p
             seq_len = tl.minimum(tl.where(over, 1, base + 1), max_model_len)
             mapped = (ok & (over == 0)).to(tl.int32)
         if HAS_IDX_MAPPING:

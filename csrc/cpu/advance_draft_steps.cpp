@@ -55,6 +55,16 @@ void check_values(const int32_t* qsl, const PosT* positions, const int32_t* seq_
   }
   TORCH_CHECK_VALUE(qsl[R] == s.num_tokens, "num_actual_tokens must equal query_start_loc[R = ", R, "] = ", qsl[R],
                     ", got ", s.num_tokens);
+  // Pass 1 copies the target slots: an int32 out_slots[g] holds none past 2^31 - 1, as the later
+  // passes' computed slots (the device paths store PAD for both).
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].step.wide) continue;
+    for (int64_t t = 0; t < s.num_tokens; ++t) {
+      const int64_t slot = groups[g].target(t);
+      TORCH_CHECK_VALUE(slot <= INT32_MAX, "out_slots[", g, "] is int32, but target_slot_mappings[", g, "][", t,
+                        "] = ", slot, " is past 2^31 - 1; pass an int64 slot mapping");
+    }
+  }
   for (int64_t t = 0; t < s.num_tokens; ++t) {
     const int64_t p = static_cast<int64_t>(positions[t]);
     TORCH_CHECK_VALUE(p >= 0 && p < s.rope_rows, "positions[", t, "] = ", p,
@@ -87,7 +97,7 @@ void check_values(const int32_t* qsl, const PosT* positions, const int32_t* seq_
       for (size_t g = 0; g < groups.size(); ++g) {
         const kernels::DraftStepGroup& group = groups[g].step;
         if (!d.mapped || !group.enabled || row < 0) continue;
-        check_draft_position(group, g, r, row, d.position, checked_group_row(group, g, r, row));
+        check_draft_position(group, g, r, row, d.position, checked_group_row(group, g, r, row), "out_slots");
       }
     }
   }

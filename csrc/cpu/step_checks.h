@@ -96,9 +96,11 @@ inline int64_t checked_group_row(const kernels::DraftStepGroup& group, size_t g,
 }
 
 // A draft position of request r in group g: inside the row's `columns` (naming the request, the
-// group, the position and the count it passes) and, in an int32 slot mapping, a slot below 2^31.
+// group, the position and the count it passes) and, in an int32 slot mapping, a slot below 2^31
+// (naming the op's slot output, `slots`[g]: slot_mappings of the single-step ops, out_slots of
+// advance_draft_steps).
 inline void check_draft_position(const kernels::DraftStepGroup& group, size_t g, int64_t r, int64_t row,
-                                 int64_t position, int64_t columns) {
+                                 int64_t position, int64_t columns, const char* slots = "slot_mappings") {
   bool past = position > INT32_MAX;
   int64_t column = -1;
   if (!past) {
@@ -119,8 +121,8 @@ inline void check_draft_position(const kernels::DraftStepGroup& group, size_t g,
                       ", past ", count.str());
   }
   const int64_t slot = kernels::draft_slot(group, row, position, true);
-  TORCH_CHECK_VALUE(group.wide || slot <= INT32_MAX, "slot_mappings[", g, "] is int32, but request ", r, " has slot ",
-                    slot, ", past 2^31 - 1; pass an int64 slot mapping");
+  TORCH_CHECK_VALUE(group.wide || slot <= INT32_MAX, slots, "[", g, "] is int32, but request ", r, " has slot ", slot,
+                    ", past 2^31 - 1; pass an int64 slot mapping");
 }
 
 // The per-group tensors of a draft op in its alias check: each slot mapping an output, each

@@ -18,6 +18,7 @@ from specops.ops._checks import (
     check_rows_disjoint,
     check_tensor,
     checked_size,
+    checked_tensor_list,
 )
 from specops.ops._op import SpecOp
 from specops.ops._step_checks import check_draft_groups, group_settings, group_tensors, padded_argument, padded_end
@@ -237,18 +238,22 @@ def advance_draft_step(
     """
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
+    block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
     per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else (
         positions.numel() if isinstance(positions, torch.Tensor) else 0)
+    if out_positions is None or slot_mappings is None:
+        # What the outputs are allocated beside (positions' device), checked in the op's words first.
+        check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
     if out_positions is None:
         out_positions = positions if token_indices is None else torch.empty(num_reqs, dtype=torch.int64,
                                                                             device=positions.device)
     if slot_mappings is None:
         size = checked_size(num_tokens_padded, "num_tokens_padded", 0) if num_tokens_padded is not None else num_reqs
         slot_mappings = [torch.empty(size, dtype=torch.int64, device=positions.device) for _ in range(num_groups)]
-    block_tables = list(block_tables)
-    slot_mappings = list(slot_mappings)
+    else:
+        slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
     _OP.select()(positions, seq_lens, block_tables, token_indices, num_rejected_tokens, idx_mapping, out_positions,
                  slot_mappings, query_start_loc, [] if num_blocks is None else list(num_blocks), max_model_len,
                  RULES[past_max_model_len], padded_argument(num_tokens_padded, "num_tokens_padded"),

@@ -24,6 +24,7 @@ from specops.ops._checks import (
     check_tensor,
     checked_int,
     checked_size,
+    checked_tensor_list,
     ints_per_group,
 )
 from specops.ops._op import SpecOp
@@ -209,15 +210,17 @@ _OP = SpecOp("advance_draft_steps", _check, _reference)
 
 
 def _check_allocation(num_steps: int, num_input_tokens: int, num_reqs_padded: int, num_reqs: int, split_size: int,
-                      rope_cos_sin_cache: object) -> None:
-    """The sizes the wrapper allocates the outputs from, checked before it does (never a negative
-    dimension, never gigabytes from an unchecked value)."""
+                      positions: object, rope_cos_sin_cache: object) -> None:
+    """The sizes and tensors the wrapper allocates the outputs from (positions' device, the
+    cache's dtype and width), checked before it does (never a negative dimension, never
+    gigabytes from an unchecked value, never an AttributeError for a None), in the op's words."""
     checked_size(num_steps, "num_steps", 1)
     checked_size(num_input_tokens, "num_input_tokens", 0)
     checked_size(split_size, "split_size", 1)
     checked_size(num_reqs_padded, "num_reqs_padded", num_reqs, f"R = token_indices.numel() = {num_reqs}")
-    rot_dim = rope_cos_sin_cache.size(1) if isinstance(rope_cos_sin_cache, torch.Tensor) and \
-        rope_cos_sin_cache.dim() == 2 else 1
+    check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
+    check_tensor(rope_cos_sin_cache, "rope_cos_sin_cache", list(ROPE_DTYPES), 2, positions.device, "positions")
+    rot_dim = rope_cos_sin_cache.size(1)
     pad, _, entries = pass_extents(num_steps, num_input_tokens, num_reqs_padded, split_size)
     check_allocated_elements(num_steps, max(pad * rot_dim, 2 * entries), "num_input_tokens",
                              "num_steps rows of the padded stream of num_input_tokens or num_reqs_padded tokens")
@@ -268,6 +271,8 @@ def advance_draft_steps(
     """
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
+    block_tables = checked_tensor_list(block_tables, "block_tables")
+    target_slot_mappings = checked_tensor_list(target_slot_mappings, "target_slot_mappings")
     num_groups = len(block_tables)
     per_group = group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     storage = per_group[0] if storage_block_sizes is None else ints_per_group(storage_block_sizes, num_groups,
@@ -279,11 +284,11 @@ def advance_draft_steps(
         num_steps, num_input_tokens = checked_int(num_steps, "num_steps"), checked_int(num_input_tokens,
                                                                                       "num_input_tokens")
         split_size, padded = checked_int(split_size, "split_size"), checked_int(padded, "num_reqs_padded")
-        _check_allocation(num_steps, num_input_tokens, padded, num_reqs, split_size, rope_cos_sin_cache)
+        _check_allocation(num_steps, num_input_tokens, padded, num_reqs, split_size, positions, rope_cos_sin_cache)
         out = empty_draft_steps(num_steps, num_input_tokens, padded, padded, split_size, rope_cos_sin_cache,
                                 [t.dtype for t in target_slot_mappings], positions.device)
     _OP.select()(query_start_loc, positions, seq_lens, token_indices, num_rejected_tokens, idx_mapping,
-                 list(block_tables), [] if num_blocks is None else list(num_blocks), list(target_slot_mappings),
+                 block_tables, [] if num_blocks is None else list(num_blocks), target_slot_mappings,
                  rope_cos_sin_cache, out.positions, out.seq_lens, out.query_start_loc, out.cos_sin,
                  out.local_cos_sin, out.local_query_start_loc, out.local_seq_lens, out.start_pos, list(out.slots),
                  list(out.slot_pairs), num_steps, num_actual_tokens, num_input_tokens, padded, max_model_len,

@@ -27,12 +27,13 @@ def draft_pass_positions(positions: torch.Tensor, seq_lens: torch.Tensor, token_
     seq_len = seq_lens[:index.numel()].long() - num_rejected_tokens.long()
     passes = []
     for _ in range(num_steps - 1):
-        p = (position + 1).where(ok, 0)
+        # p = position + 1 >= max_model_len, tested on position: at 2^63 - 1 the sum wraps.
+        over = ok & (position >= max_model_len - 1)
+        p = position.where(ok & ~over, -1) + 1
         if clamp:
-            position, seq_len, mapped = p.clamp(max=max_model_len - 1), (seq_len + 1).clamp(max=max_model_len), ok
+            position, seq_len, mapped = p.where(~over, max_model_len - 1), (seq_len + 1).clamp(max=max_model_len), ok
         else:
-            over = p >= max_model_len
-            position = p.where(~over, 0)
+            position = p
             seq_len = (seq_len + 1).where(~over, 1).clamp(max=max_model_len)
             mapped = ok & ~over
         passes.append((position, seq_len, mapped))

@@ -25,7 +25,7 @@ def compressor_metadata(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqle
     num_rows = compress_cos.shape[0]
     device = compress_cos.device
     starts = start_pos[:num_reqs_actual].long()
-    lengths = (cu_seqlens[1:num_reqs_actual + 1] - cu_seqlens[:num_reqs_actual]).long()
+    lengths = cu_seqlens[1:num_reqs_actual + 1].long() - cu_seqlens[:num_reqs_actual].long()  # int64, as the docs
     counts = torch.where((starts >= 0) & (lengths > 0),
                          (starts + lengths) // compress_ratio - starts // compress_ratio, 0)
     counts = counts.clamp(min=0)
