@@ -2,11 +2,11 @@
 //
 // Calling `torch.ops.specops.<op>.default` from Python runs torch's generic argument parser,
 // which matches every Python argument against the schema through the JIT type system: for an
-// eleven-argument op that is most of the cost of a small call (1.3 of 1.9 us on the 2-core build
-// machine; the kernel is 0.1 us). FastOp boxes the arguments itself, knowing the schema's
-// few argument kinds, then makes the same boxed dispatcher call: every registered kernel,
-// fake tensor, dispatch mode and autograd fallback sees exactly what the generic path gives it,
-// and like torch's entry it releases the GIL while the op runs (0.2 us of the call's 0.8 us).
+// eleven-argument op that is most of the cost of a small call (docs/changelog.md has the
+// figures). FastOp boxes the arguments itself, knowing the schema's few argument kinds, then
+// makes the same boxed dispatcher call: every registered kernel, fake tensor, dispatch mode and
+// autograd fallback sees exactly what the generic path gives it, and like torch's entry it
+// releases the GIL while the op runs.
 // Any argument it does not recognise exactly but torch converts (a tensor subclass, a SymInt, a
 // NumPy integer), an active torch-function mode, or a keyword argument sends the call down the
 // generic path. An argument of the wrong kind (None or a float for an int, None for a tensor, a
@@ -16,7 +16,7 @@
 //
 // The Python object is a plain CPython type with the vectorcall protocol, not a pybind11 class:
 // pybind11's call of a method taking `py::args` built an argument tuple and two heap vectors per
-// call (a sixth of sas_metadata's boxing). The boxed stack is reused from call to call (a
+// call. The boxed stack is reused from call to call (a
 // per-thread pool, so a call made from inside another, as a dispatch mode's Python may, gets
 // its own), so a call allocates only what an IValue needs (int and tensor lists).
 //

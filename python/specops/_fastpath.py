@@ -31,7 +31,7 @@ from specops._extension import EXTENSION
 ENABLED = EXTENSION.loaded and os.environ.get("SPECOPS_FASTPATH", "1") != "0"
 
 if ENABLED:
-    from specops import _C
+    import specops._C as _C
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # What THPVariable_CheckExact takes: a tensor whose Python type torch made itself.
