@@ -12,7 +12,12 @@
 // generic path. An argument of the wrong kind (None or a float for an int, None for a tensor, a
 // string) is a ValueError naming the argument, as on the Python backends: torch would take None
 // for an undefined tensor and fail later with "tensor does not have a device", and a float for a
-// bool.
+// bool. A tensor is one by its type: torch.Tensor and torch.nn.Parameter are boxed (the exact
+// types, THPVariable_CheckExact), a real subclass goes down the generic path, as torch's parser
+// takes it; a value that only claims to be a tensor (its __class__ says so: a
+// unittest.mock.MagicMock(spec=torch.Tensor)) is no tensor and no int, and is a ValueError in
+// every argument, never read as a tensor (py_values.h). A list argument whose check runs Python
+// is walked through a tuple of its items. The messages name a type by its __name__.
 //
 // The Python object is a plain CPython type with the vectorcall protocol, not a pybind11 class:
 // pybind11's call of a method taking `py::args` built an argument tuple and two heap vectors per
