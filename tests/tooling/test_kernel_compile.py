@@ -359,8 +359,8 @@ def test_the_docs_give_the_build_count_of_the_capture(launches):
 
 def resource_rows(builds) -> dict[str, list[str]]:
     """The resource table's row of each kernel from the builds: variants (sm_90 builds), the most
-    registers and spill bytes over the variants per CUDA/AMD target, the most shared memory on
-    sm_90 / gfx942."""
+    registers and spill bytes over the variants per CUDA/AMD target, the most registers and spill
+    bytes on sm_90 under ptxas's default allocation, the most shared memory on sm_90 / gfx942."""
     by_target = {target.name: builds(target) for target in TARGETS}
     rows = {}
     for kernel in KERNELS:
@@ -373,6 +373,7 @@ def resource_rows(builds) -> dict[str, list[str]]:
         rows[f"`{kernel_name(kernel)}`"] = [
             str(len(per_target["sm_90"])), " / ".join(most("registers", name) for name in names),
             " / ".join(most("spill_bytes", name) for name in names),
+            f"{most('default_registers', 'sm_90')} / {most('default_spill_bytes', 'sm_90')}",
             f"{most('shared_bytes', 'sm_90')} / {most('shared_bytes', 'gfx942')}"]
     return rows
 
