@@ -51,4 +51,48 @@ inline std::string type_name(PyObject* value) {
   return pybind11::str(type.attr("__name__")).cast<std::string>();
 }
 
+// NumPy's bool scalar, by its type's name (as pybind11 finds it): numpy.bool (NumPy 2) or
+// numpy.bool_ (NumPy 1), without importing NumPy.
+inline bool is_numpy_bool(PyObject* value) {
+  const std::string name = Py_TYPE(value)->tp_name;
+  return name == "numpy.bool" || name == "numpy.bool_";
+}
+
+// What an int argument takes besides a Python int (docs/hardening.md, "Scalar types"), which the
+// generic path converts: an int subclass (an IntEnum), a NumPy integer, a one-element integer
+// tensor, a SymInt; the Python backends' checked_int takes the same (but SymInts, which only a
+// dispatch mode passes). Not the bools torch would read as 1 or 0 (True, a NumPy bool, a bool
+// tensor): the mirror of is_boolean below. Nor anything else with __index__, which torch would
+// take and the Python backends refuse: a float or complex tensor (truncated), a NumPy array, an
+// object of a class of its own, a value that only claims to be a tensor
+// (a MagicMock(spec=torch.Tensor)).
+inline bool is_int_like(PyObject* value) {
+  if (PyBool_Check(value)) return false;
+  if (PyLong_Check(value) || is_numpy_integer(value) || is_symint(value)) return true;
+  if (!is_tensor(value)) return false;
+  const at::Tensor& tensor = THPVariable_Unpack(value);
+  const c10::ScalarType dtype = tensor.scalar_type();
+  return tensor.numel() == 1 && !c10::isFloatingType(dtype) && !c10::isComplexType(dtype) && dtype != c10::kBool;
+}
+
+// What a bool argument takes besides True and False (docs/hardening.md, "Scalar types"): the
+// values torch's schema reads as the bool they hold, a NumPy bool and a one-element bool tensor;
+// the generic path converts them. Torch would also read ints, floats and None by their truth
+// value; the wrappers reject those on every backend.
+inline bool is_boolean(PyObject* value) {
+  if (is_numpy_bool(value)) return true;
+  if (!is_tensor(value)) return false;
+  const at::Tensor& tensor = THPVariable_Unpack(value);
+  return tensor.scalar_type() == c10::kBool && tensor.numel() == 1;
+}
+
+// The items of a list or tuple argument as a tuple that holds them: FastOp's checks of them may run
+// Python (its type's __name__, its repr, a tensor subclass's Python), which could resize or free
+// a list's item array under a walk of it; a tuple's items stay.
+inline pybind11::tuple held_items(PyObject* sequence) {
+  auto items = pybind11::reinterpret_steal<pybind11::tuple>(PySequence_Tuple(sequence));
+  if (!items) throw pybind11::error_already_set();
+  return items;
+}
+
 }  // namespace specops
