@@ -151,13 +151,15 @@ test-vllm-integration: install $(PEERS)/vllm-$(VLLM_VERSION)/.site $(PEERS)/.dep
 # device graph and the timings, each step in a process of its own within one budget, and writes
 # device-check.json and device-check.csv into $OUT (else build/device-check). Without a device
 # the device-only steps are skipped with their reason. The Python is the venv's when there is
-# one (this machine), else $(PYTHON) (a lent machine, which has torch installed and no venv).
+# one (this machine), else $(PYTHON) (a lent machine, which has torch installed and no venv); one
+# without torch (a fresh clone on a machine whose python3 has none) stops the run at once with one
+# line saying what to install (`make install` sets up .venv as `make test` does).
 # device-carry cuts vLLM's kernels for the timings out of the unpacked wheel of test-peers into
 # build/device-carry, which the device run carries.
 DEVICE_CHECK_PY ?= $(if $(wildcard $(VPY)),$(VPY),$(PYTHON))
 DEVICE_CHECK_ARGS ?=
 device-check:
-	$(DEVICE_CHECK_PY) tools/device_check.py $(DEVICE_CHECK_ARGS)
+	$(DEVICE_CHECK_PY) tools/device_check.py --torch-spec "$(TORCH_SPEC)" $(DEVICE_CHECK_ARGS)
 
 device-carry: $(PEERS)/vllm-$(PEERS_VLLM)/.site
 	$(VPY) tools/device_carry.py --site $(PEERS)/vllm-$(PEERS_VLLM)/site --out build/device-carry

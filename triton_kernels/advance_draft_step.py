@@ -153,7 +153,8 @@ def _advance_draft_step_kernel(
             ok = real
             current = tl.load(positions_ptr + safe_r, mask=real, other=-1).to(tl.int64)
         # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum
-        # wraps to -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
+        # wraps to -2^63, which the rules (docs/step_bookkeeping.md, "advance_draft_step"; reset:
+        # 0, clamp: L - 1) never give.
         over = ok & (current >= max_model_len - 1)
         p = tl.where(ok & (over == 0), current + 1, 0)
         if HAS_TARGET_SEQ_LENS:

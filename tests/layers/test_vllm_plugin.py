@@ -207,7 +207,7 @@ def _vllm_copy_request_inputs(self, num_reqs, idx_mapping, temperature, seeds, d
 @pytest.mark.parametrize("case", ["in_propose", "dummy_run", "another_mapping"])
 def test_the_draft_prefill_takes_the_request_mapping_only_for_propose_s_own_batch(case):
     """Inside propose the mapping's copy joins the prefill launch; a dummy run and a mapping other
-    than the batch's keep vLLM's copy; the prefill inputs are vLLM's in every case (SPEC's example:
+    than the batch's keep vLLM's copy; the prefill inputs are vLLM's in every case (docs/step_bookkeeping.md's example:
     requests at rows 2 and 0, queries [0, 3) and [3, 4), one rejected token)."""
     copies = []
     copy = draft_steps.make_copy_request_inputs(lambda *args: copies.append(args) or _vllm_copy_request_inputs(*args))

@@ -24,6 +24,13 @@ def _described(value: Any) -> str:
     return "None" if value is None else f"{type(value).__name__} {value!r}"
 
 
+def is_tensor(value: Any) -> bool:
+    """A tensor by its type (torch.Tensor, Parameter, a real subclass), as FastOp takes one
+    (csrc/fastpath/py_values.h): not isinstance, which a value whose __class__ says torch.Tensor
+    (a MagicMock(spec=torch.Tensor)) passes without a tensor's attributes."""
+    return issubclass(type(value), torch.Tensor)
+
+
 def checked_int(value: Any, name: str) -> int:
     """value as every backend takes an int (FastOp, csrc/fastpath/fast_call.cpp, the same): a Python int,
     a NumPy integer, an integer tensor of one element; converted to int. Bools (True, a NumPy
@@ -31,10 +38,12 @@ def checked_int(value: Any, name: str) -> int:
     are a ValueError naming the argument: the mirror of checked_bool's rule."""
     if type(value) is int:
         return value
-    if isinstance(value, (bool, np.bool_)):
+    # By the value's type, as FastOp asks (csrc/fastpath/fast_call.cpp's is_int_like): isinstance
+    # would take a value whose __class__ claims int or torch.Tensor.
+    if issubclass(type(value), (bool, np.bool_)):
         raise ValueError(f"{name} must be an int, got {_described(value)}")
-    if isinstance(value, (int, np.integer)) or (
-            isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+    if issubclass(type(value), (int, np.integer)) or (
+            is_tensor(value) and value.numel() == 1 and not value.is_floating_point()
             and not value.is_complex() and value.dtype != torch.bool):
         return operator.index(value)
     raise ValueError(f"{name} must be an int, got {_described(value)}")
@@ -109,7 +118,7 @@ def checked_tensor_list(value: Any, name: str) -> list[torch.Tensor]:
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"{name} must be a list of tensors, got {_described(value)}")
     for g, entry in enumerate(value):
-        if not isinstance(entry, torch.Tensor):
+        if not is_tensor(entry):
             raise ValueError(f"{name}[{g}] must be a tensor, got {_described(entry)}")
     return list(value)
 
@@ -145,8 +154,8 @@ def checked_bool(value: Any, name: str) -> bool:
     read by their truth value, are a ValueError naming the argument."""
     if type(value) is bool:
         return value
-    if isinstance(value, np.bool_) or (
-            isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1):
+    if issubclass(type(value), np.bool_) or (
+            is_tensor(value) and value.dtype == torch.bool and value.numel() == 1):
         return bool(value)
     raise ValueError(f"{name} must be a bool (True, False, a NumPy bool or a one-element bool tensor), "
                      f"got {_described(value)}")
@@ -162,7 +171,7 @@ def check_tensor(
 ) -> None:
     """dtype, rank, layout, and (given `device`) the device of `device_of`, the argument every
     other tensor of the call must share a device with."""
-    if not isinstance(t, torch.Tensor):
+    if not is_tensor(t):
         raise ValueError(f"{name} must be a tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
         expected = " or ".join(str(d).removeprefix("torch.") for d in dtypes)

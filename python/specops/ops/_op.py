@@ -103,7 +103,7 @@ class SpecOp:
         self.check = check
         self.reference = reference
         self._native = getattr(torch.ops.specops, name).default if EXTENSION.loaded else None
-        # The same dispatcher call as `self._native` at a third of a small op's cost (its FastOp;
+        # The same dispatcher call as `self._native` without its generic parser (its FastOp;
         # under SPECOPS_FASTPATH=0 the plain twin): what select() hands out on the eager native
         # backend (None without the extension).
         self.native_entry = native_entry(name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops import _sas_inputs as inputs
+import specops.ops._sas_inputs as inputs
 from specops.ops._ascend_platform import resolved_platform
 from specops.ops._op import SpecOp
 from specops.reference.sas_metadata import sas_metadata as _reference

@@ -69,7 +69,8 @@ def advance_draft_step(
         ok = torch.ones(num_reqs, dtype=torch.bool)
         current = positions.long()
     # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum wraps to
-    # -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
+    # -2^63, which the rules (docs/step_bookkeeping.md, "advance_draft_step"; reset: 0, clamp:
+    # L - 1) never give.
     over = ok & (current >= max_model_len - 1)
     p = (current + 1).where(ok & ~over, 0)
     base = (target_seq_lens if target_seq_lens is not None else seq_lens[:num_reqs]).long()

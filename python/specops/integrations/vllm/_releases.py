@@ -8,7 +8,12 @@ A row is added only after each of its points' adapters was checked against that 
 
 from __future__ import annotations
 
-from specops.integrations.vllm import draft_steps, mrv2, pcp, target_step, v1_eagle
+# The point modules by name, not through the package (whose __init__ imports this module).
+import specops.integrations.vllm.draft_steps as draft_steps
+import specops.integrations.vllm.mrv2 as mrv2
+import specops.integrations.vllm.pcp as pcp
+import specops.integrations.vllm.target_step as target_step
+import specops.integrations.vllm.v1_eagle as v1_eagle
 from specops.integrations.vllm._fingerprints import FINGERPRINTS
 from specops.integrations.vllm._frame import Patch, Point, Release, Runner
 

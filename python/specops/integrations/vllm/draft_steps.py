@@ -42,6 +42,7 @@ import weakref
 import torch
 
 import specops
+from specops.integrations.vllm.fused_records import mapped
 from specops.integrations.vllm.mrv2 import point
 
 
@@ -253,14 +254,12 @@ def make_update_draft_inputs(original):
 
 
 def make_compute_slot_mappings(original):
-    from specops.integrations.vllm import target_step  # it imports this module
-
     # A seam: it runs vLLM's own method, or (its slot mappings already written by the launch
     # before) nothing at all.
     @point("draft_steps", seam=True)
     @functools.wraps(original)
     def compute_slot_mappings(self, idx_mapping, query_start_loc, positions, num_tokens_padded, out=None):
-        if out is None and target_step.mapped(self, idx_mapping, query_start_loc, positions, num_tokens_padded):
+        if out is None and mapped(self, idx_mapping, query_start_loc, positions, num_tokens_padded):
             return self.slot_mappings[:, :num_tokens_padded]  # the target step's fused launch mapped them
         loop = _loop.get()
         if (loop is not None and out is None and loop.written is not None
