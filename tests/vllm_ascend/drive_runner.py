@@ -104,9 +104,10 @@ class _RecordingBuilder:
 
     def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
         cm = common_attn_metadata
-        self.seen.append({f"g{self.group}.slot_mapping": cm.slot_mapping, f"g{self.group}.block_table": cm.block_table_tensor,
-                          f"g{self.group}.seq_lens": cm.seq_lens, f"g{self.group}.query_start_loc": cm.query_start_loc,
-                          f"g{self.group}.seq_lens_cpu": cm.seq_lens_cpu})
+        g = self.group
+        self.seen.append({f"attn.slot_mapping[{g}]": cm.slot_mapping, f"block_tables[{g}]": cm.block_table_tensor,
+                          f"attn.seq_lens[{g}]": cm.seq_lens, f"attn.query_start_loc[{g}]": cm.query_start_loc,
+                          f"attn.seq_lens_cpu[{g}]": cm.seq_lens_cpu})
         return _Stub(seq_lens=cm.seq_lens, seq_lens_cpu=cm.seq_lens_cpu.clone(), attn_state=None, decode=None)
 
 
@@ -195,7 +196,7 @@ def _speculator(cfg: Config, runner):
     spec.prefill_cudagraph_manager = spec.decode_cudagraph_manager = None
     spec.eplb_state = None
     spec.block_tables = runner.block_tables
-    spec.arange = torch.arange(MAX_NUM_REQS + 2, dtype=torch.int32)
+    spec.arange = torch.arange(MAX_NUM_REQS + 1, dtype=torch.int32)
     spec.kv_cache_config = _Stub(kv_cache_groups=[_Stub(layer_names=[f"layer{g}"]) for g in range(len(BLOCK_SIZES))])
     spec.seen = []
     spec.attn_groups = [[_Stub(get_metadata_builder=lambda i=0, b=_RecordingBuilder(g, spec.seen): b,

@@ -62,6 +62,8 @@ SEED = 1
 def _start(cfg: dict, plugin: bool, tmp: Path):
     env = {k: v for k, v in os.environ.items() if k != "SPECOPS_VLLM"}
     env["TRITON_INTERPRET"] = "1"
+    # The runner frees a step's finished requests in the set's order: one hash seed for both runs.
+    env["PYTHONHASHSEED"] = "0"
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent / "vllm_integration"), str(HERE.parent),
                                          env.get("PYTHONPATH", "")])
     if plugin:

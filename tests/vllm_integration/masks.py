@@ -38,6 +38,10 @@ def _target_positions(name: str) -> bool:
     return name in ("in.positions", "positions")
 
 
+def _next_prefill_tokens(name: str) -> bool:
+    return name == "req.next_prefill_tokens"
+
+
 MASKS: list[Mask] = [
     # Point block_tables: past a row's block count gather_block_tables_multi writes the null block
     # where vLLM leaves the ids the batch row held before (docs/conformance.md).
@@ -46,4 +50,9 @@ MASKS: list[Mask] = [
     # tokens (to the slot-mapping width), where vLLM's prepare_pos_seq_lens leaves the values an
     # earlier step wrote (docs/conformance.md).
     Mask("target_positions_past_tokens", _target_positions, lambda theirs, ours: ours == 0, _zero_row_tail),
+    # Point input_ids on vLLM 0.26 (the vllm-ascend row): prepare_input_ids writes a request's next
+    # prefill token as 0 once its prompt is done, where vLLM 0.26's prepare_prefill_inputs leaves
+    # the last one it stored (vLLM 0.33 writes 0 too); only a request still in its prompt reads
+    # it (docs/conformance.md).
+    Mask("next_prefill_token_past_prompt", _next_prefill_tokens, lambda theirs, ours: ours == 0, lambda ours: ours == 0),
 ]

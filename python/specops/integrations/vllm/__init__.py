@@ -16,6 +16,7 @@ not; `python -m specops` prints it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import logging
 import sys
@@ -115,8 +116,60 @@ def _points() -> tuple[Point, ...]:
     )
 
 
+# The Ascend row (vllm-ascend 0.26.0rc1 with vLLM 0.26.0): its classes and module names.
+_NPU = "vllm_ascend.worker.v2"
+_IB26 = "vllm.v1.worker.gpu.input_batch"
+_AR26 = "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator"
+ASCEND_IMPORTERS = (f"{_NPU}.model_runner", f"{_NPU}.input_batch", f"{_NPU}.block_table", _MR, _PCP, _AR26,
+                    "vllm.v1.worker.gpu.sample.sampler", "vllm.v1.worker.gpu.spec_decode.rejection_sampler")
+
+
+def _ascend_points() -> tuple[Point, ...]:
+    from specops.integrations.vllm import ascend, ascend_dsa, mrv2
+
+    runner = f"{_NPU}.model_runner:NPUModelRunner"
+    tables = f"{_NPU}.block_table:AscendBlockTables"
+    loop = f"{_NPU}.spec_decode.autoregressive.speculator:AscendAutoRegressiveSpeculator"
+    return (
+        Point("input_ids", (
+            Patch(f"{runner}.prepare_inputs", ascend.make_prepare_inputs),
+            Patch(f"{_IB26}:expand_idx_mapping", mrv2.make_expand_idx_mapping),
+            Patch(f"{_IB26}:prepare_prefill_inputs", ascend.make_prepare_prefill_inputs),
+            Patch(f"{_IB26}:combine_sampled_and_draft_tokens", ascend.make_combine_sampled_and_draft_tokens,
+                  (f"{_IB26}:prepare_prefill_inputs", f"{_IB26}:expand_idx_mapping")),
+        ), reads=("vllm.v1.worker.gpu.states:RequestState", f"{_NPU}.states:AscendRequestState")),
+        Point("sampled_counts", (Patch(f"{_IB26}:get_num_sampled_and_rejected", mrv2.make_get_num_sampled_and_rejected),)),
+        Point("post_update", (
+            Patch(f"{_NPU}.input_batch:post_update", mrv2.make_post_update),
+            Patch(f"{_IB26}:post_update_num_computed_tokens", mrv2.make_post_update_num_computed_tokens),
+        ), reads=(f"{runner}.postprocess_sampled", f"{_MR}:GPUModelRunner.postprocess_sampled")),
+        Point("block_tables", (Patch(f"{_BT}:BlockTables.gather_block_tables", ascend.make_gather_block_tables),),
+              reads=(f"{_BT}:BlockTables",)),
+        Point("target_step", (
+            Patch(f"{_IB26}:prepare_pos_seq_lens", ascend.make_prepare_pos_seq_lens),
+            Patch(f"{tables}.compute_slot_mappings", ascend.make_compute_slot_mappings),
+        ), reads=(f"{_BT}:BlockTables", tables, f"{runner}.prepare_inputs", f"{_MR}:GPUModelRunner.prepare_attn")),
+        Point("draft_steps", (
+            Patch(f"{loop}.propose", ascend.make_propose),
+            Patch(f"{_AR26}:prepare_decode_inputs", ascend.make_prepare_decode_inputs),
+            Patch(f"{_AR26}:update_draft_inputs", ascend.make_update_draft_inputs),
+        ), reads=(f"{loop}._multi_step_decode", f"{loop}._generate_draft",
+                  f"{_AR26}:AutoRegressiveSpeculator._multi_step_decode",
+                  f"{_AR26}:AutoRegressiveSpeculator._generate_draft", f"{_AR26}:AutoRegressiveSpeculator.propose")),
+        *ascend_dsa.points(Point, Patch),
+    )
+
+
 POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables", "draft_steps",
-               "target_step", "pcp", "v1_eagle")
+               "target_step", "pcp", "v1_eagle", "dsa_cp_draft")
+
+
+def release_points() -> tuple[Point, ...]:
+    """The points of the release row installed here (vLLM's, or the Ascend row when
+    vllm-ascend's platform is in use)."""
+    from specops.integrations.vllm._guard import ascend_in_use
+
+    return _ascend_points() if ascend_in_use() else _points()
 
 
 @dataclasses.dataclass
@@ -137,7 +190,10 @@ def _install(points: tuple[Point, ...]) -> list[str]:
     """Replaces every target, all or nothing; returns where each adapter went."""
     from specops.integrations.vllm._guard import resolve
 
-    for name in IMPORTERS + tuple(m for p in points for m in p.importers):
+    from specops.integrations.vllm._guard import ascend_in_use
+
+    importers = ASCEND_IMPORTERS if ascend_in_use() else IMPORTERS
+    for name in importers + tuple(m for p in points for m in p.importers):
         importlib.import_module(name)
     originals = {patch.target: resolve(patch.target) for p in points for patch in p.patches}
     planned = []  # (owner, attribute, adapter, original, where)
@@ -151,9 +207,9 @@ def _install(points: tuple[Point, ...]) -> list[str]:
                 owner = getattr(sys.modules[module_name], class_name)
                 planned.append((owner, attribute, adapter, vars(owner)[attribute], patch.target))
                 continue
-            # A function: every loaded vLLM module holding the original under that name.
+            # A function: every loaded vLLM (and vllm-ascend) module holding the original under that name.
             for loaded_name, module in list(sys.modules.items()):
-                if (loaded_name == "vllm" or loaded_name.startswith("vllm.")) and getattr(module, qualname, None) is original:
+                if loaded_name.split(".")[0] in ("vllm", "vllm_ascend") and getattr(module, qualname, None) is original:
                     planned.append((module, qualname, adapter, original, f"{loaded_name}:{qualname}"))
     done = []
     try:
@@ -177,7 +233,10 @@ def activate(environ: dict | None = None) -> Status:
         if not selection.points:
             _STATUS = Status(False, (), selection.reason)
             return _STATUS
-        points = tuple(p for p in _points() if p.name in selection.points)
+        if _ascend_waits():
+            _STATUS = Status(False, (), "waiting for vllm-ascend's worker patches (the plugin patches after them)")
+            return _STATUS
+        points = tuple(p for p in release_points() if p.name in selection.points)
         from specops.integrations.vllm._guard import Mismatch, check
 
         try:
@@ -214,7 +273,7 @@ def diagnose(environ: dict | None = None) -> str:
             return f"inactive: {selection.reason}"
         from specops.integrations.vllm._guard import Mismatch, check
 
-        points = tuple(p for p in _points() if p.name in selection.points)
+        points = tuple(p for p in release_points() if p.name in selection.points)
         try:
             check([target for p in points for target in p.targets])
         except Mismatch as mismatch:
@@ -222,6 +281,33 @@ def diagnose(environ: dict | None = None) -> str:
         return f"would be active: {selection.reason}"
     except Exception as exc:
         return f"inactive: {type(exc).__name__}: {exc}"
+
+
+def _ascend_waits() -> bool:
+    """On vllm-ascend's platform, before its worker patches: hooks `adapt_patch` (which
+    `NPUWorker.__init__` calls after vLLM loaded the plugins) so that the plugin activates right
+    after them, and says so. Its patches rebind the names the Ascend points target."""
+    from specops.integrations.vllm._guard import ascend_in_use
+
+    if not ascend_in_use() or "vllm_ascend.patch.worker" in sys.modules:
+        return False
+    import vllm_ascend.utils
+
+    original = vllm_ascend.utils.adapt_patch
+    if getattr(original, "__specops_hook__", False):
+        return True
+
+    @functools.wraps(original)
+    def adapt_patch(is_global_patch: bool = False):
+        result = original(is_global_patch)
+        if not is_global_patch:
+            vllm_ascend.utils.adapt_patch = original
+            activate()
+        return result
+
+    adapt_patch.__specops_hook__ = True
+    vllm_ascend.utils.adapt_patch = adapt_patch
+    return True
 
 
 def register() -> None:

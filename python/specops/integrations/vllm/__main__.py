@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import sys
 
-from specops.integrations.vllm import POINT_NAMES, _points, activate
+from specops.integrations.vllm import POINT_NAMES, activate, release_points
 
 
 def main() -> None:
     if sys.argv[1:] == ["fingerprints"]:
-        from specops.integrations.vllm._guard import fingerprint, installed_version
+        from specops.integrations.vllm._guard import fingerprint, release
 
-        targets = sorted({target for p in _points() for target in p.targets})
-        print(f"    {installed_version()!r}: {{")
+        targets = sorted({target for p in release_points() for target in p.targets})
+        print(f"    {release()!r}: {{")
         for target in targets:
             print(f"        {target!r}: {fingerprint(target)!r},")
         print("    },")

@@ -1,7 +1,8 @@
 """What the plugin checks before it patches anything: the exact vLLM version, and a structural
 fingerprint of every target.
 
-A target is a vLLM function, method or class body, named `module:qualname`. Its fingerprint is
+A target is a vLLM (or, on the Ascend row, vllm-ascend) function, method or class body, named
+`module:qualname`. Its fingerprint is
 the SHA-256 of its signature and its source text (for a class: the source of its `__init__`,
 where the attributes the adapters read are made). `FINGERPRINTS` (in _fingerprints.py) holds the
 expected value of each target per supported version; `python -m specops.integrations.vllm
@@ -26,6 +27,32 @@ def installed_version() -> str:
     """vLLM's own version string (raises ImportError when vLLM is absent)."""
     version = importlib.import_module("vllm.version")
     return str(version.__version__)
+
+
+def ascend_in_use() -> bool:
+    """vllm-ascend is installed and its platform is the one this vLLM process runs on (vLLM
+    resolved it before it loads the general plugins)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm_ascend") is None:
+        return False
+    from vllm.platforms import current_platform
+
+    return type(current_platform).__module__.startswith("vllm_ascend")
+
+
+def ascend_version() -> str:
+    from importlib.metadata import version
+
+    return version("vllm-ascend")
+
+
+def release() -> str:
+    """The release row the plugin checks against: vLLM's version, or with vllm-ascend's platform
+    in use `<vLLM version>+vllm-ascend-<its version>` (its classes are the targets then)."""
+    if ascend_in_use():
+        return f"{installed_version()}+vllm-ascend-{ascend_version()}"
+    return installed_version()
 
 
 def resolve(target: str):
@@ -54,7 +81,7 @@ def fingerprint(target: str) -> str:
 
 def check(targets: list[str]) -> None:
     """Raises Mismatch naming the version or the first target that differs."""
-    version = installed_version()
+    version = release()
     expected = FINGERPRINTS.get(version)
     if expected is None:
         raise Mismatch(f"vLLM {version} is not supported (supported: {', '.join(sorted(FINGERPRINTS))})")
