@@ -156,8 +156,11 @@ class Batch:
         rng, k = self.rng, self.cfg.k
         num_reqs = rng.randint(1, MAX_NUM_REQS)
         lens, computed, prefilling = [], [], []
+        # Decodes first, then prefills, as vLLM's runners order a batch (vllm-ascend's split counts
+        # the decodes before the first prefill).
+        num_prefills = sum(rng.random() < 0.25 for _ in range(num_reqs)) if self.cfg.method == "mtp" else 0
         for r in range(num_reqs):
-            prefill = self.cfg.method == "mtp" and rng.random() < 0.25 and r >= num_reqs // 2
+            prefill = r >= num_reqs - num_prefills
             lens.append(rng.randint(k + 2, 20) if prefill else (k + 1 if self.cfg.method == "dspark"
                                                                else rng.randint(1, k + 1)))
             computed.append(rng.randint(0, 3000))
@@ -252,7 +255,11 @@ def run(cfg: Config) -> dict:
         with instruments, model:
             metas, first = proposer.build_draft_attn_metadata(cm, cm.num_input_tokens, cm.num_actual_tokens)
             step_costs = model.step_costs()
-        step_counts.append(instruments.step_counts().as_dict())
+        # The host copies (query_start_loc_cpu, seq_lens_cpu) are host tensors here: the device
+        # model says which reads leave the device, and those inside an adapter are its host syncs.
+        counts = instruments.step_counts().as_dict()
+        counts["adapter_syncs"] = step_costs.adapter_d2h
+        step_counts.append(counts)
         costs.append(step_costs.as_dict())
         fields = {}
         for layer, meta in sorted(metas[0].items()):

@@ -42,6 +42,10 @@ def _next_prefill_tokens(name: str) -> bool:
     return name == "req.next_prefill_tokens"
 
 
+def _local_rope(name: str) -> bool:
+    return ".cp_metadata.local_cos[" in name or ".cp_metadata.local_sin[" in name
+
+
 MASKS: list[Mask] = [
     # Point block_tables: past a row's block count gather_block_tables_multi writes the null block
     # where vLLM leaves the ids the batch row held before (docs/conformance.md).
@@ -55,4 +59,9 @@ MASKS: list[Mask] = [
     # the last one it stored (vLLM 0.33 writes 0 too); only a request still in its prompt reads
     # it (docs/conformance.md).
     Mask("next_prefill_token_past_prompt", _next_prefill_tokens, lambda theirs, ours: ours == 0, lambda ours: ours == 0),
+    # Point dsa_cp_draft (the vllm-ascend row): this rank's RoPE rows of the padding tokens
+    # (stream index >= the step's real tokens) are 0, where vllm-ascend 0.26.0rc1 keeps the rows of
+    # their padding positions up to the padded token count (zeros past it); a padding token's
+    # attention output is never read (docs/conformance.md).
+    Mask("local_rope_padding_rows", _local_rope, lambda theirs, ours: ours == 0, lambda ours: ours == 0),
 ]
