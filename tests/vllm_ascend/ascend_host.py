@@ -1,7 +1,8 @@
 """vllm-ascend 0.26.0rc1 and vLLM 0.26.0 on a CPU-only host: what the drivers apply before any
 of their kernel modules is imported.
 
-- The NPU stand-ins (npu_stand_ins.py), and the torchvision stand-in's folder on the path.
+- The NPU stand-ins (npu_stand_ins.py); the torchvision stand-in's folder (stand_ins/) is on
+  the drivers' PYTHONPATH (test_vllm_ascend.py puts it there).
 - The shims of tests/vllm_integration/host.py that hold for vLLM 0.26 as for 0.33 (none
   changes what a kernel computes): the real Triton in `vllm.triton_utils`, and the
   interpreter's masked loads and stores given a bool mask.
@@ -15,10 +16,7 @@ of their kernel modules is imported.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 _APPLIED = False
 
 
@@ -46,7 +44,6 @@ def apply() -> None:
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("vllm-ascend's kernels on this host need TRITON_INTERPRET=1 set before the process starts")
     _APPLIED = True
-    sys.path.insert(0, str(HERE / "stand_ins"))
     import ascend_ops
     import npu_stand_ins
 

@@ -232,8 +232,9 @@ def _persistent(runner, bins) -> dict:
         pb = pm._input_buffers
         out.update({"pcp.input_ids": pb.input_ids, "pcp.positions": pb.positions,
                     "pcp.query_start_loc": pb.query_start_loc, "pcp.seq_lens": pb.seq_lens,
-                    "pcp.global_slot_mappings": pm._global_batch_slot_mappings,
-                    "pcp.gathered_slot_mappings": pm._gathered_kv_slot_mappings})
+                    "pcp.global_slot_mappings": pm._global_batch_slot_mappings})
+        if pm._padded_gather_idx is not None:  # the extent the step wrote (the buffer is torch.empty's)
+            out["pcp.gathered_slot_mappings"] = pm._gathered_kv_slot_mappings[:, :pm._padded_gather_idx.shape[0]]
         for g, table in enumerate(pm._local_block_tables):
             out[f"pcp.local_block_tables[{g}]"] = table
     return out

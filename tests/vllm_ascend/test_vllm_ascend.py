@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from test_vllm_integration import compare  # make test-vllm-ascend puts tests/vllm_integration on the path
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "vllm_integration"))
-from test_vllm_integration import compare  # noqa: E402
 
 _MRV2 = dict(driver="drive_runner.py", k=3, method="mtp", dcp=1, dcp_rank=0, pcp=1, pcp_rank=0)
 _DSA = dict(driver="drive_dsa_cp.py", k=3, method="mtp", cp=2, cp_rank=0)
@@ -64,8 +64,8 @@ def _start(cfg: dict, plugin: bool, tmp: Path):
     env["TRITON_INTERPRET"] = "1"
     # The runner frees a step's finished requests in the set's order: one hash seed for both runs.
     env["PYTHONHASHSEED"] = "0"
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent / "vllm_integration"), str(HERE.parent),
-                                         env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE / "stand_ins"), str(HERE.parent / "vllm_integration"),
+                                         str(HERE.parent), env.get("PYTHONPATH", "")])
     if plugin:
         env["SPECOPS_VLLM"] = "1"
     out = tmp / f"{'plugin' if plugin else 'ascend'}.pt"
@@ -124,3 +124,15 @@ def test_fewer_launches_and_no_host_sync(name):
         for where, count in step["adapter_syncs"].items():
             syncs[where] = syncs.get(where, 0) + count
     assert syncs == {}, f"host syncs inside adapters: {syncs}"
+
+
+@pytest.mark.parametrize("how", [dict(fake_ascend_version="0.27.0"),
+                                 dict(alter="vllm_ascend.worker.v2.block_table:AscendBlockTables.compute_slot_mappings")])
+def test_guard_patches_nothing_and_warns_once(how, tmp_path):
+    cfg = dict(CONFIGS["mtp_k1"], seed=SEED, steps=2, **how)
+    run, log = _drive(cfg, True, tmp_path)
+    assert run["points"] == []
+    warnings = [line for line in log.splitlines() if "specops:" in line]
+    assert len(warnings) == 1, log[-3000:]
+    expected = "vllm-ascend-0.27.0 is not supported" if "fake_ascend_version" in how else f"{how['alter']} differs"
+    assert expected in warnings[0]

@@ -31,7 +31,7 @@ def _zero_row_tail(ours: torch.Tensor) -> torch.Tensor:
 
 
 def _gathered_table(name: str) -> bool:
-    return name.startswith("block_tables[") or name.startswith("bt.input_block_tables[")
+    return name.startswith(("block_tables[", "bt.input_block_tables[", "pcp.local_block_tables["))
 
 
 def _target_positions(name: str) -> bool:

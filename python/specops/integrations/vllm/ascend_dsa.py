@@ -120,7 +120,8 @@ def _setup(proposer) -> _Served | None:
         ratio = builder.compressor_ratio if builder.compressor_ratio > 1 else 1
         config = GroupConfig(builder.cache_group_key, block_size=group.kv_cache_spec.block_size,
                              storage_block_size=group.kv_cache_spec.block_size, sliding_window=hf.sliding_window,
-                             dspark=dspark, slot_mapping_format="int32_actual", compress_ratio=ratio)
+                             dspark=dspark, slot_mapping_format="int32_actual", compress_ratio=ratio,
+                             compressor_metadata=False)  # vllm-ascend launches it in the forward
         made.append(DraftMetadataBuilder(model, config, max_num_reqs=scheduler.max_num_seqs,
                                          max_num_tokens=scheduler.max_num_batched_tokens, device=device))
     return _Served(made, groups, (keys, main), dspark, scheduler.max_num_seqs, scheduler.max_num_batched_tokens)
