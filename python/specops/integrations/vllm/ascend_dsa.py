@@ -12,9 +12,10 @@ Here the whole pass is `specops.drafting`: one DraftMetadataBuilder per group (m
 proposer), one StepCache across the groups, so the group-invariant results are computed once
 and each group adds its formatted slot mapping (one launch for all groups) and, for DSpark, its
 indices (one launch for all); host lengths come from the runner's host copies, nothing is read
-off the device. The adapter hands vllm-ascend's own metadata classes (`AscendDSAMetadata`,
-`AscendDSAReqMetadata`, `DSACPMetadata`, the RoPE proxies) with every field as its builders
-fill them. The tensors are the drafting layer's persistent buffers (per group and draft index),
+off the device (the runner's `seq_lens_cpu`; where it has none, the drafting layer makes one
+device-to-host copy, where vllm-ascend's builders make one each). The adapter hands
+vllm-ascend's own metadata classes (`AscendDSAMetadata`, `AscendDSAReqMetadata`,
+`DSACPMetadata`, the RoPE proxies) with every field as its builders fill them. The tensors are the drafting layer's persistent buffers (per group and draft index),
 shared by the groups where vllm-ascend's are per builder; the builders' own buffers are left
 alone, so the adapter serves eager and piecewise drafting only (a FULL-graph proposer keeps
 vllm-ascend's builders, which its captured graphs read).
@@ -146,23 +147,22 @@ def _proxies(keys_main, cos, sin):
     return RopeDataProxy(data, is_cos=True), RopeDataProxy(data, is_cos=False)
 
 
-def _inputs(served: _Served, proposer, cm, num_input_tokens: int):
+def _inputs(served: _Served, cm, num_input_tokens: int, group_tables, group_slots):
+    """The drafting layer's inputs; group_tables / group_slots: DSpark's per-group buffers (the
+    proposer's, by KV-cache group id), None on MTP's first pass."""
     from specops.drafting import CommonDraftInputs
 
-    seq_lens_cpu = cm._seq_lens_cpu if cm._seq_lens_cpu is not None else cm.seq_lens_cpu
     names = [b.group.name for b in served.builders]
     if served.dspark:
-        tables = {name: proposer._per_group_block_table_buffers[g.kv_cache_group_id][:cm.num_reqs]
-                  for name, g in zip(names, served.groups)}
-        slots = {name: proposer._per_group_query_slot_mapping_buffers[g.kv_cache_group_id][:num_input_tokens]
-                 for name, g in zip(names, served.groups)}
+        tables = {name: group_tables[g.kv_cache_group_id][:cm.num_reqs] for name, g in zip(names, served.groups)}
+        slots = {name: group_slots[g.kv_cache_group_id][:num_input_tokens] for name, g in zip(names, served.groups)}
     else:  # the MTP first pass: every group maps the common layout
         tables = dict.fromkeys(names, cm.block_table_tensor)
         slots = dict.fromkeys(names, cm.slot_mapping)
     is_prefilling = cm.is_prefilling
     return CommonDraftInputs(
         query_start_loc=cm.query_start_loc, query_start_loc_cpu=cm.query_start_loc_cpu, seq_lens=cm.seq_lens,
-        seq_lens_cpu=seq_lens_cpu, positions=cm.positions, num_reqs=cm.num_reqs,
+        seq_lens_cpu=cm.seq_lens_cpu, positions=cm.positions, num_reqs=cm.num_reqs,
         num_actual_tokens=cm.num_actual_tokens, num_input_tokens=num_input_tokens, causal=bool(cm.causal),
         block_tables=tables, slot_mappings=slots,
         is_prefilling=None if is_prefilling is None or is_prefilling.device.type != "cpu" else is_prefilling), tables
@@ -225,7 +225,10 @@ def make_build_draft_attn_metadata(original):
         cm = common_attn_metadata
         if served is None or not _fits(served, cm, num_input_tokens) or cm.num_input_tokens != num_input_tokens:
             return original(self, common_attn_metadata, num_input_tokens, num_actual_tokens)
-        common, tables = _inputs(served, self, cm, num_input_tokens)
+        # DSpark's per-group buffers, as vllm-ascend's method reads them off the proposer.
+        common, tables = _inputs(served, cm, num_input_tokens,
+                                 self._per_group_block_table_buffers if served.dspark else None,
+                                 self._per_group_query_slot_mapping_buffers if served.dspark else None)
         results = build_step(served.builders, common, 1, cache=StepCache())
         first = results[0]
         rope = _proxies(served.rope_keys, first.cos, first.sin)
