@@ -18,7 +18,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-plain test-explore test-asan test-peers test-vllm-integration test-vllm-ascend test-ascend test-cann-wheel wheel clean \
+.PHONY: all install bench test test-plain test-explore test-asan test-peers test-vllm-integration vllm-releases test-vllm-ascend test-ascend test-cann-wheel wheel clean \
 	device-check device-carry
 
 all: install
@@ -94,23 +94,30 @@ test-asan: $(ASAN_SITE)/.built
 	  ../$(VPY) -m pytest -q -p no:xdist -p no:cacheprovider --capture=sys $(ASAN_TESTS)
 
 # The conformance suite (tests/peers, docs/conformance.md): vLLM's released package, imported and
-# run beside specops. Its wheel (336 MB) is downloaded once without dependencies into
-# build/peers/wheels; its Python modules are unpacked into build/peers/site and the small
-# packages they import go into build/peers/deps (tests/peers/requirements.txt, --no-deps), so
-# the test venv stays as it is. PEERS_PIP_ARGS passes pip options (an index, a proxy) to both.
-VLLM_SPEC ?= vllm==0.33.0
+# run beside specops. A release's wheel (about 340 MB) is downloaded once without dependencies into
+# build/peers/vllm-<version>/wheels; its Python modules are unpacked into build/peers/vllm-<version>/site
+# and the small packages they import go into build/peers/deps (tests/peers/requirements.txt,
+# --no-deps), so the test venv stays as it is. PEERS_PIP_ARGS passes pip options (an index, a
+# proxy) to both. The suite runs against PEERS_VLLM.
+# VLLM_RELEASES: the vLLM releases the plugin's release table supports (docs/integrations.md,
+# "Releases"), oldest first; `make vllm-releases` prints them.
+VLLM_RELEASES := 0.33.0
+PEERS_VLLM ?= 0.33.0
 PEERS := $(CURDIR)/build/peers
 PEERS_PIP_ARGS ?=
 
-$(PEERS)/.wheel: | $(VENV)/.deps
-	mkdir -p $(PEERS)/wheels
-	$(PIP) download --no-deps --dest $(PEERS)/wheels $(PEERS_PIP_ARGS) "$(VLLM_SPEC)"
+vllm-releases:
+	@echo $(VLLM_RELEASES)
+
+$(PEERS)/vllm-%/.wheel: | $(VENV)/.deps
+	mkdir -p $(PEERS)/vllm-$*/wheels
+	$(PIP) download --no-deps --dest $(PEERS)/vllm-$*/wheels $(PEERS_PIP_ARGS) "vllm==$*"
 	touch $@
 
-$(PEERS)/.site: $(PEERS)/.wheel
-	rm -rf $(PEERS)/site
-	$(VPY) -c "import glob, zipfile; wheel = zipfile.ZipFile(sorted(glob.glob('$(PEERS)/wheels/vllm-*.whl'))[-1]); \
-	  wheel.extractall('$(PEERS)/site', [n for n in wheel.namelist() if n.startswith('vllm/') and n.endswith('.py') or '.dist-info/' in n])"
+$(PEERS)/vllm-%/.site: $(PEERS)/vllm-%/.wheel
+	rm -rf $(PEERS)/vllm-$*/site
+	$(VPY) -c "import glob, zipfile; wheel = zipfile.ZipFile(sorted(glob.glob('$(PEERS)/vllm-$*/wheels/vllm-$*-*.whl'))[-1]); \
+	  wheel.extractall('$(PEERS)/vllm-$*/site', [n for n in wheel.namelist() if n.startswith('vllm/') and n.endswith('.py') or '.dist-info/' in n])"
 	touch $@
 
 $(PEERS)/.deps: tests/peers/requirements.txt | $(VENV)/.deps
@@ -118,16 +125,20 @@ $(PEERS)/.deps: tests/peers/requirements.txt | $(VENV)/.deps
 	$(PIP) install --no-deps --target $(PEERS)/deps $(PEERS_PIP_ARGS) -r tests/peers/requirements.txt
 	touch $@
 
-test-peers: install $(PEERS)/.site $(PEERS)/.deps
-	cd tests && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
+.PRECIOUS: $(PEERS)/vllm-%/.wheel $(PEERS)/vllm-%/.site
 
-# vLLM's own model runner V2, and its V1 runner's Eagle path, driven without and with the specops
-# plugin (docs/integrations.md):
-# each configuration in two fresh processes, buffers compared on every step, launches and host
-# syncs counted. Same vLLM as test-peers; the plugin is found through specops' installed entry point.
-test-vllm-integration: install $(PEERS)/.site $(PEERS)/.deps
-	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/site:$(PEERS)/deps TRITON_INTERPRET=1 \
-	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
+test-peers: install $(PEERS)/vllm-$(PEERS_VLLM)/.site $(PEERS)/.deps
+	cd tests && PYTHONPATH=$(PEERS)/vllm-$(PEERS_VLLM)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
+
+# vLLM's own model runner V2, and (0.33 only) its V1 runner's Eagle path, driven without and with
+# the specops plugin (docs/integrations.md, "The proof"): each configuration in two fresh
+# processes, buffers compared on every step, launches and host syncs counted. VLLM_VERSION picks
+# the release (default: the newest supported), whose wheel is downloaded as for test-peers; the
+# plugin is found through specops' installed entry point. `.ci/run` runs it for every release.
+VLLM_VERSION ?= $(lastword $(VLLM_RELEASES))
+test-vllm-integration: install $(PEERS)/vllm-$(VLLM_VERSION)/.site $(PEERS)/.deps
+	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/vllm-$(VLLM_VERSION)/site:$(PEERS)/deps TRITON_INTERPRET=1 \
+	  SPECOPS_VLLM_RELEASE=$(VLLM_VERSION) ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
 
 # vllm-ascend's own classes driven without and with the plugin (docs/integrations.md, "Ascend"):
 # vllm-ascend 0.26.0rc1's wheel and vLLM 0.26.0's (the release it is written for) downloaded
@@ -179,8 +190,8 @@ DEVICE_CHECK_ARGS ?=
 device-check:
 	$(DEVICE_CHECK_PY) tools/device_check.py $(DEVICE_CHECK_ARGS)
 
-device-carry: $(PEERS)/.site
-	$(VPY) tools/device_carry.py --site $(PEERS)/site --out build/device-carry
+device-carry: $(PEERS)/vllm-$(PEERS_VLLM)/.site
+	$(VPY) tools/device_carry.py --site $(PEERS)/vllm-$(PEERS_VLLM)/site --out build/device-carry
 
 # The NPU route without an NPU (docs/device_readiness.md, tests/ascend): a venv of its own,
 # build/ascend-venv, because triton-ascend is the `triton` module itself and cannot share one

@@ -3,12 +3,12 @@
 The device check (docs/device_readiness.md, "The first minutes on a device") times specops'
 kernels against vLLM's for the same work. A lent device machine has no network and vLLM's wheel
 is 336 MB, and vLLM's kernel modules import half of vLLM; what travels is one small module:
-the @triton.jit functions named below, cut out of the unpacked wheel (build/peers/site, from
+the @triton.jit functions named below, cut out of the unpacked wheel (build/peers/vllm-0.33.0/site, from
 `make test-peers`) with their source unchanged, under a header that imports upstream Triton as
 `triton` and `tl`. It is written to build/device-carry/vllm_kernels.py (an ignored path, which
 the device run carries) with the wheel's version and each kernel's origin.
 
-Run: python tools/device_carry.py [--site build/peers/site] [--out build/device-carry]
+Run: python tools/device_carry.py [--site build/peers/vllm-0.33.0/site] [--out build/device-carry]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def kernel_sources(site: Path) -> list[tuple[str, str, str]]:
         for name in names:
             node = functions.get(name)
             if node is None:
-                raise SystemExit(f"device_carry: {module} has no function {name} (is build/peers/site vLLM 0.33?)")
+                raise SystemExit(f"device_carry: {module} has no function {name} (is the site vLLM 0.33?)")
             first = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list]) - 1
             found.append((module, name, "".join(lines[first:node.end_lineno])))
     return found
@@ -61,7 +61,7 @@ def kernel_sources(site: Path) -> list[tuple[str, str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--site", default="build/peers/site", help="the unpacked vLLM wheel (make test-peers)")
+    parser.add_argument("--site", default="build/peers/vllm-0.33.0/site", help="the unpacked vLLM wheel (make test-peers)")
     parser.add_argument("--out", default="build/device-carry", help="where vllm_kernels.py is written")
     args = parser.parse_args(argv)
     site, out = Path(args.site), Path(args.out)

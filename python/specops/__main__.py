@@ -43,8 +43,9 @@ def environment_report() -> str:
         lines.append(f"  {name:<16} {state}")
     from specops.integrations.vllm import diagnose
 
+    plugin = diagnose().splitlines()
     lines += ["", "vLLM plugin (docs/integrations.md)", f"  vllm             {_version('vllm')}",
-              f"  plugin           {diagnose()}"]
+              f"  plugin           {plugin[0]}", *(f"    {line}" for line in plugin[1:])]
     return "\n".join(lines)
 
 

@@ -32,10 +32,43 @@ def test_a_list_selects_points_in_their_order():
     assert selection.points == ("input_ids", "post_update")
 
 
-def test_an_unknown_point_switches_nothing_on_and_says_why():
-    selection = _switch.selected_points(POINT_NAMES, {"SPECOPS_VLLM": "input_ids,no_such_point"})
+@pytest.mark.parametrize("value, named", [
+    ("input_ids,no_such_point", "'no_such_point', which is not a point"),
+    ("true", "'true', which is not a point"),
+    ("all,", "an empty name (a stray comma)"),
+    ("1,input_ids", "'1' inside a list"),
+    (",", "an empty name (a stray comma)"),
+    ("input_ids;post_update", "';' is not a separator"),
+    ("input_ids,,post_update", "an empty name (a stray comma)"),
+])
+def test_a_value_not_fully_understood_switches_nothing_on_and_names_what(value, named):
+    selection = _switch.selected_points(POINT_NAMES, {"SPECOPS_VLLM": value})
     assert selection.points == ()
-    assert "no_such_point" in selection.reason
+    assert selection.problem == selection.reason
+    assert f"SPECOPS_VLLM={value!r} is not understood" in selection.reason and named in selection.reason
+
+
+def test_a_value_not_understood_warns_once_and_python_m_specops_says_the_same(caplog):
+    import logging
+
+    from specops.__main__ import environment_report
+    from specops.integrations.vllm import apply
+
+    with caplog.at_level(logging.WARNING):
+        state = apply({"SPECOPS_VLLM": "input_ids;post_update"})
+    assert not state.active
+    assert [r.getMessage() for r in caplog.records] == [f"specops: {state.reason}"]
+    if importlib.util.find_spec("vllm") is not None:
+        assert state.reason in diagnose({"SPECOPS_VLLM": "input_ids;post_update"})
+    import os
+
+    os.environ["SPECOPS_VLLM"] = "input_ids;post_update"
+    try:
+        report = environment_report()
+    finally:
+        del os.environ["SPECOPS_VLLM"]
+    if importlib.util.find_spec("vllm") is not None:
+        assert state.reason in report
 
 
 def test_the_switch_is_not_a_vllm_variable():

@@ -1,7 +1,7 @@
 """Set-up of the conformance suite: vLLM's released code, imported, run beside specops.
 
 `make test-peers` downloads the vllm wheel (no dependencies), unpacks its Python modules into
-build/peers/site, installs the small packages those modules import into build/peers/deps, and
+build/peers/vllm-<version>/site, installs the small packages those modules import into build/peers/deps, and
 runs this directory with both folders on PYTHONPATH. Nothing of vLLM is copied into specops:
 the tests call vLLM's own classes and kernels.
 

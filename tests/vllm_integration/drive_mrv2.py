@@ -37,7 +37,7 @@ import host
 host.apply()
 
 import torch  # noqa: E402
-from instruments import Instruments, Recorder, watch_adapters  # noqa: E402
+from instruments import Instruments, Recorder, plugin_states, watch_adapters  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 from vllm.plugins import load_general_plugins  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
@@ -286,25 +286,30 @@ def _persistent(runner, bins) -> dict:
 
 
 def _fake_for_the_guard(cfg: Config) -> None:
-    """The guard's tests: a faked vLLM version, or one target's signature altered."""
+    """The guard's tests: a faked vLLM version; one target's signature altered (`alter`); one
+    target wrapped by another plugin with functools.wraps (`wrap`), which leaves its source and
+    signature as inspect shows them unchanged."""
     if getattr(cfg, "fake_version", None):
         import vllm.version
 
         vllm.version.__version__ = cfg.fake_version
-    if getattr(cfg, "alter", None):
+    for how in ("alter", "wrap"):
+        if not getattr(cfg, how, None):
+            continue
         import functools
         import importlib
 
-        module_name, name = cfg.alter.split(":")
+        module_name, name = getattr(cfg, how).split(":")
         module = importlib.import_module(module_name)
         original = getattr(module, name)
 
         @functools.wraps(original)
-        def altered(*args, new_argument=None, **kwargs):
+        def replaced(*args, new_argument=None, **kwargs):
             return original(*args, **kwargs)
 
-        del altered.__wrapped__  # the new signature is what a reader sees
-        setattr(module, name, altered)
+        if how == "alter":
+            del replaced.__wrapped__  # the new signature is what a reader sees
+        setattr(module, name, replaced)
 
 
 def run(cfg: Config) -> dict:
@@ -418,7 +423,7 @@ def run(cfg: Config) -> dict:
             step_counts.append(instruments.step_counts().as_dict())
             sched.update(batch.req_ids, [int(q) for q in batch.num_scheduled_tokens], num_sampled.tolist(),
                          num_rejected.tolist())
-    return {"records": recorder.records, "counts": step_counts, "points": points}
+    return {"records": recorder.records, "counts": step_counts, "points": points, "states": plugin_states()}
 
 
 def main() -> None:

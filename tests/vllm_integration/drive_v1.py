@@ -39,7 +39,7 @@ import host
 host.apply()
 
 import torch  # noqa: E402
-from instruments import Instruments, Recorder, watch_adapters  # noqa: E402
+from instruments import Instruments, Recorder, plugin_states, watch_adapters  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 from vllm.plugins import load_general_plugins  # noqa: E402
 from vllm.v1.attention.backend import CommonAttentionMetadata  # noqa: E402
@@ -373,7 +373,7 @@ def run(cfg) -> dict:
                 prev_drafts[:len(batch.drafts)] = torch.tensor(batch.drafts, dtype=torch.int32)
                 _advance_host(sched, batch, seen["next_token_ids"].tolist(), rng)
                 prev_rows = {req_id: r for r, req_id in enumerate(batch.req_ids) if req_id in sched.reqs}
-    return {"records": recorder.records, "counts": step_counts, "points": points}
+    return {"records": recorder.records, "counts": step_counts, "points": points, "states": plugin_states()}
 
 
 def main() -> None:

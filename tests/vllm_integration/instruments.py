@@ -38,6 +38,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import functools
+import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -198,3 +199,12 @@ def watch_adapters(owners) -> list[str]:
             elif not getattr(value, "__specops_seam__", False):
                 setattr(owner, name, _watched(value, point))
     return sorted(set(found))
+
+
+def plugin_states() -> list[tuple[str, str, str]]:
+    """The plugin's own account of each point (name, state, reason), if vLLM loaded it: read from
+    the module vLLM's plugin loader imported, never imported here."""
+    plugin = sys.modules.get("specops.integrations.vllm")
+    if plugin is None:
+        return []
+    return [(s.name, s.state, s.reason) for s in plugin.status().states]

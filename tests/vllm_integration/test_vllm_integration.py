@@ -1,4 +1,4 @@
-"""vLLM 0.33's own model runner V2, and its V1 runner's Eagle path, driven on this host without
+"""vLLM's own model runner V2, and (0.33) its V1 runner's Eagle path, driven on this host without
 and with the specops plugin (docs/integrations.md, docs/conformance.md). `make
 test-vllm-integration` runs it.
 
@@ -10,8 +10,9 @@ point (this file never imports it). Then:
 - the plugin's run launches strictly fewer kernels;
 - no host sync inside any adapter (instruments.py says what counts as one on this host);
 - the plugin actually patched the points (and the run without it patched none).
-The guard: a faked vLLM 0.34.0, and one altered signature, each patch nothing and log one
-warning naming what differed.
+The guard: a faked unsupported release patches nothing and logs one warning naming it; a target
+altered, or wrapped by another plugin with functools.wraps, skips its point alone with one
+warning naming the point and the target, the other points patched.
 """
 
 from __future__ import annotations
@@ -29,6 +30,21 @@ from masks import MASKS
 
 HERE = Path(__file__).resolve().parent
 
+STEPS = int(os.environ.get("SPECOPS_VLLM_STEPS", "30"))
+
+
+def _release() -> str:
+    """The vLLM release under test (the Makefile names it; else the one installed)."""
+    named = os.environ.get("SPECOPS_VLLM_RELEASE")
+    if named:
+        return named
+    import importlib.metadata
+
+    return importlib.metadata.version("vllm")
+
+
+RELEASE = _release()
+
 # (name, drafts K, DCP size, DCP rank, PCP size, PCP rank) for model runner V2 (drive_mrv2.py); 30
 # steps per seed.
 CONFIGS = {
@@ -39,12 +55,15 @@ CONFIGS = {
     "k1_dcp4_rank2": dict(k=1, dcp=4, dcp_rank=2, pcp=1, pcp_rank=0),
     "k3_pcp2_rank0": dict(k=3, dcp=1, dcp_rank=0, pcp=2, pcp_rank=0),
     "k3_pcp2_rank1": dict(k=3, dcp=1, dcp_rank=0, pcp=2, pcp_rank=1),
-    # The V1 runner's Eagle path (drive_v1.py): one KV-cache group, no context parallelism.
-    "v1_k3": dict(driver="drive_v1.py", k=3),
-    "v1_k1": dict(driver="drive_v1.py", k=1),
-    "v1_k3_parallel": dict(driver="drive_v1.py", k=3, parallel=True),
 }
-STEPS = int(os.environ.get("SPECOPS_VLLM_STEPS", "30"))
+if RELEASE == "0.33.0":  # 0.34 removes the V1 runner
+    CONFIGS.update({
+        # The V1 runner's Eagle path (drive_v1.py): one KV-cache group, no context parallelism.
+        "v1_k3": dict(driver="drive_v1.py", k=3),
+        "v1_k1": dict(driver="drive_v1.py", k=1),
+        "v1_k3_parallel": dict(driver="drive_v1.py", k=3, parallel=True),
+    })
+
 SEED = 1
 
 
@@ -124,6 +143,8 @@ def test_buffers_equal_on_every_step(name):
     theirs, ours = _runs(name)
     assert theirs["points"] == [], "vLLM alone found adapters installed"
     assert ours["points"], "the plugin installed no adapter (is specops installed with its entry point?)"
+    # Every point the release serves is patched (a point it does not serve is skipped as such).
+    assert [(n, why) for n, state, why in ours["states"] if state != "active" and " has no " not in why] == []
     compare(theirs, ours)
 
 
@@ -155,17 +176,36 @@ def test_compare_fails_on_a_changed_entry():
         compare(theirs, changed)
 
 
-@pytest.mark.parametrize("how", [dict(fake_version="0.34.0"),
-                                 dict(alter="vllm.v1.worker.gpu.input_batch:post_update"),
-                                 dict(alter="vllm.v1.spec_decode.utils:eagle_step_update_slot_mapping_and_metadata")])
-def test_guard_patches_nothing_and_warns_once(how, tmp_path):
-    cfg = dict(CONFIGS["k1_dcp1"], seed=SEED, steps=2, **how)
+def test_an_unsupported_release_patches_nothing_and_warns_once(tmp_path):
+    cfg = dict(CONFIGS["k1_dcp1"], seed=SEED, steps=2, fake_version="0.99.0")
     run, stderr = _drive(cfg, True, tmp_path)
-    assert run["points"] == []
+    assert run["points"] == [] and not any(state == "active" for _, state, _ in run["states"])
     warnings = [line for line in stderr.splitlines() if "specops:" in line]
     assert len(warnings) == 1, stderr[-3000:]
-    expected = "0.34.0 is not supported" if "fake_version" in how else f"{how['alter']} differs"
-    assert expected in warnings[0]
+    assert "vLLM 0.99.0 is not supported (supported: vLLM " in warnings[0]
+
+
+_GUARD_CASES = [("alter", "post_update", "vllm.v1.worker.gpu.input_batch:post_update"),
+                # Another plugin's functools.wraps wrapper: inspect.unwrap would see vLLM's own.
+                ("wrap", "post_update", "vllm.v1.worker.gpu.input_batch:post_update"),
+                ("wrap", "draft_steps", "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator:"
+                                        "prepare_prefill_inputs")]
+if RELEASE == "0.33.0":
+    _GUARD_CASES.append(("alter", "v1_eagle", "vllm.v1.spec_decode.utils:eagle_step_update_slot_mapping_and_metadata"))
+
+
+@pytest.mark.parametrize("how, point, target", _GUARD_CASES)
+def test_a_changed_target_skips_its_point_alone_with_one_warning(how, point, target, tmp_path):
+    cfg = dict(CONFIGS["k1_dcp1"], seed=SEED, steps=2, **{how: target})
+    run, stderr = _drive(cfg, True, tmp_path)
+    states = {name: (state, reason) for name, state, reason in run["states"]}
+    assert states[point][0] == "skipped" and f"point {point}: {target} differs" in states[point][1]
+    # The other points stand: every one the release serves is active (target_step needs draft_steps).
+    skipped = {name for name, (state, _) in states.items() if state == "skipped"}
+    assert skipped == ({point, "target_step"} if point == "draft_steps" else {point}), states
+    warnings = [line for line in stderr.splitlines() if "specops:" in line]
+    assert len(warnings) == len(skipped), stderr[-3000:]
+    assert f"point {point}: {target} differs" in warnings[0]
 
 
 def test_instruments_count_host_reads_inside_adapters_only():
