@@ -39,7 +39,7 @@ ascend_host.apply()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from device_model import DEVICE, DeviceModel  # noqa: E402
-from instruments import Instruments, Recorder, watch_adapters  # noqa: E402
+from instruments import Instruments, Recorder, plugin_states, watch_adapters  # noqa: E402
 from vllm.plugins import load_general_plugins  # noqa: E402
 from vllm_ascend.attention.attention_v1 import AscendAttentionState  # noqa: E402
 from vllm_ascend.attention.context_parallel import dsa_cp  # noqa: E402
@@ -265,7 +265,7 @@ def run(cfg: Config) -> dict:
         for layer, meta in sorted(metas[0].items()):
             flatten(meta, layer, fields)
         recorder.add(step, "first_pass", fields)
-    return {"records": recorder.records, "counts": step_counts, "costs": costs, "points": points}
+    return {"records": recorder.records, "counts": step_counts, "costs": costs, "points": points, "states": plugin_states()}
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ ascend_host.apply()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from instruments import Instruments, Recorder, watch_adapters  # noqa: E402
+from instruments import Instruments, Recorder, plugin_states, watch_adapters  # noqa: E402
 from scheduler import BLOCK_SIZES, KERNEL_BLOCK_SIZES, MAX_MODEL_LEN, MAX_NUM_REQS, MAX_NUM_TOKENS, VOCAB  # noqa: E402
 from scheduler import Scheduler, groups_blocks  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
@@ -342,7 +342,7 @@ def run(cfg: Config) -> dict:
             step_counts.append(instruments.step_counts().as_dict())
             sched.update(batch.req_ids, [int(q) for q in batch.num_scheduled_tokens], num_sampled.tolist(),
                          num_rejected.tolist())
-    return {"records": recorder.records, "counts": step_counts, "points": points}
+    return {"records": recorder.records, "counts": step_counts, "points": points, "states": plugin_states()}
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_vllm_integration import compare  # make test-vllm-ascend puts tests/vllm_integration on the path
+from masks import compare  # tests/vllm_integration (make test-vllm-ascend puts it on the path)
 
 HERE = Path(__file__).resolve().parent
 
@@ -126,13 +126,26 @@ def test_fewer_launches_and_no_host_sync(name):
     assert syncs == {}, f"host syncs inside adapters: {syncs}"
 
 
-@pytest.mark.parametrize("how", [dict(fake_ascend_version="0.27.0"),
-                                 dict(alter="vllm_ascend.worker.v2.block_table:AscendBlockTables.compute_slot_mappings")])
-def test_guard_patches_nothing_and_warns_once(how, tmp_path):
-    cfg = dict(CONFIGS["mtp_k1"], seed=SEED, steps=2, **how)
+def test_an_unsupported_release_patches_nothing_and_warns_once(tmp_path):
+    cfg = dict(CONFIGS["mtp_k1"], seed=SEED, steps=2, fake_ascend_version="0.27.0")
     run, log = _drive(cfg, True, tmp_path)
-    assert run["points"] == []
+    assert run["points"] == [] and not any(state == "active" for _, state, _ in run["states"])
     warnings = [line for line in log.splitlines() if "specops:" in line]
     assert len(warnings) == 1, log[-3000:]
-    expected = "vllm-ascend-0.27.0 is not supported" if "fake_ascend_version" in how else f"{how['alter']} differs"
-    assert expected in warnings[0]
+    assert "vllm-ascend 0.27.0 is not supported (supported: " in warnings[0]
+
+
+def test_a_changed_target_skips_its_point_alone_with_one_warning(tmp_path):
+    """AscendBlockTables.compute_slot_mappings altered: target_step is skipped, and draft_steps,
+    which needs it; every other point of the row patches."""
+    target = "vllm_ascend.worker.v2.block_table:AscendBlockTables.compute_slot_mappings"
+    cfg = dict(CONFIGS["mtp_k1"], seed=SEED, steps=2, alter=target)
+    run, log = _drive(cfg, True, tmp_path)
+    states = {name: (state, reason) for name, state, reason in run["states"]}
+    assert states["target_step"][0] == "skipped" and f"point target_step: {target} differs" in states["target_step"][1]
+    skipped = {name for name, (state, _) in states.items() if state == "skipped"}
+    assert skipped == {"target_step", "draft_steps"}, states
+    assert {name for name, (state, _) in states.items() if state == "active"} == {
+        "input_ids", "sampled_counts", "post_update", "block_tables", "dsa_cp_draft"}
+    warnings = [line for line in log.splitlines() if "specops:" in line]
+    assert len(warnings) == 2 and f"point target_step: {target} differs" in warnings[0], log[-3000:]
