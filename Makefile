@@ -18,7 +18,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-plain test-explore test-asan test-peers test-vllm-integration vllm-releases test-ascend test-cann-wheel wheel clean \
+.PHONY: all install bench test test-plain test-explore test-asan test-peers test-vllm-integration vllm-releases test-vllm-ascend test-ascend test-cann-wheel wheel clean \
 	device-check device-carry
 
 all: install
@@ -142,6 +142,41 @@ VLLM_COUNTS ?= $(CURDIR)/bench-results/vllm-proof.csv
 test-vllm-integration: install $(PEERS)/vllm-$(VLLM_VERSION)/.site $(PEERS)/.deps
 	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/vllm-$(VLLM_VERSION)/site:$(PEERS)/deps TRITON_INTERPRET=1 \
 	  SPECOPS_VLLM_RELEASE=$(VLLM_VERSION) SPECOPS_VLLM_COUNTS=$(VLLM_COUNTS) \
+	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
+
+# vllm-ascend's own classes driven without and with the plugin (docs/integrations.md, "Ascend"):
+# vllm-ascend 0.26.0rc1's wheel and vLLM 0.26.0's (the release it is written for) downloaded
+# without dependencies into build/vllm-ascend/wheels, their Python modules unpacked into
+# build/vllm-ascend/site (their .so files need CANN and are never loaded), the small packages
+# they import into build/vllm-ascend/deps; the NPU, the CANN metadata ops and triton-ascend's
+# language extensions stand in (tests/vllm_ascend/npu_stand_ins.py, ascend_ops.py).
+ASCEND_VLLM_SPEC ?= vllm==0.26.0
+VLLM_ASCEND_SPEC ?= vllm-ascend==0.26.0rc1
+VLLM_ASCEND := $(CURDIR)/build/vllm-ascend
+
+$(VLLM_ASCEND)/.wheels: | $(VENV)/.deps
+	mkdir -p $(VLLM_ASCEND)/wheels
+	$(PIP) download --no-deps --only-binary=:all: --dest $(VLLM_ASCEND)/wheels $(PEERS_PIP_ARGS) \
+	  "$(ASCEND_VLLM_SPEC)" "$(VLLM_ASCEND_SPEC)"
+	touch $@
+
+$(VLLM_ASCEND)/.site: $(VLLM_ASCEND)/.wheels
+	rm -rf $(VLLM_ASCEND)/site
+	$(VPY) -c "import glob, zipfile; \
+	  [zipfile.ZipFile(w).extractall('$(VLLM_ASCEND)/site', [n for n in zipfile.ZipFile(w).namelist() \
+	   if n.split('/')[0] in ('vllm', 'vllm_ascend') and n.endswith('.py') or '.dist-info/' in n]) \
+	   for w in sorted(glob.glob('$(VLLM_ASCEND)/wheels/*.whl'))]"
+	touch $@
+
+$(VLLM_ASCEND)/.deps: tests/peers/requirements.txt tests/vllm_ascend/requirements.txt | $(VENV)/.deps
+	rm -rf $(VLLM_ASCEND)/deps
+	$(PIP) install --no-deps --target $(VLLM_ASCEND)/deps $(PEERS_PIP_ARGS) \
+	  -r tests/peers/requirements.txt -r tests/vllm_ascend/requirements.txt
+	touch $@
+
+test-vllm-ascend: install $(VLLM_ASCEND)/.site $(VLLM_ASCEND)/.deps
+	cd tests/vllm_ascend && PYTHONPATH=$(CURDIR)/tests/vllm_integration:$(CURDIR)/tests/vllm_ascend/stand_ins:$(VLLM_ASCEND)/site:$(VLLM_ASCEND)/deps \
+	  TRITON_INTERPRET=1 \
 	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
 
 # The first minutes on a lent GPU or NPU (docs/device_readiness.md, "The first minutes on a

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from masks import MASKS
+from masks import compare
 
 HERE = Path(__file__).resolve().parent
 
@@ -104,34 +104,6 @@ def _runs(name: str) -> tuple[dict, dict]:
     tmp = Path(tempfile.mkdtemp(prefix=f"specops_vllm_{name}_"))
     alone, with_plugin = _start(cfg, False, tmp), _start(cfg, True, tmp)
     return _finish(alone, False)[0], _finish(with_plugin, True)[0]
-
-
-def compare(theirs: dict, ours: dict) -> dict[str, int]:
-    """Bitwise comparison of every record, bar the masks; returns each mask's excused entries."""
-    hits = {mask.name: 0 for mask in MASKS}
-    assert [(s, p) for s, p, _ in theirs["records"]] == [(s, p) for s, p, _ in ours["records"]], "the runs diverged"
-    for (step, phase, their_buffers), (_, _, our_buffers) in zip(theirs["records"], ours["records"]):
-        assert their_buffers.keys() == our_buffers.keys(), f"step {step} {phase}: recorded buffers differ"
-        for name, t in their_buffers.items():
-            o = our_buffers[name]
-            where = f"step {step} {phase} {name}"
-            assert (t.shape, t.dtype) == (o.shape, o.dtype), f"{where}: {t.shape}/{t.dtype} vs {o.shape}/{o.dtype}"
-            differ = t != o if not t.is_floating_point() else ~((t == o) | (t.isnan() & o.isnan()))
-            excused = torch.zeros_like(differ)
-            for mask in MASKS:
-                if mask.applies(name):
-                    mine = mask.excused(t, o) & differ
-                    bad = mine & ~mask.documented(o)
-                    assert not bad.any(), (f"{where}: mask {mask.name} excuses index {bad.nonzero()[0].tolist()} "
-                                           f"where the plugin's value is not the documented one")
-                    hits[mask.name] += int(mine.sum())
-                    excused |= mine
-            left = differ & ~excused
-            if left.any():
-                index = left.nonzero()[0].tolist()
-                raise AssertionError(f"{where}: index {index}: vLLM {t[tuple(index)].item()}, "
-                                     f"plugin {o[tuple(index)].item()} ({int(left.sum())} entries differ)")
-    return hits
 
 
 def _launches(run: dict) -> int:

@@ -314,7 +314,7 @@ class _CompressorRows:
         for index, setup in enumerate(setups):
             model, group = setup.model, setup.group
             ratio = group.compress_ratio
-            if ratio <= 1:
+            if ratio <= 1 or not group.compressor_metadata:
                 continue
             rope_cos, rope_sin = rope_halves(model, ratio)
             rows = max(row_bound(plan.max_num_tokens, plan.max_num_reqs, ratio), plan.max_num_reqs)

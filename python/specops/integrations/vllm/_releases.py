@@ -9,6 +9,8 @@ A row is added only after each of its points' adapters was checked against that 
 from __future__ import annotations
 
 # The point modules by name, not through the package (whose __init__ imports this module).
+import specops.integrations.vllm.ascend as ascend
+import specops.integrations.vllm.ascend_dsa as ascend_dsa
 import specops.integrations.vllm.draft_steps as draft_steps
 import specops.integrations.vllm.mrv2 as mrv2
 import specops.integrations.vllm.pcp as pcp
@@ -104,6 +106,58 @@ def _v1_eagle() -> Point:
         importers=(_V1P, _V1R))
 
 
+def vllm_ascend(version: str) -> Runner:
+    return Runner("vllm-ascend", version, version_attr="vllm_ascend._version:__version__")
+
+
+# The Ascend row (vllm-ascend 0.26.0rc1 with vLLM 0.26.0): vllm-ascend's own classes and the
+# module names its code calls through (docs/integrations.md, "Ascend").
+_NPU = "vllm_ascend.worker.v2"
+_AR = f"{_GPU}.spec_decode.autoregressive.speculator"
+_NPU_RUNNER = f"{_NPU}.model_runner:NPUModelRunner"
+_NPU_TABLES = f"{_NPU}.block_table:AscendBlockTables"
+_NPU_LOOP = f"{_NPU}.spec_decode.autoregressive.speculator:AscendAutoRegressiveSpeculator"
+_NPU_IMPORTERS = (f"{_NPU}.model_runner", f"{_NPU}.input_batch", f"{_NPU}.block_table", _MR, _PCP, _AR,
+                  f"{_GPU}.sample.sampler", f"{_GPU}.spec_decode.rejection_sampler")
+
+
+def _ascend_points() -> tuple[Point, ...]:
+    return (
+        Point("input_ids", (
+            Patch(f"{_NPU_RUNNER}.prepare_inputs", ascend.make_prepare_inputs),
+            Patch(f"{_IB}:expand_idx_mapping", mrv2.make_expand_idx_mapping),
+            Patch(f"{_IB}:prepare_prefill_inputs", ascend.make_prepare_prefill_inputs),
+            Patch(f"{_IB}:combine_sampled_and_draft_tokens", ascend.make_combine_sampled_and_draft_tokens,
+                  (f"{_IB}:prepare_prefill_inputs", f"{_IB}:expand_idx_mapping")),
+        ), reads=(f"{_GPU}.states:RequestState", f"{_NPU}.states:AscendRequestState"), importers=_NPU_IMPORTERS),
+        Point("sampled_counts", (Patch(f"{_IB}:get_num_sampled_and_rejected", mrv2.make_get_num_sampled_and_rejected),),
+              importers=_NPU_IMPORTERS),
+        # vllm-ascend's worker patches bind its own post_update into vLLM's modules.
+        Point("post_update", (
+            Patch(f"{_NPU}.input_batch:post_update", mrv2.make_post_update),
+            Patch(f"{_IB}:post_update_num_computed_tokens", mrv2.make_post_update_num_computed_tokens),
+        ), reads=(f"{_NPU_RUNNER}.postprocess_sampled", f"{_MR}:GPUModelRunner.postprocess_sampled"),
+            importers=_NPU_IMPORTERS),
+        Point("block_tables", (Patch(f"{_BT}:BlockTables.gather_block_tables", ascend.make_gather_block_tables),),
+              reads=(f"{_BT}:BlockTables",)),
+        # The fused launch's gather is consumed by the block_tables adapter; its slot mappings by
+        # the compute_slot_mappings seam, which the draft loop's updates share.
+        Point("target_step", (
+            Patch(f"{_IB}:prepare_pos_seq_lens", ascend.make_prepare_pos_seq_lens),
+            Patch(f"{_NPU_TABLES}.compute_slot_mappings", ascend.make_compute_slot_mappings),
+        ), reads=(f"{_BT}:BlockTables", _NPU_TABLES, f"{_NPU_RUNNER}.prepare_inputs",
+                  f"{_MR}:GPUModelRunner.prepare_attn"), importers=_NPU_IMPORTERS, needs=("block_tables",)),
+        Point("draft_steps", (
+            Patch(f"{_NPU_LOOP}.propose", ascend.make_propose),
+            Patch(f"{_AR}:prepare_decode_inputs", ascend.make_prepare_decode_inputs),
+            Patch(f"{_AR}:update_draft_inputs", ascend.make_update_draft_inputs),
+        ), reads=(f"{_NPU_LOOP}._multi_step_decode", f"{_NPU_LOOP}._generate_draft",
+                  f"{_AR}:AutoRegressiveSpeculator._multi_step_decode", f"{_AR}:AutoRegressiveSpeculator._generate_draft",
+                  f"{_AR}:AutoRegressiveSpeculator.propose"), importers=_NPU_IMPORTERS, needs=("target_step",)),
+        *ascend_dsa.points(Point, Patch),
+    )
+
+
 def _row(runners, points) -> Release:
     release = Release(runners, points, {})
     return Release(runners, points, FINGERPRINTS.get(release.key, {}))
@@ -111,4 +165,5 @@ def _row(runners, points) -> Release:
 
 RELEASES: tuple[Release, ...] = (
     _row((vllm("0.33.0"),), (*_mrv2_points(), _draft_steps_0_33(), _v1_eagle())),
+    _row((vllm_ascend("0.26.0rc1"), vllm("0.26.0")), _ascend_points()),
 )

@@ -23,6 +23,7 @@ across calls or threads.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 
@@ -69,6 +70,17 @@ def current_step() -> _Pending | None:
     return _pending.get()
 
 
+@contextlib.contextmanager
+def step_inputs(runner, num_tokens: int, num_reqs_padded: int):
+    """The step-input seam's record, for a prepare_inputs of another runner class (vllm-ascend's
+    NPUModelRunner): inside it the input_ids adapters defer and fuse as in vLLM's."""
+    token = _pending.set(_Pending(runner, num_tokens, num_reqs_padded))
+    try:
+        yield
+    finally:
+        _pending.reset(token)
+
+
 def make_prepare_inputs(original):
     @point("input_ids", seam=True)
     @functools.wraps(original)
@@ -77,11 +89,8 @@ def make_prepare_inputs(original):
             return original(self, scheduler_output, batch_req_state, batch_desc, num_active_loras)
         # prepare_inputs' own padded request count (InputBatch.num_reqs_after_padding).
         num_reqs_padded = batch_desc.num_reqs or len(batch_req_state.req_ids)
-        token = _pending.set(_Pending(self, batch_req_state.num_tokens, num_reqs_padded))
-        try:
+        with step_inputs(self, batch_req_state.num_tokens, num_reqs_padded):
             return original(self, scheduler_output, batch_req_state, batch_desc, num_active_loras)
-        finally:
-            _pending.reset(token)
     return prepare_inputs
 
 
