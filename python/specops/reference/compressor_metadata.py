@@ -29,8 +29,11 @@ def compressor_metadata(rope_cos: torch.Tensor, rope_sin: torch.Tensor, cu_seqle
     counts = torch.where((starts >= 0) & (lengths > 0),
                          (starts + lengths) // compress_ratio - starts // compress_ratio, 0)
     counts = counts.clamp(min=0)
-    request = torch.repeat_interleave(torch.arange(num_reqs_actual, device=device), counts)[:num_rows]
     first_row = torch.cumsum(counts, 0) - counts
+    # Only the first num_rows rows are written: each request keeps what is left of them, so an
+    # extreme length never materialises billions of row indices.
+    kept = torch.minimum(counts, (num_rows - first_row).clamp(min=0))
+    request = torch.repeat_interleave(torch.arange(num_reqs_actual, device=device), kept)
     row = torch.arange(request.numel(), device=device)
     position = starts[request] // compress_ratio + row - first_row[request]
     block_index = position // kv_block_size
