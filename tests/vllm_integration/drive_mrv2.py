@@ -53,6 +53,9 @@ from vllm.v1.worker.gpu.spec_decode import rejection_sampler  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode.target_dependent_ar import speculator as tdar  # noqa: E402
 from vllm.v1.worker.gpu.states import RequestState  # noqa: E402
+from vllm.version import __version__ as VLLM_VERSION  # noqa: E402
+
+VLLM_0_33 = VLLM_VERSION.startswith("0.33.")
 
 CPU = torch.device("cpu")
 HIDDEN = 8
@@ -153,11 +156,12 @@ class Scheduler:
                 cached.num_computed_tokens.append(req["computed"])
                 cached.num_output_tokens.append(req["outputs"])
                 cached.new_token_ids.append([])
+        # 0.34 drops the (always empty) cascade-attention field.
+        extra = {"num_common_prefix_blocks": [0, 0, 0]} if VLLM_0_33 else {}
         return SchedulerOutput(
             scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached, num_scheduled_tokens=num_scheduled,
             total_num_scheduled_tokens=sum(num_scheduled.values()), scheduled_spec_decode_tokens=drafts,
-            scheduled_encoder_inputs={}, num_common_prefix_blocks=[0, 0, 0], finished_req_ids=finished,
-            free_encoder_mm_hashes=[])
+            scheduled_encoder_inputs={}, finished_req_ids=finished, free_encoder_mm_hashes=[], **extra)
 
     def update(self, req_ids: list[str], query_lens: list[int], num_sampled: list[int], num_rejected: list[int]):
         for req_id, query, sampled, rejected in zip(req_ids, query_lens, num_sampled, num_rejected):
@@ -211,6 +215,7 @@ def build(cfg: Config):
                  "kv_block_zeroer", "pcp_manager"):
         setattr(runner, name, None)
     runner.model_state = _model_state()
+    runner.draft_tokens_handler = _Stub(discard=_noop)  # 0.34: the draft tokens' host copies
     bins = torch.zeros(MAX_NUM_REQS, VOCAB, dtype=torch.int32)
 
     def add_request(req_index, sampling_params):
@@ -233,7 +238,9 @@ def build(cfg: Config):
 
 def _speculator(cfg: Config, runner) -> EagleSpeculator:
     spec = EagleSpeculator.__new__(EagleSpeculator)
-    spec.vllm_config = _Stub(model_config=_Stub(max_model_len=MAX_MODEL_LEN))
+    spec.vllm_config = _Stub(model_config=_Stub(max_model_len=MAX_MODEL_LEN), parallel_config=None)
+    # 0.34: the length limit the draft steps read on the device (a 0-d int32 tensor).
+    spec.max_model_len_gpu = torch.tensor(MAX_MODEL_LEN, dtype=torch.int32)
     spec.device, spec.method = CPU, "eagle"
     spec.num_speculative_steps, spec.max_num_reqs, spec.max_num_tokens = cfg.k, MAX_NUM_REQS, MAX_NUM_TOKENS
     spec.draft_max_seq_len, spec.hidden_size, spec.vocab_size, spec.dtype = MAX_MODEL_LEN, HIDDEN, VOCAB, torch.float32
@@ -254,7 +261,31 @@ def _speculator(cfg: Config, runner) -> EagleSpeculator:
     spec.block_tables, spec.pcp_manager = runner.block_tables, runner.pcp_manager
     spec.kv_cache_config = _Stub(kv_cache_groups=[_Stub(layer_names=[f"layer{g}"]) for g in range(len(BLOCK_SIZES))])
     spec.arange_np = np.arange(MAX_NUM_REQS + 1, dtype=np.int32)
+    # The draft attention groups: FlashAttention's builder updates its decode metadata in place at
+    # DCP 1 (flash_attn.py), so vLLM's own check picks the fused-metadata loop there (K >= 2).
+    in_place = getattr(cfg, "in_place", cfg.dcp == 1)
+    spec.attn_groups = [[AttentionGroup(g, in_place)] for g in range(len(BLOCK_SIZES))]
+    spec._configure_decode_metadata_update()
     return spec
+
+
+class AttentionGroup:
+    """What vLLM's check and its fused-metadata loop ask of a draft attention group."""
+
+    class backend:  # noqa: N801  (vLLM's attribute name)
+        @staticmethod
+        def get_name() -> str:
+            return "FLASH_ATTN"
+
+    def __init__(self, kv_cache_group_id: int, in_place: bool):
+        self.kv_cache_group_id = kv_cache_group_id
+        self.supports_draft_decode_metadata_update = in_place
+
+    def update_draft_decode_metadata(self, attn_metadata) -> None:
+        attn_metadata["updates"] = attn_metadata.get("updates", 0) + 1
+
+    def map_to_kernel_block_table(self, block_table) -> None:
+        pass
 
 
 def _persistent(runner, bins) -> dict:
@@ -312,6 +343,31 @@ def _fake_for_the_guard(cfg: Config) -> None:
         setattr(module, name, replaced)
 
 
+# The draft-decode loop methods, per release: (vLLM's name for the loop, the method propose calls).
+LOOPS = {"multi_step": "_multi_step_decode",
+         "fused_metadata": "_fused_multi_step_decode" if VLLM_0_33 else "_run_fused_multi_step_decode"}
+
+
+def _count_loops(spec, instruments: Instruments) -> dict:
+    """Counts the launches inside each decode loop the speculator runs and its draft steps (K - 1
+    a call), by wrapping the loop methods on the instance (vLLM's classes stay as they are)."""
+    loops = {name: {"launches": 0, "steps": 0, "calls": 0} for name in LOOPS}
+    for name, method in LOOPS.items():
+        bound = getattr(spec, method)
+
+        def counted(*args, _bound=bound, _totals=loops[name], **kwargs):
+            before = instruments.counts.launches
+            try:
+                return _bound(*args, **kwargs)
+            finally:
+                _totals["launches"] += instruments.counts.launches - before
+                _totals["steps"] += (args[-1] if args else kwargs["num_speculative_steps"]) - 1
+                _totals["calls"] += 1
+
+        setattr(spec, method, counted)
+    return loops
+
+
 def run(cfg: Config) -> dict:
     _fake_for_the_guard(cfg)
     load_general_plugins()
@@ -344,11 +400,14 @@ def run(cfg: Config) -> dict:
         value = hidden[:, 0] * 4 + hidden[:, 3] * 2 + src_positions.to(torch.float32)
         return value.to(torch.int64).remainder(VOCAB)
 
+    instruments = Instruments()
     spec._run_model = types.MethodType(run_model, spec)
     spec.sample_draft = types.MethodType(sample_draft, spec)
-    spec._build_uniform_attn_metadata = lambda *args, **kwargs: None
+    # Attention metadata: none is built, but the fused-metadata loop maps each step's slots only
+    # when it has some (its draft steps then update it in place).
+    spec._build_uniform_attn_metadata = lambda *args, **kwargs: {}
+    loops = _count_loops(spec, instruments)
 
-    instruments = Instruments()
     with instruments:
         for step in range(cfg.steps):
             state["step"], state["draft"] = step, 0
@@ -423,7 +482,8 @@ def run(cfg: Config) -> dict:
             step_counts.append(instruments.step_counts().as_dict())
             sched.update(batch.req_ids, [int(q) for q in batch.num_scheduled_tokens], num_sampled.tolist(),
                          num_rejected.tolist())
-    return {"records": recorder.records, "counts": step_counts, "points": points, "states": plugin_states()}
+    return {"records": recorder.records, "counts": step_counts, "points": points, "states": plugin_states(),
+            "loops": loops}
 
 
 def main() -> None:
