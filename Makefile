@@ -101,7 +101,7 @@ test-asan: $(ASAN_SITE)/.built
 # proxy) to both. The suite runs against PEERS_VLLM.
 # VLLM_RELEASES: the vLLM releases the plugin's release table supports (docs/integrations.md,
 # "Releases"), oldest first; `make vllm-releases` prints them.
-VLLM_RELEASES := 0.33.0
+VLLM_RELEASES := 0.33.0 0.34.0
 PEERS_VLLM ?= 0.33.0
 PEERS := $(CURDIR)/build/peers
 PEERS_PIP_ARGS ?=

@@ -348,6 +348,10 @@ LOOPS = {"multi_step": "_multi_step_decode",
          "fused_metadata": "_fused_multi_step_decode" if VLLM_0_33 else "_run_fused_multi_step_decode"}
 
 
+# The fused-metadata loop's body, the function vLLM captures in a full graph.
+CAPTURED = "_generate_fused_drafts" if VLLM_0_33 else "_fused_multi_step_decode"
+
+
 def _count_loops(spec, instruments: Instruments) -> dict:
     """Counts the launches inside each decode loop the speculator runs and its draft steps (K - 1
     a call), by wrapping the loop methods on the instance (vLLM's classes stay as they are)."""
@@ -408,6 +412,7 @@ def run(cfg: Config) -> dict:
     spec._build_uniform_attn_metadata = lambda *args, **kwargs: {}
     loops = _count_loops(spec, instruments)
 
+    last_num_reqs = 0
     with instruments:
         for step in range(cfg.steps):
             state["step"], state["draft"] = step, 0
@@ -482,14 +487,27 @@ def run(cfg: Config) -> dict:
             step_counts.append(instruments.step_counts().as_dict())
             sched.update(batch.req_ids, [int(q) for q in batch.num_scheduled_tokens], num_sampled.tolist(),
                          num_rejected.tolist())
+            last_num_reqs = batch.num_reqs
+        if spec.supports_decode_metadata_update and cfg.k >= 2 and last_num_reqs > 0:
+            # What vLLM captures in a full graph: the fused loop's body called alone (capture()
+            # calls it outside propose), here on the buffers the last step left.
+            state["step"], state["draft"] = cfg.steps, 0
+            before = instruments.counts.launches
+            getattr(spec, CAPTURED)(last_num_reqs, last_num_reqs, {}, None, None, CUDAGraphMode.NONE, cfg.k)
+            loops["captured"] = {"launches": instruments.counts.launches - before, "steps": cfg.k - 1, "calls": 1}
+            recorder.add(cfg.steps, "captured", _persistent(runner, bins))
     return {"records": recorder.records, "counts": step_counts, "points": points, "states": plugin_states(),
             "loops": loops}
 
 
 def main() -> None:
-    cfg = Config(**json.loads(sys.argv[1]))
-    result = run(cfg)
-    torch.save(result, sys.argv[2])
+    """CONFIG_JSON is one configuration, or a list of named ones run one after the other in this
+    process (saved as {name: result}): vLLM's import is paid once."""
+    given = json.loads(sys.argv[1])
+    if isinstance(given, list):
+        torch.save({cfg["name"]: run(Config(**cfg)) for cfg in given}, sys.argv[2])
+    else:
+        torch.save(run(Config(**given)), sys.argv[2])
 
 
 if __name__ == "__main__":
