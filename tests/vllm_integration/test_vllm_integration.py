@@ -226,6 +226,23 @@ def test_a_changed_target_skips_its_point_alone_with_one_warning(how, point, tar
     assert f"point {point}: {target} differs" in warnings[0]
 
 
+def test_the_fingerprints_tool_prints_this_release_s_row():
+    """`python -m specops.integrations.vllm fingerprints` runs on the installed release and prints
+    the row the release table holds for it: every target of its points found, none changed."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "specops.integrations.vllm", "fingerprints"], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    key = f"vllm {RELEASE}"
+    start = lines.index(f"    {key!r}: {{")
+    printed = dict(line.strip().rstrip(",").replace("'", "").split(": ") for line in lines[start + 1:-1])
+    from specops.integrations.vllm._fingerprints import FINGERPRINTS
+
+    assert printed == FINGERPRINTS[key]
+    assert all(line.split()[0] in ("same", "changed", "missing") for line in lines if not line.startswith(("#", " ")))
+
+
 def test_instruments_count_host_reads_inside_adapters_only():
     """The sync counter is not vacuous: .item() and .tolist() inside a marked adapter count,
     the same calls outside it do not."""
