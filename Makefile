@@ -131,14 +131,18 @@ test-peers: install $(PEERS)/vllm-$(PEERS_VLLM)/.site $(PEERS)/.deps
 	cd tests && PYTHONPATH=$(PEERS)/vllm-$(PEERS_VLLM)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
 
 # vLLM's own model runner V2, and (0.33 only) its V1 runner's Eagle path, driven without and with
-# the specops plugin (docs/integrations.md, "The proof"): each configuration in two fresh
-# processes, buffers compared on every step, launches and host syncs counted. VLLM_VERSION picks
+# the specops plugin (docs/integrations.md, "The proof"): a driver's configurations in two fresh
+# processes (without, with), buffers compared on every step, launches and host syncs counted. VLLM_VERSION picks
 # the release (default: the newest supported), whose wheel is downloaded as for test-peers; the
 # plugin is found through specops' installed entry point. `.ci/run` runs it for every release.
+# Each configuration's counts go to VLLM_COUNTS (a row per release and configuration, a run
+# replacing its own), where `make bench` draws its runner figure from.
 VLLM_VERSION ?= $(lastword $(VLLM_RELEASES))
+VLLM_COUNTS ?= $(CURDIR)/bench-results/vllm-proof.csv
 test-vllm-integration: install $(PEERS)/vllm-$(VLLM_VERSION)/.site $(PEERS)/.deps
 	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/vllm-$(VLLM_VERSION)/site:$(PEERS)/deps TRITON_INTERPRET=1 \
-	  SPECOPS_VLLM_RELEASE=$(VLLM_VERSION) ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
+	  SPECOPS_VLLM_RELEASE=$(VLLM_VERSION) SPECOPS_VLLM_COUNTS=$(VLLM_COUNTS) \
+	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
 
 # The first minutes on a lent GPU or NPU (docs/device_readiness.md, "The first minutes on a
 # device"): tools/device_check.py builds the extension against the torch installed there
