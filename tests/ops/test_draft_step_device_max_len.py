@@ -136,10 +136,16 @@ def test_the_device_paths_take_a_limit_below_one_as_one(name):
 
 
 @pytest.mark.parametrize("change,argument", [
-    (dict(max_model_len=torch.tensor(40.0)), "max_model_len_tensor must have dtype int32 or int64"),
-    (dict(max_model_len=torch.tensor(40, dtype=torch.int16)), "max_model_len_tensor must have dtype int32 or int64"),
+    (dict(max_model_len=None, max_model_len_tensor=torch.tensor(40.0)),
+     "max_model_len_tensor must have dtype int32 or int64"),
+    (dict(max_model_len=None, max_model_len_tensor=torch.tensor(40, dtype=torch.int16)),
+     "max_model_len_tensor must have dtype int32 or int64"),
     (dict(max_model_len=t32([40])), "max_model_len_tensor must be 0-D"),
     (dict(max_model_len=torch.tensor(40, device="meta")), "max_model_len_tensor must be"),
+    (dict(max_model_len_tensor=torch.tensor(40)), "give max_model_len or max_model_len_tensor, not both"),
+    (dict(max_model_len=None), "max_model_len must be given"),
+    # A bool tensor as max_model_len is not a limit on the device: an int argument, rejected as one.
+    (dict(max_model_len=torch.tensor(True)), "max_model_len must be an int"),
 ])
 def test_bad_limit_metadata_names_it_and_writes_nothing(backend, change, argument):
     call = _step_call(40)

@@ -42,9 +42,10 @@ def max_model_len_arguments(max_model_len: int | torch.Tensor | None,
     """A draft op wrapper's limit as its schema takes it: (the int, None), or for a tensor, read
     on the device (vLLM 0.34's `max_model_len_gpu`), (-1, the tensor). The tensor comes as
     max_model_len_tensor (the schema's name) or as max_model_len itself: never read on the host."""
-    if isinstance(max_model_len, torch.Tensor):
-        max_model_len, max_model_len_tensor = (None, max_model_len) if max_model_len_tensor is None else (
-            max_model_len, max_model_len_tensor)
+    if (isinstance(max_model_len, torch.Tensor) and max_model_len.dtype in (torch.int32, torch.int64)
+            and max_model_len_tensor is None):
+        # Any other tensor stays an int argument, rejected as one (a bool or float is not a limit).
+        max_model_len, max_model_len_tensor = None, max_model_len
     if max_model_len_tensor is not None:
         if max_model_len is not None:
             raise ValueError("give max_model_len or max_model_len_tensor, not both")
