@@ -101,7 +101,7 @@ test-asan: $(ASAN_SITE)/.built
 # proxy) to both. The suite runs against PEERS_VLLM.
 # VLLM_RELEASES: the vLLM releases the plugin's release table supports (docs/integrations.md,
 # "Releases"), oldest first; `make vllm-releases` prints them.
-VLLM_RELEASES := 0.33.0
+VLLM_RELEASES := 0.33.0 0.34.0
 PEERS_VLLM ?= 0.33.0
 PEERS := $(CURDIR)/build/peers
 PEERS_PIP_ARGS ?=
@@ -131,8 +131,8 @@ test-peers: install $(PEERS)/vllm-$(PEERS_VLLM)/.site $(PEERS)/.deps
 	cd tests && PYTHONPATH=$(PEERS)/vllm-$(PEERS_VLLM)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
 
 # vLLM's own model runner V2, and (0.33 only) its V1 runner's Eagle path, driven without and with
-# the specops plugin (docs/integrations.md, "The proof"): each configuration in two fresh
-# processes, buffers compared on every step, launches and host syncs counted. VLLM_VERSION picks
+# the specops plugin (docs/integrations.md, "The proof"): a driver's configurations in two fresh
+# processes (without, with), buffers compared on every step, launches and host syncs counted. VLLM_VERSION picks
 # the release (default: the newest supported), whose wheel is downloaded as for test-peers; the
 # plugin is found through specops' installed entry point. `.ci/run` runs it for every release.
 # Each configuration's counts go to VLLM_COUNTS (a row per release and configuration, a run

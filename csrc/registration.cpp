@@ -170,6 +170,7 @@ TORCH_LIBRARY(specops, m) {
       "Tensor(f!)? current_draft_step, Tensor(g!)? request_idx_mapping) -> ()");
   // past_max_model_len: 0 "reset", 1 "clamp"; out_positions may be positions itself (in place)
   // without token_indices. num_draft_steps -1: no last step (draft_step only picks the column).
+  // max_model_len -1: max_model_len_tensor (0-D, read on the device) gives it.
   m.def(
       "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
       "Tensor? num_rejected_tokens, Tensor? idx_mapping, Tensor(b!) out_positions, Tensor(c!)[] slot_mappings, "
@@ -178,7 +179,7 @@ TORCH_LIBRARY(specops, m) {
       "int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, "
       "Tensor? target_seq_lens, Tensor(e!)? input_ids, Tensor(f!)? draft_tokens, Tensor? sampled_tokens, "
       "Tensor? draft_step, int num_draft_steps, Tensor(g!)? sample_positions, Tensor? hidden_states, "
-      "Tensor(h!)? next_hidden_states) -> ()");
+      "Tensor(h!)? next_hidden_states, Tensor? max_model_len_tensor=None) -> ()");
   // Row k - 1 of every output is pass k; storage_block_sizes: each group's block size in its KV
   // cache (the slot pairs' format).
   m.def(
@@ -190,7 +191,8 @@ TORCH_LIBRARY(specops, m) {
       "Tensor(i!)[] out_slots, Tensor(j!)[] out_slot_pairs, int num_steps, int num_actual_tokens, "
       "int num_input_tokens, int num_reqs_padded, int max_model_len, int past_max_model_len, int split_size, "
       "int split_rank, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
-      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, int[] storage_block_sizes) -> ()");
+      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, int[] storage_block_sizes, "
+      "Tensor? max_model_len_tensor=None) -> ()");
   m.def(
       "expand_parallel_draft_inputs(Tensor target_token_ids, Tensor target_positions, Tensor next_token_ids, "
       "Tensor query_start_loc, Tensor[] block_tables, Tensor? num_rejected_tokens, Tensor? seq_lens, "

@@ -110,7 +110,7 @@ def _advance_draft_step_kernel(
     end,
     target_seq_lens_ptr, input_ids_ptr, draft_tokens_ptr, draft_tokens_stride, draft_columns, sampled_ptr,
     draft_step_ptr, num_draft_steps, sample_positions_ptr, hidden_ptr, hidden_stride, next_hidden_ptr,
-    next_hidden_stride, hidden_size,
+    next_hidden_stride, hidden_size, max_model_len_ptr,
     t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,
     t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1,
     t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2,
@@ -119,9 +119,13 @@ def _advance_draft_step_kernel(
     HAS_IDX_MAPPING: tl.constexpr, HAS_QUERY_START_LOC: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
     WRITE_STEP: tl.constexpr, HAS_TARGET_SEQ_LENS: tl.constexpr, HAS_INPUT_IDS: tl.constexpr,
     HAS_SAMPLED: tl.constexpr, HAS_STEP: tl.constexpr, HAS_SAMPLE_POSITIONS: tl.constexpr, HAS_HIDDEN: tl.constexpr,
-    BLOCK: tl.constexpr, HIDDEN_ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
+    MAX_LEN_ON_DEVICE: tl.constexpr, BLOCK: tl.constexpr, HIDDEN_ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if MAX_LEN_ON_DEVICE:
+        # Read here, never on the host (a captured graph reads it at each replay); a value below
+        # 1, which the host op rejects, is taken as 1 so every position stays >= 0.
+        max_model_len = tl.maximum(tl.load(max_model_len_ptr).to(tl.int64), 1)
     num_progs = tl.num_programs(0)
     num_tiles = tl.cdiv(end, BLOCK)
     hidden_tiles = tl.cdiv(num_reqs, HIDDEN_ROWS)
@@ -265,6 +269,7 @@ def advance_draft_step(
     target_seq_lens: torch.Tensor | None, input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None,
     sampled_tokens: torch.Tensor | None, draft_step: torch.Tensor | None, num_draft_steps: int,
     sample_positions: torch.Tensor | None, hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None,
+    max_model_len_tensor: torch.Tensor | None = None,
 ) -> None:
     rule = past_max_model_len
     num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
@@ -285,9 +290,13 @@ def advance_draft_step(
                   HAS_TARGET_SEQ_LENS=target_seq_lens is not None, HAS_INPUT_IDS=input_ids is not None,
                   HAS_SAMPLED=sampled_tokens is not None, HAS_STEP=draft_step is not None,
                   HAS_SAMPLE_POSITIONS=sample_positions is not None, HAS_HIDDEN=hidden_states is not None,
-                  BLOCK=BLOCK, HIDDEN_ROWS=HIDDEN_ROWS, BLOCK_H=BLOCK_H)
+                  MAX_LEN_ON_DEVICE=max_model_len_tensor is not None, BLOCK=BLOCK, HIDDEN_ROWS=HIDDEN_ROWS,
+                  BLOCK_H=BLOCK_H)
     inputs = _draft_input_arguments(seq_lens, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
                                     num_draft_steps, sample_positions, hidden_states, next_hidden_states)
+    inputs.append(nonempty(max_model_len_tensor if max_model_len_tensor is not None else seq_lens))
+    if max_model_len_tensor is not None:
+        max_model_len = 1  # the kernel reads the tensor
     # Groups past the first MAX_GROUPS first, while positions and seq_lens still hold the inputs.
     def stand_in() -> list:
         return _group_arguments(seq_lens.new_empty((0, 0)), seq_lens, seq_lens, (1, 1, 1, 0, 1, 0), 0)

@@ -118,10 +118,14 @@ def _advance_draft_steps_kernel(
     t1, o1, p1, x1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, ss1, ps1, sb1,
     t2, o2, p2, x2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, ss2, ps2, sb2,
     t3, o3, p3, x3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, ss3, ps3, sb3,
+    max_model_len_ptr,
     NUM_GROUPS: tl.constexpr, CLAMP: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
-    WRITE_STEP: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr,
+    WRITE_STEP: tl.constexpr, MAX_LEN_ON_DEVICE: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if MAX_LEN_ON_DEVICE:
+        # Read here, never on the host; below 1 (the host op rejects it) taken as 1.
+        max_model_len = tl.maximum(tl.load(max_model_len_ptr).to(tl.int64), 1)
     num_progs = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
     # Draft pass 1's token stream: the target step's positions, RoPE rows and slots.
@@ -240,8 +244,12 @@ def advance_draft_steps(
     num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
     cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int],
     cp_sharded: list[bool], slot_mapping_enabled: list[bool], storage_block_sizes: list[int],
+    max_model_len_tensor: torch.Tensor | None = None,
 ) -> None:
     num_tokens, rule, storage = num_actual_tokens, past_max_model_len, storage_block_sizes
+    max_len_at = max_model_len_tensor if max_model_len_tensor is not None else seq_lens
+    if max_model_len_tensor is not None:
+        max_model_len = 1  # the kernel reads the tensor
     num_groups = len(block_tables)
     layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
                             cp_rank, cp_interleave)
@@ -282,7 +290,8 @@ def advance_draft_steps(
             out_local_query_start_loc.stride(0), out_local_seq_lens.stride(0), out_start_pos.stride(0),
             out_cos_sin.stride(0), out_local_cos_sin.stride(0),
             first_per_rank, first_pad, later_per_rank, later_pad, first_end, later_end,
-            *flat, NUM_GROUPS=len(chunk), CLAMP=rule == 1, HAS_IDX_MAPPING=idx_mapping is not None,
-            HAS_NUM_BLOCKS=bool(num_blocks), WRITE_STEP=write_step, BLOCK=BLOCK,
+            *flat, nonempty(max_len_at), NUM_GROUPS=len(chunk), CLAMP=rule == 1,
+            HAS_IDX_MAPPING=idx_mapping is not None, HAS_NUM_BLOCKS=bool(num_blocks), WRITE_STEP=write_step,
+            MAX_LEN_ON_DEVICE=max_model_len_tensor is not None, BLOCK=BLOCK,
             DIM=triton.next_power_of_2(max(rot_dim, 1)),
         )

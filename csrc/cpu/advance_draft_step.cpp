@@ -147,12 +147,13 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
                         const c10::List<bool>& slot_mapping_enabled, const OptTensor& target_seq_lens,
                         const OptTensor& input_ids, const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
                         const OptTensor& draft_step, int64_t num_draft_steps, const OptTensor& sample_positions,
-                        const OptTensor& hidden_states, const OptTensor& next_hidden_states) {
+                        const OptTensor& hidden_states, const OptTensor& next_hidden_states,
+                        const OptTensor& max_model_len_tensor) {
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
   const int64_t rule = past_max_model_len;
-  check_positive(max_model_len, "max_model_len");
+  const int64_t limit = max_model_len_value(max_model_len, max_model_len_tensor);
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
@@ -212,7 +213,8 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
                                      {ptr(target_seq_lens), {"target_seq_lens"}},
                                      {ptr(sampled_tokens), {"sampled_tokens"}},
                                      {ptr(draft_step), {"draft_step"}},
-                                     {ptr(hidden_states), {"hidden_states"}}};
+                                     {ptr(hidden_states), {"hidden_states"}},
+                                     {ptr(max_model_len_tensor), {"max_model_len_tensor"}}};
   add_group_tensors(outputs, inputs, slot_mappings, block_tables, num_blocks);
   check_outputs_alias_nothing(outputs, inputs);
   for (const NamedTensor& out : outputs) {
@@ -222,7 +224,7 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
   kernels::DraftStepShape s;
   s.num_reqs = num_reqs;
   s.num_positions = positions.numel();
-  s.max_model_len = max_model_len;
+  s.max_model_len = limit;
   s.clamp = rule == 1;
   s.positions_end = positions_end;
   s.seq_lens_end = seq_lens_end;

@@ -116,7 +116,8 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
                          int64_t max_model_len, int64_t past_max_model_len, int64_t split_size, int64_t split_rank,
                          int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
                          c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
-                         const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes) {
+                         const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes,
+                         const OptTensor& max_model_len_tensor) {
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -129,7 +130,7 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   check_non_negative(num_tokens, "num_actual_tokens");
   TORCH_CHECK_VALUE(num_input_tokens >= num_tokens, "num_input_tokens must be >= num_actual_tokens = ", num_tokens,
                     ", got ", num_input_tokens);
-  check_positive(max_model_len, "max_model_len");
+  const int64_t limit = max_model_len_value(max_model_len, max_model_len_tensor);
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
   check_cp_rank(cp_world_size, cp_rank, "cp_world_size");
   check_positive(cp_interleave, "cp_interleave");
@@ -204,7 +205,8 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   std::vector<NamedTensor> inputs = {{&query_start_loc, {"query_start_loc"}}, {&positions, {"positions"}},
                                      {&seq_lens, {"seq_lens"}}, {&token_indices, {"token_indices"}},
                                      {&num_rejected_tokens, {"num_rejected_tokens"}}, {ptr(idx_mapping), {"idx_mapping"}},
-                                     {&rope_cos_sin_cache, {"rope_cos_sin_cache"}}};
+                                     {&rope_cos_sin_cache, {"rope_cos_sin_cache"}},
+                                     {ptr(max_model_len_tensor), {"max_model_len_tensor"}}};
   std::vector<kernels::DraftStepsGroup> groups;
   groups.reserve(num_groups);
   std::vector<at::Tensor> first_rows;
@@ -260,7 +262,7 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   s.num_input_tokens = num_input_tokens;
   s.num_reqs_padded = num_reqs_padded;
   s.num_positions = positions.numel();
-  s.max_model_len = max_model_len;
+  s.max_model_len = limit;
   s.clamp = rule == 1;
   s.split_size = split_size;
   s.split_rank = split_rank;

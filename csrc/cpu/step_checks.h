@@ -40,6 +40,29 @@ inline int64_t padded_end(const at::Tensor& out, const char* out_name, int64_t p
   return padded;
 }
 
+// max_model_len as the draft ops take it: the int, or (-1 there) max_model_len_tensor, a 0-D
+// int32 / int64 tensor (vLLM 0.34 passes its limit so, for graph replays to read); the CPU
+// kernel's tensor is host memory, so its value is read and checked here like the int's.
+inline int64_t max_model_len_value(int64_t max_model_len, const OptTensor& max_model_len_tensor) {
+  if (!max_model_len_tensor.has_value()) {
+    check_positive(max_model_len, "max_model_len");
+    return max_model_len;
+  }
+  const at::Tensor& t = *max_model_len_tensor;
+  TORCH_CHECK_VALUE(t.defined(), "max_model_len_tensor must be a tensor, got None");
+  TORCH_CHECK_VALUE(max_model_len == -1, "max_model_len must be -1 when max_model_len_tensor gives it, got ",
+                    max_model_len);
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "max_model_len_tensor must be a CPU tensor for the CPU kernel, got device ",
+                    t.device());
+  TORCH_CHECK_VALUE(t.scalar_type() == c10::kInt || t.scalar_type() == c10::kLong,
+                    "max_model_len_tensor must have dtype int32 or int64, got ", dtype_name(t.scalar_type()));
+  TORCH_CHECK_VALUE(t.dim() == 0, "max_model_len_tensor must be 0-D, got shape ", t.sizes());
+  const int64_t value =
+      t.scalar_type() == c10::kLong ? *t.data_ptr<int64_t>() : static_cast<int64_t>(*t.data_ptr<int32_t>());
+  TORCH_CHECK_VALUE(value >= 1, "max_model_len_tensor must hold a value >= 1, got ", value);
+  return value;
+}
+
 template <typename Run>
 void with_index_type(const at::Tensor& t, Run&& run) {
   if (t.scalar_type() == c10::kLong) {

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specops.ops._checks import checked_bool, checked_size, ints_per_group
+from specops.ops._checks import check_positive, checked_bool, checked_size, ints_per_group
 from specops.ops._slot_mapping_checks import (
     SlotMappingArgNames,
     check_group_settings,
@@ -35,6 +35,45 @@ def padded_argument(value: int | None, name: str) -> int:
     if value >= 2**31 - 1:
         raise ValueError(f"{name} must be < 2^31 - 1, got {value}")
     return value
+
+
+def max_model_len_arguments(max_model_len: int | torch.Tensor | None,
+                            max_model_len_tensor: torch.Tensor | None) -> tuple[int, torch.Tensor | None]:
+    """A draft op wrapper's limit as its schema takes it: (the int, None), or for a tensor, read
+    on the device (vLLM 0.34's `max_model_len_gpu`), (-1, the tensor). The tensor comes as
+    max_model_len_tensor (the schema's name) or as max_model_len itself: never read on the host."""
+    if (isinstance(max_model_len, torch.Tensor) and max_model_len.dtype in (torch.int32, torch.int64)
+            and max_model_len_tensor is None):
+        # Any other tensor stays an int argument, rejected as one (a bool or float is not a limit).
+        max_model_len, max_model_len_tensor = None, max_model_len
+    if max_model_len_tensor is not None:
+        if max_model_len is not None:
+            raise ValueError("give max_model_len or max_model_len_tensor, not both")
+        return -1, max_model_len_tensor
+    if max_model_len is None:
+        raise ValueError("max_model_len must be given (an int, or a 0-D tensor as max_model_len_tensor)")
+    return max_model_len, None
+
+
+def check_max_model_len(max_model_len: int, max_model_len_tensor: torch.Tensor | None, like: object) -> None:
+    """Mirrors max_model_len_value (csrc/cpu/step_checks.h), metadata only: the tensor's value is
+    the host op's to check (reading it here would sync a device); `like` is the tensor whose
+    device it must be on (positions)."""
+    if max_model_len_tensor is None:
+        check_positive(max_model_len, "max_model_len")
+        return
+    tensor = max_model_len_tensor
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"max_model_len_tensor must be a tensor, got {type(tensor).__name__}")
+    if max_model_len != -1:
+        raise ValueError(f"max_model_len must be -1 when max_model_len_tensor gives it, got {max_model_len}")
+    if isinstance(like, torch.Tensor) and tensor.device != like.device:
+        raise ValueError(f"max_model_len_tensor must be on {like.device} like positions, got {tensor.device}")
+    if tensor.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"max_model_len_tensor must have dtype int32 or int64, got "
+                         f"{str(tensor.dtype).removeprefix('torch.')}")
+    if tensor.dim() != 0:
+        raise ValueError(f"max_model_len_tensor must be 0-D, got shape {list(tensor.shape)}")
 
 
 def _per_group(value: object, num_groups: int) -> list:

@@ -21,7 +21,15 @@ from specops.ops._checks import (
     checked_tensor_list,
 )
 from specops.ops._op import SpecOp
-from specops.ops._step_checks import check_draft_groups, group_settings, group_tensors, padded_argument, padded_end
+from specops.ops._step_checks import (
+    check_draft_groups,
+    check_max_model_len,
+    group_settings,
+    group_tensors,
+    max_model_len_arguments,
+    padded_argument,
+    padded_end,
+)
 from specops.reference.advance_draft_step import advance_draft_step as _reference
 
 # past_max_model_len as the schema takes it.
@@ -64,10 +72,11 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
            cp_sharded: Sequence[bool], slot_mapping_enabled: Sequence[bool], target_seq_lens: torch.Tensor | None,
            input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None, sampled_tokens: torch.Tensor | None,
            draft_step: torch.Tensor | None, num_draft_steps: int, sample_positions: torch.Tensor | None,
-           hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None) -> None:
+           hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None,
+           max_model_len_tensor: torch.Tensor | None = None) -> None:
     """Mirrors csrc/cpu/advance_draft_step.cpp (metadata only)."""
     rule, world, rank, interleave = past_max_model_len, cp_world_size, cp_rank, cp_interleave
-    check_positive(max_model_len, "max_model_len")
+    check_max_model_len(max_model_len, max_model_len_tensor, positions)
     if rule not in (0, 1):
         raise ValueError(f"past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got {rule}")
     check_positive(world, "cp_world_size")
@@ -109,7 +118,8 @@ def _check(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: Sequen
                (next_hidden_states, "next_hidden_states")]
     inputs = [(token_indices, "token_indices"), (num_rejected_tokens, "num_rejected_tokens"),
               (idx_mapping, "idx_mapping"), (target_seq_lens, "target_seq_lens"), (sampled_tokens, "sampled_tokens"),
-              (draft_step, "draft_step"), (hidden_states, "hidden_states")]
+              (draft_step, "draft_step"), (hidden_states, "hidden_states"),
+              (max_model_len_tensor, "max_model_len_tensor")]
     group_outputs, group_inputs = group_tensors(slot_mappings, block_tables, num_blocks)
     outputs += group_outputs
     inputs += group_inputs
@@ -186,7 +196,7 @@ def advance_draft_step(
     block_tables: Sequence[torch.Tensor],
     block_sizes: Sequence[int] | int,
     *,
-    max_model_len: int,
+    max_model_len: int | torch.Tensor | None = None,
     past_max_model_len: str = "reset",
     token_indices: torch.Tensor | None = None,
     num_rejected_tokens: torch.Tensor | None = None,
@@ -212,6 +222,7 @@ def advance_draft_step(
     sample_positions: torch.Tensor | None = None,
     hidden_states: torch.Tensor | None = None,
     next_hidden_states: torch.Tensor | None = None,
+    max_model_len_tensor: torch.Tensor | None = None,
 ) -> DraftStep:
     """One draft decode step (one token per request) for every KV-cache group at once.
 
@@ -227,6 +238,11 @@ def advance_draft_step(
     (0 in [R, num_reqs_padded)); out_positions defaults to positions itself without
     token_indices, else a new int64 [R]; query_start_loc, when given, receives min(i, R) for
     i <= num_reqs_padded. The host op rejects a position past its row's table or blocks.
+
+    The limit is max_model_len (an int), or a 0-D int32 / int64 tensor on positions' device,
+    given as max_model_len_tensor or as max_model_len itself (vLLM 0.34's `max_model_len_gpu`):
+    read on the device, never on the host, so a captured graph reads its value at each replay.
+    The host op rejects a value below 1; a device kernel takes it as 1.
 
     The step's token bookkeeping (model runner V2's prepare_decode_inputs and
     update_draft_inputs, in the same launch), with step = draft_step (a 0-D tensor, read
@@ -254,11 +270,12 @@ def advance_draft_step(
         slot_mappings = [torch.empty(size, dtype=torch.int64, device=positions.device) for _ in range(num_groups)]
     else:
         slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
+    max_model_len, max_model_len_tensor = max_model_len_arguments(max_model_len, max_model_len_tensor)
     _OP.select()(positions, seq_lens, block_tables, token_indices, num_rejected_tokens, idx_mapping, out_positions,
                  slot_mappings, query_start_loc, [] if num_blocks is None else list(num_blocks), max_model_len,
                  RULES[past_max_model_len], padded_argument(num_tokens_padded, "num_tokens_padded"),
                  padded_argument(num_reqs_padded, "num_reqs_padded"), cp_world_size, cp_rank, cp_interleave,
                  *per_group, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step,
                  -1 if num_draft_steps is None else checked_size(num_draft_steps, "num_draft_steps", 0),
-                 sample_positions, hidden_states, next_hidden_states)
+                 sample_positions, hidden_states, next_hidden_states, max_model_len_tensor)
     return DraftStep(out_positions, seq_lens, slot_mappings, query_start_loc)

@@ -35,7 +35,7 @@ from specops.ops._slot_mapping_checks import (
     check_slot_mapping_args,
     group_cp,
 )
-from specops.ops._step_checks import group_settings
+from specops.ops._step_checks import check_max_model_len, group_settings, max_model_len_arguments
 from specops.ops.advance_draft_step import RULES
 from specops.reference.advance_draft_steps import advance_draft_steps as _reference
 
@@ -102,7 +102,7 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
            num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
            cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: Sequence[int],
            blocks_per_kv_block: Sequence[int], cp_sharded: Sequence[bool], slot_mapping_enabled: Sequence[bool],
-           storage_block_sizes: Sequence[int]) -> None:
+           storage_block_sizes: Sequence[int], max_model_len_tensor: torch.Tensor | None = None) -> None:
     """Mirrors csrc/cpu/advance_draft_steps.cpp (metadata only)."""
     num_groups = len(block_tables)
     check_group_settings(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
@@ -115,7 +115,7 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
     check_non_negative(num_tokens, "num_actual_tokens")
     if num_input_tokens < num_tokens:
         raise ValueError(f"num_input_tokens must be >= num_actual_tokens = {num_tokens}, got {num_input_tokens}")
-    check_positive(max_model_len, "max_model_len")
+    check_max_model_len(max_model_len, max_model_len_tensor, positions)
     if rule not in (0, 1):
         raise ValueError(f"past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got {rule}")
     check_cp_rank(world, rank, "cp_world_size")
@@ -177,7 +177,8 @@ def _check(query_start_loc: torch.Tensor, positions: torch.Tensor, seq_lens: tor
                (out_local_seq_lens, "out_local_seq_lens"), (out_start_pos, "out_start_pos")]
     inputs = [(query_start_loc, "query_start_loc"), (positions, "positions"), (seq_lens, "seq_lens"),
               (token_indices, "token_indices"), (num_rejected_tokens, "num_rejected_tokens"),
-              (idx_mapping, "idx_mapping"), (rope_cos_sin_cache, "rope_cos_sin_cache")]
+              (idx_mapping, "idx_mapping"), (rope_cos_sin_cache, "rope_cos_sin_cache"),
+              (max_model_len_tensor, "max_model_len_tensor")]
     # Only passes k >= 2 take a slot per request (num_reqs_padded of them); one pass takes none.
     later_reqs, later_padded = (num_reqs, num_reqs_padded) if num_steps > 1 else (0, 0)
     for g in range(num_groups):
@@ -240,8 +241,8 @@ def advance_draft_steps(
     num_steps: int,
     num_actual_tokens: int,
     num_input_tokens: int,
-    max_model_len: int,
     target_slot_mappings: Sequence[torch.Tensor],
+    max_model_len: int | torch.Tensor | None = None,
     past_max_model_len: str = "reset",
     idx_mapping: torch.Tensor | None = None,
     num_blocks: Sequence[torch.Tensor] | None = None,
@@ -256,6 +257,7 @@ def advance_draft_steps(
     split_rank: int = 0,
     num_reqs_padded: int | None = None,
     out: DraftSteps | None = None,
+    max_model_len_tensor: torch.Tensor | None = None,
 ) -> DraftSteps:
     """Every draft pass k = 1..num_steps of a chain-drafting step, row k - 1 of each output.
 
@@ -267,7 +269,9 @@ def advance_draft_steps(
     (block_tables request-indexed through idx_mapping, or batch-indexed). The token split
     (split_size ranks, this one split_rank: the drafting layer's cp_size / cp_rank) pads each
     pass's stream to a multiple of split_size. `out`: the buffers to write (default: new ones,
-    sized for this call, with Rb = num_reqs_padded request rows).
+    sized for this call, with Rb = num_reqs_padded request rows). The limit: max_model_len (an
+    int), or a 0-D int32 / int64 tensor on positions' device (max_model_len_tensor, or
+    max_model_len itself), read on the device as advance_draft_step reads it.
     """
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
@@ -287,13 +291,14 @@ def advance_draft_steps(
         _check_allocation(num_steps, num_input_tokens, padded, num_reqs, split_size, positions, rope_cos_sin_cache)
         out = empty_draft_steps(num_steps, num_input_tokens, padded, padded, split_size, rope_cos_sin_cache,
                                 [t.dtype for t in target_slot_mappings], positions.device)
+    max_len, max_len_tensor = max_model_len_arguments(max_model_len, max_model_len_tensor)
     _OP.select()(query_start_loc, positions, seq_lens, token_indices, num_rejected_tokens, idx_mapping,
                  block_tables, [] if num_blocks is None else list(num_blocks), target_slot_mappings,
                  rope_cos_sin_cache, out.positions, out.seq_lens, out.query_start_loc, out.cos_sin,
                  out.local_cos_sin, out.local_query_start_loc, out.local_seq_lens, out.start_pos, list(out.slots),
-                 list(out.slot_pairs), num_steps, num_actual_tokens, num_input_tokens, padded, max_model_len,
+                 list(out.slot_pairs), num_steps, num_actual_tokens, num_input_tokens, padded, max_len,
                  RULES[past_max_model_len], split_size, split_rank, cp_world_size, cp_rank, cp_interleave, *per_group,
-                 storage)
+                 storage, max_len_tensor)
     return out
 
 

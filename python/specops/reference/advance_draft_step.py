@@ -42,8 +42,12 @@ def advance_draft_step(
     target_seq_lens: torch.Tensor | None, input_ids: torch.Tensor | None, draft_tokens: torch.Tensor | None,
     sampled_tokens: torch.Tensor | None, draft_step: torch.Tensor | None, num_draft_steps: int,
     sample_positions: torch.Tensor | None, hidden_states: torch.Tensor | None, next_hidden_states: torch.Tensor | None,
+    max_model_len_tensor: torch.Tensor | None = None,
 ) -> None:
     rule = past_max_model_len
+    if max_model_len_tensor is not None:
+        # Read as a tensor, as the device kernel reads it (a value below 1 taken as 1).
+        max_model_len = max_model_len_tensor.long().clamp(min=1)
     num_reqs = token_indices.numel() if token_indices is not None else positions.numel()
     step = int(draft_step) if draft_step is not None else 0
     in_columns = draft_tokens is not None and 0 <= step < draft_tokens.size(1)

@@ -15,7 +15,7 @@ from specops.reference.advance_draft_step import _slots as draft_slots
 
 
 def draft_pass_positions(positions: torch.Tensor, seq_lens: torch.Tensor, token_indices: torch.Tensor,
-                         num_rejected_tokens: torch.Tensor, num_steps: int, max_model_len: int,
+                         num_rejected_tokens: torch.Tensor, num_steps: int, max_model_len: int | torch.Tensor,
                          clamp: bool) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(position, seq_len, mapped) int64 / int64 / bool [R] of passes 2..num_steps: the
     advance_draft_step rule applied pass after pass (the first with the gather and the rejected
@@ -57,8 +57,12 @@ def advance_draft_steps(
     num_reqs_padded: int, max_model_len: int, past_max_model_len: int, split_size: int, split_rank: int,
     cp_world_size: int, cp_rank: int, cp_interleave: int, block_sizes: list[int], blocks_per_kv_block: list[int],
     cp_sharded: list[bool], slot_mapping_enabled: list[bool], storage_block_sizes: list[int],
+    max_model_len_tensor: torch.Tensor | None = None,
 ) -> None:
     num_tokens, rule, storage = num_actual_tokens, past_max_model_len, storage_block_sizes
+    if max_model_len_tensor is not None:
+        # Read as a tensor, as the device kernel reads it (a value below 1 taken as 1).
+        max_model_len = max_model_len_tensor.long().clamp(min=1)
     layouts = group_layouts(block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, cp_world_size,
                             cp_rank, cp_interleave)
     num_reqs = token_indices.numel()

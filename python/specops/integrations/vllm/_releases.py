@@ -8,6 +8,8 @@ A row is added only after each of its points' adapters was checked against that 
 
 from __future__ import annotations
 
+import functools
+
 # The point modules by name, not through the package (whose __init__ imports this module).
 import specops.integrations.vllm.ascend as ascend
 import specops.integrations.vllm.ascend_dsa as ascend_dsa
@@ -27,6 +29,7 @@ _BT = f"{_GPU}.block_table"
 _PCP = f"{_GPU}.pcp_manager"
 _SP = f"{_GPU}.spec_decode.speculator"
 _TDAR = f"{_GPU}.spec_decode.target_dependent_ar.speculator"
+_AR = f"{_GPU}.spec_decode.autoregressive.speculator"  # 0.34
 _V1U = "vllm.v1.spec_decode.utils"
 _V1P = "vllm.v1.spec_decode.llm_base_proposer"
 _V1R = "vllm.v1.worker.gpu_model_runner"
@@ -79,16 +82,43 @@ def _mrv2_points() -> tuple[Point, ...]:
 
 
 def _draft_steps_0_33() -> Point:
+    propose = f"{_TDAR}:TargetDependentARSpeculator.propose"
+    loop = draft_steps.LOOP_0_33
     return Point("draft_steps", (
         Patch(f"{_BT}:BlockTables.__init__", draft_steps.make_block_tables_init),
-        Patch(f"{_TDAR}:TargetDependentARSpeculator.propose", draft_steps.make_propose),
+        Patch(propose, functools.partial(draft_steps.make_propose, loop=loop)),
+        Patch(f"{_TDAR}:TargetDependentARSpeculator._generate_fused_drafts",
+              functools.partial(draft_steps.make_fused_drafts, loop=loop), (propose,)),
         Patch(f"{_SP}:DraftModelSpeculator._copy_request_inputs", draft_steps.make_copy_request_inputs),
         Patch(f"{_TDAR}:prepare_prefill_inputs", draft_steps.make_prepare_prefill_inputs),
         Patch(f"{_TDAR}:prepare_decode_inputs", draft_steps.make_prepare_decode_inputs),
         Patch(f"{_TDAR}:update_draft_inputs", draft_steps.make_update_draft_inputs),
         Patch(f"{_BT}:BlockTables.compute_slot_mappings", draft_steps.make_compute_slot_mappings),
-    ), reads=(f"{_BT}:BlockTables", f"{_TDAR}:TargetDependentARSpeculator._multi_step_decode",
-              f"{_TDAR}:TargetDependentARSpeculator._generate_draft"), importers=_MRV2_IMPORTERS)
+    ), reads=(f"{_BT}:BlockTables", *(f"{_TDAR}:TargetDependentARSpeculator.{name}" for name in loop)),
+        importers=_MRV2_IMPORTERS)
+
+
+def _draft_steps_0_34() -> Point:
+    """0.34 moves the decode loop to AutoRegressiveSpeculator, turns prepare_decode_inputs into
+    the method `_prepare_decode_inputs` and renames `_generate_draft` to `_decode`;
+    update_draft_inputs takes max_model_len as a 0-d int32 device tensor."""
+    propose = f"{_TDAR}:TargetDependentARSpeculator.propose"
+    loop = draft_steps.LOOP_0_34
+    return Point("draft_steps", (
+        Patch(f"{_BT}:BlockTables.__init__", draft_steps.make_block_tables_init),
+        Patch(propose, functools.partial(draft_steps.make_propose, loop=loop)),
+        Patch(f"{_AR}:AutoRegressiveSpeculator._fused_multi_step_decode",
+              functools.partial(draft_steps.make_fused_drafts, loop=loop), (propose,)),
+        Patch(f"{_SP}:DraftModelSpeculator._copy_request_inputs", draft_steps.make_copy_request_inputs),
+        Patch(f"{_TDAR}:prepare_prefill_inputs", draft_steps.make_prepare_prefill_inputs),
+        Patch(f"{_TDAR}:TargetDependentARSpeculator._prepare_decode_inputs",
+              draft_steps.make_prepare_decode_inputs_method),
+        Patch(f"{_TDAR}:update_draft_inputs", draft_steps.make_update_draft_inputs),
+        Patch(f"{_BT}:BlockTables.compute_slot_mappings", draft_steps.make_compute_slot_mappings),
+    ), reads=(f"{_BT}:BlockTables", f"{_TDAR}:TargetDependentARSpeculator._decode",
+              *(f"{_AR}:AutoRegressiveSpeculator.{name}" for name in loop if name not in ("_decode",
+                                                                                          "_prepare_decode_inputs"))),
+        importers=_MRV2_IMPORTERS)
 
 
 def _v1_eagle() -> Point:
@@ -165,5 +195,7 @@ def _row(runners, points) -> Release:
 
 RELEASES: tuple[Release, ...] = (
     _row((vllm("0.33.0"),), (*_mrv2_points(), _draft_steps_0_33(), _v1_eagle())),
+    # 0.34 removes the V1 GPU model runner and vllm/v1/spec_decode (v1_eagle's targets).
+    _row((vllm("0.34.0"),), (*_mrv2_points(), _draft_steps_0_34())),
     _row((vllm_ascend("0.26.0rc1"), vllm("0.26.0")), _ascend_points()),
 )
