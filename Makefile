@@ -18,7 +18,7 @@ PYTEST_ARGS ?= -n 2
 
 SOURCES := $(shell find csrc python triton_kernels tools -type f -not -name '*.pyc' 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all install bench test test-plain test-explore test-asan test-peers test-vllm-integration vllm-releases test-ascend test-cann-wheel wheel clean \
+.PHONY: all install bench test test-plain test-explore test-asan test-peers test-vllm-integration vllm-releases test-vllm-ascend test-ascend test-cann-wheel wheel clean \
 	device-check device-carry
 
 all: install
@@ -101,7 +101,7 @@ test-asan: $(ASAN_SITE)/.built
 # proxy) to both. The suite runs against PEERS_VLLM.
 # VLLM_RELEASES: the vLLM releases the plugin's release table supports (docs/integrations.md,
 # "Releases"), oldest first; `make vllm-releases` prints them.
-VLLM_RELEASES := 0.33.0
+VLLM_RELEASES := 0.33.0 0.34.0
 PEERS_VLLM ?= 0.33.0
 PEERS := $(CURDIR)/build/peers
 PEERS_PIP_ARGS ?=
@@ -131,14 +131,53 @@ test-peers: install $(PEERS)/vllm-$(PEERS_VLLM)/.site $(PEERS)/.deps
 	cd tests && PYTHONPATH=$(PEERS)/vllm-$(PEERS_VLLM)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
 
 # vLLM's own model runner V2, and (0.33 only) its V1 runner's Eagle path, driven without and with
-# the specops plugin (docs/integrations.md, "The proof"): each configuration in two fresh
-# processes, buffers compared on every step, launches and host syncs counted. VLLM_VERSION picks
+# the specops plugin (docs/integrations.md, "The proof"): a driver's configurations in two fresh
+# processes (without, with), buffers compared on every step, launches and host syncs counted. VLLM_VERSION picks
 # the release (default: the newest supported), whose wheel is downloaded as for test-peers; the
 # plugin is found through specops' installed entry point. `.ci/run` runs it for every release.
+# Each configuration's counts go to VLLM_COUNTS (a row per release and configuration, a run
+# replacing its own), where `make bench` draws its runner figure from.
 VLLM_VERSION ?= $(lastword $(VLLM_RELEASES))
+VLLM_COUNTS ?= $(CURDIR)/bench-results/vllm-proof.csv
 test-vllm-integration: install $(PEERS)/vllm-$(VLLM_VERSION)/.site $(PEERS)/.deps
 	cd tests/vllm_integration && PYTHONPATH=$(PEERS)/vllm-$(VLLM_VERSION)/site:$(PEERS)/deps TRITON_INTERPRET=1 \
-	  SPECOPS_VLLM_RELEASE=$(VLLM_VERSION) ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
+	  SPECOPS_VLLM_RELEASE=$(VLLM_VERSION) SPECOPS_VLLM_COUNTS=$(VLLM_COUNTS) \
+	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
+
+# vllm-ascend's own classes driven without and with the plugin (docs/integrations.md, "Ascend"):
+# vllm-ascend 0.26.0rc1's wheel and vLLM 0.26.0's (the release it is written for) downloaded
+# without dependencies into build/vllm-ascend/wheels, their Python modules unpacked into
+# build/vllm-ascend/site (their .so files need CANN and are never loaded), the small packages
+# they import into build/vllm-ascend/deps; the NPU, the CANN metadata ops and triton-ascend's
+# language extensions stand in (tests/vllm_ascend/npu_stand_ins.py, ascend_ops.py).
+ASCEND_VLLM_SPEC ?= vllm==0.26.0
+VLLM_ASCEND_SPEC ?= vllm-ascend==0.26.0rc1
+VLLM_ASCEND := $(CURDIR)/build/vllm-ascend
+
+$(VLLM_ASCEND)/.wheels: | $(VENV)/.deps
+	mkdir -p $(VLLM_ASCEND)/wheels
+	$(PIP) download --no-deps --only-binary=:all: --dest $(VLLM_ASCEND)/wheels $(PEERS_PIP_ARGS) \
+	  "$(ASCEND_VLLM_SPEC)" "$(VLLM_ASCEND_SPEC)"
+	touch $@
+
+$(VLLM_ASCEND)/.site: $(VLLM_ASCEND)/.wheels
+	rm -rf $(VLLM_ASCEND)/site
+	$(VPY) -c "import glob, zipfile; \
+	  [zipfile.ZipFile(w).extractall('$(VLLM_ASCEND)/site', [n for n in zipfile.ZipFile(w).namelist() \
+	   if n.split('/')[0] in ('vllm', 'vllm_ascend') and n.endswith('.py') or '.dist-info/' in n]) \
+	   for w in sorted(glob.glob('$(VLLM_ASCEND)/wheels/*.whl'))]"
+	touch $@
+
+$(VLLM_ASCEND)/.deps: tests/peers/requirements.txt tests/vllm_ascend/requirements.txt | $(VENV)/.deps
+	rm -rf $(VLLM_ASCEND)/deps
+	$(PIP) install --no-deps --target $(VLLM_ASCEND)/deps $(PEERS_PIP_ARGS) \
+	  -r tests/peers/requirements.txt -r tests/vllm_ascend/requirements.txt
+	touch $@
+
+test-vllm-ascend: install $(VLLM_ASCEND)/.site $(VLLM_ASCEND)/.deps
+	cd tests/vllm_ascend && PYTHONPATH=$(CURDIR)/tests/vllm_integration:$(CURDIR)/tests/vllm_ascend/stand_ins:$(VLLM_ASCEND)/site:$(VLLM_ASCEND)/deps \
+	  TRITON_INTERPRET=1 \
+	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
 
 # The first minutes on a lent GPU or NPU (docs/device_readiness.md, "The first minutes on a
 # device"): tools/device_check.py builds the extension against the torch installed there
@@ -147,13 +186,15 @@ test-vllm-integration: install $(PEERS)/vllm-$(VLLM_VERSION)/.site $(PEERS)/.dep
 # device graph and the timings, each step in a process of its own within one budget, and writes
 # device-check.json and device-check.csv into $OUT (else build/device-check). Without a device
 # the device-only steps are skipped with their reason. The Python is the venv's when there is
-# one (this machine), else $(PYTHON) (a lent machine, which has torch installed and no venv).
+# one (this machine), else $(PYTHON) (a lent machine, which has torch installed and no venv); one
+# without torch (a fresh clone on a machine whose python3 has none) stops the run at once with one
+# line saying what to install (`make install` sets up .venv as `make test` does).
 # device-carry cuts vLLM's kernels for the timings out of the unpacked wheel of test-peers into
 # build/device-carry, which the device run carries.
 DEVICE_CHECK_PY ?= $(if $(wildcard $(VPY)),$(VPY),$(PYTHON))
 DEVICE_CHECK_ARGS ?=
 device-check:
-	$(DEVICE_CHECK_PY) tools/device_check.py $(DEVICE_CHECK_ARGS)
+	$(DEVICE_CHECK_PY) tools/device_check.py --torch-spec "$(TORCH_SPEC)" $(DEVICE_CHECK_ARGS)
 
 device-carry: $(PEERS)/vllm-$(PEERS_VLLM)/.site
 	$(VPY) tools/device_carry.py --site $(PEERS)/vllm-$(PEERS_VLLM)/site --out build/device-carry

@@ -21,8 +21,10 @@ namespace {
 
 // The tensor a Python value holds, or "NAME must be a tensor, got TYPE" (the ops' message). Errors
 // are raised as checks.h raises them (TORCH_CHECK_VALUE: ValueError), torch's wrapper translating.
+// A tensor by its type, as FastOp takes one (csrc/fastpath/py_values.h): not THPVariable_Check,
+// which honours __class__ (a MagicMock(spec=torch.Tensor) is no tensor to unpack).
 const at::Tensor& tensor_of(const py::handle& value, const std::string& name) {
-  TORCH_CHECK_VALUE(THPVariable_Check(value.ptr()), name, " must be a tensor, got ",
+  TORCH_CHECK_VALUE(PyObject_TypeCheck(value.ptr(), reinterpret_cast<PyTypeObject*>(THPVariableClass)) != 0, name, " must be a tensor, got ",
                     py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>());
   return THPVariable_Unpack(value.ptr());
 }

@@ -14,7 +14,10 @@
 
 Output folder: --out, else $OUT when set (the device runner's folder that comes back), else
 build/device-check. Exit status 1 when a step failed, else 0 (skipped steps fail nothing: on a
-machine without a device the device-only steps are skipped with their reason).
+machine without a device the device-only steps are skipped with their reason). Before anything
+else it checks that the Python it builds for imports torch; one that does not (a fresh clone's
+`make device-check` on a machine whose python3 has no torch and no .venv beside it) stops the
+run at once with status 2 and one line saying what to install.
 This script imports nothing of specops or torch itself: it works before the build.
 """
 
@@ -66,6 +69,19 @@ def _run(command: list[str], seconds: float, env: dict[str, str], log: Path) -> 
         except subprocess.TimeoutExpired:
             status = None
     return status, log.read_text(errors="replace"), time.monotonic() - started
+
+
+def missing_torch(python: str, torch_spec: str) -> str | None:
+    """None when `python` imports torch, else the one line that says what to install."""
+    try:
+        probe = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"device-check: cannot run {python} ({type(exc).__name__}: {exc}); pass --python (PYTHON= to make)"
+    if probe.returncode == 0:
+        return None
+    why = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+    return (f"device-check: {python} cannot import torch ({why}); install it ({python} -m pip install "
+            f"'{torch_spec}', or the device's own torch build) or run `make install` to set up .venv, then rerun")
 
 
 def build(python: str, out: Path, seconds: float, env: dict[str, str]) -> tuple[dict, Path]:
@@ -174,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--carry", default=str(ROOT / "build" / "device-carry"))
     parser.add_argument("--random-calls", type=int, default=6)
     parser.add_argument("--edge-cases", type=int, default=6)
+    parser.add_argument("--torch-spec", default="torch", help="what the message for a Python without torch says to install")
     args = parser.parse_args(argv)
+    missing = missing_torch(args.python, args.torch_spec)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 2
     started = time.monotonic()
     deadline = started + args.budget
     out = args.out.resolve()

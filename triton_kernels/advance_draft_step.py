@@ -110,7 +110,7 @@ def _advance_draft_step_kernel(
     end,
     target_seq_lens_ptr, input_ids_ptr, draft_tokens_ptr, draft_tokens_stride, draft_columns, sampled_ptr,
     draft_step_ptr, num_draft_steps, sample_positions_ptr, hidden_ptr, hidden_stride, next_hidden_ptr,
-    next_hidden_stride, hidden_size,
+    next_hidden_stride, hidden_size, max_model_len_ptr,
     t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,
     t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1,
     t2, s2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, se2,
@@ -119,9 +119,13 @@ def _advance_draft_step_kernel(
     HAS_IDX_MAPPING: tl.constexpr, HAS_QUERY_START_LOC: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
     WRITE_STEP: tl.constexpr, HAS_TARGET_SEQ_LENS: tl.constexpr, HAS_INPUT_IDS: tl.constexpr,
     HAS_SAMPLED: tl.constexpr, HAS_STEP: tl.constexpr, HAS_SAMPLE_POSITIONS: tl.constexpr, HAS_HIDDEN: tl.constexpr,
-    BLOCK: tl.constexpr, HIDDEN_ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
+    MAX_LEN_ON_DEVICE: tl.constexpr, BLOCK: tl.constexpr, HIDDEN_ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if MAX_LEN_ON_DEVICE:
+        # Read here, never on the host (a captured graph reads it at each replay); a value below
+        # 1, which the host op rejects, is taken as 1 so every position stays >= 0.
+        max_model_len = tl.maximum(tl.load(max_model_len_ptr).to(tl.int64), 1)
     num_progs = tl.num_programs(0)
     num_tiles = tl.cdiv(end, BLOCK)
     hidden_tiles = tl.cdiv(num_reqs, HIDDEN_ROWS)
@@ -153,7 +157,8 @@ def _advance_draft_step_kernel(
             ok = real
             current = tl.load(positions_ptr + safe_r, mask=real, other=-1).to(tl.int64)
         # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum
-        # wraps to -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
+        # wraps to -2^63, which the rules (docs/step_bookkeeping.md, "advance_draft_step"; reset:
+        # 0, clamp: L - 1) never give.
         over = ok & (current >= max_model_len - 1)
         p = tl.where(ok & (over == 0), current + 1, 0)
         if HAS_TARGET_SEQ_LENS:
@@ -257,6 +262,8 @@ def _draft_input_arguments(stand_in: torch.Tensor, target_seq_lens, input_ids, d
 def advance_draft_step(a) -> None:
     """a: the op's argument record (ops/_op.py), checked."""
     rule = a.past_max_model_len
+    # The kernel reads max_model_len_tensor when given (max_model_len is -1 then).
+    max_model_len = 1 if a.max_model_len_tensor is not None else a.max_model_len
     num_reqs = a.token_indices.numel() if a.token_indices is not None else a.positions.numel()
     positions_end = a.out_positions.numel()
     if positions_end > num_reqs and a.num_tokens_padded >= 0:
@@ -265,9 +272,10 @@ def advance_draft_step(a) -> None:
     query_start_loc_end = 0
     if a.query_start_loc is not None:
         query_start_loc_end = a.query_start_loc.numel() if a.num_reqs_padded < 0 else a.num_reqs_padded + 1
-    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
-                            a.cp_rank, a.cp_interleave)
-    groups = draft_group_arguments(a.block_tables, a.slot_mappings, a.num_blocks, layouts, num_reqs, a.num_tokens_padded)
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled,
+                            a.cp_world_size, a.cp_rank, a.cp_interleave)
+    groups = draft_group_arguments(a.block_tables, a.slot_mappings, a.num_blocks, layouts, num_reqs,
+                                   a.num_tokens_padded)
     step_end = max(positions_end, seq_lens_end, query_start_loc_end, num_reqs)
     common = dict(CLAMP=rule == 1, HAS_TOKEN_INDICES=a.token_indices is not None,
                   HAS_REJECTED=a.num_rejected_tokens is not None, HAS_IDX_MAPPING=a.idx_mapping is not None,
@@ -275,9 +283,12 @@ def advance_draft_step(a) -> None:
                   HAS_TARGET_SEQ_LENS=a.target_seq_lens is not None, HAS_INPUT_IDS=a.input_ids is not None,
                   HAS_SAMPLED=a.sampled_tokens is not None, HAS_STEP=a.draft_step is not None,
                   HAS_SAMPLE_POSITIONS=a.sample_positions is not None, HAS_HIDDEN=a.hidden_states is not None,
-                  BLOCK=BLOCK, HIDDEN_ROWS=HIDDEN_ROWS, BLOCK_H=BLOCK_H)
-    inputs = _draft_input_arguments(a.seq_lens, a.target_seq_lens, a.input_ids, a.draft_tokens, a.sampled_tokens, a.draft_step,
-                                    a.num_draft_steps, a.sample_positions, a.hidden_states, a.next_hidden_states)
+                  MAX_LEN_ON_DEVICE=a.max_model_len_tensor is not None, BLOCK=BLOCK, HIDDEN_ROWS=HIDDEN_ROWS,
+                  BLOCK_H=BLOCK_H)
+    inputs = _draft_input_arguments(a.seq_lens, a.target_seq_lens, a.input_ids, a.draft_tokens, a.sampled_tokens,
+                                    a.draft_step, a.num_draft_steps, a.sample_positions, a.hidden_states,
+                                    a.next_hidden_states)
+    inputs.append(nonempty(a.max_model_len_tensor if a.max_model_len_tensor is not None else a.seq_lens))
     # Groups past the first MAX_GROUPS first, while positions and seq_lens still hold the inputs.
     def stand_in() -> list:
         return _group_arguments(a.seq_lens.new_empty((0, 0)), a.seq_lens, a.seq_lens, (1, 1, 1, 0, 1, 0), 0)
@@ -295,6 +306,6 @@ def advance_draft_step(a) -> None:
             nonempty(a.num_rejected_tokens if a.num_rejected_tokens is not None else a.seq_lens),
             nonempty(a.idx_mapping if a.idx_mapping is not None else a.seq_lens), nonempty(a.out_positions),
             nonempty(a.query_start_loc if a.query_start_loc is not None else a.seq_lens),
-            num_reqs, a.positions.numel(), a.max_model_len, positions_end, seq_lens_end, query_start_loc_end, end,
+            num_reqs, a.positions.numel(), max_model_len, positions_end, seq_lens_end, query_start_loc_end, end,
             *inputs, *flat, NUM_GROUPS=num_groups, WRITE_STEP=write_step, **common,
         )

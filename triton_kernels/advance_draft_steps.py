@@ -22,7 +22,10 @@ from specops._step_layout import group_layouts
 from specops.triton_kernels._launch import nonempty, num_programs
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 
-BLOCK = 64
+# 32 lanes a tile (tokens of pass 1, requests of passes 2..K): at 64, the valid call's
+# specialization (2 groups, clamp rule, idx_mapping, block counts) spilled on sm_90 under ptxas's
+# default register allocation (tests/tooling/test_kernel_compile.py).
+BLOCK = 32
 MAX_GROUPS = 4
 
 
@@ -115,10 +118,14 @@ def _advance_draft_steps_kernel(
     t1, o1, p1, x1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, ss1, ps1, sb1,
     t2, o2, p2, x2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, ss2, ps2, sb2,
     t3, o3, p3, x3, n3, rows3, cols3, stride3, bs3, kvb3, w3, rank3, il3, on3, ss3, ps3, sb3,
+    max_model_len_ptr,
     NUM_GROUPS: tl.constexpr, CLAMP: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr,
-    WRITE_STEP: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr,
+    WRITE_STEP: tl.constexpr, MAX_LEN_ON_DEVICE: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    if MAX_LEN_ON_DEVICE:
+        # Read here, never on the host; below 1 (the host op rejects it) taken as 1.
+        max_model_len = tl.maximum(tl.load(max_model_len_ptr).to(tl.int64), 1)
     num_progs = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
     # Draft pass 1's token stream: the target step's positions, RoPE rows and slots.
@@ -163,14 +170,16 @@ def _advance_draft_steps_kernel(
         ok = real & (index >= 0) & (index < num_positions)
         current = tl.load(positions_ptr + tl.where(ok, index, 0), mask=ok, other=-1).to(tl.int64)
         base = seq - tl.load(rejected_ptr + safe_r, mask=real, other=0).to(tl.int64)
-        p = tl.where(ok, current + 1, 0)
+        # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum
+        # wraps to -2^63 (advance_draft_step's rule, as the C++ draft_position).
+        over = ok & (current >= max_model_len - 1)
+        p = tl.where(ok & (over == 0), current + 1, 0)
         if CLAMP:
-            position = tl.minimum(p, max_model_len - 1)
+            position = tl.where(over, max_model_len - 1, p)
             seq_len = tl.minimum(base + 1, max_model_len)
             mapped = ok.to(tl.int32)
         else:
-            over = p >= max_model_len
-            position = tl.where(over, 0, p)
+            position = p
             seq_len = tl.minimum(tl.where(over, 1, base + 1), max_model_len)
             mapped = (ok & (over == 0)).to(tl.int32)
         if HAS_IDX_MAPPING:
@@ -227,9 +236,12 @@ def _group_arguments(table, out, pairs, target, num_blocks, layout, storage: int
 def advance_draft_steps(a) -> None:
     """a: the op's argument record (ops/_op.py), checked."""
     num_tokens, rule, storage = a.num_actual_tokens, a.past_max_model_len, a.storage_block_sizes
+    # The kernel reads max_model_len_tensor when given (max_model_len is -1 then).
+    max_len_at = a.max_model_len_tensor if a.max_model_len_tensor is not None else a.seq_lens
+    max_model_len = 1 if a.max_model_len_tensor is not None else a.max_model_len
     num_groups = len(a.block_tables)
-    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
-                            a.cp_rank, a.cp_interleave)
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled,
+                            a.cp_world_size, a.cp_rank, a.cp_interleave)
     num_reqs = a.token_indices.numel()
     reqs_end = a.out_seq_lens.size(1)
     first_per_rank = -(-a.num_input_tokens // a.split_size)
@@ -239,7 +251,8 @@ def advance_draft_steps(a) -> None:
                                storage[g])
               for g, (table, out, pairs, target) in enumerate(zip(a.block_tables, a.out_slots, a.out_slot_pairs,
                                                                   a.target_slot_mappings))]
-    stand_in = [a.seq_lens, a.out_seq_lens, a.out_seq_lens, a.seq_lens, a.seq_lens] + [1] * 12  # never read: NUM_GROUPS stops it
+    # Never read: NUM_GROUPS stops it.
+    stand_in = [a.seq_lens, a.out_seq_lens, a.out_seq_lens, a.seq_lens, a.seq_lens] + [1] * 12
     chunks = [groups[i:i + MAX_GROUPS] for i in range(MAX_GROUPS, num_groups, MAX_GROUPS)] + [groups[:MAX_GROUPS]]
     rot_dim = a.rope_cos_sin_cache.size(1)
     for index, chunk in enumerate(chunks):
@@ -261,13 +274,14 @@ def advance_draft_steps(a) -> None:
             a.rope_cos_sin_cache, nonempty(a.out_positions), nonempty(a.out_seq_lens), nonempty(a.out_query_start_loc),
             nonempty(a.out_cos_sin), nonempty(a.out_local_cos_sin), nonempty(a.out_local_query_start_loc),
             nonempty(a.out_local_seq_lens), nonempty(a.out_start_pos),
-            a.num_steps, num_reqs, num_tokens, a.num_input_tokens, a.num_reqs_padded, a.positions.numel(), a.max_model_len,
+            a.num_steps, num_reqs, num_tokens, a.num_input_tokens, a.num_reqs_padded, a.positions.numel(), max_model_len,
             a.split_rank, reqs_end, a.rope_cos_sin_cache.size(0), rot_dim,
             a.out_positions.stride(0), a.out_seq_lens.stride(0), a.out_query_start_loc.stride(0),
             a.out_local_query_start_loc.stride(0), a.out_local_seq_lens.stride(0), a.out_start_pos.stride(0),
             a.out_cos_sin.stride(0), a.out_local_cos_sin.stride(0),
             first_per_rank, first_pad, later_per_rank, later_pad, first_end, later_end,
-            *flat, NUM_GROUPS=len(chunk), CLAMP=rule == 1, HAS_IDX_MAPPING=a.idx_mapping is not None,
-            HAS_NUM_BLOCKS=bool(a.num_blocks), WRITE_STEP=write_step, BLOCK=BLOCK,
+            *flat, nonempty(max_len_at), NUM_GROUPS=len(chunk), CLAMP=rule == 1,
+            HAS_IDX_MAPPING=a.idx_mapping is not None, HAS_NUM_BLOCKS=bool(a.num_blocks), WRITE_STEP=write_step,
+            MAX_LEN_ON_DEVICE=a.max_model_len_tensor is not None, BLOCK=BLOCK,
             DIM=triton.next_power_of_2(max(rot_dim, 1)),
         )

@@ -39,8 +39,9 @@ def compressor_tile(
         q_live = q < num_reqs
         at = tl.minimum(q, num_reqs - 1)
         start = tl.load(start_ptr + at, mask=q_live, other=-1).to(tl.int64)
-        length = (tl.load(cu_ptr + at + 1, mask=q_live, other=0) - tl.load(cu_ptr + at, mask=q_live, other=0))
-        length = length.to(tl.int64)
+        # cu[r + 1] - cu[r] in int64 (the int32 difference wraps for [-2^31, 16]).
+        length = (tl.load(cu_ptr + at + 1, mask=q_live, other=0).to(tl.int64)
+                  - tl.load(cu_ptr + at, mask=q_live, other=0).to(tl.int64))
         take = q_live & (start >= 0) & (length > 0)
         count = tl.where(take, (start + length) // ratio - start // ratio, 0)
         end = carry + tl.cumsum(count, 0)

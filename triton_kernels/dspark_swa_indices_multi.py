@@ -18,11 +18,15 @@ import triton.language as tl
 from specops._cp import cp_token_split
 from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_chunks
 from specops.triton_kernels._launch import nonempty, num_programs, search_steps
-from specops.triton_kernels.dspark_swa_indices import BLOCK_ROWS, BLOCK_W, rows_of_task, store_visible_slots
+from specops.triton_kernels.dspark_swa_indices import BLOCK_W, rows_of_task, store_visible_slots
 
 # At 4 warps the specialization with a window of 1 (a compile-time constant) reaches ptxas's 255
 # registers and spills 36 bytes on sm_90; at 8 warps the generic code fits (about 170).
 NUM_WARPS = 8
+# Rows a task: 8, where the single-group kernel takes 16. At 16 the [rows, BLOCK_W] tile of every
+# group of the launch spilled on sm_90 under ptxas's default register allocation at the launchers'
+# argument ranges (tests/tooling/test_kernel_compile.py); the search per row is the same work.
+BLOCK_ROWS = 8
 
 # Scalars Triton would otherwise specialize on (an int equal to 1 becomes a constant, one
 # divisible by 16 gets a hint), each value the launcher passes making another kernel: a window

@@ -29,10 +29,14 @@ from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_ch
 from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, correct_counts, correction_scratch
-from specops.triton_kernels.gather_block_tables import BLOCK_COLS, BLOCK_ROWS, store_gathered_rows
+from specops.triton_kernels.gather_block_tables import BLOCK_ROWS, store_gathered_rows
 from specops.triton_kernels.prepare_positions_and_seq_lens import positions_of_tokens, seq_lens_of_requests
 
 INT32_MAX = 2**31 - 1
+# Columns a gather step copies: 64, where gather_block_tables copies 128. The [rows, columns]
+# tile beside the slot math of every group spilled on sm_90 under ptxas's default register
+# allocation at 128 (3 groups; tests/tooling/test_kernel_compile.py).
+GATHER_COLS = 64
 
 
 @triton.jit
@@ -214,5 +218,5 @@ def prepare_spec_decode_inputs(a) -> None:
             NUM_GROUPS=len(groups), HAS_IDX_MAPPING=a.idx_mapping is not None, HAS_NUM_BLOCKS=bool(a.num_blocks),
             BLOCK=BLOCK, ONE_TILE=one_tile, FIRST=launch == 0, REQUEST_INDEXED=a.request_indexed_counts,
             HAS_GATHER=gather and len(groups) > 0,
-            MASK_WINDOW=gather and any(reach[g] > 0 for g in groups), GATHER_ROWS=BLOCK_ROWS, GATHER_COLS=BLOCK_COLS,
+            MASK_WINDOW=gather and any(reach[g] > 0 for g in groups), GATHER_ROWS=BLOCK_ROWS, GATHER_COLS=GATHER_COLS,
         )

@@ -180,11 +180,12 @@ void check_advance_draft_step(const at::Tensor& positions, const at::Tensor& seq
                               const c10::List<bool>& slot_mapping_enabled, const OptTensor& target_seq_lens,
                               const OptTensor& input_ids, const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
                               const OptTensor& draft_step, int64_t num_draft_steps, const OptTensor& sample_positions,
-                              const OptTensor& hidden_states, const OptTensor& next_hidden_states) {
+                              const OptTensor& hidden_states, const OptTensor& next_hidden_states,
+                              const OptTensor& max_model_len_tensor) {
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
   const int64_t rule = past_max_model_len;
-  check_positive(max_model_len, "max_model_len");
+  check_max_model_len(max_model_len, max_model_len_tensor, anchor_of(positions, "positions"));
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
   check_context_parallel(cp_world_size, cp_rank, cp_interleave);
   check_tensor(positions, "positions", {c10::kLong, c10::kInt}, 1);
@@ -230,7 +231,8 @@ void check_advance_draft_step(const at::Tensor& positions, const at::Tensor& seq
                                      {ptr(target_seq_lens), {"target_seq_lens"}},
                                      {ptr(sampled_tokens), {"sampled_tokens"}},
                                      {ptr(draft_step), {"draft_step"}},
-                                     {ptr(hidden_states), {"hidden_states"}}};
+                                     {ptr(hidden_states), {"hidden_states"}},
+                                     {ptr(max_model_len_tensor), {"max_model_len_tensor"}}};
   add_group_tensors(outputs, inputs, slot_mappings, block_tables, num_blocks);
   check_outputs_alias_nothing(outputs, inputs);
   for (const NamedTensor& out : outputs) {
@@ -250,13 +252,15 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
                         const c10::List<bool>& slot_mapping_enabled, const OptTensor& target_seq_lens,
                         const OptTensor& input_ids, const OptTensor& draft_tokens, const OptTensor& sampled_tokens,
                         const OptTensor& draft_step, int64_t num_draft_steps, const OptTensor& sample_positions,
-                        const OptTensor& hidden_states, const OptTensor& next_hidden_states) {
+                        const OptTensor& hidden_states, const OptTensor& next_hidden_states,
+                        const OptTensor& max_model_len_tensor) {
   check_advance_draft_step<int64_t>(
       positions, seq_lens, block_tables, token_indices, num_rejected_tokens, idx_mapping, out_positions, slot_mappings,
       query_start_loc, num_blocks, max_model_len, past_max_model_len, num_tokens_padded, num_reqs_padded,
       cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled,
       target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step, num_draft_steps, sample_positions,
-      hidden_states, next_hidden_states);
+      hidden_states, next_hidden_states, max_model_len_tensor);
+  const int64_t limit = max_model_len_value(max_model_len, max_model_len_tensor);
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -275,7 +279,7 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
   kernels::DraftStepShape s;
   s.num_reqs = num_reqs;
   s.num_positions = positions.numel();
-  s.max_model_len = max_model_len;
+  s.max_model_len = limit;
   s.clamp = rule == 1;
   s.positions_end = positions_end;
   s.seq_lens_end = seq_lens_end;
@@ -313,6 +317,7 @@ void advance_draft_step(const at::Tensor& positions, const at::Tensor& seq_lens,
 TORCH_LIBRARY_FRAGMENT(specops, m) {
   // past_max_model_len: 0 "reset", 1 "clamp"; out_positions may be positions itself (in place)
   // without token_indices. num_draft_steps -1: no last step (draft_step only picks the column).
+  // max_model_len -1: max_model_len_tensor (0-D, read on the device) gives it.
   // The token bookkeeping's arguments (target_seq_lens on) default to none.
   m.def(
       "advance_draft_step(Tensor positions, Tensor(a!) seq_lens, Tensor[] block_tables, Tensor? token_indices, "
@@ -322,7 +327,8 @@ TORCH_LIBRARY_FRAGMENT(specops, m) {
       "int[] block_sizes, int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, "
       "Tensor? target_seq_lens=None, Tensor(e!)? input_ids=None, Tensor(f!)? draft_tokens=None, "
       "Tensor? sampled_tokens=None, Tensor? draft_step=None, int num_draft_steps=-1, "
-      "Tensor(g!)? sample_positions=None, Tensor? hidden_states=None, Tensor(h!)? next_hidden_states=None) -> ()");
+      "Tensor(g!)? sample_positions=None, Tensor? hidden_states=None, Tensor(h!)? next_hidden_states=None, "
+      "Tensor? max_model_len_tensor=None) -> ()");
 }
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("advance_draft_step", &advance_draft_step); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("advance_draft_step", &check_advance_draft_step<c10::SymInt>); }

@@ -61,6 +61,16 @@ void check_values(const int32_t* qsl, const PosT* positions, const int32_t* seq_
   }
   TORCH_CHECK_VALUE(qsl[R] == s.num_tokens, "num_actual_tokens must equal query_start_loc[R = ", R, "] = ", qsl[R],
                     ", got ", s.num_tokens);
+  // Pass 1 copies the target slots: an int32 out_slots[g] holds none past 2^31 - 1, as the later
+  // passes' computed slots (the device paths store PAD for both).
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].step.wide) continue;
+    for (int64_t t = 0; t < s.num_tokens; ++t) {
+      const int64_t slot = groups[g].target(t);
+      TORCH_CHECK_VALUE(slot <= INT32_MAX, "out_slots[", g, "] is int32, but target_slot_mappings[", g, "][", t,
+                        "] = ", slot, " is past 2^31 - 1; pass an int64 slot mapping");
+    }
+  }
   for (int64_t t = 0; t < s.num_tokens; ++t) {
     const int64_t p = static_cast<int64_t>(positions[t]);
     TORCH_CHECK_VALUE(p >= 0 && p < s.rope_rows, "positions[", t, "] = ", p,
@@ -93,7 +103,7 @@ void check_values(const int32_t* qsl, const PosT* positions, const int32_t* seq_
       for (size_t g = 0; g < groups.size(); ++g) {
         const kernels::DraftStepGroup& group = groups[g].step;
         if (!d.mapped || !group.enabled || row < 0) continue;
-        check_draft_position(group, g, r, row, d.position, checked_group_row(group, g, r, row));
+        check_draft_position(group, g, r, row, d.position, checked_group_row(group, g, r, row), "out_slots");
       }
     }
   }
@@ -132,7 +142,8 @@ void check_advance_draft_steps(const at::Tensor& query_start_loc, const at::Tens
                                int64_t max_model_len, int64_t past_max_model_len, int64_t split_size, int64_t split_rank,
                                int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
                                c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
-                               const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes) {
+                               const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes,
+                               const OptTensor& max_model_len_tensor) {
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -145,7 +156,7 @@ void check_advance_draft_steps(const at::Tensor& query_start_loc, const at::Tens
   check_non_negative(num_tokens, "num_actual_tokens");
   TORCH_CHECK_VALUE(num_input_tokens >= num_tokens, "num_input_tokens must be >= num_actual_tokens = ", num_tokens,
                     ", got ", num_input_tokens);
-  check_positive(max_model_len, "max_model_len");
+  check_max_model_len(max_model_len, max_model_len_tensor, anchor_of(positions, "positions"));
   TORCH_CHECK_VALUE(rule == 0 || rule == 1, "past_max_model_len must be \"reset\" (0) or \"clamp\" (1), got ", rule);
   check_context_parallel(cp_world_size, cp_rank, cp_interleave);
   check_cp_rank(split_size, split_rank, "split_size", "split_rank");
@@ -216,7 +227,8 @@ void check_advance_draft_steps(const at::Tensor& query_start_loc, const at::Tens
   std::vector<NamedTensor> inputs = {{&query_start_loc, {"query_start_loc"}}, {&positions, {"positions"}},
                                      {&seq_lens, {"seq_lens"}}, {&token_indices, {"token_indices"}},
                                      {&num_rejected_tokens, {"num_rejected_tokens"}}, {ptr(idx_mapping), {"idx_mapping"}},
-                                     {&rope_cos_sin_cache, {"rope_cos_sin_cache"}}};
+                                     {&rope_cos_sin_cache, {"rope_cos_sin_cache"}},
+                                     {ptr(max_model_len_tensor), {"max_model_len_tensor"}}};
   // Only passes k >= 2 take a slot per request (num_reqs_padded of them); one pass takes none.
   const Int later_reqs = num_steps > 1 ? num_reqs : Int(0);
   const Int later_padded = Int(num_steps > 1 ? num_reqs_padded : 0);
@@ -263,14 +275,16 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
                          int64_t max_model_len, int64_t past_max_model_len, int64_t split_size, int64_t split_rank,
                          int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave, c10::IntArrayRef block_sizes,
                          c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
-                         const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes) {
+                         const c10::List<bool>& slot_mapping_enabled, c10::IntArrayRef storage_block_sizes,
+                         const OptTensor& max_model_len_tensor) {
   check_advance_draft_steps<int64_t>(
       query_start_loc, positions, seq_lens, token_indices, num_rejected_tokens, idx_mapping, block_tables, num_blocks,
       target_slot_mappings, rope_cos_sin_cache, out_positions, out_seq_lens, out_query_start_loc, out_cos_sin,
       out_local_cos_sin, out_local_query_start_loc, out_local_seq_lens, out_start_pos, out_slots, out_slot_pairs,
       num_steps, num_actual_tokens, num_input_tokens, num_reqs_padded, max_model_len, past_max_model_len, split_size,
       split_rank, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block, cp_sharded,
-      slot_mapping_enabled, storage_block_sizes);
+      slot_mapping_enabled, storage_block_sizes, max_model_len_tensor);
+  const int64_t limit = max_model_len_value(max_model_len, max_model_len_tensor);
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -312,7 +326,7 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
   s.num_input_tokens = num_input_tokens;
   s.num_reqs_padded = num_reqs_padded;
   s.num_positions = positions.numel();
-  s.max_model_len = max_model_len;
+  s.max_model_len = limit;
   s.clamp = rule == 1;
   s.split_size = split_size;
   s.split_rank = split_rank;
@@ -357,7 +371,8 @@ void advance_draft_steps(const at::Tensor& query_start_loc, const at::Tensor& po
 // The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
 TORCH_LIBRARY_FRAGMENT(specops, m) {
   // Row k - 1 of every output is pass k; storage_block_sizes: each group's block size in its KV
-  // cache (the slot pairs' format).
+  // cache (the slot pairs' format); max_model_len -1: max_model_len_tensor (0-D, read on the
+  // device) gives it.
   m.def(
       "advance_draft_steps(Tensor query_start_loc, Tensor positions, Tensor seq_lens, Tensor token_indices, "
       "Tensor num_rejected_tokens, Tensor? idx_mapping, Tensor[] block_tables, Tensor[] num_blocks, "
@@ -367,7 +382,8 @@ TORCH_LIBRARY_FRAGMENT(specops, m) {
       "Tensor(i!)[] out_slots, Tensor(j!)[] out_slot_pairs, int num_steps, int num_actual_tokens, "
       "int num_input_tokens, int num_reqs_padded, int max_model_len, int past_max_model_len, int split_size, "
       "int split_rank, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
-      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, int[] storage_block_sizes) -> ()");
+      "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, int[] storage_block_sizes, "
+      "Tensor? max_model_len_tensor=None) -> ()");
 }
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("advance_draft_steps", &advance_draft_steps); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) { m.impl("advance_draft_steps", &check_advance_draft_steps<c10::SymInt>); }

@@ -31,6 +31,32 @@ void check_request_rows(const IdxT* idx_mapping, int64_t num_reqs, int64_t num_r
 }
 
 
+// max_model_len as the draft ops take it: the int, or (-1 there) max_model_len_tensor, a 0-D
+// int32 / int64 tensor on the anchor's device (vLLM 0.34 passes its limit so, for graph replays
+// to read). Metadata only, as every backend checks it; its value is the host op's to read
+// (max_model_len_value).
+inline void check_max_model_len(int64_t max_model_len, const OptTensor& max_model_len_tensor, const Anchor& anchor) {
+  if (!max_model_len_tensor.has_value()) {
+    check_positive(max_model_len, "max_model_len");
+    return;
+  }
+  TORCH_CHECK_VALUE(max_model_len_tensor->defined(), "max_model_len_tensor must be a tensor, got None");
+  TORCH_CHECK_VALUE(max_model_len == -1, "max_model_len must be -1 when max_model_len_tensor gives it, got ",
+                    max_model_len);
+  check_tensor(*max_model_len_tensor, "max_model_len_tensor", {c10::kInt, c10::kLong}, 0, anchor);
+}
+
+// The CPU kernel's limit, after check_max_model_len: its tensor is host memory (on positions'
+// device), so its value is read and checked here like the int's.
+inline int64_t max_model_len_value(int64_t max_model_len, const OptTensor& max_model_len_tensor) {
+  if (!max_model_len_tensor.has_value()) return max_model_len;
+  const at::Tensor& t = *max_model_len_tensor;
+  const int64_t value =
+      t.scalar_type() == c10::kLong ? *t.data_ptr<int64_t>() : static_cast<int64_t>(*t.data_ptr<int32_t>());
+  TORCH_CHECK_VALUE(value >= 1, "max_model_len_tensor must hold a value >= 1, got ", value);
+  return value;
+}
+
 template <typename Run>
 void with_index_type(const at::Tensor& t, Run&& run) {
   if (t.scalar_type() == c10::kLong) {
@@ -104,9 +130,11 @@ inline int64_t checked_group_row(const kernels::DraftStepGroup& group, size_t g,
 }
 
 // A draft position of request r in group g: inside the row's `columns` (naming the request, the
-// group, the position and the count it passes) and, in an int32 slot mapping, a slot below 2^31.
+// group, the position and the count it passes) and, in an int32 slot mapping, a slot below 2^31
+// (naming the op's slot output, `slots`[g]: slot_mappings of the single-step ops, out_slots of
+// advance_draft_steps).
 inline void check_draft_position(const kernels::DraftStepGroup& group, size_t g, int64_t r, int64_t row,
-                                 int64_t position, int64_t columns) {
+                                 int64_t position, int64_t columns, const char* slots = "slot_mappings") {
   bool past = position > INT32_MAX;
   int64_t column = -1;
   if (!past) {
@@ -127,8 +155,8 @@ inline void check_draft_position(const kernels::DraftStepGroup& group, size_t g,
                       ", past ", count.str());
   }
   const int64_t slot = kernels::draft_slot(group, row, position, true);
-  TORCH_CHECK_VALUE(group.wide || slot <= INT32_MAX, "slot_mappings[", g, "] is int32, but request ", r, " has slot ",
-                    slot, ", past 2^31 - 1; pass an int64 slot mapping");
+  TORCH_CHECK_VALUE(group.wide || slot <= INT32_MAX, slots, "[", g, "] is int32, but request ", r, " has slot ", slot,
+                    ", past 2^31 - 1; pass an int64 slot mapping");
 }
 
 // The per-group tensors of a draft op in its alias check: each slot mapping an output, each

@@ -1,5 +1,7 @@
 #include "fastpath/fast_call.h"
 
+#include "fastpath/py_values.h"
+
 #if PY_VERSION_HEX < 0x030B0000
 #include <longintrepr.h>  // PyLongObject's digits (Python.h includes it from 3.11 on)
 #endif
@@ -189,8 +191,9 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
       }
       [[fallthrough]];
     case ArgKind::kTensor:
-      // Exactly torch.Tensor (or Parameter): a subclass may override __torch_function__,
-      // which only the generic path honours.
+      // Exactly torch.Tensor (or Parameter), by its type pointer: a subclass may override
+      // __torch_function__, which only the generic path honours. Nothing here runs Python, so a
+      // list's item array stays as it is while it is walked.
       if (!THPVariable_CheckExact(value)) return false;
       stack.emplace_back(THPVariable_Unpack(value));
       return true;
@@ -266,50 +269,20 @@ bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValu
   return false;
 }
 
-namespace {
-
-// NumPy's bool scalar, by its type's name (as pybind11 finds it): numpy.bool (NumPy 2) or
-// numpy.bool_ (NumPy 1), without importing NumPy.
-bool is_numpy_bool(PyObject* value) {
-  const std::string name = Py_TYPE(value)->tp_name;
-  return name == "numpy.bool" || name == "numpy.bool_";
-}
-
-// What an int argument takes besides a Python int (docs/hardening.md, "Scalar types"): what has
-// __index__ (a NumPy integer, a one-element integer tensor, a SymInt), which the generic path
-// converts, except the bools torch would read as 1 or 0 (True, a NumPy bool, a bool tensor):
-// the mirror of is_boolean below. None, floats and strings have no __index__.
-bool is_int_like(PyObject* value) {
-  if (PyBool_Check(value) || is_numpy_bool(value) || PyIndex_Check(value) == 0) return false;
-  return !THPVariable_Check(value) || THPVariable_Unpack(value).scalar_type() != c10::kBool;
-}
-
-// What a bool argument takes besides True and False (docs/hardening.md, "Scalar types"): the
-// values torch's schema reads as the bool they hold, a NumPy bool and a one-element bool tensor;
-// the generic path converts them. Torch would also read ints, floats and None by their truth
-// value; the wrappers reject those on every backend.
-bool is_boolean(PyObject* value) {
-  if (is_numpy_bool(value)) return true;
-  if (!THPVariable_Check(value)) return false;
-  const at::Tensor& tensor = THPVariable_Unpack(value);
-  return tensor.scalar_type() == c10::kBool && tensor.numel() == 1;
-}
-
-}  // namespace
-
+// A tensor argument is a tensor by its type (is_tensor): a value that only claims to be one is a
+// ValueError naming the argument, as anything else that is no tensor.
 void FastOp::reject_unusable(PyObject* value, size_t position) const {
   const std::string& name = names_[position];
   auto reject = [&](const std::string& argument, const char* expected, PyObject* item) {
-    const std::string described =
-        item == Py_None ? "None" : std::string(Py_TYPE(item)->tp_name) + " " + py::repr(item).cast<std::string>();
+    const std::string described = item == Py_None ? "None" : type_name(item) + " " + py::repr(item).cast<std::string>();
     throw py::value_error(argument + " must be " + expected + ", got " + described);
   };
   switch (kinds_[position]) {
     case ArgKind::kTensor:
-      if (!THPVariable_Check(value)) reject(name, "a tensor", value);
+      if (!is_tensor(value)) reject(name, "a tensor", value);
       break;
     case ArgKind::kOptionalTensor:
-      if (value != Py_None && !THPVariable_Check(value)) reject(name, "a tensor or None", value);
+      if (value != Py_None && !is_tensor(value)) reject(name, "a tensor or None", value);
       break;
     case ArgKind::kInt:
       if (!is_int_like(value)) reject(name, "an int", value);
@@ -323,9 +296,9 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
       break;
     case ArgKind::kBoolList: {
       if (!PyList_Check(value) && !PyTuple_Check(value)) reject(name, "a list of bools", value);
-      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
-      for (Py_ssize_t i = 0; i < size; ++i) {
-        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
+      const py::tuple items = held_items(value);
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.ptr()); ++i) {
+        PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
         if (item != Py_True && item != Py_False && !is_boolean(item)) {
           reject(name + "[" + std::to_string(i) + "]",
                  "a bool (True, False, a NumPy bool or a one-element bool tensor)", item);
@@ -337,10 +310,10 @@ void FastOp::reject_unusable(PyObject* value, size_t position) const {
     case ArgKind::kIntList: {
       const bool tensors = kinds_[position] == ArgKind::kTensorList;
       if (!PyList_Check(value) && !PyTuple_Check(value)) reject(name, tensors ? "a list of tensors" : "a list of ints", value);
-      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
-      for (Py_ssize_t i = 0; i < size; ++i) {
-        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
-        if (tensors ? !THPVariable_Check(item) : !is_int_like(item)) {
+      const py::tuple items = held_items(value);
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.ptr()); ++i) {
+        PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
+        if (tensors ? !is_tensor(item) : !is_int_like(item)) {
           reject(name + "[" + std::to_string(i) + "]", tensors ? "a tensor" : "an int", item);
         }
       }

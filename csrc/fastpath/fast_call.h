@@ -2,11 +2,11 @@
 //
 // Calling `torch.ops.specops.<op>.default` from Python runs torch's generic argument parser,
 // which matches every Python argument against the schema through the JIT type system: for an
-// eleven-argument op that is most of the cost of a small call (1.3 of 1.9 us on the 2-core build
-// machine; the kernel is 0.1 us). FastOp boxes the arguments itself, knowing the schema's
-// few argument kinds, then makes the same boxed dispatcher call: every registered kernel,
-// fake tensor, dispatch mode and autograd fallback sees exactly what the generic path gives it,
-// and like torch's entry it releases the GIL while the op runs (0.2 us of the call's 0.8 us).
+// eleven-argument op that is most of the cost of a small call (docs/changelog.md has the
+// figures). FastOp boxes the arguments itself, knowing the schema's few argument kinds, then
+// makes the same boxed dispatcher call: every registered kernel, fake tensor, dispatch mode and
+// autograd fallback sees exactly what the generic path gives it, and like torch's entry it
+// releases the GIL while the op runs.
 // Arguments come by position or by keyword (the schema's names; the layers call ops by keyword):
 // FastOp puts each keyword at its name's place and fills what is left out from the schema's
 // defaults. Any argument it does not recognise exactly but torch converts (a tensor subclass, a
@@ -15,11 +15,16 @@
 // generic path, which answers as torch does. An argument of the wrong kind (None or a float for an int, None for a tensor, a
 // string) is a ValueError naming the argument, as on the Python backends: torch would take None
 // for an undefined tensor and fail later with "tensor does not have a device", and a float for a
-// bool.
+// bool. A tensor is one by its type: torch.Tensor and torch.nn.Parameter are boxed (the exact
+// types, THPVariable_CheckExact), a real subclass goes down the generic path, as torch's parser
+// takes it; a value that only claims to be a tensor (its __class__ says so: a
+// unittest.mock.MagicMock(spec=torch.Tensor)) is no tensor and no int, and is a ValueError in
+// every argument, never read as a tensor (py_values.h). A list argument whose check runs Python
+// is walked through a tuple of its items. The messages name a type by its __name__.
 //
 // The Python object is a plain CPython type with the vectorcall protocol, not a pybind11 class:
 // pybind11's call of a method taking `py::args` built an argument tuple and two heap vectors per
-// call (a sixth of sas_metadata's boxing). The boxed stack is reused from call to call (a
+// call. The boxed stack is reused from call to call (a
 // per-thread pool, so a call made from inside another, as a dispatch mode's Python may, gets
 // its own), so a call allocates only what an IValue needs (int and tensor lists).
 //

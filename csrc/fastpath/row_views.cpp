@@ -1,5 +1,7 @@
 #include "fastpath/row_views.h"
 
+#include "fastpath/py_values.h"
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Exceptions.h>
@@ -68,7 +70,7 @@ int64_t bound_at(PyObject* const* bounds, Py_ssize_t index) {
   const int64_t value = PyLong_AsLongLong(bounds[index]);
   if (value == -1 && PyErr_Occurred()) {
     PyErr_Clear();
-    TORCH_CHECK_TYPE(false, "bounds[", index, "] must be an int, got ", Py_TYPE(bounds[index])->tp_name);
+    TORCH_CHECK_TYPE(false, "bounds[", index, "] must be an int, got ", type_name(bounds[index]));
   }
   return value;
 }
@@ -94,7 +96,8 @@ PyObject* row_views(PyObject* /*module*/, PyObject* const* args, Py_ssize_t narg
   PyObject* const* bounds = PySequence_Fast_ITEMS(bound_items.ptr());
   py::list views(count);
   for (Py_ssize_t i = 0; i < count; ++i) {
-    TORCH_CHECK_VALUE(THPVariable_Check(tensors[i]), "tensors[", i, "] must be a tensor");
+    // A tensor by its type (py_values.h): one that only claims to be a tensor is not unpacked.
+    TORCH_CHECK_VALUE(is_tensor(tensors[i]), "tensors[", i, "] must be a tensor");
     // Start, then end (as arguments of one call their order would be the compiler's): the first
     // bad bound is the one named, as by the plain twin (specops._fastpath.plain_row_views).
     const int64_t start = bound_at(bounds, 2 * i);
@@ -177,6 +180,8 @@ PyObject* rows_below(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
   const Py_ssize_t count = PySequence_Fast_GET_SIZE(value_items.ptr());
   PyObject* const* values = PySequence_Fast_ITEMS(value_items.ptr());
   for (Py_ssize_t i = 0; i < count; ++i) {
+    // isinstance, as the caller's own check asks: a value that only claims to be a tensor is
+    // not read here (not exact: True), and the caller's check names it.
     if (!THPVariable_Check(values[i])) continue;
     if (!THPVariable_CheckExact(values[i])) Py_RETURN_TRUE;
     const at::Tensor& tensor = THPVariable_Unpack(values[i]);

@@ -155,7 +155,8 @@ inline DraftPosition draft_position(const PosT* positions, const TokT* token_ind
   }
   const int64_t limit = s.max_model_len;  // >= 1
   // p = current + 1 >= L, tested on current: p itself does not exist in int64 for an accepted
-  // position of 2^63 - 1, and SPEC 3.7.5's formulas give 0 (reset) or L - 1 (clamp) there.
+  // position of 2^63 - 1, and the rules (docs/step_bookkeeping.md, "advance_draft_step") give 0
+  // (reset) or L - 1 (clamp) there.
   const bool over = ok && current >= limit - 1;
   const int64_t p = ok && !over ? current + 1 : 0;
   const int64_t base = static_cast<int64_t>(seq_lens[r]) - (num_rejected != nullptr ? num_rejected[r] : 0);

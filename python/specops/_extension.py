@@ -55,7 +55,7 @@ def torch_pin_accepts(built_torch: str, installed_torch: str) -> bool:
 
 def _load() -> ExtensionStatus:
     try:
-        from specops import _build_info
+        import specops._build_info as _build_info
     except ImportError:
         return ExtensionStatus(False, "the native extension is not built (specops/_build_info.py is missing); " + REBUILD_HINT)
     facts = dict(
@@ -73,7 +73,7 @@ def _load() -> ExtensionStatus:
         )
         return ExtensionStatus(False, error, **facts)
     try:
-        from specops import _C  # noqa: F401  (loading registers torch.ops.specops.*)
+        import specops._C  # noqa: F401  (loading registers torch.ops.specops.*)
     except Exception as exc:  # an ImportError or OSError from the dynamic loader
         return ExtensionStatus(False, f"the native extension failed to load: {exc}; {REBUILD_HINT}", **facts)
     return ExtensionStatus(True, None, **facts)

@@ -39,7 +39,7 @@ from specops._extension import EXTENSION
 ENABLED = EXTENSION.loaded and os.environ.get("SPECOPS_FASTPATH", "1") != "0"
 
 if ENABLED:
-    from specops import _C
+    import specops._C as _C
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # What THPVariable_CheckExact takes: a tensor whose Python type torch made itself.
@@ -48,13 +48,28 @@ _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 
 
 def type_name(value: object) -> str:
-    """The C type name (tp_name) of value's type, as the native helpers' messages quote it: a
-    class defined in Python is its name; a C type its module-qualified name (numpy.float64),
-    except a builtin's (float)."""
-    kind = type(value)
-    if kind.__flags__ & _HEAP_TYPE or kind.__module__ == "builtins":
-        return kind.__name__
-    return f"{kind.__module__}.{kind.__name__}"
+    """The name the helpers' messages give value's type: type(value).__name__ (float, float64,
+    array, partial, Pattern), as the Python backends' messages give it (csrc/fastpath/py_values.h)."""
+    return type(value).__name__
+
+
+def _is_tensor(value: object) -> bool:
+    """Whether the helpers read value as a tensor: its type is torch.Tensor or a subclass
+    (Parameter, a real subclass). Not isinstance, which a value whose __class__ says torch.Tensor
+    (a MagicMock(spec=torch.Tensor)) passes (py_values.h's is_tensor)."""
+    return issubclass(type(value), torch.Tensor)
+
+
+def _is_numpy_integer(value: object) -> bool:
+    """A NumPy integer scalar: numpy.integer among its type's bases (py_values.h's is_numpy_integer)."""
+    return any(base.__module__ == "numpy" and base.__name__ == "integer" and not base.__flags__ & _HEAP_TYPE
+               for base in type(value).__mro__)
+
+
+def _held_items(sequence: Any) -> tuple:
+    """A list or tuple argument's items as a tuple (fast_call.cpp's held_items): the checks of
+    its items may run Python that changes the list; the walk sees the items it started with."""
+    return tuple(sequence)
 
 
 def _fixed_sequence(sequence: Any, message: str) -> tuple:
@@ -103,21 +118,29 @@ def _boxed_int(value: object) -> bool:
 
 
 def _is_numpy_bool(value: object) -> bool:
-    return type_name(value) in ("numpy.bool", "numpy.bool_")
+    """NumPy's bool scalar by its C type's name (tp_name, a static type's "module.name"), as
+    fast_call.cpp's is_numpy_bool finds it."""
+    kind = type(value)
+    return not kind.__flags__ & _HEAP_TYPE and f"{kind.__module__}.{kind.__name__}" in ("numpy.bool", "numpy.bool_")
 
 
 def _is_int_like(value: object) -> bool:
-    """What torch's schema converts to an int besides an int (fast_call.cpp's is_int_like)."""
-    if isinstance(value, bool) or _is_numpy_bool(value) or not hasattr(type(value), "__index__"):
+    """What an int argument takes besides an int (fast_call.cpp's is_int_like): an int subclass
+    (not a bool), a NumPy integer, a SymInt, a one-element integer tensor."""
+    kind = type(value)
+    if kind is bool:
         return False
-    return not isinstance(value, torch.Tensor) or value.dtype != torch.bool
+    if issubclass(kind, (int, torch.SymInt)) or _is_numpy_integer(value):
+        return True
+    return _is_tensor(value) and value.numel() == 1 and not value.is_floating_point() and not value.is_complex() \
+        and value.dtype != torch.bool
 
 
 def _is_boolean(value: object) -> bool:
     """What torch's schema reads as a bool besides True and False (fast_call.cpp's is_boolean)."""
     if _is_numpy_bool(value):
         return True
-    return isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1
+    return _is_tensor(value) and value.dtype == torch.bool and value.numel() == 1
 
 
 def _boxed(value: object, kind: int) -> bool:
@@ -148,10 +171,10 @@ def _reject_unusable(name: str, kind: int, value: object) -> None:
     """The ValueError FastOp raises for an argument of the wrong kind (reject_unusable); returns
     for one torch's parser converts."""
     if kind == _TENSOR:
-        if not isinstance(value, torch.Tensor):
+        if not _is_tensor(value):
             _reject(name, "a tensor", value)
     elif kind == _OPTIONAL_TENSOR:
-        if value is not None and not isinstance(value, torch.Tensor):
+        if value is not None and not _is_tensor(value):
             _reject(name, "a tensor or None", value)
     elif kind in (_INT, _OPTIONAL_INT):
         if not (_is_int_like(value) or (value is None and kind == _OPTIONAL_INT)):
@@ -160,17 +183,17 @@ def _reject_unusable(name: str, kind: int, value: object) -> None:
         if not _is_boolean(value):
             _reject(name, "a bool (True, False, a NumPy bool or a one-element bool tensor)", value)
     elif kind == _BOOL_LIST:
-        if not isinstance(value, (list, tuple)):
+        if not issubclass(type(value), (list, tuple)):
             _reject(name, "a list of bools", value)
-        for i, item in enumerate(value):
+        for i, item in enumerate(_held_items(value)):
             if not (item is True or item is False or _is_boolean(item)):
                 _reject(f"{name}[{i}]", "a bool (True, False, a NumPy bool or a one-element bool tensor)", item)
     else:
         tensors = kind == _TENSOR_LIST
-        if not isinstance(value, (list, tuple)):
+        if not issubclass(type(value), (list, tuple)):
             _reject(name, "a list of tensors" if tensors else "a list of ints", value)
-        for i, item in enumerate(value):
-            if not (isinstance(item, torch.Tensor) if tensors else _is_int_like(item)):
+        for i, item in enumerate(_held_items(value)):
+            if not (_is_tensor(item) if tensors else _is_int_like(item)):
                 _reject(f"{name}[{i}]", "a tensor" if tensors else "an int", item)
 
 
@@ -334,7 +357,7 @@ def plain_row_views(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
                          f"got {len(bounds)} entries")
     views = []
     for i, tensor in enumerate(tensors):
-        if not isinstance(tensor, torch.Tensor):
+        if not _is_tensor(tensor):
             raise ValueError(f"tensors[{i}] must be a tensor")
         start, end = _bound(bounds, 2 * i), _bound(bounds, 2 * i + 1)
         if tensor.dim() < 1:

@@ -30,6 +30,13 @@ def _described(value: Any) -> str:
     return "None" if value is None else f"{type(value).__name__} {value!r}"
 
 
+def is_tensor(value: Any) -> bool:
+    """A tensor by its type (torch.Tensor, Parameter, a real subclass), as FastOp takes one
+    (csrc/fastpath/py_values.h): not isinstance, which a value whose __class__ says torch.Tensor
+    (a MagicMock(spec=torch.Tensor)) passes without a tensor's attributes."""
+    return issubclass(type(value), torch.Tensor)
+
+
 def checked_int(value: Any, name: str) -> int:
     """value as every backend takes an int (FastOp, csrc/fastpath/fast_call.cpp, the same): a Python int,
     a NumPy integer, an integer tensor of one element; converted to int. Bools (True, a NumPy
@@ -37,10 +44,12 @@ def checked_int(value: Any, name: str) -> int:
     are a ValueError naming the argument: the mirror of checked_bool's rule."""
     if type(value) is int:
         return value
-    if isinstance(value, (bool, np.bool_)):
+    # By the value's type, as FastOp asks (csrc/fastpath/fast_call.cpp's is_int_like): isinstance
+    # would take a value whose __class__ claims int or torch.Tensor.
+    if issubclass(type(value), (bool, np.bool_)):
         raise ValueError(f"{name} must be an int, got {_described(value)}")
-    if isinstance(value, (int, np.integer)) or (
-            isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+    if issubclass(type(value), (int, np.integer)) or (
+            is_tensor(value) and value.numel() == 1 and not value.is_floating_point()
             and not value.is_complex() and value.dtype != torch.bool):
         return operator.index(value)
     raise ValueError(f"{name} must be an int, got {_described(value)}")
@@ -112,7 +121,7 @@ def checked_tensor_list(value: Any, name: str) -> list[torch.Tensor]:
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"{name} must be a list of tensors, got {_described(value)}")
     for g, entry in enumerate(value):
-        if not isinstance(entry, torch.Tensor):
+        if not is_tensor(entry):
             raise ValueError(f"{name}[{g}] must be a tensor, got {_described(entry)}")
     return list(value)
 
@@ -148,8 +157,8 @@ def checked_bool(value: Any, name: str) -> bool:
     read by their truth value, are a ValueError naming the argument."""
     if type(value) is bool:
         return value
-    if isinstance(value, np.bool_) or (
-            isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1):
+    if issubclass(type(value), np.bool_) or (
+            is_tensor(value) and value.dtype == torch.bool and value.numel() == 1):
         return bool(value)
     raise ValueError(f"{name} must be a bool (True, False, a NumPy bool or a one-element bool tensor), "
                      f"got {_described(value)}")
@@ -186,6 +195,23 @@ def padded_argument(value: int | None, name: str) -> int:
     return value
 
 
+def max_model_len_arguments(max_model_len: Any, max_model_len_tensor: Any) -> tuple[Any, Any]:
+    """A draft op wrapper's limit as its schema takes it: (the int, None), or for a tensor, read
+    on the device (vLLM 0.34's `max_model_len_gpu`), (-1, the tensor). The tensor comes as
+    max_model_len_tensor (the schema's name) or as max_model_len itself: never read on the host;
+    the op checks it (csrc/cpu/step_checks.h, check_max_model_len)."""
+    if is_tensor(max_model_len) and max_model_len.dtype in (torch.int32, torch.int64) and max_model_len_tensor is None:
+        # Any other tensor stays an int argument, rejected as one (a bool or float is not a limit).
+        max_model_len, max_model_len_tensor = None, max_model_len
+    if max_model_len_tensor is not None:
+        if max_model_len is not None:
+            raise ValueError("give max_model_len or max_model_len_tensor, not both")
+        return -1, max_model_len_tensor
+    if max_model_len is None:
+        raise ValueError("max_model_len must be given (an int, or a 0-D tensor as max_model_len_tensor)")
+    return max_model_len, None
+
+
 _TOKENS = native_entry("query_start_loc_tokens")
 
 
@@ -196,7 +222,7 @@ def query_start_loc_tokens(query_start_loc: Any) -> int:
     caller gives neither the output nor its size, never an unchecked value."""
     if _TOKENS is None:  # without the extension: the reference backend alone runs, unchecked
         return int(query_start_loc[-1])
-    return _TOKENS(query_start_loc.cpu() if isinstance(query_start_loc, torch.Tensor) else query_start_loc)
+    return _TOKENS(query_start_loc.cpu() if is_tensor(query_start_loc) else query_start_loc)
 
 
 # checks.h's shared metadata checks themselves (csrc/checks_binding.cpp), for tensors that reach
@@ -207,7 +233,7 @@ def query_start_loc_tokens(query_start_loc: Any) -> int:
 # extension they check nothing either: then only the reference backend runs, unchecked.
 _C = None
 if EXTENSION.loaded:
-    from specops import _C
+    import specops._C as _C
 _is_compiling = torch.compiler.is_compiling
 
 

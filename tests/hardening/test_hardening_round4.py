@@ -238,8 +238,9 @@ def test_device_paths_write_pad_for_such_a_slot(backend_name):
 @pytest.mark.parametrize("rule,position,seq_len", [("reset", 0, 1), ("clamp", 99, 100)])
 @pytest.mark.parametrize("gathered", [False, True])
 def test_advance_draft_step_at_the_last_int64_position(backend, rule, position, seq_len, gathered):
-    """Once: -2^63 on every backend (the +1 wrapped), under both rules; SPEC 3.7.5's formulas give
-    0 ("reset": seq_len 1, slot PAD) and L - 1 ("clamp": its slot), as for any p >= L."""
+    """Once: -2^63 on every backend (the +1 wrapped), under both rules; the rules
+    (docs/step_bookkeeping.md, "advance_draft_step") give 0 ("reset": seq_len 1, slot PAD) and
+    L - 1 ("clamp": its slot), as for any p >= L."""
     table = torch.arange(1, 15, dtype=I32).view(2, 7)  # row 1: blocks 8..14
     positions = i64(INT64_MAX, 5) if not gathered else i64(3, INT64_MAX, 8)
     extra = dict(token_indices=i32(1, 2)) if gathered else {}

@@ -181,8 +181,9 @@ def _input_ids_call(**change):
 
 @pytest.mark.parametrize("num_logits,num_logits_padded,size", [(None, None, 4), (6, None, 6), (6, 5, 6), (None, 4, 4)])
 def test_prepare_input_ids_sizes_absent_logits_outputs_by_num_logits(backend, num_logits, num_logits_padded, size):
-    """SPEC 3.7.1: absent outputs get num_logits entries (default cu_num_logits[R]); the wrapper
-    sized them by num_logits_padded (6 of 200 random calls)."""
+    """docs/step_bookkeeping.md, "Optional outputs": absent outputs get num_logits entries
+    (default cu_num_logits[R]); the wrapper sized them by num_logits_padded (6 of 200 random
+    calls)."""
     result = specops.prepare_input_ids(**_input_ids_call(num_logits=num_logits, num_logits_padded=num_logits_padded))
     for out in result:
         assert out.numel() == size

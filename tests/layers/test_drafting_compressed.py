@@ -296,3 +296,32 @@ def test_a_step_without_requests_gets_the_kernels_empty_schedules(variant):
     else:
         assert meta.qli_metadata.tolist() == _golden_words("lightning_indexer_metadata.jsonl", "no batch")
     assert meta.compress_cos.shape[0] == meta.compress_slot_mapping.shape[0] == 0
+
+
+def test_compressor_metadata_false_leaves_only_the_compressor_out():
+    """GroupConfig(compressor_metadata=False): the compressed group keeps its sas and indexer
+    schedules and every other field, its compress_* fields are None, and no compressor launch
+    runs (a runner that computes the compressor metadata elsewhere: vllm-ascend's forward)."""
+    import dataclasses
+
+    rng = random.Random(11)
+    model = compressed_model()
+    groups = [SWA, C4, C128]
+    without = [dataclasses.replace(g, compressor_metadata=False) if g.compress_ratio > 1 else g for g in groups]
+    common = make_step(rng, groups, model.num_speculative_tokens, num_reqs=4)
+    full = build_draft_attn_metadata(make_builders(model, groups), common, draft_index=1, cache=StepCache())
+    builders = make_builders(model, without)
+    lean = []
+    launches = count_launches(lambda: lean.extend(build_draft_attn_metadata(builders, common, draft_index=1,
+                                                                            cache=StepCache())))
+    assert not any("compressor_metadata" in name for name in launches.by_op)
+    assert any("compressor_metadata" in name for name in count_launches(
+        lambda: build_draft_attn_metadata(make_builders(model, groups), common, draft_index=1)).by_op)
+    for group, a, b in zip(without, full, lean):
+        assert (b.compress_cos, b.compress_sin, b.compress_slot_mapping) == (None, None, None)
+        assert torch.equal(a.sas_metadata, b.sas_metadata) if a.sas_metadata is not None else b.sas_metadata is None
+        assert (a.qli_metadata is None) == (b.qli_metadata is None)
+        if a.qli_metadata is not None:
+            assert torch.equal(a.qli_metadata, b.qli_metadata)
+        assert torch.equal(a.slot_mapping, b.slot_mapping) and torch.equal(a.cos, b.cos)
+        assert_matches_definitions(b, model, group, common)

@@ -111,7 +111,11 @@ class _Speculator:
         self.block_tables = tables
 
     def propose(self, input_batch=None, *, dummy_run=False, skip_attn_for_dummy_run=False):
-        return draft_steps._loop.get() is not None
+        body = getattr(self, "propose_body", None)
+        return body() if body is not None else draft_steps._loop.get()
+
+    def _generate_fused_drafts(self):
+        return draft_steps._loop.get()
 
     def _generate_draft(self):
         pass
@@ -139,31 +143,59 @@ def test_the_draft_steps_seam_fuses_only_where_vllm_computes_the_slot_mappings_i
     speculator = (_OwnLoop if case == "own_loop" else _Speculator)(_tables(known=case != "unknown_tables"))
     if case == "constant_positions":
         speculator.advance_draft_positions = False
-    if case == "metadata_update":
+    if case == "metadata_update":  # vLLM runs its fused-metadata loop: served as well
         speculator.supports_decode_metadata_update = True
     if case == "no_groups":
         speculator.block_tables.num_kv_cache_groups = 0
     dummy = case == "skip_attn"
-    assert propose(speculator, None, dummy_run=dummy, skip_attn_for_dummy_run=True) is (case == "fused")
+    loop = propose(speculator, None, dummy_run=dummy, skip_attn_for_dummy_run=True)
+    assert (loop is not None) is (case in ("fused", "metadata_update"))
+    assert loop is None or loop.fused is (case == "metadata_update")
     assert draft_steps._loop.get() is None  # nothing leaks out of the call
 
 
-def test_compute_slot_mappings_skips_only_the_call_the_launch_before_wrote_for():
+def test_the_fused_loop_body_gets_a_loop_of_its_own_only_outside_propose():
+    """Called alone (vLLM captures it in a full graph), the fused-metadata loop's body runs with a
+    decode loop of its own; inside propose, with propose's."""
+    body = draft_steps.make_fused_drafts(_Speculator._generate_fused_drafts, _Speculator.propose)
+    speculator = _Speculator(_tables())
+    alone = body(speculator)
+    assert alone is not None and alone.fused and alone.speculator is speculator
+    propose = draft_steps.make_propose(_Speculator.propose)
+    speculator.propose_body = lambda: body(speculator)
+    inside = propose(speculator, None)
+    assert inside is not None and inside is not alone
+    speculator.advance_draft_positions = False
+    assert body(speculator) is None
+    assert draft_steps._loop.get() is None
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_compute_slot_mappings_serves_only_the_calls_the_launch_before_wrote_for(fused):
+    """A record serves the call that follows its launch (and, for step 1 of the fused-metadata
+    loop, the second call vLLM makes for the same slot mappings); another query layout runs
+    vLLM's launch and drops the record."""
     calls = []
     compute = draft_steps.make_compute_slot_mappings(lambda *args: calls.append(args) or "vllm")
     tables = _tables()
     idx, qsl, positions = torch.zeros(3, dtype=torch.int64), torch.zeros(4, dtype=torch.int32), torch.zeros(3)
-    loop = draft_steps._Loop(_Speculator(tables))
+    loop = draft_steps._Loop(_Speculator(tables), fused=fused)
     token = draft_steps._loop.set(loop)
     try:
-        loop.written = draft_steps._key(tables, idx, qsl, positions)
-        assert compute(tables, idx, qsl[:3], positions, 5) == "vllm"  # another query layout
+        key = draft_steps._key(tables, idx, qsl, positions)
+        loop.written, loop.uses = key, 2 if fused else 1
         view = compute(tables, idx, qsl, positions, 5)
         assert view.data_ptr() == tables.slot_mappings.data_ptr() and view.shape == (2, 5)
-        assert compute(tables, idx, qsl, positions, 5) == "vllm"  # consumed: the next call launches
+        if fused:
+            assert compute(tables, idx, qsl, positions, 5).shape == (2, 5)  # step 1's second call
+        assert compute(tables, idx, qsl, positions, 5) == "vllm"  # used up: the next call launches
+        loop.written, loop.uses = key, 2
+        assert compute(tables, idx, qsl[:3], positions, 5) == "vllm"  # another query layout
+        assert loop.written is None  # vLLM's launch wrote the buffer: the record is gone
+        assert compute(tables, idx, qsl, positions, 5) == "vllm"
     finally:
         draft_steps._loop.reset(token)
-    assert compute(tables, idx, qsl, positions, 5) == "vllm" and len(calls) == 3
+    assert compute(tables, idx, qsl, positions, 5) == "vllm" and len(calls) == 4
 
 
 class _Drafter:
@@ -207,7 +239,7 @@ def _vllm_copy_request_inputs(self, num_reqs, idx_mapping, temperature, seeds, d
 @pytest.mark.parametrize("case", ["in_propose", "dummy_run", "another_mapping"])
 def test_the_draft_prefill_takes_the_request_mapping_only_for_propose_s_own_batch(case):
     """Inside propose the mapping's copy joins the prefill launch; a dummy run and a mapping other
-    than the batch's keep vLLM's copy; the prefill inputs are vLLM's in every case (SPEC's example:
+    than the batch's keep vLLM's copy; the prefill inputs are vLLM's in every case (docs/step_bookkeeping.md's example:
     requests at rows 2 and 0, queries [0, 3) and [3, 4), one rejected token)."""
     copies = []
     copy = draft_steps.make_copy_request_inputs(lambda *args: copies.append(args) or _vllm_copy_request_inputs(*args))

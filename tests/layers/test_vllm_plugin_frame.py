@@ -261,7 +261,7 @@ def test_a_point_with_a_changed_target_is_skipped_alone_and_the_point_needing_it
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2
     assert messages[0].startswith("specops: point p_triple: fakerunner.ops:triple differs")
-    assert messages[1] == "specops: point p_fill needs p_triple, which is not patched"
+    assert messages[1] == "specops: point p_fill needs p_triple (skipped)"
     assert [(s.name, s.state) for s in state.states] == [("p_double", "active"), ("p_triple", "skipped"),
                                                          ("p_fill", "skipped")]
 

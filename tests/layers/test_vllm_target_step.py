@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import specops
-from specops.integrations.vllm import draft_steps, mrv2, target_step
+from specops.integrations.vllm import draft_steps, fused_records, mrv2, target_step
 
 ROWS, COLS, WIDTH = 6, 4, 16
 
@@ -134,7 +134,7 @@ def test_outside_prepare_inputs_it_is_vllms_function():
 def test_a_gather_with_more_rows_to_clear_than_the_launch_cleared_runs_its_own():
     runner = _runner()
     tables = runner.block_tables
-    target_step.note_rows_left(tables, 2)  # the last gather this module saw left 2 rows
+    fused_records.note_rows_left(tables, 2)  # the last gather this module saw left 2 rows
     _step(runner, [])
     tables._num_dirty_rows = 5  # a dummy run (no adapter sees it) left 5
     launches = []

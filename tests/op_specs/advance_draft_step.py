@@ -39,6 +39,14 @@ def _valid() -> Call:
 def _metadata() -> list[Bad]:
     return [
         bad("max_model_len 0", "max_model_len", max_model_len=0),
+        # The limit as a device tensor (vLLM 0.34's max_model_len_gpu).
+        bad("max_model_len_tensor float", "max_model_len_tensor", max_model_len=None,
+            max_model_len_tensor=torch.tensor(14.0)),
+        bad("max_model_len_tensor 1-D", "max_model_len_tensor", max_model_len=None, max_model_len_tensor=t32(14)),
+        bad("max_model_len and max_model_len_tensor both", "max_model_len_tensor",
+            max_model_len_tensor=torch.tensor(14, dtype=I32)),
+        bad_with("max_model_len_tensor sharing an output", "max_model_len_tensor",
+                 lambda call: call.update(max_model_len=None, max_model_len_tensor=call["seq_lens"].view(-1)[0])),
         bad("an unknown rule", "past_max_model_len", past_max_model_len="wrap"),
         bad("cp_rank = cp_world_size", "cp_rank", cp_rank=2),
         bad("cp_world_size 0", "cp_world_size", cp_world_size=0),
@@ -82,6 +90,8 @@ def _metadata() -> list[Bad]:
 def _values() -> list[Bad]:
     return [
         bad("a negative position", "positions", positions=t64(9, -5, 63)),
+        bad("max_model_len_tensor 0", "max_model_len_tensor", max_model_len=None,
+            max_model_len_tensor=torch.tensor(0, dtype=I32)),
         bad("token_indices outside positions", "token_indices", token_indices=t32(0, 3, 1)),
         bad("more rejected tokens than seq_lens", "num_rejected_tokens", num_rejected_tokens=t32(13, 0, 0)),
         bad("a position past the allocated blocks", ("num_blocks[0]",), num_blocks=[t32(4, 3, 4), t32(8, 8, 8)]),
@@ -111,7 +121,7 @@ def _draw(draw) -> Call:
         positions=positions.to(draw(st.sampled_from([I64, I32]))),
         seq_lens=torch.cat([seq_lens, stale(reqs_padded - num_reqs + draw(st.integers(0, 1)))]),
         block_tables=[torch.randint(0, 5000, (rows, c), generator=generator, dtype=I32) for c in cols],
-        block_sizes=block_sizes, max_model_len=limit, past_max_model_len=draw(st.sampled_from(["reset", "clamp"])),
+        block_sizes=block_sizes, past_max_model_len=draw(st.sampled_from(["reset", "clamp"])),
         token_indices=torch.randperm(positions.numel(), generator=generator)[:num_reqs].to(I32) if gather else None,
         num_rejected_tokens=(seq_lens * torch.rand(num_reqs, generator=generator)).to(I32) if draw(st.booleans()) else None,
         idx_mapping=torch.tensor(idx, dtype=draw(st.sampled_from([I32, I64]))) if idx is not None else None,
@@ -123,8 +133,23 @@ def _draw(draw) -> Call:
         slot_mapping_enabled=[draw(st.booleans()) for _ in range(num_groups)], cp_world_size=world,
         cp_rank=_pick(draw, world), cp_interleave=1,
         num_blocks=[torch.full((rows,), c, dtype=I32) for c in cols] if draw(st.booleans()) else None,
-        num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded, **(_draw_inputs(draw, generator, num_reqs)
-                                                                         if draw(st.booleans()) else {}))
+        num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded, **_limit(draw, limit),
+        **(_draw_inputs(draw, generator, num_reqs) if draw(st.booleans()) else {}))
+
+
+def _limit(draw, limit: int) -> Call:
+    """max_model_len as an int or as a 0-D tensor read on the device (vLLM 0.34's form)."""
+    if draw(st.booleans()):
+        return dict(max_model_len=limit)
+    return dict(max_model_len=None, max_model_len_tensor=torch.tensor(limit, dtype=draw(st.sampled_from([I32, I64]))))
+
+
+def set_limit(call: Call, limit: int) -> None:
+    """Sets the limit in the form the call gives it."""
+    if call.get("max_model_len_tensor") is not None:
+        call["max_model_len_tensor"] = torch.tensor(limit, dtype=call["max_model_len_tensor"].dtype)
+    else:
+        call["max_model_len"] = limit
 
 
 def _draw_inputs(draw, generator, num_reqs: int) -> Call:
@@ -154,7 +179,7 @@ def _position_past_tables(draw, call: Call) -> bool:
     r = _pick(draw, num_reqs)
     index = int(call["token_indices"][r]) if call["token_indices"] is not None else r
     call["positions"][index] = 2**26 + call["cp_rank"] - 1
-    call["max_model_len"] = 2**27
+    set_limit(call, 2**27)
     row = int(call["idx_mapping"][r]) if call["idx_mapping"] is not None else r
     return row >= 0 and any(call["slot_mapping_enabled"])
 
@@ -185,14 +210,15 @@ ADVANCE_DRAFT_STEP = OpSpec(
              "target_seq_lens": Arg((I32,), 1), "input_ids": Arg((I32, I64), 1), "draft_tokens": Arg((I64, I32), 2),
              "sampled_tokens": Arg((I64, I32), 1), "draft_step": Arg((I64, I32), 0),
              "sample_positions": Arg((I64, I32), 1), "hidden_states": Arg((BF16, F32, torch.float16), 2),
-             "next_hidden_states": Arg((BF16, F32, torch.float16), 2)},
+             "next_hidden_states": Arg((BF16, F32, torch.float16), 2),
+             "max_model_len_tensor": Arg((I32, I64), 0)},
     outputs=("seq_lens", "out_positions", "slot_mappings[0]", "slot_mappings[1]", "query_start_loc", "input_ids",
              "draft_tokens", "sample_positions", "next_hidden_states"),
     valid_call=_valid,
     metadata_errors=_metadata,
     value_errors=_values,
     draw_call=_draw(),
-    exclusive=("token_indices",),
+    exclusive=("token_indices", "max_model_len_tensor"),
     corruptions=(
         Corruption("a position past every table", _position_past_tables),
         Corruption("negative block ids", _negative_ids),

@@ -16,6 +16,7 @@ import specops
 from specops.ops.advance_draft_steps import DraftSteps, pass_extents
 
 from ._corruptions import _negative_block_ids, _pick, _seed
+from .advance_draft_step import _limit, set_limit
 from ._spec import (
     I32, I64, Arg, Bad, Call, Corruption, OpSpec, SLOW_KERNEL_GUARD_EXAMPLES, bad, bad_with, stale, t32, t64,
 )
@@ -76,6 +77,14 @@ def _metadata() -> list[Bad]:
     return [
         bad("num_steps 0", "num_steps", num_steps=0),
         bad("max_model_len 0", "max_model_len", max_model_len=0),
+        # The limit as a device tensor (vLLM 0.34's max_model_len_gpu).
+        bad("max_model_len_tensor float", "max_model_len_tensor", max_model_len=None,
+            max_model_len_tensor=torch.tensor(14.0)),
+        bad("max_model_len_tensor 1-D", "max_model_len_tensor", max_model_len=None, max_model_len_tensor=t32(14)),
+        bad("max_model_len and max_model_len_tensor both", "max_model_len_tensor",
+            max_model_len_tensor=torch.tensor(14, dtype=I32)),
+        bad_with("max_model_len_tensor sharing an output", "max_model_len_tensor",
+                 lambda call: call.update(max_model_len=None, max_model_len_tensor=call["out_start_pos"].view(-1)[0])),
         bad("an unknown rule", "past_max_model_len", past_max_model_len="wrap"),
         bad("num_actual_tokens negative", "num_actual_tokens", num_actual_tokens=-1),
         bad("num_input_tokens below num_actual_tokens", "num_input_tokens", num_input_tokens=2),
@@ -131,6 +140,8 @@ def _share_slots_and_table(call: Call) -> None:
 def _values() -> list[Bad]:
     return [
         bad("a negative position", "positions", positions=t64(5, -6, 9)),
+        bad("max_model_len_tensor 0", "max_model_len_tensor", max_model_len=None,
+            max_model_len_tensor=torch.tensor(0, dtype=I32)),
         bad("a position past the RoPE cache", "rope_cos_sin_cache", positions=t64(5, 6, 9),
             rope_cos_sin_cache=rope(9)),
         bad("token_indices outside positions", "token_indices", token_indices=t32(1, 3)),
@@ -171,7 +182,7 @@ def _draw(draw) -> Call:
                                        for c in cols],
         block_sizes=block_sizes,
         rope_cos_sin_cache=rope(limit + 2, draw(st.sampled_from([2, 4])), draw(st.sampled_from([BF16, F32]))),
-        num_steps=num_steps, num_actual_tokens=num_tokens, num_input_tokens=num_input_tokens, max_model_len=limit,
+        num_steps=num_steps, num_actual_tokens=num_tokens, num_input_tokens=num_input_tokens, **_limit(draw, limit),
         target_slot_mappings=[torch.randint(-1, 5000, (num_tokens,), generator=generator).to(d) for d in slot_dtypes],
         past_max_model_len=draw(st.sampled_from(["reset", "clamp"])),
         num_blocks=[torch.full((rows,), c, dtype=I32) for c in cols] if draw(st.booleans()) else None,
@@ -194,7 +205,7 @@ def _position_past_tables(draw, call: Call) -> bool:
         return False
     r = _pick(draw, num_reqs)
     call["positions"][int(call["token_indices"][r])] = 2**26 + call["cp_rank"] - 1
-    call["max_model_len"] = 2**27
+    set_limit(call, 2**27)
     return True
 
 
@@ -228,7 +239,8 @@ ADVANCE_DRAFT_STEPS = OpSpec(
              "out_local_query_start_loc": Arg((I32,), 2), "out_local_seq_lens": Arg((I32,), 2),
              "out_start_pos": Arg((I32,), 2),
              "out_slots[0]": Arg((I64, I32), 2), "out_slots[1]": Arg((I64, I32), 2),
-             "out_slot_pairs[0]": Arg((I64, I32), 3), "out_slot_pairs[1]": Arg((I64, I32), 3)},
+             "out_slot_pairs[0]": Arg((I64, I32), 3), "out_slot_pairs[1]": Arg((I64, I32), 3),
+             "max_model_len_tensor": Arg((I32, I64), 0)},
     outputs=(*FIELDS, "out_slots[0]", "out_slots[1]", "out_slot_pairs[0]", "out_slot_pairs[1]"),
     valid_call=_valid,
     metadata_errors=_metadata,
@@ -243,4 +255,5 @@ ADVANCE_DRAFT_STEPS = OpSpec(
              "cp_interleave", "split_size", "split_rank", "num_reqs_padded", "block_sizes", "blocks_per_kv_block",
              "storage_block_sizes"),
     offsets=("query_start_loc",),
+    exclusive=("max_model_len_tensor",),
 )

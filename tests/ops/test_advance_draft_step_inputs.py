@@ -26,7 +26,7 @@ def rows_of(first: int, rows: int, cols: int, step: int = 10) -> torch.Tensor:
 
 
 def _tables():
-    # SPEC 3.7.5's clamp example: request-indexed, group 0 CP-sharded (CP 2, rank 1), group 1 not.
+    # A clamp case: request-indexed, group 0 CP-sharded (CP 2, rank 1), group 1 not.
     return [rows_of(1, 3, 4, 4), rows_of(21, 3, 8)]
 
 

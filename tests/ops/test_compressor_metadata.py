@@ -97,13 +97,14 @@ def test_invalid_rows(backend):
 
 
 def restated(rope_cos, rope_sin, query_start_loc, start_pos, block_table, ratio, num_rows, fmt):
-    """The contract row by row in plain Python: (cos rows, sin rows, slots)."""
+    """The contract row by row in plain Python (ints that never wrap): (cos rows, sin rows,
+    slots). Rows past num_rows are never built (a length near 2^32 completes 2^30 groups)."""
     dim = len(rope_cos[0])
     cos, sin, slots = [], [], []
     for r, start in enumerate(start_pos):
         length = query_start_loc[r + 1] - query_start_loc[r]
         count = (start + length) // ratio - start // ratio if start >= 0 and length > 0 else 0
-        for i in range(count):
+        for i in range(min(count, max(num_rows - len(slots), 0))):
             p = start // ratio + i
             ok = p // BLOCK < len(block_table[r]) and p * ratio < len(rope_cos)
             block = block_table[r][p // BLOCK] if ok else -1

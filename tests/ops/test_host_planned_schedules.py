@@ -1,5 +1,6 @@
-"""The sas family's host-planned form (SPEC 1.1): host length tensors, a device output, the words
-computed on the host and copied once, without a wait, from pinned staging; nothing read back.
+"""The sas family's host-planned form (docs/sas_metadata.md, "On a device"): host length
+tensors, a device output, the words computed on the host and copied once, without a wait, from
+pinned staging; nothing read back.
 
 No device exists here: `DeviceStandIn` (tests/device_stand_in.py) is the device tensor. It takes
 a specops op to the op's device kernel through the dispatcher and fails any read of its values

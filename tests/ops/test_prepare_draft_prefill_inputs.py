@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import device_backends, examples
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from step_expectations import draft_prefill_inputs
+from step_expectations import draft_prefill_inputs, int32
 from strategies import assert_rejected_without_writes
 
 import specops
@@ -146,6 +146,86 @@ def test_device_paths_clamp_what_the_host_rejects():
         assert call["input_ids"].tolist() == [12, 13, 102, STALE, STALE, STALE], name
         assert call["positions"].tolist() == [5, 6, 7, 9, STALE, STALE], name
         assert call["out_query_start_loc"].tolist() == [0, 3, 9, 9, 9], name
+
+
+def _inside_buffers(target_ids, target_positions, idx_mapping, qsl, num_sampled, num_rejected, last_sampled,
+                    next_prefill, ids, positions):
+    """(input_ids, positions, last_token_indices) as the device paths leave them for a layout
+    whose first start may be negative (non-decreasing after it): each request's kept tokens, only
+    those inside the buffers (docs/hardening.md: a token outside a buffer is neither read nor
+    written). Plain ints: j runs only over the tokens at 0 <= s + j < the largest buffer."""
+    ids, positions, last_index = list(ids), list(positions), []
+    bound = max(len(target_ids), len(target_positions), len(ids), len(positions))
+    for r, row in enumerate(idx_mapping):
+        start = qsl[r]
+        query_len = max(qsl[r + 1] - start, 0)
+        kept = min(max(query_len - num_rejected[r], 0), query_len)
+        next_token = int32(last_sampled[row]) if num_sampled[r] > 0 else next_prefill[row]
+        for j in range(max(-start, 0), min(kept, bound - start)):
+            o = start + j
+            if j == kept - 1 and o < len(ids):
+                ids[o] = next_token
+            elif j < kept - 1 and o + 1 < len(target_ids) and o < len(ids):
+                ids[o] = target_ids[o + 1]
+            if o < min(len(target_positions), len(positions)):
+                positions[o] = target_positions[o]
+        last_index.append(start + kept - 1)
+    return ids, positions, last_index
+
+
+@st.composite
+def negative_starts(draw):
+    """query_start_loc[0] < 0 (down to -2^31), non-decreasing after it; buffers of 1 to 12 tokens."""
+    first = draw(st.sampled_from([-1, -2, -3, -6, -(2**31) + 1, -(2**31)]))
+    num_reqs = draw(st.integers(1, 4))
+    qsl = [first, draw(st.integers(max(first, -4), 8))]
+    for _ in range(num_reqs - 1):
+        qsl.append(qsl[-1] + draw(st.integers(0, 5)))
+    sizes = [draw(st.integers(1, 12)) for _ in range(4)]
+    return dict(qsl=qsl, target_ids=[draw(st.integers(1, 999)) for _ in range(sizes[0])],
+                target_positions=[draw(st.integers(0, 2**40)) for _ in range(sizes[1])], ids_room=sizes[2],
+                positions_room=sizes[3], num_sampled=[draw(st.integers(0, 2)) for _ in range(num_reqs)],
+                num_rejected=[draw(st.integers(0, 3)) for _ in range(num_reqs)],
+                idx_mapping=[draw(st.integers(0, 3)) for _ in range(num_reqs)])
+
+
+@settings(max_examples=examples(30))
+@given(case=negative_starts())
+@example(case=dict(qsl=[-1, 3, 4], target_ids=[11, 12, 13, 21], target_positions=[5, 6, 7, 9], ids_room=6,
+                   positions_room=6, num_sampled=[2, 0], num_rejected=[0, 0], idx_mapping=[2, 0]))
+def test_a_negative_first_start_writes_inside_the_buffers_only(case):
+    """Once: the reference shifted target id 0 to input_ids[-1], the last entry (the C++ body
+    checks t - 1 >= 0): with query_start_loc [-1, 3, 4], input_ids[5] got 11. Every device path
+    writes only the tokens inside the buffers; the native op rejects the layout, writing nothing."""
+    num_reqs = len(case["idx_mapping"])
+
+    def call():
+        return dict(target_input_ids=t32(case["target_ids"]), target_positions=torch.tensor(case["target_positions"]),
+                    idx_mapping=t32(case["idx_mapping"]), query_start_loc=t32(case["qsl"]),
+                    seq_lens=t32([8] * num_reqs), num_sampled=t32(case["num_sampled"]),
+                    num_rejected=t32(case["num_rejected"]),
+                    last_sampled_tokens=torch.tensor([[100], [101], [102], [103]]),
+                    next_prefill_tokens=t32([[200, 201, 202, 203]]),
+                    input_ids=torch.full((case["ids_room"],), STALE, dtype=torch.int32),
+                    positions=torch.full((case["positions_room"],), STALE),
+                    out_query_start_loc=torch.full((num_reqs + 1,), STALE, dtype=torch.int32),
+                    out_seq_lens=torch.full((num_reqs,), STALE, dtype=torch.int32),
+                    last_token_indices=torch.full((num_reqs,), STALE), current_draft_step=None,
+                    request_idx_mapping=None)
+
+    with specops.backend("native"):
+        assert_rejected_without_writes(specops.prepare_draft_prefill_inputs, call(), argument="query_start_loc",
+                                       written=OUTPUTS[:5], errors=ValueError)
+    want = _inside_buffers(case["target_ids"], case["target_positions"], case["idx_mapping"], case["qsl"],
+                           case["num_sampled"], case["num_rejected"], [100, 101, 102, 103], [200, 201, 202, 203],
+                           [STALE] * case["ids_room"], [STALE] * case["positions_room"])
+    for name in device_backends():
+        given_call = call()
+        with specops.backend(name):
+            specops.prepare_draft_prefill_inputs(**given_call)
+        assert given_call["input_ids"].tolist() == want[0], name
+        assert given_call["positions"].tolist() == want[1], name
+        assert given_call["last_token_indices"].tolist() == want[2], name
 
 
 def _opcheck_args():

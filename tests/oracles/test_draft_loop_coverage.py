@@ -16,7 +16,7 @@ import random
 import pytest
 import torch
 from draft_loop_cases import allocate_rows, make_setup, target_step
-from schedule_consumers import KV_QUANT_ENTRY, S2_MAX_NUM, A5Call, check_a5, check_indexer, indexer_walk
+from schedule_consumers import KV_QUANT_ENTRY, S2_MAX_NUM, A5Call, a5_walk, check_a5, check_indexer, indexer_walk
 
 import specops
 
@@ -52,14 +52,17 @@ LOOP_CASES = [
 ]
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["per-pass", "shared"])
 @pytest.mark.parametrize("kinds,num_steps,cp_size,rule,variant,heads,soc,cores", LOOP_CASES)
 def test_draft_loop_words_planned_from_bounds_cover_the_real_work(kinds, num_steps, cp_size, rule, variant, heads,
-                                                                   soc, cores):
+                                                                   soc, cores, shared):
+    """shared: DraftLoopPlan(shared_schedule=True), passes 2..K on one schedule (pass K's)."""
     rng = random.Random(repr((kinds, num_steps, cp_size, rule, heads, soc)))  # str seeds are stable across runs
     max_model_len = rng.randint(num_steps + 3, 1200)
     setup = make_setup(kinds, num_steps=num_steps, max_model_len=max_model_len, cp_size=cp_size,
                        cp_rank=rng.randint(0, cp_size - 1), rule=rule, sas_variant=variant, num_heads_q=heads,
-                       platform=dict(num_cube_cores=cores, num_vector_cores=2 * cores, soc_version=soc), seed=rng.randint(0, 999))
+                       platform=dict(num_cube_cores=cores, num_vector_cores=2 * cores, soc_version=soc),
+                       seed=rng.randint(0, 999), shared_schedule=shared)
     mappings, builders, plan = setup
     allocate_rows(mappings, rng, [1])
     a5 = [(i, a5_call_of(b)) for i, b in enumerate(builders) if variant == "a5" and b.sas_arguments is not None]
@@ -85,6 +88,51 @@ def test_draft_loop_words_planned_from_bounds_cover_the_real_work(kinds, num_ste
                 checked += 1
     # Bounds above the real lengths were planned from, and every schedule was walked.
     assert above > 0 and checked == 6 * num_steps * (len(a5) + len(c4)) > 0
+
+
+def test_a_shared_a5_schedule_keeps_the_syncs_matched_when_a_request_crosses_a_block():
+    """Once: DraftLoopPlan(shared_schedule=True) copied pass 2's words into passes 3..K. 128
+    heads on Ascend950 with 4 cube cores, one C128 group (window 24), decode requests with bounds
+    [126, 20, 30, 40], K = 5: from pass 3 request 0 crosses the 128-token KV block, one core pair
+    runs 3 blocks while word 8 (s2_max_num, what every vector core tops its all-core syncs up to)
+    said 2, and the consumer's syncs differed between cores (a hung launch). The shared words are
+    now planned for pass K's bound: every pass's walk matches, and each pass 2..K holds them."""
+    num_steps, num_reqs = 5, 4
+    plans = {}
+    for shared in (False, True):
+        mappings, builders, plan = make_setup(
+            ["c128"], num_steps=num_steps, max_model_len=400, sas_variant="a5", num_heads_q=128,
+            shared_schedule=shared, platform=dict(num_cube_cores=4, num_vector_cores=8, soc_version=ASCEND950))
+        allocate_rows(mappings, random.Random(3), [1])
+        qsl, seq_lens, rows = torch.arange(num_reqs + 1, dtype=I32), torch.tensor([126, 20, 30, 40], dtype=I32), \
+            torch.arange(num_reqs, dtype=I32)
+        mappings.positions[:num_reqs] = (seq_lens - 1).long()
+        mappings.seq_lens.zero_()
+        mappings.seq_lens[:num_reqs] = seq_lens
+        mappings.refresh(rows, qsl, mappings.positions[:num_reqs], num_reqs_padded=num_reqs)
+        plan.plan_step(qsl, seq_lens, num_reqs, num_reqs)
+        plan.advance_all(qsl, rows, torch.zeros(num_reqs, dtype=I32), rows)
+        plans[shared] = plan
+    call = a5_call_of(builders[0])
+    assert (call.num_heads_q, call.ascend950, call.num_cube_cores, call.win_left, call.cmp_ratio) == (128, True, 4, 23,
+                                                                                                     128)
+    plan = plans[True]
+    words = [plan.metadata(k)[0].sas_metadata.tolist() for k in range(1, num_steps + 1)]
+    blocks = []
+    for k in range(1, num_steps + 1):
+        query_lens, kv_lens = lengths(plan.metadata(k)[0])
+        assert kv_lens == [126 + k - 1, 20 + k - 1, 30 + k - 1, 40 + k - 1]
+        blocks.append(max(check_a5(words[k - 1], call, query_lens, kv_lens).blocks))
+        if k >= 2:
+            assert words[k - 1] == words[-1], k
+    # Request 0 crosses the block from pass 3 on: 3 KV blocks there, the words' sync count 3.
+    assert blocks[2:] == [3, 3, 3] and words[-1][S2_MAX_NUM] == 3
+    # What the copy of pass 2's words gave (the per-pass plan's pass 2) on pass 3's lengths.
+    stale = plans[False].metadata(2)[0].sas_metadata.tolist()
+    walk = a5_walk(stale, call, *lengths(plan.metadata(3)[0]))
+    assert stale[S2_MAX_NUM] == 2 and walk.syncs == [3, 3, 2, 2]
+    with pytest.raises(AssertionError, match="syncs differ"):
+        check_a5(stale, call, *lengths(plan.metadata(3)[0]))
 
 
 # ------------------------------------------------------------------ the ops' own calls

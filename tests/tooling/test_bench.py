@@ -1,8 +1,11 @@
-"""The benchmark CLI: quick mode end to end, the CSV's columns, and --compare."""
+"""The benchmark CLI: quick mode end to end (the table, the summary after it, the summary
+figure), the CSV's columns, and --compare. The figures' content: test_bench_figures.py."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 
 import pytest
 
@@ -15,12 +18,24 @@ from specops.bench._report import CSV_COLUMNS
 def quick_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bench")
     csv_path, plot_path = folder / "run.csv", folder / "run.png"
-    assert main(["--quick", "--samples", "2", "--csv", str(csv_path), "--plot", str(plot_path)]) == 0
-    return csv_path, plot_path
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["--quick", "--samples", "2", "--csv", str(csv_path), "--plot", str(plot_path),
+                     "--runner-counts", str(folder / "no-counts.csv")]) == 0
+    return csv_path, plot_path, printed.getvalue()
 
 
-def test_quick_mode_writes_a_row_per_measurement_with_the_documented_columns(quick_run, capsys):
-    csv_path, plot_path = quick_run
+def test_quick_mode_prints_the_summary_after_the_table_and_draws_the_summary_figure(quick_run):
+    _, plot_path, output = quick_run
+    table, summary = output.split("\nsummary: ", 1)
+    assert " specops " in table and "x faster than" in table
+    assert "the 5 largest:" in summary and "the 5 smallest:" in summary and "slower than a baseline" in summary
+    assert f"summary figure: {plot_path}" in summary and "runner figure: skipped (no " in summary
+    assert plot_path.stat().st_size > 0
+
+
+def test_quick_mode_writes_a_row_per_measurement_with_the_documented_columns(quick_run):
+    csv_path, _, _ = quick_run
     with open(csv_path, newline="") as handle:
         reader = csv.DictReader(handle)
         assert reader.fieldnames == CSV_COLUMNS
@@ -31,7 +46,16 @@ def test_quick_mode_writes_a_row_per_measurement_with_the_documented_columns(qui
         assert float(row["p20_us"]) <= float(row["median_us"]) <= float(row["p80_us"])
         assert row["torch"] and row["timestamp"] and row["machine"]
     assert any(row["impl"] == "specops" for row in rows)
-    assert plot_path.stat().st_size > 0
+    # Every row names its case's subject, and the subject is one of the case's rows.
+    for (op, case), subjects in _by_case(rows, "subject").items():
+        assert len(subjects) == 1 and subjects <= _by_case(rows, "impl")[(op, case)], (op, case)
+
+
+def _by_case(rows, column) -> dict[tuple[str, str], set[str]]:
+    found: dict[tuple[str, str], set[str]] = {}
+    for row in rows:
+        found.setdefault((row["op"], row["case"]), set()).add(row[column])
+    return found
 
 
 def _rewrite_medians(source, target, factor, impl="specops"):
@@ -48,7 +72,7 @@ def _rewrite_medians(source, target, factor, impl="specops"):
 
 
 def test_compare_flags_a_2x_regression(quick_run, tmp_path, capsys):
-    csv_path, _ = quick_run
+    csv_path, _, _ = quick_run
     slower = tmp_path / "slower.csv"
     _rewrite_medians(csv_path, slower, 2.0)
     assert main(["--compare", str(csv_path), str(slower)]) == 1
@@ -59,13 +83,13 @@ def test_compare_flags_a_2x_regression(quick_run, tmp_path, capsys):
 
 
 def test_compare_passes_an_unchanged_run(quick_run, capsys):
-    csv_path, _ = quick_run
+    csv_path, _, _ = quick_run
     assert main(["--compare", str(csv_path), str(csv_path)]) == 0
     assert "0 regression(s)" in capsys.readouterr().out
 
 
 def test_compare_judges_specops_rows_only(quick_run, tmp_path, capsys):
-    csv_path, _ = quick_run
+    csv_path, _, _ = quick_run
     slower_baselines = tmp_path / "slower-baselines.csv"
     _rewrite_medians(csv_path, slower_baselines, 3.0, impl="numpy")
     assert main(["--compare", str(csv_path), str(slower_baselines)]) == 0
@@ -81,7 +105,7 @@ def test_compare_judges_specops_rows_only(quick_run, tmp_path, capsys):
 
 
 def test_rows_carry_their_role_and_launch_counts(quick_run):
-    csv_path, _ = quick_run
+    csv_path, _, _ = quick_run
     with open(csv_path, newline="") as handle:
         rows = {(row["op"], row["case"], row["impl"]): row for row in csv.DictReader(handle)}
     fused = [row for (op, case, impl), row in rows.items()

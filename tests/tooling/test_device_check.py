@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -138,3 +143,63 @@ def test_the_carry_cuts_vllms_kernels_with_their_decorators(tmp_path):
     text = (tmp_path / "out" / "vllm_kernels.py").read_text()
     assert "vLLM 0.33.0" in text and "import triton.language as tl" in text and "launcher" not in text
     assert text.count("@triton.jit(do_not_specialize=['n'])") == sum(len(names) for _, names in carry.KERNELS)
+
+
+# ------------------------------------------------------------------ `make device-check` from a fresh clone
+
+
+def _fresh_clone(tmp_path: Path) -> Path:
+    """The repository's tracked files in a folder with nothing beside it (no .venv, no build)."""
+    listing = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if listing.returncode != 0:
+        pytest.skip("not a git checkout: the tracked files are not known")
+    clone = tmp_path / "clone" / "specops"
+    for name in listing.stdout.splitlines():
+        source = ROOT / name
+        if source.is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, clone / name)
+    assert not (clone / ".venv").exists() and not (clone / "build").exists()
+    return clone
+
+
+def _make_device_check(clone: Path, *variables: str) -> subprocess.CompletedProcess:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("MAKE", "OUT"))}
+    return subprocess.run(["make", "--no-print-directory", "device-check", *variables], cwd=clone, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_fresh_clone_without_torch_stops_at_once_saying_what_to_install(tmp_path):
+    """A CPU machine whose python3 has no torch, and no .venv beside the clone: the run stops
+    before building anything, with one line naming the Python, torch's pin and `make install`."""
+    clone = _fresh_clone(tmp_path)
+    bare = tmp_path / "python-without-torch"
+    venv.EnvBuilder(with_pip=False).create(bare)
+    python = bare / "bin" / "python"
+    assert subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0
+    result = _make_device_check(clone, f"PYTHON={python}")
+    assert result.returncode != 0
+    said = [line for line in result.stderr.splitlines() if line.startswith("device-check:")]
+    assert len(said) == 1, result.stderr
+    assert f"{python} cannot import torch" in said[0] and "torch==2.13.0" in said[0] and "make install" in said[0]
+    assert f"{python} tools/device_check.py" in result.stdout  # the Makefile chose that Python: no venv
+    assert not (clone / "build").exists() and not (clone / ".venv").exists()  # stopped before any step
+
+
+def test_a_fresh_clone_on_a_machine_with_torch_runs_with_that_python(tmp_path):
+    """A lent machine: torch installed, no venv. The Makefile runs the check with $(PYTHON) and it
+    gets past the torch check to its report (here within a budget that leaves the steps no time,
+    on the specops this Python imports: the build is `make device-check`'s first minutes)."""
+    clone = _fresh_clone(tmp_path)
+    out = tmp_path / "out"
+    result = _make_device_check(clone, f"PYTHON={sys.executable}",
+                                f"DEVICE_CHECK_ARGS=--skip-build --budget 1 --out {out}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{sys.executable} tools/device_check.py" in result.stdout
+    assert "cannot import torch" not in result.stderr
+    report = json.loads((out / REPORT_NAME).read_text())
+    assert report["environment"]["torch"], report["environment"]
+    assert all(step["status"] == "skipped" for step in report["steps"].values()), report["steps"]
+    assert not (clone / ".venv").exists()

@@ -12,7 +12,7 @@ import pytest
 import torch
 from op_table import OP_TABLE, OpSpec, get_arg, tensor_keys
 from torch.overrides import TorchFunctionMode
-from twins import Subclass, outcome, same
+from twins import FOREIGN_IDS, Subclass, foreign_values, outcome, same
 
 import specops
 from specops import _fastpath
@@ -213,3 +213,55 @@ def test_plain_op_messages_name_the_argument():
     _, plain = _entries(SLOT_MAPPING)
     with pytest.raises(ValueError, match=re.escape("idx_mapping must be a tensor or None, got str '0'")):
         plain(*_slot_args(idx_mapping="0"))
+
+
+# ------------------------------------------------------------------ type names in the messages
+
+# Every kind of argument, with a value placed: (op, arguments, the argument the message names).
+_FOREIGN_SLOTS = {
+    "tensor": (SLOT_MAPPING, lambda v: _slot_args(positions=v), "positions"),
+    "optional tensor": (SLOT_MAPPING, lambda v: _slot_args(idx_mapping=v), "idx_mapping"),
+    "int": (SLOT_MAPPING, lambda v: _slot_args(block_size=v), "block_size"),
+    "tensor list entry": (FORMAT_MULTI, lambda v: _format_args(slot_mappings=[torch.tensor([0, 17, 35]), v]),
+                          "slot_mappings[1]"),
+    "int list entry": (FORMAT_MULTI, lambda v: _format_args(block_sizes=[16, v]), "block_sizes[1]"),
+    "list": (FORMAT_MULTI, lambda v: _format_args(block_sizes=v), "block_sizes"),
+    "bool list entry": (CHECK_POSITIONS, lambda v: _check_positions_args(cp_sharded=[True, v]), "cp_sharded[1]"),
+}
+
+
+@needs_native
+@pytest.mark.parametrize("index", range(len(FOREIGN_IDS)), ids=FOREIGN_IDS)
+@pytest.mark.parametrize("slot", list(_FOREIGN_SLOTS))
+def test_fast_op_and_plain_op_name_every_type_alike(slot, index):
+    """The refusal quotes type(value).__name__ on both twins ("got array", never "got
+    array.array" on one of them), for C types, NumPy's, Python classes and a renamed class."""
+    name, make, argument = _FOREIGN_SLOTS[slot]
+    value = foreign_values()[index]
+    fast, plain = _entries(name)
+    result = same(fast, plain, *make(value))
+    if hasattr(type(value), "__index__") and slot in ("int", "int list entry"):
+        return  # an int to both twins (a NumPy array): torch's entry takes or refuses it
+    assert result[0] is ValueError, result
+    assert result[1].startswith(f"{argument} must be ") and f", got {type(value).__name__} " in result[1], result
+
+
+@needs_native
+@pytest.mark.parametrize("index", range(len(FOREIGN_IDS)), ids=FOREIGN_IDS)
+def test_row_views_and_its_twin_name_a_bound_s_type_alike(index):
+    value = foreign_values()[index]
+    result = same(specops._C.row_views, _fastpath.plain_row_views, [torch.zeros(4)], [0, value])
+    assert result == (TypeError, f"bounds[1] must be an int, got {type(value).__name__}"), result
+
+
+@pytest.mark.parametrize("index", range(len(FOREIGN_IDS)), ids=FOREIGN_IDS)
+def test_every_backend_words_a_foreign_int_alike(backend, index):
+    """The wrappers' message for an int argument of another type is the same on every backend
+    (FastOp's on the native one, the scalar check's on the Python ones)."""
+    value = foreign_values()[index]
+    out = torch.full((3,), 7)
+    with pytest.raises(ValueError) as raised:
+        specops.compute_slot_mapping(torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([0, 17, 5]),
+                                     torch.tensor([[1, 2], [3, 4]], dtype=torch.int32), value, out=out)
+    assert str(raised.value) == f"block_size must be an int, got {type(value).__name__} {value!r}"
+    assert out.tolist() == [7] * 3

@@ -8,9 +8,14 @@ and each launch's arguments pass through Triton's own JIT binder for each target
 (specops.devtools). No signature is written by hand, so a changed launcher is compiled as
 it now launches, and a kernel no op-table call launches fails the coverage test.
 
-It fails on a compile error on any target and on register spills on sm_90. The compiles run
-once per session in a child process without TRITON_INTERPRET (with a fresh Triton cache, so
-every build is a real one); under xdist the workers share them through a lock.
+It fails on a compile error on any target and on register spills on sm_90: under the flags of
+Triton's own cubin step and under ptxas's default register allocation of the same PTX. Triton
+3.9's step adds --regAllocOptLevel=2 (a workaround for a ptxas 13.x bug); reading only its log,
+this test once passed three kernels that `ptxas -v` on their PTX showed spilling
+(_advance_draft_steps_kernel, _compressor_metadata_multi_kernel at the op table's valid calls,
+_dspark_swa_indices_multi_kernel at the launchers' argument ranges). The compiles run once per
+session in a child process without TRITON_INTERPRET (with a fresh Triton cache, so every build
+is a real one); under xdist the workers share them through a lock.
 """
 
 from __future__ import annotations
@@ -149,9 +154,19 @@ def test_no_register_spills_on_sm90(kernel, builds):
     target = next(t for t in TARGETS if t.name == SPILL_TARGET)
     if not target.installed():
         pytest.skip(f"{target.name}: the installed Triton has no '{target.plugin}' backend")
-    spilled = [f"{build.spill_bytes} B stores, {build.spill_loads} B loads, {build.registers} registers: "
-               f"{build.specialization}" for build in _builds_of(builds, kernel, target) if build.spill_bytes]
+    spilled = [_spills(build) for build in _builds_of(builds, kernel, target) if _spills(build)]
     assert not spilled, f"{kernel_name(kernel)} spills registers on {SPILL_TARGET}:\n" + "\n".join(spilled)
+
+
+def _spills(build: KernelBuild) -> str:
+    """What a build spills, under Triton's ptxas flags or ptxas's default allocation; "" for none."""
+    found = []
+    if build.spill_bytes:
+        found.append(f"{build.spill_bytes} B stores, {build.spill_loads} B loads, {build.registers} registers")
+    if build.default_spill_bytes:
+        found.append(f"ptxas's default allocation: {build.default_spill_bytes} B stores, {build.default_registers} "
+                     "registers")
+    return f"{'; '.join(found)}: {build.specialization}" if found else ""
 
 
 # Calls from the launchers' real argument ranges, where Triton specializes a kernel on the values
@@ -215,8 +230,7 @@ def range_builds(tmp_path_factory):
 
 def test_no_register_spills_at_the_launchers_argument_ranges(range_builds):
     assert range_builds, "the range calls launched nothing"
-    spilled = [f"{kernel_name(b.kernel)}: {b.spill_bytes} B stores, {b.registers} registers: {b.specialization}"
-               for b in range_builds if b.spill_bytes or b.error]
+    spilled = [f"{kernel_name(b.kernel)}: {b.error or _spills(b)}" for b in range_builds if b.error or _spills(b)]
     assert not spilled, f"spills (or errors) on {SPILL_TARGET}:\n" + "\n".join(spilled)
 
 
@@ -345,8 +359,8 @@ def test_the_docs_give_the_build_count_of_the_capture(launches):
 
 def resource_rows(builds) -> dict[str, list[str]]:
     """The resource table's row of each kernel from the builds: variants (sm_90 builds), the most
-    registers and spill bytes over the variants per CUDA/AMD target, the most shared memory on
-    sm_90 / gfx942."""
+    registers and spill bytes over the variants per CUDA/AMD target, the most registers and spill
+    bytes on sm_90 under ptxas's default allocation, the most shared memory on sm_90 / gfx942."""
     by_target = {target.name: builds(target) for target in TARGETS}
     rows = {}
     for kernel in KERNELS:
@@ -359,6 +373,7 @@ def resource_rows(builds) -> dict[str, list[str]]:
         rows[f"`{kernel_name(kernel)}`"] = [
             str(len(per_target["sm_90"])), " / ".join(most("registers", name) for name in names),
             " / ".join(most("spill_bytes", name) for name in names),
+            f"{most('default_registers', 'sm_90')} / {most('default_spill_bytes', 'sm_90')}",
             f"{most('shared_bytes', 'sm_90')} / {most('shared_bytes', 'gfx942')}"]
     return rows
 

@@ -1,16 +1,25 @@
 """The package's layers: its modules import each other without a cycle at module level (each
 module's imports at load time form a graph without a cycle, so no module works only because
-another one happened to be loaded first); inside a package not even through the imports made for
-type checking (a lower module naming a higher one's type is a cycle of design); persistent/ never
-imports drafting/; a private module or name (`_x`) is imported only inside its own package (a
-top-level `specops._x` is the whole package's); the layers take nothing from the reference
-implementations; the benchmarks import nothing of the developer tools; torch's private names are
-read in specops/_fastpath.py alone; and no module reads another object's underscore attribute."""
+another one happened to be loaded first), nor through the imports made inside functions (a lazy
+import that closes a cycle is a cycle the load order happens to hide); inside a package not even
+through the imports made for type checking (a lower module naming a higher one's type is a cycle
+of design); persistent/ never imports drafting/; a private module or name (`_x`) is imported only
+inside its own package (a top-level `specops._x` is the whole package's); the layers take nothing
+from the reference implementations; the benchmarks import nothing of the developer tools; torch's
+private names are read in specops/_fastpath.py alone; and no module reads another object's
+underscore attribute.
+
+`from P import x` imports P: it runs P's __init__ and reads x from P's namespace (a submodule x is
+also imported), so a module of P that imports from P itself, as in `from specops.ops import
+_sas_inputs` inside specops/ops/, closes a cycle through P's __init__ (which imports that module).
+`import P.x` imports the module P.x by its name."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import specops
 
@@ -23,14 +32,13 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py")) if "triton_kernels" not in path.parts}
-# Compiled modules (specops._C): they import nothing of the package.
-EXTENSIONS = {module_name(path.with_name(path.name.split(".")[0] + ".py")) for path in PACKAGE.rglob("*.so")}
 
 
-def module_level_imports(name: str, path: Path, type_checking: bool = False) -> set[str]:
-    """The specops modules `name` imports when it is loaded: the statements at module level,
-    not those inside functions, nor (unless type_checking) those under `if TYPE_CHECKING:`.
-    `from a import b` names the module a.b when b is one, else a."""
+def module_level_imports(name: str, path: Path, type_checking: bool = False, lazy: bool = False) -> set[str]:
+    """The specops modules `name` imports when it is loaded: the statements at module level (in
+    class bodies, under if, try and with too), not those inside functions (unless lazy), nor
+    (unless type_checking) those under `if TYPE_CHECKING:`. `from a import b` names the module a
+    (its namespace is read) and a.b when b is one; `import a.b` names a.b."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
@@ -41,22 +49,24 @@ def module_level_imports(name: str, path: Path, type_checking: bool = False) -> 
                 if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" and not type_checking:
                     visit(node.orelse)
                     continue
-                visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                for block in (node.body, *(handler.body for handler in node.handlers), node.orelse, node.finalbody):
-                    visit(block)
-            elif isinstance(node, ast.Import):
+            if isinstance(node, ast.Import):
                 found.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*anchor, base] if base else anchor)
-                for alias in node.names:
-                    submodule = f"{base}.{alias.name}"
-                    if submodule not in EXTENSIONS:
-                        found.add(submodule if submodule in MODULES else base)
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if lazy:
+                    visit(node.body)
+            else:
+                for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    block = getattr(node, field, None)
+                    if isinstance(block, list):
+                        visit([child for child in block if isinstance(child, (ast.stmt, ast.excepthandler,
+                                                                               ast.match_case))])
 
     visit(ast.parse(path.read_text()).body)
     return {imported for imported in found if imported in MODULES and imported != name}
@@ -85,10 +95,48 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def import_graph(lazy: bool = False, sources: dict[str, str] | None = None, tmp_path: Path | None = None):
+    """Each module's imports (lazy: those inside functions too); sources: modules' text in place of
+    their files (written under tmp_path)."""
+    paths = dict(MODULES)
+    for name, text in (sources or {}).items():
+        paths[name] = tmp_path / MODULES[name].relative_to(PACKAGE.parent)
+        paths[name].parent.mkdir(parents=True, exist_ok=True)
+        paths[name].write_text(text)
+    return {name: module_level_imports(name, path, lazy=lazy) for name, path in paths.items()}
+
+
 def test_no_module_level_import_cycle():
-    graph = {name: module_level_imports(name, path) for name, path in MODULES.items()}
+    graph = import_graph()
     assert "specops.persistent.checks" in graph["specops.persistent.mappings"]  # the checker sees imports
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_no_import_cycle_through_lazy_imports():
+    graph = import_graph(lazy=True)
+    assert "specops.integrations.vllm._releases" in graph["specops.integrations.vllm"]  # activate()'s import
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+# The two cycles of hardening round 5 (docs/changelog.md), as the modules were written.
+_OWN_PACKAGE = ("specops.ops.sas_metadata", "import specops.ops._sas_inputs as inputs",
+                "from specops.ops import _sas_inputs as inputs")
+_LAZY = ("specops.integrations.vllm.mrv2", "def make_gather_block_tables(original):\n",
+         "def make_gather_block_tables(original):\n    import specops.integrations.vllm.target_step as target_step\n")
+
+
+@pytest.mark.parametrize("module, now, then", [_OWN_PACKAGE, _LAZY], ids=["own-package", "lazy"])
+def test_the_checker_sees_a_module_importing_its_own_package_and_a_lazy_cycle(module, now, then, tmp_path):
+    text = MODULES[module].read_text()
+    assert text.count(now) == 1
+    graph = import_graph(lazy=module == _LAZY[0], sources={module: text.replace(now, then)}, tmp_path=tmp_path)
+    cycle = find_cycle(graph)
+    assert cycle is not None and module in cycle, cycle
+    if module == _LAZY[0]:
+        assert find_cycle(import_graph(sources={module: text.replace(now, then)}, tmp_path=tmp_path)) is None
+        assert {"specops.integrations.vllm.mrv2", "specops.integrations.vllm.target_step"} <= set(cycle), cycle
+    else:
+        assert "specops.ops" in cycle
 
 
 def package_of(name: str) -> str:

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_FILES = ("sas_metadata.jsonl", "kv_quant_sas_metadata.jsonl", "lightning_indexer_metadata.jsonl",
                 "store_kv_block_metadata.jsonl")
 # Text that only a reference to a folder beside the repository would contain.
-OUTSIDE = re.compile(r"\.\./shared\b|\bshared/(golden|SPEC|PEERS|ASCEND|METADATA_FAMILY|STYLE)\b"
+OUTSIDE = re.compile(r"\.\./shared\b|\bshared/(golden\b|[A-Z][A-Z_]*\b)"
                      r"|SPECOPS_GOLDEN_DIR|/work/")
 # Walking up past the repository root: iterating a path's parents, or parents[k] with k past the root.
 PARENTS_WALK = re.compile(r"\.parents\b(?!\[)")

@@ -1,7 +1,8 @@
-"""Drives vLLM 0.33's model runner V2 on this host for N steps and records everything.
+"""Drives vLLM's model runner V2 (0.33 or 0.34, whichever is on the path) on this host for N
+steps and records everything.
 
 Run in a fresh process (tests/vllm_integration/test_vllm_integration.py does, once without and
-once with SPECOPS_VLLM=1):
+once with SPECOPS_VLLM=1; CONFIG_JSON may list several configurations, run one after the other):
 
     TRITON_INTERPRET=1 python drive_mrv2.py CONFIG_JSON OUT_FILE
 
@@ -13,14 +14,16 @@ runner calls (`prepare_dcp_local_seq_lens`, `get_num_sampled_and_rejected`), loo
 module that calls them, as vLLM does, so that a plugin's rebinding is what runs. What stands in:
 the model (hidden states a fixed function of input ids, positions and input hidden states), the
 sampler (tokens and acceptance drawn from a seeded RNG, then vLLM's own counts), the drafter's
-sampling (a fixed function of the hidden state row), the scheduler (below), attention metadata
-(none is built). Plugins are loaded by vLLM's `load_general_plugins()`; the driver never imports
+sampling (a fixed function of the hidden state row), the scheduler (mrv2_world.py), attention
+metadata (none is built) and the draft attention groups (what vLLM's check of in-place metadata
+updates asks: FlashAttention's answer, so vLLM picks its fused-metadata loop at DCP 1). Plugins are loaded by vLLM's `load_general_plugins()`; the driver never imports
 specops.
 
 Recorded: after every step, every persistent buffer (`end`); at every forward (target, draft
 prefill, each draft decode step), the inputs the model reads (input ids, positions, hidden
 states rows, every group's slot mapping, block tables, query_start_loc, seq_lens); the launches
-and host syncs of each step (instruments.py).
+and host syncs of each step (instruments.py); the launches inside each draft-decode loop; once
+more after the last step, the fused loop's body called alone, as vLLM captures it (`captured`).
 """
 
 from __future__ import annotations
@@ -40,8 +43,6 @@ import torch  # noqa: E402
 from instruments import Instruments, Recorder, plugin_states, watch_adapters  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 from vllm.plugins import load_general_plugins  # noqa: E402
-from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput  # noqa: E402
 from vllm.v1.worker.gpu import block_table, cp_utils, input_batch, model_runner, pcp_manager  # noqa: E402
 from vllm.v1.worker.gpu.block_table import BlockTables  # noqa: E402
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor  # noqa: E402
@@ -53,119 +54,16 @@ from vllm.v1.worker.gpu.spec_decode import rejection_sampler  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode.target_dependent_ar import speculator as tdar  # noqa: E402
 from vllm.v1.worker.gpu.states import RequestState  # noqa: E402
+from mrv2_world import (  # noqa: E402
+    BLOCK_SIZES, DCP_SHARDED, HIDDEN, MAX_MODEL_LEN, MAX_NUM_REQS, MAX_NUM_TOKENS, SLIDING_WINDOW_REACH,
+    SLOT_MAPPING_ENABLED, VLLM_0_33, VOCAB, Config, Scheduler, _groups_blocks,
+)
 
 CPU = torch.device("cpu")
-HIDDEN = 8
-VOCAB = 97
-MAX_NUM_REQS = 8
-MAX_NUM_TOKENS = 96
-MAX_MODEL_LEN = 192
-TOKEN_BUDGET = 64
-# The three KV-cache groups: full attention (CP-sharded), sliding window (replicated, reach 24),
-# and a group without a slot mapping (a state-space layer's table, gathered but never mapped).
-BLOCK_SIZES = [16, 16, 32]
-DCP_SHARDED = [True, False, True]
-SLOT_MAPPING_ENABLED = [True, True, False]
-SLIDING_WINDOW_REACH = [0, 24, 0]
-
 # Where the runner and its helpers look up what they call: the driver wraps any attribute the
 # plugin installed there (instruments.watch_adapters) to count host syncs inside it.
 ADAPTER_OWNERS = [model_runner, input_batch, block_table, cp_utils, pcp_manager, rejection_sampler, sampler_module,
                   tdar, GPUModelRunner, BlockTables, pcp_manager.PCPManager, tdar.TargetDependentARSpeculator]
-
-
-class Config(types.SimpleNamespace):
-    """name, seed, steps, k (drafts), dcp (size), dcp_rank, pcp (size), pcp_rank."""
-
-
-def _groups_blocks(num_tokens: int, dcp: int) -> list[int]:
-    """Blocks each group's table needs for positions [0, num_tokens)."""
-    return [-(-num_tokens // (bs * (dcp if sharded else 1))) for bs, sharded in zip(BLOCK_SIZES, DCP_SHARDED)]
-
-
-class Scheduler:
-    """A deterministic scheduler: joins and leaves, chunked prefill under a token budget, a
-    prefix-cache hit now and then, decodes with 0..K drafts; blocks allocated per group ahead of
-    what the step and its draft steps write; block ids never reused (slots stay below 2^31)."""
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
-        self.rng = random.Random(cfg.seed)
-        self.reqs: dict[str, dict] = {}
-        self.next_id = 0
-        self.next_block = [1, 1, 1]
-        self.finished: set[str] = set()
-
-    def _allocate(self, req: dict, num_tokens: int) -> list[list[int]]:
-        new = []
-        for g, need in enumerate(_groups_blocks(num_tokens, self.cfg.dcp)):
-            have = len(req["blocks"][g])
-            ids = list(range(self.next_block[g], self.next_block[g] + max(need - have, 0)))
-            self.next_block[g] += len(ids)
-            req["blocks"][g] += ids
-            new.append(ids)
-        return new
-
-    def schedule(self, step: int) -> SchedulerOutput:
-        rng, k = self.rng, self.cfg.k
-        finished, self.finished = self.finished, set()
-        for req_id in finished:
-            del self.reqs[req_id]
-        joining = []
-        while len(self.reqs) + len(joining) < MAX_NUM_REQS and (step == 0 or rng.random() < 0.35):
-            req_id = f"r{self.next_id}"
-            self.next_id += 1
-            prompt_len = rng.randint(3, 70)
-            cached = 16 * rng.randint(0, (prompt_len - 1) // 16) if rng.random() < 0.3 else 0
-            joining.append(req_id)
-            self.reqs[req_id] = dict(prompt=[rng.randrange(VOCAB) for _ in range(prompt_len)], computed=cached,
-                                     outputs=0, max_tokens=rng.randint(2, 30), blocks=[[], [], []], new=True)
-            if step > 0 and rng.random() < 0.5:
-                break
-        budget = TOKEN_BUDGET
-        num_scheduled, drafts, new_reqs = {}, {}, []
-        cached = CachedRequestData.make_empty()
-        for req_id, req in self.reqs.items():
-            prompt_len = len(req["prompt"])
-            if req["computed"] < prompt_len:
-                chunk = min(prompt_len - req["computed"], budget, rng.randint(4, 40))
-                num_drafts = 0
-            else:
-                num_drafts = min(rng.randint(0, k) if rng.random() < 0.3 else k,
-                                 MAX_MODEL_LEN - 1 - req["computed"] - k)
-                chunk = 1 + num_drafts
-            if chunk <= 0 or chunk > budget:
-                continue
-            budget -= chunk
-            num_scheduled[req_id] = chunk
-            if num_drafts:
-                drafts[req_id] = [0] * num_drafts
-            new_blocks = self._allocate(req, req["computed"] + chunk + k + 1)
-            if req.pop("new", False):
-                new_reqs.append(NewRequestData(
-                    req_id=req_id, prompt_token_ids=req["prompt"], mm_features=[],
-                    sampling_params=SamplingParams(max_tokens=req["max_tokens"]), pooling_params=None,
-                    block_ids=tuple(list(b) for b in req["blocks"]), num_computed_tokens=req["computed"],
-                    lora_request=None, prefill_token_ids=req["prompt"]))
-            else:
-                cached.req_ids.append(req_id)
-                cached.new_block_ids.append(tuple(new_blocks) if any(new_blocks) else None)
-                cached.num_computed_tokens.append(req["computed"])
-                cached.num_output_tokens.append(req["outputs"])
-                cached.new_token_ids.append([])
-        return SchedulerOutput(
-            scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached, num_scheduled_tokens=num_scheduled,
-            total_num_scheduled_tokens=sum(num_scheduled.values()), scheduled_spec_decode_tokens=drafts,
-            scheduled_encoder_inputs={}, num_common_prefix_blocks=[0, 0, 0], finished_req_ids=finished,
-            free_encoder_mm_hashes=[])
-
-    def update(self, req_ids: list[str], query_lens: list[int], num_sampled: list[int], num_rejected: list[int]):
-        for req_id, query, sampled, rejected in zip(req_ids, query_lens, num_sampled, num_rejected):
-            req = self.reqs[req_id]
-            req["computed"] += query - rejected
-            req["outputs"] += sampled
-            if req["outputs"] >= req["max_tokens"] or self.rng.random() < 0.04:
-                self.finished.add(req_id)
 
 
 class _Stub(types.SimpleNamespace):
@@ -211,6 +109,7 @@ def build(cfg: Config):
                  "kv_block_zeroer", "pcp_manager"):
         setattr(runner, name, None)
     runner.model_state = _model_state()
+    runner.draft_tokens_handler = _Stub(discard=_noop)  # 0.34: the draft tokens' host copies
     bins = torch.zeros(MAX_NUM_REQS, VOCAB, dtype=torch.int32)
 
     def add_request(req_index, sampling_params):
@@ -233,7 +132,9 @@ def build(cfg: Config):
 
 def _speculator(cfg: Config, runner) -> EagleSpeculator:
     spec = EagleSpeculator.__new__(EagleSpeculator)
-    spec.vllm_config = _Stub(model_config=_Stub(max_model_len=MAX_MODEL_LEN))
+    spec.vllm_config = _Stub(model_config=_Stub(max_model_len=MAX_MODEL_LEN), parallel_config=None)
+    # 0.34: the length limit the draft steps read on the device (a 0-d int32 tensor).
+    spec.max_model_len_gpu = torch.tensor(MAX_MODEL_LEN, dtype=torch.int32)
     spec.device, spec.method = CPU, "eagle"
     spec.num_speculative_steps, spec.max_num_reqs, spec.max_num_tokens = cfg.k, MAX_NUM_REQS, MAX_NUM_TOKENS
     spec.draft_max_seq_len, spec.hidden_size, spec.vocab_size, spec.dtype = MAX_MODEL_LEN, HIDDEN, VOCAB, torch.float32
@@ -254,7 +155,31 @@ def _speculator(cfg: Config, runner) -> EagleSpeculator:
     spec.block_tables, spec.pcp_manager = runner.block_tables, runner.pcp_manager
     spec.kv_cache_config = _Stub(kv_cache_groups=[_Stub(layer_names=[f"layer{g}"]) for g in range(len(BLOCK_SIZES))])
     spec.arange_np = np.arange(MAX_NUM_REQS + 1, dtype=np.int32)
+    # The draft attention groups: FlashAttention's builder updates its decode metadata in place at
+    # DCP 1 (flash_attn.py), so vLLM's own check picks the fused-metadata loop there (K >= 2).
+    in_place = getattr(cfg, "in_place", cfg.dcp == 1)
+    spec.attn_groups = [[AttentionGroup(g, in_place)] for g in range(len(BLOCK_SIZES))]
+    spec._configure_decode_metadata_update()
     return spec
+
+
+class AttentionGroup:
+    """What vLLM's check and its fused-metadata loop ask of a draft attention group."""
+
+    class backend:  # noqa: N801  (vLLM's attribute name)
+        @staticmethod
+        def get_name() -> str:
+            return "FLASH_ATTN"
+
+    def __init__(self, kv_cache_group_id: int, in_place: bool):
+        self.kv_cache_group_id = kv_cache_group_id
+        self.supports_draft_decode_metadata_update = in_place
+
+    def update_draft_decode_metadata(self, attn_metadata) -> None:
+        attn_metadata["updates"] = attn_metadata.get("updates", 0) + 1
+
+    def map_to_kernel_block_table(self, block_table) -> None:
+        pass
 
 
 def _persistent(runner, bins) -> dict:
@@ -312,6 +237,35 @@ def _fake_for_the_guard(cfg: Config) -> None:
         setattr(module, name, replaced)
 
 
+# The draft-decode loop methods, per release: (vLLM's name for the loop, the method propose calls).
+LOOPS = {"multi_step": "_multi_step_decode",
+         "fused_metadata": "_fused_multi_step_decode" if VLLM_0_33 else "_run_fused_multi_step_decode"}
+
+
+# The fused-metadata loop's body, the function vLLM captures in a full graph.
+CAPTURED = "_generate_fused_drafts" if VLLM_0_33 else "_fused_multi_step_decode"
+
+
+def _count_loops(spec, instruments: Instruments) -> dict:
+    """Counts the launches inside each decode loop the speculator runs and its draft steps (K - 1
+    a call), by wrapping the loop methods on the instance (vLLM's classes stay as they are)."""
+    loops = {name: {"launches": 0, "steps": 0, "calls": 0} for name in LOOPS}
+    for name, method in LOOPS.items():
+        bound = getattr(spec, method)
+
+        def counted(*args, _bound=bound, _totals=loops[name], **kwargs):
+            before = instruments.counts.launches
+            try:
+                return _bound(*args, **kwargs)
+            finally:
+                _totals["launches"] += instruments.counts.launches - before
+                _totals["steps"] += (args[-1] if args else kwargs["num_speculative_steps"]) - 1
+                _totals["calls"] += 1
+
+        setattr(spec, method, counted)
+    return loops
+
+
 def run(cfg: Config) -> dict:
     _fake_for_the_guard(cfg)
     load_general_plugins()
@@ -344,11 +298,15 @@ def run(cfg: Config) -> dict:
         value = hidden[:, 0] * 4 + hidden[:, 3] * 2 + src_positions.to(torch.float32)
         return value.to(torch.int64).remainder(VOCAB)
 
+    instruments = Instruments()
     spec._run_model = types.MethodType(run_model, spec)
     spec.sample_draft = types.MethodType(sample_draft, spec)
-    spec._build_uniform_attn_metadata = lambda *args, **kwargs: None
+    # Attention metadata: none is built, but the fused-metadata loop maps each step's slots only
+    # when it has some (its draft steps then update it in place).
+    spec._build_uniform_attn_metadata = lambda *args, **kwargs: {}
+    loops = _count_loops(spec, instruments)
 
-    instruments = Instruments()
+    last_num_reqs = 0
     with instruments:
         for step in range(cfg.steps):
             state["step"], state["draft"] = step, 0
@@ -423,13 +381,27 @@ def run(cfg: Config) -> dict:
             step_counts.append(instruments.step_counts().as_dict())
             sched.update(batch.req_ids, [int(q) for q in batch.num_scheduled_tokens], num_sampled.tolist(),
                          num_rejected.tolist())
-    return {"records": recorder.records, "counts": step_counts, "points": points, "states": plugin_states()}
+            last_num_reqs = batch.num_reqs
+        if spec.supports_decode_metadata_update and cfg.k >= 2 and last_num_reqs > 0:
+            # What vLLM captures in a full graph: the fused loop's body called alone (capture()
+            # calls it outside propose), here on the buffers the last step left.
+            state["step"], state["draft"] = cfg.steps, 0
+            before = instruments.counts.launches
+            getattr(spec, CAPTURED)(last_num_reqs, last_num_reqs, {}, None, None, CUDAGraphMode.NONE, cfg.k)
+            loops["captured"] = {"launches": instruments.counts.launches - before, "steps": cfg.k - 1, "calls": 1}
+            recorder.add(cfg.steps, "captured", _persistent(runner, bins))
+    return {"records": recorder.records, "counts": step_counts, "points": points, "states": plugin_states(),
+            "loops": loops}
 
 
 def main() -> None:
-    cfg = Config(**json.loads(sys.argv[1]))
-    result = run(cfg)
-    torch.save(result, sys.argv[2])
+    """CONFIG_JSON is one configuration, or a list of named ones run one after the other in this
+    process (saved as {name: result}): vLLM's import is paid once."""
+    given = json.loads(sys.argv[1])
+    if isinstance(given, list):
+        torch.save({cfg["name"]: run(Config(**cfg)) for cfg in given}, sys.argv[2])
+    else:
+        torch.save(run(Config(**given)), sys.argv[2])
 
 
 if __name__ == "__main__":

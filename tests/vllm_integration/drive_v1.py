@@ -39,7 +39,7 @@ import host
 host.apply()
 
 import torch  # noqa: E402
-from instruments import Instruments, Recorder, plugin_states, watch_adapters  # noqa: E402
+from instruments import Instruments, Recorder, current, plugin_states, watch_adapters  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 from vllm.plugins import load_general_plugins  # noqa: E402
 from vllm.v1.attention.backend import CommonAttentionMetadata  # noqa: E402
@@ -348,10 +348,11 @@ def run(cfg) -> dict:
     llm_base_proposer.set_forward_context = lambda *args, **kwargs: contextlib.nullcontext()
     instruments = Instruments()
     compiled = gpu_model_runner.update_num_computed_tokens_for_batch_change
-    if getattr(compiled, "__specops_point__", None) is None:
+    if getattr(compiled, "__specops_point__", None) is None and not getattr(compiled, "__counted__", False):
         def counted(*args):
-            instruments.counts.triton["update_num_computed_tokens_for_batch_change (compiled)"] += 1
+            current().counts.triton["update_num_computed_tokens_for_batch_change (compiled)"] += 1
             return compiled(*args)
+        counted.__counted__ = True  # once per process (a driver may run several configurations)
         gpu_model_runner.update_num_computed_tokens_for_batch_change = counted
     prev_rows: dict[str, int] = {}
     prev_drafts = torch.zeros(MAX_NUM_REQS, dtype=torch.int32)
@@ -377,8 +378,13 @@ def run(cfg) -> dict:
 
 
 def main() -> None:
-    cfg = types.SimpleNamespace(**json.loads(sys.argv[1]))
-    torch.save(run(cfg), sys.argv[2])
+    """CONFIG_JSON is one configuration, or a list of named ones run one after the other in this
+    process (saved as {name: result})."""
+    given = json.loads(sys.argv[1])
+    if isinstance(given, list):
+        torch.save({cfg["name"]: run(types.SimpleNamespace(**cfg)) for cfg in given}, sys.argv[2])
+    else:
+        torch.save(run(types.SimpleNamespace(**given)), sys.argv[2])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""vLLM 0.33's GPU model-runner code on a CPU-only host: the shims both vLLM suites apply
+"""vLLM's GPU model-runner code (0.33, 0.34) on a CPU-only host: the shims both vLLM suites apply
 (tests/peers/conftest.py and the drivers here) before any vLLM kernel module is imported.
 
 None of them changes what a kernel computes:

@@ -109,41 +109,55 @@ class Recorder:
             _uncounted.reset(token)
 
 
+_ACTIVE: list = [None]  # the Instruments the hooks count into
+_HOOKED: list[bool] = [False]
+
+
+def _install_hooks() -> None:
+    if _HOOKED[0]:
+        return
+    _HOOKED[0] = True
+    from triton.runtime import interpreter
+
+    original_run = interpreter.InterpretedFunction.run
+
+    def run(self, *args, **kwargs):
+        if _ACTIVE[0] is not None:
+            _ACTIVE[0].counts.triton[getattr(self.fn, "__name__", repr(self.fn))] += 1
+        token = _uncounted.set(True)
+        try:
+            return original_run(self, *args, **kwargs)
+        finally:
+            _uncounted.reset(token)
+
+    interpreter.InterpretedFunction.run = run
+    for name in ("tolist", "numpy", "__array__"):
+        _wrap_host_read(name)
+
+
+def _wrap_host_read(name: str) -> None:
+    original = getattr(torch.Tensor, name)
+
+    @functools.wraps(original)
+    def host_read(tensor, *args, **kwargs):
+        point = _in_adapter.get()
+        if point is not None and not _uncounted.get() and _ACTIVE[0] is not None:
+            _ACTIVE[0].counts.adapter_syncs[f"{point}: Tensor.{name}"] += 1
+        return original(tensor, *args, **kwargs)
+
+    setattr(torch.Tensor, name, host_read)
+
+
 class Instruments:
-    """Installs the counters; `step_counts()` hands out the counts since the last call."""
+    """Installs the counters; `step_counts()` hands out the counts since the last call. The hooks
+    (the interpreter's launch entry, the host reads) are installed once per process and count
+    into the newest Instruments: a driver may run several configurations in one process."""
 
     def __init__(self):
         self.counts = Counts()
-        from triton.runtime import interpreter
-
-        original_run = interpreter.InterpretedFunction.run
-        instruments = self
-
-        def run(self, *args, **kwargs):
-            instruments.counts.triton[getattr(self.fn, "__name__", repr(self.fn))] += 1
-            token = _uncounted.set(True)
-            try:
-                return original_run(self, *args, **kwargs)
-            finally:
-                _uncounted.reset(token)
-
-        interpreter.InterpretedFunction.run = run
-        for name in ("tolist", "numpy", "__array__"):
-            self._wrap_host_read(name)
+        _install_hooks()
+        _ACTIVE[0] = self
         self.mode = _Mode(self.counts)
-
-    def _wrap_host_read(self, name: str) -> None:
-        original = getattr(torch.Tensor, name)
-        instruments = self  # its counts are replaced at every step_counts()
-
-        @functools.wraps(original)
-        def host_read(tensor, *args, **kwargs):
-            point = _in_adapter.get()
-            if point is not None and not _uncounted.get():
-                instruments.counts.adapter_syncs[f"{point}: Tensor.{name}"] += 1
-            return original(tensor, *args, **kwargs)
-
-        setattr(torch.Tensor, name, host_read)
 
     def step_counts(self) -> Counts:
         counts, self.counts = self.counts, Counts()
@@ -169,6 +183,7 @@ def _watched(function, point: str):
         finally:
             _in_adapter.reset(token)
 
+    watched.__specops_watched__ = True
     return watched
 
 
@@ -180,7 +195,13 @@ def _host_checked(function, point: str):
                 _host_adapter_syncs[f"{point}: tensor argument to a host adapter"] += 1
         return function(self, *args, **kwargs)
 
+    checked.__specops_watched__ = True
     return checked
+
+
+def current() -> "Instruments | None":
+    """The Instruments the hooks count into."""
+    return _ACTIVE[0]
 
 
 def watch_adapters(owners) -> list[str]:
@@ -194,6 +215,8 @@ def watch_adapters(owners) -> list[str]:
             if point is None:
                 continue
             found.append(f"{owner.__name__}.{name}")
+            if getattr(value, "__specops_watched__", False):
+                continue  # watched by an earlier run in this process
             if getattr(value, "__specops_host__", False):
                 setattr(owner, name, _host_checked(value, point))
             elif not getattr(value, "__specops_seam__", False):

@@ -2,8 +2,8 @@
 and with the specops plugin (docs/integrations.md, docs/conformance.md). `make
 test-vllm-integration` runs it.
 
-Each configuration runs twice in fresh processes (drive_mrv2.py, or drive_v1.py for the V1 path): SPECOPS_VLLM unset, then
-SPECOPS_VLLM=1, where vLLM's load_general_plugins() loads the plugin through the installed entry
+Each configuration runs twice in fresh processes (drive_mrv2.py, or drive_v1.py for the V1 path;
+one process runs every configuration of its driver): SPECOPS_VLLM unset, then SPECOPS_VLLM=1, where vLLM's load_general_plugins() loads the plugin through the installed entry
 point (this file never imports it). Then:
 - every recorded buffer of every step and forward is bitwise equal, bar the named masks of
   masks.py, each checked in both directions; a difference names the buffer, step, phase, index;
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from masks import MASKS
+from masks import compare
 
 HERE = Path(__file__).resolve().parent
 
@@ -67,7 +67,8 @@ if RELEASE == "0.33.0":  # 0.34 removes the V1 runner
 SEED = 1
 
 
-def _start(cfg: dict, plugin: bool, tmp: Path) -> tuple[subprocess.Popen, Path]:
+def _start(cfg: dict | list[dict], plugin: bool, tmp: Path) -> tuple[subprocess.Popen, Path]:
+    """A driver process on one configuration, or on a list of them (run one after the other)."""
     env = {k: v for k, v in os.environ.items() if k != "SPECOPS_VLLM"}
     env["TRITON_INTERPRET"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
@@ -76,7 +77,7 @@ def _start(cfg: dict, plugin: bool, tmp: Path) -> tuple[subprocess.Popen, Path]:
     out = tmp / f"{'plugin' if plugin else 'vllm'}.pt"
     # Output to a file: two drivers run at once, and a full pipe would stall one.
     with open(out.with_suffix(".log"), "w") as log:
-        driver = HERE / cfg.get("driver", "drive_mrv2.py")
+        driver = HERE / (cfg[0] if isinstance(cfg, list) else cfg).get("driver", "drive_mrv2.py")
         proc = subprocess.Popen([sys.executable, str(driver), json.dumps(cfg), str(out)], env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     return proc, out
@@ -96,42 +97,22 @@ def _drive(cfg: dict, plugin: bool, tmp: Path) -> tuple[dict, str]:
 
 
 @functools.cache
-def _runs(name: str) -> tuple[dict, dict]:
-    """Both runs of a configuration, in two processes at once."""
+def _batch(driver: str) -> tuple[dict, dict]:
+    """Every configuration of one driver without and with the plugin: two processes at once, each
+    running the configurations one after the other (vLLM's import is most of a short run)."""
     import tempfile
 
-    cfg = dict(CONFIGS[name], seed=SEED, steps=STEPS)
-    tmp = Path(tempfile.mkdtemp(prefix=f"specops_vllm_{name}_"))
-    alone, with_plugin = _start(cfg, False, tmp), _start(cfg, True, tmp)
+    configs = [dict(cfg, name=name, seed=SEED, steps=STEPS) for name, cfg in CONFIGS.items()
+               if cfg.get("driver", "drive_mrv2.py") == driver]
+    tmp = Path(tempfile.mkdtemp(prefix=f"specops_vllm_{driver.removesuffix('.py')}_"))
+    alone, with_plugin = _start(configs, False, tmp), _start(configs, True, tmp)
     return _finish(alone, False)[0], _finish(with_plugin, True)[0]
 
 
-def compare(theirs: dict, ours: dict) -> dict[str, int]:
-    """Bitwise comparison of every record, bar the masks; returns each mask's excused entries."""
-    hits = {mask.name: 0 for mask in MASKS}
-    assert [(s, p) for s, p, _ in theirs["records"]] == [(s, p) for s, p, _ in ours["records"]], "the runs diverged"
-    for (step, phase, their_buffers), (_, _, our_buffers) in zip(theirs["records"], ours["records"]):
-        assert their_buffers.keys() == our_buffers.keys(), f"step {step} {phase}: recorded buffers differ"
-        for name, t in their_buffers.items():
-            o = our_buffers[name]
-            where = f"step {step} {phase} {name}"
-            assert (t.shape, t.dtype) == (o.shape, o.dtype), f"{where}: {t.shape}/{t.dtype} vs {o.shape}/{o.dtype}"
-            differ = t != o if not t.is_floating_point() else ~((t == o) | (t.isnan() & o.isnan()))
-            excused = torch.zeros_like(differ)
-            for mask in MASKS:
-                if mask.applies(name):
-                    mine = mask.excused(t, o) & differ
-                    bad = mine & ~mask.documented(o)
-                    assert not bad.any(), (f"{where}: mask {mask.name} excuses index {bad.nonzero()[0].tolist()} "
-                                           f"where the plugin's value is not the documented one")
-                    hits[mask.name] += int(mine.sum())
-                    excused |= mine
-            left = differ & ~excused
-            if left.any():
-                index = left.nonzero()[0].tolist()
-                raise AssertionError(f"{where}: index {index}: vLLM {t[tuple(index)].item()}, "
-                                     f"plugin {o[tuple(index)].item()} ({int(left.sum())} entries differ)")
-    return hits
+def _runs(name: str) -> tuple[dict, dict]:
+    """Both runs of a configuration."""
+    theirs, ours = _batch(CONFIGS[name].get("driver", "drive_mrv2.py"))
+    return theirs[name], ours[name]
 
 
 def _launches(run: dict) -> int:
@@ -156,12 +137,37 @@ def test_fewer_launches_and_no_host_sync(name):
     aten = [sum(step["aten"] for step in run["counts"]) / steps for run in (theirs, ours)]
     print(f"{name}: {vllm_launches / steps:.2f} launches a step with vLLM alone, {our_launches / steps:.2f} with the "
           f"plugin ({steps} steps; tensor ops besides: {aten[0]:.1f} -> {aten[1]:.1f} a step)")
-    assert our_launches < vllm_launches
     syncs = {}
     for step in ours["counts"]:
         for where, count in step["adapter_syncs"].items():
             syncs[where] = syncs.get(where, 0) + count
+    _write_counts(name, steps, (vllm_launches / steps, our_launches / steps), aten, sum(syncs.values()))
+    assert our_launches < vllm_launches
+    # The draft-decode loops (drive_mrv2.py counts inside each loop method; "captured": the
+    # fused loop's body called alone, as vLLM captures it in a full graph).
+    for loop, theirs_loop in theirs.get("loops", {}).items():
+        ours_loop = ours["loops"][loop]
+        if theirs_loop["steps"]:
+            print(f"{name}: {loop} draft loop, {theirs_loop['launches'] / theirs_loop['steps']:.2f} launches a draft "
+                  f"step with vLLM alone, {ours_loop['launches'] / ours_loop['steps']:.2f} with the plugin "
+                  f"({theirs_loop['steps']} draft steps)")
+            assert ours_loop["launches"] < theirs_loop["launches"], loop
     assert syncs == {}, f"host syncs inside adapters: {syncs}"
+
+
+def _write_counts(name: str, steps: int, launches: tuple[float, float], aten: list[float], syncs: int) -> None:
+    """The configuration's counts as a row of SPECOPS_VLLM_COUNTS (a CSV, `make
+    test-vllm-integration` names bench-results/vllm-proof.csv), the file specops-bench draws its
+    runner figure from; nothing without the variable."""
+    path = os.environ.get("SPECOPS_VLLM_COUNTS")
+    if not path:
+        return
+    from specops.bench._runner_counts import record_runner_counts
+
+    record_runner_counts(path, dict(runner="vLLM", release=RELEASE, configuration=name, steps=steps,
+                                    launches_before=f"{launches[0]:.2f}", launches_after=f"{launches[1]:.2f}",
+                                    tensor_ops_before=f"{aten[0]:.1f}", tensor_ops_after=f"{aten[1]:.1f}",
+                                    host_syncs=syncs))
 
 
 def test_compare_fails_on_a_changed_entry():
@@ -201,11 +207,28 @@ def test_a_changed_target_skips_its_point_alone_with_one_warning(how, point, tar
     states = {name: (state, reason) for name, state, reason in run["states"]}
     assert states[point][0] == "skipped" and f"point {point}: {target} differs" in states[point][1]
     # The other points stand: every one the release serves is active (target_step needs draft_steps).
-    skipped = {name for name, (state, _) in states.items() if state == "skipped"}
+    skipped = {name for name, (state, why) in states.items() if state == "skipped" and " has no " not in why}
     assert skipped == ({point, "target_step"} if point == "draft_steps" else {point}), states
     warnings = [line for line in stderr.splitlines() if "specops:" in line]
     assert len(warnings) == len(skipped), stderr[-3000:]
     assert f"point {point}: {target} differs" in warnings[0]
+
+
+def test_the_fingerprints_tool_prints_this_release_s_row():
+    """`python -m specops.integrations.vllm fingerprints` runs on the installed release and prints
+    the row the release table holds for it: every target of its points found, none changed."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "specops.integrations.vllm", "fingerprints"], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    key = f"vllm {RELEASE}"
+    start = lines.index(f"    {key!r}: {{")
+    printed = dict(line.strip().rstrip(",").replace("'", "").split(": ") for line in lines[start + 1:-1])
+    from specops.integrations.vllm._fingerprints import FINGERPRINTS
+
+    assert printed == FINGERPRINTS[key]
+    assert all(line.split()[0] in ("same", "changed", "missing") for line in lines if not line.startswith(("#", " ")))
 
 
 def test_instruments_count_host_reads_inside_adapters_only():

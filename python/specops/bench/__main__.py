@@ -16,12 +16,14 @@ from specops.bench._report import (
     compare,
     format_case,
     markdown_row,
-    plot,
+    measurement_rows,
+    read_csv,
     run_stamp,
     table_header,
     update_markdown,
     write_csv,
 )
+from specops.bench._summary import speedups, summary_lines
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -30,7 +32,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--op", action="append", choices=sorted(BENCHMARKS), help="benchmark only this op (repeatable)")
     parser.add_argument("--device", default="cpu", help="device of the tensors: cpu (C++ path), cuda, npu")
     parser.add_argument("--csv", default="bench-results/specops-bench.csv", help="where to write one row per measurement")
-    parser.add_argument("--plot", default="bench-results/specops-bench.png", help="where to draw the plot (needs matplotlib)")
+    parser.add_argument("--plot", default="bench-results/specops-bench.png",
+                        help="where to draw the summary figure: specops' speedup over each baseline, per op "
+                             "(needs matplotlib; '' for none)")
+    parser.add_argument("--plot-detail", metavar="DIR",
+                        help="also draw one figure per op into DIR: median time against the batch's size")
+    parser.add_argument("--runner-counts", default="bench-results/vllm-proof.csv",
+                        help="the vLLM proof's counts (make test-vllm-integration writes them); when the file "
+                             "exists, the runner figure is drawn from it")
+    parser.add_argument("--plot-runner", default="bench-results/specops-runner.png",
+                        help="where to draw the runner figure: launches a step, the runner alone and with specops")
+    parser.add_argument("--replot", metavar="CSV",
+                        help="measure nothing: print the summary of CSV (a run's --csv) and draw its figures")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads on the CPU (default 1)")
     parser.add_argument("--samples", type=int, default=None, help="timed samples per implementation")
     parser.add_argument("--markdown", metavar="PAGE",
@@ -79,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines))
         print(f"{regressions} regression(s) at new/old >= {args.threshold}")
         return 1 if regressions else 0
+    if args.replot:
+        rows = read_csv(args.replot)
+        print("\n".join(summary_lines(speedups(rows))))
+        draw_figures(args, rows, source=args.replot)
+        return 0
     problem = device_problem(args.device)
     if problem is not None:
         print(f"specops-bench: --device {args.device}: {problem}", file=sys.stderr)
@@ -92,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     sample_seconds = 0.002 if args.quick else 0.01
     selected = args.op or list(BENCHMARKS)
     measurements = []
-    rows: dict[str, list[str]] = {}
+    markdown: dict[str, list[str]] = {}
     stamp = run_stamp(os.path.dirname(os.path.abspath(args.markdown))) if args.markdown else None
     started = time.perf_counter()
     print(table_header())
@@ -104,23 +122,47 @@ def main(argv: list[str] | None = None) -> int:
             measurements += result
             print("\n".join(format_case(case, result)), flush=True)
             if stamp is not None:
-                rows.setdefault(name, []).append(markdown_row(case, result, stamp))
+                markdown.setdefault(name, []).append(markdown_row(case, result, stamp))
     print(f"{len(measurements)} measurements in {time.perf_counter() - started:.1f} s")
+    rows = measurement_rows(measurements)
+    print("\n".join(summary_lines(speedups(rows))))
 
     if args.csv:
         os.makedirs(os.path.dirname(args.csv) or ".", exist_ok=True)
-        write_csv(args.csv, measurements)
+        write_csv(args.csv, rows)
         print(f"CSV: {args.csv}")
     if args.markdown:
-        update_markdown(args.markdown, rows)
+        update_markdown(args.markdown, markdown)
         print(f"markdown: {args.markdown}")
-    if args.plot:
-        os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
-        if plot(args.plot, measurements):
-            print(f"plot: {args.plot}")
-        else:
-            print("plot: skipped (matplotlib is not installed)")
+    draw_figures(args, rows, source=args.csv or "")
     return 0
+
+
+def draw_figures(args: argparse.Namespace, rows: list[dict], source: str) -> None:
+    """The summary figure, the runner figure (when the proof's counts are at hand) and, when
+    asked, the detail figures; one line each."""
+    if not (args.plot or args.plot_detail):
+        return
+    from specops.bench import _figures
+
+    if _figures.pyplot() is None:
+        print("figures: skipped (matplotlib is not installed: pip install 'specops[bench]')")
+        return
+    if args.plot:
+        drawn = _figures.draw(_figures.summary_figure(rows), args.plot, source)
+        print(f"summary figure: {args.plot}" if drawn else "summary figure: skipped (no case ran a baseline)")
+    if args.plot and args.plot_runner and args.runner_counts:
+        if os.path.exists(args.runner_counts):
+            from specops.bench._runner_counts import read_runner_counts
+
+            figure = _figures.runner_figure(read_runner_counts(args.runner_counts))
+            if _figures.draw(figure, args.plot_runner, args.runner_counts):
+                print(f"runner figure: {args.plot_runner} (from {args.runner_counts})")
+        else:
+            print(f"runner figure: skipped (no {args.runner_counts}; make test-vllm-integration writes it)")
+    if args.plot_detail:
+        written = _figures.detail_figures(args.plot_detail, rows)
+        print(f"detail figures: {len(written)} in {args.plot_detail}")
 
 
 if __name__ == "__main__":

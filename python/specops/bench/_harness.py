@@ -79,6 +79,7 @@ class Measurement:
     p80_us: float
     plotted: bool = True
     role: str = "specops"  # Case.role(impl)
+    subject: str = "specops"  # the case's subject: the implementation its speedups are of
     # Ops one call launches (specops.launch_count): specops ops, and aten ops that are not views.
     specops_launches: int = 0
     aten_launches: int = 0
@@ -178,7 +179,7 @@ def run_case(case: Case, *, samples: int, sample_seconds: float, device: torch.d
     return [
         Measurement(case.op, case.label, case.family, name, case.batch_size, case.num_tokens,
                     statistics.median(values), _percentile(values, 0.2), _percentile(values, 0.8),
-                    plotted=case.plotted is None or name in case.plotted, role=case.role(name),
+                    plotted=case.plotted is None or name in case.plotted, role=case.role(name), subject=case.subject,
                     specops_launches=counts[name].specops, aten_launches=counts[name].aten)
         for name, values in times.items()
     ]

@@ -1,4 +1,5 @@
-"""The benchmark's outputs: the table, the CSV, the plot, and the comparison of two CSVs."""
+"""The benchmark's outputs: the table, the CSV and the comparison of two CSVs (the figures:
+_figures.py, the summary after the table: _summary.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from specops.bench._harness import Case, Measurement
 
 CSV_COLUMNS = [
     "op", "case", "family", "impl", "batch_size", "num_tokens", "median_us", "p20_us", "p80_us",
-    "role", "specops_launches", "aten_launches", "machine", "python", "torch", "triton", "specops", "timestamp",
+    "role", "subject", "plotted", "specops_launches", "aten_launches", "machine", "python", "torch", "triton",
+    "specops", "timestamp",
 ]
 
 
@@ -121,16 +123,24 @@ def table_header() -> str:
             f"{'ops s+a':>9} ratios")
 
 
-def write_csv(path: str, measurements: Iterable[Measurement]) -> None:
+def measurement_rows(measurements: Iterable[Measurement]) -> list[dict[str, object]]:
+    """The CSV's rows of a run (values not yet text): what the figures and the summary read,
+    from a run or from a CSV alike."""
     facts = environment_facts()
+    rows = []
+    for m in measurements:
+        row = dataclasses.asdict(m)
+        row["case"] = row.pop("label")
+        row.update(facts)
+        rows.append({key: row[key] for key in CSV_COLUMNS})
+    return rows
+
+
+def write_csv(path: str, rows: Iterable[dict[str, object]]) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
         writer.writeheader()
-        for m in measurements:
-            row = dataclasses.asdict(m)
-            row["case"] = row.pop("label")
-            row.update(facts)
-            writer.writerow({key: row[key] for key in CSV_COLUMNS})
+        writer.writerows(rows)
 
 
 def read_csv(path: str) -> list[dict[str, str]]:
@@ -169,48 +179,3 @@ def compare(old_path: str, new_path: str, threshold: float = 1.5) -> tuple[list[
             flag = "  faster"
         lines.append(f"  {key[0]:<28} {key[1]:<24} {key[2]:<18} {old[key]:10.2f} {new_us:10.2f} {ratio:8.2f}{flag}")
     return lines, regressions
-
-
-def plot(path: str, measurements: list[Measurement]) -> bool:
-    """Median time against batch size, one panel per op, one line per implementation and family."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    ops = list(dict.fromkeys(m.op for m in measurements))
-    columns = min(3, len(ops))
-    rows = -(-len(ops) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
-    styles = ["-", "--", ":", "-."]
-    for axis, op in zip(axes.flat, ops):
-        points = [m for m in measurements if m.op == op and m.plotted]
-        # Cost follows the token count; ops without a per-token input are plotted by requests.
-        by_tokens = all(m.num_tokens > 0 for m in points)
-
-        def size(m: Measurement) -> int:
-            return m.num_tokens if by_tokens else m.batch_size
-
-        families = list(dict.fromkeys(m.family for m in points))
-        for color, impl in enumerate(dict.fromkeys(m.impl for m in points)):
-            for style, family in enumerate(families):
-                series = sorted((size(m), m.median_us) for m in points if m.impl == impl and m.family == family)
-                if not series:
-                    continue
-                axis.plot([size for size, _ in series], [us for _, us in series], marker="o", color=f"C{color % 10}",
-                          linestyle=styles[style % len(styles)], label=f"{impl} {family}".strip())
-        axis.set_xscale("log", base=2)
-        axis.set_yscale("log")
-        axis.set_title(op)
-        axis.set_xlabel("tokens in the batch" if by_tokens else "requests in the batch")
-        axis.set_ylabel("median µs per call")
-        axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize=8)
-    for axis in list(axes.flat)[len(ops):]:
-        axis.set_visible(False)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return True

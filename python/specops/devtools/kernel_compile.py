@@ -3,6 +3,11 @@
 `compile_jobs` compiles each distinct specialization (kernel_capture.py) and reads registers,
 spill bytes and stack from `ptxas -v` on the PTX (CUDA), the register counts, spill counts and
 scratch size from the AMDGPU kernel descriptor (AMD), and the shared memory Triton allocated.
+On CUDA `ptxas -v` runs twice: with the flags of Triton's own cubin step, and with ptxas's own
+defaults. Triton 3.9 adds `--regAllocOptLevel=2` (a workaround for a ptxas 13.x bug), under
+which its cubins did not spill where ptxas's default allocation of the same PTX does (what
+`ptxas -v` by hand, another Triton or a build without the workaround gives): a kernel must fit
+under both.
 Kernels are real `JITFunction`s only in a process that did not set TRITON_INTERPRET=1; from an
 interpreter process the compile runs in a child process (devtools/_child.py).
 """
@@ -29,6 +34,9 @@ from specops.devtools.targets import Target
 PTXAS_USAGE = re.compile(r"Used (\d+) registers")
 PTXAS_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 PTXAS_SHARED = re.compile(r"(\d+) bytes smem")
+# The flags of Triton 3.9's cubin step (triton/backends/nvidia/compiler.py, make_cubin) that
+# change the resources; the second run passes none.
+TRITON_PTXAS_FLAGS = ("-lineinfo", "--regAllocOptLevel=2")
 
 
 @dataclasses.dataclass
@@ -48,22 +56,25 @@ class KernelBuild:
     scalar_spills: int | None = None  # AMD: SGPRs spilled into VGPR lanes (no memory traffic)
     stack_bytes: int | None = None  # CUDA stack frame / AMD private segment (scratch) per thread
     shared_bytes: int | None = None  # shared memory / LDS Triton allocated
+    # CUDA, ptxas's default register allocation of the same PTX (no --regAllocOptLevel=2).
+    default_registers: int | None = None
+    default_spill_bytes: int | None = None
     num_warps: int | None = None
     seconds: float = 0.0
     skipped: str | None = None  # a stage the installed toolchain cannot run (NPU)
 
 
-def _ptxas_log(ptx: str, arch: int) -> str:
-    """`ptxas -v` on the PTX with the flags of Triton's own cubin step, for a kernel that came
-    out of Triton's cache (a fresh compile hands over its own log)."""
+def _ptxas_log(ptx: str, arch: int, flags: tuple[str, ...] = TRITON_PTXAS_FLAGS) -> str:
+    """`ptxas -v` on the PTX with `flags` (by default those of Triton's own cubin step, for a
+    kernel that came out of Triton's cache: a fresh compile hands over its own log)."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
     with tempfile.TemporaryDirectory() as folder:
         source = Path(folder) / "kernel.ptx"
         source.write_text(ptx)
         result = subprocess.run(
-            [get_ptxas(arch).path, "-lineinfo", "-v", "--regAllocOptLevel=2",
-             f"--gpu-name={sm_arch_from_capability(arch)}", str(source), "-o", str(source.with_suffix(".o"))],
+            [get_ptxas(arch).path, "-v", *flags, f"--gpu-name={sm_arch_from_capability(arch)}", str(source), "-o",
+             str(source.with_suffix(".o"))],
             capture_output=True, text=True, check=False)
     log = result.stdout + result.stderr
     if result.returncode != 0:
@@ -130,8 +141,10 @@ def compile_one(kernel: str, target: Target, specialization: Specialization) -> 
         build.num_warps = int(compiled.metadata.num_warps)
         if target.backend == "cuda":
             usage = _ptxas_usage(log.getvalue()) or _ptxas_usage(_ptxas_log(compiled.asm["ptx"], target.arch))
-            if usage is None:
+            default = _ptxas_usage(_ptxas_log(compiled.asm["ptx"], target.arch, flags=()))
+            if usage is None or default is None:
                 raise RuntimeError("ptxas -v printed no resource usage")
+            build.default_registers, build.default_spill_bytes = default["registers"], default["spill_bytes"]
         elif target.backend == "hip":
             usage = _amdgpu_usage(compiled.asm["amdgcn"])
         else:

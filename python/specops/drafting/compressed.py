@@ -186,6 +186,8 @@ class CompressedPlan:
         for index in self.compressed:
             setup = setups[index]
             group = setup.group
+            if not group.compressor_metadata:
+                continue
             key = (group.compress_ratio, group.storage_block_size,
                    id(setup.model.compress_rope_cache(group.compress_ratio)), compressor_format(setup.platform),
                    invariant_of[index], setup.device)

@@ -168,6 +168,9 @@ class GroupConfig:
     compress_ratio: 1, or 4 / 128 for a compressed group (DeepSeek-V4's C4 / C128 layers, and the
     C4 indexer's k-cache), which keeps its sliding window and is never a DSpark group; it gets the
     sas schedule of its ratio, the lightning-indexer schedule (C4) and its compressor metadata.
+    compressor_metadata: False leaves a compressed group's compressor metadata out (its
+    compress_* fields None, no launch for it), for a runner that computes it elsewhere (vllm-ascend's
+    DSA-CP builders launch it in the forward, at the compressor).
     """
 
     name: str
@@ -178,6 +181,7 @@ class GroupConfig:
     dspark_index_width: int | None = None
     slot_mapping_format: str = "int64_padded"
     compress_ratio: int = 1
+    compressor_metadata: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.slot_mapping_format, str) or self.slot_mapping_format not in SLOT_MAPPING_FORMATS:
@@ -186,7 +190,8 @@ class GroupConfig:
         if not isinstance(self.name, str):
             raise ValueError(f"name must be a str, got {type(self.name).__name__}")
         normalize_config_fields(self, ints=("block_size", "storage_block_size", "compress_ratio"),
-                                optional_ints=("sliding_window", "dspark_index_width"), bools=("dspark",))
+                                optional_ints=("sliding_window", "dspark_index_width"),
+                                bools=("dspark", "compressor_metadata"))
         check_positive(self.block_size, "block_size")
         check_positive(self.storage_block_size, "storage_block_size")
         if self.sliding_window is not None:

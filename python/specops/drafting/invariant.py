@@ -13,7 +13,7 @@ from specops._fastpath import version_counter as version
 from specops.drafting.buffers import MAX_CACHED_SHAPES, DraftBuffers, InvariantViews
 from specops.drafting.cache import StepCache
 from specops.drafting.configs import CommonDraftInputs, SharedFields
-from specops.drafting.loop_schedules import local_lengths
+from specops.drafting.loop_schedules import check_query_starts, local_lengths
 from specops.arguments import checked_int
 from specops.ops.cp_local_metadata import CPLocalMetadata, cp_local_metadata
 from specops.ops.dspark_swa_indices import WIDTH_ALIGNMENT, default_width
@@ -199,6 +199,7 @@ def _compute(setup: GroupSetup, common: CommonDraftInputs, buffers: DraftBuffers
     if query_start_loc_cpu.device.type != "cpu":
         raise ValueError(f"query_start_loc_cpu must be on the host, got {query_start_loc_cpu.device}")
     starts = query_start_loc_cpu.numpy()
+    check_query_starts(starts)
     # A host value, free to read: the token count the step claims must be the batch's.
     if int(starts[-1]) != num_tokens:
         raise ValueError(f"num_actual_tokens must equal query_start_loc_cpu[num_reqs = {num_reqs}] = "

@@ -33,7 +33,7 @@ import torch
 from specops.drafting.calls import COMPRESSOR_METADATA_MULTI
 from specops.drafting.compressed import compressor_format, rope_halves, row_bound
 from specops.drafting.configs import SLOT_MAPPING_FORMATS, DraftAttnMetadata, checked_draft_index
-from specops.drafting.loop_schedules import LoopSchedules, PassHost, local_lengths, split_of
+from specops.drafting.loop_schedules import LoopSchedules, PassHost, check_query_starts, local_lengths, split_of
 from specops.arguments import check_positive, checked_int
 from specops.ops.advance_draft_step import RULES
 from specops.ops.advance_draft_steps import empty_draft_steps
@@ -165,6 +165,7 @@ class DraftLoopPlan:
                              f"{num_reqs + 1} and num_reqs entries, got {query_start_loc_cpu.numel()} and "
                              f"{seq_lens_cpu_upper_bound.numel()}")
         starts = query_start_loc_cpu[:num_reqs + 1].numpy().astype(np.int64)
+        check_query_starts(starts)
         num_tokens = int(starts[-1])
         if not num_tokens <= num_input_tokens <= self.max_num_tokens:
             raise ValueError(f"num_input_tokens must be in [query_start_loc_cpu[num_reqs] = {num_tokens}, "
@@ -216,36 +217,45 @@ class DraftLoopPlan:
         arguments = self._arguments
         arguments.update(query_start_loc=query_start_loc, token_indices=token_indices,
                          num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping)
-        if positions is not None:
-            arguments["positions"] = positions
-        if seq_lens is not None:
-            arguments["seq_lens"] = seq_lens
-        _DRAFT_STEPS.select()(**arguments)
-        arguments["positions"], arguments["seq_lens"] = self.mappings.positions, self.mappings.seq_lens
+        try:
+            if positions is not None:
+                arguments["positions"] = positions
+            if seq_lens is not None:
+                arguments["seq_lens"] = seq_lens
+            _DRAFT_STEPS.select()(**arguments)
+        finally:
+            # The overrides are this call's only, also when the op rejects it: the next call
+            # without them reads the mappings' own.
+            arguments["positions"], arguments["seq_lens"] = self.mappings.positions, self.mappings.seq_lens
         self._compressor.run(self._num_reqs)
 
     # ------------------------------------------------------------------ the metadata
 
+    def _pass_of(self, draft_index: int, what: str) -> int:
+        """Row k - 1 of pass draft_index, once a step is planned (its sizes come from plan_step)."""
+        k = checked_draft_index(draft_index, self.num_steps) - 1
+        if not self._passes:
+            raise RuntimeError(f"{what} needs plan_step first (the step's sizes)")
+        return k
+
     def slot_mappings(self, draft_index: int) -> list[torch.Tensor]:
         """Pass draft_index's slot mapping of every mapping group (for the KV-cache writes)."""
-        k = checked_draft_index(draft_index, self.num_steps) - 1
-        tokens = self._passes[k].num_input_tokens if self._passes else 0
+        k = self._pass_of(draft_index, "slot_mappings")
+        tokens = self._passes[k].num_input_tokens
         return [slots[k, :tokens] for slots in self.buffers.slots]
 
     def positions(self, draft_index: int) -> torch.Tensor:
-        k = checked_draft_index(draft_index, self.num_steps) - 1
+        k = self._pass_of(draft_index, "positions")
         return self.buffers.positions[k, :self._passes[k].num_input_tokens]
 
     def seq_lens(self, draft_index: int) -> torch.Tensor:
-        k = checked_draft_index(draft_index, self.num_steps) - 1
+        k = self._pass_of(draft_index, "seq_lens")
         return self.buffers.seq_lens[k, :self._num_reqs]
 
     def metadata(self, draft_index: int) -> list[DraftAttnMetadata]:
         """Pass draft_index's DraftAttnMetadata of every builder, in order: views of the pass's
         buffers (the fields build_draft_attn_metadata gives; DSpark groups see causal passes)."""
-        k = checked_draft_index(draft_index, self.num_steps) - 1
-        if not self._passes:
-            raise RuntimeError("metadata needs plan_step first")
+        k = self._pass_of(draft_index, "metadata")
         host, num_reqs = self._passes[k], self._num_reqs
         key = (k, num_reqs, host.num_tokens, host.num_input_tokens)
         views = self._views.get(key)
@@ -309,7 +319,7 @@ class _CompressorRows:
         for index, setup in enumerate(setups):
             model, group = setup.model, setup.group
             ratio = group.compress_ratio
-            if ratio <= 1:
+            if ratio <= 1 or not group.compressor_metadata:
                 continue
             rope_cos, rope_sin = rope_halves(model, ratio)
             rows = max(row_bound(plan.max_num_tokens, plan.max_num_reqs, ratio), plan.max_num_reqs)

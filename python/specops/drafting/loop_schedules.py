@@ -56,6 +56,20 @@ def split_of(num_input_tokens: int, cp_size: int, cp_rank: int) -> tuple[int, in
     return per_rank * cp_size, per_rank, cp_rank * per_rank, (cp_rank + 1) * per_rank
 
 
+def check_query_starts(starts: np.ndarray) -> None:
+    """A step's host query starts (query_start_loc_cpu's first R + 1 entries): from >= 0 and
+    non-decreasing, checked where the layer reads them, before a schedule op is planned from them
+    (whose own check would name its cu_seqlens_q, nothing the caller passed)."""
+    wide = starts.astype(np.int64)
+    if wide.size and wide[0] < 0:
+        raise ValueError(f"query_start_loc_cpu[0] = {int(wide[0])} must be >= 0")
+    drops = np.flatnonzero(wide[1:] < wide[:-1])
+    if drops.size:
+        r = int(drops[0]) + 1
+        raise ValueError(f"query_start_loc_cpu must be non-decreasing, got query_start_loc_cpu[{r}] = {int(wide[r])} "
+                         f"< query_start_loc_cpu[{r - 1}] = {int(wide[r - 1])}")
+
+
 def local_lengths(starts: np.ndarray, seq_lens: np.ndarray, local_start: int, local_end: int,
                   causal: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """cp_local_metadata's local query starts [R + 1] and local seq_lens [R] (causal: minus the
@@ -126,7 +140,8 @@ class LoopSchedules:
     def plan(self, num_reqs: int, passes: list[PassHost], equal_to_previous: list[bool]) -> None:
         """Every pass's schedules into the next host block, then its one copy to the device
         (local_starts / local_seq_lens rows filled by the caller). equal_to_previous[k]: pass k's
-        arguments are pass k - 1's (its words are copied, not recomputed)."""
+        arguments are pass k - 1's (its words are copied, not recomputed); `shared`: passes 2..K
+        all take the words planned for pass K."""
         index = self.turn
         self.turn = (self.turn + 1) % len(self.host_blocks)
         event = self.events[index]
@@ -134,12 +149,17 @@ class LoopSchedules:
             event.synchronize()  # the copy that last read this block (a step ago) has completed
         block = self.host_blocks[index]
         words = block.numpy()
-        for k, host in enumerate(passes):
-            if k and (equal_to_previous[k] or (self.shared and k > 1)):
+        last = len(passes) - 1
+        for k in range(len(passes)):
+            if k > 1 and (equal_to_previous[k] or self.shared):
                 words[k] = words[k - 1]
                 continue
-            starts = self.local_starts[k, :num_reqs + 1]
-            seq_lens = self.local_seq_lens[k, :num_reqs]
+            # shared: pass 2's words are planned from pass K's lengths, the largest of passes
+            # 2..K (the bounds grow with k, the layout is the same), then copied to 3..K.
+            source = last if self.shared and k == 1 else k
+            host = passes[source]
+            starts = self.local_starts[source, :num_reqs + 1]
+            seq_lens = self.local_seq_lens[source, :num_reqs]
             for slot in self.sas:
                 _plan_sas(slot, slot.arguments[index][k], starts, seq_lens, host)
             if self.qli_arguments is not None:

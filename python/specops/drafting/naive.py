@@ -141,7 +141,7 @@ def draft_metadata(model: ModelConfig, group: GroupConfig, common: CommonDraftIn
     # from its block table, with the ratio's RoPE table, min(T, T // ratio + R) rows; slots flat
     # on A5, (block, offset) on A2/A3.
     compressed = None
-    if ratio > 1:
+    if ratio > 1 and group.compressor_metadata:
         table = model.compress_rope_cache(ratio)
         half = table.size(1) // 2
         start_pos = seq_lens - torch.tensor(query_lens, dtype=torch.int32, device=device)

@@ -53,8 +53,8 @@ def build_step(builders: Sequence[StepBuilder], common: CommonDraftInputs, draft
         field = "slot_mappings" if missing.args[0] not in common.slot_mappings else "block_tables"
         _group_input(getattr(common, field), missing.args[0], field)
         raise
-    # One native pass says whether any slot mapping may be short (a size() call per group costs
-    # a fifth of an empty op); only then does the check that names it run.
+    # One native pass says whether any slot mapping may be short (in place of a size() call per
+    # group); only then does the check that names it run.
     if rows_below(slot_mappings, common.num_actual_tokens):
         _check_slot_mapping_rows(plan.names, slot_mappings, common.num_actual_tokens)
 
@@ -112,9 +112,8 @@ def _resolve_sas(plan: StepPlan, invariants: list[GroupInvariant], shared: StepC
 
 
 # The groups' own launches, each with the assembly of its arguments from the step's data: the
-# plan's keyword arguments (calls.py) with the step's entries set by name, in place (a copy per
-# launch would cost a third of an empty op; the dict keeps the last step's inputs referenced
-# until the next step sets them).
+# plan's keyword arguments (calls.py) with the step's entries set by name, in place (no copy per
+# launch; the dict keeps the last step's inputs referenced until the next step sets them).
 
 def _run_format(arguments: dict[str, object], slot_mappings: list[torch.Tensor], num_slots: int) -> None:
     """Every group's slot mapping, formatted in one launch (arguments: the size's from

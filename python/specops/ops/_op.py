@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from specops import _extension
+import specops._extension as _extension
 from specops._backend import current_backend, triton_interpreter_enabled
 from specops._extension import EXTENSION, require_native
 from specops._fastpath import check_entry, native_entry, op_schema, selector
@@ -116,7 +116,7 @@ class SpecOp:
         else:
             self._native = self.arguments = None
             self._scalars = self._written = []
-        # The same dispatcher call as `self._native` at a third of a small op's cost (its FastOp;
+        # The same dispatcher call as `self._native` without its generic parser (its FastOp;
         # under SPECOPS_FASTPATH=0 the plain twin): what select() hands out on the eager native
         # backend (None without the extension).
         self.native_entry = native_entry(name)

@@ -10,7 +10,14 @@ from typing import NamedTuple
 
 import torch
 
-from specops.arguments import checked_size, group_settings, padded_argument
+from specops.arguments import (
+    check_tensor,
+    checked_size,
+    checked_tensor_list,
+    group_settings,
+    max_model_len_arguments,
+    padded_argument,
+)
 from specops.ops._op import SpecOp
 from specops.reference.advance_draft_step import advance_draft_step as _reference
 
@@ -36,7 +43,7 @@ def advance_draft_step(
     block_tables: Sequence[torch.Tensor],
     block_sizes: Sequence[int] | int,
     *,
-    max_model_len: int,
+    max_model_len: int | torch.Tensor | None = None,
     past_max_model_len: str = "reset",
     token_indices: torch.Tensor | None = None,
     num_rejected_tokens: torch.Tensor | None = None,
@@ -62,6 +69,7 @@ def advance_draft_step(
     sample_positions: torch.Tensor | None = None,
     hidden_states: torch.Tensor | None = None,
     next_hidden_states: torch.Tensor | None = None,
+    max_model_len_tensor: torch.Tensor | None = None,
 ) -> DraftStep:
     """One draft decode step (one token per request) for every KV-cache group at once.
 
@@ -78,6 +86,11 @@ def advance_draft_step(
     token_indices, else a new int64 [R]; query_start_loc, when given, receives min(i, R) for
     i <= num_reqs_padded. The host op rejects a position past its row's table or blocks.
 
+    The limit is max_model_len (an int), or a 0-D int32 / int64 tensor on positions' device,
+    given as max_model_len_tensor or as max_model_len itself (vLLM 0.34's `max_model_len_gpu`):
+    read on the device, never on the host, so a captured graph reads its value at each replay.
+    The host op rejects a value below 1; a device kernel takes it as 1.
+
     The step's token bookkeeping (model runner V2's prepare_decode_inputs and
     update_draft_inputs, in the same launch), with step = draft_step (a 0-D tensor, read
     on the device; 0 when not given): sampled_tokens [R] is stored at draft_tokens[r, step]; with
@@ -88,11 +101,15 @@ def advance_draft_step(
     """
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
+    block_tables = checked_tensor_list(block_tables, "block_tables")
     num_groups = len(block_tables)
     block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled = group_settings(
         block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
     num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else (
         positions.numel() if isinstance(positions, torch.Tensor) else 0)
+    if out_positions is None or slot_mappings is None:
+        # What the outputs are allocated beside (positions' device), checked in the op's words first.
+        check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
     device = positions.device if isinstance(positions, torch.Tensor) else None
     if out_positions is None:
         out_positions = positions if token_indices is None else torch.empty(num_reqs, dtype=torch.int64,
@@ -100,8 +117,9 @@ def advance_draft_step(
     if slot_mappings is None:
         size = checked_size(num_tokens_padded, "num_tokens_padded", 0) if num_tokens_padded is not None else num_reqs
         slot_mappings = [torch.empty(size, dtype=torch.int64, device=device) for _ in range(num_groups)]
-    block_tables = list(block_tables)
-    slot_mappings = list(slot_mappings)
+    else:
+        slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
+    max_model_len, max_model_len_tensor = max_model_len_arguments(max_model_len, max_model_len_tensor)
     _OP.select()(
         positions=positions, seq_lens=seq_lens, block_tables=block_tables, token_indices=token_indices,
         num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping, out_positions=out_positions,
@@ -114,5 +132,6 @@ def advance_draft_step(
         cp_sharded=cp_sharded, slot_mapping_enabled=slot_mapping_enabled, target_seq_lens=target_seq_lens,
         input_ids=input_ids, draft_tokens=draft_tokens, sampled_tokens=sampled_tokens, draft_step=draft_step,
         num_draft_steps=-1 if num_draft_steps is None else checked_size(num_draft_steps, "num_draft_steps", 0),
-        sample_positions=sample_positions, hidden_states=hidden_states, next_hidden_states=next_hidden_states)
+        sample_positions=sample_positions, hidden_states=hidden_states, next_hidden_states=next_hidden_states,
+        max_model_len_tensor=max_model_len_tensor)
     return DraftStep(out_positions, seq_lens, slot_mappings, query_start_loc)

@@ -15,7 +15,16 @@ from typing import NamedTuple
 
 import torch
 
-from specops.arguments import check_allocated_elements, checked_int, checked_size, group_settings, ints_per_group
+from specops.arguments import (
+    check_allocated_elements,
+    check_tensor,
+    checked_int,
+    checked_size,
+    checked_tensor_list,
+    group_settings,
+    ints_per_group,
+    max_model_len_arguments,
+)
 from specops.ops._op import SpecOp
 from specops.ops.advance_draft_step import RULES
 from specops.reference.advance_draft_steps import advance_draft_steps as _reference
@@ -54,20 +63,24 @@ def pass_extents(num_steps: int, num_input_tokens: int, num_reqs_padded: int, sp
     return pad, per_rank, slots
 
 
-# What sizes each output, for the error that finds it too small (as csrc/cpu/advance_draft_steps.cpp).
+# The RoPE cache's dtypes (the op checks them; the wrapper allocates the cos/sin outputs in it).
+ROPE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
 _OP = SpecOp("advance_draft_steps", _reference)
 
 
 def _allocation_bounded(num_steps: int, num_input_tokens: int, num_reqs_padded: int, num_reqs: int, split_size: int,
-                      rope_cos_sin_cache: object) -> None:
-    """The sizes the wrapper allocates the outputs from, checked before it does (never a negative
-    dimension, never gigabytes from an unchecked value)."""
+                        positions: object, rope_cos_sin_cache: object) -> None:
+    """The sizes and tensors the wrapper allocates the outputs from (positions' device, the
+    cache's dtype and width), checked before it does (never a negative dimension, never
+    gigabytes from an unchecked value, never an AttributeError for a None), in the op's words."""
     checked_size(num_steps, "num_steps", 1)
     checked_size(num_input_tokens, "num_input_tokens", 0)
     checked_size(split_size, "split_size", 1)
     checked_size(num_reqs_padded, "num_reqs_padded", num_reqs, f"R = token_indices.numel() = {num_reqs}")
-    rot_dim = rope_cos_sin_cache.size(1) if isinstance(rope_cos_sin_cache, torch.Tensor) and \
-        rope_cos_sin_cache.dim() == 2 else 1
+    check_tensor(positions, "positions", [torch.int64, torch.int32], 1)
+    check_tensor(rope_cos_sin_cache, "rope_cos_sin_cache", list(ROPE_DTYPES), 2, positions.device, "positions")
+    rot_dim = rope_cos_sin_cache.size(1)
     pad, _, entries = pass_extents(num_steps, num_input_tokens, num_reqs_padded, split_size)
     check_allocated_elements(num_steps, max(pad * rot_dim, 2 * entries), "num_input_tokens",
                              "num_steps rows of the padded stream of num_input_tokens or num_reqs_padded tokens")
@@ -87,8 +100,8 @@ def advance_draft_steps(
     num_steps: int,
     num_actual_tokens: int,
     num_input_tokens: int,
-    max_model_len: int,
     target_slot_mappings: Sequence[torch.Tensor],
+    max_model_len: int | torch.Tensor | None = None,
     past_max_model_len: str = "reset",
     idx_mapping: torch.Tensor | None = None,
     num_blocks: Sequence[torch.Tensor] | None = None,
@@ -103,6 +116,7 @@ def advance_draft_steps(
     split_rank: int = 0,
     num_reqs_padded: int | None = None,
     out: DraftSteps | None = None,
+    max_model_len_tensor: torch.Tensor | None = None,
 ) -> DraftSteps:
     """Every draft pass k = 1..num_steps of a chain-drafting step, row k - 1 of each output.
 
@@ -114,10 +128,14 @@ def advance_draft_steps(
     (block_tables request-indexed through idx_mapping, or batch-indexed). The token split
     (split_size ranks, this one split_rank: the drafting layer's cp_size / cp_rank) pads each
     pass's stream to a multiple of split_size. `out`: the buffers to write (default: new ones,
-    sized for this call, with Rb = num_reqs_padded request rows).
+    sized for this call, with Rb = num_reqs_padded request rows). The limit: max_model_len (an
+    int), or a 0-D int32 / int64 tensor on positions' device (max_model_len_tensor, or
+    max_model_len itself), read on the device as advance_draft_step reads it.
     """
     if past_max_model_len not in RULES:
         raise ValueError(f"past_max_model_len must be \"reset\" or \"clamp\", got {past_max_model_len!r}")
+    block_tables = checked_tensor_list(block_tables, "block_tables")
+    target_slot_mappings = checked_tensor_list(target_slot_mappings, "target_slot_mappings")
     num_groups = len(block_tables)
     block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled = group_settings(
         block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
@@ -130,14 +148,15 @@ def advance_draft_steps(
         num_steps, num_input_tokens = checked_int(num_steps, "num_steps"), checked_int(num_input_tokens,
                                                                                       "num_input_tokens")
         split_size, padded = checked_int(split_size, "split_size"), checked_int(padded, "num_reqs_padded")
-        _allocation_bounded(num_steps, num_input_tokens, padded, num_reqs, split_size, rope_cos_sin_cache)
+        _allocation_bounded(num_steps, num_input_tokens, padded, num_reqs, split_size, positions, rope_cos_sin_cache)
         out = empty_draft_steps(num_steps, num_input_tokens, padded, padded, split_size, rope_cos_sin_cache,
                                 [t.dtype for t in target_slot_mappings],
                                 positions.device if isinstance(positions, torch.Tensor) else None)
+    max_model_len, max_model_len_tensor = max_model_len_arguments(max_model_len, max_model_len_tensor)
     _OP.select()(
         query_start_loc=query_start_loc, positions=positions, seq_lens=seq_lens, token_indices=token_indices,
-        num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping, block_tables=list(block_tables),
-        num_blocks=[] if num_blocks is None else list(num_blocks), target_slot_mappings=list(target_slot_mappings),
+        num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping, block_tables=block_tables,
+        num_blocks=[] if num_blocks is None else list(num_blocks), target_slot_mappings=target_slot_mappings,
         rope_cos_sin_cache=rope_cos_sin_cache, out_positions=out.positions, out_seq_lens=out.seq_lens,
         out_query_start_loc=out.query_start_loc, out_cos_sin=out.cos_sin, out_local_cos_sin=out.local_cos_sin,
         out_local_query_start_loc=out.local_query_start_loc, out_local_seq_lens=out.local_seq_lens,
@@ -146,7 +165,8 @@ def advance_draft_steps(
         num_reqs_padded=padded, max_model_len=max_model_len, past_max_model_len=RULES[past_max_model_len],
         split_size=split_size, split_rank=split_rank, cp_world_size=cp_world_size, cp_rank=cp_rank,
         cp_interleave=cp_interleave, block_sizes=block_sizes, blocks_per_kv_block=blocks_per_kv_block,
-        cp_sharded=cp_sharded, slot_mapping_enabled=slot_mapping_enabled, storage_block_sizes=storage)
+        cp_sharded=cp_sharded, slot_mapping_enabled=slot_mapping_enabled, storage_block_sizes=storage,
+        max_model_len_tensor=max_model_len_tensor)
     return out
 
 

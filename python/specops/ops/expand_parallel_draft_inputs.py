@@ -114,7 +114,8 @@ def expand_parallel_draft_inputs(
     check_allocated_elements(req_size, max(slots_per_request, 0),
                              "num_reqs_padded" if reqs_padded >= 0 else "slots_per_request",
                              "token_indices_to_sample: num_reqs_padded or R times slots_per_request")
-    # An optional output that its inputs do not turn on is None and not computed (SPEC 3.7):
+    # An optional output that its inputs do not turn on is None and not computed
+    # (docs/step_bookkeeping.md, "Optional outputs"):
     # out_seq_lens without seq_lens, hidden_state_mapping without the shift.
     if seq_lens is None:
         out_seq_lens = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops import _sas_inputs as inputs
+import specops.ops._sas_inputs as inputs
 from specops.ascend_platform import resolved_platform
 from specops.ops._op import SpecOp
 from specops.reference.kv_quant_sas_metadata import kv_quant_sas_metadata as _reference

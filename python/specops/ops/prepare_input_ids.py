@@ -55,8 +55,9 @@ def prepare_input_ids(
     the prefill) and its n_log - num_new_sampled_tokens drafts after it. input_ids is zeroed in
     [T, num_tokens_padded) (default: nothing past T = query_start_loc[R]); the logits outputs are
     0 (expanded_idx_mapping -1) in [cu[R], num_logits_padded) (default: each buffer's end).
-    Absent logits outputs are allocated with num_logits entries (SPEC 3.7.1; default cu[R], a
-    host read), whatever num_logits_padded says (it then stops their padding, at most there).
+    Absent logits outputs are allocated with num_logits entries (docs/step_bookkeeping.md,
+    "Optional outputs"; default cu[R], a host read), whatever num_logits_padded says (it then
+    stops their padding, at most there).
     The host op rejects every read the formulas would make out of bounds.
     """
     if logits_indices is None or expanded_idx_mapping is None or expanded_local_pos is None:

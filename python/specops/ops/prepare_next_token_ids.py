@@ -65,7 +65,8 @@ def prepare_next_token_ids(
     if valid_sampled_token_count is None:
         valid_sampled_token_count = allocated()
     if cu_num_draft_tokens is None and query_start_loc is None:
-        # An optional output that its inputs do not turn on is None and not computed (SPEC 3.7):
+        # An optional output that its inputs do not turn on is None and not computed
+        # (docs/step_bookkeeping.md, "Optional outputs"):
         # a runner's persistent buffers passed on a step without drafts.
         num_rejected_tokens = token_indices_to_sample = None
     if cu_num_draft_tokens is not None and query_start_loc is not None:

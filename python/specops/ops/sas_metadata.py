@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from specops.ops import _sas_inputs as inputs
+import specops.ops._sas_inputs as inputs
 from specops.ascend_platform import resolved_platform
 from specops.ops._op import SpecOp
 from specops.reference.sas_metadata import sas_metadata as _reference
 
 __all__ = ["sas_metadata"]
 
-# The kernel reads these attributes as int32; it would truncate anything wider.
 _OP = SpecOp("sas_metadata", _reference)
 _STRINGS = inputs.StringArguments(*inputs.SAS_STRINGS)
 _KEPT_STRINGS = _STRINGS.kept

@@ -35,6 +35,9 @@ def draft_slots(table: torch.Tensor, counts: torch.Tensor | None, row: torch.Ten
 def advance_draft_step(a) -> None:
     """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
     rule = a.past_max_model_len
+    # Read as a tensor when max_model_len_tensor gives it, as the device kernel reads it (a value
+    # below 1 taken as 1).
+    max_model_len = a.max_model_len if a.max_model_len_tensor is None else a.max_model_len_tensor.long().clamp(min=1)
     num_reqs = a.token_indices.numel() if a.token_indices is not None else a.positions.numel()
     step = int(a.draft_step) if a.draft_step is not None else 0
     in_columns = a.draft_tokens is not None and 0 <= step < a.draft_tokens.size(1)
@@ -60,19 +63,20 @@ def advance_draft_step(a) -> None:
         ok = torch.ones(num_reqs, dtype=torch.bool)
         current = a.positions.long()
     # p = current + 1 >= max_model_len, tested on current: at current = 2^63 - 1 the sum wraps to
-    # -2^63, which SPEC 3.7.5's formulas (reset: 0, clamp: L - 1) never give.
-    over = ok & (current >= a.max_model_len - 1)
+    # -2^63, which the rules (docs/step_bookkeeping.md, "advance_draft_step"; reset: 0, clamp:
+    # L - 1) never give.
+    over = ok & (current >= max_model_len - 1)
     p = (current + 1).where(ok & ~over, 0)
     base = (a.target_seq_lens if a.target_seq_lens is not None else a.seq_lens[:num_reqs]).long()
     if a.num_rejected_tokens is not None:
         base = base - a.num_rejected_tokens.long()
     if rule == 1:
-        position = p.where(~over, a.max_model_len - 1)
-        seq_len = (base + 1).clamp(max=a.max_model_len)
+        position = p.where(~over, max_model_len - 1)
+        seq_len = (base + 1).clamp(max=max_model_len)
         mapped = ok
     else:
         position = p.where(~over, 0)
-        seq_len = (base + 1).where(~over, 1).clamp(max=a.max_model_len)
+        seq_len = (base + 1).where(~over, 1).clamp(max=max_model_len)
         mapped = ok & ~over
     row = a.idx_mapping.long() if a.idx_mapping is not None else torch.arange(num_reqs)
     layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,

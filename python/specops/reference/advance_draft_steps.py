@@ -15,7 +15,7 @@ from specops.reference.advance_draft_step import draft_slots
 
 
 def draft_pass_positions(positions: torch.Tensor, seq_lens: torch.Tensor, token_indices: torch.Tensor,
-                         num_rejected_tokens: torch.Tensor, num_steps: int, max_model_len: int,
+                         num_rejected_tokens: torch.Tensor, num_steps: int, max_model_len: int | torch.Tensor,
                          clamp: bool) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(position, seq_len, mapped) int64 / int64 / bool [R] of passes 2..num_steps: the
     advance_draft_step rule applied pass after pass (the first with the gather and the rejected
@@ -27,12 +27,13 @@ def draft_pass_positions(positions: torch.Tensor, seq_lens: torch.Tensor, token_
     seq_len = seq_lens[:index.numel()].long() - num_rejected_tokens.long()
     passes = []
     for _ in range(num_steps - 1):
-        p = (position + 1).where(ok, 0)
+        # p = position + 1 >= max_model_len, tested on position: at 2^63 - 1 the sum wraps.
+        over = ok & (position >= max_model_len - 1)
+        p = position.where(ok & ~over, -1) + 1
         if clamp:
-            position, seq_len, mapped = p.clamp(max=max_model_len - 1), (seq_len + 1).clamp(max=max_model_len), ok
+            position, seq_len, mapped = p.where(~over, max_model_len - 1), (seq_len + 1).clamp(max=max_model_len), ok
         else:
-            over = p >= max_model_len
-            position = p.where(~over, 0)
+            position = p
             seq_len = (seq_len + 1).where(~over, 1).clamp(max=max_model_len)
             mapped = ok & ~over
         passes.append((position, seq_len, mapped))
@@ -48,14 +49,17 @@ def _rope_rows(cache: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 def advance_draft_steps(a) -> None:
     """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
     num_tokens, rule, storage = a.num_actual_tokens, a.past_max_model_len, a.storage_block_sizes
-    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled, a.cp_world_size,
-                            a.cp_rank, a.cp_interleave)
+    # Read as a tensor when max_model_len_tensor gives it, as the device kernel reads it (a value
+    # below 1 taken as 1).
+    max_model_len = a.max_model_len if a.max_model_len_tensor is None else a.max_model_len_tensor.long().clamp(min=1)
+    layouts = group_layouts(a.block_sizes, a.blocks_per_kv_block, a.cp_sharded, a.slot_mapping_enabled,
+                            a.cp_world_size, a.cp_rank, a.cp_interleave)
     num_reqs = a.token_indices.numel()
     reqs_end = a.out_seq_lens.size(1)
     device = a.out_positions.device
     row = a.idx_mapping.long() if a.idx_mapping is not None else torch.arange(num_reqs, device=device)
-    later = draft_pass_positions(a.positions, a.seq_lens, a.token_indices, a.num_rejected_tokens, a.num_steps, a.max_model_len,
-                                 rule == 1)
+    later = draft_pass_positions(a.positions, a.seq_lens, a.token_indices, a.num_rejected_tokens, a.num_steps,
+                                 max_model_len, rule == 1)
     entries = torch.arange(reqs_end + 1, device=device)
     for k in range(a.num_steps):
         if k == 0:

@@ -21,7 +21,7 @@ def compressor_metadata(a) -> None:
     num_rows = a.compress_cos.shape[0]
     device = a.compress_cos.device
     starts = a.start_pos[:a.num_reqs_actual].long()
-    lengths = (a.cu_seqlens[1:a.num_reqs_actual + 1] - a.cu_seqlens[:a.num_reqs_actual]).long()
+    lengths = a.cu_seqlens[1:a.num_reqs_actual + 1].long() - a.cu_seqlens[:a.num_reqs_actual].long()  # int64, as the docs
     counts = torch.where((starts >= 0) & (lengths > 0),
                          (starts + lengths) // a.compress_ratio - starts // a.compress_ratio, 0)
     counts = counts.clamp(min=0)

@@ -40,8 +40,9 @@ def prepare_draft_prefill_inputs(a) -> None:
     j = lo[request] + torch.arange(request.numel(), device=device) - torch.repeat_interleave(count.cumsum(0) - count,
                                                                                             count)
     t = start[request] + j
-    # Shifted ids: target id t goes to t - 1 for 1 <= j (both inside their buffers).
-    shift = (j >= 1) & (t < a.target_input_ids.numel()) & (t - 1 < a.input_ids.numel())
+    # Shifted ids: target id t goes to t - 1 for 1 <= j (both inside their buffers: with start < 0,
+    # t - 1 may be -1, which indexing would take as the last entry).
+    shift = (j >= 1) & (t >= 1) & (t < a.target_input_ids.numel()) & (t - 1 < a.input_ids.numel())
     a.input_ids[t[shift] - 1] = a.target_input_ids[t[shift]].to(a.input_ids.dtype)
     last = start + kept - 1
     writes_next = (kept >= 1) & (last >= 0) & (last < a.input_ids.numel())

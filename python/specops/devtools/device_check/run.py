@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specops.devtools.device_check import device_path, graphs, schedules, timing
+import specops.devtools.device_check.device_path as device_path
+import specops.devtools.device_check.graphs as graphs
+import specops.devtools.device_check.schedules as schedules
+import specops.devtools.device_check.timing as timing
 from specops.devtools.device_check._common import (
     NO_DEVICE, Deadline, Target, environment, error_text, find_target, load_op_table, skipped,
 )

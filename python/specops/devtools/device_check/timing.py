@@ -23,7 +23,7 @@ import torch
 
 import specops
 from specops.devtools.device_check._common import Deadline, Target, error_text, round_robin, skipped
-from specops.devtools.device_check import vllm_peers
+import specops.devtools.device_check.vllm_peers as vllm_peers
 
 HOST_ONLY = ("numpy", "lean-numpy", "python", "python-rows")  # implementations that run on the host whatever the device
 PEER_BATCHES = (64, 512)

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 # Every point any release row serves, in the order they are listed and installed.
 POINT_NAMES = ("input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables", "draft_steps",
-               "target_step", "pcp", "v1_eagle")
+               "target_step", "pcp", "v1_eagle", "dsa_cp_draft")
 
 
 @dataclasses.dataclass
@@ -120,8 +120,53 @@ def activate(environ: dict | None = None) -> Status:
     """Checks and installs once in this process; returns the status."""
     global _STATUS
     if not _STATUS.active:
-        _STATUS = apply(environ)
+        try:
+            waiting = _ascend_gate(environ)
+        except Exception as exc:  # never into vLLM
+            waiting = Status(False, (), f"patched nothing: {type(exc).__name__}: {exc}")
+        _STATUS = waiting if waiting is not None else apply(environ)
     return _STATUS
+
+
+def _ascend_gate(environ: dict | None) -> Status | None:
+    """Where vllm-ascend is installed, the Ascend row applies only on its platform, and after its
+    worker patches: vLLM loads the general plugins in a worker before `NPUWorker.__init__` calls
+    `adapt_patch()`, whose patches rebind names the Ascend points target. Before them this hooks
+    `adapt_patch` to activate right after it and says so; off vllm-ascend's platform it patches
+    nothing. None: go on (no vllm-ascend, the switch off, or the patches applied)."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("vllm_ascend") is None or not _switch.selected_points(POINT_NAMES, environ).points:
+        return None
+    from vllm.platforms import current_platform
+
+    if not type(current_platform).__module__.startswith("vllm_ascend"):
+        reason = "patched nothing: vllm-ascend is installed but its platform is not the one in use"
+        logger.warning("specops: %s", reason)
+        return Status(False, (), reason)
+    if "vllm_ascend.patch.worker" in sys.modules:
+        return None
+    import functools
+
+    import vllm_ascend.utils
+
+    original = vllm_ascend.utils.adapt_patch
+    if not getattr(original, "__specops_hook__", False):
+        @functools.wraps(original)
+        def adapt_patch(is_global_patch: bool = False):
+            result = original(is_global_patch)
+            if not is_global_patch:
+                vllm_ascend.utils.adapt_patch = original
+                try:
+                    activate(environ)
+                except Exception:  # never into vllm-ascend
+                    pass
+            return result
+
+        adapt_patch.__specops_hook__ = True
+        vllm_ascend.utils.adapt_patch = adapt_patch
+    return Status(False, (), "waiting for vllm-ascend's worker patches (the plugin patches after them)")
 
 
 def diagnose(environ: dict | None = None) -> str:

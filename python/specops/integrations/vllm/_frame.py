@@ -176,10 +176,10 @@ def plan(release: Release, names: tuple[str, ...], switched_on: tuple[str, ...],
         for name, state in states.items():
             if state.state != "active":
                 continue
-            missing = [need for need in served[name].needs if states.get(need, PointState(need, "off")).state != "active"]
+            missing = [f"{need} ({states[need].state if need in states else 'not a point here'})"
+                       for need in served[name].needs if need not in states or states[need].state != "active"]
             if missing:
-                states[name] = PointState(name, "skipped", f"point {name} needs {', '.join(missing)}, which "
-                                          f"{'is' if len(missing) == 1 else 'are'} not patched", warn=True)
+                states[name] = PointState(name, "skipped", f"point {name} needs {', '.join(missing)}", warn=True)
                 changed = True
     return [states[name] for name in names]
 

@@ -8,7 +8,16 @@ A row is added only after each of its points' adapters was checked against that 
 
 from __future__ import annotations
 
-from specops.integrations.vllm import draft_steps, mrv2, pcp, target_step, v1_eagle
+import functools
+
+# The point modules by name, not through the package (whose __init__ imports this module).
+import specops.integrations.vllm.ascend as ascend
+import specops.integrations.vllm.ascend_dsa as ascend_dsa
+import specops.integrations.vllm.draft_steps as draft_steps
+import specops.integrations.vllm.mrv2 as mrv2
+import specops.integrations.vllm.pcp as pcp
+import specops.integrations.vllm.target_step as target_step
+import specops.integrations.vllm.v1_eagle as v1_eagle
 from specops.integrations.vllm._fingerprints import FINGERPRINTS
 from specops.integrations.vllm._frame import Patch, Point, Release, Runner
 
@@ -20,6 +29,7 @@ _BT = f"{_GPU}.block_table"
 _PCP = f"{_GPU}.pcp_manager"
 _SP = f"{_GPU}.spec_decode.speculator"
 _TDAR = f"{_GPU}.spec_decode.target_dependent_ar.speculator"
+_AR = f"{_GPU}.spec_decode.autoregressive.speculator"  # 0.34
 _V1U = "vllm.v1.spec_decode.utils"
 _V1P = "vllm.v1.spec_decode.llm_base_proposer"
 _V1R = "vllm.v1.worker.gpu_model_runner"
@@ -72,16 +82,43 @@ def _mrv2_points() -> tuple[Point, ...]:
 
 
 def _draft_steps_0_33() -> Point:
+    propose = f"{_TDAR}:TargetDependentARSpeculator.propose"
+    loop = draft_steps.LOOP_0_33
     return Point("draft_steps", (
         Patch(f"{_BT}:BlockTables.__init__", draft_steps.make_block_tables_init),
-        Patch(f"{_TDAR}:TargetDependentARSpeculator.propose", draft_steps.make_propose),
+        Patch(propose, functools.partial(draft_steps.make_propose, loop=loop)),
+        Patch(f"{_TDAR}:TargetDependentARSpeculator._generate_fused_drafts",
+              functools.partial(draft_steps.make_fused_drafts, loop=loop), (propose,)),
         Patch(f"{_SP}:DraftModelSpeculator._copy_request_inputs", draft_steps.make_copy_request_inputs),
         Patch(f"{_TDAR}:prepare_prefill_inputs", draft_steps.make_prepare_prefill_inputs),
         Patch(f"{_TDAR}:prepare_decode_inputs", draft_steps.make_prepare_decode_inputs),
         Patch(f"{_TDAR}:update_draft_inputs", draft_steps.make_update_draft_inputs),
         Patch(f"{_BT}:BlockTables.compute_slot_mappings", draft_steps.make_compute_slot_mappings),
-    ), reads=(f"{_BT}:BlockTables", f"{_TDAR}:TargetDependentARSpeculator._multi_step_decode",
-              f"{_TDAR}:TargetDependentARSpeculator._generate_draft"), importers=_MRV2_IMPORTERS)
+    ), reads=(f"{_BT}:BlockTables", *(f"{_TDAR}:TargetDependentARSpeculator.{name}" for name in loop)),
+        importers=_MRV2_IMPORTERS)
+
+
+def _draft_steps_0_34() -> Point:
+    """0.34 moves the decode loop to AutoRegressiveSpeculator, turns prepare_decode_inputs into
+    the method `_prepare_decode_inputs` and renames `_generate_draft` to `_decode`;
+    update_draft_inputs takes max_model_len as a 0-d int32 device tensor."""
+    propose = f"{_TDAR}:TargetDependentARSpeculator.propose"
+    loop = draft_steps.LOOP_0_34
+    return Point("draft_steps", (
+        Patch(f"{_BT}:BlockTables.__init__", draft_steps.make_block_tables_init),
+        Patch(propose, functools.partial(draft_steps.make_propose, loop=loop)),
+        Patch(f"{_AR}:AutoRegressiveSpeculator._fused_multi_step_decode",
+              functools.partial(draft_steps.make_fused_drafts, loop=loop), (propose,)),
+        Patch(f"{_SP}:DraftModelSpeculator._copy_request_inputs", draft_steps.make_copy_request_inputs),
+        Patch(f"{_TDAR}:prepare_prefill_inputs", draft_steps.make_prepare_prefill_inputs),
+        Patch(f"{_TDAR}:TargetDependentARSpeculator._prepare_decode_inputs",
+              draft_steps.make_prepare_decode_inputs_method),
+        Patch(f"{_TDAR}:update_draft_inputs", draft_steps.make_update_draft_inputs),
+        Patch(f"{_BT}:BlockTables.compute_slot_mappings", draft_steps.make_compute_slot_mappings),
+    ), reads=(f"{_BT}:BlockTables", f"{_TDAR}:TargetDependentARSpeculator._decode",
+              *(f"{_AR}:AutoRegressiveSpeculator.{name}" for name in loop if name not in ("_decode",
+                                                                                          "_prepare_decode_inputs"))),
+        importers=_MRV2_IMPORTERS)
 
 
 def _v1_eagle() -> Point:
@@ -99,6 +136,58 @@ def _v1_eagle() -> Point:
         importers=(_V1P, _V1R))
 
 
+def vllm_ascend(version: str) -> Runner:
+    return Runner("vllm-ascend", version, version_attr="vllm_ascend._version:__version__")
+
+
+# The Ascend row (vllm-ascend 0.26.0rc1 with vLLM 0.26.0): vllm-ascend's own classes and the
+# module names its code calls through (docs/integrations.md, "Ascend").
+_NPU = "vllm_ascend.worker.v2"
+_AR = f"{_GPU}.spec_decode.autoregressive.speculator"
+_NPU_RUNNER = f"{_NPU}.model_runner:NPUModelRunner"
+_NPU_TABLES = f"{_NPU}.block_table:AscendBlockTables"
+_NPU_LOOP = f"{_NPU}.spec_decode.autoregressive.speculator:AscendAutoRegressiveSpeculator"
+_NPU_IMPORTERS = (f"{_NPU}.model_runner", f"{_NPU}.input_batch", f"{_NPU}.block_table", _MR, _PCP, _AR,
+                  f"{_GPU}.sample.sampler", f"{_GPU}.spec_decode.rejection_sampler")
+
+
+def _ascend_points() -> tuple[Point, ...]:
+    return (
+        Point("input_ids", (
+            Patch(f"{_NPU_RUNNER}.prepare_inputs", ascend.make_prepare_inputs),
+            Patch(f"{_IB}:expand_idx_mapping", mrv2.make_expand_idx_mapping),
+            Patch(f"{_IB}:prepare_prefill_inputs", ascend.make_prepare_prefill_inputs),
+            Patch(f"{_IB}:combine_sampled_and_draft_tokens", ascend.make_combine_sampled_and_draft_tokens,
+                  (f"{_IB}:prepare_prefill_inputs", f"{_IB}:expand_idx_mapping")),
+        ), reads=(f"{_GPU}.states:RequestState", f"{_NPU}.states:AscendRequestState"), importers=_NPU_IMPORTERS),
+        Point("sampled_counts", (Patch(f"{_IB}:get_num_sampled_and_rejected", mrv2.make_get_num_sampled_and_rejected),),
+              importers=_NPU_IMPORTERS),
+        # vllm-ascend's worker patches bind its own post_update into vLLM's modules.
+        Point("post_update", (
+            Patch(f"{_NPU}.input_batch:post_update", mrv2.make_post_update),
+            Patch(f"{_IB}:post_update_num_computed_tokens", mrv2.make_post_update_num_computed_tokens),
+        ), reads=(f"{_NPU_RUNNER}.postprocess_sampled", f"{_MR}:GPUModelRunner.postprocess_sampled"),
+            importers=_NPU_IMPORTERS),
+        Point("block_tables", (Patch(f"{_BT}:BlockTables.gather_block_tables", ascend.make_gather_block_tables),),
+              reads=(f"{_BT}:BlockTables",)),
+        # The fused launch's gather is consumed by the block_tables adapter; its slot mappings by
+        # the compute_slot_mappings seam, which the draft loop's updates share.
+        Point("target_step", (
+            Patch(f"{_IB}:prepare_pos_seq_lens", ascend.make_prepare_pos_seq_lens),
+            Patch(f"{_NPU_TABLES}.compute_slot_mappings", ascend.make_compute_slot_mappings),
+        ), reads=(f"{_BT}:BlockTables", _NPU_TABLES, f"{_NPU_RUNNER}.prepare_inputs",
+                  f"{_MR}:GPUModelRunner.prepare_attn"), importers=_NPU_IMPORTERS, needs=("block_tables",)),
+        Point("draft_steps", (
+            Patch(f"{_NPU_LOOP}.propose", ascend.make_propose),
+            Patch(f"{_AR}:prepare_decode_inputs", ascend.make_prepare_decode_inputs),
+            Patch(f"{_AR}:update_draft_inputs", ascend.make_update_draft_inputs),
+        ), reads=(f"{_NPU_LOOP}._multi_step_decode", f"{_NPU_LOOP}._generate_draft",
+                  f"{_AR}:AutoRegressiveSpeculator._multi_step_decode", f"{_AR}:AutoRegressiveSpeculator._generate_draft",
+                  f"{_AR}:AutoRegressiveSpeculator.propose"), importers=_NPU_IMPORTERS, needs=("target_step",)),
+        *ascend_dsa.points(Point, Patch),
+    )
+
+
 def _row(runners, points) -> Release:
     release = Release(runners, points, {})
     return Release(runners, points, FINGERPRINTS.get(release.key, {}))
@@ -106,4 +195,7 @@ def _row(runners, points) -> Release:
 
 RELEASES: tuple[Release, ...] = (
     _row((vllm("0.33.0"),), (*_mrv2_points(), _draft_steps_0_33(), _v1_eagle())),
+    # 0.34 removes the V1 GPU model runner and vllm/v1/spec_decode (v1_eagle's targets).
+    _row((vllm("0.34.0"),), (*_mrv2_points(), _draft_steps_0_34())),
+    _row((vllm_ascend("0.26.0rc1"), vllm("0.26.0")), _ascend_points()),
 )

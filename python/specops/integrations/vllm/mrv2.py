@@ -23,12 +23,14 @@ across calls or threads.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 
 import torch
 
 import specops
+from specops.integrations.vllm.fused_records import gathered, note_rows_left
 
 
 def point(name: str, *, seam: bool = False, host: bool = False):
@@ -68,6 +70,17 @@ def current_step() -> _Pending | None:
     return _pending.get()
 
 
+@contextlib.contextmanager
+def step_inputs(runner, num_tokens: int, num_reqs_padded: int):
+    """The step-input seam's record, for a prepare_inputs of another runner class (vllm-ascend's
+    NPUModelRunner): inside it the input_ids adapters defer and fuse as in vLLM's."""
+    token = _pending.set(_Pending(runner, num_tokens, num_reqs_padded))
+    try:
+        yield
+    finally:
+        _pending.reset(token)
+
+
 def make_prepare_inputs(original):
     @point("input_ids", seam=True)
     @functools.wraps(original)
@@ -76,11 +89,8 @@ def make_prepare_inputs(original):
             return original(self, scheduler_output, batch_req_state, batch_desc, num_active_loras)
         # prepare_inputs' own padded request count (InputBatch.num_reqs_after_padding).
         num_reqs_padded = batch_desc.num_reqs or len(batch_req_state.req_ids)
-        token = _pending.set(_Pending(self, batch_req_state.num_tokens, num_reqs_padded))
-        try:
+        with step_inputs(self, batch_req_state.num_tokens, num_reqs_padded):
             return original(self, scheduler_output, batch_req_state, batch_desc, num_active_loras)
-        finally:
-            _pending.reset(token)
     return prepare_inputs
 
 
@@ -189,18 +199,16 @@ def make_prepare_dcp_local_seq_lens(original):
 
 
 def make_gather_block_tables(original):
-    from specops.integrations.vllm import target_step  # it imports this module
-
     @point("block_tables")
     @functools.wraps(original)
     def gather_block_tables(self, idx_mapping, num_reqs_padded, out=None, out_ptrs=None, num_computed_tokens=None):
         if self.num_kv_cache_groups == 0:
             return ()
-        if out is None and target_step.gathered(self, idx_mapping, num_reqs_padded, num_computed_tokens,
-                                                 max(num_reqs_padded, self._num_dirty_rows)):
+        if out is None and gathered(self, idx_mapping, num_reqs_padded, num_computed_tokens,
+                                    max(num_reqs_padded, self._num_dirty_rows)):
             # The target step's fused launch gathered these rows (and cleared any a larger batch left).
             self._num_dirty_rows = idx_mapping.shape[0]
-            target_step.note_rows_left(self, idx_mapping.shape[0])
+            note_rows_left(self, idx_mapping.shape[0])
             return tuple(table[:num_reqs_padded] for table in self.input_block_tables)
         num_rows = num_reqs_padded
         if out is None:
@@ -208,7 +216,7 @@ def make_gather_block_tables(original):
             out = self.input_block_tables
             num_rows = max(num_rows, self._num_dirty_rows)
             self._num_dirty_rows = idx_mapping.shape[0]
-            target_step.note_rows_left(self, idx_mapping.shape[0])
+            note_rows_left(self, idx_mapping.shape[0])
         # vLLM masks the sliding-window groups only when it has some and is given the counts; its
         # host list of reaches is all zeros under context parallelism, as the op then needs.
         masking = self.has_sliding_window_groups and num_computed_tokens is not None

@@ -24,21 +24,14 @@ positions past the step's tokens are 0 where vLLM leaves them stale (docs/confor
 from __future__ import annotations
 
 import functools
-import weakref
 
 import torch
 
 import specops
-from specops.integrations.vllm import draft_steps, mrv2
-from specops.integrations.vllm.mrv2 import point
+from specops.integrations.vllm.draft_steps import layout_of
+from specops.integrations.vllm.fused_records import record_fused, rows_left
+from specops.integrations.vllm.mrv2 import current_step, point
 
-# BlockTables -> (gather key, gathered rows, slot-mapping key) of what the last fused launch
-# wrote; each end is consumed by the first matching call.
-_written: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# BlockTables -> the batch rows its gathered tables held after the last gather the block_tables
-# adapter saw (vLLM clears the rows a larger batch left; a dummy run's rows, which no adapter
-# sees, make the consuming end fall back to a gather of its own).
-_rows_left: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _EMPTY: dict[torch.device, torch.Tensor] = {}
 
 
@@ -51,27 +44,16 @@ def _empty(device: torch.device) -> torch.Tensor:
     return empty
 
 
-def _gather_key(idx_mapping: torch.Tensor, num_reqs_padded: int, num_computed_tokens: torch.Tensor) -> tuple:
-    return (idx_mapping.data_ptr(), idx_mapping.numel(), num_reqs_padded, num_computed_tokens.data_ptr())
-
-
-def _slots_key(idx_mapping: torch.Tensor, query_start_loc: torch.Tensor, positions: torch.Tensor,
-               num_tokens_padded: int) -> tuple:
-    # Host attributes only (addresses and sizes): no device value is read.
-    return (idx_mapping.data_ptr(), idx_mapping.numel(), query_start_loc.data_ptr(), positions.data_ptr(),
-            num_tokens_padded)
-
-
 def make_prepare_pos_seq_lens(original):
     @point("target_step")
     @functools.wraps(original)
     def prepare_pos_seq_lens(idx_mapping, query_start_loc, num_computed_tokens, pos, seq_lens):
-        step = mrv2.current_step()
+        step = current_step()
         if step is None:  # outside prepare_inputs: the token count is not known on the host
             return original(idx_mapping, query_start_loc, num_computed_tokens, pos, seq_lens)
         runner = step.runner
         tables = runner.block_tables
-        layout = draft_steps.layout_of(tables)
+        layout = layout_of(tables)
         num_reqs = idx_mapping.shape[0]
         if (layout is None or runner.pcp_manager is not None or tables.num_kv_cache_groups == 0
                 or num_computed_tokens is not step.num_computed_tokens
@@ -84,7 +66,7 @@ def make_prepare_pos_seq_lens(original):
         width = tables.slot_mappings.shape[1]
         # The padded rows and any a larger batch left, as vLLM's gather rewrites them (every row
         # before the first gather this module saw).
-        num_rows = max(step.num_reqs_padded, _rows_left.get(tables, tables.input_block_tables[0].shape[0]))
+        num_rows = max(step.num_reqs_padded, rows_left(tables))
         empty = _empty(num_computed_tokens.device)
         specops.prepare_spec_decode_inputs(
             num_computed_tokens, empty, empty, empty, empty, empty, query_start_loc[:num_reqs + 1],
@@ -96,35 +78,6 @@ def make_prepare_pos_seq_lens(original):
             gathered_block_tables=list(tables.input_block_tables), num_gathered_rows=num_rows,
             # vLLM masks the windows only when it has some (and prepare_attn passes the counts).
             sliding_window_reach=layout.sliding_window_reach if tables.has_sliding_window_groups else 0)
-        _written[tables] = (_gather_key(idx_mapping, step.num_reqs_padded, num_computed_tokens), num_rows,
-                            _slots_key(idx_mapping, query_start_loc, pos, width))
+        record_fused(tables, idx_mapping, step.num_reqs_padded, num_computed_tokens, num_rows, query_start_loc, pos,
+                     width)
     return prepare_pos_seq_lens
-
-
-def note_rows_left(tables, num_rows: int) -> None:
-    """The block_tables adapter's gather left `num_rows` batch rows in the gathered tables."""
-    _rows_left[tables] = num_rows
-
-
-def gathered(tables, idx_mapping: torch.Tensor, num_reqs_padded: int, num_computed_tokens, rows_to_clear: int) -> bool:
-    """Whether the last fused launch gathered exactly this call's rows and cleared every row up to
-    `rows_to_clear` (consumes the record)."""
-    written = _written.get(tables)
-    if written is None or num_computed_tokens is None or written[0] is None:
-        return False
-    if written[0] != _gather_key(idx_mapping, num_reqs_padded, num_computed_tokens) or written[1] < rows_to_clear:
-        return False
-    _written[tables] = (None, written[1], written[2])
-    return True
-
-
-def mapped(tables, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor, positions: torch.Tensor,
-           num_tokens_padded: int) -> bool:
-    """Whether the last fused launch mapped exactly this call's slots (consumes the record)."""
-    written = _written.get(tables)
-    if written is None or written[2] is None or num_tokens_padded > tables.slot_mappings.shape[1]:
-        return False
-    if written[2] != _slots_key(idx_mapping, query_start_loc, positions, tables.slot_mappings.shape[1]):
-        return False
-    _written[tables] = (written[0], written[1], None)
-    return True

@@ -1,0 +1,154 @@
+"""vllm-ascend 0.26.0rc1's own classes (with vLLM 0.26.0) driven on this host without and with the
+specops plugin (docs/integrations.md, "Ascend"). `make test-vllm-ascend` runs it.
+
+Each configuration runs twice in fresh processes: SPECOPS_VLLM unset, then SPECOPS_VLLM=1, where
+vLLM's load_general_plugins() loads the plugin through the installed entry point (the drivers
+never import it). drive_runner.py drives the model runner V2 (NPUModelRunner, AscendBlockTables,
+the MTP and Eagle speculators, AscendPCPManager); drive_dsa_cp.py the V1 proposer's DSA-CP draft
+metadata (build_draft_attn_metadata over AscendDSACPMetadataBuilder). Then:
+- every recorded buffer and every field of every draft metadata is bitwise equal, bar the
+  documented masks (tests/vllm_integration/masks.py, checked both ways);
+- launches a step strictly fewer with the plugin (and the goal ratios, printed);
+- no host sync inside any adapter; device-to-host reads a step counted in both runs;
+- the plugin patched its points (and the run without it none).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from masks import compare  # tests/vllm_integration (make test-vllm-ascend puts it on the path)
+
+HERE = Path(__file__).resolve().parent
+
+_MRV2 = dict(driver="drive_runner.py", k=3, method="mtp", dcp=1, dcp_rank=0, pcp=1, pcp_rank=0)
+_DSA = dict(driver="drive_dsa_cp.py", k=3, method="mtp", cp=2, cp_rank=0)
+CONFIGS = {
+    # Model runner V2: 3 KV-cache groups (tests/vllm_ascend/scheduler.py).
+    "mtp_k3": dict(_MRV2),
+    "eagle_k3": dict(_MRV2, method="eagle"),
+    "mtp_k1": dict(_MRV2, k=1),
+    "eagle_k1": dict(_MRV2, k=1, method="eagle"),
+    "mtp_k3_dcp2_rank0": dict(_MRV2, dcp=2),
+    "mtp_k3_dcp2_rank1": dict(_MRV2, dcp=2, dcp_rank=1),
+    # vLLM 0.26's PCP manager refuses drafts: PCP without them.
+    "pcp2_rank0": dict(_MRV2, k=0, pcp=2),
+    "pcp2_rank1": dict(_MRV2, k=0, pcp=2, pcp_rank=1),
+    # The DSA-CP draft metadata, CP 2: the MTP first pass (build) over SWA / C4 / C128 mixes, and
+    # DSpark's parallel-drafting pass (build_for_drafting; SWA groups only in 0.26.0rc1).
+    "dsa_mtp_g2": dict(_DSA, groups=["swa", "c4"]),
+    "dsa_mtp_g3_rank0": dict(_DSA, groups=["swa", "c4", "c128"]),
+    "dsa_mtp_g3_rank1": dict(_DSA, groups=["swa", "c4", "c128"], cp_rank=1),
+    "dsa_mtp_g4": dict(_DSA, groups=["swa", "c4", "c128", "swa"], cp_rank=1),
+    "dsa_mtp_g6": dict(_DSA, groups=["swa", "c4", "c128", "swa", "c4", "c128"]),
+    "dsa_dspark_g2": dict(_DSA, method="dspark", groups=["swa", "swa"]),
+    "dsa_dspark_g3_rank0": dict(_DSA, method="dspark", groups=["swa", "swa", "swa"]),
+    "dsa_dspark_g3_rank1": dict(_DSA, method="dspark", groups=["swa", "swa", "swa"], cp_rank=1),
+    "dsa_dspark_g6": dict(_DSA, method="dspark", groups=["swa"] * 6, cp_rank=1),
+}
+STEPS = int(os.environ.get("SPECOPS_VLLM_STEPS", "30"))
+SEED = 1
+
+
+def _start(cfg: dict, plugin: bool, tmp: Path):
+    env = {k: v for k, v in os.environ.items() if k != "SPECOPS_VLLM"}
+    env["TRITON_INTERPRET"] = "1"
+    # The runner frees a step's finished requests in the set's order: one hash seed for both runs.
+    env["PYTHONHASHSEED"] = "0"
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE / "stand_ins"), str(HERE.parent / "vllm_integration"),
+                                         str(HERE.parent), env.get("PYTHONPATH", "")])
+    if plugin:
+        env["SPECOPS_VLLM"] = "1"
+    out = tmp / f"{'plugin' if plugin else 'ascend'}.pt"
+    with open(out.with_suffix(".log"), "w") as log:
+        proc = subprocess.Popen([sys.executable, str(HERE / cfg["driver"]), json.dumps(cfg), str(out)], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    return proc, out
+
+
+def _finish(started, plugin: bool) -> tuple[dict, str]:
+    proc, out = started
+    proc.wait()
+    log = out.with_suffix(".log").read_text()
+    if proc.returncode != 0:
+        raise AssertionError(f"driver failed ({'plugin' if plugin else 'vllm-ascend alone'}):\n{log[-6000:]}")
+    return torch.load(out, weights_only=False), log
+
+
+def _drive(cfg: dict, plugin: bool, tmp: Path) -> tuple[dict, str]:
+    return _finish(_start(cfg, plugin, tmp), plugin)
+
+
+@functools.cache
+def _runs(name: str) -> tuple[dict, dict]:
+    """Both runs of a configuration, in two processes at once."""
+    cfg = dict(CONFIGS[name], seed=SEED, steps=STEPS)
+    tmp = Path(tempfile.mkdtemp(prefix=f"specops_ascend_{name}_"))
+    alone, with_plugin = _start(cfg, False, tmp), _start(cfg, True, tmp)
+    return _finish(alone, False)[0], _finish(with_plugin, True)[0]
+
+
+def _per_step(run: dict, key: str) -> float:
+    steps = run.get("costs") or run["counts"]
+    return sum(step[key] for step in steps) / len(steps)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_buffers_equal_on_every_step(name):
+    theirs, ours = _runs(name)
+    assert theirs["points"] == [], "vllm-ascend alone found adapters installed"
+    assert ours["points"], "the plugin installed no adapter (is specops installed with its entry point?)"
+    compare(theirs, ours)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_fewer_launches_and_no_host_sync(name):
+    theirs, ours = _runs(name)
+    before, after = _per_step(theirs, "launches"), _per_step(ours, "launches")
+    line = f"{name}: {before:.2f} launches a step with vllm-ascend alone, {after:.2f} with the plugin"
+    if "costs" in theirs:
+        line += f"; device-to-host reads a step {_per_step(theirs, 'd2h'):.2f} -> {_per_step(ours, 'd2h'):.2f}"
+    print(line + f" ({len(theirs['counts'])} steps)")
+    assert after < before
+    syncs = {}
+    for step in ours["counts"]:
+        for where, count in step["adapter_syncs"].items():
+            syncs[where] = syncs.get(where, 0) + count
+    assert syncs == {}, f"host syncs inside adapters: {syncs}"
+
+
+def test_an_unsupported_release_patches_nothing_and_warns_once(tmp_path):
+    cfg = dict(CONFIGS["mtp_k1"], seed=SEED, steps=2, fake_ascend_version="0.27.0")
+    run, log = _drive(cfg, True, tmp_path)
+    assert run["points"] == [] and not any(state == "active" for _, state, _ in run["states"])
+    warnings = [line for line in log.splitlines() if "specops:" in line]
+    assert len(warnings) == 1, log[-3000:]
+    assert "vllm-ascend 0.27.0 is not supported (supported: " in warnings[0]
+
+
+def test_a_changed_target_skips_its_point_alone_with_one_warning(tmp_path):
+    """AscendBlockTables.compute_slot_mappings altered: target_step is skipped, and draft_steps,
+    which needs it; every other point of the row patches."""
+    target = "vllm_ascend.worker.v2.block_table:AscendBlockTables.compute_slot_mappings"
+    cfg = dict(CONFIGS["mtp_k1"], seed=SEED, steps=2, alter=target)
+    run, log = _drive(cfg, True, tmp_path)
+    states = {name: (state, reason) for name, state, reason in run["states"]}
+    assert states["target_step"][0] == "skipped" and f"point target_step: {target} differs" in states["target_step"][1]
+    # Points the row does not serve are listed as skipped too (without a warning).
+    skipped = {name for name, (state, reason) in states.items() if state == "skipped" and " has no " not in reason}
+    assert skipped == {"target_step", "draft_steps"}, states
+    assert {name for name, (state, _) in states.items() if state == "active"} == {
+        "input_ids", "sampled_counts", "post_update", "block_tables", "dsa_cp_draft"}
+    warnings = [line for line in log.splitlines() if "specops:" in line]
+    assert len(warnings) == 2, log[-3000:]
+    assert any(f"point target_step: {target} differs" in w for w in warnings)
+    assert any("point draft_steps needs target_step" in w for w in warnings)
