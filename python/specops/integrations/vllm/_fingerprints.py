@@ -93,7 +93,7 @@ FINGERPRINTS: dict[str, dict[str, str]] = {
         'vllm_ascend.worker.v2.spec_decode.autoregressive.speculator:AscendAutoRegressiveSpeculator._multi_step_decode': 'ecbf928fc5d27e2ec6e1',
         'vllm_ascend.worker.v2.spec_decode.autoregressive.speculator:AscendAutoRegressiveSpeculator.propose': '6d875e90e7c8b3a81afc',
         'vllm_ascend.worker.v2.states:AscendRequestState': '690100a87926f01aa947',
-
+    },
     'vllm 0.34.0': {
         'vllm.v1.worker.gpu.block_table:BlockTables': 'a4c123700e1856134d82',
         'vllm.v1.worker.gpu.block_table:BlockTables.__init__': 'a4c123700e1856134d82',
