@@ -118,9 +118,12 @@ def test_no_import_cycle_through_lazy_imports():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
-# The two cycles of hardening round 5 (docs/changelog.md), as the modules were written.
-_OWN_PACKAGE = ("specops.ops.sas_metadata", "import specops.ops._sas_inputs as inputs",
-                "from specops.ops import _sas_inputs as inputs")
+# The two cycles of hardening round 5 (docs/changelog.md). The first was sas_metadata's
+# `from specops.ops import _sas_inputs`; specops.ops now finds its op modules by their files (no
+# import of them to close a cycle through), so a drafting module importing from its package,
+# whose __init__ imports it, stands in for it.
+_OWN_PACKAGE = ("specops.drafting.builder", "from specops.drafting.buffers import DraftBuffers",
+                "from specops.drafting import DraftBuffers")
 _LAZY = ("specops.integrations.vllm.mrv2", "def make_gather_block_tables(original):\n",
          "def make_gather_block_tables(original):\n    import specops.integrations.vllm.target_step as target_step\n")
 
@@ -136,7 +139,7 @@ def test_the_checker_sees_a_module_importing_its_own_package_and_a_lazy_cycle(mo
         assert find_cycle(import_graph(sources={module: text.replace(now, then)}, tmp_path=tmp_path)) is None
         assert {"specops.integrations.vllm.mrv2", "specops.integrations.vllm.target_step"} <= set(cycle), cycle
     else:
-        assert "specops.ops" in cycle
+        assert "specops.drafting" in cycle
 
 
 def package_of(name: str) -> str:
