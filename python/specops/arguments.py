@@ -164,10 +164,16 @@ def checked_bool(value: Any, name: str) -> bool:
                      f"got {_described(value)}")
 
 
-def _per_group(value: Any, num_groups: int, name: str, taken: Any) -> list:
+def _per_group(value: Any, num_groups: int, name: str, taken: Any, plain: type) -> list:
     """A per-group argument as its schema takes it: a list (or any sequence but a string) as a
-    list, whose entries the op judges; one value for every group, taken as `taken` takes it."""
-    if isinstance(value, (list, tuple)) or (isinstance(value, Sequence) and not isinstance(value, str)):
+    list, whose entries the op judges; one value for every group, taken as `taken` takes it
+    (`plain`: the type taken as it is)."""
+    # The usual forms first (one plain value, a list), without the Sequence ABC check, which
+    # costs more than a small op's body on every call.
+    kind = type(value)
+    if kind is plain:
+        return [value] * num_groups
+    if kind is list or kind is tuple or (isinstance(value, Sequence) and not isinstance(value, str)):
         return list(value)
     return [taken(value, name)] * num_groups
 
@@ -178,10 +184,10 @@ def group_settings(block_sizes: Sequence[int] | int, blocks_per_kv_block: Sequen
     """The per-group keywords of a multi-group op's wrapper (a list, or one value for every
     group) as its schema takes them, [block_sizes, blocks_per_kv_block, cp_sharded,
     slot_mapping_enabled]; the op checks each list's length and entries."""
-    return [_per_group(block_sizes, num_groups, "block_sizes", checked_int),
-            _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", checked_int),
-            _per_group(cp_sharded, num_groups, "cp_sharded", checked_bool),
-            _per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled", checked_bool)]
+    return [_per_group(block_sizes, num_groups, "block_sizes", checked_int, int),
+            _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", checked_int, int),
+            _per_group(cp_sharded, num_groups, "cp_sharded", checked_bool, bool),
+            _per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled", checked_bool, bool)]
 
 
 def padded_argument(value: int | None, name: str) -> int:
