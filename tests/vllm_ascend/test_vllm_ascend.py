@@ -147,7 +147,7 @@ def test_a_changed_target_skips_its_point_alone_with_one_warning(tmp_path):
     skipped = {name for name, (state, reason) in states.items() if state == "skipped" and " has no " not in reason}
     assert skipped == {"target_step", "draft_steps"}, states
     assert {name for name, (state, _) in states.items() if state == "active"} == {
-        "input_ids", "sampled_counts", "post_update", "block_tables", "dsa_cp_draft"}
+        "request_state", "input_ids", "sampled_counts", "post_update", "block_tables", "dsa_cp_draft"}
     warnings = [line for line in log.splitlines() if "specops:" in line]
     assert len(warnings) == 2, log[-3000:]
     assert any(f"point target_step: {target} differs" in w for w in warnings)
