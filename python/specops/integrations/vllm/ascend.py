@@ -36,7 +36,7 @@ import weakref
 import torch
 
 import specops
-from specops.integrations.vllm import mrv2
+import specops.integrations.vllm.mrv2 as mrv2
 from specops.integrations.vllm.mrv2 import point
 
 # AscendBlockTables -> [gather key, slots key] of what the fused target step wrote; each end
