@@ -176,7 +176,7 @@ $(VLLM_ASCEND)/.deps: tests/peers/requirements.txt tests/vllm_ascend/requirement
 
 test-vllm-ascend: install $(VLLM_ASCEND)/.site $(VLLM_ASCEND)/.deps
 	cd tests/vllm_ascend && PYTHONPATH=$(CURDIR)/tests/vllm_integration:$(CURDIR)/tests/vllm_ascend/stand_ins:$(VLLM_ASCEND)/site:$(VLLM_ASCEND)/deps \
-	  TRITON_INTERPRET=1 \
+	  TRITON_INTERPRET=1 SPECOPS_VLLM_COUNTS=$(VLLM_COUNTS) \
 	  ../../$(VPY) -m pytest -p no:cacheprovider -p no:xdist -s .
 
 # The first minutes on a lent GPU or NPU (docs/device_readiness.md, "The first minutes on a

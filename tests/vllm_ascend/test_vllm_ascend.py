@@ -124,6 +124,25 @@ def test_fewer_launches_and_no_host_sync(name):
         for where, count in step["adapter_syncs"].items():
             syncs[where] = syncs.get(where, 0) + count
     assert syncs == {}, f"host syncs inside adapters: {syncs}"
+    if CONFIGS[name]["driver"] == "drive_runner.py":
+        _write_counts(name, len(theirs["counts"]), (before, after), (_per_step(theirs, "aten"), _per_step(ours, "aten")),
+                      sum(syncs.values()))
+
+
+def _write_counts(name: str, steps: int, launches: tuple[float, float], aten: tuple[float, float], syncs: int) -> None:
+    """A model runner V2 configuration's counts as a row of SPECOPS_VLLM_COUNTS (`make
+    test-vllm-ascend` names bench-results/vllm-proof.csv, beside the vLLM proof's rows), which
+    specops-bench draws its runner figure from; nothing without the variable. The DSA-CP draft
+    metadata's counts are a pass's, not a step's: they stay in the proof's output."""
+    path = os.environ.get("SPECOPS_VLLM_COUNTS")
+    if not path:
+        return
+    from specops.bench._runner_counts import record_runner_counts
+
+    record_runner_counts(path, dict(runner="vllm-ascend", release="0.26.0rc1", configuration=name, steps=steps,
+                                    launches_before=f"{launches[0]:.2f}", launches_after=f"{launches[1]:.2f}",
+                                    tensor_ops_before=f"{aten[0]:.1f}", tensor_ops_after=f"{aten[1]:.1f}",
+                                    host_syncs=syncs))
 
 
 def test_an_unsupported_release_patches_nothing_and_warns_once(tmp_path):
@@ -147,7 +166,7 @@ def test_a_changed_target_skips_its_point_alone_with_one_warning(tmp_path):
     skipped = {name for name, (state, reason) in states.items() if state == "skipped" and " has no " not in reason}
     assert skipped == {"target_step", "draft_steps"}, states
     assert {name for name, (state, _) in states.items() if state == "active"} == {
-        "input_ids", "sampled_counts", "post_update", "block_tables", "dsa_cp_draft"}
+        "request_state", "input_ids", "sampled_counts", "post_update", "block_tables", "dsa_cp_draft"}
     warnings = [line for line in log.splitlines() if "specops:" in line]
     assert len(warnings) == 2, log[-3000:]
     assert any(f"point target_step: {target} differs" in w for w in warnings)

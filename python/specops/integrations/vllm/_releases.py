@@ -35,6 +35,7 @@ _V1P = "vllm.v1.spec_decode.llm_base_proposer"
 _V1R = "vllm.v1.worker.gpu_model_runner"
 # Modules that bind model runner V2's functions by name at import (rebound too).
 _MRV2_IMPORTERS = (_MR, f"{_GPU}.sample.sampler", f"{_GPU}.spec_decode.rejection_sampler", _SP, _TDAR, _PCP)
+_BUF = f"{_GPU}.buffer_utils"
 
 
 def vllm(version: str) -> Runner:
@@ -51,9 +52,19 @@ def _input_ids() -> Point:
     ), reads=(f"{_IB}:prepare_pos_seq_lens", f"{_GPU}.states:RequestState"), importers=_MRV2_IMPORTERS)
 
 
+def _request_state() -> Point:
+    """The request state's staged writes in one launch (model runner V2 in 0.26, 0.33 and 0.34:
+    vllm-ascend's AscendRequestState inherits the method)."""
+    return Point("request_state", (
+        Patch(f"{_GPU}.states:RequestState.__init__", mrv2.make_request_state_init, (f"{_BUF}:FusedStagedWriter",)),
+        Patch(f"{_GPU}.states:RequestState.apply_staged_writes", mrv2.make_request_state_apply_staged_writes),
+    ), reads=(f"{_BUF}:FusedStagedWriter.apply", f"{_BUF}:StagedWriteTensor.apply_write"))
+
+
 def _mrv2_points() -> tuple[Point, ...]:
     """The points model runner V2 serves alike in 0.33 and 0.34 (the draft loop aside)."""
     return (
+        _request_state(),
         _input_ids(),
         Point("sampled_counts", (Patch(f"{_IB}:get_num_sampled_and_rejected", mrv2.make_get_num_sampled_and_rejected),),
               importers=_MRV2_IMPORTERS),
@@ -153,6 +164,7 @@ _NPU_IMPORTERS = (f"{_NPU}.model_runner", f"{_NPU}.input_batch", f"{_NPU}.block_
 
 def _ascend_points() -> tuple[Point, ...]:
     return (
+        _request_state(),
         Point("input_ids", (
             Patch(f"{_NPU_RUNNER}.prepare_inputs", ascend.make_prepare_inputs),
             Patch(f"{_IB}:expand_idx_mapping", mrv2.make_expand_idx_mapping),

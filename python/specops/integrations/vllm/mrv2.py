@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import weakref
 
 import torch
 
@@ -226,3 +227,55 @@ def make_gather_block_tables(original):
             sliding_window_reach=self._sliding_window_reach, block_sizes=self.block_sizes)
         return tuple(table[:num_reqs_padded] for table in out)
     return gather_block_tables
+
+
+# Point "request_state": RequestState.apply_staged_writes applies its three staged tensors
+# (total_len, all_token_ids, num_computed_tokens) with one `_apply_write_kernel` launch each, on
+# every step where requests join. vLLM's own FusedStagedWriter applies several int32
+# StagedWriteTensors with that kernel's multi-table form in one launch (the block tables' writes
+# use it); the point gives the request state's three tensors one such writer, made with their
+# device addresses and row strides when the state is made (as BlockTables makes its own), so the
+# step applies the same cells with the same values in one launch, at the same place.
+_state_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _StateWriter:
+    __slots__ = ("writer", "tensors", "ptrs", "strides")
+
+    def __init__(self, writer_class, state):
+        self.tensors = (state.total_len, state.all_token_ids, state.num_computed_tokens)
+        device = state.total_len.gpu.device
+        self.writer = writer_class(device, len(self.tensors) * state.max_num_reqs)
+        # Addresses as uint64 (vLLM's BlockTables does the same for its tables).
+        self.ptrs = torch.tensor([t.gpu.data_ptr() for t in self.tensors], dtype=torch.uint64, device=device)
+        self.strides = torch.tensor([t.gpu.stride(0) for t in self.tensors], dtype=torch.int64, device=device)
+
+
+def make_request_state_init(original, writer_class):
+    # A seam: vLLM's own __init__, then the fused writer of the state's staged tensors (device
+    # tensors made at init, as vLLM makes its own: no capture sees them change).
+    @point("request_state", seam=True)
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        staged = (self.total_len, self.all_token_ids, self.num_computed_tokens)
+        # The multi-table kernel writes int32 cells (vLLM's three are int32).
+        if all(t.gpu.dtype == torch.int32 and t.gpu.dim() in (1, 2) for t in staged):
+            _state_writers[self] = _StateWriter(writer_class, self)
+    return __init__
+
+
+def make_request_state_apply_staged_writes(original):
+    # A seam: vLLM's body with the three single-table writes as one multi-table write (its
+    # host-to-device copies are vLLM's own).
+    @point("request_state", seam=True)
+    @functools.wraps(original)
+    def apply_staged_writes(self):
+        fused = _state_writers.get(self)
+        if fused is None:
+            return original(self)
+        self.prompt_len.copy_to_uva()
+        self.prefill_len.copy_to_uva()
+        # Applies and clears the staged writes of all three (a tensor with none adds nothing).
+        fused.writer.apply(fused.tensors, fused.ptrs, fused.strides)
+    return apply_staged_writes
