@@ -4,8 +4,10 @@ The native helpers (csrc/fastpath/) reach into CPython's and torch's C APIs for 
 Python and torch's generic argument parser would do on every call: FastOp (an op's dispatcher
 entry without OpOverload's frame and the generic parser), row_views (the drafting layer's buffer
 views in one call) and the drafting step's per-group lookups (items, items_each, rows_below).
-Beside them, one Python-level trick: select(), an op's choice of what to run, reading
-torch.compiler's private flag in place of a call to torch.compiler.is_compiling(). And every
+Beside them, two Python-level tricks: select(), an op's choice of what to run, reading
+torch.compiler's private flag in place of a call to torch.compiler.is_compiling(); and
+record_maker(), a wrapper's NamedTuple result built by tuple.__new__ without the record's
+Python-level __new__. And every
 other private name of torch's that the package reads is read here alone (at the end: the
 dispatch-mode base class, a tensor's version counter, the device check's busy-wait kernel), so a
 torch upgrade that moves one breaks this module and nothing else (tests/tooling/test_module_layout.py
@@ -328,6 +330,28 @@ def selector(native: Callable[..., Any] | None, entry: Callable[..., Any] | None
     trace its ContextVar); on the eager native backend `entry` (its FastOp: no Python frame between
     the wrapper and the dispatcher); else `other_backends`."""
     return (_selector if ENABLED else plain_selector)(native, entry, other_backends)
+
+
+# --- a wrapper's named result ------------------------------------------------------------------
+
+def _record_maker(record_type: type) -> Callable[[tuple], tuple]:
+    """The fast maker of a NamedTuple result: tuple.__new__ bound to the type, without the Python
+    frame of the NamedTuple's own __new__ (a third of a small wrapper's own work)."""
+    return functools.partial(tuple.__new__, record_type)
+
+
+def plain_record_maker(record_type: type) -> Callable[[tuple], tuple]:
+    """_record_maker's plain twin: the NamedTuple's own constructor, given the values in order."""
+    def plain_make(values: tuple) -> tuple:
+        return record_type(*values)
+    return plain_make
+
+
+def record_maker(record_type: type) -> Callable[[tuple], tuple]:
+    """make(values) -> record_type(*values): how a wrapper builds its NamedTuple result. values:
+    a tuple of every field, in the record's order (the fast maker does not count them: the
+    wrapper passes its own record's fields)."""
+    return (_record_maker if ENABLED else plain_record_maker)(record_type)
 
 
 # --- row_views and the lookups (csrc/fastpath/row_views.h) ------------------------------------

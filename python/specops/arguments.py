@@ -184,10 +184,21 @@ def group_settings(block_sizes: Sequence[int] | int, blocks_per_kv_block: Sequen
     """The per-group keywords of a multi-group op's wrapper (a list, or one value for every
     group) as its schema takes them, [block_sizes, blocks_per_kv_block, cp_sharded,
     slot_mapping_enabled]; the op checks each list's length and entries."""
-    return [_per_group(block_sizes, num_groups, "block_sizes", checked_int, int),
-            _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", checked_int, int),
-            _per_group(cp_sharded, num_groups, "cp_sharded", checked_bool, bool),
-            _per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled", checked_bool, bool)]
+    # The usual forms (a list; one int or bool for every group) without a call each: four calls
+    # of _per_group cost more than a one-group op's checks. Anything else takes _per_group.
+    kind = type(block_sizes)
+    block_sizes = list(block_sizes) if kind is list else [block_sizes] * num_groups if kind is int else \
+        _per_group(block_sizes, num_groups, "block_sizes", checked_int, int)
+    kind = type(blocks_per_kv_block)
+    blocks_per_kv_block = list(blocks_per_kv_block) if kind is list else [blocks_per_kv_block] * num_groups \
+        if kind is int else _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", checked_int, int)
+    kind = type(cp_sharded)
+    cp_sharded = list(cp_sharded) if kind is list else [cp_sharded] * num_groups if kind is bool else \
+        _per_group(cp_sharded, num_groups, "cp_sharded", checked_bool, bool)
+    kind = type(slot_mapping_enabled)
+    slot_mapping_enabled = list(slot_mapping_enabled) if kind is list else [slot_mapping_enabled] * num_groups \
+        if kind is bool else _per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled", checked_bool, bool)
+    return [block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled]
 
 
 def padded_argument(value: int | None, name: str) -> int:

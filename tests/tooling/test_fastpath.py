@@ -274,3 +274,19 @@ def test_select_and_its_twin_agree(monkeypatch):
         with monkeypatch.context() as patch:
             patch.setattr(torch.compiler, "_is_compiling_flag", True)
             assert select() is native
+
+
+def test_record_maker_and_its_twin_agree():
+    """A wrapper's NamedTuple result: the same type, fields and values (the same objects) from
+    both makers."""
+    from typing import NamedTuple
+
+    class Pair(NamedTuple):
+        first: int
+        second: list
+
+    values = (1, [2])
+    for make in (_fastpath._record_maker, _fastpath.plain_record_maker):
+        record = make(Pair)(values)
+        assert type(record) is Pair and record == values and record.first == 1 and record.second is values[1]
+        assert record._asdict() == {"first": 1, "second": [2]}

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import torch
 
+from specops._fastpath import record_maker
 from specops.arguments import checked_size, checked_tensor_list, group_settings, ints_per_group
 from specops.ops._op import SpecOp
 from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens
@@ -28,6 +29,7 @@ class SpecDecodeInputs(NamedTuple):
 
 
 _OP = SpecOp("prepare_spec_decode_inputs", _reference)
+_RESULT = record_maker(SpecDecodeInputs)
 
 
 def prepare_spec_decode_inputs(
@@ -132,4 +134,4 @@ def prepare_spec_decode_inputs(
         slot_mapping_enabled=slot_mapping_enabled, num_blocks=[] if num_blocks is None else list(num_blocks),
         request_indexed_counts=request_indexed_counts, gathered_block_tables=gathered_block_tables,
         num_gathered_rows=num_gathered_rows, sliding_window_reach=sliding_window_reach)
-    return SpecDecodeInputs(positions, seq_lens, slot_mappings)
+    return _RESULT((positions, seq_lens, slot_mappings))
