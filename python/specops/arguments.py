@@ -184,8 +184,9 @@ def group_settings(block_sizes: Sequence[int] | int, blocks_per_kv_block: Sequen
     """The per-group keywords of a multi-group op's wrapper (a list, or one value for every
     group) as its schema takes them, [block_sizes, blocks_per_kv_block, cp_sharded,
     slot_mapping_enabled]; the op checks each list's length and entries."""
-    # The usual forms (a list; one int or bool for every group) without a call each: four calls
-    # of _per_group cost more than a one-group op's checks. Anything else takes _per_group.
+    # The usual forms (a list; one int or bool for every group) without a call each, since every
+    # call of a multi-group op's wrapper passes all four (docs/changelog.md has the count);
+    # anything else takes _per_group.
     kind = type(block_sizes)
     block_sizes = list(block_sizes) if kind is list else [block_sizes] * num_groups if kind is int else \
         _per_group(block_sizes, num_groups, "block_sizes", checked_int, int)
