@@ -271,6 +271,9 @@ def _local_worker(rank: int, world_size: int, backend: str, port: int, timeout_s
                               timeout=datetime.timedelta(seconds=timeout_s))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
+        # Every rank's connections are up before any rank can finish: a rank that rejects its
+        # case at once would otherwise close them while a slower rank is still connecting.
+        dist.barrier()
         try:
             results.put((rank, (check or check_rank)(rank, world_size, device, cases)))
         finally:
