@@ -37,7 +37,7 @@ def compressor_tile(
     for q0 in range(0, num_reqs, RB):
         q = q0 + reqs_in
         q_live = q < num_reqs
-        at = tl.minimum(q, num_reqs - 1)
+        at = tl.minimum(q, num_reqs - 1).to(tl.int64)
         start = tl.load(start_ptr + at, mask=q_live, other=-1).to(tl.int64)
         # cu[r + 1] - cu[r] in int64 (the int32 difference wraps for [-2^31, 16]).
         length = (tl.load(cu_ptr + at + 1, mask=q_live, other=0).to(tl.int64)
