@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from masks import compare  # tests/vllm_integration (make test-vllm-ascend puts it on the path)
+# tests/vllm_integration (make test-vllm-ascend puts it on the path)
+from instruments import record_counts
+from masks import compare
 
 HERE = Path(__file__).resolve().parent
 
@@ -125,24 +127,9 @@ def test_fewer_launches_and_no_host_sync(name):
             syncs[where] = syncs.get(where, 0) + count
     assert syncs == {}, f"host syncs inside adapters: {syncs}"
     if CONFIGS[name]["driver"] == "drive_runner.py":
-        _write_counts(name, len(theirs["counts"]), (before, after), (_per_step(theirs, "aten"), _per_step(ours, "aten")),
-                      sum(syncs.values()))
-
-
-def _write_counts(name: str, steps: int, launches: tuple[float, float], aten: tuple[float, float], syncs: int) -> None:
-    """A model runner V2 configuration's counts as a row of SPECOPS_VLLM_COUNTS (`make
-    test-vllm-ascend` names bench-results/vllm-proof.csv, beside the vLLM proof's rows), which
-    specops-bench draws its runner figure from; nothing without the variable. The DSA-CP draft
-    metadata's counts are a pass's, not a step's: they stay in the proof's output."""
-    path = os.environ.get("SPECOPS_VLLM_COUNTS")
-    if not path:
-        return
-    from specops.bench._runner_counts import record_runner_counts
-
-    record_runner_counts(path, dict(runner="vllm-ascend", release="0.26.0rc1", configuration=name, steps=steps,
-                                    launches_before=f"{launches[0]:.2f}", launches_after=f"{launches[1]:.2f}",
-                                    tensor_ops_before=f"{aten[0]:.1f}", tensor_ops_after=f"{aten[1]:.1f}",
-                                    host_syncs=syncs))
+        # Model runner V2's rows only: the DSA-CP draft metadata's counts are a pass's, not a step's.
+        record_counts("vllm-ascend", "0.26.0rc1", name, len(theirs["counts"]), (before, after),
+                      (_per_step(theirs, "aten"), _per_step(ours, "aten")), sum(syncs.values()))
 
 
 def test_an_unsupported_release_patches_nothing_and_warns_once(tmp_path):

@@ -231,3 +231,22 @@ def plugin_states() -> list[tuple[str, str, str]]:
     if plugin is None:
         return []
     return [(s.name, s.state, s.reason) for s in plugin.status().states]
+
+
+def record_counts(runner: str, release: str, configuration: str, steps: int, launches: tuple[float, float],
+                  tensor_ops: tuple[float, float], host_syncs: int) -> None:
+    """A configuration's counts a step (the runner alone, then with the plugin) as a row of
+    SPECOPS_VLLM_COUNTS (a CSV; `make test-vllm-integration` and `make test-vllm-ascend` name
+    bench-results/vllm-proof.csv), the file specops-bench draws its runner figure from; nothing
+    without the variable."""
+    import os
+
+    path = os.environ.get("SPECOPS_VLLM_COUNTS")
+    if not path:
+        return
+    from specops.bench._runner_counts import record_runner_counts
+
+    record_runner_counts(path, dict(runner=runner, release=release, configuration=configuration, steps=steps,
+                                    launches_before=f"{launches[0]:.2f}", launches_after=f"{launches[1]:.2f}",
+                                    tensor_ops_before=f"{tensor_ops[0]:.1f}", tensor_ops_after=f"{tensor_ops[1]:.1f}",
+                                    host_syncs=host_syncs))

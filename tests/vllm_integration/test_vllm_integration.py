@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from instruments import record_counts
 from masks import compare
 
 HERE = Path(__file__).resolve().parent
@@ -141,7 +142,8 @@ def test_fewer_launches_and_no_host_sync(name):
     for step in ours["counts"]:
         for where, count in step["adapter_syncs"].items():
             syncs[where] = syncs.get(where, 0) + count
-    _write_counts(name, steps, (vllm_launches / steps, our_launches / steps), aten, sum(syncs.values()))
+    record_counts("vLLM", RELEASE, name, steps, (vllm_launches / steps, our_launches / steps), aten,
+                  sum(syncs.values()))
     assert our_launches < vllm_launches
     # The draft-decode loops (drive_mrv2.py counts inside each loop method; "captured": the
     # fused loop's body called alone, as vLLM captures it in a full graph).
@@ -153,21 +155,6 @@ def test_fewer_launches_and_no_host_sync(name):
                   f"({theirs_loop['steps']} draft steps)")
             assert ours_loop["launches"] < theirs_loop["launches"], loop
     assert syncs == {}, f"host syncs inside adapters: {syncs}"
-
-
-def _write_counts(name: str, steps: int, launches: tuple[float, float], aten: list[float], syncs: int) -> None:
-    """The configuration's counts as a row of SPECOPS_VLLM_COUNTS (a CSV, `make
-    test-vllm-integration` names bench-results/vllm-proof.csv), the file specops-bench draws its
-    runner figure from; nothing without the variable."""
-    path = os.environ.get("SPECOPS_VLLM_COUNTS")
-    if not path:
-        return
-    from specops.bench._runner_counts import record_runner_counts
-
-    record_runner_counts(path, dict(runner="vLLM", release=RELEASE, configuration=name, steps=steps,
-                                    launches_before=f"{launches[0]:.2f}", launches_after=f"{launches[1]:.2f}",
-                                    tensor_ops_before=f"{aten[0]:.1f}", tensor_ops_after=f"{aten[1]:.1f}",
-                                    host_syncs=syncs))
 
 
 def test_compare_fails_on_a_changed_entry():
