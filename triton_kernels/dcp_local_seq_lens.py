@@ -16,6 +16,18 @@ BLOCK = 1024
 
 
 @triton.jit
+def local_seq_lens(seq_len, world_size, rank, interleave):
+    """The int64 DCP-local length of each int64 seq_len (0 for a negative one); also
+    prepare_spec_decode_inputs' DCP-local part."""
+    seq_len = tl.maximum(seq_len, 0)
+    # s // (W * I) as two floor divisions of a non-negative int64: no W * I product (which could
+    # wrap int32), and no method on world_size, which Triton 3.2 makes a constexpr when it is 1.
+    base = seq_len // world_size // interleave * interleave
+    tail = seq_len - base * world_size - rank * interleave
+    return base + tl.minimum(tl.maximum(tail, 0), interleave)
+
+
+@triton.jit
 def _dcp_local_seq_lens_kernel(
     seq_lens_ptr, out_ptr, num_reqs, num_out, world_size, rank, interleave,
     BLOCK: tl.constexpr,
@@ -26,12 +38,7 @@ def _dcp_local_seq_lens_kernel(
     for tile in range(pid, num_tiles, num_progs):
         index = tile * BLOCK + tl.arange(0, BLOCK)
         seq_len = tl.load(seq_lens_ptr + index, mask=index < num_reqs, other=0).to(tl.int64)
-        seq_len = tl.maximum(seq_len, 0)
-        # s // (W * I) as two floor divisions of a non-negative int64: no W * I product (which could
-        # wrap int32), and no method on world_size, which Triton 3.2 makes a constexpr when it is 1.
-        base = seq_len // world_size // interleave * interleave
-        tail = seq_len - base * world_size - rank * interleave
-        local = base + tl.minimum(tl.maximum(tail, 0), interleave)
+        local = local_seq_lens(seq_len, world_size, rank, interleave)
         tl.store(out_ptr + index, local.to(out_ptr.dtype.element_ty), mask=index < num_out)
 
 

@@ -23,7 +23,7 @@ BLOCK = 128
 
 
 @triton.jit
-def _prepare_input_ids_kernel(
+def input_ids_phase(
     input_ids_ptr, idx_mapping_ptr, query_start_loc_ptr, num_computed_tokens_ptr, prefill_len_ptr,
     last_sampled_ptr, last_stride, draft_ptr, draft_stride, draft_cols, cu_num_logits_ptr,
     all_token_ids_ptr, token_stride, token_cols, next_prefill_ptr, lookahead_stride, num_lookahead,
@@ -31,6 +31,8 @@ def _prepare_input_ids_kernel(
     num_reqs, num_rows, num_new_sampled, has_prefill, input_numel, tokens_padded, logits_end, expanded_end, local_pos_end,
     HAS_PREFILL: tl.constexpr, BLOCK: tl.constexpr,
 ):
+    """The op's whole work over this program's share of a persistent grid (prepare_spec_decode_inputs
+    runs it beside its own phases in one launch)."""
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
@@ -119,8 +121,28 @@ def _prepare_input_ids_kernel(
         tl.store(local_pos_ptr + tl.where(o < local_pos_end, o, 0), tl.zeros_like(o), mask=o < local_pos_end)
 
 
-def prepare_input_ids(a) -> None:
-    """a: the op's argument record (ops/_op.py), checked."""
+@triton.jit
+def _prepare_input_ids_kernel(
+    input_ids_ptr, idx_mapping_ptr, query_start_loc_ptr, num_computed_tokens_ptr, prefill_len_ptr,
+    last_sampled_ptr, last_stride, draft_ptr, draft_stride, draft_cols, cu_num_logits_ptr,
+    all_token_ids_ptr, token_stride, token_cols, next_prefill_ptr, lookahead_stride, num_lookahead,
+    logits_indices_ptr, expanded_idx_ptr, local_pos_ptr,
+    num_reqs, num_rows, num_new_sampled, has_prefill, input_numel, tokens_padded, logits_end, expanded_end, local_pos_end,
+    HAS_PREFILL: tl.constexpr, BLOCK: tl.constexpr,
+):
+    input_ids_phase(
+        input_ids_ptr, idx_mapping_ptr, query_start_loc_ptr, num_computed_tokens_ptr, prefill_len_ptr,
+        last_sampled_ptr, last_stride, draft_ptr, draft_stride, draft_cols, cu_num_logits_ptr,
+        all_token_ids_ptr, token_stride, token_cols, next_prefill_ptr, lookahead_stride, num_lookahead,
+        logits_indices_ptr, expanded_idx_ptr, local_pos_ptr,
+        num_reqs, num_rows, num_new_sampled, has_prefill, input_numel, tokens_padded, logits_end, expanded_end,
+        local_pos_end, HAS_PREFILL, BLOCK)
+
+
+def input_ids_arguments(a, num_tokens_padded: int) -> tuple[tuple, bool, int]:
+    """The phase's arguments from a checked record with prepare_input_ids' names (this op's, or
+    prepare_spec_decode_inputs' input-ids part), HAS_PREFILL, and the tasks it deals out (its
+    requests, then its padding tiles)."""
     all_token_ids = a.all_token_ids
     next_prefill_tokens = a.next_prefill_tokens
     num_reqs = a.idx_mapping.numel()
@@ -130,10 +152,7 @@ def prepare_input_ids(a) -> None:
     if not has_prefill:
         all_token_ids = next_prefill_tokens = a.input_ids
     ends = logits_ends(a.num_logits_padded, a.logits_indices, a.expanded_idx_mapping, a.expanded_local_pos)
-    # Requests first, then a tile of padding per program at least (cheap when there is none).
-    num_tasks = max(num_reqs, triton.cdiv(max(a.input_ids.numel(), *ends), BLOCK), 1)
-    grid = (num_programs(a.input_ids.device, num_tasks),)
-    _prepare_input_ids_kernel[grid](
+    arguments = (
         a.input_ids, a.idx_mapping, a.query_start_loc, a.num_computed_tokens, a.prefill_len,
         a.last_sampled_tokens, a.last_sampled_tokens.stride(0), nonempty(a.draft_tokens), a.draft_tokens.stride(0),
         a.draft_tokens.size(1), a.cu_num_logits,
@@ -142,6 +161,13 @@ def prepare_input_ids(a) -> None:
         next_prefill_tokens, next_prefill_tokens.stride(0) if has_prefill else 0,
         next_prefill_tokens.size(0) if has_prefill else 0,
         a.logits_indices, a.expanded_idx_mapping, a.expanded_local_pos,
-        num_reqs, num_rows, a.num_new_sampled_tokens, int(has_prefill), a.input_ids.numel(), a.num_tokens_padded, *ends,
-        HAS_PREFILL=has_prefill, BLOCK=BLOCK,
-    )
+        num_reqs, num_rows, a.num_new_sampled_tokens, int(has_prefill), a.input_ids.numel(), num_tokens_padded, *ends)
+    # Requests first, then a tile of padding per program at least (cheap when there is none).
+    return arguments, has_prefill, max(num_reqs, triton.cdiv(max(a.input_ids.numel(), *ends), BLOCK), 1)
+
+
+def prepare_input_ids(a) -> None:
+    """a: the op's argument record (ops/_op.py), checked."""
+    arguments, has_prefill, num_tasks = input_ids_arguments(a, a.num_tokens_padded)
+    grid = (num_programs(a.input_ids.device, num_tasks),)
+    _prepare_input_ids_kernel[grid](*arguments, HAS_PREFILL=has_prefill, BLOCK=BLOCK)

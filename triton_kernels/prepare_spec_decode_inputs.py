@@ -29,7 +29,10 @@ from specops.triton_kernels._groups import MAX_GROUPS, flat_group_args, group_ch
 from specops.triton_kernels._launch import nonempty, num_programs, search_steps
 from specops.triton_kernels._slot_math import narrowed_slot, slots_of_tokens, usable_columns
 from specops.triton_kernels.correct_num_computed_tokens import BLOCK, correct_counts, correction_scratch
+from specops.triton_kernels.dcp_local_seq_lens import local_seq_lens
 from specops.triton_kernels.gather_block_tables import BLOCK_ROWS, store_gathered_rows
+from specops.triton_kernels.prepare_input_ids import BLOCK as IDS_BLOCK
+from specops.triton_kernels.prepare_input_ids import input_ids_arguments, input_ids_phase
 from specops.triton_kernels.prepare_positions_and_seq_lens import positions_of_tokens, seq_lens_of_requests
 
 INT32_MAX = 2**31 - 1
@@ -97,9 +100,13 @@ def _prepare_spec_decode_inputs_kernel(
     block_table_3, slot_mapping_3, num_blocks_3, table_rows_3, table_cols_3, table_stride_3,
     block_size_3, blocks_per_kv_block_3, cp_world_size_3, cp_rank_3, cp_interleave_3, enabled_3,
     gathered_3, gathered_cols_3, gathered_stride_3, most_blocks_3, reach_3, window_block_size_3,
+    dcp_ptr, dcp_end, cp_world_size, cp_rank, cp_interleave,
+    ids_0, ids_1, ids_2, ids_3, ids_4, ids_5, ids_6, ids_7, ids_8, ids_9, ids_10, ids_11, ids_12, ids_13, ids_14,
+    ids_15, ids_16, ids_17, ids_18, ids_19, ids_20, ids_21, ids_22, ids_23, ids_24, ids_25, ids_26, ids_27, ids_28,
     NUM_GROUPS: tl.constexpr, HAS_IDX_MAPPING: tl.constexpr, HAS_NUM_BLOCKS: tl.constexpr, BLOCK: tl.constexpr,
     ONE_TILE: tl.constexpr, FIRST: tl.constexpr, REQUEST_INDEXED: tl.constexpr, HAS_GATHER: tl.constexpr,
-    MASK_WINDOW: tl.constexpr, GATHER_ROWS: tl.constexpr, GATHER_COLS: tl.constexpr,
+    MASK_WINDOW: tl.constexpr, GATHER_ROWS: tl.constexpr, GATHER_COLS: tl.constexpr, HAS_DCP: tl.constexpr,
+    HAS_INPUT_IDS: tl.constexpr, IDS_PREFILL: tl.constexpr, IDS_BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
@@ -109,12 +116,24 @@ def _prepare_spec_decode_inputs_kernel(
                        scratch_ptr, num_rows, num_previous_rows, BLOCK, ONE_TILE)
         tl.debug_barrier()  # the corrected counts are stored and visible to every thread
 
-        for start in range(pid * BLOCK, num_reqs_padded, num_progs * BLOCK):
+        for start in range(pid * BLOCK, tl.maximum(num_reqs_padded, dcp_end), num_progs * BLOCK):
             request = start + tl.arange(0, BLOCK)
             # Batch-indexed counts (corrected in this step's layout), or a runner's read through idx_mapping.
             seq_lens = seq_lens_of_requests(num_computed_tokens_ptr, query_start_loc_ptr, request, num_reqs,
                                             idx_mapping_ptr, num_counts, REQUEST_INDEXED)
             tl.store(seq_lens_ptr + request, seq_lens, mask=(request >= 0) & (request < num_reqs_padded))
+            if HAS_DCP:
+                # From the seq_lens in registers (0 past R, as seq_lens_of_requests gives them).
+                local = local_seq_lens(seq_lens.to(tl.int64), cp_world_size, cp_rank, cp_interleave)
+                dcp_at = tl.where(request < dcp_end, request, -1)
+                tl.store(dcp_ptr + tl.maximum(dcp_at, 0), local.to(tl.int32), mask=dcp_at >= 0)
+
+        if HAS_INPUT_IDS:
+            # prepare_input_ids' work: it reads nothing this launch writes, and writes nothing it
+            # reads (the op's checks keep every output apart from every input).
+            input_ids_phase(ids_0, ids_1, ids_2, ids_3, ids_4, ids_5, ids_6, ids_7, ids_8, ids_9, ids_10, ids_11,
+                            ids_12, ids_13, ids_14, ids_15, ids_16, ids_17, ids_18, ids_19, ids_20, ids_21, ids_22,
+                            ids_23, ids_24, ids_25, ids_26, ids_27, ids_28, IDS_PREFILL, IDS_BLOCK)
 
     if HAS_GATHER:
         for tile in range(pid, (num_gathered_rows + GATHER_ROWS - 1) // GATHER_ROWS, num_progs):
@@ -200,11 +219,19 @@ def prepare_spec_decode_inputs(a) -> None:
     # A launch with no group still corrects the counts; its group slots are compiled away.
     no_group = (a.query_start_loc, a.positions, a.query_start_loc, 0, 0, 0, 1, 1, 1, 0, 1, 0,
                 a.query_start_loc, 0, 0, 0, INT32_MAX, 1)
+    dcp = a.dcp_local_seq_lens
+    dcp_end = dcp.numel() if dcp is not None else 0
+    has_ids = a.input_ids is not None
+    if has_ids:  # the input-ids part (request-indexed only: never beside a correction)
+        ids, ids_prefill, ids_tasks = input_ids_arguments(a, -1)
+    else:  # its arguments never read (the phase is compiled away): placeholders of their kinds
+        q = a.query_start_loc
+        ids, ids_prefill, ids_tasks = (q, q, q, q, q, q, 0, q, 0, 0, q, q, 0, 0, q, 0, 0, q, q, q) + (0,) * 9, False, 0
     if num_rows > 0:
         grid = (1,)  # the correction's: see the module docstring
     else:
-        tiles = max(triton.cdiv(num_tokens_padded, BLOCK), triton.cdiv(num_reqs_padded, BLOCK),
-                    triton.cdiv(a.num_gathered_rows, BLOCK_ROWS) if gather else 0)
+        tiles = max(triton.cdiv(num_tokens_padded, BLOCK), triton.cdiv(max(num_reqs_padded, dcp_end), BLOCK),
+                    triton.cdiv(a.num_gathered_rows, BLOCK_ROWS) if gather else 0, ids_tasks)
         grid = (num_programs(a.query_start_loc.device, tiles),)
     for launch, groups in enumerate(group_chunks(len(a.block_tables)) or [range(0)]):
         _prepare_spec_decode_inputs_kernel[grid](
@@ -215,8 +242,12 @@ def prepare_spec_decode_inputs(a) -> None:
             num_reqs, num_tokens_padded, num_reqs_padded, search_steps(num_reqs), a.num_computed_tokens.numel(),
             a.num_gathered_rows if gather else 0,
             *flat_group_args(per_group, groups, filler=no_group),
+            nonempty(dcp) if dcp is not None else a.query_start_loc, dcp_end, a.cp_world_size, a.cp_rank,
+            a.cp_interleave, *ids,
             NUM_GROUPS=len(groups), HAS_IDX_MAPPING=a.idx_mapping is not None, HAS_NUM_BLOCKS=bool(a.num_blocks),
             BLOCK=BLOCK, ONE_TILE=one_tile, FIRST=launch == 0, REQUEST_INDEXED=a.request_indexed_counts,
             HAS_GATHER=gather and len(groups) > 0,
             MASK_WINDOW=gather and any(reach[g] > 0 for g in groups), GATHER_ROWS=BLOCK_ROWS, GATHER_COLS=GATHER_COLS,
+            HAS_DCP=launch == 0 and dcp_end > 0, HAS_INPUT_IDS=launch == 0 and has_ids, IDS_PREFILL=ids_prefill,
+            IDS_BLOCK=IDS_BLOCK,
         )

@@ -9,8 +9,10 @@
 
 #include "cpu/accounting_checks.h"
 #include "cpu/gather_block_tables_checks.h"
+#include "cpu/spec_decode_parts.h"
 #include "cpu/scratch.h"
 #include "cpu/slot_mapping_checks.h"
+#include "kernels/dcp_local_seq_lens.h"
 #include "kernels/prepare_spec_decode_inputs.h"
 
 namespace specops::cpu {
@@ -59,7 +61,7 @@ void check_outputs_apart(const at::Tensor& num_computed_tokens, const at::Tensor
                          const at::Tensor& query_start_loc, const at::Tensor& positions, const at::Tensor& seq_lens,
                          at::TensorList block_tables, at::TensorList slot_mappings,
                          const std::optional<at::Tensor>& idx_mapping, at::TensorList num_blocks,
-                         at::TensorList gathered_block_tables) {
+                         at::TensorList gathered_block_tables, const StepParts& parts) {
   // Per-thread lists that keep their capacity: the steady state allocates nothing.
   thread_local std::vector<NamedTensor> outputs;
   thread_local std::vector<NamedTensor> read_while_storing;
@@ -77,6 +79,18 @@ void check_outputs_apart(const at::Tensor& num_computed_tokens, const at::Tensor
   for (size_t g = 0; g < gathered_block_tables.size(); ++g) {
     outputs.push_back({&gathered_block_tables[g], {"gathered_block_tables", static_cast<int64_t>(g)}});
   }
+  // The parts run beside the rest in one launch: their outputs meet nothing, their inputs no output.
+  if (parts.input_ids.has_value()) {
+    const InputIdsArgs args = parts.input_ids_args(*idx_mapping, query_start_loc, num_computed_tokens);
+    for (const NamedTensor& output : args.outputs()) outputs.push_back(output);
+    // idx_mapping, query_start_loc and num_computed_tokens are the op's own, listed above.
+    for (const NamedTensor& input : args.inputs()) {
+      if (input.tensor != &*idx_mapping && input.tensor != &query_start_loc && input.tensor != &num_computed_tokens) {
+        read_while_storing.push_back(input);
+      }
+    }
+  }
+  outputs.push_back({ptr(parts.dcp_local_seq_lens), {"dcp_local_seq_lens"}});
   check_outputs_alias_nothing_once(outputs, read_while_storing);
 }
 
@@ -91,7 +105,16 @@ void check_prepare_spec_decode_inputs(
     std::optional<int64_t> reqs_padded, int64_t cp_world_size, int64_t cp_rank, int64_t cp_interleave,
     c10::IntArrayRef block_sizes, c10::IntArrayRef blocks_per_kv_block, const c10::List<bool>& cp_sharded,
     const c10::List<bool>& slot_mapping_enabled, at::TensorList num_blocks, bool request_indexed_counts,
-    at::TensorList gathered_block_tables, int64_t num_gathered_rows, c10::IntArrayRef sliding_window_reach) {
+    at::TensorList gathered_block_tables, int64_t num_gathered_rows, c10::IntArrayRef sliding_window_reach,
+    const OptTensor& input_ids, const OptTensor& prefill_len, const OptTensor& last_sampled_tokens,
+    const OptTensor& draft_tokens, const OptTensor& cu_num_logits, int64_t num_new_sampled_tokens,
+    const OptTensor& all_token_ids, const OptTensor& next_prefill_tokens, const OptTensor& logits_indices,
+    const OptTensor& expanded_idx_mapping, const OptTensor& expanded_local_pos, int64_t num_logits_padded,
+    const OptTensor& dcp_local_seq_lens) {
+  const StepParts parts{input_ids,      prefill_len,          last_sampled_tokens, draft_tokens,
+                        cu_num_logits,  num_new_sampled_tokens, all_token_ids,     next_prefill_tokens,
+                        logits_indices, expanded_idx_mapping, expanded_local_pos,  num_logits_padded,
+                        dcp_local_seq_lens};
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -135,8 +158,10 @@ void check_prepare_spec_decode_inputs(
                              sliding_window_reach.empty() ? c10::IntArrayRef(no_reach) : sliding_window_reach,
                              block_sizes, kGatherNames);
   }
+  check_step_parts<Int>(parts, num_computed_tokens, query_start_loc, idx_mapping, request_indexed_counts, cp_world_size,
+                        cp_interleave, anchor);
   check_outputs_apart(num_computed_tokens, num_accepted_tokens, query_start_loc, positions, seq_lens, block_tables,
-                      slot_mappings, idx_mapping, num_blocks, gathered_block_tables);
+                      slot_mappings, idx_mapping, num_blocks, gathered_block_tables, parts);
 }
 
 void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at::Tensor& num_accepted_tokens,
@@ -151,13 +176,32 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
                                 const c10::List<bool>& cp_sharded, const c10::List<bool>& slot_mapping_enabled,
                                 at::TensorList num_blocks, bool request_indexed_counts,
                                 at::TensorList gathered_block_tables, int64_t num_gathered_rows,
-                                c10::IntArrayRef sliding_window_reach) {
+                                c10::IntArrayRef sliding_window_reach, const OptTensor& input_ids,
+                                const OptTensor& prefill_len, const OptTensor& last_sampled_tokens,
+                                const OptTensor& draft_tokens, const OptTensor& cu_num_logits,
+                                int64_t num_new_sampled_tokens, const OptTensor& all_token_ids,
+                                const OptTensor& next_prefill_tokens, const OptTensor& logits_indices,
+                                const OptTensor& expanded_idx_mapping, const OptTensor& expanded_local_pos,
+                                int64_t num_logits_padded, const OptTensor& dcp_local_seq_lens) {
   check_prepare_spec_decode_inputs<int64_t>(
       num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count, prev_num_draft_tokens,
       cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables, slot_mappings, idx_mapping,
       tokens_padded, reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block, cp_sharded,
       slot_mapping_enabled, num_blocks, request_indexed_counts, gathered_block_tables, num_gathered_rows,
-      sliding_window_reach);
+      sliding_window_reach, input_ids, prefill_len, last_sampled_tokens, draft_tokens, cu_num_logits,
+      num_new_sampled_tokens, all_token_ids, next_prefill_tokens, logits_indices, expanded_idx_mapping,
+      expanded_local_pos, num_logits_padded, dcp_local_seq_lens);
+  const StepParts parts{input_ids,      prefill_len,          last_sampled_tokens, draft_tokens,
+                        cu_num_logits,  num_new_sampled_tokens, all_token_ids,     next_prefill_tokens,
+                        logits_indices, expanded_idx_mapping, expanded_local_pos,  num_logits_padded,
+                        dcp_local_seq_lens};
+  // The input ids' values, checked before anything is written (their writes come last).
+  std::optional<InputIdsArgs> input_ids_args;
+  std::optional<InputIdsCall> input_ids_call;
+  if (input_ids.has_value()) {
+    input_ids_args.emplace(parts.input_ids_args(*idx_mapping, query_start_loc, num_computed_tokens));
+    input_ids_call.emplace(InputIdsCall::checked(*input_ids_args));
+  }
   const size_t num_groups = block_tables.size();
   const GroupSettings settings{block_sizes,   blocks_per_kv_block, cp_sharded,   slot_mapping_enabled,
                                cp_world_size, cp_rank,             cp_interleave};
@@ -284,6 +328,17 @@ void prepare_spec_decode_inputs(const at::Tensor& num_computed_tokens, const at:
       kernels::gather_block_tables_multi<IdxT>(idx, gather_groups.data(), static_cast<int64_t>(gather_groups.size()));
     }
   });
+  if (input_ids_call.has_value()) input_ids_call->run();
+  if (dcp_local_seq_lens.has_value()) {
+    // The DCP-local lengths of the seq_lens just stored (0 past R, to the output's end).
+    kernels::DcpLocalSeqLensShape shape;
+    shape.num_reqs = num_reqs;
+    shape.num_out = dcp_local_seq_lens->numel();
+    shape.world_size = cp_world_size;
+    shape.rank = cp_rank;
+    shape.interleave = cp_interleave;
+    kernels::dcp_local_seq_lens<int32_t>(seq_lens.data_ptr<int32_t>(), dcp_local_seq_lens->data_ptr<int32_t>(), shape);
+  }
 }
 
 }  // namespace
@@ -299,7 +354,9 @@ TORCH_LIBRARY_FRAGMENT(specops, m) {
   // seq_lens.numel(), as the wrapper's defaults. request_indexed_counts: num_computed_tokens is
   // a runner's request-indexed counts (read through idx_mapping, no correction); then
   // gathered_block_tables (empty: none) receive gather_block_tables_multi of the block tables
-  // (rows [0, num_gathered_rows), sliding_window_reach per group or empty) in the same call.
+  // (rows [0, num_gathered_rows), sliding_window_reach per group or empty) in the same call, and
+  // with input_ids, prepare_input_ids' writes (its arguments under its names; input_ids not padded
+  // past T); dcp_local_seq_lens: dcp_local_seq_lens of the seq_lens (0 past R, to its end).
   m.def(
       "prepare_spec_decode_inputs(Tensor(a!) num_computed_tokens, Tensor(b!) num_accepted_tokens, "
       "Tensor prev_positions, Tensor valid_sampled_token_count, Tensor prev_num_draft_tokens, "
@@ -308,7 +365,11 @@ TORCH_LIBRARY_FRAGMENT(specops, m) {
       "int? num_reqs_padded, int cp_world_size, int cp_rank, int cp_interleave, int[] block_sizes, "
       "int[] blocks_per_kv_block, bool[] cp_sharded, bool[] slot_mapping_enabled, Tensor[] num_blocks, "
       "bool request_indexed_counts, Tensor(f!)[] gathered_block_tables, int num_gathered_rows, "
-      "int[] sliding_window_reach) -> ()");
+      "int[] sliding_window_reach, Tensor(g!)? input_ids=None, Tensor? prefill_len=None, "
+      "Tensor? last_sampled_tokens=None, Tensor? draft_tokens=None, Tensor? cu_num_logits=None, "
+      "int num_new_sampled_tokens=1, Tensor? all_token_ids=None, Tensor(h!)? next_prefill_tokens=None, "
+      "Tensor(i!)? logits_indices=None, Tensor(j!)? expanded_idx_mapping=None, "
+      "Tensor(k!)? expanded_local_pos=None, int num_logits_padded=-1, Tensor(l!)? dcp_local_seq_lens=None) -> ()");
 }
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_spec_decode_inputs", &prepare_spec_decode_inputs); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {

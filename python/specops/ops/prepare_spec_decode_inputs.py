@@ -3,7 +3,8 @@
 Equal to correct_num_computed_tokens, then prepare_positions_and_seq_lens, then
 compute_slot_mapping for every KV-cache group (see docs/async_accounting.md). With
 request_indexed_counts (a runner's own counts, as model runner V2 keeps them), no correction, and
-optionally every group's block-table gather (gather_block_tables_multi) in the same call.
+optionally in the same call every group's block-table gather (gather_block_tables_multi), the
+step's input ids (prepare_input_ids) and the DCP-local seq_lens (dcp_local_seq_lens).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 from specops._fastpath import record_maker
-from specops.arguments import checked_size, checked_tensor_list, group_settings, ints_per_group
+from specops.arguments import checked_size, checked_tensor_list, group_settings, ints_per_group, padded_argument
 from specops.ops._op import SpecOp
 from specops.ops.prepare_positions_and_seq_lens import allocate_positions_and_seq_lens
 from specops.reference.prepare_spec_decode_inputs import prepare_spec_decode_inputs as _reference
@@ -60,6 +61,19 @@ def prepare_spec_decode_inputs(
     gathered_block_tables: Sequence[torch.Tensor] | None = None,
     num_gathered_rows: int | None = None,
     sliding_window_reach: Sequence[int] | int = 0,
+    input_ids: torch.Tensor | None = None,
+    prefill_len: torch.Tensor | None = None,
+    last_sampled_tokens: torch.Tensor | None = None,
+    draft_tokens: torch.Tensor | None = None,
+    cu_num_logits: torch.Tensor | None = None,
+    num_new_sampled_tokens: int = 1,
+    all_token_ids: torch.Tensor | None = None,
+    next_prefill_tokens: torch.Tensor | None = None,
+    logits_indices: torch.Tensor | None = None,
+    expanded_idx_mapping: torch.Tensor | None = None,
+    expanded_local_pos: torch.Tensor | None = None,
+    num_logits_padded: int | None = None,
+    dcp_local_seq_lens: torch.Tensor | None = None,
 ) -> SpecDecodeInputs:
     """Correction, positions and seq_lens, and every group's slot mapping, in one op call.
 
@@ -92,6 +106,18 @@ def prepare_spec_decode_inputs(
     call (one launch on a device); num_blocks is required with them, num_gathered_rows defaults
     to num_reqs_padded's value, and sliding_window_reach takes one value per group or one for all
     (a group with a reach needs blocks_per_kv_block 1).
+
+    The step's input ids (request-indexed mode, input_ids given): what prepare_input_ids(input_ids,
+    idx_mapping, query_start_loc, num_computed_tokens, prefill_len, last_sampled_tokens,
+    draft_tokens, cu_num_logits, num_new_sampled_tokens=..., all_token_ids=...,
+    next_prefill_tokens=..., logits_indices=..., expanded_idx_mapping=..., expanded_local_pos=...,
+    num_logits_padded=...) writes, in the same call (input_ids is not padded past T here:
+    num_tokens_padded is the positions' and slot mappings'); its three logits outputs are given.
+    It reads nothing the rest writes: every output of the call is kept apart from every input.
+
+    dcp_local_seq_lens (int32, at least R entries): dcp_local_seq_lens(seq_lens[:R],
+    cp_world_size, cp_rank, cp_interleave, out=dcp_local_seq_lens) of the seq_lens this call
+    stores, 0 past R to its end, in the same call.
     """
     if idx_mapping is not None and (isinstance(idx_mapping, torch.Tensor) and isinstance(query_start_loc, torch.Tensor)
                                     and query_start_loc.dim() == 1
@@ -133,5 +159,11 @@ def prepare_spec_decode_inputs(
         block_sizes=block_sizes, blocks_per_kv_block=blocks_per_kv_block, cp_sharded=cp_sharded,
         slot_mapping_enabled=slot_mapping_enabled, num_blocks=[] if num_blocks is None else list(num_blocks),
         request_indexed_counts=request_indexed_counts, gathered_block_tables=gathered_block_tables,
-        num_gathered_rows=num_gathered_rows, sliding_window_reach=sliding_window_reach)
+        num_gathered_rows=num_gathered_rows, sliding_window_reach=sliding_window_reach, input_ids=input_ids,
+        prefill_len=prefill_len, last_sampled_tokens=last_sampled_tokens, draft_tokens=draft_tokens,
+        cu_num_logits=cu_num_logits, num_new_sampled_tokens=num_new_sampled_tokens, all_token_ids=all_token_ids,
+        next_prefill_tokens=next_prefill_tokens, logits_indices=logits_indices,
+        expanded_idx_mapping=expanded_idx_mapping, expanded_local_pos=expanded_local_pos,
+        num_logits_padded=padded_argument(num_logits_padded, "num_logits_padded"),
+        dcp_local_seq_lens=dcp_local_seq_lens)
     return _RESULT((positions, seq_lens, slot_mappings))

@@ -36,7 +36,7 @@ def prepare_input_ids(a) -> None:
             if o < ends[1]:
                 a.expanded_idx_mapping[o] = row
             if o < ends[2]:
-                a.expanded_local_pos[o] = j
+                a.expanded_local_pos[o] = _int32(j)  # j passes 2^31 when cu_num_logits[r] is INT32_MIN
         if row < 0:
             continue
         nc, pl = int(a.num_computed_tokens[row]), int(a.prefill_len[row])

@@ -1,6 +1,6 @@
 """Reference for prepare_spec_decode_inputs: literally the unfused sequence of references (in the
 request-indexed mode: positions and seq_lens through idx_mapping, the slot mappings, then the
-block-table gather)."""
+block-table gather, the input ids, the DCP-local seq_lens)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from specops._constants import PAD_SLOT_ID
 from specops._step_layout import group_layouts, spec_decode_extents
 from specops.reference.compute_slot_mapping import compute_slot_mapping
 from specops.reference.correct_num_computed_tokens import correct_num_computed_tokens
+from specops.reference.dcp_local_seq_lens import dcp_local_seq_lens
 from specops.reference.gather_block_tables_multi import gather_block_tables_multi
+from specops.reference.prepare_input_ids import prepare_input_ids
 from specops.reference.prepare_positions_and_seq_lens import prepare_positions_and_seq_lens
 
 
@@ -42,3 +44,18 @@ def prepare_spec_decode_inputs(a) -> None:
             src_block_tables=a.block_tables, num_blocks=a.num_blocks, idx_mapping=a.idx_mapping,
             out=a.gathered_block_tables, num_reqs_padded=a.num_gathered_rows, num_computed_tokens=a.num_computed_tokens,
             sliding_window_reach=list(a.sliding_window_reach) or [0] * len(a.block_tables), block_sizes=a.block_sizes))
+    if a.input_ids is not None:
+        # prepare_input_ids under the same names; its input_ids are not padded past T.
+        prepare_input_ids(SimpleNamespace(
+            input_ids=a.input_ids, idx_mapping=a.idx_mapping, query_start_loc=a.query_start_loc,
+            num_computed_tokens=a.num_computed_tokens, prefill_len=a.prefill_len,
+            last_sampled_tokens=a.last_sampled_tokens, draft_tokens=a.draft_tokens, cu_num_logits=a.cu_num_logits,
+            num_new_sampled_tokens=a.num_new_sampled_tokens, all_token_ids=a.all_token_ids,
+            next_prefill_tokens=a.next_prefill_tokens, logits_indices=a.logits_indices,
+            expanded_idx_mapping=a.expanded_idx_mapping, expanded_local_pos=a.expanded_local_pos,
+            num_logits_padded=a.num_logits_padded, num_tokens_padded=-1))
+    if a.dcp_local_seq_lens is not None:
+        num_reqs = a.query_start_loc.numel() - 1
+        dcp_local_seq_lens(SimpleNamespace(seq_lens=a.seq_lens[:num_reqs], cp_world_size=a.cp_world_size,
+                                           cp_rank=a.cp_rank, cp_interleave=a.cp_interleave,
+                                           out=a.dcp_local_seq_lens))

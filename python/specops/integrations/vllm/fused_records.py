@@ -1,9 +1,10 @@
-"""What the target step's fused launch wrote, per BlockTables (docs/integrations.md, "The target step").
+"""What the target step's fused launch wrote, per BlockTables and per DCP buffer
+(docs/integrations.md, "The target step").
 
 target_step's `prepare_pos_seq_lens` writes in one launch what `BlockTables.gather_block_tables`
-(the block_tables point, mrv2.py) and `BlockTables.compute_slot_mappings` (the draft_steps point)
-would write next; it records here the keys of both, and each of those two adapters consumes its
-end. The records live below the three points so that each imports them at load time: no point
+(the block_tables point, mrv2.py), `BlockTables.compute_slot_mappings` (the draft_steps point)
+and, under DCP, `prepare_dcp_local_seq_lens` (the dcp_local_seq_lens point) would write next; it
+records here the keys of each, and each of those adapters consumes its end. The records live below the three points so that each imports them at load time: no point
 imports another for them (tests/tooling/test_module_layout.py holds the package free of import
 cycles, lazy ones included).
 """
@@ -75,4 +76,30 @@ def mapped(tables, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor, pos
     if written[2] != _slots_key(idx_mapping, query_start_loc, positions, tables.slot_mappings.shape[1]):
         return False
     _written[tables] = (written[0], written[1], None)
+    return True
+
+
+# id(the runner's DCP-local seq_lens buffer) -> (a weak reference to it, the key of what the last
+# fused launch wrote into it; None: nothing to consume). By id: a tensor's == is elementwise.
+_dcp: dict[int, tuple[weakref.ref, tuple | None]] = {}
+
+
+def record_dcp(buffer: torch.Tensor, key: tuple | None) -> None:
+    """The fused launch wrote `buffer` for `key` (`dcp_key(...)`), or (None) did not write it."""
+    _dcp[id(buffer)] = (weakref.ref(buffer, lambda _, at=id(buffer): _dcp.pop(at, None)), key)
+
+
+def dcp_key(seq_lens: torch.Tensor, num_reqs: int, dcp_size: int, dcp_rank: int, cp_interleave: int) -> tuple:
+    """prepare_dcp_local_seq_lens' arguments as the record keys them (host attributes only)."""
+    return (seq_lens.data_ptr(), num_reqs, dcp_size, dcp_rank, cp_interleave)
+
+
+def dcp_written(buffer: torch.Tensor, seq_lens: torch.Tensor, num_reqs: int, dcp_size: int, dcp_rank: int,
+                cp_interleave: int) -> bool:
+    """Whether the last fused launch wrote `buffer` for exactly this call (consumes the record)."""
+    held = _dcp.get(id(buffer))
+    if held is None or held[0]() is not buffer or held[1] != dcp_key(seq_lens, num_reqs, dcp_size, dcp_rank,
+                                                                      cp_interleave):
+        return False
+    _dcp[id(buffer)] = (held[0], None)
     return True

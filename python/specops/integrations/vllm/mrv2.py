@@ -31,7 +31,7 @@ import weakref
 import torch
 
 import specops
-from specops.integrations.vllm.fused_records import gathered, note_rows_left
+from specops.integrations.vllm.fused_records import dcp_written, gathered, note_rows_left
 
 
 def point(name: str, *, seam: bool = False, host: bool = False):
@@ -48,11 +48,28 @@ def point(name: str, *, seam: bool = False, host: bool = False):
     return mark
 
 
-class _Pending:
-    """What prepare_inputs' first calls recorded for its last one, and the host facts of the call
-    (its runner, its padded request count) for the target_step point."""
+class TargetLaunch:
+    """The target step's fused launch (point "target_step"), deferred to the last call of
+    prepare_inputs: prepare_spec_decode_inputs' arguments, and what to record once it ran."""
 
-    __slots__ = ("runner", "num_tokens", "num_reqs_padded", "num_computed_tokens", "expanded", "prefill")
+    __slots__ = ("kwargs", "after")
+
+    def __init__(self, kwargs: dict, after):
+        self.kwargs = kwargs  # every argument by name
+        self.after = after
+
+    def run(self, **parts) -> None:
+        """The launch, with `parts` (the input ids) in it."""
+        specops.prepare_spec_decode_inputs(**self.kwargs, **parts)
+        self.after()
+
+
+class _Pending:
+    """What prepare_inputs' first calls recorded for its last one (the input-id calls, the target
+    step's launch), and the host facts of the call (its runner, its padded request count) for the
+    target_step point."""
+
+    __slots__ = ("runner", "num_tokens", "num_reqs_padded", "num_computed_tokens", "expanded", "prefill", "target")
 
     def __init__(self, runner, num_tokens: int, num_reqs_padded: int):
         self.runner = runner
@@ -61,6 +78,7 @@ class _Pending:
         self.num_computed_tokens: torch.Tensor = runner.req_states.num_computed_tokens.gpu
         self.expanded: tuple[torch.Tensor, torch.Tensor] | None = None
         self.prefill: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self.target: TargetLaunch | None = None
 
 
 _pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("specops_vllm_pending", default=None)
@@ -71,13 +89,27 @@ def current_step() -> _Pending | None:
     return _pending.get()
 
 
+def defer_target_launch(launch: TargetLaunch) -> bool:
+    """Hands the target step's launch to prepare_inputs' last call (combine_sampled_and_draft_tokens,
+    which adds the step's input ids to it); False outside prepare_inputs (then the caller launches)."""
+    pending = _pending.get()
+    if pending is None or pending.target is not None:
+        return False
+    pending.target = launch
+    return True
+
+
 @contextlib.contextmanager
 def step_inputs(runner, num_tokens: int, num_reqs_padded: int):
     """The step-input seam's record, for a prepare_inputs of another runner class (vllm-ascend's
     NPUModelRunner): inside it the input_ids adapters defer and fuse as in vLLM's."""
-    token = _pending.set(_Pending(runner, num_tokens, num_reqs_padded))
+    pending = _Pending(runner, num_tokens, num_reqs_padded)
+    token = _pending.set(pending)
     try:
         yield
+        if pending.target is not None:  # no last call took it: launched alone, before prepare_inputs returns
+            pending.target, target = None, pending.target
+            target.run()
     finally:
         _pending.reset(token)
 
@@ -142,15 +174,34 @@ def make_combine_sampled_and_draft_tokens(original, prepare_prefill_original, ex
                                      pending.num_computed_tokens)
             prefill = None
         logits_indices = torch.empty(num_logits, dtype=torch.int64, device=input_ids.device)
-        specops.prepare_input_ids(
-            input_ids, idx_mapping, query_start_loc, pending.num_computed_tokens, prefill_len, last_sampled_tokens,
-            draft_tokens, cu_num_logits, num_new_sampled_tokens=num_new_sampled_tokens,
-            all_token_ids=None if prefill is None else prefill[2],
-            next_prefill_tokens=None if prefill is None else prefill[1], logits_indices=logits_indices,
-            expanded_idx_mapping=None if expanded is None else expanded[0],
-            expanded_local_pos=None if expanded is None else expanded[1], num_logits=num_logits)
+        parts = dict(prefill_len=prefill_len, last_sampled_tokens=last_sampled_tokens, draft_tokens=draft_tokens,
+                     cu_num_logits=cu_num_logits, num_new_sampled_tokens=num_new_sampled_tokens,
+                     all_token_ids=None if prefill is None else prefill[2],
+                     next_prefill_tokens=None if prefill is None else prefill[1], logits_indices=logits_indices,
+                     expanded_idx_mapping=None if expanded is None else expanded[0],
+                     expanded_local_pos=None if expanded is None else expanded[1])
+        target, pending.target = pending.target, None
+        if target is not None and _same_batch(target, idx_mapping, query_start_loc, pending.num_computed_tokens):
+            # The target step's launch writes the input ids too: one launch for prepare_inputs.
+            if expanded is None:  # what prepare_input_ids allocates for them (vLLM's are its own)
+                parts.update(expanded_idx_mapping=idx_mapping.new_empty(num_logits),
+                             expanded_local_pos=torch.empty(num_logits, dtype=torch.int32, device=input_ids.device))
+            target.run(input_ids=input_ids, **parts)
+            return logits_indices
+        if target is not None:
+            target.run()
+        specops.prepare_input_ids(input_ids, idx_mapping, query_start_loc, pending.num_computed_tokens,
+                                  num_logits=num_logits, **parts)
         return logits_indices
     return combine_sampled_and_draft_tokens
+
+
+def _same_batch(target: TargetLaunch, idx_mapping: torch.Tensor, query_start_loc: torch.Tensor,
+                num_computed_tokens: torch.Tensor) -> bool:
+    """Whether the target step's launch is over this call's batch (host attributes only)."""
+    own = target.kwargs
+    return (own["idx_mapping"] is idx_mapping and own["num_computed_tokens"] is num_computed_tokens
+            and own["query_start_loc"].data_ptr() == query_start_loc.data_ptr())
 
 
 def make_get_num_sampled_and_rejected(original):
@@ -193,6 +244,8 @@ def make_prepare_dcp_local_seq_lens(original):
     @functools.wraps(original)
     def prepare_dcp_local_seq_lens(dcp_local_seq_lens, seq_lens, num_reqs, dcp_size, dcp_rank, cp_interleave, *,
                                    num_reqs_padded=None):
+        if dcp_written(dcp_local_seq_lens, seq_lens, num_reqs, dcp_size, dcp_rank, cp_interleave):
+            return dcp_local_seq_lens[:num_reqs_padded]  # the target step's fused launch wrote them
         # Entries past num_reqs are 0 to the buffer's end, as vLLM's kernel writes them.
         specops.dcp_local_seq_lens(seq_lens[:num_reqs], dcp_size, dcp_rank, cp_interleave, out=dcp_local_seq_lens)
         return dcp_local_seq_lens[:num_reqs_padded]

@@ -29,8 +29,8 @@ import torch
 
 import specops
 from specops.integrations.vllm.draft_steps import layout_of
-from specops.integrations.vllm.fused_records import record_fused, rows_left
-from specops.integrations.vllm.mrv2 import current_step, point
+from specops.integrations.vllm.fused_records import dcp_key, record_dcp, record_fused, rows_left
+from specops.integrations.vllm.mrv2 import TargetLaunch, current_step, defer_target_launch, point
 
 _EMPTY: dict[torch.device, torch.Tensor] = {}
 
@@ -55,6 +55,8 @@ def make_prepare_pos_seq_lens(original):
         tables = runner.block_tables
         layout = layout_of(tables)
         num_reqs = idx_mapping.shape[0]
+        if getattr(runner, "dcp_size", 1) > 1:
+            record_dcp(runner.input_buffers.dcp_local_seq_lens, None)  # an earlier step's record is stale
         if (layout is None or runner.pcp_manager is not None or tables.num_kv_cache_groups == 0
                 or num_computed_tokens is not step.num_computed_tokens
                 or pos is not runner.input_buffers.positions or seq_lens is not runner.input_buffers.seq_lens):
@@ -68,9 +70,11 @@ def make_prepare_pos_seq_lens(original):
         # before the first gather this module saw).
         num_rows = max(step.num_reqs_padded, rows_left(tables))
         empty = _empty(num_computed_tokens.device)
-        specops.prepare_spec_decode_inputs(
-            num_computed_tokens, empty, empty, empty, empty, empty, query_start_loc[:num_reqs + 1],
-            [table.gpu for table in tables.block_tables], tables.block_sizes, positions=pos[:width], seq_lens=seq_lens,
+        kwargs = dict(
+            num_computed_tokens=num_computed_tokens, num_accepted_tokens=empty, prev_positions=empty,
+            valid_sampled_token_count=empty, prev_num_draft_tokens=empty, cpu_num_computed_tokens=empty,
+            query_start_loc=query_start_loc[:num_reqs + 1], block_tables=[table.gpu for table in tables.block_tables],
+            block_sizes=tables.block_sizes, positions=pos[:width], seq_lens=seq_lens,
             slot_mappings=list(tables.slot_mappings), cp_sharded=layout.dcp_sharded,
             slot_mapping_enabled=layout.slot_mapping_enabled, cp_world_size=tables.cp_size, cp_rank=tables.cp_rank,
             cp_interleave=tables.cp_interleave, idx_mapping=idx_mapping, num_tokens_padded=width,
@@ -78,6 +82,30 @@ def make_prepare_pos_seq_lens(original):
             gathered_block_tables=list(tables.input_block_tables), num_gathered_rows=num_rows,
             # vLLM masks the windows only when it has some (and prepare_attn passes the counts).
             sliding_window_reach=layout.sliding_window_reach if tables.has_sliding_window_groups else 0)
-        record_fused(tables, idx_mapping, step.num_reqs_padded, num_computed_tokens, num_rows, query_start_loc, pos,
-                     width)
+        dcp = _dcp_part(runner, seq_lens, num_reqs)
+        if dcp is not None:
+            kwargs["dcp_local_seq_lens"] = dcp[0]
+
+        def after() -> None:
+            record_fused(tables, idx_mapping, step.num_reqs_padded, num_computed_tokens, num_rows, query_start_loc,
+                         pos, width)
+            if dcp is not None:
+                record_dcp(*dcp)
+
+        launch = TargetLaunch(kwargs, after)
+        if not defer_target_launch(launch):
+            launch.run()
     return prepare_pos_seq_lens
+
+
+def _dcp_part(runner, seq_lens: torch.Tensor, num_reqs: int) -> tuple[torch.Tensor, tuple] | None:
+    """The DCP-local seq_lens execute_model asks for right after prepare_attn (DCP > 1: vLLM's
+    prepare_dcp_local_seq_lens over these seq_lens, the runner's own buffer, its DCP rank and
+    interleave), when the block tables' CP layout is that DCP layout: (buffer, the call's key)."""
+    if getattr(runner, "dcp_size", 1) <= 1:
+        return None
+    tables, buffer = runner.block_tables, runner.input_buffers.dcp_local_seq_lens
+    if (tables.cp_size, tables.cp_rank, tables.cp_interleave) != (runner.dcp_size, runner.dcp_rank,
+                                                                   runner.cp_interleave):
+        return None
+    return buffer, dcp_key(seq_lens, num_reqs, runner.dcp_size, runner.dcp_rank, runner.cp_interleave)
