@@ -1,5 +1,9 @@
 """Triton kernel for prepare_draft_prefill_inputs: the draft prefill's inputs after a target step.
 
+With the post-update part, each request's update after sampling (post_update_after_sampling's row
+work) runs first in the program that prepares its prefill tokens: its next token is the one that
+update stores, taken from registers. Nothing else of the launch reads what the update writes.
+
 Persistent grid. The token phase takes one request per program at a time and walks its kept
 tokens in tiles, each lane one output token o = s + j: the next target id (the shift by one), or
 the next token at j = q - 1, and the target position. The walk is bounded to the tokens inside
@@ -17,6 +21,8 @@ import triton
 import triton.language as tl
 
 from specops.triton_kernels._launch import nonempty, num_programs
+from specops.triton_kernels.post_update_after_sampling import BLOCK as UPDATE_BLOCK
+from specops.triton_kernels.post_update_after_sampling import post_update_arguments, post_update_row
 
 BLOCK_T = 256
 BLOCK_R = 128
@@ -38,7 +44,10 @@ def _prepare_draft_prefill_inputs_kernel(
     last_index_ptr, step_ptr, mapping_ptr,
     num_reqs, num_rows, target_ids_end, ids_end, position_end, token_bound, qsl_end, seq_end, index_end,
     mapping_end, request_end,
+    up_0, up_1, up_2, up_3, up_4, up_5, up_6, up_7, up_8, up_9, up_10, up_11, up_12, up_13, up_14, up_15, up_16,
+    up_17, up_18, up_19, up_20, up_21, up_rows, up_has_qsl,
     HAS_STEP: tl.constexpr, HAS_MAPPING: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr,
+    HAS_UPDATE: tl.constexpr, UPDATE_BINS: tl.constexpr, UPDATE_BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
@@ -51,6 +60,13 @@ def _prepare_draft_prefill_inputs_kernel(
         # Both sources are gathered unmasked at a clamped row and selected after.
         safe_row = tl.where(has_row, row, 0)
         sampled = tl.load(last_sampled_ptr + safe_row * last_sampled_stride).to(tl.int32)
+        if HAS_UPDATE:
+            # The request's update after sampling first; its last token taken from registers (the
+            # load above may come before the store, from another thread of the program).
+            stored, last = post_update_row(r, up_0, up_1, up_2, up_3, up_4, up_5, up_6, up_7, up_8, up_9, up_10, up_11,
+                                           up_12, up_13, up_14, up_15, up_16, up_17, up_18, up_19, up_20, up_21,
+                                           up_rows, up_has_qsl, True, UPDATE_BINS, False, UPDATE_BLOCK)
+            sampled = tl.where(stored, last.to(tl.int32), sampled)
         prefill = tl.load(next_prefill_ptr + safe_row)
         next_token = tl.where(tl.load(num_sampled_ptr + r) > 0, sampled, prefill)
         next_token = tl.where(has_row, next_token, -1)
@@ -115,6 +131,12 @@ def prepare_draft_prefill_inputs(a) -> None:
     request_end = max(a.out_query_start_loc.numel(), a.out_seq_lens.numel(), a.last_token_indices.numel(), mapping_end)
     num_tasks = max(num_reqs, triton.cdiv(request_end, BLOCK_R))
     grid = (num_programs(a.idx_mapping.device, num_tasks),)
+    update = a.sampled_tokens is not None
+    if update:  # the post-update part: its record names are post_update_after_sampling's
+        up, (up_rows, up_has_qsl), _, up_bins, _ = post_update_arguments(a)
+    else:  # never read (the part is compiled away): placeholders of their kinds
+        q = a.out_query_start_loc
+        up, up_rows, up_has_qsl, up_bins = (q, q, q, q, 0, 0, q, q, q, 0, q, 0, 0, q, q, 0, 0, q, 0, q, 0, 0), 0, 0, False
     _prepare_draft_prefill_inputs_kernel[grid](
         nonempty(a.target_input_ids), nonempty(a.target_positions), nonempty(a.idx_mapping), a.query_start_loc,
         nonempty(a.seq_lens), nonempty(a.num_sampled), nonempty(a.num_rejected), nonempty(a.last_sampled_tokens),
@@ -125,6 +147,7 @@ def prepare_draft_prefill_inputs(a) -> None:
         num_reqs, num_rows, a.target_input_ids.numel(), a.input_ids.numel(),
         min(a.target_positions.numel(), a.positions.numel()), token_bound, a.out_query_start_loc.numel(),
         a.out_seq_lens.numel(), a.last_token_indices.numel(), mapping_end, request_end,
+        *up, up_rows, up_has_qsl,
         HAS_STEP=a.current_draft_step is not None, HAS_MAPPING=a.request_idx_mapping is not None,
-        BLOCK_T=BLOCK_T, BLOCK_R=BLOCK_R,
+        BLOCK_T=BLOCK_T, BLOCK_R=BLOCK_R, HAS_UPDATE=update, UPDATE_BINS=up_bins, UPDATE_BLOCK=UPDATE_BLOCK,
     )

@@ -1,8 +1,10 @@
 // prepare_draft_prefill_inputs: its metadata checks (the Meta kernel, and every backend's first
 // step), then the CPU op: the checks, the values (the query layout, the rejected counts, the request
-// rows, every buffer's size), then the draft prefill's inputs.
+// rows, every buffer's size, and the post-update part's: cpu/post_update_checks.h), then the
+// post-update part's writes when given, then the draft prefill's inputs.
 #include <torch/library.h>
 
+#include "cpu/post_update_checks.h"
 #include "cpu/step_checks.h"
 #include "kernels/prepare_draft_prefill_inputs.h"
 
@@ -22,6 +24,40 @@ void check_holds_tokens(const at::Tensor& t, const char* name, int64_t num_token
                     " entries of ", name);
 }
 
+// The post-update part (sampled_tokens given): post_update_after_sampling's arguments, the batch's
+// under this op's names (idx_mapping, query_start_loc, num_sampled, num_rejected,
+// last_sampled_tokens), the request state's its own; no drafts to store.
+struct UpdatePart {
+  OptTensor query_start_loc, num_sampled, num_rejected, last_sampled_tokens;
+  const OptTensor none;
+
+  UpdatePart(const at::Tensor& qsl, const at::Tensor& sampled, const at::Tensor& rejected, const at::Tensor& last)
+      : query_start_loc(qsl), num_sampled(sampled), num_rejected(rejected), last_sampled_tokens(last) {}
+
+  PostUpdateArgs args(const at::Tensor& idx_mapping, const at::Tensor& num_computed_tokens,
+                      const OptTensor& sampled_tokens, const OptTensor& all_token_ids, const OptTensor& total_len,
+                      const OptTensor& output_bin_counts) const {
+    return {idx_mapping,  num_computed_tokens, query_start_loc, sampled_tokens, num_sampled, num_rejected,
+            last_sampled_tokens, all_token_ids, total_len,    output_bin_counts, none,     none};
+  }
+};
+
+// The part is given whole (sampled_tokens with num_computed_tokens, all_token_ids and total_len;
+// output_bin_counts optional) or not at all.
+void check_update_part_given(const OptTensor& num_computed_tokens, const OptTensor& sampled_tokens,
+                             const OptTensor& all_token_ids, const OptTensor& total_len,
+                             const OptTensor& output_bin_counts) {
+  const bool given = sampled_tokens.has_value();
+  for (const auto& [part, name] : {std::pair{&num_computed_tokens, "num_computed_tokens"},
+                                   std::pair{&all_token_ids, "all_token_ids"}, std::pair{&total_len, "total_len"}}) {
+    TORCH_CHECK_VALUE(part->has_value() == given, name,
+                      given ? " must be given with sampled_tokens (the post-update part)"
+                            : " is part of the post-update: it needs sampled_tokens");
+  }
+  TORCH_CHECK_VALUE(given || !output_bin_counts.has_value(),
+                    "output_bin_counts is part of the post-update: it needs sampled_tokens");
+}
+
 template <typename Int>
 void check_prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::Tensor& target_positions,
                                         const at::Tensor& idx_mapping, const at::Tensor& query_start_loc,
@@ -30,7 +66,10 @@ void check_prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, cons
                                         const at::Tensor& next_prefill_tokens, const at::Tensor& input_ids,
                                         const at::Tensor& positions, const at::Tensor& out_query_start_loc,
                                         const at::Tensor& out_seq_lens, const at::Tensor& last_token_indices,
-                                        const OptTensor& current_draft_step, const OptTensor& request_idx_mapping) {
+                                        const OptTensor& current_draft_step, const OptTensor& request_idx_mapping,
+                                        const OptTensor& num_computed_tokens, const OptTensor& sampled_tokens,
+                                        const OptTensor& all_token_ids, const OptTensor& total_len,
+                                        const OptTensor& output_bin_counts) {
   check_tensor(idx_mapping, "idx_mapping", {c10::kInt, c10::kLong}, 1);
   const Anchor anchor = anchor_of(idx_mapping, "idx_mapping");
   const Int num_reqs = numel_of<Int>(idx_mapping);
@@ -72,14 +111,30 @@ void check_prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, cons
     check_tensor(*request_idx_mapping, "request_idx_mapping", {c10::kLong, c10::kInt}, 1, anchor);
     check_entries(*request_idx_mapping, "request_idx_mapping", num_reqs, kWhatR);
   }
-  check_outputs_alias_nothing(
-      {{&input_ids, {"input_ids"}}, {&positions, {"positions"}}, {&out_query_start_loc, {"out_query_start_loc"}},
-       {&out_seq_lens, {"out_seq_lens"}}, {&last_token_indices, {"last_token_indices"}},
-       {ptr(current_draft_step), {"current_draft_step"}}, {ptr(request_idx_mapping), {"request_idx_mapping"}}},
-      {{&target_input_ids, {"target_input_ids"}}, {&target_positions, {"target_positions"}},
-       {&idx_mapping, {"idx_mapping"}}, {&query_start_loc, {"query_start_loc"}}, {&seq_lens, {"seq_lens"}},
-       {&num_sampled, {"num_sampled"}}, {&num_rejected, {"num_rejected"}},
-       {&last_sampled_tokens, {"last_sampled_tokens"}}, {&next_prefill_tokens, {"next_prefill_tokens"}}});
+  check_update_part_given(num_computed_tokens, sampled_tokens, all_token_ids, total_len, output_bin_counts);
+  const bool update = sampled_tokens.has_value();
+  c10::SmallVector<NamedTensor, 12> outputs{
+      {&input_ids, {"input_ids"}},           {&positions, {"positions"}},
+      {&out_query_start_loc, {"out_query_start_loc"}}, {&out_seq_lens, {"out_seq_lens"}},
+      {&last_token_indices, {"last_token_indices"}}, {ptr(current_draft_step), {"current_draft_step"}},
+      {ptr(request_idx_mapping), {"request_idx_mapping"}}};
+  // last_sampled_tokens is the post-update's output (each request reads its own row after it).
+  c10::SmallVector<NamedTensor, 10> inputs{
+      {&target_input_ids, {"target_input_ids"}}, {&target_positions, {"target_positions"}},
+      {&idx_mapping, {"idx_mapping"}},           {&query_start_loc, {"query_start_loc"}},
+      {&seq_lens, {"seq_lens"}},                 {&num_sampled, {"num_sampled"}},
+      {&num_rejected, {"num_rejected"}},         {update ? nullptr : &last_sampled_tokens, {"last_sampled_tokens"}},
+      {&next_prefill_tokens, {"next_prefill_tokens"}}, {ptr(sampled_tokens), {"sampled_tokens"}}};
+  if (update) {
+    const UpdatePart part(query_start_loc, num_sampled, num_rejected, last_sampled_tokens);
+    const PostUpdateArgs args =
+        part.args(idx_mapping, *num_computed_tokens, sampled_tokens, all_token_ids, total_len, output_bin_counts);
+    check_post_update<Int>(args, /*outputs_apart=*/false);
+    for (const NamedTensor& output : args.outputs()) {
+      if (output.tensor != nullptr) outputs.push_back(output);
+    }
+  }
+  check_outputs_alias_nothing(outputs, inputs);
 }
 
 void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::Tensor& target_positions,
@@ -89,12 +144,25 @@ void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::
                                   const at::Tensor& next_prefill_tokens, const at::Tensor& input_ids,
                                   const at::Tensor& positions, const at::Tensor& out_query_start_loc,
                                   const at::Tensor& out_seq_lens, const at::Tensor& last_token_indices,
-                                  const OptTensor& current_draft_step, const OptTensor& request_idx_mapping) {
+                                  const OptTensor& current_draft_step, const OptTensor& request_idx_mapping,
+                                  const OptTensor& num_computed_tokens, const OptTensor& sampled_tokens,
+                                  const OptTensor& all_token_ids, const OptTensor& total_len,
+                                  const OptTensor& output_bin_counts) {
   check_prepare_draft_prefill_inputs<int64_t>(target_input_ids, target_positions, idx_mapping, query_start_loc,
                                               seq_lens, num_sampled, num_rejected, last_sampled_tokens,
                                               next_prefill_tokens, input_ids, positions, out_query_start_loc,
                                               out_seq_lens, last_token_indices, current_draft_step,
-                                              request_idx_mapping);
+                                              request_idx_mapping, num_computed_tokens, sampled_tokens, all_token_ids,
+                                              total_len, output_bin_counts);
+  // The post-update part's values, checked before anything is written (its writes come first).
+  const UpdatePart part(query_start_loc, num_sampled, num_rejected, last_sampled_tokens);
+  std::optional<PostUpdateArgs> update_args;
+  std::optional<PostUpdateCall> update;
+  if (sampled_tokens.has_value()) {
+    update_args.emplace(
+        part.args(idx_mapping, *num_computed_tokens, sampled_tokens, all_token_ids, total_len, output_bin_counts));
+    update.emplace(PostUpdateCall::checked(*update_args));
+  }
   const int64_t num_reqs = idx_mapping.numel();
   // Values, all before the first write.
   const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
@@ -126,6 +194,7 @@ void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::
                       shape.num_rows, " request rows of last_sampled_tokens and next_prefill_tokens");
   }
 
+  if (update.has_value()) update->run();  // the prefill then reads the updated last_sampled_tokens
   const kernels::IntSpan step = current_draft_step.has_value() ? span_of(*current_draft_step) : kernels::IntSpan{};
   const kernels::IntSpan mapping = request_idx_mapping.has_value() ? span_of(*request_idx_mapping) : kernels::IntSpan{};
   kernels::prepare_draft_prefill_inputs(
@@ -141,13 +210,17 @@ void prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, const at::
 // The schema (the op's contract with its checks above; csrc/registration.cpp names the library).
 TORCH_LIBRARY_FRAGMENT(specops, m) {
   // The draft model's prefill inputs after a target step (MRV2's prepare_prefill_inputs), with the
-  // drafter's copy of the request mapping; every output padded to its own end.
+  // drafter's copy of the request mapping; every output padded to its own end. With sampled_tokens,
+  // first post_update_after_sampling of the batch (its request state under its names; the prefill
+  // then reads the updated last_sampled_tokens), in the same call.
   m.def(
       "prepare_draft_prefill_inputs(Tensor target_input_ids, Tensor target_positions, Tensor idx_mapping, "
       "Tensor query_start_loc, Tensor seq_lens, Tensor num_sampled, Tensor num_rejected, "
-      "Tensor last_sampled_tokens, Tensor next_prefill_tokens, Tensor(a!) input_ids, Tensor(b!) positions, "
+      "Tensor(h!) last_sampled_tokens, Tensor next_prefill_tokens, Tensor(a!) input_ids, Tensor(b!) positions, "
       "Tensor(c!) out_query_start_loc, Tensor(d!) out_seq_lens, Tensor(e!) last_token_indices, "
-      "Tensor(f!)? current_draft_step, Tensor(g!)? request_idx_mapping) -> ()");
+      "Tensor(f!)? current_draft_step, Tensor(g!)? request_idx_mapping, Tensor(i!)? num_computed_tokens=None, "
+      "Tensor? sampled_tokens=None, Tensor(j!)? all_token_ids=None, Tensor(k!)? total_len=None, "
+      "Tensor(l!)? output_bin_counts=None) -> ()");
 }
 TORCH_LIBRARY_IMPL(specops, CPU, m) { m.impl("prepare_draft_prefill_inputs", &prepare_draft_prefill_inputs); }
 TORCH_LIBRARY_IMPL(specops, Meta, m) {

@@ -1,5 +1,6 @@
 """prepare_draft_prefill_inputs: the draft model's prefill inputs after a target step (model runner
-V2's speculator), with the drafter's copy of the request mapping fused in."""
+V2's speculator), with the drafter's copy of the request mapping fused in, and optionally the
+request state's update after sampling (post_update_after_sampling) before it in the same call."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ def prepare_draft_prefill_inputs(
     last_token_indices: torch.Tensor,
     current_draft_step: torch.Tensor | None = None,
     request_idx_mapping: torch.Tensor | None = None,
+    num_computed_tokens: torch.Tensor | None = None,
+    sampled_tokens: torch.Tensor | None = None,
+    all_token_ids: torch.Tensor | None = None,
+    total_len: torch.Tensor | None = None,
+    output_bin_counts: torch.Tensor | None = None,
 ) -> None:
     """The draft model's prefill inputs, written into the drafter's persistent buffers (all given:
     their sizes are the runner's max_num_tokens and max_num_reqs, which no argument here names).
@@ -55,10 +61,22 @@ def prepare_draft_prefill_inputs(
     decreasing, and query_start_loc[R] past a token buffer; the device paths clamp the kept count
     into [0, query length], write -1 as a bad row's next token and access no token outside its
     buffer.
+
+    The post-update part (sampled_tokens given, with num_computed_tokens, all_token_ids and
+    total_len; output_bin_counts optional): first what post_update_after_sampling(idx_mapping,
+    num_computed_tokens, query_start_loc=query_start_loc, sampled_tokens=sampled_tokens,
+    num_sampled=num_sampled, num_rejected=num_rejected, last_sampled_tokens=last_sampled_tokens,
+    all_token_ids=all_token_ids, total_len=total_len, output_bin_counts=output_bin_counts) writes,
+    then the prefill's inputs from the last_sampled_tokens it leaves, in the same call (one launch
+    on a device: each request's prefill reads only its own row's update). Every output of the call
+    is kept apart from every input and every other output; the host op checks both parts' values
+    before writing anything.
     """
     _OP.select()(target_input_ids=target_input_ids, target_positions=target_positions, idx_mapping=idx_mapping,
         query_start_loc=query_start_loc, seq_lens=seq_lens, num_sampled=num_sampled, num_rejected=num_rejected,
         last_sampled_tokens=last_sampled_tokens, next_prefill_tokens=next_prefill_tokens, input_ids=input_ids,
         positions=positions, out_query_start_loc=out_query_start_loc, out_seq_lens=out_seq_lens,
         last_token_indices=last_token_indices, current_draft_step=current_draft_step,
-        request_idx_mapping=request_idx_mapping)
+        request_idx_mapping=request_idx_mapping, num_computed_tokens=num_computed_tokens,
+        sampled_tokens=sampled_tokens, all_token_ids=all_token_ids, total_len=total_len,
+        output_bin_counts=output_bin_counts)

@@ -1,12 +1,23 @@
-"""Reference for prepare_draft_prefill_inputs: the draft prefill's inputs after a target step."""
+"""Reference for prepare_draft_prefill_inputs: the draft prefill's inputs after a target step (after
+the post-update part's reference, when given)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
+
+from specops.reference.post_update_after_sampling import post_update_after_sampling
 
 
 def prepare_draft_prefill_inputs(a) -> None:
     """a: the op's argument record (ops/_op.py), its schema's arguments by name."""
+    if a.sampled_tokens is not None:
+        post_update_after_sampling(SimpleNamespace(
+            idx_mapping=a.idx_mapping, num_computed_tokens=a.num_computed_tokens, query_start_loc=a.query_start_loc,
+            sampled_tokens=a.sampled_tokens, num_sampled=a.num_sampled, num_rejected=a.num_rejected,
+            last_sampled_tokens=a.last_sampled_tokens, all_token_ids=a.all_token_ids, total_len=a.total_len,
+            output_bin_counts=a.output_bin_counts, draft_tokens=None, draft_tokens_out=None))
     num_reqs = a.idx_mapping.numel()
     device = a.idx_mapping.device
     qsl = a.query_start_loc[:num_reqs + 1].long()
