@@ -28,6 +28,7 @@ more after the last step, the fused loop's body called alone, as vLLM captures i
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import sys
@@ -48,6 +49,7 @@ from vllm.v1.worker.gpu.block_table import BlockTables  # noqa: E402
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor  # noqa: E402
 from vllm.v1.worker.gpu.input_batch import InputBuffers  # noqa: E402
 from vllm.v1.worker.gpu.lora_utils import LoraState  # noqa: E402
+from vllm.v1.worker.gpu.model_states.interface import ModelState  # noqa: E402
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner  # noqa: E402
 from vllm.v1.worker.gpu.sample import sampler as sampler_module  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler  # noqa: E402
@@ -74,9 +76,16 @@ def _noop(*args, **kwargs):
     return None
 
 
+class _ModelState(_Stub):
+    """vLLM's default model state as the runner sees it: the interface's postprocess_state (a
+    no-op, which the plugin's sample_tokens seam asks for by identity), nothing else run."""
+
+    postprocess_state = ModelState.postprocess_state
+
+
 def _model_state():
-    return _Stub(num_new_sampled_tokens_per_step=1, add_request=_noop, remove_request=_noop,
-                 apply_staged_writes=_noop, postprocess_state=_noop, preprocess_state=_noop)
+    return _ModelState(num_new_sampled_tokens_per_step=1, add_request=_noop, remove_request=_noop,
+                       apply_staged_writes=_noop, preprocess_state=_noop, supports_mm_inputs=False)
 
 
 def _hidden(input_ids: torch.Tensor, positions: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
@@ -109,7 +118,7 @@ def build(cfg: Config):
                  "kv_block_zeroer", "pcp_manager"):
         setattr(runner, name, None)
     runner.model_state = _model_state()
-    runner.draft_tokens_handler = _Stub(discard=_noop)  # 0.34: the draft tokens' host copies
+    runner.draft_tokens_handler = _Stub(discard=_noop, set_draft_tokens=_noop)  # the draft tokens' host copies
     bins = torch.zeros(MAX_NUM_REQS, VOCAB, dtype=torch.int32)
 
     def add_request(req_index, sampling_params):
@@ -119,7 +128,17 @@ def build(cfg: Config):
                            penalties_state=_Stub(output_bin_counts=bins),
                            sampling_states=_Stub(temperature=_Stub(gpu=torch.zeros(MAX_NUM_REQS)),
                                                  seeds=_Stub(gpu=torch.arange(MAX_NUM_REQS, dtype=torch.int64))))
-    runner.prompt_logprobs_worker = _Stub(add_request=_noop, remove_request=_noop)
+    runner.prompt_logprobs_worker = _Stub(add_request=_noop, remove_request=_noop,
+                                          compute_prompt_logprobs=lambda *args, **kwargs: {},
+                                          compute_prompt_token_id_logprobs=lambda *args, **kwargs: {})
+    # What sample_tokens touches besides the sampler (stood in by run()) and the speculator: no
+    # pipeline stages, KV connector, aux outputs or EP fault checks; one workspace lane.
+    runner.is_last_pp_rank, runner.num_speculative_steps, runner.adaptive_verification = True, cfg.k, None
+    runner.model = _Stub(compute_logits=_noop)
+    runner.kv_connector = _Stub(post_forward=_noop, finalize_step=_noop)
+    runner.aux_output_connector, runner.main_stream, runner.output_copy_stream = None, None, None
+    runner.check_ep_fault, runner._draft_workspace_lane = False, 0
+    runner.eplb = _Stub(step=_noop)  # 0.34's sample_tokens steps expert load balancing after it
     if cfg.pcp > 1:
         pcp_manager.get_pcp_group = lambda: host.FakePCPGroup(cfg.pcp, cfg.pcp_rank)
         runner.pcp_manager = pcp_manager.PCPManager(cfg.pcp, cfg.pcp_rank, CPU, shard_decode_requests=False,
@@ -151,7 +170,7 @@ def _speculator(cfg: Config, runner) -> EagleSpeculator:
     spec.sample_src_positions = torch.zeros(MAX_NUM_REQS, dtype=torch.int64)
     spec.inputs_embeds, spec.supports_mm_inputs, spec.supports_decode_metadata_update = None, False, False
     spec.prefill_cudagraph_manager = spec.decode_cudagraph_manager = None
-    spec.eplb_state = None
+    spec.eplb_state, spec.acceptance_estimator = None, None
     spec.block_tables, spec.pcp_manager = runner.block_tables, runner.pcp_manager
     spec.kv_cache_config = _Stub(kv_cache_groups=[_Stub(layer_names=[f"layer{g}"]) for g in range(len(BLOCK_SIZES))])
     spec.arange_np = np.arange(MAX_NUM_REQS + 1, dtype=np.int32)
@@ -298,6 +317,50 @@ def run(cfg: Config) -> dict:
         value = hidden[:, 0] * 4 + hidden[:, 3] * 2 + src_positions.to(torch.float32)
         return value.to(torch.int64).remainder(VOCAB)
 
+    sampled_state, host_copy = {}, {}
+
+    def sample(hidden_states, input_batch, grammar_output):
+        """The stand-in sampler (GPUModelRunner.sample): acceptance from the RNG, then vLLM's own
+        counts, as its sampler and rejection sampler call them."""
+        cu = input_batch.cu_num_logits_np
+        sampled = torch.full((input_batch.num_reqs, cfg.k + 1), -1, dtype=torch.int64)
+        num_sampled = torch.ones(input_batch.num_reqs, dtype=torch.int32)
+        for r in range(input_batch.num_reqs):
+            n = int(cu[r + 1] - cu[r])
+            kept = rng.randint(1, n)
+            num_sampled[r] = kept
+            sampled[r, :kept] = torch.tensor([rng.randrange(VOCAB) for _ in range(kept)])
+        owner = rejection_sampler if input_batch.num_draft_tokens > 0 else sampler_module
+        num_sampled, num_rejected = owner.get_num_sampled_and_rejected(
+            num_sampled, input_batch.seq_lens, input_batch.cu_num_logits, input_batch.idx_mapping,
+            runner.req_states.prefill_len.gpu)
+        recorder.add(state["step"], "sampled", {"num_sampled": num_sampled, "num_rejected": num_rejected,
+                                                "logits_indices": input_batch.logits_indices,
+                                                "expanded_idx_mapping": input_batch.expanded_idx_mapping,
+                                                "expanded_local_pos": input_batch.expanded_local_pos})
+        sampled_state["batch"] = input_batch
+        output = types.SimpleNamespace(sampled_token_ids=sampled, logprobs_tensors=None, num_nans=None,
+                                       num_sampled=num_sampled, num_rejected=num_rejected, sampling_mask_tensors=None)
+        return output, num_sampled, num_rejected
+
+    class HostAsyncOutput:
+        """vLLM's AsyncOutput on this host: the copy stream's copies, taken where vLLM starts them
+        (after the sampler's counts, before postprocess_sampled), recorded and kept for the
+        scheduler."""
+
+        def __init__(self, model_runner_output, sampler_output, num_sampled_tokens, main_stream, copy_stream,
+                     check_ep_fault, pending_aux_output):
+            copies = {"sampled_token_ids": sampler_output.sampled_token_ids, "num_sampled": num_sampled_tokens,
+                      "num_rejected": sampler_output.num_rejected}
+            recorder.add(state["step"], "host_copy", copies)
+            kept = recorder.records[-1][2]
+            host_copy["counts"] = (kept["num_sampled"].tolist(), kept["num_rejected"].tolist())
+
+    runner.sample = sample
+    model_runner.AsyncOutput = HostAsyncOutput
+    # The speculator's cudagraph managers are None: vLLM dispatches eagerly only for a profile run.
+    spec.propose = functools.partial(type(spec).propose, spec, is_profile=True)
+
     instruments = Instruments()
     spec._run_model = types.MethodType(run_model, spec)
     spec.sample_draft = types.MethodType(sample_draft, spec)
@@ -351,37 +414,19 @@ def run(cfg: Config) -> dict:
             # A real model's outputs for padding tokens are never read; the stand-in's are 0, so
             # the inputs' documented padding differences (masks.py) stay in the padding.
             hidden[batch.num_tokens:] = 0
-            draft_hidden = hidden
-            if runner.pcp_manager is not None:
-                hidden, _, batch = runner.pcp_manager.restore_for_sampling(hidden, None)
-            # The stand-in sampler: acceptance from the RNG, then vLLM's own counts.
-            cu = batch.cu_num_logits_np
-            sampled = torch.full((batch.num_reqs, cfg.k + 1), -1, dtype=torch.int64)
-            num_sampled = torch.ones(batch.num_reqs, dtype=torch.int32)
-            for r in range(batch.num_reqs):
-                n = int(cu[r + 1] - cu[r])
-                kept = rng.randint(1, n)
-                num_sampled[r] = kept
-                sampled[r, :kept] = torch.tensor([rng.randrange(VOCAB) for _ in range(kept)])
-            owner = rejection_sampler if batch.num_draft_tokens > 0 else sampler_module
-            num_sampled, num_rejected = owner.get_num_sampled_and_rejected(
-                num_sampled, batch.seq_lens, batch.cu_num_logits, batch.idx_mapping, runner.req_states.prefill_len.gpu)
-            recorder.add(step, "sampled", {"num_sampled": num_sampled, "num_rejected": num_rejected,
-                                           "logits_indices": batch.logits_indices,
-                                           "expanded_idx_mapping": batch.expanded_idx_mapping,
-                                           "expanded_local_pos": batch.expanded_local_pos})
-            runner.postprocess_sampled(batch.idx_mapping, sampled, num_sampled, num_rejected, batch.query_start_loc)
-            drafts = spec.propose(batch, None, None, draft_hidden, None, num_sampled, num_rejected,
-                                  runner.req_states.last_sampled_tokens, runner.req_states.next_prefill_tokens,
-                                  runner.sampler.sampling_states.temperature.gpu,
-                                  runner.sampler.sampling_states.seeds.gpu, is_profile=True,
-                                  num_speculative_tokens=cfg.k)
-            runner.req_states.draft_tokens[batch.idx_mapping] = drafts
+            # vLLM's sample_tokens from here: the sampler (stood in: sample() below), the host copy
+            # of its outputs, postprocess_sampled, the speculator's propose, the drafts' store.
+            runner.execute_model_state = model_runner.ExecuteModelState(
+                input_batch=batch, attn_metadata=None, slot_mappings_by_layer=None, hidden_states=hidden,
+                aux_hidden_states=None, dp_sync_state=None, finished_req_ids=set(), ec_connector_output=None,
+                cudagraph_stats=None, num_spec_tokens_to_schedule=cfg.k)
+            runner.sample_tokens(None)
+            sampled_batch, num_sampled, num_rejected = sampled_state["batch"], *host_copy["counts"]
             recorder.add(step, "end", _persistent(runner, bins))
             step_counts.append(instruments.step_counts().as_dict())
-            sched.update(batch.req_ids, [int(q) for q in batch.num_scheduled_tokens], num_sampled.tolist(),
-                         num_rejected.tolist())
-            last_num_reqs = batch.num_reqs
+            sched.update(sampled_batch.req_ids, [int(q) for q in sampled_batch.num_scheduled_tokens], num_sampled,
+                         num_rejected)
+            last_num_reqs = sampled_batch.num_reqs
         if spec.supports_decode_metadata_update and cfg.k >= 2 and last_num_reqs > 0:
             # What vLLM captures in a full graph: the fused loop's body called alone (capture()
             # calls it outside propose), here on the buffers the last step left.

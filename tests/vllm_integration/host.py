@@ -11,7 +11,8 @@ None of them changes what a kernel computes:
   the "device view" of a host buffer is the buffer itself, and nothing can be pinned.
 The PCP group's all_gather (PCPManager.restore_hidden_states) is a stand-in that concatenates
 the local rows once per rank: the drivers replace the model, and the rows it restores only feed
-the stand-in sampler and drafter, identically in both runs.
+the stand-in sampler and drafter, identically in both runs; its broadcast (PCPManager.sync_drafts)
+leaves the drafts as they are (every rank is this process).
 """
 
 from __future__ import annotations
@@ -81,3 +82,7 @@ class FakePCPGroup:
         import torch
 
         return torch.cat([tensor] * self.world_size, dim=dim)
+
+    def broadcast(self, tensor, src: int = 0):
+        """Every rank's copy is this process's (PCPManager.sync_drafts): nothing to receive."""
+        return tensor

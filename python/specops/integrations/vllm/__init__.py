@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 # Every point any release row serves, in the order they are listed and installed.
 POINT_NAMES = ("request_state", "input_ids", "sampled_counts", "post_update", "dcp_local_seq_lens", "block_tables",
-               "draft_steps", "target_step", "pcp", "v1_eagle", "dsa_cp_draft")
+               "draft_steps", "target_step", "update_prefill", "pcp", "v1_eagle", "dsa_cp_draft")
 
 
 @dataclasses.dataclass

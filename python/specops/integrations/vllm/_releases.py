@@ -92,6 +92,20 @@ def _mrv2_points() -> tuple[Point, ...]:
     )
 
 
+def _update_prefill(*reads: str) -> Point:
+    """post_update's launch joined to the draft prefill's (mrv2.py, "update_prefill"): the seam over
+    sample_tokens, whose post_update the draft_steps prefill adapter launches; `reads`: what the
+    release runs between the two (fingerprinted, as the sample_tokens body that calls it)."""
+    return Point("update_prefill", (
+        Patch(f"{_MR}:GPUModelRunner.sample_tokens", mrv2.make_sample_tokens,
+              (f"{_GPU}.model_states.interface:ModelState.postprocess_state",
+               "vllm.v1.watermarking.gpu_sampler:GPUWatermarkSampler")),
+    ), reads=(f"{_MR}:GPUModelRunner.postprocess_sampled", f"{_GPU}.spec_decode.utils:get_drafter_hidden_states",
+              f"{_SP}:DraftModelSpeculator.observe_verification",
+              f"{_GPU}.spec_decode.acceptance_estimator:OnlineAcceptanceEstimator.step", *reads),
+        needs=("post_update", "draft_steps"))
+
+
 def _draft_steps_0_33() -> Point:
     propose = f"{_TDAR}:TargetDependentARSpeculator.propose"
     loop = draft_steps.LOOP_0_33
@@ -206,8 +220,11 @@ def _row(runners, points) -> Release:
 
 
 RELEASES: tuple[Release, ...] = (
-    _row((vllm("0.33.0"),), (*_mrv2_points(), _draft_steps_0_33(), _v1_eagle())),
+    _row((vllm("0.33.0"),), (*_mrv2_points(), _draft_steps_0_33(),
+                             _update_prefill(), _v1_eagle())),
     # 0.34 removes the V1 GPU model runner and vllm/v1/spec_decode (v1_eagle's targets).
-    _row((vllm("0.34.0"),), (*_mrv2_points(), _draft_steps_0_34())),
+    _row((vllm("0.34.0"),), (*_mrv2_points(), _draft_steps_0_34(),
+                             _update_prefill(f"{_SP}:DraftModelSpeculator.prepare_propose",
+                                             f"{_GPU}.spec_decode.draft_logits:DraftLogitsCache.assign"))),
     _row((vllm_ascend("0.26.0rc1"), vllm("0.26.0")), _ascend_points()),
 )

@@ -51,7 +51,7 @@ import torch
 
 import specops
 from specops.integrations.vllm.fused_records import mapped
-from specops.integrations.vllm.mrv2 import point
+from specops.integrations.vllm.mrv2 import deferred_update, flush_update, point, take_update
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +224,11 @@ def make_prepare_prefill_inputs(original):
     def prepare_prefill_inputs(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled,
                                num_rejected, last_sampled, next_prefill_tokens, max_num_reqs):
         num_reqs = input_batch.num_reqs
+        update = deferred_update()
+        if update is not None and not (num_reqs > 0 and _updates(update, input_batch, num_sampled, num_rejected,
+                                                                 last_sampled)):
+            flush_update()  # another batch's (or an empty one): vLLM's order, its launch first
+            update = None
         if num_reqs == 0:  # vLLM's empty grid writes nothing; the op would write the padding
             return original(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled,
                             num_rejected, last_sampled, next_prefill_tokens, max_num_reqs)
@@ -231,6 +236,11 @@ def make_prepare_prefill_inputs(original):
         request_copy = None
         if prefill is not None and prefill.input_batch is input_batch:
             request_copy, prefill.request_copy = prefill.request_copy, None
+        # The post_update sample_tokens deferred to this launch (point "update_prefill").
+        parts = {} if update is None else dict(
+            num_computed_tokens=update["num_computed_tokens"], sampled_tokens=update["sampled_tokens"],
+            all_token_ids=update["all_token_ids"], total_len=update["total_len"],
+            output_bin_counts=update["output_bin_counts"])
         # vLLM's kernel pads the request-indexed buffers to max_num_reqs (+ 1); the op pads to the
         # end of the views it is given.
         specops.prepare_draft_prefill_inputs(
@@ -240,9 +250,19 @@ def make_prepare_prefill_inputs(original):
             out_query_start_loc=input_buffers.query_start_loc[:max_num_reqs + 1],
             out_seq_lens=input_buffers.seq_lens[:max_num_reqs], last_token_indices=last_token_indices[:max_num_reqs],
             current_draft_step=current_draft_step,
-            request_idx_mapping=None if request_copy is None else request_copy[0])
+            request_idx_mapping=None if request_copy is None else request_copy[0], **parts)
+        if update is not None:
+            take_update()
         return last_token_indices
     return prepare_prefill_inputs
+
+
+def _updates(update: dict, input_batch, num_sampled: torch.Tensor, num_rejected: torch.Tensor,
+             last_sampled: torch.Tensor) -> bool:
+    """Whether the deferred post_update is over this prefill's batch (host attributes only)."""
+    return (update["idx_mapping"] is input_batch.idx_mapping and update["num_sampled"] is num_sampled
+            and update["num_rejected"] is num_rejected and update["last_sampled_tokens"] is last_sampled
+            and update["query_start_loc"] is input_batch.query_start_loc)
 
 
 def _advance(loop: _Loop, positions: torch.Tensor, seq_lens: torch.Tensor, max_model_len, *, first: bool,

@@ -215,12 +215,81 @@ def make_get_num_sampled_and_rejected(original):
     return get_num_sampled_and_rejected
 
 
+# Point "update_prefill": inside GPUModelRunner.sample_tokens, postprocess_sampled's post_update
+# (one launch) is followed, past host work and work that reads none of what it writes, by
+# propose's draft prefill (one launch), which reads the last sampled tokens it writes. The seam
+# over sample_tokens lets the post_update adapter hand its call to the draft prefill adapter
+# (draft_steps.py), which runs both in one prepare_draft_prefill_inputs launch; a prefill that
+# cannot take it (another batch, an empty one) first launches it alone, and so does the seam's
+# exit should no prefill have come. Deferred only where vLLM's code between the two reads none of
+# it: the speculator's propose is vLLM's (served by the draft_steps seam), the model state's
+# postprocess_state is the interface's no-op, and the sampler does not watermark (0.33's
+# prepare_watermarking and 0.34's prepare_propose then read the token table).
+class _SampleStep:
+    __slots__ = ("update",)
+
+    def __init__(self):
+        self.update: dict | None = None  # post_update_after_sampling's keywords, deferred
+
+
+_sample_step: contextvars.ContextVar[_SampleStep | None] = contextvars.ContextVar("specops_vllm_sample_step",
+                                                                                    default=None)
+
+
+def make_sample_tokens(original, interface_postprocess_state, watermark_sampler_class):
+    @point("update_prefill", seam=True)
+    @functools.wraps(original)
+    def sample_tokens(self, grammar_output):
+        speculator = getattr(self, "speculator", None)
+        defer = (speculator is not None
+                 and getattr(getattr(type(speculator), "propose", None), "__specops_point__", None) == "draft_steps"
+                 and getattr(type(getattr(self, "model_state", None)), "postprocess_state", None)
+                 is interface_postprocess_state
+                 and not isinstance(getattr(self, "sampler", None), watermark_sampler_class))
+        step = _SampleStep() if defer else None
+        token = _sample_step.set(step)
+        try:
+            return original(self, grammar_output)
+        finally:
+            _sample_step.reset(token)
+            if step is not None:
+                flush_update(step)  # no draft prefill took it (vLLM's order had it run by now)
+    return sample_tokens
+
+
+def deferred_update() -> dict | None:
+    """The post_update this sample_tokens call deferred to its draft prefill, or None."""
+    step = _sample_step.get()
+    return step.update if step is not None else None
+
+
+def take_update() -> None:
+    """The draft prefill's launch ran the deferred post_update."""
+    _sample_step.get().update = None
+
+
+def flush_update(step: _SampleStep | None = None) -> None:
+    """Launches the deferred post_update alone (before anything that would read what it writes)."""
+    step = step or _sample_step.get()
+    if step is not None and step.update is not None:
+        update, step.update = step.update, None
+        specops.post_update_after_sampling(**update)
+
+
 def make_post_update(original):
     @point("post_update")
     @functools.wraps(original)
     def post_update(idx_mapping, num_computed_tokens, last_sampled_tokens, output_bin_counts, sampled_tokens,
                     num_sampled, num_rejected, query_start_loc, all_token_ids, total_len, draft_tokens=None,
                     draft_tokens_out=None):
+        step = _sample_step.get()
+        if step is not None and step.update is None and draft_tokens is None and query_start_loc is not None:
+            # The last pipeline rank's call inside sample_tokens: the draft prefill launches it.
+            step.update = dict(idx_mapping=idx_mapping, num_computed_tokens=num_computed_tokens,
+                               query_start_loc=query_start_loc, sampled_tokens=sampled_tokens, num_sampled=num_sampled,
+                               num_rejected=num_rejected, last_sampled_tokens=last_sampled_tokens,
+                               all_token_ids=all_token_ids, total_len=total_len, output_bin_counts=output_bin_counts)
+            return
         # vLLM passes its draft buffer as draft_tokens_out on every call and the received drafts
         # only on a non-last pipeline rank; the op takes the pair as vLLM passes it.
         specops.post_update_after_sampling(
