@@ -113,25 +113,27 @@ void check_prepare_draft_prefill_inputs(const at::Tensor& target_input_ids, cons
   }
   check_update_part_given(num_computed_tokens, sampled_tokens, all_token_ids, total_len, output_bin_counts);
   const bool update = sampled_tokens.has_value();
+  // last_sampled_tokens is written by the post-update part (each request reads its own row after
+  // it) and marked written in the schema: an output on every call.
   c10::SmallVector<NamedTensor, 12> outputs{
       {&input_ids, {"input_ids"}},           {&positions, {"positions"}},
       {&out_query_start_loc, {"out_query_start_loc"}}, {&out_seq_lens, {"out_seq_lens"}},
       {&last_token_indices, {"last_token_indices"}}, {ptr(current_draft_step), {"current_draft_step"}},
-      {ptr(request_idx_mapping), {"request_idx_mapping"}}};
-  // last_sampled_tokens is the post-update's output (each request reads its own row after it).
+      {ptr(request_idx_mapping), {"request_idx_mapping"}}, {&last_sampled_tokens, {"last_sampled_tokens"}}};
   c10::SmallVector<NamedTensor, 10> inputs{
       {&target_input_ids, {"target_input_ids"}}, {&target_positions, {"target_positions"}},
       {&idx_mapping, {"idx_mapping"}},           {&query_start_loc, {"query_start_loc"}},
       {&seq_lens, {"seq_lens"}},                 {&num_sampled, {"num_sampled"}},
-      {&num_rejected, {"num_rejected"}},         {update ? nullptr : &last_sampled_tokens, {"last_sampled_tokens"}},
-      {&next_prefill_tokens, {"next_prefill_tokens"}}, {ptr(sampled_tokens), {"sampled_tokens"}}};
+      {&num_rejected, {"num_rejected"}},         {&next_prefill_tokens, {"next_prefill_tokens"}},
+      {ptr(sampled_tokens), {"sampled_tokens"}}};
   if (update) {
     const UpdatePart part(query_start_loc, num_sampled, num_rejected, last_sampled_tokens);
     const PostUpdateArgs args =
         part.args(idx_mapping, *num_computed_tokens, sampled_tokens, all_token_ids, total_len, output_bin_counts);
     check_post_update<Int>(args, /*outputs_apart=*/false);
     for (const NamedTensor& output : args.outputs()) {
-      if (output.tensor != nullptr) outputs.push_back(output);
+      // last_sampled_tokens (the part's, the op's own) is listed above.
+      if (output.tensor != nullptr && output.tensor != &*part.last_sampled_tokens) outputs.push_back(output);
     }
   }
   check_outputs_alias_nothing(outputs, inputs);

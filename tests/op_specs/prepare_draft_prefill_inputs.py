@@ -44,6 +44,54 @@ def _metadata() -> list[Bad]:
     ]
 
 
+# The post-update part (post_update_after_sampling's request state, before the prefill).
+UPDATE_TENSORS = {"num_computed_tokens": Arg((I32,), 1), "sampled_tokens": Arg((I32, I64), 2, row_stride=True),
+                  "all_token_ids": Arg((I32,), 2, row_stride=True), "total_len": Arg((I32,), 1),
+                  "output_bin_counts": Arg((I32,), 2, row_stride=True)}
+
+
+def _with_update(call: Call) -> Call:
+    """The valid call with its post-update: request 0 (row 2) keeps 41, 42; request 1 (row 0) a
+    chunked prefill samples nothing."""
+    call.update(num_computed_tokens=t32(3, 0, 5, 0), sampled_tokens=t64(41, 42, -1, 51, -1, -1).view(2, 3),
+                all_token_ids=torch.zeros(4, 10, dtype=I32), total_len=t32(3, 0, 6, 0),
+                output_bin_counts=torch.zeros(4, 64, dtype=I32))
+    return call
+
+
+def _in_update(label: str, names: str | tuple[str, ...], **replace) -> Bad:
+    return bad_with(label, names, lambda call: _with_update(call).update(replace))
+
+
+def _update_metadata() -> list[Bad]:
+    return [
+        _in_update("num_computed_tokens int64", "num_computed_tokens", num_computed_tokens=t64(3, 0, 5, 0)),
+        _in_update("sampled_tokens 1-D", "sampled_tokens", sampled_tokens=t64(41, 42)),
+        _in_update("sampled_tokens of one row", "sampled_tokens", sampled_tokens=t64(41, 42, -1).view(1, 3)),
+        _in_update("all_token_ids 1-D", "all_token_ids", all_token_ids=torch.zeros(10, dtype=I32)),
+        _in_update("total_len int64", "total_len", total_len=t64(3, 0, 6, 0)),
+        _in_update("output_bin_counts 1-D", "output_bin_counts", output_bin_counts=torch.zeros(64, dtype=I32)),
+        _in_update("the state without sampled_tokens", ("num_computed_tokens", "sampled_tokens"), sampled_tokens=None),
+        _in_update("sampled_tokens without total_len", ("total_len", "sampled_tokens"), total_len=None),
+        bad_with("total_len sharing the prefill's input_ids", ("total_len", "input_ids"),
+                 lambda call: _with_update(call).update(total_len=call["input_ids"][:4])),
+        bad_with("all_token_ids sharing target_input_ids", ("all_token_ids", "target_input_ids"),
+                 lambda call: _with_update(call).update(target_input_ids=call["all_token_ids"][0, :4])),
+        bad_with("last_sampled_tokens sharing next_prefill_tokens", ("last_sampled_tokens", "next_prefill_tokens"),
+                 lambda call: call.update(last_sampled_tokens=call["next_prefill_tokens"].view(-1))),
+    ]
+
+
+def _update_values() -> list[Bad]:
+    return [
+        _in_update("a repeated request row", "idx_mapping", idx_mapping=t32(2, 2)),
+        _in_update("num_sampled past the sampled columns", "num_sampled", num_sampled=t32(4, 0)),
+        _in_update("tokens appended past all_token_ids", ("total_len", "all_token_ids"), total_len=t32(3, 0, 9, 0)),
+        _in_update("a kept token outside the vocabulary", ("sampled_tokens", "output_bin_counts"),
+                   sampled_tokens=t64(41, 70, -1, 51, -1, -1).view(2, 3)),
+    ]
+
+
 def _values() -> list[Bad]:
     return [
         bad("a request rejecting its whole query", "num_rejected", num_rejected=t32(3, 0)),
@@ -137,12 +185,17 @@ PREPARE_DRAFT_PREFILL_INPUTS = OpSpec(
                  next_prefill_tokens=Arg((I32,), 2, other_dims=(1,)), input_ids=Arg((I32, I64), 1),
                  positions=Arg((I64, I32), 1), out_query_start_loc=Arg((I32,), 1), out_seq_lens=Arg((I32,), 1),
                  last_token_indices=Arg((I64, I32), 1), current_draft_step=Arg((I64, I32), 0, other_dims=(1,)),
-                 request_idx_mapping=Arg((I64, I32), 1)),
+                 request_idx_mapping=Arg((I64, I32), 1), **UPDATE_TENSORS),
+    # last_sampled_tokens is written by the post-update part, and marked written on every call.
     outputs=("input_ids", "positions", "out_query_start_loc", "out_seq_lens", "last_token_indices",
-             "current_draft_step", "request_idx_mapping"),
+             "current_draft_step", "request_idx_mapping", "last_sampled_tokens"),
     valid_call=_valid,
-    metadata_errors=_metadata,
-    value_errors=_values,
+    metadata_errors=lambda: _metadata() + _update_metadata(),
+    value_errors=lambda: _values() + _update_values(),
+    # The post-update part's tensors: its calls are mode_calls and _update_metadata's.
+    exclusive=tuple(UPDATE_TENSORS),
+    mode_calls=lambda: [("post-update", _with_update(_valid())),
+                        ("post-update without bins", _with_update(_valid()) | {"output_bin_counts": None})],
     draw_call=_draw(),
     corruptions=(
         Corruption("a request rejecting its whole query", _rejecting_the_whole_query),

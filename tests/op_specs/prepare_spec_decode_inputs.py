@@ -25,7 +25,7 @@ def _fused_valid() -> Call:
                 slot_mappings=[stale(4, dtype=I64), stale(4, dtype=I32)], blocks_per_kv_block=[1, 1],
                 cp_sharded=[True, False], cp_world_size=1, cp_rank=0, cp_interleave=1, idx_mapping=t32(1, 0),
                 num_tokens_padded=4, num_reqs_padded=3, num_blocks=[t32(2, 2), t32(4, 4)], num_gathered_rows=3,
-                sliding_window_reach=0)
+                sliding_window_reach=0, num_new_sampled_tokens=1, num_logits_padded=0)
 
 
 def _fused_metadata() -> list[Bad]:
@@ -116,6 +116,73 @@ def _mode_metadata() -> list[Bad]:
         _in_mode("a gather without num_blocks", ("num_blocks", "gathered_block_tables"), num_blocks=None),
         _in_mode("gathered tables sharing memory", ("gathered_block_tables[1]", "gathered_block_tables[0]"),
                  gathered_block_tables=[shared.view(I32)[:6].view(3, 2), shared.view(I32)[4:16].view(3, 4)]),
+    ]
+
+
+# The parts a request-indexed call may add (the step's input ids, the DCP-local seq_lens).
+PART_TENSORS = {"input_ids": Arg((I32,), 1), "prefill_len": Arg((I32,), 1),
+                "last_sampled_tokens": Arg((I32, I64), 1, other_dims=(2,)),
+                "draft_tokens": Arg((I32, I64), 2, row_stride=True), "cu_num_logits": Arg((I32,), 1),
+                "all_token_ids": Arg((I32,), 2, row_stride=True), "next_prefill_tokens": Arg((I32,), 2, row_stride=True),
+                "logits_indices": Arg((I64,), 1), "expanded_idx_mapping": Arg((I32,), 1),
+                "expanded_local_pos": Arg((I32,), 1), "dcp_local_seq_lens": Arg((I32,), 1)}
+
+
+def _with_parts(call: Call) -> Call:
+    """The valid call in the request-indexed mode with both parts: request 0 (row 1, count 20)
+    decodes with one draft, request 1 (row 0, count 10) with none; rows' prompts of 8 tokens."""
+    _request_indexed(call)
+    call.update(input_ids=stale(4), prefill_len=t32(8, 8, 8), last_sampled_tokens=torch.tensor([100, 101, 102]),
+                draft_tokens=torch.tensor([[0], [201], [0]]), cu_num_logits=t32(0, 2, 3),
+                all_token_ids=torch.arange(3 * 32, dtype=I32).view(3, 32), next_prefill_tokens=stale(1, 3),
+                logits_indices=stale(3, dtype=I64), expanded_idx_mapping=stale(3), expanded_local_pos=stale(3),
+                dcp_local_seq_lens=stale(3), num_logits_padded=None)
+    return call
+
+
+def _in_parts(label: str, names: str | tuple[str, ...], **replace) -> Bad:
+    return bad_with(label, names, lambda call: _with_parts(call).update(replace))
+
+
+def _parts_metadata() -> list[Bad]:
+    shared = torch.zeros(16, dtype=I64)
+    return [
+        _in_parts("input_ids int64", "input_ids", input_ids=stale(4, dtype=I64)),
+        _in_parts("prefill_len 2-D", "prefill_len", prefill_len=t32(8, 8, 8).view(3, 1)),
+        _in_parts("last_sampled_tokens [M, 2]", "last_sampled_tokens", last_sampled_tokens=torch.zeros(3, 2, dtype=I64)),
+        _in_parts("draft_tokens 1-D", "draft_tokens", draft_tokens=torch.zeros(3, dtype=I64)),
+        _in_parts("cu_num_logits of R entries", "cu_num_logits", cu_num_logits=t32(0, 2)),
+        _in_parts("num_new_sampled_tokens 2", "num_new_sampled_tokens", num_new_sampled_tokens=2),
+        _in_parts("all_token_ids without next_prefill_tokens", ("all_token_ids", "next_prefill_tokens"),
+                  next_prefill_tokens=None),
+        _in_parts("next_prefill_tokens int64", "next_prefill_tokens", next_prefill_tokens=stale(1, 3, dtype=I64)),
+        _in_parts("logits_indices int32", "logits_indices", logits_indices=stale(3)),
+        _in_parts("expanded_idx_mapping of another dtype than idx_mapping", "expanded_idx_mapping",
+                  expanded_idx_mapping=stale(3, dtype=I64)),
+        _in_parts("expanded_local_pos int64", "expanded_local_pos", expanded_local_pos=stale(3, dtype=I64)),
+        _in_parts("num_logits_padded past logits_indices", ("num_logits_padded", "logits_indices"),
+                  num_logits_padded=4),
+        _in_parts("dcp_local_seq_lens int64", "dcp_local_seq_lens", dcp_local_seq_lens=stale(3, dtype=I64)),
+        _in_parts("dcp_local_seq_lens shorter than R", "dcp_local_seq_lens", dcp_local_seq_lens=stale(1)),
+        _in_parts("input ids of batch-indexed counts", ("input_ids", "request_indexed_counts"),
+                  request_indexed_counts=False, gathered_block_tables=None),
+        _in_parts("a part of the input ids without input_ids", ("prefill_len", "input_ids"), input_ids=None),
+        _in_parts("input ids without cu_num_logits", ("cu_num_logits", "input_ids"), cu_num_logits=None),
+        bad_with("logits_indices sharing positions", ("logits_indices", "positions"),
+                 lambda call: _with_parts(call).update(positions=shared[:4], logits_indices=shared[2:5])),
+        bad_with("input_ids sharing a block table", ("input_ids", "block_tables[1]"),
+                 lambda call: _with_parts(call).update(input_ids=call["block_tables"][1].view(-1)[:4])),
+        bad_with("dcp_local_seq_lens sharing seq_lens", ("dcp_local_seq_lens", "seq_lens"),
+                 lambda call: _with_parts(call).update(dcp_local_seq_lens=call["seq_lens"])),
+    ]
+
+
+def _parts_values() -> list[Bad]:
+    return [
+        _in_parts("more logits than the query", "cu_num_logits", cu_num_logits=t32(0, 3, 4)),
+        _in_parts("more drafts than draft_tokens has columns", ("cu_num_logits", "draft_tokens"),
+                  draft_tokens=torch.zeros(3, 0, dtype=I64)),
+        _in_parts("a prompt read past all_token_ids", "all_token_ids", prefill_len=t32(30, 40, 8)),
     ]
 
 
@@ -228,11 +295,42 @@ def _request_indexed_call(seed: int, num_groups: int, world: int, gather: bool) 
         sliding_window_reach=[9 if per_kv[g] == 1 and g % 2 == 0 else 0 for g in range(num_groups)])
 
 
+def _step_parts(call: Call, seed: int, dcp: bool) -> Call:
+    """The request-indexed call with the step's input ids (each request decoding with a draft per
+    token past its first, or prefilling a prompt of 12 past its count) and, when `dcp`, the
+    DCP-local seq_lens."""
+    rng = torch.Generator().manual_seed(seed)
+    rows = call["num_computed_tokens"].numel()
+    qsl, idx = call["query_start_loc"].tolist(), call["idx_mapping"]
+    counts = call["num_computed_tokens"]
+    prefill = counts.clone()
+    cu = [0]
+    for r in range(idx.numel()):
+        query = qsl[r + 1] - qsl[r]
+        if int(idx[r]) >= 0 and r % 2:
+            prefill[int(idx[r])] = counts[int(idx[r])] + 12
+        cu.append(cu[-1] + min(query, 3))
+    num_logits = cu[-1]
+    call.update(input_ids=stale(qsl[-1] + 1), prefill_len=prefill,
+                last_sampled_tokens=torch.randint(0, 500, (rows,), generator=rng),
+                draft_tokens=torch.randint(500, 900, (rows, 2), generator=rng), cu_num_logits=torch.tensor(cu, dtype=I32),
+                all_token_ids=torch.randint(0, 500, (rows, int(prefill.max()) + 4 if rows else 4), generator=rng,
+                                            dtype=I32),
+                next_prefill_tokens=stale(2, rows), logits_indices=stale(num_logits + 1, dtype=I64),
+                expanded_idx_mapping=stale(num_logits + 1, dtype=call["idx_mapping"].dtype),
+                expanded_local_pos=stale(num_logits + 1), dcp_local_seq_lens=stale(idx.numel() + 2) if dcp else None)
+    return call
+
+
 def _fused_mode_calls() -> list[tuple[str, Call]]:
-    return [(f"request-indexed seed {seed} G={groups} W={world}{' gather' if gather else ''}",
-             _request_indexed_call(seed, groups, world, gather))
-            for seed, groups, world, gather in ((1, 2, 1, True), (2, 3, 2, True), (3, 5, 1, True), (4, 1, 2, False),
-                                                (5, 0, 1, False))]
+    calls = [(f"request-indexed seed {seed} G={groups} W={world}{' gather' if gather else ''}",
+              _request_indexed_call(seed, groups, world, gather))
+             for seed, groups, world, gather in ((1, 2, 1, True), (2, 3, 2, True), (3, 5, 1, True), (4, 1, 2, False),
+                                                 (5, 0, 1, False))]
+    # The target step of model runner V2 in one launch: the input ids and (DCP > 1) the DCP-local seq_lens.
+    return calls + [(f"request-indexed seed {seed} G={groups} W={world} gather input ids{' dcp' if world > 1 else ''}",
+                     _step_parts(_request_indexed_call(seed, groups, world, True), seed, world > 1))
+                    for seed, groups, world in ((6, 3, 1), (7, 3, 2))]
 
 
 FUSED = OpSpec(
@@ -244,12 +342,12 @@ FUSED = OpSpec(
              "slot_mappings[1]": Arg((I64, I32), 1), "idx_mapping": Arg((I32, I64), 1),
              "num_blocks[0]": Arg((I32,), 1), "num_blocks[1]": Arg((I32,), 1),
              "gathered_block_tables[0]": Arg((I32,), 2, row_stride=True),
-             "gathered_block_tables[1]": Arg((I32,), 2, row_stride=True)},
+             "gathered_block_tables[1]": Arg((I32,), 2, row_stride=True), **PART_TENSORS},
     outputs=("num_computed_tokens", "num_accepted_tokens", "positions", "seq_lens", "slot_mappings[0]",
              "slot_mappings[1]"),
     valid_call=_fused_valid,
-    metadata_errors=lambda: _fused_metadata() + _mode_metadata(),
-    value_errors=_fused_values,
+    metadata_errors=lambda: _fused_metadata() + _mode_metadata() + _parts_metadata(),
+    value_errors=lambda: _fused_values() + _parts_values(),
     offsets=("query_start_loc",),
     draw_call=_fused_draw(),
     reads_first=CORRECTION_INPUTS,  # gathered before the first store; the rest is read while storing
@@ -260,9 +358,11 @@ FUSED = OpSpec(
         Corruption("query_start_loc[R] past num_tokens_padded", _positions_tokens_past_padding),
     ),
     scalars=("num_tokens_padded", "num_reqs_padded", "cp_world_size", "cp_rank", "cp_interleave", "block_sizes",
-             "blocks_per_kv_block", "num_gathered_rows", "sliding_window_reach"),
-    # The request-indexed mode's outputs: its calls are mode_calls and _mode_metadata's.
-    exclusive=("gathered_block_tables[0]", "gathered_block_tables[1]"),
+             "blocks_per_kv_block", "num_gathered_rows", "sliding_window_reach", "num_new_sampled_tokens",
+             "num_logits_padded"),
+    # The request-indexed mode's outputs and its parts: their calls are mode_calls and
+    # _mode_metadata's and _parts_metadata's.
+    exclusive=("gathered_block_tables[0]", "gathered_block_tables[1]", *PART_TENSORS),
     mode_calls=_fused_mode_calls,
     allocation_sizes={"num_tokens_padded": PAST_INT32},
 )

@@ -8,19 +8,23 @@ once with SPECOPS_VLLM=1; CONFIG_JSON may list several configurations, run one a
 
 vLLM's own classes and methods do the work: `GPUModelRunner` (an instance made with `__new__`;
 its `finish_requests`, `add_requests`, `update_requests`, `gather_batch_req_state`,
-`prepare_inputs`, `prepare_attn`, `postprocess_sampled`), the real `RequestState`, `BlockTables`,
-`InputBuffers`, `EagleSpeculator.propose`, `PCPManager`, and the module-level functions the
-runner calls (`prepare_dcp_local_seq_lens`, `get_num_sampled_and_rejected`), looked up in the
-module that calls them, as vLLM does, so that a plugin's rebinding is what runs. What stands in:
-the model (hidden states a fixed function of input ids, positions and input hidden states), the
-sampler (tokens and acceptance drawn from a seeded RNG, then vLLM's own counts), the drafter's
+`prepare_inputs`, `prepare_attn`, and `sample_tokens`, which runs `postprocess_sampled` and the
+speculator's `propose`), the real `RequestState`, `BlockTables`, `InputBuffers`,
+`EagleSpeculator`, `PCPManager`, and the module-level functions the runner calls
+(`prepare_dcp_local_seq_lens`, `get_num_sampled_and_rejected`), looked up in the module that
+calls them, as vLLM does, so that a plugin's rebinding is what runs. What stands in: the model
+(hidden states a fixed function of input ids, positions and input hidden states), the sampler
+(`GPUModelRunner.sample`: tokens and acceptance drawn from a seeded RNG, then vLLM's own counts),
+the asynchronous host copy of its outputs (taken where vLLM's AsyncOutput starts it, recorded),
+the drafter's
 sampling (a fixed function of the hidden state row), the scheduler (mrv2_world.py), attention
 metadata (none is built) and the draft attention groups (what vLLM's check of in-place metadata
 updates asks: FlashAttention's answer, so vLLM picks its fused-metadata loop at DCP 1). Plugins are loaded by vLLM's `load_general_plugins()`; the driver never imports
 specops.
 
-Recorded: after every step, every persistent buffer (`end`); at every forward (target, draft
-prefill, each draft decode step), the inputs the model reads (input ids, positions, hidden
+Recorded: after every step, every persistent buffer (`end`); the sampler's counts (`sampled`)
+and the host copy of its outputs (`host_copy`); at every forward (target, draft prefill, each
+draft decode step), the inputs the model reads (input ids, positions, hidden
 states rows, every group's slot mapping, block tables, query_start_loc, seq_lens); the launches
 and host syncs of each step (instruments.py); the launches inside each draft-decode loop; once
 more after the last step, the fused loop's body called alone, as vLLM captures it (`captured`).

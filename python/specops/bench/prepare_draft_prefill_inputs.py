@@ -110,6 +110,55 @@ def _reference(b: dict):
     return call
 
 
+# The post-update part: the request state the step updates (tokens of a vocabulary of VOCAB, the
+# token table WIDTH wide), restored before every call on both sides.
+VOCAB, WIDTH = 4096, 8192
+_STATE = ("num_computed_tokens", "total_len")
+
+
+def _with_state(b: dict, device: torch.device) -> dict:
+    num_reqs, rows = b["idx_mapping"].numel(), b["last_sampled_tokens"].size(0)
+    generator = torch.Generator().manual_seed(rows)
+    b.update(num_computed_tokens=torch.randint(0, 4000, (rows,), generator=generator).to(torch.int32).to(device),
+             sampled_tokens=torch.randint(0, VOCAB, (num_reqs, K + 1), generator=generator).to(device),
+             all_token_ids=torch.zeros(rows, WIDTH, dtype=torch.int32, device=device),
+             total_len=torch.randint(0, WIDTH - K - 1, (rows,), generator=generator).to(torch.int32).to(device),
+             output_bin_counts=torch.zeros(rows, VOCAB, dtype=torch.int32, device=device))
+    b["pristine"] = {name: b[name].clone() for name in _STATE}
+    return b
+
+
+def _restore(b: dict) -> None:
+    for name in _STATE:
+        b[name].copy_(b["pristine"][name])
+
+
+def _fused_update(b: dict):
+    state = {name: b[name] for name in ("num_computed_tokens", "sampled_tokens", "all_token_ids", "total_len",
+                                        "output_bin_counts")}
+    args = tuple(b[name] for name in _ARGS)
+    outputs = {name: b[name] for name in _OUTPUTS}
+
+    def call():
+        _restore(b)
+        specops.prepare_draft_prefill_inputs(*args, **outputs, **state)
+    return call
+
+
+def _unfused_update(b: dict):
+    run = _specops(b)
+
+    def call():
+        _restore(b)
+        specops.post_update_after_sampling(
+            b["idx_mapping"], b["num_computed_tokens"], query_start_loc=b["query_start_loc"],
+            sampled_tokens=b["sampled_tokens"], num_sampled=b["num_sampled"], num_rejected=b["num_rejected"],
+            last_sampled_tokens=b["last_sampled_tokens"], all_token_ids=b["all_token_ids"], total_len=b["total_len"],
+            output_bin_counts=b["output_bin_counts"])
+        run()
+    return call
+
+
 def cases(device: torch.device, quick: bool) -> list[Case]:
     result = []
     for num_reqs in QUICK_SHAPES if quick else SHAPES:
@@ -119,4 +168,12 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
             {"specops": _specops(ours), "torch-eager": lambda b=eager: _eager(b), "reference": _reference(reference)},
             baselines=("torch-eager",), references=("reference",),
             extras={"vLLM 0.33 launches": VLLM_LAUNCHES}))
+        # With the post-update part (model runner V2's post_update in the same launch; vLLM: one
+        # more launch) against the two ops one after the other.
+        fused, apart = _with_state(_batch(num_reqs, device), device), _with_state(_batch(num_reqs, device), device)
+        result.append(Case(
+            "prepare_draft_prefill_inputs", f"with post-update R={num_reqs} K={K}", num_reqs, fused["num_tokens"],
+            {"specops": _fused_update(fused), "native-unfused": _unfused_update(apart)},
+            baselines=("native-unfused",), family="with post-update",
+            extras={"vLLM 0.33 launches": VLLM_LAUNCHES + 1}))
     return result

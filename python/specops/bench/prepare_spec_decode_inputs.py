@@ -2,7 +2,9 @@
 the three specops ops one after another (correct, positions, a slot mapping per group), and
 the same sequence in numpy and in torch eager. The "MRV2 target" cases time its request-indexed
 mode (model runner V2's target step: positions, seq_lens, every group's slots and block-table
-gather in one launch, where vLLM launches 3) against the specops ops of those three launches."""
+gather in one launch, where vLLM launches 3) against the specops ops of those three launches;
+the "MRV2 whole target" cases add the step's input ids and (W > 1) the DCP-local seq_lens to the
+launch (vLLM: 5 or 6 launches) against those ops plus prepare_input_ids and dcp_local_seq_lens."""
 
 from __future__ import annotations
 
@@ -136,9 +138,10 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
     return result + target_step_cases(device, quick)
 
 
-def _target_step_impls(step: BenchStep) -> dict:
+def _target_step_impls(step: BenchStep, whole: bool = False) -> dict:
     """The step's requests on shuffled rows of request-indexed counts and tables, as model runner
-    V2 keeps them; the gathered tables as wide as the sources."""
+    V2 keeps them; the gathered tables as wide as the sources. `whole`: with the input ids and
+    the DCP-local seq_lens."""
     device = step.query_start_loc.device
     num_reqs, num_tokens = step.num_reqs, step.num_tokens
     rows = torch.randperm(num_reqs, generator=torch.Generator().manual_seed(0)).to(device)
@@ -173,7 +176,37 @@ def _target_step_impls(step: BenchStep) -> dict:
         specops.gather_block_tables_multi(tables, num_blocks, rows, gathered, num_computed_tokens=counts,
                                           block_sizes=step.block_sizes)
 
-    return {"specops": fused_target, "native-unfused": unfused_target}
+    if not whole:
+        return {"specops": fused_target, "native-unfused": unfused_target}
+    # Every request decoding: its last sampled token and query_len - 1 drafts, one logit each.
+    query_len = num_tokens // max(num_reqs, 1)
+    generator = torch.Generator().manual_seed(1)
+    ids = dict(input_ids=torch.empty(num_tokens, dtype=torch.int32, device=device), prefill_len=counts.clone(),
+               last_sampled_tokens=torch.randint(0, 32000, (num_reqs,), generator=generator).to(device),
+               draft_tokens=torch.randint(0, 32000, (num_reqs, max(query_len - 1, 1)), generator=generator).to(device),
+               cu_num_logits=step.query_start_loc.clone(),
+               logits_indices=torch.empty(num_tokens, dtype=torch.int64, device=device),
+               expanded_idx_mapping=torch.empty(num_tokens, dtype=rows.dtype, device=device),
+               expanded_local_pos=torch.empty(num_tokens, dtype=torch.int32, device=device))
+    dcp = torch.empty(num_reqs, dtype=torch.int32, device=device) if step.cp_world_size > 1 else None
+
+    def fused_whole():
+        specops.prepare_spec_decode_inputs(
+            counts, empty, empty, empty, empty, empty, step.query_start_loc, tables, step.block_sizes,
+            positions=positions, seq_lens=seq_lens, slot_mappings=slot_mappings, cp_sharded=step.cp_sharded,
+            cp_world_size=step.cp_world_size, cp_rank=step.cp_rank, idx_mapping=rows, num_blocks=num_blocks,
+            request_indexed_counts=True, gathered_block_tables=gathered, dcp_local_seq_lens=dcp, **ids)
+
+    def unfused_whole():
+        unfused_target()
+        specops.prepare_input_ids(ids["input_ids"], rows, step.query_start_loc, counts, ids["prefill_len"],
+                                  ids["last_sampled_tokens"], ids["draft_tokens"], ids["cu_num_logits"],
+                                  logits_indices=ids["logits_indices"], expanded_idx_mapping=ids["expanded_idx_mapping"],
+                                  expanded_local_pos=ids["expanded_local_pos"])
+        if dcp is not None:
+            specops.dcp_local_seq_lens(seq_lens, step.cp_world_size, step.cp_rank, 1, out=dcp)
+
+    return {"specops": fused_whole, "native-unfused": unfused_whole}
 
 
 def target_step_cases(device: torch.device, quick: bool) -> list[Case]:
@@ -181,7 +214,10 @@ def target_step_cases(device: torch.device, quick: bool) -> list[Case]:
     for num_reqs, query_len, block_sizes, cp_sharded, world in QUICK_SHAPES if quick else SHAPES[1:3]:
         step = make_bench_step(num_reqs, query_len, block_sizes=block_sizes, cp_sharded=cp_sharded,
                                cp_world_size=world, device=device)
-        label = f"MRV2 target R={num_reqs} q={query_len} G={len(block_sizes)} W={world}"
-        result.append(Case("prepare_spec_decode_inputs", label, num_reqs, step.num_tokens, _target_step_impls(step),
-                           baselines=("native-unfused",), family=f"MRV2 target G={len(block_sizes)} W={world}"))
+        for whole in (False, True):
+            name = "MRV2 whole target" if whole else "MRV2 target"
+            label = f"{name} R={num_reqs} q={query_len} G={len(block_sizes)} W={world}"
+            result.append(Case("prepare_spec_decode_inputs", label, num_reqs, step.num_tokens,
+                               _target_step_impls(step, whole=whole), baselines=("native-unfused",),
+                               family=f"{name} G={len(block_sizes)} W={world}"))
     return result

@@ -18,7 +18,8 @@ prepare_inputs returns. prepare_input_ids computes each row's seq_len from the c
 it does not depend on prepare_pos_seq_lens either. Outside prepare_inputs (another caller), or
 with adaptive verification (which reshapes the logits layout between the calls), the functions
 are vLLM's. The per-call record lives in a ContextVar set by the wrapper, so nothing leaks
-across calls or threads.
+across calls or threads. The target_step point hands its launch (at prepare_pos_seq_lens) to the
+same record, and the last call adds the input ids to it: prepare_inputs in one launch.
 """
 
 from __future__ import annotations

@@ -19,6 +19,13 @@ is specops' prepare_positions_and_seq_lens, one for one (outside prepare_inputs,
 count is not known on the host, vLLM's own). With the block_tables or draft_steps point off (they
 hold the consuming ends) the fusion is correct but saves nothing. With the fusion the target
 positions past the step's tokens are 0 where vLLM leaves them stale (docs/conformance.md).
+
+The launch is handed to the prepare_inputs seam's record (mrv2.defer_target_launch): its last
+call, combine_sampled_and_draft_tokens (nothing runs between the two), runs it with the step's
+input ids in it, or it runs alone before prepare_inputs returns. Under DCP, execute_model next
+asks prepare_dcp_local_seq_lens for the DCP-local lengths of these seq_lens into the runner's
+buffer; where the block tables' CP layout is the runner's DCP layout the launch writes them too,
+and the dcp_local_seq_lens adapter consumes the record (fused_records.py).
 """
 
 from __future__ import annotations
