@@ -16,11 +16,11 @@ calls them, as vLLM does, so that a plugin's rebinding is what runs. What stands
 (hidden states a fixed function of input ids, positions and input hidden states), the sampler
 (`GPUModelRunner.sample`: tokens and acceptance drawn from a seeded RNG, then vLLM's own counts),
 the asynchronous host copy of its outputs (taken where vLLM's AsyncOutput starts it, recorded),
-the drafter's
-sampling (a fixed function of the hidden state row), the scheduler (mrv2_world.py), attention
-metadata (none is built) and the draft attention groups (what vLLM's check of in-place metadata
-updates asks: FlashAttention's answer, so vLLM picks its fused-metadata loop at DCP 1). Plugins are loaded by vLLM's `load_general_plugins()`; the driver never imports
-specops.
+the drafter's sampling (a fixed function of the hidden state row), the scheduler (workload.py,
+over mrv2_world.py's groups), attention metadata (none is built) and the draft attention groups
+(what vLLM's check of in-place metadata updates asks: FlashAttention's answer, so vLLM picks its
+fused-metadata loop at DCP 1). Plugins are loaded by vLLM's `load_general_plugins()`; the
+driver never imports specops.
 
 Recorded: after every step, every persistent buffer (`end`); the sampler's counts (`sampled`)
 and the host copy of its outputs (`host_copy`); at every forward (target, draft prefill, each
@@ -60,9 +60,10 @@ from vllm.v1.worker.gpu.spec_decode import rejection_sampler  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode.target_dependent_ar import speculator as tdar  # noqa: E402
 from vllm.v1.worker.gpu.states import RequestState  # noqa: E402
+from workload import stand_in_sampling  # noqa: E402
 from mrv2_world import (  # noqa: E402
     BLOCK_SIZES, DCP_SHARDED, HIDDEN, MAX_MODEL_LEN, MAX_NUM_REQS, MAX_NUM_TOKENS, SLIDING_WINDOW_REACH,
-    SLOT_MAPPING_ENABLED, VLLM_0_33, VOCAB, Config, Scheduler, _groups_blocks,
+    SLOT_MAPPING_ENABLED, VLLM_0_33, VOCAB, Config, groups_blocks, scheduler,
 )
 
 CPU = torch.device("cpu")
@@ -112,7 +113,7 @@ def build(cfg: Config):
     runner.use_pp, runner.is_last_pp_rank = False, True
     runner.model_config = _Stub(rswa_window=None)
     runner.req_states = RequestState(MAX_NUM_REQS, MAX_MODEL_LEN, MAX_NUM_TOKENS, cfg.k, VOCAB, CPU)
-    widths = _groups_blocks(MAX_MODEL_LEN + cfg.k + 1, cp_size)
+    widths = groups_blocks(MAX_MODEL_LEN + cfg.k + 1, cp_size)
     runner.block_tables = BlockTables(BLOCK_SIZES, MAX_NUM_REQS, MAX_NUM_TOKENS, widths, CPU, cp_size=cp_size,
                                       cp_rank=cp_rank, cp_interleave=1, slot_mapping_enabled=SLOT_MAPPING_ENABLED,
                                       dcp_sharded=DCP_SHARDED, sliding_window_reach=SLIDING_WINDOW_REACH)
@@ -295,7 +296,7 @@ def run(cfg: Config) -> dict:
     points = watch_adapters(ADAPTER_OWNERS)
     runner, bins = build(cfg)
     spec = runner.speculator
-    sched = Scheduler(cfg)
+    sched = scheduler(cfg)
     recorder = Recorder()
     rng = random.Random(cfg.seed * 7919 + 1)
     step_counts = []
@@ -326,22 +327,9 @@ def run(cfg: Config) -> dict:
     def sample(hidden_states, input_batch, grammar_output):
         """The stand-in sampler (GPUModelRunner.sample): acceptance from the RNG, then vLLM's own
         counts, as its sampler and rejection sampler call them."""
-        cu = input_batch.cu_num_logits_np
-        sampled = torch.full((input_batch.num_reqs, cfg.k + 1), -1, dtype=torch.int64)
-        num_sampled = torch.ones(input_batch.num_reqs, dtype=torch.int32)
-        for r in range(input_batch.num_reqs):
-            n = int(cu[r + 1] - cu[r])
-            kept = rng.randint(1, n)
-            num_sampled[r] = kept
-            sampled[r, :kept] = torch.tensor([rng.randrange(VOCAB) for _ in range(kept)])
-        owner = rejection_sampler if input_batch.num_draft_tokens > 0 else sampler_module
-        num_sampled, num_rejected = owner.get_num_sampled_and_rejected(
-            num_sampled, input_batch.seq_lens, input_batch.cu_num_logits, input_batch.idx_mapping,
-            runner.req_states.prefill_len.gpu)
-        recorder.add(state["step"], "sampled", {"num_sampled": num_sampled, "num_rejected": num_rejected,
-                                                "logits_indices": input_batch.logits_indices,
-                                                "expanded_idx_mapping": input_batch.expanded_idx_mapping,
-                                                "expanded_local_pos": input_batch.expanded_local_pos})
+        sampled, num_sampled, num_rejected, record = stand_in_sampling(
+            input_batch, rng, cfg.k, rejection_sampler, sampler_module, runner.req_states.prefill_len.gpu)
+        recorder.add(state["step"], "sampled", record)
         sampled_state["batch"] = input_batch
         output = types.SimpleNamespace(sampled_token_ids=sampled, logprobs_tensors=None, num_nans=None,
                                        num_sampled=num_sampled, num_rejected=num_rejected, sampling_mask_tensors=None)
