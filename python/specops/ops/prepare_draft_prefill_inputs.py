@@ -56,9 +56,6 @@ def prepare_draft_prefill_inputs(
     into [0, query length], write -1 as a bad row's next token and access no token outside its
     buffer.
     """
-    _OP.select()(target_input_ids=target_input_ids, target_positions=target_positions, idx_mapping=idx_mapping,
-        query_start_loc=query_start_loc, seq_lens=seq_lens, num_sampled=num_sampled, num_rejected=num_rejected,
-        last_sampled_tokens=last_sampled_tokens, next_prefill_tokens=next_prefill_tokens, input_ids=input_ids,
-        positions=positions, out_query_start_loc=out_query_start_loc, out_seq_lens=out_seq_lens,
-        last_token_indices=last_token_indices, current_draft_step=current_draft_step,
-        request_idx_mapping=request_idx_mapping)
+    _OP.select()(target_input_ids, target_positions, idx_mapping, query_start_loc, seq_lens, num_sampled, num_rejected,
+        last_sampled_tokens, next_prefill_tokens, input_ids, positions, out_query_start_loc, out_seq_lens,
+        last_token_indices, current_draft_step, request_idx_mapping)

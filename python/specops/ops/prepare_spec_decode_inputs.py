@@ -123,15 +123,10 @@ def prepare_spec_decode_inputs(
         slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")  # the result's own list
     if num_gathered_rows is None:
         num_gathered_rows = seq_lens.numel() if num_reqs_padded is None else num_reqs_padded
-    _OP.select()(
-        num_computed_tokens=num_computed_tokens, num_accepted_tokens=num_accepted_tokens,
-        prev_positions=prev_positions, valid_sampled_token_count=valid_sampled_token_count,
-        prev_num_draft_tokens=prev_num_draft_tokens, cpu_num_computed_tokens=cpu_num_computed_tokens,
-        query_start_loc=query_start_loc, positions=positions, seq_lens=seq_lens, block_tables=block_tables,
-        slot_mappings=slot_mappings, idx_mapping=idx_mapping, num_tokens_padded=num_tokens_padded,
-        num_reqs_padded=num_reqs_padded, cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave,
-        block_sizes=block_sizes, blocks_per_kv_block=blocks_per_kv_block, cp_sharded=cp_sharded,
-        slot_mapping_enabled=slot_mapping_enabled, num_blocks=[] if num_blocks is None else list(num_blocks),
-        request_indexed_counts=request_indexed_counts, gathered_block_tables=gathered_block_tables,
-        num_gathered_rows=num_gathered_rows, sliding_window_reach=sliding_window_reach)
+    num_blocks = [] if num_blocks is None else list(num_blocks)
+    _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+        prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables,
+        slot_mappings, idx_mapping, num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave,
+        block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_blocks, request_indexed_counts,
+        gathered_block_tables, num_gathered_rows, sliding_window_reach)
     return _RESULT((positions, seq_lens, slot_mappings))
