@@ -69,7 +69,7 @@ def _is_numpy_integer(value: object) -> bool:
 
 
 def _held_items(sequence: Any) -> tuple:
-    """A list or tuple argument's items as a tuple (fast_call.cpp's held_items): the checks of
+    """A list or tuple argument's items as a tuple (py_values.h's held_items): the checks of
     its items may run Python that changes the list; the walk sees the items it started with."""
     return tuple(sequence)
 
@@ -121,13 +121,13 @@ def _boxed_int(value: object) -> bool:
 
 def _is_numpy_bool(value: object) -> bool:
     """NumPy's bool scalar by its C type's name (tp_name, a static type's "module.name"), as
-    fast_call.cpp's is_numpy_bool finds it."""
+    py_values.h's is_numpy_bool finds it."""
     kind = type(value)
     return not kind.__flags__ & _HEAP_TYPE and f"{kind.__module__}.{kind.__name__}" in ("numpy.bool", "numpy.bool_")
 
 
 def _is_int_like(value: object) -> bool:
-    """What an int argument takes besides an int (fast_call.cpp's is_int_like): an int subclass
+    """What an int argument takes besides an int (py_values.h's is_int_like): an int subclass
     (not a bool), a NumPy integer, a SymInt, a one-element integer tensor."""
     kind = type(value)
     if kind is bool:
@@ -139,7 +139,7 @@ def _is_int_like(value: object) -> bool:
 
 
 def _is_boolean(value: object) -> bool:
-    """What torch's schema reads as a bool besides True and False (fast_call.cpp's is_boolean)."""
+    """What torch's schema reads as a bool besides True and False (py_values.h's is_boolean)."""
     if _is_numpy_bool(value):
         return True
     return _is_tensor(value) and value.dtype == torch.bool and value.numel() == 1

@@ -38,13 +38,13 @@ def is_tensor(value: Any) -> bool:
 
 
 def checked_int(value: Any, name: str) -> int:
-    """value as every backend takes an int (FastOp, csrc/fastpath/fast_call.cpp, the same): a Python int,
+    """value as every backend takes an int (FastOp, csrc/fastpath/boxing.cpp, the same): a Python int,
     a NumPy integer, an integer tensor of one element; converted to int. Bools (True, a NumPy
     bool, a bool tensor), which torch's schema would read as 1 or 0, floats, None and strings
     are a ValueError naming the argument: the mirror of checked_bool's rule."""
     if type(value) is int:
         return value
-    # By the value's type, as FastOp asks (csrc/fastpath/fast_call.cpp's is_int_like): isinstance
+    # By the value's type, as FastOp asks (csrc/fastpath/py_values.h's is_int_like): isinstance
     # would take a value whose __class__ claims int or torch.Tensor.
     if issubclass(type(value), (bool, np.bool_)):
         raise ValueError(f"{name} must be an int, got {_described(value)}")
@@ -151,7 +151,7 @@ def checked_size(value: Any, name: str, lowest: int, what: str = "") -> int:
 
 
 def checked_bool(value: Any, name: str) -> bool:
-    """value as every backend takes a bool (FastOp, csrc/fastpath/fast_call.cpp, the same): True or False,
+    """value as every backend takes a bool (FastOp, csrc/fastpath/boxing.cpp, the same): True or False,
     a NumPy bool, or a one-element bool tensor (torch's schema reads these three as the bool they
     hold). Ints (0 and 1 too), floats, None, strings and other tensors, which torch's schema would
     read by their truth value, are a ValueError naming the argument."""
