@@ -165,8 +165,9 @@ def _advance_draft_steps_kernel(
             _request_rows(out_qsl_ptr, local_qsl_ptr, local_seq_ptr, start_ptr, 0, 0, 0, 0, r, begin, end, seq,
                           first_start, first_stop, first, num_reqs, reqs_end)
         # Pass 2: advance_draft_step's first step (the gather, the rejected tokens).
-        # int64 index: a form --triton-to-unstructure maps without reading freed memory (docs/device_readiness.md)
-        index = tl.load(token_indices_ptr + safe_r.to(tl.int64), mask=real, other=0).to(tl.int64)
+        # Read at an int64 index and compared in its own dtype (no extension): the forms
+        # --triton-to-unstructure maps without reading freed memory (docs/device_readiness.md).
+        index = tl.load(token_indices_ptr + safe_r.to(tl.int64), mask=real, other=0)
         ok = real & (index >= 0) & (index < num_positions)
         current = tl.load(positions_ptr + tl.where(ok, index, 0), mask=ok, other=-1).to(tl.int64)
         base = seq - tl.load(rejected_ptr + safe_r, mask=real, other=0).to(tl.int64)
