@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from specops._extension import EXTENSION
-from specops._fastpath import native_entry
+from specops._fastpath import fronted_group_settings, fronted_tensor_list, native_entry
 
 INT32_MAX = 2**31 - 1
 
@@ -107,23 +107,20 @@ def bools_per_group(value: Any, num_groups: int, name: str) -> list[bool]:
     return [checked_bool(value, name)] * num_groups
 
 
-def checked_tensor_list(value: Any, name: str) -> list[torch.Tensor]:
+def plain_checked_tensor_list(value: Any, name: str) -> list[torch.Tensor]:
     """A list (or tuple) of tensors, one per group, as a list; a ValueError names the argument or
     the entry that is not a tensor (block_tables[1] None), before anything is sized from it."""
-    if type(value) is list:
-        # Plain tensors without isinstance (torch.Tensor's metaclass makes it slow); anything
-        # else takes the checks below.
-        for entry in value:
-            if type(entry) is not _TENSOR:
-                break
-        else:
-            return list(value)
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"{name} must be a list of tensors, got {_described(value)}")
     for g, entry in enumerate(value):
         if not is_tensor(entry):
             raise ValueError(f"{name}[{g}] must be a tensor, got {_described(entry)}")
     return list(value)
+
+
+# What the package calls: the usual forms (an exact list or tuple of tensors) in one C call, every
+# other call the function above (specops._fastpath; the function alone under SPECOPS_FASTPATH=0).
+checked_tensor_list = fronted_tensor_list(plain_checked_tensor_list)
 
 
 def check_allocated_elements(rows: int, row_elements: int, name: str, what: str) -> None:
@@ -178,28 +175,22 @@ def _per_group(value: Any, num_groups: int, name: str, taken: Any, plain: type) 
     return [taken(value, name)] * num_groups
 
 
-def group_settings(block_sizes: Sequence[int] | int, blocks_per_kv_block: Sequence[int] | int,
-                   cp_sharded: Sequence[bool] | bool, slot_mapping_enabled: Sequence[bool] | bool,
-                   num_groups: int) -> list[list]:
+def plain_group_settings(block_sizes: Sequence[int] | int, blocks_per_kv_block: Sequence[int] | int,
+                         cp_sharded: Sequence[bool] | bool, slot_mapping_enabled: Sequence[bool] | bool,
+                         num_groups: int) -> list[list]:
     """The per-group keywords of a multi-group op's wrapper (a list, or one value for every
     group) as its schema takes them, [block_sizes, blocks_per_kv_block, cp_sharded,
     slot_mapping_enabled]; the op checks each list's length and entries."""
-    # The usual forms (a list; one int or bool for every group) without a call each, since every
-    # call of a multi-group op's wrapper passes all four (docs/changelog.md has the count);
-    # anything else takes _per_group.
-    kind = type(block_sizes)
-    block_sizes = list(block_sizes) if kind is list else [block_sizes] * num_groups if kind is int else \
-        _per_group(block_sizes, num_groups, "block_sizes", checked_int, int)
-    kind = type(blocks_per_kv_block)
-    blocks_per_kv_block = list(blocks_per_kv_block) if kind is list else [blocks_per_kv_block] * num_groups \
-        if kind is int else _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", checked_int, int)
-    kind = type(cp_sharded)
-    cp_sharded = list(cp_sharded) if kind is list else [cp_sharded] * num_groups if kind is bool else \
-        _per_group(cp_sharded, num_groups, "cp_sharded", checked_bool, bool)
-    kind = type(slot_mapping_enabled)
-    slot_mapping_enabled = list(slot_mapping_enabled) if kind is list else [slot_mapping_enabled] * num_groups \
-        if kind is bool else _per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled", checked_bool, bool)
-    return [block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled]
+    return [_per_group(block_sizes, num_groups, "block_sizes", checked_int, int),
+            _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", checked_int, int),
+            _per_group(cp_sharded, num_groups, "cp_sharded", checked_bool, bool),
+            _per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled", checked_bool, bool)]
+
+
+# What the package calls: every call of a multi-group op's wrapper passes all four, usually as a
+# list or one plain int or bool each, taken in one C call; any other form goes to the function
+# above (specops._fastpath; the function alone under SPECOPS_FASTPATH=0).
+group_settings = fronted_group_settings(plain_group_settings)
 
 
 def padded_argument(value: int | None, name: str) -> int:

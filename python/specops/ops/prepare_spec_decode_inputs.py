@@ -122,7 +122,9 @@ def prepare_spec_decode_inputs(
     else:
         slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")  # the result's own list
     if num_gathered_rows is None:
-        num_gathered_rows = seq_lens.numel() if num_reqs_padded is None else num_reqs_padded
+        # Read by the op only with gathered tables (the batch mode's calls have none: no numel()).
+        num_gathered_rows = 0 if not gathered_block_tables else seq_lens.numel() if num_reqs_padded is None else \
+            num_reqs_padded
     num_blocks = [] if num_blocks is None else list(num_blocks)
     _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
         prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables,
