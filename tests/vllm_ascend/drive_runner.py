@@ -16,7 +16,7 @@ vllm-ascend's own Triton kernels under the interpreter). What stands in: the NPU
 (npu_stand_ins.py), the model (hidden states a fixed function of what it reads), the samplers
 (tokens and acceptance from a seeded RNG, then vLLM's own counts), the attention backend's
 metadata builder (it records what vllm-ascend's `build_attn_metadata` hands it), the scheduler
-(scheduler.py). Plugins are loaded by vLLM's `load_general_plugins()`; the driver never
+(the proofs' one, tests/vllm_integration/workload.py). Plugins are loaded by vLLM's `load_general_plugins()`; the driver never
 imports specops.
 
 Recorded: after every step every persistent buffer (`end`); at every forward (target, draft
@@ -38,8 +38,6 @@ ascend_host.apply()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from instruments import Instruments, Recorder, plugin_states, watch_adapters  # noqa: E402
-from scheduler import BLOCK_SIZES, KERNEL_BLOCK_SIZES, MAX_MODEL_LEN, MAX_NUM_REQS, MAX_NUM_TOKENS, VOCAB  # noqa: E402
-from scheduler import Scheduler, groups_blocks  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 from vllm.plugins import load_general_plugins  # noqa: E402
 from vllm.v1.worker.gpu import input_batch as vllm_input_batch  # noqa: E402
@@ -61,9 +59,16 @@ from vllm_ascend.worker.v2.spec_decode.eagle.speculator import AscendEagleSpecul
 from vllm_ascend.worker.v2.spec_decode.mtp.speculator import AscendMTPSpeculator  # noqa: E402
 from vllm_ascend.worker.v2.states import AscendRequestState  # noqa: E402
 from vllm_ascend.worker.v2.utils import torch_cuda_wrapper  # noqa: E402
+from workload import MAX_MODEL_LEN, MAX_NUM_REQS, MAX_NUM_TOKENS, VOCAB, Scheduler, groups_blocks  # noqa: E402
+from workload import stand_in_sampling  # noqa: E402
 
 CPU = torch.device("cpu")
 HIDDEN = 8
+# The three KV-cache groups (vLLM 0.26's BlockTables: every group CP-sharded over DCP x PCP):
+# block sizes 16, 16 and 64, the last one stored as kernel blocks of 32 (two table entries a
+# block, as vllm-ascend's hybrid models keep them).
+BLOCK_SIZES = [16, 16, 64]
+KERNEL_BLOCK_SIZES = [16, 16, 32]
 
 # Where the runner and its helpers look up what they call: the driver wraps any attribute the
 # plugin installed there (instruments.watch_adapters) to count host syncs inside it.
@@ -138,7 +143,7 @@ def build(cfg: Config):
     runner.use_pp, runner.is_last_pp_rank = False, True
     runner.model_config = runner.vllm_config.model_config
     runner.req_states = AscendRequestState(MAX_NUM_REQS, MAX_MODEL_LEN, MAX_NUM_TOKENS, cfg.k, VOCAB, CPU)
-    widths = groups_blocks(MAX_MODEL_LEN + cfg.k + 1, cp_size)
+    widths = groups_blocks(MAX_MODEL_LEN + cfg.k + 1, BLOCK_SIZES, [cp_size] * len(BLOCK_SIZES))
     runner.block_tables = AscendBlockTables(BLOCK_SIZES, MAX_NUM_REQS, MAX_NUM_TOKENS, widths, CPU, KERNEL_BLOCK_SIZES,
                                             cp_size=cp_size, cp_rank=cp_rank, cp_interleave=1)
     runner.input_buffers = AscendInputBuffers(MAX_NUM_REQS, MAX_NUM_TOKENS, CPU)
@@ -247,7 +252,7 @@ def run(cfg: Config) -> dict:
     points = watch_adapters(ADAPTER_OWNERS)
     runner, bins = build(cfg)
     spec = runner.speculator
-    sched = Scheduler(cfg)
+    sched = Scheduler(cfg, BLOCK_SIZES, [cfg.dcp * cfg.pcp] * len(BLOCK_SIZES))
     recorder = Recorder()
     rng = random.Random(cfg.seed * 7919 + 1)
     step_counts = []
@@ -315,22 +320,9 @@ def run(cfg: Config) -> dict:
             draft_hidden = hidden
             if runner.pcp_manager is not None:
                 hidden, batch = runner.pcp_manager.restore_for_sampling(hidden)
-            # The stand-in sampler: acceptance from the RNG, then vLLM's own counts.
-            cu = batch.cu_num_logits_np
-            sampled = torch.full((batch.num_reqs, max(cfg.k, 0) + 1), -1, dtype=torch.int64)
-            num_sampled = torch.ones(batch.num_reqs, dtype=torch.int32)
-            for r in range(batch.num_reqs):
-                n = int(cu[r + 1] - cu[r])
-                kept = rng.randint(1, n)
-                num_sampled[r] = kept
-                sampled[r, :kept] = torch.tensor([rng.randrange(VOCAB) for _ in range(kept)])
-            owner = rejection_sampler if batch.num_draft_tokens > 0 else sampler_module
-            num_sampled, num_rejected = owner.get_num_sampled_and_rejected(
-                num_sampled, batch.seq_lens, batch.cu_num_logits, batch.idx_mapping, runner.req_states.prefill_len.gpu)
-            recorder.add(step, "sampled", {"num_sampled": num_sampled, "num_rejected": num_rejected,
-                                           "logits_indices": batch.logits_indices,
-                                           "expanded_idx_mapping": batch.expanded_idx_mapping,
-                                           "expanded_local_pos": batch.expanded_local_pos})
+            sampled, num_sampled, num_rejected, record = stand_in_sampling(
+                batch, rng, cfg.k, rejection_sampler, sampler_module, runner.req_states.prefill_len.gpu)
+            recorder.add(step, "sampled", record)
             runner.postprocess_sampled(batch.idx_mapping, sampled, num_sampled, num_rejected, batch.query_start_loc)
             if spec is not None:
                 drafts = spec.propose(batch, None, None, draft_hidden, None, num_sampled, num_rejected,

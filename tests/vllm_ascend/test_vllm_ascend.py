@@ -16,17 +16,14 @@ metadata (build_draft_attn_metadata over AscendDSACPMetadataBuilder). Then:
 from __future__ import annotations
 
 import functools
-import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 # tests/vllm_integration (make test-vllm-ascend puts it on the path)
+import driver_process
 from instruments import record_counts
 from masks import compare
 
@@ -35,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 _MRV2 = dict(driver="drive_runner.py", k=3, method="mtp", dcp=1, dcp_rank=0, pcp=1, pcp_rank=0)
 _DSA = dict(driver="drive_dsa_cp.py", k=3, method="mtp", cp=2, cp_rank=0)
 CONFIGS = {
-    # Model runner V2: 3 KV-cache groups (tests/vllm_ascend/scheduler.py).
+    # Model runner V2: 3 KV-cache groups (tests/vllm_integration/workload.py, drive_runner.py).
     "mtp_k3": dict(_MRV2),
     "eagle_k3": dict(_MRV2, method="eagle"),
     "mtp_k1": dict(_MRV2, k=1),
@@ -62,28 +59,14 @@ SEED = 1
 
 
 def _start(cfg: dict, plugin: bool, tmp: Path):
-    env = {k: v for k, v in os.environ.items() if k != "SPECOPS_VLLM"}
-    env["TRITON_INTERPRET"] = "1"
     # The runner frees a step's finished requests in the set's order: one hash seed for both runs.
-    env["PYTHONHASHSEED"] = "0"
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE / "stand_ins"), str(HERE.parent / "vllm_integration"),
-                                         str(HERE.parent), env.get("PYTHONPATH", "")])
-    if plugin:
-        env["SPECOPS_VLLM"] = "1"
-    out = tmp / f"{'plugin' if plugin else 'ascend'}.pt"
-    with open(out.with_suffix(".log"), "w") as log:
-        proc = subprocess.Popen([sys.executable, str(HERE / cfg["driver"]), json.dumps(cfg), str(out)], env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
-    return proc, out
+    return driver_process.start(HERE / cfg["driver"], cfg, plugin, tmp, "vllm-ascend alone",
+                                [HERE, HERE / "stand_ins", HERE.parent / "vllm_integration", HERE.parent],
+                                env={"PYTHONHASHSEED": "0"})
 
 
 def _finish(started, plugin: bool) -> tuple[dict, str]:
-    proc, out = started
-    proc.wait()
-    log = out.with_suffix(".log").read_text()
-    if proc.returncode != 0:
-        raise AssertionError(f"driver failed ({'plugin' if plugin else 'vllm-ascend alone'}):\n{log[-6000:]}")
-    return torch.load(out, weights_only=False), log
+    return driver_process.finish(started, plugin, "vllm-ascend alone")
 
 
 def _drive(cfg: dict, plugin: bool, tmp: Path) -> tuple[dict, str]:

@@ -14,10 +14,11 @@ runner calls (`prepare_dcp_local_seq_lens`, `get_num_sampled_and_rejected`), loo
 module that calls them, as vLLM does, so that a plugin's rebinding is what runs. What stands in:
 the model (hidden states a fixed function of input ids, positions and input hidden states), the
 sampler (tokens and acceptance drawn from a seeded RNG, then vLLM's own counts), the drafter's
-sampling (a fixed function of the hidden state row), the scheduler (mrv2_world.py), attention
-metadata (none is built) and the draft attention groups (what vLLM's check of in-place metadata
-updates asks: FlashAttention's answer, so vLLM picks its fused-metadata loop at DCP 1). Plugins are loaded by vLLM's `load_general_plugins()`; the driver never imports
-specops.
+sampling (a fixed function of the hidden state row), the scheduler (workload.py, over
+mrv2_world.py's groups), attention metadata (none is built) and the draft attention groups
+(what vLLM's check of in-place metadata updates asks: FlashAttention's answer, so vLLM picks its
+fused-metadata loop at DCP 1). Plugins are loaded by vLLM's `load_general_plugins()`; the
+driver never imports specops.
 
 Recorded: after every step, every persistent buffer (`end`); at every forward (target, draft
 prefill, each draft decode step), the inputs the model reads (input ids, positions, hidden
@@ -54,9 +55,10 @@ from vllm.v1.worker.gpu.spec_decode import rejection_sampler  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode.target_dependent_ar import speculator as tdar  # noqa: E402
 from vllm.v1.worker.gpu.states import RequestState  # noqa: E402
+from workload import stand_in_sampling  # noqa: E402
 from mrv2_world import (  # noqa: E402
     BLOCK_SIZES, DCP_SHARDED, HIDDEN, MAX_MODEL_LEN, MAX_NUM_REQS, MAX_NUM_TOKENS, SLIDING_WINDOW_REACH,
-    SLOT_MAPPING_ENABLED, VLLM_0_33, VOCAB, Config, Scheduler, _groups_blocks,
+    SLOT_MAPPING_ENABLED, VLLM_0_33, VOCAB, Config, groups_blocks, scheduler,
 )
 
 CPU = torch.device("cpu")
@@ -99,7 +101,7 @@ def build(cfg: Config):
     runner.use_pp, runner.is_last_pp_rank = False, True
     runner.model_config = _Stub(rswa_window=None)
     runner.req_states = RequestState(MAX_NUM_REQS, MAX_MODEL_LEN, MAX_NUM_TOKENS, cfg.k, VOCAB, CPU)
-    widths = _groups_blocks(MAX_MODEL_LEN + cfg.k + 1, cp_size)
+    widths = groups_blocks(MAX_MODEL_LEN + cfg.k + 1, cp_size)
     runner.block_tables = BlockTables(BLOCK_SIZES, MAX_NUM_REQS, MAX_NUM_TOKENS, widths, CPU, cp_size=cp_size,
                                       cp_rank=cp_rank, cp_interleave=1, slot_mapping_enabled=SLOT_MAPPING_ENABLED,
                                       dcp_sharded=DCP_SHARDED, sliding_window_reach=SLIDING_WINDOW_REACH)
@@ -272,7 +274,7 @@ def run(cfg: Config) -> dict:
     points = watch_adapters(ADAPTER_OWNERS)
     runner, bins = build(cfg)
     spec = runner.speculator
-    sched = Scheduler(cfg)
+    sched = scheduler(cfg)
     recorder = Recorder()
     rng = random.Random(cfg.seed * 7919 + 1)
     step_counts = []
@@ -354,22 +356,9 @@ def run(cfg: Config) -> dict:
             draft_hidden = hidden
             if runner.pcp_manager is not None:
                 hidden, _, batch = runner.pcp_manager.restore_for_sampling(hidden, None)
-            # The stand-in sampler: acceptance from the RNG, then vLLM's own counts.
-            cu = batch.cu_num_logits_np
-            sampled = torch.full((batch.num_reqs, cfg.k + 1), -1, dtype=torch.int64)
-            num_sampled = torch.ones(batch.num_reqs, dtype=torch.int32)
-            for r in range(batch.num_reqs):
-                n = int(cu[r + 1] - cu[r])
-                kept = rng.randint(1, n)
-                num_sampled[r] = kept
-                sampled[r, :kept] = torch.tensor([rng.randrange(VOCAB) for _ in range(kept)])
-            owner = rejection_sampler if batch.num_draft_tokens > 0 else sampler_module
-            num_sampled, num_rejected = owner.get_num_sampled_and_rejected(
-                num_sampled, batch.seq_lens, batch.cu_num_logits, batch.idx_mapping, runner.req_states.prefill_len.gpu)
-            recorder.add(step, "sampled", {"num_sampled": num_sampled, "num_rejected": num_rejected,
-                                           "logits_indices": batch.logits_indices,
-                                           "expanded_idx_mapping": batch.expanded_idx_mapping,
-                                           "expanded_local_pos": batch.expanded_local_pos})
+            sampled, num_sampled, num_rejected, record = stand_in_sampling(
+                batch, rng, cfg.k, rejection_sampler, sampler_module, runner.req_states.prefill_len.gpu)
+            recorder.add(step, "sampled", record)
             runner.postprocess_sampled(batch.idx_mapping, sampled, num_sampled, num_rejected, batch.query_start_loc)
             drafts = spec.propose(batch, None, None, draft_hidden, None, num_sampled, num_rejected,
                                   runner.req_states.last_sampled_tokens, runner.req_states.next_prefill_tokens,

@@ -18,7 +18,6 @@ warning naming the point and the target, the other points patched.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import driver_process
 from instruments import record_counts
 from masks import compare
 
@@ -70,27 +70,12 @@ SEED = 1
 
 def _start(cfg: dict | list[dict], plugin: bool, tmp: Path) -> tuple[subprocess.Popen, Path]:
     """A driver process on one configuration, or on a list of them (run one after the other)."""
-    env = {k: v for k, v in os.environ.items() if k != "SPECOPS_VLLM"}
-    env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-    if plugin:
-        env["SPECOPS_VLLM"] = "1"
-    out = tmp / f"{'plugin' if plugin else 'vllm'}.pt"
-    # Output to a file: two drivers run at once, and a full pipe would stall one.
-    with open(out.with_suffix(".log"), "w") as log:
-        driver = HERE / (cfg[0] if isinstance(cfg, list) else cfg).get("driver", "drive_mrv2.py")
-        proc = subprocess.Popen([sys.executable, str(driver), json.dumps(cfg), str(out)], env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
-    return proc, out
+    driver = HERE / (cfg[0] if isinstance(cfg, list) else cfg).get("driver", "drive_mrv2.py")
+    return driver_process.start(driver, cfg, plugin, tmp, "vLLM alone", [HERE])
 
 
 def _finish(started: tuple[subprocess.Popen, Path], plugin: bool) -> tuple[dict, str]:
-    proc, out = started
-    proc.wait()
-    stderr = out.with_suffix(".log").read_text()
-    if proc.returncode != 0:
-        raise AssertionError(f"driver failed ({'plugin' if plugin else 'vLLM alone'}):\n{stderr[-6000:]}")
-    return torch.load(out, weights_only=False), stderr
+    return driver_process.finish(started, plugin, "vLLM alone")
 
 
 def _drive(cfg: dict, plugin: bool, tmp: Path) -> tuple[dict, str]:
