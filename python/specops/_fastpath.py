@@ -331,14 +331,20 @@ def selector(native: Callable[..., Any] | None, entry: Callable[..., Any] | None
 
 # --- the wrappers' usual argument forms and named results (csrc/fastpath/usual_forms.h) -------
 
+def _traced_as(helper: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
+    """helper, which Dynamo cannot trace (a C function), traced as its twin in a compiled graph."""
+    torch.compiler.substitute_in_graph(helper, skip_signature_check=True)(plain)
+    return helper
+
+
 def fronted_tensor_list(plain: Callable[[Any, str], list]) -> Callable[[Any, str], list]:
     """specops.arguments' checked_tensor_list as the package calls it (plain: its twin)."""
-    return _C.usual_tensor_list(plain) if ENABLED else plain
+    return _traced_as(_C.usual_tensor_list(plain), plain) if ENABLED else plain
 
 
 def fronted_group_settings(plain: Callable[..., list]) -> Callable[..., list]:
     """specops.arguments' group_settings as the package calls it (plain: its twin)."""
-    return _C.usual_group_settings(plain) if ENABLED else plain
+    return _traced_as(_C.usual_group_settings(plain), plain) if ENABLED else plain
 
 
 def plain_record_maker(record_type: type) -> Callable[[tuple], tuple]:
@@ -352,7 +358,7 @@ def record_maker(record_type: type) -> Callable[[tuple], tuple]:
     """make(values) -> record_type(*values): a wrapper's NamedTuple result from a tuple of every
     field in order, allocated as tuple.__new__ allocates it, without the record's Python __new__."""
     plain = plain_record_maker(record_type)
-    return _C.record_maker(record_type, plain) if ENABLED else plain
+    return _traced_as(_C.record_maker(record_type, plain), plain) if ENABLED else plain
 
 
 # --- row_views and the lookups (csrc/fastpath/row_views.h) ------------------------------------

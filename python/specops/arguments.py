@@ -23,8 +23,6 @@ from specops._fastpath import fronted_group_settings, fronted_tensor_list, nativ
 
 INT32_MAX = 2**31 - 1
 
-_TENSOR = torch.Tensor
-
 
 def _described(value: Any) -> str:
     return "None" if value is None else f"{type(value).__name__} {value!r}"

@@ -89,6 +89,10 @@ def test_this_process_uses_what_the_switch_says():
     expected = NATIVE and os.environ.get("SPECOPS_FASTPATH", "1") != "0"
     assert _fastpath.ENABLED is expected
     assert (_fastpath.row_views is _fastpath.plain_row_views) is not expected
+    from specops import arguments
+
+    assert (arguments.group_settings is arguments.plain_group_settings) is not expected
+    assert (arguments.checked_tensor_list is arguments.plain_checked_tensor_list) is not expected
     assert all(isinstance(op.native_entry, _fastpath.PlainOp) is not expected
                for op in OPS.values() if op.native_entry is not None)
 
@@ -288,6 +292,26 @@ def test_select_and_its_twin_agree(monkeypatch):
 class _Pair(NamedTuple):
     first: int
     second: list
+
+
+_MAKE_PAIR = _fastpath.record_maker(_Pair)  # once: a native maker registers its twin with Dynamo
+
+
+def test_the_helpers_compile_as_their_twins():
+    """Dynamo cannot look into a C function: a compiled graph traces each argument-form helper
+    and record maker as its twin (torch.compiler.substitute_in_graph), with no graph break."""
+    from specops import arguments
+
+    def step(x: torch.Tensor) -> tuple:
+        tables = arguments.checked_tensor_list((x, x + 1), "block_tables")
+        sizes, per_kv_block, sharded, enabled = arguments.group_settings([16, 32], 1, True, [True, False], len(tables))
+        return _MAKE_PAIR((tables[1] * sizes[1] + per_kv_block[0], [sharded, enabled]))
+
+    x = torch.arange(4)
+    compiled = torch.compile(step, fullgraph=True, backend="eager")(x)
+    eager = step(x)
+    assert type(compiled) is type(eager) is _Pair and torch.equal(compiled.first, eager.first)
+    assert compiled.second == eager.second == [[True, True], [True, False]]
 
 
 def test_record_maker_and_its_twin_agree():
