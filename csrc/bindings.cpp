@@ -10,6 +10,7 @@
 #include "checks_binding.h"
 #include "fastpath/fast_call.h"
 #include "fastpath/row_views.h"
+#include "fastpath/usual_forms.h"
 #include "written_versions.h"
 
 namespace py = pybind11;
@@ -17,13 +18,15 @@ namespace py = pybind11;
 PYBIND11_MODULE(_C, m) {
   m.doc() =
       "specops native extension: ops are in torch.ops.specops; this module holds build facts and the fast-path "
-      "helpers (FastOp, row_views, items, items_each, rows_below) and checks.h's shared checks (check_tensor, "
+      "helpers (FastOp, row_views, items, items_each, rows_below, usual_tensor_list, usual_group_settings, "
+      "record_maker) and checks.h's shared checks (check_tensor, "
       "check_query_start_loc, check_entries, check_no_overlap, check_outputs_alias_nothing; used through "
       "specops.arguments)";
   // After every static initializer of this shared object: every op's schema is defined.
   specops::register_written_versions();
   specops::bind_fast_call(m);
   specops::bind_row_views(m);
+  specops::bind_usual_forms(m);
   specops::bind_checks(m);
   namespace facts = specops::build_facts;
   m.attr("version") = facts::kVersion;

@@ -118,24 +118,25 @@ def _fused_body(case) -> Callable[[], None]:
     from specops.ops.registry import OPS
 
     fused_op = OPS["prepare_spec_decode_inputs"]
-    captured = {}
-    # What the wrapper calls on the usual arguments, eager on the native backend.
-    entry = fused_op.native_entry
+    # The wrapper runs what `select()` hands it (its selector holds the FastOp from construction
+    # on, so replacing the SpecOp's `native_entry` reaches no call): for one call, select() hands
+    # it a recorder that passes the call on to the FastOp, eager on the native backend.
+    entry, selector, captured = fused_op.native_entry, fused_op.select, {}
 
-    def record(*args):
-        captured["args"] = args
-        return entry(*args)
+    def record(*args, **kwargs):
+        captured["call"] = args, kwargs
+        return entry(*args, **kwargs)
 
-    fused_op.native_entry = record
+    fused_op.select = lambda: record
     try:
         case.impls["specops"]()
     finally:
-        fused_op.native_entry = entry
-    args, restore = captured["args"], case.impls["restore"]
+        fused_op.select = selector
+    (args, kwargs), restore = captured["call"], case.impls["restore"]
 
     def body():
         restore()
-        entry(*args)
+        entry(*args, **kwargs)
     return body
 
 

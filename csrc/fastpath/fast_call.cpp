@@ -1,10 +1,6 @@
 #include "fastpath/fast_call.h"
 
-#include "fastpath/py_values.h"
-
-#if PY_VERSION_HEX < 0x030B0000
-#include <longintrepr.h>  // PyLongObject's digits (Python.h includes it from 3.11 on)
-#endif
+#include "fastpath/boxing.h"
 
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/util/SmallVector.h>
@@ -22,33 +18,6 @@ namespace py = pybind11;
 namespace specops {
 
 namespace {
-
-bool is_list_of(const c10::TypePtr& type, c10::TypeKind element) {
-  return type->kind() == c10::TypeKind::ListType &&
-         type->castRaw<c10::ListType>()->getElementType()->kind() == element;
-}
-
-// A Python int that fits int64; anything else (bool, numpy ints, SymInt) is the generic path's.
-// Most arguments are small ints (sizes, codes, flags), held in one digit: read it directly,
-// without PyLong_AsLongLongAndOverflow's general loop (18 of sas_metadata's 26 arguments).
-bool read_int(PyObject* value, int64_t* number) {
-  if (!PyLong_CheckExact(value)) return false;
-#if PY_VERSION_HEX >= 0x030C0000
-  if (PyUnstable_Long_IsCompact(reinterpret_cast<PyLongObject*>(value))) {
-    *number = PyUnstable_Long_CompactValue(reinterpret_cast<PyLongObject*>(value));
-    return true;
-  }
-#else
-  const Py_ssize_t digits = Py_SIZE(value);  // signed: the sign is the int's
-  if (digits >= -1 && digits <= 1) {
-    *number = digits * static_cast<int64_t>(reinterpret_cast<PyLongObject*>(value)->ob_digit[0]);
-    return true;
-  }
-#endif
-  int overflow = 0;
-  *number = PyLong_AsLongLongAndOverflow(value, &overflow);
-  return overflow == 0;
-}
 
 // The boxed stacks of this thread's calls in flight. The outermost call takes the first one, call
 // after call, with the capacity its last call left (so boxing allocates nothing); a call made
@@ -98,46 +67,25 @@ FastOp::FastOp(const std::string& qualified_name, py::object generic_entry,
   for (const c10::Argument& argument : schema.arguments()) {
     names_.push_back(argument.name());
     defaults_.push_back(argument.default_value());
-    const c10::TypePtr& type = argument.type();
-    if (type->kind() == c10::TypeKind::TensorType) {
-      kinds_.push_back(ArgKind::kTensor);
-    } else if (type->kind() == c10::TypeKind::OptionalType &&
-               type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
-      kinds_.push_back(ArgKind::kOptionalTensor);
-    } else if (is_list_of(type, c10::TypeKind::TensorType)) {
-      kinds_.push_back(ArgKind::kTensorList);
-    } else if (type->kind() == c10::TypeKind::IntType) {
-      kinds_.push_back(ArgKind::kInt);
-    } else if (type->kind() == c10::TypeKind::OptionalType &&
-               type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::IntType) {
-      kinds_.push_back(ArgKind::kOptionalInt);
-    } else if (type->kind() == c10::TypeKind::BoolType) {
-      kinds_.push_back(ArgKind::kBool);
-    } else if (is_list_of(type, c10::TypeKind::IntType)) {
-      kinds_.push_back(ArgKind::kIntList);
-    } else if (is_list_of(type, c10::TypeKind::BoolType)) {
-      kinds_.push_back(ArgKind::kBoolList);
-    } else {
-      throw std::invalid_argument("FastOp: " + qualified_name + " has an argument of type " + type->str() +
+    const std::optional<ArgKind> kind = argument_kind(argument.type());
+    if (!kind.has_value()) {
+      throw std::invalid_argument("FastOp: " + qualified_name + " has an argument of type " + argument.type()->str() +
                                   ", which the fast path does not box");
     }
+    kinds_.push_back(*kind);
   }
   // An argument added to a schema with a default (compute_slot_mapping's num_blocks) keeps the
   // calls written before it on the fast path.
   num_required_ = schema.arguments().size();
   while (num_required_ > 0 && schema.arguments()[num_required_ - 1].default_value().has_value()) --num_required_;
   for (const c10::Argument& value : schema.returns()) {
-    const c10::TypePtr& type = value.type();
-    if (type->kind() == c10::TypeKind::IntType) {
-      return_kinds_.push_back(ArgKind::kInt);
-    } else if (is_list_of(type, c10::TypeKind::IntType)) {
-      return_kinds_.push_back(ArgKind::kIntList);
-    } else if (is_list_of(type, c10::TypeKind::TensorType)) {
-      return_kinds_.push_back(ArgKind::kTensorList);  // pcp_partition's host layout
-    } else {
-      throw std::invalid_argument("FastOp: " + qualified_name + " returns a " + type->str() +
+    // Ints and lists of ints or of tensors (pcp_partition's host layout).
+    const std::optional<ArgKind> kind = argument_kind(value.type());
+    if (kind != ArgKind::kInt && kind != ArgKind::kIntList && kind != ArgKind::kTensorList) {
+      throw std::invalid_argument("FastOp: " + qualified_name + " returns a " + value.type()->str() +
                                   ", which the fast path does not convert");
     }
+    return_kinds_.push_back(*kind);
   }
   // Keywords written in code are interned strings: matched by address first.
   for (const std::string& name : names_) {
@@ -166,181 +114,6 @@ size_t FastOp::position_of(PyObject* name, size_t hint) const {
     if (equal == 0) return i;
   }
   return count;
-}
-
-namespace {
-
-// One empty list of each kind, shared by every call that passes one (an op's optional lists
-// left empty: prepare_spec_decode_inputs' batch mode passes two on every call). A list argument
-// is only read, so sharing is safe, and a copy costs a reference count where a new list costs an
-// allocation. Never destroyed: a call may run during interpreter shutdown.
-template <typename T>
-const c10::List<T>& empty_list() {
-  static const auto* list = new c10::List<T>();
-  return *list;
-}
-
-}  // namespace
-
-bool FastOp::push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValue>& stack) const {
-  switch (kind) {
-    case ArgKind::kOptionalTensor:
-      if (value == Py_None) {
-        stack.emplace_back();
-        return true;
-      }
-      [[fallthrough]];
-    case ArgKind::kTensor:
-      // Exactly torch.Tensor (or Parameter), by its type pointer: a subclass may override
-      // __torch_function__, which only the generic path honours. Nothing here runs Python, so a
-      // list's item array stays as it is while it is walked.
-      if (!THPVariable_CheckExact(value)) return false;
-      stack.emplace_back(THPVariable_Unpack(value));
-      return true;
-    case ArgKind::kTensorList: {
-      if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
-      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
-      if (size == 0) {
-        stack.emplace_back(empty_list<at::Tensor>());
-        return true;
-      }
-      c10::List<at::Tensor> tensors;
-      tensors.reserve(size);
-      for (Py_ssize_t i = 0; i < size; ++i) {
-        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
-        if (!THPVariable_CheckExact(item)) return false;
-        tensors.push_back(THPVariable_Unpack(item));
-      }
-      stack.emplace_back(std::move(tensors));
-      return true;
-    }
-    case ArgKind::kOptionalInt:
-      if (value == Py_None) {
-        stack.emplace_back();
-        return true;
-      }
-      [[fallthrough]];
-    case ArgKind::kInt: {
-      int64_t number = 0;
-      if (!read_int(value, &number)) return false;
-      stack.emplace_back(number);
-      return true;
-    }
-    case ArgKind::kBool:
-      if (value != Py_True && value != Py_False) return false;
-      stack.emplace_back(value == Py_True);
-      return true;
-    case ArgKind::kIntList: {
-      if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
-      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
-      if (size == 0) {
-        stack.emplace_back(empty_list<int64_t>());
-        return true;
-      }
-      // Straight into the IValue's list (a std::vector would be copied into one).
-      c10::List<int64_t> numbers;
-      numbers.reserve(size);
-      for (Py_ssize_t i = 0; i < size; ++i) {
-        int64_t number = 0;
-        if (!read_int(PySequence_Fast_GET_ITEM(value, i), &number)) return false;
-        numbers.push_back(number);
-      }
-      stack.emplace_back(std::move(numbers));
-      return true;
-    }
-    case ArgKind::kBoolList: {
-      if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return false;
-      const Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
-      if (size == 0) {
-        stack.emplace_back(empty_list<bool>());
-        return true;
-      }
-      c10::List<bool> flags;
-      flags.reserve(size);
-      for (Py_ssize_t i = 0; i < size; ++i) {
-        PyObject* item = PySequence_Fast_GET_ITEM(value, i);
-        if (item != Py_True && item != Py_False) return false;
-        flags.push_back(item == Py_True);
-      }
-      stack.emplace_back(std::move(flags));
-      return true;
-    }
-  }
-  return false;
-}
-
-// A tensor argument is a tensor by its type (is_tensor): a value that only claims to be one is a
-// ValueError naming the argument, as anything else that is no tensor.
-void FastOp::reject_unusable(PyObject* value, size_t position) const {
-  const std::string& name = names_[position];
-  auto reject = [&](const std::string& argument, const char* expected, PyObject* item) {
-    const std::string described = item == Py_None ? "None" : type_name(item) + " " + py::repr(item).cast<std::string>();
-    throw py::value_error(argument + " must be " + expected + ", got " + described);
-  };
-  switch (kinds_[position]) {
-    case ArgKind::kTensor:
-      if (!is_tensor(value)) reject(name, "a tensor", value);
-      break;
-    case ArgKind::kOptionalTensor:
-      if (value != Py_None && !is_tensor(value)) reject(name, "a tensor or None", value);
-      break;
-    case ArgKind::kInt:
-      if (!is_int_like(value)) reject(name, "an int", value);
-      break;
-    case ArgKind::kOptionalInt:
-      // Named as an int argument is (None is the default the wrapper documents).
-      if (value != Py_None && !is_int_like(value)) reject(name, "an int", value);
-      break;
-    case ArgKind::kBool:
-      if (!is_boolean(value)) reject(name, "a bool (True, False, a NumPy bool or a one-element bool tensor)", value);
-      break;
-    case ArgKind::kBoolList: {
-      if (!PyList_Check(value) && !PyTuple_Check(value)) reject(name, "a list of bools", value);
-      const py::tuple items = held_items(value);
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.ptr()); ++i) {
-        PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
-        if (item != Py_True && item != Py_False && !is_boolean(item)) {
-          reject(name + "[" + std::to_string(i) + "]",
-                 "a bool (True, False, a NumPy bool or a one-element bool tensor)", item);
-        }
-      }
-      break;
-    }
-    case ArgKind::kTensorList:
-    case ArgKind::kIntList: {
-      const bool tensors = kinds_[position] == ArgKind::kTensorList;
-      if (!PyList_Check(value) && !PyTuple_Check(value)) reject(name, tensors ? "a list of tensors" : "a list of ints", value);
-      const py::tuple items = held_items(value);
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.ptr()); ++i) {
-        PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
-        if (tensors ? !is_tensor(item) : !is_int_like(item)) {
-          reject(name + "[" + std::to_string(i) + "]", tensors ? "a tensor" : "an int", item);
-        }
-      }
-      break;
-    }
-  }
-}
-
-py::object FastOp::returned(const std::vector<c10::IValue>& stack) const {
-  auto convert = [](const c10::IValue& value, ArgKind kind) -> py::object {
-    if (kind == ArgKind::kInt) return py::int_(value.toInt());
-    if (kind == ArgKind::kTensorList) {
-      py::list tensors;
-      for (const at::Tensor& tensor : value.toTensorList()) {
-        tensors.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor)));
-      }
-      return std::move(tensors);
-    }
-    py::list numbers;
-    for (const int64_t number : value.toIntList()) numbers.append(number);
-    return std::move(numbers);
-  };
-  if (return_kinds_.empty()) return py::none();
-  if (return_kinds_.size() == 1) return convert(stack[0], return_kinds_[0]);
-  py::tuple values(return_kinds_.size());
-  for (size_t i = 0; i < return_kinds_.size(); ++i) values[i] = convert(stack[i], return_kinds_[i]);
-  return std::move(values);
 }
 
 PyObject* FastOp::generic_call(PyObject* const* args, size_t nargs, PyObject* kwnames) const {
@@ -383,9 +156,9 @@ PyObject* FastOp::call(PyObject* const* args, size_t nargs, PyObject* kwnames) c
       stack.push_back(*defaults_[i]);
       continue;
     }
-    if (!push_argument(values[i], kinds_[i], stack)) {
+    if (!box_argument(values[i], kinds_[i], stack)) {
       try {
-        reject_unusable(values[i], i);
+        reject_unusable(values[i], kinds_[i], names_[i]);
       } catch (const py::builtin_exception& error) {
         error.set_error();
         return nullptr;
@@ -416,7 +189,7 @@ PyObject* FastOp::call(PyObject* const* args, size_t nargs, PyObject* kwnames) c
     }
   }
   if (return_kinds_.empty()) Py_RETURN_NONE;
-  return returned(stack).release().ptr();
+  return returned_values(stack, return_kinds_).release().ptr();
   END_HANDLE_TH_ERRORS
 }
 

@@ -20,7 +20,8 @@
 // takes it; a value that only claims to be a tensor (its __class__ says so: a
 // unittest.mock.MagicMock(spec=torch.Tensor)) is no tensor and no int, and is a ValueError in
 // every argument, never read as a tensor (py_values.h). A list argument whose check runs Python
-// is walked through a tuple of its items. The messages name a type by its __name__.
+// is walked through a tuple of its items. The messages name a type by its __name__. How each
+// argument kind is boxed or refused, and the results converted back: boxing.h.
 //
 // The Python object is a plain CPython type with the vectorcall protocol, not a pybind11 class:
 // pybind11's call of a method taking `py::args` built an argument tuple and two heap vectors per
@@ -35,6 +36,8 @@
 // Its plain twin, specops._fastpath.PlainOp, refuses the same arguments with the same errors and
 // calls the generic entry; SPECOPS_FASTPATH=0 selects it (docs/conventions.md).
 #pragma once
+
+#include "fastpath/boxing.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <Python.h>
@@ -61,16 +64,9 @@ class FastOp {
   PyObject* call(PyObject* const* args, size_t nargs, PyObject* kwnames) const;
 
  private:
-  enum class ArgKind { kTensor, kOptionalTensor, kTensorList, kInt, kOptionalInt, kBool, kIntList, kBoolList };
-
-  bool push_argument(PyObject* value, ArgKind kind, std::vector<c10::IValue>& stack) const;
-  // Throws a ValueError for an argument of the wrong kind (see the file comment); returns for
-  // one the generic path converts.
-  void reject_unusable(PyObject* value, size_t position) const;
   PyObject* generic_call(PyObject* const* args, size_t nargs, PyObject* kwnames) const;
   // The schema position of keyword `name` (expected first at `hint`), or kinds_.size() if none.
   size_t position_of(PyObject* name, size_t hint) const;
-  pybind11::object returned(const std::vector<c10::IValue>& stack) const;
 
   c10::OperatorHandle op_;
   std::optional<c10::DispatchKey> dispatch_key_;

@@ -1,4 +1,4 @@
-// What the fast-path helpers (fast_call.cpp, row_views.cpp) ask of a Python value. Each question
+// What the fast-path helpers (boxing.cpp, row_views.cpp) ask of a Python value. Each question
 // is asked the same way by the plain twins (python/specops/_fastpath.py), so that a helper and
 // its twin take, refuse and word the same values.
 #pragma once

@@ -3,15 +3,12 @@
 The native helpers (csrc/fastpath/) reach into CPython's and torch's C APIs for work that
 Python and torch's generic argument parser would do on every call: FastOp (an op's dispatcher
 entry without OpOverload's frame and the generic parser), row_views (the drafting layer's buffer
-views in one call) and the drafting step's per-group lookups (items, items_each, rows_below).
-Beside them, two Python-level tricks: select(), an op's choice of what to run, reading
-torch.compiler's private flag in place of a call to torch.compiler.is_compiling(); and
-record_maker(), a wrapper's NamedTuple result built by tuple.__new__ without the record's
-Python-level __new__. And every
-other private name of torch's that the package reads is read here alone (at the end: the
-dispatch-mode base class, a tensor's version counter, the device check's busy-wait kernel), so a
-torch upgrade that moves one breaks this module and nothing else (tests/tooling/test_module_layout.py
-holds the rest of the package to that).
+views in one call), the drafting step's per-group lookups (items, items_each, rows_below) and the
+wrappers' usual argument forms and NamedTuple results (the twins of the forms' helpers are
+specops.arguments' own functions). Beside them, select(), an op's choice of what to run, reads
+torch.compiler's private flag in place of a call to torch.compiler.is_compiling(). Every other
+private name of torch's that the package reads is read here alone (at the end), so a torch
+upgrade that moves one breaks this module and nothing else (tests/tooling/test_module_layout.py).
 Each plain twin here computes what its helper computes, with the same errors and messages
 (tests/tooling/test_fastpath.py holds every pair to that), in plain Python over torch's own
 Python bindings: PlainOp checks the arguments as FastOp does, then calls the op through torch's
@@ -69,7 +66,7 @@ def _is_numpy_integer(value: object) -> bool:
 
 
 def _held_items(sequence: Any) -> tuple:
-    """A list or tuple argument's items as a tuple (fast_call.cpp's held_items): the checks of
+    """A list or tuple argument's items as a tuple (py_values.h's held_items): the checks of
     its items may run Python that changes the list; the walk sees the items it started with."""
     return tuple(sequence)
 
@@ -121,13 +118,13 @@ def _boxed_int(value: object) -> bool:
 
 def _is_numpy_bool(value: object) -> bool:
     """NumPy's bool scalar by its C type's name (tp_name, a static type's "module.name"), as
-    fast_call.cpp's is_numpy_bool finds it."""
+    py_values.h's is_numpy_bool finds it."""
     kind = type(value)
     return not kind.__flags__ & _HEAP_TYPE and f"{kind.__module__}.{kind.__name__}" in ("numpy.bool", "numpy.bool_")
 
 
 def _is_int_like(value: object) -> bool:
-    """What an int argument takes besides an int (fast_call.cpp's is_int_like): an int subclass
+    """What an int argument takes besides an int (py_values.h's is_int_like): an int subclass
     (not a bool), a NumPy integer, a SymInt, a one-element integer tensor."""
     kind = type(value)
     if kind is bool:
@@ -139,7 +136,7 @@ def _is_int_like(value: object) -> bool:
 
 
 def _is_boolean(value: object) -> bool:
-    """What torch's schema reads as a bool besides True and False (fast_call.cpp's is_boolean)."""
+    """What torch's schema reads as a bool besides True and False (py_values.h's is_boolean)."""
     if _is_numpy_bool(value):
         return True
     return _is_tensor(value) and value.dtype == torch.bool and value.numel() == 1
@@ -332,26 +329,36 @@ def selector(native: Callable[..., Any] | None, entry: Callable[..., Any] | None
     return (_selector if ENABLED else plain_selector)(native, entry, other_backends)
 
 
-# --- a wrapper's named result ------------------------------------------------------------------
+# --- the wrappers' usual argument forms and named results (csrc/fastpath/usual_forms.h) -------
 
-def _record_maker(record_type: type) -> Callable[[tuple], tuple]:
-    """The fast maker of a NamedTuple result: tuple.__new__ bound to the type, without the Python
-    frame of the NamedTuple's own __new__ (docs/changelog.md has the count)."""
-    return functools.partial(tuple.__new__, record_type)
+def _traced_as(helper: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
+    """helper, which Dynamo cannot trace (a C function), traced as its twin in a compiled graph."""
+    torch.compiler.substitute_in_graph(helper, skip_signature_check=True)(plain)
+    return helper
+
+
+def fronted_tensor_list(plain: Callable[[Any, str], list]) -> Callable[[Any, str], list]:
+    """specops.arguments' checked_tensor_list as the package calls it (plain: its twin)."""
+    return _traced_as(_C.usual_tensor_list(plain), plain) if ENABLED else plain
+
+
+def fronted_group_settings(plain: Callable[..., list]) -> Callable[..., list]:
+    """specops.arguments' group_settings as the package calls it (plain: its twin)."""
+    return _traced_as(_C.usual_group_settings(plain), plain) if ENABLED else plain
 
 
 def plain_record_maker(record_type: type) -> Callable[[tuple], tuple]:
-    """_record_maker's plain twin: the NamedTuple's own constructor, given the values in order."""
+    """record_maker's plain twin: the NamedTuple's own constructor, given the values in order."""
     def plain_make(values: tuple) -> tuple:
         return record_type(*values)
     return plain_make
 
 
 def record_maker(record_type: type) -> Callable[[tuple], tuple]:
-    """make(values) -> record_type(*values): how a wrapper builds its NamedTuple result. values:
-    a tuple of every field, in the record's order (the fast maker does not count them: the
-    wrapper passes its own record's fields)."""
-    return (_record_maker if ENABLED else plain_record_maker)(record_type)
+    """make(values) -> record_type(*values): a wrapper's NamedTuple result from a tuple of every
+    field in order, allocated as tuple.__new__ allocates it, without the record's Python __new__."""
+    plain = plain_record_maker(record_type)
+    return _traced_as(_C.record_maker(record_type, plain), plain) if ENABLED else plain
 
 
 # --- row_views and the lookups (csrc/fastpath/row_views.h) ------------------------------------

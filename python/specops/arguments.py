@@ -19,11 +19,9 @@ import numpy as np
 import torch
 
 from specops._extension import EXTENSION
-from specops._fastpath import native_entry
+from specops._fastpath import fronted_group_settings, fronted_tensor_list, native_entry
 
 INT32_MAX = 2**31 - 1
-
-_TENSOR = torch.Tensor
 
 
 def _described(value: Any) -> str:
@@ -38,13 +36,13 @@ def is_tensor(value: Any) -> bool:
 
 
 def checked_int(value: Any, name: str) -> int:
-    """value as every backend takes an int (FastOp, csrc/fastpath/fast_call.cpp, the same): a Python int,
+    """value as every backend takes an int (FastOp, csrc/fastpath/boxing.cpp, the same): a Python int,
     a NumPy integer, an integer tensor of one element; converted to int. Bools (True, a NumPy
     bool, a bool tensor), which torch's schema would read as 1 or 0, floats, None and strings
     are a ValueError naming the argument: the mirror of checked_bool's rule."""
     if type(value) is int:
         return value
-    # By the value's type, as FastOp asks (csrc/fastpath/fast_call.cpp's is_int_like): isinstance
+    # By the value's type, as FastOp asks (csrc/fastpath/py_values.h's is_int_like): isinstance
     # would take a value whose __class__ claims int or torch.Tensor.
     if issubclass(type(value), (bool, np.bool_)):
         raise ValueError(f"{name} must be an int, got {_described(value)}")
@@ -107,23 +105,20 @@ def bools_per_group(value: Any, num_groups: int, name: str) -> list[bool]:
     return [checked_bool(value, name)] * num_groups
 
 
-def checked_tensor_list(value: Any, name: str) -> list[torch.Tensor]:
+def plain_checked_tensor_list(value: Any, name: str) -> list[torch.Tensor]:
     """A list (or tuple) of tensors, one per group, as a list; a ValueError names the argument or
     the entry that is not a tensor (block_tables[1] None), before anything is sized from it."""
-    if type(value) is list:
-        # Plain tensors without isinstance (torch.Tensor's metaclass makes it slow); anything
-        # else takes the checks below.
-        for entry in value:
-            if type(entry) is not _TENSOR:
-                break
-        else:
-            return list(value)
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"{name} must be a list of tensors, got {_described(value)}")
     for g, entry in enumerate(value):
         if not is_tensor(entry):
             raise ValueError(f"{name}[{g}] must be a tensor, got {_described(entry)}")
     return list(value)
+
+
+# What the package calls: the usual forms (an exact list or tuple of tensors) in one C call, every
+# other call the function above (specops._fastpath; the function alone under SPECOPS_FASTPATH=0).
+checked_tensor_list = fronted_tensor_list(plain_checked_tensor_list)
 
 
 def check_allocated_elements(rows: int, row_elements: int, name: str, what: str) -> None:
@@ -151,7 +146,7 @@ def checked_size(value: Any, name: str, lowest: int, what: str = "") -> int:
 
 
 def checked_bool(value: Any, name: str) -> bool:
-    """value as every backend takes a bool (FastOp, csrc/fastpath/fast_call.cpp, the same): True or False,
+    """value as every backend takes a bool (FastOp, csrc/fastpath/boxing.cpp, the same): True or False,
     a NumPy bool, or a one-element bool tensor (torch's schema reads these three as the bool they
     hold). Ints (0 and 1 too), floats, None, strings and other tensors, which torch's schema would
     read by their truth value, are a ValueError naming the argument."""
@@ -178,28 +173,22 @@ def _per_group(value: Any, num_groups: int, name: str, taken: Any, plain: type) 
     return [taken(value, name)] * num_groups
 
 
-def group_settings(block_sizes: Sequence[int] | int, blocks_per_kv_block: Sequence[int] | int,
-                   cp_sharded: Sequence[bool] | bool, slot_mapping_enabled: Sequence[bool] | bool,
-                   num_groups: int) -> list[list]:
+def plain_group_settings(block_sizes: Sequence[int] | int, blocks_per_kv_block: Sequence[int] | int,
+                         cp_sharded: Sequence[bool] | bool, slot_mapping_enabled: Sequence[bool] | bool,
+                         num_groups: int) -> list[list]:
     """The per-group keywords of a multi-group op's wrapper (a list, or one value for every
     group) as its schema takes them, [block_sizes, blocks_per_kv_block, cp_sharded,
     slot_mapping_enabled]; the op checks each list's length and entries."""
-    # The usual forms (a list; one int or bool for every group) without a call each, since every
-    # call of a multi-group op's wrapper passes all four (docs/changelog.md has the count);
-    # anything else takes _per_group.
-    kind = type(block_sizes)
-    block_sizes = list(block_sizes) if kind is list else [block_sizes] * num_groups if kind is int else \
-        _per_group(block_sizes, num_groups, "block_sizes", checked_int, int)
-    kind = type(blocks_per_kv_block)
-    blocks_per_kv_block = list(blocks_per_kv_block) if kind is list else [blocks_per_kv_block] * num_groups \
-        if kind is int else _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", checked_int, int)
-    kind = type(cp_sharded)
-    cp_sharded = list(cp_sharded) if kind is list else [cp_sharded] * num_groups if kind is bool else \
-        _per_group(cp_sharded, num_groups, "cp_sharded", checked_bool, bool)
-    kind = type(slot_mapping_enabled)
-    slot_mapping_enabled = list(slot_mapping_enabled) if kind is list else [slot_mapping_enabled] * num_groups \
-        if kind is bool else _per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled", checked_bool, bool)
-    return [block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled]
+    return [_per_group(block_sizes, num_groups, "block_sizes", checked_int, int),
+            _per_group(blocks_per_kv_block, num_groups, "blocks_per_kv_block", checked_int, int),
+            _per_group(cp_sharded, num_groups, "cp_sharded", checked_bool, bool),
+            _per_group(slot_mapping_enabled, num_groups, "slot_mapping_enabled", checked_bool, bool)]
+
+
+# What the package calls: every call of a multi-group op's wrapper passes all four, usually as a
+# list or one plain int or bool each, taken in one C call; any other form goes to the function
+# above (specops._fastpath; the function alone under SPECOPS_FASTPATH=0).
+group_settings = fronted_group_settings(plain_group_settings)
 
 
 def padded_argument(value: int | None, name: str) -> int:

@@ -13,11 +13,13 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import NamedTuple
+from unittest import mock
 
 import numpy as np
 import pytest
 import torch
-from twins import Subclass, outcome, same
+from twins import Subclass, foreign_values, outcome, same
 
 import specops
 from specops import _fastpath
@@ -39,11 +41,17 @@ entries = [op.native_entry for op in registry.OPS.values()] + [op.check for op i
 entries += [cp_local_metadata._NATIVE_MAX_LENS, pcp_partition._NATIVE, checks.CHECK_POSITIONS]
 helpers = dict(row_views=[f.row_views, buffers.row_views, plan.row_views], items=[f.items, step.items],
                items_each=[f.items_each, step.items_each], rows_below=[f.rows_below, step.rows_below])
-print(json.dumps(dict(enabled=f.ENABLED, entries=sorted({type(e).__name__ for e in entries}),
-                      plain={name: sorted({h is getattr(f, "plain_" + name) for h in found})
-                             for name, found in helpers.items()},
+arguments = importlib.import_module("specops.arguments")
+prepare = importlib.import_module("specops.ops.prepare_spec_decode_inputs")
+plain = {name: sorted({h is getattr(f, "plain_" + name) for h in found}) for name, found in helpers.items()}
+plain.update(checked_tensor_list=[arguments.checked_tensor_list is arguments.plain_checked_tensor_list],
+             group_settings=[arguments.group_settings is arguments.plain_group_settings],
+             record_maker=[prepare._RESULT.__name__ == "plain_make"])
+print(json.dumps(dict(enabled=f.ENABLED, entries=sorted({type(e).__name__ for e in entries}), plain=plain,
                       selects=sorted({op.select.__name__ for op in registry.OPS.values()}))))
 """
+
+_HELPERS = ("row_views", "items", "items_each", "rows_below", "checked_tensor_list", "group_settings", "record_maker")
 
 
 # A torch other than the one the extension was built against: the extension is not loaded.
@@ -65,7 +73,7 @@ def test_the_switch_selects_the_helpers_or_their_plain_twins_for_every_user(swit
     report = _report(switch)
     assert report["enabled"] is enabled
     assert report["entries"] == (["FastOp"] if enabled else ["PlainOp"])
-    assert report["plain"] == {name: [not enabled] for name in ("row_views", "items", "items_each", "rows_below")}
+    assert report["plain"] == {name: [not enabled] for name in _HELPERS}
     assert report["selects"] == (["select"] if enabled else ["plain_select"])
 
 
@@ -73,7 +81,7 @@ def test_without_the_extension_every_user_gets_the_plain_twins():
     report = _report("1", _UNLOADED)
     assert report["enabled"] is False
     assert report["entries"] == ["NoneType"]  # no native entry: the wrappers run their Python backends
-    assert report["plain"] == {name: [True] for name in ("row_views", "items", "items_each", "rows_below")}
+    assert report["plain"] == {name: [True] for name in _HELPERS}
     assert report["selects"] == ["plain_select"]
 
 
@@ -81,6 +89,10 @@ def test_this_process_uses_what_the_switch_says():
     expected = NATIVE and os.environ.get("SPECOPS_FASTPATH", "1") != "0"
     assert _fastpath.ENABLED is expected
     assert (_fastpath.row_views is _fastpath.plain_row_views) is not expected
+    from specops import arguments
+
+    assert (arguments.group_settings is arguments.plain_group_settings) is not expected
+    assert (arguments.checked_tensor_list is arguments.plain_checked_tensor_list) is not expected
     assert all(isinstance(op.native_entry, _fastpath.PlainOp) is not expected
                for op in OPS.values() if op.native_entry is not None)
 
@@ -103,7 +115,8 @@ def test_no_other_module_reaches_the_helpers():
                     any(alias.name == "_C" for alias in node.names) and relative not in _OTHER_USERS:
                 found.append(f"{relative}: from specops import _C")
             if isinstance(node, ast.Attribute) and node.attr in ("FastOp", "row_views", "items", "items_each",
-                                                                 "rows_below") and \
+                                                                 "rows_below", "usual_tensor_list",
+                                                                 "usual_group_settings", "record_maker") and \
                     isinstance(node.value, ast.Name) and node.value.id == "_C":
                 found.append(f"{relative}: _C.{node.attr}")
             if isinstance(node, ast.Attribute) and node.attr == "__new__" and \
@@ -276,17 +289,145 @@ def test_select_and_its_twin_agree(monkeypatch):
             assert select() is native
 
 
+class _Pair(NamedTuple):
+    first: int
+    second: list
+
+
+_MAKE_PAIR = _fastpath.record_maker(_Pair)  # once: a native maker registers its twin with Dynamo
+
+
+def test_the_helpers_compile_as_their_twins():
+    """Dynamo cannot look into a C function: a compiled graph traces each argument-form helper
+    and record maker as its twin (torch.compiler.substitute_in_graph), with no graph break."""
+    from specops import arguments
+
+    def step(x: torch.Tensor) -> tuple:
+        tables = arguments.checked_tensor_list((x, x + 1), "block_tables")
+        sizes, per_kv_block, sharded, enabled = arguments.group_settings([16, 32], 1, True, [True, False], len(tables))
+        return _MAKE_PAIR((tables[1] * sizes[1] + per_kv_block[0], [sharded, enabled]))
+
+    x = torch.arange(4)
+    compiled = torch.compile(step, fullgraph=True, backend="eager")(x)
+    eager = step(x)
+    assert type(compiled) is type(eager) is _Pair and torch.equal(compiled.first, eager.first)
+    assert compiled.second == eager.second == [[True, True], [True, False]]
+
+
 def test_record_maker_and_its_twin_agree():
     """A wrapper's NamedTuple result: the same type, fields and values (the same objects) from
     both makers."""
-    from typing import NamedTuple
-
-    class Pair(NamedTuple):
-        first: int
-        second: list
-
     values = (1, [2])
-    for make in (_fastpath._record_maker, _fastpath.plain_record_maker):
-        record = make(Pair)(values)
-        assert type(record) is Pair and record == values and record.first == 1 and record.second is values[1]
+    for make in (_fastpath.record_maker, _fastpath.plain_record_maker):
+        record = make(_Pair)(values)
+        assert type(record) is _Pair and record == values and record.first == 1 and record.second is values[1]
         assert record._asdict() == {"first": 1, "second": [2]}
+
+
+@needs_native
+@pytest.mark.parametrize("args, kwargs", [(((1, [2]),), {}), (((1, [2], 3),), {}), (((1,),), {}), (([1, [2]],), {}),
+                                          ((5,), {}), ((None,), {}), ((), {}),
+                                          (((1, [2]), (1, [2])), {}), ((), {"values": (1, [2])})])
+def test_the_native_record_maker_and_its_twin_agree(args, kwargs):
+    """A call that is not one tuple of every field is the twin's own (TypeError and message included)."""
+    native = specops._C.record_maker(_Pair, _fastpath.plain_record_maker(_Pair))
+    returned = same(native, _fastpath.plain_record_maker(_Pair), *args, **kwargs)
+    if returned[0] == "returned":
+        assert type(returned[1]) is _Pair
+
+
+class _Listed(list):
+    """A list subclass: the plain function's own (it may iterate its own way)."""
+
+
+def _tensor_list_cases() -> list[tuple]:
+    a, b = torch.zeros(2), torch.ones(3, dtype=torch.int32)
+    return [([a, b],), ((a, b),), ([],), ((),), ([a, None],), ((a, "b"),), ([torch.nn.Parameter(a)],),
+            ([a.as_subclass(Subclass)],), ([mock.MagicMock(spec=torch.Tensor)],), (a,), (None,), ("ab",),
+            (_Listed([a]),), (iter([a]),), ({0: a},), ([a, 1.5],), ([np.int64(1)],),
+            *[([v],) for v in foreign_values()]]
+
+
+@needs_native
+@pytest.mark.parametrize("case", range(len(_tensor_list_cases())))
+def test_checked_tensor_list_and_its_twin_agree(case):
+    from specops import arguments
+
+    value = _tensor_list_cases()[case][0]
+    native = specops._C.usual_tensor_list(arguments.plain_checked_tensor_list)
+    returned = same(native, arguments.plain_checked_tensor_list, value, "block_tables",
+                    compare=lambda x, y: (type(x) is type(y) is list and len(x) == len(y)
+                                          and all(p is q for p, q in zip(x, y)) and x is not value))
+    assert returned[0] != "returned" or returned[1] is not value  # a new list, the result's own
+
+
+@needs_native
+@pytest.mark.parametrize("args, kwargs", [((), {}), (([],), {}), (([], "x", 1), {}), (([],), {"name": "x"})])
+def test_checked_tensor_list_calls_of_the_wrong_shape_agree(args, kwargs):
+    from specops import arguments
+
+    same(specops._C.usual_tensor_list(arguments.plain_checked_tensor_list), arguments.plain_checked_tensor_list,
+         *args, **kwargs)
+
+
+def _group_settings_cases() -> list[tuple]:
+    ints, flags = [16, 32], [True, False]
+    odd = [(16, 32), np.int64(16), np.int32(2), torch.tensor(16), torch.tensor([16]), 16.0, None, "16", True,
+           np.bool_(True), torch.tensor(True), 1, 0, [16, "x"], [np.int64(1)], _Listed([1]), range(2),
+           *foreign_values()]
+    cases = [(ints, 1, flags, True, 2), (16, 1, True, False, 2), ([16], [1], [True], [False], 1), ([], [], [], [], 0),
+             (16, 1, True, True, 0), (16, 1, True, True, -1), (16, 1, True, True, 2**70), (16, 1, True, True, 2**20),
+             (16, 1, True, True, True), (16, 1, True, True, np.int64(2)), (16, 1, True, True, 2.0),
+             (16, 1, True, True, None)]
+    for value in odd:
+        cases += [(value, 1, True, True, 2), (16, value, True, True, 2), (16, 1, value, True, 2),
+                  (16, 1, True, value, 2)]
+    return cases
+
+
+@needs_native
+@pytest.mark.parametrize("case", range(len(_group_settings_cases())))
+def test_group_settings_and_its_twin_agree(case):
+    from specops import arguments
+
+    args = _group_settings_cases()[case]
+    native = specops._C.usual_group_settings(arguments.plain_group_settings)
+    returned = same(native, arguments.plain_group_settings, *args, compare=_same_settings)
+    if returned[0] == "returned":
+        assert all(setting is not given for setting, given in zip(returned[1], args))  # new lists, the call's own
+
+
+def _same_settings(native: list, plain: list) -> None:
+    assert type(native) is type(plain) is list and len(native) == len(plain) == 4
+    for x, y in zip(native, plain):
+        assert type(x) is type(y) is list and len(x) == len(y) and all(p is q for p, q in zip(x, y))
+
+
+@needs_native
+@pytest.mark.parametrize("args, kwargs", [((), {}), (([16], 1, True, True), {}), (([16], 1, True, True, 1, 2), {}),
+                                          (([16], 1, True, True), {"num_groups": 1})])
+def test_group_settings_calls_of_the_wrong_shape_agree(args, kwargs):
+    from specops import arguments
+
+    same(specops._C.usual_group_settings(arguments.plain_group_settings), arguments.plain_group_settings, *args,
+         **kwargs, compare=_same_settings)
+
+
+@needs_native
+def test_the_usual_forms_are_taken_in_c():
+    """The forms a runner passes never reach the Python function the helper fronts (else the
+    helper would be a detour); every other form does."""
+    reached = []
+
+    def plain(*args, **kwargs):
+        reached.append(args)
+        return "plain"
+
+    tensor_list, group_settings = specops._C.usual_tensor_list(plain), specops._C.usual_group_settings(plain)
+    make = specops._C.record_maker(_Pair, plain)
+    a = torch.zeros(1)
+    assert tensor_list([a], "x") == [a] and tensor_list((a, a), "x") == [a, a] and tensor_list([], "x") == []
+    assert group_settings([16, 32], 2, [True, False], True, 2) == [[16, 32], [2, 2], [True, False], [True, True]]
+    assert make((1, [2])) == (1, [2]) and not reached
+    assert tensor_list([a, None], "x") == group_settings(16, np.int64(2), True, True, 2) == make((1,)) == "plain"
+    assert len(reached) == 3

@@ -1,6 +1,6 @@
-"""tools/instructions.py without valgrind: its case table, each case's options and `--list`.
-Counting itself needs valgrind and minutes a case, so no test runs it (docs/benchmarks.md gives
-the commands)."""
+"""tools/instructions.py without valgrind: its case table, each case's options and `--list`, and
+the fused call it counts without its wrapper. Counting itself needs valgrind and minutes a case,
+so no test runs it (docs/benchmarks.md gives the commands)."""
 
 from __future__ import annotations
 
@@ -74,3 +74,31 @@ def test_loading_defines_and_nothing_else(capsys):
     repo_modules.load("tools/instructions.py")
     assert capsys.readouterr() == ("", "")
     assert set(sys.modules) == before
+
+
+def test_the_fused_body_calls_the_op_as_the_wrapper_did(tool, monkeypatch):
+    """The prepare case's "fused body + restore": the FastOp the wrapper ends in, called with the
+    arguments the wrapper passed it (captured from one wrapper call through the op's select()),
+    each call of the body one call of it; the op's own select() is back afterwards."""
+    import torch
+
+    import specops
+    from specops.bench import prepare_spec_decode_inputs as bench
+    from specops.ops.registry import OPS
+
+    if "native" not in specops.available_backends():
+        pytest.skip("native extension not built")
+    op = OPS["prepare_spec_decode_inputs"]
+    entry, calls = op.native_entry, []
+
+    def counted(*args, **kwargs):
+        calls.append((args, kwargs))
+        return entry(*args, **kwargs)
+
+    select = op.select
+    monkeypatch.setattr(op, "native_entry", counted)
+    body = tool._fused_body(bench.cases(torch.device("cpu"), quick=True)[0])
+    assert op.select is select and len(calls) == 1
+    body()
+    body()
+    assert len(calls) == 3 and calls[1] == calls[2] == calls[0]

@@ -3,12 +3,16 @@ one file (csrc/cpu/NAME.cpp, with helpers of csrc/cpu/*checks.h); the checks are
 checks, the op's Meta (fake) kernel and the check-only entry the Triton launcher and the
 reference run first. So no Python module under ops/ restates a check, no Python fake kernel exists, the
 references and the launchers read the op's one argument record by name, and the layers call ops
-by keyword, never through an argument list of their own."""
+by keyword, never through an argument list of their own. A wrapper calls its own op by position
+(a call of more than 15 keywords costs a dict built and unpacked again), each argument a local
+named as the schema's, in its order: checked here against the registered schema, so no argument
+can be swapped."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import re
 from pathlib import Path
 
@@ -16,6 +20,7 @@ import pytest
 import torch
 
 import specops
+from specops.ops._op import wrapper_call, wrapper_call_names
 from specops.ops.registry import OPS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +141,16 @@ def op_calls(tree: ast.AST, op_names: set[str]) -> list[ast.Call]:
     return calls
 
 
-def positional_op_calls(path: Path, base: Path = PACKAGE) -> list[str]:
+def is_own_call(call: ast.Call) -> bool:
+    """`_OP.select()(...)`: a wrapper's call of its own op."""
+    function = call.func
+    return isinstance(function, ast.Call) and isinstance(function.func, ast.Attribute) and \
+        function.func.attr == "select" and isinstance(function.func.value, ast.Name) and function.func.value.id == "_OP"
+
+
+def positional_op_calls(path: Path, base: Path = PACKAGE, own_calls: bool = True) -> list[str]:
+    """Op calls in path that pass an argument by position (own_calls False: the wrapper's calls of
+    its own op left out, which wrapper_call_faults judges)."""
     tree = ast.parse(path.read_text())
     names = set(OPS) | {"_OP"}
     for node in ast.walk(tree):
@@ -150,7 +164,7 @@ def positional_op_calls(path: Path, base: Path = PACKAGE) -> list[str]:
                         value.value.id == "OPS" and isinstance(target, ast.Name):
                     names.add(target.id)
     return [f"{path.relative_to(base)}:{call.lineno}: {ast.unparse(call)[:100]}"
-            for call in op_calls(tree, names) if call.args]
+            for call in op_calls(tree, names) if call.args and (own_calls or not is_own_call(call))]
 
 
 def test_the_layers_call_ops_by_keyword():
@@ -161,9 +175,76 @@ def test_the_layers_call_ops_by_keyword():
     assert not found, "\n".join(found)
 
 
-def test_the_wrappers_call_their_op_by_keyword():
+def schema_names(name: str) -> list[str]:
+    return [argument.name for argument in getattr(torch.ops.specops, name).default._schema.arguments]
+
+
+def wrapper_call_faults(source: str, names: list[str]) -> list[str]:
+    """What is wrong with each `_OP.select()(...)` call in source against the schema's argument
+    names: every argument by position, each a local named as the schema's argument, in its order."""
+    calls = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call) and is_own_call(node)]
+    if not calls:
+        return ["no `_OP.select()(...)` call"]
+    faults = []
+    for call in calls:
+        if call.keywords:
+            faults.append(f"{call.lineno}: by keyword ({', '.join(str(k.arg) for k in call.keywords)}): pass every "
+                          "argument by position")
+        passed = [argument.id if isinstance(argument, ast.Name) else ast.unparse(argument) for argument in call.args]
+        for position, (given, expected) in enumerate(itertools.zip_longest(passed, names)):
+            if given is None:
+                faults.append(f"{call.lineno}: argument {position} ({expected}) is missing")
+            elif expected is None:
+                faults.append(f"{call.lineno}: argument {position} is {given}, past the schema's {len(names)}")
+            elif given != expected:
+                faults.append(f"{call.lineno}: argument {position} is {given}, the schema's is {expected}")
+    return faults
+
+
+@needs_native
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_the_wrapper_calls_its_op_by_position_under_the_schemas_names(name):
+    """The positional call's safety is the keyword call's: each argument is a local named exactly
+    as the schema's argument at that place, so a swapped, missing or extra argument fails here."""
+    faults = wrapper_call_faults((PACKAGE / "ops" / f"{name}.py").read_text(), schema_names(name))
+    assert not faults, f"ops/{name}.py calls its op with the schema's names, in its order:\n" + "\n".join(faults)
+
+
+@needs_native
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_without_the_extension_the_wrappers_call_names_its_arguments(name):
+    """What names a wrapper's positional arguments where no schema is registered (the reference
+    backend without the extension) is the same call, read from its source."""
+    assert list(wrapper_call_names(name)) == schema_names(name)
+
+
+def test_the_order_check_sees_a_swap_an_expression_and_a_keyword():
+    names = ["query_start_loc", "positions", "out"]
+
+    def wrapper(arguments: str) -> str:
+        return f"def f(query_start_loc, positions, out):\n    _OP.select()({arguments})\n"
+
+    assert wrapper_call_faults(wrapper("query_start_loc, positions, out"), names) == []
+    assert wrapper_call_faults(wrapper("positions, query_start_loc, out"), names) == [
+        "2: argument 0 is positions, the schema's is query_start_loc",
+        "2: argument 1 is query_start_loc, the schema's is positions"]
+    assert wrapper_call_faults(wrapper("query_start_loc, positions, out.view(-1)"), names) == [
+        "2: argument 2 is out.view(-1), the schema's is out"]
+    assert wrapper_call_faults(wrapper("query_start_loc, positions"), names) == ["2: argument 2 (out) is missing"]
+    assert wrapper_call_faults(wrapper("query_start_loc, positions, out, out"), names) == [
+        "2: argument 3 is out, past the schema's 3"]
+    assert wrapper_call_faults(wrapper("query_start_loc, positions, out=out"), names) == [
+        "2: by keyword (out): pass every argument by position", "2: argument 2 (out) is missing"]
+    assert wrapper_call_faults("def f(a):\n    _OP(a)\n", names) == ["no `_OP.select()(...)` call"]
+    assert [argument.id for argument in wrapper_call(ast.parse(wrapper("query_start_loc, positions, out"))).args] \
+        == names
+
+
+def test_the_wrappers_call_other_ops_by_keyword():
+    """Beside its own op's call, a wrapper module calls ops (another op's wrapper, its own op's
+    check) by keyword, as the layers do."""
     found = [entry for path in sorted((PACKAGE / "ops").glob("*.py")) if not path.name.startswith("_")
-             for entry in positional_op_calls(path)]
+             for entry in positional_op_calls(path, own_calls=False)]
     assert not found, "\n".join(found)
 
 

@@ -10,17 +10,24 @@ wrappers. On the Python backends (Triton launcher, reference) it also does what 
 gets from its entry (specops._fastpath.native_entry) and the dispatcher: int and bool arguments
 taken as torch's schema takes them, and a new version for every tensor the op wrote.
 
+A wrapper calls its own op by position, each argument a local named as the schema's argument,
+in the schema's order (a call of more than 15 keywords is a dict built and unpacked again on
+every call; tests/tooling/test_op_contract.py holds every such call to the schema's names, so no
+argument can be swapped); the layers call ops by keyword.
+
 Without the extension there is no schema, no check and no record: the native and Triton
 backends raise the reason (specops._extension), which import has already logged, and the reference
-backend still runs, unchecked, on the wrapper's keywords as they are (every wrapper passes every
-schema argument by name): the reference is plain torch, the oracle a build that cannot load is
-compared with.
+backend still runs, unchecked, on the wrapper's arguments as they are, named by its call (the
+names it passes, read once from its source: the schema's names, as the contract test holds them):
+the reference is plain torch, the oracle a build that cannot load is compared with.
 """
 
 from __future__ import annotations
 
+import ast
 import collections
 import importlib
+import inspect
 import operator
 import types
 from collections.abc import Callable
@@ -96,6 +103,24 @@ def _taken(value: Any, kind: str) -> Any:
     return [item if type(item) is int else operator.index(item) for item in value]
 
 
+def wrapper_call(tree: ast.AST) -> ast.Call | None:
+    """The call `_OP.select()(...)` in an op module's syntax tree: the wrapper's call of its op."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Call) and \
+                isinstance(node.func.func, ast.Attribute) and node.func.func.attr == "select" and \
+                isinstance(node.func.func.value, ast.Name) and node.func.func.value.id == "_OP":
+            return node
+    return None
+
+
+def wrapper_call_names(op_name: str) -> tuple[str, ...]:
+    """The names of the locals the op's wrapper passes its op by position, in order (the schema's
+    names: tests/tooling/test_op_contract.py holds every wrapper to that), read from the source of
+    specops.ops.<op_name>: what names the arguments where no schema is registered."""
+    call = wrapper_call(ast.parse(inspect.getsource(importlib.import_module(f"specops.ops.{op_name}"))))
+    return tuple(argument.id for argument in call.args) if call is not None else ()
+
+
 class SpecOp:
     """Dispatches one op to the selected backend; all three take the schema's arguments, by
     position or by keyword (the layers' calls)."""
@@ -104,6 +129,7 @@ class SpecOp:
         self.name = name
         self.reference = reference
         self._triton: Callable[..., None] | None = None
+        self._call_names: tuple[str, ...] | None = None  # without the extension: wrapper_call_names
         if EXTENSION.loaded:
             schema = op_schema(name)
             self._native = getattr(torch.ops.specops, name).default
@@ -145,11 +171,14 @@ class SpecOp:
         """The call's argument record after the op's checks (its Meta kernel, specops._fastpath
         check_entry), every int and bool taken as torch's schema takes it (a NumPy integer as the
         int it holds): what the Python backends run on. Without the extension (read now: a test
-        may stand one in), the reference backend's record is the keywords as given, unchecked."""
+        may stand one in), the reference backend's record is the arguments as given, unchecked,
+        those by position named as the wrapper's call names them (wrapper_call_names)."""
         if not _extension.EXTENSION.loaded:
-            if args or current_backend() != "reference":
+            if current_backend() != "reference":
                 require_native(self.name)  # the checks and the record come from the extension
-            return types.SimpleNamespace(**kwargs)
+            if args and self._call_names is None:
+                self._call_names = wrapper_call_names(self.name)
+            return types.SimpleNamespace(**dict(zip(self._call_names or (), args)), **kwargs)
         self.check(*args, **kwargs)
         arguments = self.arguments(*args, **kwargs)
         converted = None

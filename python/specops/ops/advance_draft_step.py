@@ -120,18 +120,14 @@ def advance_draft_step(
     else:
         slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
     max_model_len, max_model_len_tensor = max_model_len_arguments(max_model_len, max_model_len_tensor)
-    _OP.select()(
-        positions=positions, seq_lens=seq_lens, block_tables=block_tables, token_indices=token_indices,
-        num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping, out_positions=out_positions,
-        slot_mappings=slot_mappings, query_start_loc=query_start_loc,
-        num_blocks=[] if num_blocks is None else list(num_blocks), max_model_len=max_model_len,
-        past_max_model_len=RULES[past_max_model_len],
-        num_tokens_padded=padded_argument(num_tokens_padded, "num_tokens_padded"),
-        num_reqs_padded=padded_argument(num_reqs_padded, "num_reqs_padded"), cp_world_size=cp_world_size,
-        cp_rank=cp_rank, cp_interleave=cp_interleave, block_sizes=block_sizes, blocks_per_kv_block=blocks_per_kv_block,
-        cp_sharded=cp_sharded, slot_mapping_enabled=slot_mapping_enabled, target_seq_lens=target_seq_lens,
-        input_ids=input_ids, draft_tokens=draft_tokens, sampled_tokens=sampled_tokens, draft_step=draft_step,
-        num_draft_steps=-1 if num_draft_steps is None else checked_size(num_draft_steps, "num_draft_steps", 0),
-        sample_positions=sample_positions, hidden_states=hidden_states, next_hidden_states=next_hidden_states,
-        max_model_len_tensor=max_model_len_tensor)
+    num_blocks = [] if num_blocks is None else list(num_blocks)
+    past_max_model_len = RULES[past_max_model_len]
+    num_tokens_padded = padded_argument(num_tokens_padded, "num_tokens_padded")
+    num_reqs_padded = padded_argument(num_reqs_padded, "num_reqs_padded")
+    num_draft_steps = -1 if num_draft_steps is None else checked_size(num_draft_steps, "num_draft_steps", 0)
+    _OP.select()(positions, seq_lens, block_tables, token_indices, num_rejected_tokens, idx_mapping, out_positions,
+        slot_mappings, query_start_loc, num_blocks, max_model_len, past_max_model_len, num_tokens_padded,
+        num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block, cp_sharded,
+        slot_mapping_enabled, target_seq_lens, input_ids, draft_tokens, sampled_tokens, draft_step, num_draft_steps,
+        sample_positions, hidden_states, next_hidden_states, max_model_len_tensor)
     return DraftStep(out_positions, seq_lens, slot_mappings, query_start_loc)

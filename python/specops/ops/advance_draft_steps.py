@@ -139,34 +139,34 @@ def advance_draft_steps(
     num_groups = len(block_tables)
     block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled = group_settings(
         block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
-    storage = block_sizes if storage_block_sizes is None else ints_per_group(storage_block_sizes, num_groups,
-                                                                             "storage_block_sizes")
+    storage_block_sizes = block_sizes if storage_block_sizes is None else ints_per_group(
+        storage_block_sizes, num_groups, "storage_block_sizes")
     num_reqs = token_indices.numel() if isinstance(token_indices, torch.Tensor) else 0
-    padded = num_reqs if num_reqs_padded is None else num_reqs_padded
+    num_reqs_padded = num_reqs if num_reqs_padded is None else num_reqs_padded
     if out is None:
         # The ints the outputs are sized from, taken as the schema takes them before the allocation.
         num_steps, num_input_tokens = checked_int(num_steps, "num_steps"), checked_int(num_input_tokens,
                                                                                       "num_input_tokens")
-        split_size, padded = checked_int(split_size, "split_size"), checked_int(padded, "num_reqs_padded")
-        _allocation_bounded(num_steps, num_input_tokens, padded, num_reqs, split_size, positions, rope_cos_sin_cache)
-        out = empty_draft_steps(num_steps, num_input_tokens, padded, padded, split_size, rope_cos_sin_cache,
-                                [t.dtype for t in target_slot_mappings],
+        split_size = checked_int(split_size, "split_size")
+        num_reqs_padded = checked_int(num_reqs_padded, "num_reqs_padded")
+        _allocation_bounded(num_steps, num_input_tokens, num_reqs_padded, num_reqs, split_size, positions,
+                            rope_cos_sin_cache)
+        out = empty_draft_steps(num_steps, num_input_tokens, num_reqs_padded, num_reqs_padded, split_size,
+                                rope_cos_sin_cache, [t.dtype for t in target_slot_mappings],
                                 positions.device if isinstance(positions, torch.Tensor) else None)
     max_model_len, max_model_len_tensor = max_model_len_arguments(max_model_len, max_model_len_tensor)
-    _OP.select()(
-        query_start_loc=query_start_loc, positions=positions, seq_lens=seq_lens, token_indices=token_indices,
-        num_rejected_tokens=num_rejected_tokens, idx_mapping=idx_mapping, block_tables=block_tables,
-        num_blocks=[] if num_blocks is None else list(num_blocks), target_slot_mappings=target_slot_mappings,
-        rope_cos_sin_cache=rope_cos_sin_cache, out_positions=out.positions, out_seq_lens=out.seq_lens,
-        out_query_start_loc=out.query_start_loc, out_cos_sin=out.cos_sin, out_local_cos_sin=out.local_cos_sin,
-        out_local_query_start_loc=out.local_query_start_loc, out_local_seq_lens=out.local_seq_lens,
-        out_start_pos=out.start_pos, out_slots=list(out.slots), out_slot_pairs=list(out.slot_pairs),
-        num_steps=num_steps, num_actual_tokens=num_actual_tokens, num_input_tokens=num_input_tokens,
-        num_reqs_padded=padded, max_model_len=max_model_len, past_max_model_len=RULES[past_max_model_len],
-        split_size=split_size, split_rank=split_rank, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, block_sizes=block_sizes, blocks_per_kv_block=blocks_per_kv_block,
-        cp_sharded=cp_sharded, slot_mapping_enabled=slot_mapping_enabled, storage_block_sizes=storage,
-        max_model_len_tensor=max_model_len_tensor)
+    num_blocks = [] if num_blocks is None else list(num_blocks)
+    out_positions, out_seq_lens, out_query_start_loc = out.positions, out.seq_lens, out.query_start_loc
+    out_cos_sin, out_local_cos_sin, out_start_pos = out.cos_sin, out.local_cos_sin, out.start_pos
+    out_local_query_start_loc, out_local_seq_lens = out.local_query_start_loc, out.local_seq_lens
+    out_slots, out_slot_pairs = list(out.slots), list(out.slot_pairs)
+    past_max_model_len = RULES[past_max_model_len]
+    _OP.select()(query_start_loc, positions, seq_lens, token_indices, num_rejected_tokens, idx_mapping, block_tables,
+        num_blocks, target_slot_mappings, rope_cos_sin_cache, out_positions, out_seq_lens, out_query_start_loc,
+        out_cos_sin, out_local_cos_sin, out_local_query_start_loc, out_local_seq_lens, out_start_pos, out_slots,
+        out_slot_pairs, num_steps, num_actual_tokens, num_input_tokens, num_reqs_padded, max_model_len,
+        past_max_model_len, split_size, split_rank, cp_world_size, cp_rank, cp_interleave, block_sizes,
+        blocks_per_kv_block, cp_sharded, slot_mapping_enabled, storage_block_sizes, max_model_len_tensor)
     return out
 
 

@@ -27,5 +27,5 @@ def apply_staged_writes(
     call. The native CPU op rejects a write outside the table (naming rows, starts or cu_lens)
     before writing anything; device kernels drop such a write whole. Returns table.
     """
-    _OP.select()(table=table, rows=rows, starts=starts, cu_lens=cu_lens, values=values)
+    _OP.select()(table, rows, starts, cu_lens, values)
     return table

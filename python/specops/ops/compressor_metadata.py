@@ -73,8 +73,6 @@ def compressor_metadata(
             num_compressed_tokens != compress_cos.shape[0]:
         raise ValueError(f"num_compressed_tokens ({num_compressed_tokens}) must be compress_cos's row count "
                          f"{compress_cos.shape[0]}")
-    _OP.select()(rope_cos=rope_cos, rope_sin=rope_sin, cu_seqlens=cu_seqlens, start_pos=start_pos,
-        kv_block_table=kv_block_table, kv_block_size=kv_block_size, slot_mapping_format=slot_mapping_format,
-        compress_ratio=compress_ratio, num_reqs_actual=num_reqs_actual, compress_cos=compress_cos,
-        compress_sin=compress_sin, slot_mapping=slot_mapping)
+    _OP.select()(rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_table, kv_block_size, slot_mapping_format,
+        compress_ratio, num_reqs_actual, compress_cos, compress_sin, slot_mapping)
     return CompressorMetadata(compress_cos, compress_sin, slot_mapping)

@@ -66,8 +66,6 @@ def compressor_metadata_multi(
     compress_cos = checked_tensor_list(compress_cos, "compress_cos")
     compress_sin = checked_tensor_list(compress_sin, "compress_sin")
     slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")
-    _OP.select()(rope_cos=rope_cos, rope_sin=rope_sin, cu_seqlens=cu_seqlens, start_pos=start_pos,
-        kv_block_tables=kv_block_tables, kv_block_sizes=kv_block_sizes, slot_mapping_formats=slot_mapping_formats,
-        compress_ratios=compress_ratios, num_reqs_actual=num_reqs_actual, compress_cos=compress_cos,
-        compress_sin=compress_sin, slot_mappings=slot_mappings)
+    _OP.select()(rope_cos, rope_sin, cu_seqlens, start_pos, kv_block_tables, kv_block_sizes, slot_mapping_formats,
+        compress_ratios, num_reqs_actual, compress_cos, compress_sin, slot_mappings)
     return CompressorMetadataMulti(compress_cos, compress_sin, slot_mappings)

@@ -53,10 +53,6 @@ def compute_slot_mapping(
         out = torch.empty(size, dtype=torch.int64, device=positions.device)
     if num_tokens_padded is None:
         num_tokens_padded = out.numel() if isinstance(out, torch.Tensor) else 0
-    _OP.select()(
-        query_start_loc=query_start_loc, positions=positions, block_table=block_table, block_size=block_size, out=out,
-        blocks_per_kv_block=blocks_per_kv_block, cp_world_size=cp_world_size, cp_rank=cp_rank,
-        cp_interleave=cp_interleave, idx_mapping=idx_mapping, num_tokens_padded=num_tokens_padded,
-        num_blocks=num_blocks,
-    )
+    _OP.select()(query_start_loc, positions, block_table, block_size, out, blocks_per_kv_block, cp_world_size, cp_rank,
+        cp_interleave, idx_mapping, num_tokens_padded, num_blocks)
     return out

@@ -35,6 +35,5 @@ def correct_num_computed_tokens(
     int32 arithmetic by its low 32 bits, as the peer's `.int()` and its copy into the int32
     outputs take it.
     """
-    _OP.select()(num_computed_tokens=num_computed_tokens, num_accepted_tokens=num_accepted_tokens,
-                  prev_positions=prev_positions, valid_sampled_token_count=valid_sampled_token_count,
-                  prev_num_draft_tokens=prev_num_draft_tokens, cpu_num_computed_tokens=cpu_num_computed_tokens)
+    _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+        prev_num_draft_tokens, cpu_num_computed_tokens)

@@ -31,5 +31,4 @@ def correct_optimistic_seq_lens(
     peer's numpy does. On the host in a runner (any device works). Every read sees the values
     from before the call.
     """
-    _OP.select()(seq_lens_cpu=seq_lens_cpu, prev_positions=prev_positions,
-                  valid_sampled_token_count=valid_sampled_token_count, prev_num_draft_tokens=prev_num_draft_tokens)
+    _OP.select()(seq_lens_cpu, prev_positions, valid_sampled_token_count, prev_num_draft_tokens)

@@ -45,7 +45,6 @@ def count_sampled_and_rejected(
         size = (checked_size(num_reqs_padded, "num_reqs_padded", 0) if num_reqs_padded is not None
                 else idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0)
         num_rejected = torch.empty(size, dtype=torch.int32, device=num_sampled.device)
-    _OP.select()(num_sampled=num_sampled, seq_lens=seq_lens, cu_num_logits=cu_num_logits, idx_mapping=idx_mapping,
-                  prefill_len=prefill_len, num_rejected=num_rejected,
-                  num_reqs_padded=padded_argument(num_reqs_padded, "num_reqs_padded"))
+    num_reqs_padded = padded_argument(num_reqs_padded, "num_reqs_padded")
+    _OP.select()(num_sampled, seq_lens, cu_num_logits, idx_mapping, prefill_len, num_rejected, num_reqs_padded)
     return SampledCounts(num_sampled, num_rejected)

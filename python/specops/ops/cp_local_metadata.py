@@ -126,9 +126,8 @@ def cp_local_metadata(
         seq_lens if isinstance(seq_lens, torch.Tensor) and seq_lens.device.type == "cpu" else seq_lens_cpu,
         num_input_tokens, cp_size, cp_rank, causal,
     )
-    _OP.select()(query_start_loc=query_start_loc, seq_lens=seq_lens, num_input_tokens=num_input_tokens,
-        cp_size=cp_size, cp_rank=cp_rank, causal=causal, local_query_start_loc=local_query_start_loc,
-        local_seq_lens=local_seq_lens, start_pos=start_pos)
+    _OP.select()(query_start_loc, seq_lens, num_input_tokens, cp_size, cp_rank, causal, local_query_start_loc,
+        local_seq_lens, start_pos)
     split = cp_token_split(num_input_tokens, cp_size, cp_rank)
     return CPLocalMetadata(
         local_query_start_loc, local_seq_lens, start_pos,

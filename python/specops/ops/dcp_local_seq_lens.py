@@ -31,5 +31,5 @@ def dcp_local_seq_lens(
     """
     if out is None:
         out = torch.empty_like(seq_lens)
-    _OP.select()(seq_lens=seq_lens, cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave, out=out)
+    _OP.select()(seq_lens, cp_world_size, cp_rank, cp_interleave, out)
     return out

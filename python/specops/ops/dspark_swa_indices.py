@@ -69,7 +69,6 @@ def dspark_swa_indices(
             out = torch.empty((rows, 1, max(width, 0)), dtype=torch.int32, device=device)
         if out_lens is None:
             out_lens = torch.empty(rows, dtype=torch.int32, device=device)
-    _OP.select()(block_table=block_table, query_start_loc=query_start_loc, seq_lens=seq_lens, window=window,
-        num_speculative_tokens=num_speculative_tokens, block_size=block_size, num_tokens=num_tokens, width=width,
-        cp_size=cp_size, cp_rank=cp_rank, out=out, out_lens=out_lens)
+    _OP.select()(block_table, query_start_loc, seq_lens, window, num_speculative_tokens, block_size, num_tokens, width,
+        cp_size, cp_rank, out, out_lens)
     return out, out_lens

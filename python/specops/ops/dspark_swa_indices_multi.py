@@ -75,7 +75,6 @@ def dspark_swa_indices_multi(
         widths = ints_per_group(widths, num_groups, "widths")
     out = checked_tensor_list(out, "out")
     out_lens = checked_tensor_list(out_lens, "out_lens")
-    _OP.select()(block_tables=block_tables, query_start_loc=query_start_loc, seq_lens=seq_lens, windows=windows,
-        num_speculative_tokens=num_speculative_tokens, block_sizes=block_sizes, num_tokens=num_tokens, widths=widths,
-        cp_size=cp_size, cp_rank=cp_rank, out=out, out_lens=out_lens)
+    _OP.select()(block_tables, query_start_loc, seq_lens, windows, num_speculative_tokens, block_sizes, num_tokens,
+        widths, cp_size, cp_rank, out, out_lens)
     return out, out_lens

@@ -95,31 +95,32 @@ def expand_parallel_draft_inputs(
     """
     num_groups = len(block_tables)
     slots_per_request = checked_int(slots_per_request, "slots_per_request")
-    shift = checked_bool(shift_input_ids, "shift_input_ids")  # sizes the outputs: T' = T + R (S - shift)
+    # The shift sizes the outputs: T' = T + R (S - shift).
+    shift_input_ids = checked_bool(shift_input_ids, "shift_input_ids")
     block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled = group_settings(
         block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_groups)
-    tokens_padded = padded_argument(num_tokens_padded, "num_tokens_padded")
-    reqs_padded = padded_argument(num_reqs_padded, "num_reqs_padded")
+    num_tokens_padded = padded_argument(num_tokens_padded, "num_tokens_padded")
+    num_reqs_padded = padded_argument(num_reqs_padded, "num_reqs_padded")
     num_tokens = target_token_ids.numel() if isinstance(target_token_ids, torch.Tensor) else 0
     num_reqs = next_token_ids.numel() if isinstance(next_token_ids, torch.Tensor) else 0
     device = target_token_ids.device if isinstance(target_token_ids, torch.Tensor) else None
-    num_out = num_tokens + num_reqs * max(slots_per_request - (1 if shift else 0), 0)
-    token_size = max(tokens_padded, 0) if tokens_padded >= 0 else num_out
-    req_size = reqs_padded if reqs_padded >= 0 else num_reqs
+    num_out = num_tokens + num_reqs * max(slots_per_request - (1 if shift_input_ids else 0), 0)
+    token_size = max(num_tokens_padded, 0) if num_tokens_padded >= 0 else num_out
+    req_size = num_reqs_padded if num_reqs_padded >= 0 else num_reqs
     # Every size an output is allocated from, checked first (docs/hardening.md): T' and the
     # sample indices grow with slots_per_request.
     if token_size > INT32_MAX:
         raise ValueError(f"slots_per_request = {slots_per_request} makes T' = T + R * N = {num_out}, past the "
                          "2^31 - 1 tokens an output can index")
     check_allocated_elements(req_size, max(slots_per_request, 0),
-                             "num_reqs_padded" if reqs_padded >= 0 else "slots_per_request",
+                             "num_reqs_padded" if num_reqs_padded >= 0 else "slots_per_request",
                              "token_indices_to_sample: num_reqs_padded or R times slots_per_request")
     # An optional output that its inputs do not turn on is None and not computed
     # (docs/step_bookkeeping.md, "Optional outputs"):
     # out_seq_lens without seq_lens, hidden_state_mapping without the shift.
     if seq_lens is None:
         out_seq_lens = None
-    if not shift:
+    if not shift_input_ids:
         hidden_state_mapping = None
 
     def new(size: int, dtype: torch.dtype) -> torch.Tensor:
@@ -133,7 +134,7 @@ def expand_parallel_draft_inputs(
         is_masked_token_mask = new(token_size, torch.bool)
     if token_indices_to_sample is None:
         token_indices_to_sample = new(req_size * max(slots_per_request, 0), torch.int32)
-    if hidden_state_mapping is None and shift:
+    if hidden_state_mapping is None and shift_input_ids:
         hidden_state_mapping = new(num_tokens, torch.int32)
     if slot_mappings is None:
         slot_mappings = [new(token_size, torch.int64) for _ in range(num_groups)]
@@ -143,18 +144,13 @@ def expand_parallel_draft_inputs(
         out_seq_lens = new(req_size, torch.int32)
     block_tables = list(block_tables)
     slot_mappings = list(slot_mappings)
-    _OP.select()(
-        target_token_ids=target_token_ids, target_positions=target_positions, next_token_ids=next_token_ids,
-        query_start_loc=query_start_loc, block_tables=block_tables, num_rejected_tokens=num_rejected_tokens,
-        seq_lens=seq_lens, idx_mapping=idx_mapping, num_blocks=[] if num_blocks is None else list(num_blocks),
-        input_ids=input_ids, positions=positions, is_rejected_token_mask=is_rejected_token_mask,
-        is_masked_token_mask=is_masked_token_mask, token_indices_to_sample=token_indices_to_sample,
-        hidden_state_mapping=hidden_state_mapping, slot_mappings=slot_mappings,
-        out_query_start_loc=out_query_start_loc, out_seq_lens=out_seq_lens, slots_per_request=slots_per_request,
-        shift_input_ids=shift, max_model_len=max_model_len, parallel_drafting_token_id=parallel_drafting_token_id,
-        padding_token_id=padding_token_id, num_tokens_padded=tokens_padded, num_reqs_padded=reqs_padded,
-        cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave, block_sizes=block_sizes,
-        blocks_per_kv_block=blocks_per_kv_block, cp_sharded=cp_sharded, slot_mapping_enabled=slot_mapping_enabled)
+    num_blocks = [] if num_blocks is None else list(num_blocks)
+    _OP.select()(target_token_ids, target_positions, next_token_ids, query_start_loc, block_tables, num_rejected_tokens,
+        seq_lens, idx_mapping, num_blocks, input_ids, positions, is_rejected_token_mask, is_masked_token_mask,
+        token_indices_to_sample, hidden_state_mapping, slot_mappings, out_query_start_loc, out_seq_lens,
+        slots_per_request, shift_input_ids, max_model_len, parallel_drafting_token_id, padding_token_id,
+        num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave, block_sizes, blocks_per_kv_block,
+        cp_sharded, slot_mapping_enabled)
     return ParallelDraftInputs(num_out, input_ids, positions, is_rejected_token_mask, is_masked_token_mask,
                                token_indices_to_sample, hidden_state_mapping, slot_mappings, out_query_start_loc,
                                out_seq_lens)

@@ -27,5 +27,5 @@ def format_slot_mapping_blocks(
     if out is None and isinstance(slot_mapping, torch.Tensor):  # else the op names slot_mapping
         check_allocated_elements(slot_mapping.numel(), 2, "slot_mapping", "slot_mapping.numel() pairs")
         out = torch.empty((slot_mapping.numel(), 2), dtype=slot_mapping.dtype, device=slot_mapping.device)
-    _OP.select()(slot_mapping=slot_mapping, block_size=block_size, out=out)
+    _OP.select()(slot_mapping, block_size, out)
     return out

@@ -53,5 +53,5 @@ def format_slot_mapping_blocks_multi(
         # Nothing to format, and no tensor for the dispatcher to pick a kernel by: only checked.
         _OP.check(slot_mappings=slot_mappings, block_sizes=block_sizes, num_slots=num_slots, out=out)
         return out
-    _OP.select()(slot_mappings=slot_mappings, block_sizes=block_sizes, num_slots=num_slots, out=out)
+    _OP.select()(slot_mappings, block_sizes, num_slots, out)
     return out

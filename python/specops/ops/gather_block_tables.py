@@ -43,7 +43,7 @@ def gather_block_tables(
     """
     if num_reqs_padded is None:
         num_reqs_padded = out.size(0)
-    _OP.select()(src_block_table=src_block_table, num_blocks=num_blocks, idx_mapping=idx_mapping, out=out,
-                  num_reqs_padded=num_reqs_padded, num_computed_tokens=num_computed_tokens,
-                  sliding_window_reach=sliding_window_reach, block_size=0 if block_size is None else block_size)
+    block_size = 0 if block_size is None else block_size
+    _OP.select()(src_block_table, num_blocks, idx_mapping, out, num_reqs_padded, num_computed_tokens,
+        sliding_window_reach, block_size)
     return out

@@ -66,7 +66,6 @@ def gather_block_tables_multi(
         if len(rows) > 1:
             raise ValueError(f"num_reqs_padded must be given when the outputs differ in rows, got {sorted(rows)}")
         num_reqs_padded = rows.pop() if rows else (idx_mapping.numel() if isinstance(idx_mapping, torch.Tensor) else 0)
-    _OP.select()(src_block_tables=src_block_tables, num_blocks=num_blocks, idx_mapping=idx_mapping, out=out,
-                  num_reqs_padded=num_reqs_padded, num_computed_tokens=num_computed_tokens,
-                  sliding_window_reach=sliding_window_reach, block_sizes=block_sizes)
+    _OP.select()(src_block_tables, num_blocks, idx_mapping, out, num_reqs_padded, num_computed_tokens,
+        sliding_window_reach, block_sizes)
     return out

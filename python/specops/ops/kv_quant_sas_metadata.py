@@ -69,12 +69,10 @@ def kv_quant_sas_metadata(
         num_cube_cores, num_vector_cores, soc_version = resolved_platform(num_cube_cores, num_vector_cores,
                                                                           soc_version, out.device)
     codes = _STRINGS(layout_q, layout_kv, soc_version)
-    _OP.select()(num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim, kv_quant_mode=kv_quant_mode,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_ori_kv=cu_seqlens_ori_kv, cu_seqlens_cmp_kv=cu_seqlens_cmp_kv,
-        seqused_q=seqused_q, seqused_kv=seqused_kv, batch_size=batch_size, max_seqlen_q=max_seqlen_q,
-        max_seqlen_kv=max_seqlen_kv, ori_topk=ori_topk, cmp_topk=cmp_topk, tile_size=tile_size,
-        rope_head_dim=rope_head_dim, cmp_ratio=cmp_ratio, ori_mask_mode=ori_mask_mode, cmp_mask_mode=cmp_mask_mode,
-        ori_win_left=ori_win_left, ori_win_right=ori_win_right, layout_q=codes.first_layout,
-        layout_kv=codes.second_layout, has_ori_kv=has_ori_kv, has_cmp_kv=has_cmp_kv, num_cube_cores=num_cube_cores,
-        num_vector_cores=num_vector_cores, ascend950=codes.ascend950, out=out)
+    # The string arguments as the schema takes them: codes.
+    layout_q, layout_kv, ascend950 = codes.first_layout, codes.second_layout, codes.ascend950
+    _OP.select()(num_heads_q, num_heads_kv, head_dim, kv_quant_mode, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv,
+        seqused_q, seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, tile_size, rope_head_dim,
+        cmp_ratio, ori_mask_mode, cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv,
+        has_cmp_kv, num_cube_cores, num_vector_cores, ascend950, out)
     return out

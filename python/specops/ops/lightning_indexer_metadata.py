@@ -68,11 +68,9 @@ def lightning_indexer_metadata(
         num_cube_cores, num_vector_cores, soc_version = resolved_platform(num_cube_cores, num_vector_cores,
                                                                           soc_version, out.device)
     codes = _STRINGS(layout_query, layout_key, soc_version)
-    _OP.select()(num_heads_q=num_heads_q, num_heads_k=num_heads_k, head_dim=head_dim,
-        query_quant_mode=query_quant_mode, key_quant_mode=key_quant_mode,
-        actual_seq_lengths_query=actual_seq_lengths_query, actual_seq_lengths_key=actual_seq_lengths_key,
-        batch_size=batch_size, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, layout_query=codes.first_layout,
-        layout_key=codes.second_layout, sparse_count=sparse_count, sparse_mode=sparse_mode, pre_tokens=pre_tokens,
-        next_tokens=next_tokens, cmp_ratio=cmp_ratio, num_cube_cores=num_cube_cores,
-        num_vector_cores=num_vector_cores, ascend950=codes.ascend950, out=out)
+    # The string arguments as the schema takes them: codes.
+    layout_query, layout_key, ascend950 = codes.first_layout, codes.second_layout, codes.ascend950
+    _OP.select()(num_heads_q, num_heads_k, head_dim, query_quant_mode, key_quant_mode, actual_seq_lengths_query,
+        actual_seq_lengths_key, batch_size, max_seqlen_q, max_seqlen_k, layout_query, layout_key, sparse_count,
+        sparse_mode, pre_tokens, next_tokens, cmp_ratio, num_cube_cores, num_vector_cores, ascend950, out)
     return out

@@ -50,7 +50,6 @@ def pcp_gathered_slot_mappings(
         out = list(out.unbind(0)) if out.dim() == 2 else [out]
     elif not isinstance(out, list):
         out = list(out)
-    _OP.select()(slot_mappings=slot_mappings, padded_gather_idx=padded_gather_idx,
-        gathered_kv_write_mask=gathered_kv_write_mask, out=out,
-        num_tokens_padded=-1 if num_tokens_padded is None else num_tokens_padded)
+    num_tokens_padded = -1 if num_tokens_padded is None else num_tokens_padded
+    _OP.select()(slot_mappings, padded_gather_idx, gathered_kv_write_mask, out, num_tokens_padded)
     return out

@@ -63,8 +63,6 @@ def pcp_local_inputs(
                                device=device)
     if num_reqs_padded is None:
         num_reqs_padded = seq_lens.numel()
-    _OP.select()(global_input_ids=global_input_ids, global_positions=global_positions,
-        local_gather_idx=local_gather_idx, local_query_start_loc=local_query_start_loc,
-        num_local_tokens=num_local_tokens, input_ids=input_ids, positions=positions, seq_lens=seq_lens,
-        num_reqs_padded=num_reqs_padded)
+    _OP.select()(global_input_ids, global_positions, local_gather_idx, local_query_start_loc, num_local_tokens,
+        input_ids, positions, seq_lens, num_reqs_padded)
     return PCPLocalInputs(input_ids, positions, seq_lens)

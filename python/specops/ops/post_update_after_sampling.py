@@ -43,7 +43,5 @@ def post_update_after_sampling(
     repeated request row, a kept count outside [0, S], tokens past W and, with bins, a kept token
     outside the vocabulary.
     """
-    _OP.select()(idx_mapping=idx_mapping, num_computed_tokens=num_computed_tokens, query_start_loc=query_start_loc,
-        sampled_tokens=sampled_tokens, num_sampled=num_sampled, num_rejected=num_rejected,
-        last_sampled_tokens=last_sampled_tokens, all_token_ids=all_token_ids, total_len=total_len,
-        output_bin_counts=output_bin_counts, draft_tokens=draft_tokens, draft_tokens_out=draft_tokens_out)
+    _OP.select()(idx_mapping, num_computed_tokens, query_start_loc, sampled_tokens, num_sampled, num_rejected,
+        last_sampled_tokens, all_token_ids, total_len, output_bin_counts, draft_tokens, draft_tokens_out)

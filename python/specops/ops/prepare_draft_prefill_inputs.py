@@ -72,11 +72,7 @@ def prepare_draft_prefill_inputs(
     is kept apart from every input and every other output; the host op checks both parts' values
     before writing anything.
     """
-    _OP.select()(target_input_ids=target_input_ids, target_positions=target_positions, idx_mapping=idx_mapping,
-        query_start_loc=query_start_loc, seq_lens=seq_lens, num_sampled=num_sampled, num_rejected=num_rejected,
-        last_sampled_tokens=last_sampled_tokens, next_prefill_tokens=next_prefill_tokens, input_ids=input_ids,
-        positions=positions, out_query_start_loc=out_query_start_loc, out_seq_lens=out_seq_lens,
-        last_token_indices=last_token_indices, current_draft_step=current_draft_step,
-        request_idx_mapping=request_idx_mapping, num_computed_tokens=num_computed_tokens,
-        sampled_tokens=sampled_tokens, all_token_ids=all_token_ids, total_len=total_len,
-        output_bin_counts=output_bin_counts)
+    _OP.select()(target_input_ids, target_positions, idx_mapping, query_start_loc, seq_lens, num_sampled, num_rejected,
+        last_sampled_tokens, next_prefill_tokens, input_ids, positions, out_query_start_loc, out_seq_lens,
+        last_token_indices, current_draft_step, request_idx_mapping, num_computed_tokens, sampled_tokens,
+        all_token_ids, total_len, output_bin_counts)

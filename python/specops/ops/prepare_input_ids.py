@@ -78,11 +78,9 @@ def prepare_input_ids(
             expanded_idx_mapping = torch.empty(size, dtype=idx_mapping.dtype, device=device)
         if expanded_local_pos is None:
             expanded_local_pos = torch.empty(size, dtype=torch.int32, device=device)
-    _OP.select()(input_ids=input_ids, idx_mapping=idx_mapping, query_start_loc=query_start_loc,
-        num_computed_tokens=num_computed_tokens, prefill_len=prefill_len, last_sampled_tokens=last_sampled_tokens,
-        draft_tokens=draft_tokens, cu_num_logits=cu_num_logits, num_new_sampled_tokens=num_new_sampled_tokens,
-        all_token_ids=all_token_ids, next_prefill_tokens=next_prefill_tokens, logits_indices=logits_indices,
-        expanded_idx_mapping=expanded_idx_mapping, expanded_local_pos=expanded_local_pos,
-        num_logits_padded=padded_argument(num_logits_padded, "num_logits_padded"),
-        num_tokens_padded=padded_argument(num_tokens_padded, "num_tokens_padded"))
+    num_logits_padded = padded_argument(num_logits_padded, "num_logits_padded")
+    num_tokens_padded = padded_argument(num_tokens_padded, "num_tokens_padded")
+    _OP.select()(input_ids, idx_mapping, query_start_loc, num_computed_tokens, prefill_len, last_sampled_tokens,
+        draft_tokens, cu_num_logits, num_new_sampled_tokens, all_token_ids, next_prefill_tokens, logits_indices,
+        expanded_idx_mapping, expanded_local_pos, num_logits_padded, num_tokens_padded)
     return StepInputIds(logits_indices, expanded_idx_mapping, expanded_local_pos)

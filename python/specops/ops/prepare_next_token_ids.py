@@ -74,11 +74,8 @@ def prepare_next_token_ids(
             num_rejected_tokens = allocated()
         if token_indices_to_sample is None:
             token_indices_to_sample = allocated()
-    _OP.select()(sampled_token_ids=sampled_token_ids, vocab_size=vocab_size,
-        discard_request_mask=discard_request_mask, backup_next_token_ids=backup_next_token_ids, token_ids=token_ids,
-        num_tokens_no_spec=num_tokens_no_spec, cu_num_draft_tokens=cu_num_draft_tokens,
-        query_start_loc=query_start_loc, next_token_ids=next_token_ids,
-        valid_sampled_token_count=valid_sampled_token_count, num_rejected_tokens=num_rejected_tokens,
-        token_indices_to_sample=token_indices_to_sample,
-        num_reqs_padded=padded_argument(num_reqs_padded, "num_reqs_padded"))
+    num_reqs_padded = padded_argument(num_reqs_padded, "num_reqs_padded")
+    _OP.select()(sampled_token_ids, vocab_size, discard_request_mask, backup_next_token_ids, token_ids,
+        num_tokens_no_spec, cu_num_draft_tokens, query_start_loc, next_token_ids, valid_sampled_token_count,
+        num_rejected_tokens, token_indices_to_sample, num_reqs_padded)
     return NextTokens(next_token_ids, valid_sampled_token_count, num_rejected_tokens, token_indices_to_sample)

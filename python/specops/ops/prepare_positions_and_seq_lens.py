@@ -69,7 +69,6 @@ def prepare_positions_and_seq_lens(
     """
     positions, seq_lens, num_tokens_padded, num_reqs_padded = allocate_positions_and_seq_lens(
         query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded)
-    _OP.select()(num_computed_tokens=num_computed_tokens, query_start_loc=query_start_loc, positions=positions,
-                  seq_lens=seq_lens, num_tokens_padded=num_tokens_padded, num_reqs_padded=num_reqs_padded,
-                  idx_mapping=idx_mapping)
+    _OP.select()(num_computed_tokens, query_start_loc, positions, seq_lens, num_tokens_padded, num_reqs_padded,
+        idx_mapping)
     return positions, seq_lens

@@ -148,22 +148,16 @@ def prepare_spec_decode_inputs(
     else:
         slot_mappings = checked_tensor_list(slot_mappings, "slot_mappings")  # the result's own list
     if num_gathered_rows is None:
-        num_gathered_rows = seq_lens.numel() if num_reqs_padded is None else num_reqs_padded
-    _OP.select()(
-        num_computed_tokens=num_computed_tokens, num_accepted_tokens=num_accepted_tokens,
-        prev_positions=prev_positions, valid_sampled_token_count=valid_sampled_token_count,
-        prev_num_draft_tokens=prev_num_draft_tokens, cpu_num_computed_tokens=cpu_num_computed_tokens,
-        query_start_loc=query_start_loc, positions=positions, seq_lens=seq_lens, block_tables=block_tables,
-        slot_mappings=slot_mappings, idx_mapping=idx_mapping, num_tokens_padded=num_tokens_padded,
-        num_reqs_padded=num_reqs_padded, cp_world_size=cp_world_size, cp_rank=cp_rank, cp_interleave=cp_interleave,
-        block_sizes=block_sizes, blocks_per_kv_block=blocks_per_kv_block, cp_sharded=cp_sharded,
-        slot_mapping_enabled=slot_mapping_enabled, num_blocks=[] if num_blocks is None else list(num_blocks),
-        request_indexed_counts=request_indexed_counts, gathered_block_tables=gathered_block_tables,
-        num_gathered_rows=num_gathered_rows, sliding_window_reach=sliding_window_reach, input_ids=input_ids,
-        prefill_len=prefill_len, last_sampled_tokens=last_sampled_tokens, draft_tokens=draft_tokens,
-        cu_num_logits=cu_num_logits, num_new_sampled_tokens=num_new_sampled_tokens, all_token_ids=all_token_ids,
-        next_prefill_tokens=next_prefill_tokens, logits_indices=logits_indices,
-        expanded_idx_mapping=expanded_idx_mapping, expanded_local_pos=expanded_local_pos,
-        num_logits_padded=padded_argument(num_logits_padded, "num_logits_padded"),
-        dcp_local_seq_lens=dcp_local_seq_lens)
+        # Read by the op only with gathered tables (the batch mode's calls have none: no numel()).
+        num_gathered_rows = 0 if not gathered_block_tables else seq_lens.numel() if num_reqs_padded is None else \
+            num_reqs_padded
+    num_blocks = [] if num_blocks is None else list(num_blocks)
+    num_logits_padded = padded_argument(num_logits_padded, "num_logits_padded")
+    _OP.select()(num_computed_tokens, num_accepted_tokens, prev_positions, valid_sampled_token_count,
+        prev_num_draft_tokens, cpu_num_computed_tokens, query_start_loc, positions, seq_lens, block_tables,
+        slot_mappings, idx_mapping, num_tokens_padded, num_reqs_padded, cp_world_size, cp_rank, cp_interleave,
+        block_sizes, blocks_per_kv_block, cp_sharded, slot_mapping_enabled, num_blocks, request_indexed_counts,
+        gathered_block_tables, num_gathered_rows, sliding_window_reach, input_ids, prefill_len, last_sampled_tokens,
+        draft_tokens, cu_num_logits, num_new_sampled_tokens, all_token_ids, next_prefill_tokens, logits_indices,
+        expanded_idx_mapping, expanded_local_pos, num_logits_padded, dcp_local_seq_lens)
     return _RESULT((positions, seq_lens, slot_mappings))

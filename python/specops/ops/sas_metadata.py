@@ -73,16 +73,14 @@ def sas_metadata(
     if num_cube_cores is None or num_vector_cores is None or soc_version is None:
         num_cube_cores, num_vector_cores, soc_version = resolved_platform(num_cube_cores, num_vector_cores,
                                                                           soc_version, out.device)
-    # The strings a runner passes were resolved before: one dict lookup, no Python call.
+    # The strings a runner passes were resolved before: one dict lookup, no Python call. Their
+    # codes take their names, the schema's.
     try:
-        layout_q_code, layout_kv_code, ascend950 = _KEPT_STRINGS[layout_q, layout_kv, soc_version]
+        layout_q, layout_kv, ascend950 = _KEPT_STRINGS[layout_q, layout_kv, soc_version]
     except (KeyError, TypeError):  # TypeError: an unhashable value, which _STRINGS rejects by name
-        layout_q_code, layout_kv_code, ascend950 = _STRINGS(layout_q, layout_kv, soc_version)
-    _OP.select()(num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim, cu_seqlens_q=cu_seqlens_q,
-        cu_seqlens_ori_kv=cu_seqlens_ori_kv, cu_seqlens_cmp_kv=cu_seqlens_cmp_kv, seqused_q=seqused_q,
-        seqused_kv=seqused_kv, batch_size=batch_size, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
-        ori_topk=ori_topk, cmp_topk=cmp_topk, cmp_ratio=cmp_ratio, ori_mask_mode=ori_mask_mode,
-        cmp_mask_mode=cmp_mask_mode, ori_win_left=ori_win_left, ori_win_right=ori_win_right, layout_q=layout_q_code,
-        layout_kv=layout_kv_code, has_ori_kv=has_ori_kv, has_cmp_kv=has_cmp_kv, num_cube_cores=num_cube_cores,
-        num_vector_cores=num_vector_cores, ascend950=ascend950, out=out)
+        layout_q, layout_kv, ascend950 = _STRINGS(layout_q, layout_kv, soc_version)
+    _OP.select()(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv, seqused_q,
+        seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
+        cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv, num_cube_cores,
+        num_vector_cores, ascend950, out)
     return out

@@ -46,6 +46,7 @@ def store_kv_block_metadata(
     size, device = (slot_mapping.numel(), slot_mapping.device) if isinstance(slot_mapping, torch.Tensor) else (0, None)
     outputs = StoreKvBlockGroups(*(torch.zeros(max(size, 1), dtype=torch.int32, device=device) if given is None
                                    else given for given in (group_len, group_key_idx, group_key_cache_idx)))
-    _OP.select()(slot_mapping=slot_mapping, group_len=outputs.group_len, group_key_idx=outputs.group_key_idx,
-                  group_key_cache_idx=outputs.group_key_cache_idx, block_size=block_size)
+    group_len, group_key_idx, group_key_cache_idx = (outputs.group_len, outputs.group_key_idx,
+                                                     outputs.group_key_cache_idx)
+    _OP.select()(slot_mapping, group_len, group_key_idx, group_key_cache_idx, block_size)
     return outputs
