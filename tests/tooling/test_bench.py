@@ -109,18 +109,22 @@ def test_rows_carry_their_role_and_launch_counts(quick_run):
     with open(csv_path, newline="") as handle:
         rows = {(row["op"], row["case"], row["impl"]): row for row in csv.DictReader(handle)}
     fused = [row for (op, case, impl), row in rows.items()
-             if op == "prepare_spec_decode_inputs" and impl == "specops" and not case.startswith("MRV2 target")]
+             if op == "prepare_spec_decode_inputs" and impl == "specops" and not case.startswith("MRV2")]
     # The fused step: one specops op, and the copy that restores the counts between timed calls.
     assert fused and all((row["specops_launches"], row["aten_launches"]) == ("1", "1") for row in fused)
-    # Model runner V2's target step: one specops op, no counts to restore.
+    # Model runner V2's target step (with its joined parts or without): one specops op, no counts
+    # to restore.
     target = [row for (op, case, impl), row in rows.items()
-              if op == "prepare_spec_decode_inputs" and impl == "specops" and case.startswith("MRV2 target")]
+              if op == "prepare_spec_decode_inputs" and impl == "specops" and case.startswith("MRV2")]
     assert target and all((row["specops_launches"], row["aten_launches"]) == ("1", "0") for row in target)
     for (op, case, impl), row in rows.items():
         if op == "prepare_spec_decode_inputs" and impl == "native-unfused":
             groups = int(case.split("G=")[1].split()[0])
-            # The correction (or the gather), the positions, one slot mapping per group.
-            assert int(row["specops_launches"]) == 2 + groups and row["role"] == "baseline"
+            width = int(case.split("W=")[1].split()[0])
+            # The correction (or the gather), the positions, one slot mapping per group; the whole
+            # target step adds the input ids and, under DCP, the DCP-local seq_lens.
+            joined = (1 + (width > 1)) if case.startswith("MRV2 whole target") else 0
+            assert int(row["specops_launches"]) == 2 + groups + joined and row["role"] == "baseline", (case, row)
         if impl == "numpy":
             assert (row["specops_launches"], row["aten_launches"], row["role"]) == ("0", "0", "baseline")
         if impl in ("restore", "empty-op") or impl.startswith("write floor"):
