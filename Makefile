@@ -127,8 +127,27 @@ $(PEERS)/.deps: tests/peers/requirements.txt | $(VENV)/.deps
 
 .PRECIOUS: $(PEERS)/vllm-%/.wheel $(PEERS)/vllm-%/.site
 
-test-peers: install $(PEERS)/vllm-$(PEERS_VLLM)/.site $(PEERS)/.deps
-	cd tests && PYTHONPATH=$(PEERS)/vllm-$(PEERS_VLLM)/site:$(PEERS)/deps ../$(VPY) -m pytest -p no:cacheprovider peers
+# SGLang's tree-speculation kernels (tests/peers/test_sglang_tree.py): its wheel downloaded without
+# dependencies into build/peers/sglang-<version>/wheels, and only the files the test reads unpacked
+# into build/peers/sglang-<version>/site (spec_tree.py's Triton kernels, eagle_utils.py's
+# organize_draft_results, the CUDA source the bit-packed mode is restated from); the test loads
+# them from their files, never importing SGLang.
+PEERS_SGLANG ?= 0.5.23
+SGLANG_PEER_FILES := sglang/kernels/ops/speculative/spec_tree.py sglang/srt/speculative/eagle_utils.py \
+	sglang/kernels/jit/csrc/speculative/tree.cuh sglang/kernels/jit/include/sgl_kernel/speculative/eagle.cuh
+$(PEERS)/sglang-%/.site: | $(VENV)/.deps
+	mkdir -p $(PEERS)/sglang-$*/wheels
+	$(PIP) download --no-deps --dest $(PEERS)/sglang-$*/wheels $(PEERS_PIP_ARGS) "sglang==$*"
+	rm -rf $(PEERS)/sglang-$*/site
+	$(VPY) -c "import glob, sys, zipfile; wheel = zipfile.ZipFile(sorted(glob.glob('$(PEERS)/sglang-$*/wheels/sglang-$*-*.whl'))[-1]); \
+	  wheel.extractall('$(PEERS)/sglang-$*/site', sys.argv[1:])" $(SGLANG_PEER_FILES)
+	touch $@
+
+.PRECIOUS: $(PEERS)/sglang-%/.site
+
+test-peers: install $(PEERS)/vllm-$(PEERS_VLLM)/.site $(PEERS)/.deps $(PEERS)/sglang-$(PEERS_SGLANG)/.site
+	cd tests && PYTHONPATH=$(PEERS)/vllm-$(PEERS_VLLM)/site:$(PEERS)/deps SPECOPS_SGLANG_SITE=$(PEERS)/sglang-$(PEERS_SGLANG)/site \
+	  ../$(VPY) -m pytest -p no:cacheprovider peers
 
 # vLLM's own model runner V2, and (0.33 only) its V1 runner's Eagle path, driven without and with
 # the specops plugin (docs/integrations.md, "The proof"): a driver's configurations in two fresh

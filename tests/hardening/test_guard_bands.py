@@ -42,6 +42,8 @@ INPUT_CANARY[torch.bool] = True
 OUTPUT_CANARY[torch.bool] = True
 # Float tensors (compressor_metadata's RoPE rows): values exact in bfloat16 that no op computes.
 OUTPUT_CANARY.update({torch.float32: -12288.0, torch.bfloat16: -12288.0})
+# build_tree_kernel_efficient's bit-packed mask words (uint8 / uint16 / uint32 as SGLang sizes them).
+OUTPUT_CANARY.update({torch.uint8: 0xA5, torch.uint16: 0xBEEF, torch.uint32: 0xDEADBEEF})
 INPUT_CANARY.update({torch.float32: -20480.0, torch.bfloat16: -20480.0})
 DEVICE_BACKENDS = [name for name in BACKENDS if name != "reference"]  # the reference is the oracle
 

@@ -33,6 +33,7 @@ def _valid() -> Call:
 
 
 def _metadata() -> list[Bad]:
+    _shared = torch.zeros(16, dtype=I64)
     return [
         bad("topk 0", "topk", topk=0),
         bad("depth 0", "depth", depth=0),
@@ -54,8 +55,7 @@ def _metadata() -> list[Bad]:
         bad_with("positions sharing retrive_index", ("positions", "retrive_index"),
                  lambda call: call.update(positions=call["retrive_index"].view(-1))),
         bad_with("retrive_next_token sharing selected_index", ("retrive_next_token", "selected_index"),
-                 lambda call: call.update(retrive_next_token=torch.zeros(2, 7, dtype=I64)[:, :6],
-                                          selected_index=torch.zeros(2, 7, dtype=I64)[:, :5])),
+                 lambda call: call.update(retrive_next_token=_shared[4:16].view(2, 6), selected_index=_shared[:10].view(2, 5))),
     ]
 
 
