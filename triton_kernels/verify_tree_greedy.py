@@ -43,18 +43,16 @@ def _verify_tree_greedy_kernel(
                 found = current != current  # False, a bool scalar
                 for _ in range(n):
                     if searching:
+                        # Predicated stores, not a branch per outcome: one path through the loop.
                         draft = tl.load(index_ptr + row + current)
                         hit = (tl.load(candidates_ptr + row + current) == target) & (draft >= 0) & (draft < flat_end)
-                        if hit:
-                            tl.store(predicts_ptr + last, target.to(tl.int32))
-                            num_accepted += 1
-                            tl.store(accepted_row + num_accepted, draft.to(tl.int32))
-                            last = draft
-                            found = hit
-                            searching = ~hit
-                        else:
-                            current = tl.load(sibling_ptr + row + current)
-                            searching = (current >= 0) & (current < n)
+                        tl.store(predicts_ptr + last, target.to(tl.int32), mask=hit)
+                        num_accepted += hit.to(tl.int32)
+                        tl.store(accepted_row + num_accepted, draft.to(tl.int32), mask=hit)
+                        last = tl.where(hit, draft, last)
+                        current = tl.load(sibling_ptr + row + current, mask=~hit, other=current)
+                        found = found | hit
+                        searching = ~hit & (current >= 0) & (current < n)
                 going = found
         # The envelope past the path: -1, as SGLang's caller fills accept_index.
         for c0 in range(0, num_spec, BLOCK):
