@@ -15,6 +15,7 @@
 // node's row of the tree mask: the root and the node's ancestors-or-self, walked up at most
 // `depth` steps (SGLang's Triton bound; a valid tree reaches the root within it).
 #include <cstdint>
+#include <vector>
 
 namespace specops::kernels {
 
@@ -51,11 +52,14 @@ inline int64_t tree_parent(const int64_t* parents, const int64_t* selected, int6
 
 // MaskT: bool / uint8 (modes 0 and 1, a cell each) or the packed word (mode 2). seq_tree_start:
 // the request's first FULL_MASK cell, sum of the earlier requests' (seq_len + n) * n.
+// parent: scratch of n entries, each node's tree_parent (searched once, not once a walk step).
 template <typename MaskT>
 void build_tree_request(const int64_t* parents, const int64_t* selected, int64_t seq_len, int64_t b,
                         int64_t seq_tree_start, MaskT* tree_mask, int64_t* positions, int64_t* retrive_index,
-                        int64_t* next_token, int64_t* next_sibling, const BuildTreeShape& s) {
+                        int64_t* next_token, int64_t* next_sibling, int64_t* parent, const BuildTreeShape& s) {
   const int64_t n = s.num_draft;
+  parent[0] = -1;
+  for (int64_t i = 1; i < n; ++i) parent[i] = tree_parent(parents, selected, i, s);
   for (int64_t i = 0; i < n; ++i) {
     retrive_index[i] = b * n + i;
     next_token[i] = -1;
@@ -63,7 +67,7 @@ void build_tree_request(const int64_t* parents, const int64_t* selected, int64_t
   }
   // Descending, so that each parent's first child is its smallest and siblings ascend.
   for (int64_t i = n - 1; i > 0; --i) {
-    const int64_t p = tree_parent(parents, selected, i, s);
+    const int64_t p = parent[i];
     if (p < 0) continue;
     next_sibling[i] = next_token[p];
     next_token[p] = i;
@@ -90,7 +94,7 @@ void build_tree_request(const int64_t* parents, const int64_t* selected, int64_t
       } else {
         mark(node, true);
       }
-      const int64_t p = tree_parent(parents, selected, node, s);
+      const int64_t p = parent[node];
       if (p <= 0) break;
       node = p;
     }
@@ -108,11 +112,12 @@ void build_tree_kernel_efficient(const int64_t* parent_list, const int64_t* sele
                                  int64_t* retrive_index, int64_t* next_token, int64_t* next_sibling,
                                  const BuildTreeShape& s) {
   const int64_t n = s.num_draft;
+  std::vector<int64_t> parent(static_cast<size_t>(n));
   int64_t seq_tree_start = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
     build_tree_request<MaskT>(parent_list + b * s.parent_width, selected_index + b * (n - 1), verified_seq_len[b], b,
                               seq_tree_start, tree_mask, positions + b * n, retrive_index + b * n, next_token + b * n,
-                              next_sibling + b * n, s);
+                              next_sibling + b * n, parent.data(), s);
     seq_tree_start += (verified_seq_len[b] + n) * n;
   }
 }

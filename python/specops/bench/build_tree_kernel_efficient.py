@@ -82,11 +82,12 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                    torch.empty(batch * n, dtype=torch.int64, device=device),
                    *(torch.empty(batch, n, dtype=torch.int64, device=device) for _ in range(3)))
         record = _Record(parent_list, selected_index, lengths, *outputs, TOPK, DEPTH, n, MODE)
-        impls = {
-            "specops": lambda: specops.build_tree_kernel_efficient(parent_list, selected_index, lengths, *outputs,
-                                                                   TOPK, DEPTH, n, MODE),
-            "python-loop": lambda: python_loop(parent_list, selected_index, lengths, outputs),
-            "torch-eager": lambda: torch_composition(record),
+        args = (parent_list, selected_index, lengths)
+        impls = {  # each bound to this shape's tensors (a closure would read the last shape's)
+            "specops": lambda args=args, outputs=outputs, n=n: specops.build_tree_kernel_efficient(
+                *args, *outputs, TOPK, DEPTH, n, MODE),
+            "python-loop": lambda args=args, outputs=outputs: python_loop(*args, outputs),
+            "torch-eager": lambda record=record: torch_composition(record),
         }
         result.append(Case("build_tree_kernel_efficient", f"R={batch} topk={TOPK} depth={DEPTH} n={n}", batch,
                            batch * n, impls, baselines=("python-loop", "torch-eager")))

@@ -61,10 +61,11 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
                    torch.full((batch, DEPTH + 1), -1, dtype=torch.int32, device=device),
                    torch.zeros(batch, dtype=torch.int32, device=device))
         record = _Record(*outputs, candidates, *links, target)
-        impls = {
-            "specops": lambda: specops.verify_tree_greedy(*outputs, candidates, *links, target),
-            "python-loop": lambda: python_loop(candidates, *links, target, outputs),
-            "torch-eager": lambda: torch_composition(record),
+        inputs = (candidates, *links, target)
+        impls = {  # each bound to this shape's tensors (a closure would read the last shape's)
+            "specops": lambda inputs=inputs, outputs=outputs: specops.verify_tree_greedy(*outputs, *inputs),
+            "python-loop": lambda inputs=inputs, outputs=outputs: python_loop(*inputs, outputs),
+            "torch-eager": lambda record=record: torch_composition(record),
         }
         result.append(Case("verify_tree_greedy", f"R={batch} topk={TOPK} depth={DEPTH} n={n}", batch, batch * n,
                            impls, baselines=("python-loop", "torch-eager")))
