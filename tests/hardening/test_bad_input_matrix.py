@@ -72,7 +72,7 @@ def _derived_cases(spec: OpSpec) -> list[Bad]:
         if tensor is None and name in spec.exclusive:
             continue  # one of two alternatives the valid call cannot both give; covered by metadata_errors
         assert isinstance(tensor, torch.Tensor), f"{spec.name}: valid_call must give tensor {name}"
-        for dtype in _wrong_dtypes(arg):
+        for dtype in () if name in spec.any_dtype else _wrong_dtypes(arg):
             cases.append(Bad(f"{name} {str(dtype).removeprefix('torch.')}", (name,),
                              _replace(name, lambda t, dtype=dtype: t.to(dtype))))
         # An output alone on a device, beside the host copies (every other tensor), is the

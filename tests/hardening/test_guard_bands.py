@@ -43,6 +43,9 @@ OUTPUT_CANARY[torch.bool] = True
 # Float tensors (compressor_metadata's RoPE rows): values exact in bfloat16 that no op computes.
 OUTPUT_CANARY.update({torch.float32: -12288.0, torch.bfloat16: -12288.0})
 INPUT_CANARY.update({torch.float32: -20480.0, torch.bfloat16: -20480.0})
+# KV caches (move_kv_cache_entries) in float16 and int8 as well.
+OUTPUT_CANARY.update({torch.float16: -12288.0, torch.int8: -99})
+INPUT_CANARY.update({torch.float16: -20480.0, torch.int8: -77})
 DEVICE_BACKENDS = [name for name in BACKENDS if name != "reference"]  # the reference is the oracle
 
 
