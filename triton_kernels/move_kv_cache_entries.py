@@ -11,8 +11,9 @@ A task is one cache's chunk of BLOCK words of the entry. It walks its group's pa
 loading the chunk at the source slot and storing it at the destination: the same lane reads and
 writes the same word of an entry, so program order applies the pairs one after another, as the
 host body does (a pair sees the writes of the pairs before it), with no barrier between programs
-(no two tasks touch the same word). A skipped pair (PAD, or a slot outside the cache) reads its
-chunk at slot 0 and stores nothing: every load is in bounds, its mask a bound on the lane alone
+(no two tasks touch the same word). A skipped pair (PAD, or a slot outside the cache) reads and
+writes no word: its slots are clamped to 0 and its run of words is bounded by 0, so every access
+is a contiguous run masked by a bound on its index, in bounds whatever the slots
 (docs/device_readiness.md, "What the NPU route needs of a kernel").
 
 The table is built on the host from the caches' metadata (no device value is read) and kept per
@@ -61,8 +62,6 @@ def _move_kv_cache_entries_kernel(
         num_slots = tl.load(row + 4)  # clamped on the host to the slots' dtype
         group = tl.load(row + 5).to(tl.int32)
         offset = chunk * BLOCK + tl.arange(0, BLOCK)
-        lane = offset < entry
-        at = tl.where(lane, offset, 0)  # a masked lane loads word 0 of the entry: in bounds
         src_row = src_ptr + group * src_row_stride
         dst_row = dst_ptr + group * dst_row_stride
         for p in range(num_pairs):
@@ -82,10 +81,12 @@ def _move_kv_cache_entries_kernel(
             dst_block = dst // block_size
             src_at = src_block * block_stride + (src - src_block * block_size) * entry
             dst_at = dst_block * block_stride + (dst - dst_block * block_size) * entry
-            words = tl.load(base + src_at + at, mask=lane, other=0)
-            # The pair's condition folded into the offset: one comparison in the store's mask.
-            store_at = tl.where(lane & valid, offset, -1)
-            tl.store(base + dst_at + tl.maximum(store_at, 0), words, mask=store_at >= 0)
+            # The pair's validity folded into the bound of the entry's words: each access is a
+            # contiguous run masked by a bound on its index (no words for a skipped pair), which
+            # the NPU route copies as one block (a per-lane condition would make it scalar accesses).
+            bound = tl.where(valid, entry, 0)
+            words = tl.load(base + src_at + offset, mask=offset < bound, other=0)
+            tl.store(base + dst_at + offset, words, mask=offset < bound)
 
 
 def _word_bytes(caches: list[torch.Tensor]) -> int:
