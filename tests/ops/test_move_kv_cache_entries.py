@@ -303,3 +303,17 @@ def test_caches_on_another_device_than_the_pairs():
     call["kv_caches"] = [cache.to("meta") for cache in call["kv_caches"]]
     with pytest.raises(ValueError, match=r"kv_caches\[0\] must be on cpu like src_slots"):
         specops.move_kv_cache_entries(**call)
+
+
+def test_int64_index_math_where_a_cache_passes_int32_words(monkeypatch):
+    """The kernel's int64 index math (INDEX64, taken when a cache spans 2^31 words or more), here
+    forced by a lower bound: the same entries moved."""
+    monkeypatch.setattr(triton_module, "INT32_MAX", 10)
+    monkeypatch.setattr(triton_module, "_TABLES", {})
+    for slot_dtype in (torch.int32, torch.int64):
+        src, dst, caches, groups = _opcheck_args(slot_dtype)
+        expected = expected_entries(caches, groups, src.tolist(), dst.tolist())
+        with specops.backend("triton"):
+            specops.move_kv_cache_entries(src, dst, caches, cache_groups=groups)
+        assert [_entries(cache) for cache in caches] == expected
+    assert all(plan[3] for plan in triton_module._TABLES.values())  # INDEX64 was taken
