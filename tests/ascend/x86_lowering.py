@@ -170,12 +170,45 @@ def inline_scans(text: str) -> str:
     return re.sub(r"^\s*func\.func private @triton_cumsum_\w+\(.*$", "", text, flags=re.M)
 
 
+_POINTER_CAST = re.compile(r"^(\s*)(%[\w#]+) = hivm\.hir\.pointer_cast\((%[\w#]+)\) \[(%[\w#]+)\] : memref<\?x(\w+)>$",
+                           re.M)
+
+
+def lower_pointer_casts(text: str) -> str:
+    """A pointer read from a table (`tl.load(table).to(tl.pointer_type(...))`: the adapter's
+    `hivm.hir.pointer_cast(address) [size]`, an hivm op MLIR 19 does not have) becomes the memref
+    descriptor of that address in the LLVM dialect: base and aligned pointer the address, offset
+    0, the size given, stride 1. The annotation of its address space goes with it."""
+    descriptor = "!llvm.struct<(ptr, ptr, i64, array<1 x i64>, array<1 x i64>)>"
+    count = iter(range(1 << 30))
+
+    def cast(match: re.Match) -> str:
+        indent, result, address, size, kind = match.groups()
+        k = f"%pc{next(count)}"
+        return "\n".join(indent + line for line in [
+            f"{k}_ptr = llvm.inttoptr {address} : i64 to !llvm.ptr",
+            f"{k}_zero = llvm.mlir.constant(0 : i64) : i64", f"{k}_one = llvm.mlir.constant(1 : i64) : i64",
+            f"{k}_size = arith.index_cast {size} : index to i64",
+            f"{k}_d0 = llvm.mlir.undef : {descriptor}",
+            f"{k}_d1 = llvm.insertvalue {k}_ptr, {k}_d0[0] : {descriptor}",
+            f"{k}_d2 = llvm.insertvalue {k}_ptr, {k}_d1[1] : {descriptor}",
+            f"{k}_d3 = llvm.insertvalue {k}_zero, {k}_d2[2] : {descriptor}",
+            f"{k}_d4 = llvm.insertvalue {k}_size, {k}_d3[3, 0] : {descriptor}",
+            f"{k}_d5 = llvm.insertvalue {k}_one, {k}_d4[4, 0] : {descriptor}",
+            f"{result} = builtin.unrealized_conversion_cast {k}_d5 : {descriptor} to memref<?x{kind}>",
+        ])
+
+    text = _POINTER_CAST.sub(cast, text)
+    return re.sub(r"^\s*annotation\.mark %[\w#]+ \{address_space = #hivm\.address_space<gm>\} : .*$", "", text,
+                  flags=re.M)
+
+
 def lower(linalg: str) -> LoweredKernel:
     """The shared object of one adapter output (cached under the digest of the text)."""
     name, parameters = _signature(linalg)
     text = re.sub(r', mix_mode\s*=\s*"[^"]*"', "", linalg)
     text = "\n".join(line for line in text.splitlines() if "gpu.barrier" not in line)
-    text = inline_scans(text)
+    text = lower_pointer_casts(inline_scans(text))
     key = hashlib.sha256((text + _RUNTIME_C).encode()).hexdigest()[:24]
     library = CACHE / "x86" / f"{key}.so"
     if not library.exists():

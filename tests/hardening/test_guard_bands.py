@@ -45,6 +45,9 @@ OUTPUT_CANARY.update({torch.float32: -12288.0, torch.bfloat16: -12288.0})
 # build_tree_kernel_efficient's bit-packed mask words (uint8 / uint16 / uint32 as SGLang sizes them).
 OUTPUT_CANARY.update({torch.uint8: 0xA5, torch.uint16: 0xBEEF, torch.uint32: 0xDEADBEEF})
 INPUT_CANARY.update({torch.float32: -20480.0, torch.bfloat16: -20480.0})
+# KV caches (move_kv_cache_entries) in float16 and int8 as well.
+OUTPUT_CANARY.update({torch.float16: -12288.0, torch.int8: -99})
+INPUT_CANARY.update({torch.float16: -20480.0, torch.int8: -77})
 DEVICE_BACKENDS = [name for name in BACKENDS if name != "reference"]  # the reference is the oracle
 
 

@@ -146,6 +146,9 @@ class OpSpec:
     # have (prepare_spec_decode_inputs' request-indexed mode and its gathered tables): compiled
     # for the device targets (tooling/test_kernel_compile.py) and run on the NPU route (tests/ascend).
     mode_calls: Callable[[], list[tuple[str, Call]]] = lambda: []
+    # Tensors the op takes in every dtype (move_kv_cache_entries' caches: it moves their bytes),
+    # for which the matrix derives no wrong dtype; their Arg.dtypes are the ones calls are drawn in.
+    any_dtype: tuple[str, ...] = ()
     # Every size the wrapper allocates an output from when the call leaves the output out, with
     # the values past its bound (typically PAST_INT32); {} for an op that allocates from no
     # argument (only from the sizes of tensors that exist, or a fixed size); None: not described,
