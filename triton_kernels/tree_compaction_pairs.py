@@ -38,7 +38,7 @@ def _group_pairs(
     moved = src != dst  # the same slot, or neither position stored on this rank: nothing moves
     src = tl.where(moved, src, -1)
     dst = tl.where(moved, dst, -1)
-    at = tl.where(real, e, 0).to(tl.int64)
+    at = tl.where(real, e, 0)
     tl.store(src_ptr + g * src_stride + at, narrowed_slot(src, src_ptr), mask=real)
     tl.store(dst_ptr + g * dst_stride + at, narrowed_slot(dst, dst_ptr), mask=real)
 
@@ -90,7 +90,7 @@ def _tree_compaction_pairs_kernel(
             # The accept count clamped into [0, S - 1]: a node past it is not accepted.
             count = tl.load(accept_token_num_ptr + r, mask=real, other=0).to(tl.int64)
             count = tl.minimum(tl.maximum(count, 0), num_steps - 1)
-            index = tl.load(accept_index_ptr + (r.to(tl.int64) * accept_stride + j), mask=real, other=-1).to(tl.int64)
+            index = tl.load(accept_index_ptr + (r * accept_stride + j), mask=real, other=-1).to(tl.int64)
             # Compared before the subtraction (an index near -2^63 would wrap).
             first = r.to(tl.int64) * draft_token_num
             accepted = real & (j <= count) & (index >= first) & (index < first + draft_token_num)
@@ -103,7 +103,9 @@ def _tree_compaction_pairs_kernel(
                 # int64 index: a form --triton-to-unstructure maps without reading freed memory (docs/device_readiness.md)
                 row = tl.load(idx_mapping_ptr + r.to(tl.int64), mask=real, other=-1).to(tl.int64)
             else:
-                row = r.to(tl.int64)
+                # int32, not sign-extended: an extension here made --triton-to-unstructure read its freed
+                # offset map (docs/device_readiness.md, "What the NPU route needs of a kernel").
+                row = r
             _pairs_of_groups(t0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, g0,
                              t1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, g1,
                              t2, n2, rows2, cols2, stride2, bs2, kvb2, w2, rank2, il2, on2, g2,

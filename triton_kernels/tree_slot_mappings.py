@@ -45,7 +45,9 @@ def _tree_slot_mappings_kernel(
             # int64 index: a form --triton-to-unstructure maps without reading freed memory (docs/device_readiness.md)
             row = tl.load(idx_mapping_ptr + r.to(tl.int64), mask=real, other=-1).to(tl.int64)
         else:
-            row = r.to(tl.int64)
+            # int32, not sign-extended: an extension here made --triton-to-unstructure read its freed
+            # offset map (docs/device_readiness.md, "What the NPU route needs of a kernel").
+            row = r
         # Lanes past the tokens store PAD up to each group's slot_end (_store_group_slots masks the rest).
         _group_slots(t0, s0, n0, rows0, cols0, stride0, bs0, kvb0, w0, rank0, il0, on0, se0,
                      t1, s1, n1, rows1, cols1, stride1, bs1, kvb1, w1, rank1, il1, on1, se1,

@@ -146,8 +146,9 @@ void check_values(kernels::IntIn accept_index, kernels::IntIn accept_token_num, 
       }
     }
     if (next_seq_lens.has_value() && next_seq_lens->scalar_type() == c10::kInt) {
-      TORCH_CHECK_VALUE(base + acc + 1 <= INT32_MAX, "next_seq_lens is int32, but request ", r, " has ",
-                        "verified_seq_len + accept_token_num + 1 = ", base + acc + 1, ", past 2^31 - 1");
+      // Compared without forming the sum, which a base near 2^63 would overflow.
+      TORCH_CHECK_VALUE(base <= INT32_MAX - 1 - acc, "next_seq_lens is int32, but request ", r, " has ",
+                        "verified_seq_len + accept_token_num + 1 = ", base, " + ", acc + 1, ", past 2^31 - 1");
     }
   }
 }

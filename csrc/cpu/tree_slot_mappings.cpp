@@ -59,6 +59,9 @@ void tree_slot_mappings(const at::Tensor& verified_seq_len, at::TensorList block
       check_verified_seq_len(base, r);
       const int64_t row = kernels::draft_row(idx, r);
       for (size_t g = 0; g < groups.size(); ++g) {
+        // A covered tree (kernels/tree_slot_mappings.h) is inside its row; an int64 output holds
+        // any slot. Else every position is checked (the row, the columns, an int32 output's range).
+        if (groups[g].wide && kernels::tree_is_covered(groups[g], row, base, draft_token_num)) continue;
         for (int64_t i = 0; i < draft_token_num; ++i) {
           check_tree_position(groups[g], g, r, row, base, i, "slot_mappings");
         }

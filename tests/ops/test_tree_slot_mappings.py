@@ -208,3 +208,13 @@ def test_compiles_without_graph_break():
     expected = step(args[0].clone(), args[3][0].clone(), args[3][1].clone())
     actual = compiled(args[0].clone(), args[3][0].clone(), args[3][1].clone())
     assert all(torch.equal(a, e) for a, e in zip(actual, expected))
+
+
+def test_a_tree_past_its_rows_whole_allocation_blocks_is_mapped_token_by_token(backend):
+    # Blocks of 2 tokens, 2 per allocation block, rows of 3 columns: the last allocation block is
+    # half there. The tree at 2 (positions 2..5) reaches column 2 (the native op's per-token path),
+    # the tree at 0 does not (its run path); both give compute_slot_mapping's slots.
+    table = t32([[10, 11, 12], [30, 31, 32]])
+    slots = specops.tree_slot_mappings(t32([2, 0]), [table], 2, 4, blocks_per_kv_block=2)
+    want = tree_slots([2, 0], [table.tolist()], [2], 4, blocks_per_kv_block=[2])
+    assert slots[0].tolist() == want[0] == [22, 23, 24, 25, 60, 61, 62, 63]
