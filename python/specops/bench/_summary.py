@@ -30,6 +30,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "Ascend attention metadata": ("sas_metadata", "kv_quant_sas_metadata", "lightning_indexer_metadata",
                                   "store_kv_block_metadata", "compressor_metadata_multi"),
     "drafting layer": ("drafting", "draft_loop"),
+    "tree speculation": ("move_kv_cache_entries",),
 }
 OTHER = "other ops"
 
