@@ -330,3 +330,19 @@ def test_every_dtype_moves_its_bytes(backend, dtype):
     slots, old = cache.view(8, 3).view(torch.uint8), before.view(8, 3).view(torch.uint8)
     assert torch.equal(slots[5], old[6]) and torch.equal(slots[6], old[7])
     assert torch.equal(slots[:5], old[:5]) and torch.equal(slots[7], old[7])
+
+
+@pytest.mark.parametrize("pairs,expected", [
+    # A chain forward: each pair reads what the pair before it wrote, across groups of 4 pairs.
+    ([(s, s + 1) for s in range(9)], [0] * 10 + [10, 11]),
+    # A chain backward: each pair reads before the next one writes.
+    ([(s + 1, s) for s in range(9)], [1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 10, 11]),
+    # Two pairs writing one slot (the later wins), a pair reading it after, PAD between.
+    ([(0, 5), (1, 5), (PAD, PAD), (5, 6), (2, 5), (5, 7)], [0, 1, 2, 3, 4, 2, 1, 2, 8, 9, 10, 11]),
+], ids=["forward chain", "backward chain", "rewrites"])
+def test_hand_computed_orders_across_groups_of_pairs(backend, pairs, expected):
+    cache = torch.arange(12, dtype=torch.int32).view(3, 4, 1)
+    src = torch.tensor([[s for s, _ in pairs]])
+    dst = torch.tensor([[d for _, d in pairs]])
+    specops.move_kv_cache_entries(src, dst, [cache])
+    assert cache.flatten().tolist() == expected
