@@ -8,10 +8,11 @@ the widest that divides every cache's entry, block stride and address), so cache
 share the launch too: one launch a call, whatever the layers, groups and dtypes.
 
 A task is one cache's chunk of BLOCK words of the entry. It walks its group's pairs in row order,
-loading the chunk at the source slot and storing it at the destination: the same lane reads and
-writes the same word of an entry, so program order applies the pairs one after another, as the
-host body does (a pair sees the writes of the pairs before it), with no barrier between programs
-(no two tasks touch the same word). A skipped pair (PAD, or a slot outside the cache) reads and
+4 at a time: the 4 sources' chunks loaded, then stored at the destinations in order, a pair whose
+source an earlier pair of the 4 writes taking that pair's words (forwarded in registers). The
+same lane reads and writes the same word of an entry, so program order applies the groups of 4
+one after another: the result is the host body's (a pair sees the writes of the pairs before it),
+with no barrier (no two tasks touch the same word). A skipped pair (PAD, or a slot outside the cache) reads and
 writes no word: its slots are clamped to 0 and its run of words is bounded by 0, so every access
 is a contiguous run masked by a bound on its index, in bounds whatever the slots
 (docs/device_readiness.md, "What the NPU route needs of a kernel").
@@ -39,6 +40,39 @@ _MAX_TABLES = 16  # a runner has one set of caches (two with a drafter's); a bou
 UNSPECIALIZED = ["num_pairs", "src_row_stride", "dst_row_stride", "num_tasks", "chunks"]
 
 
+@triton.jit
+def _pair(src_row, dst_row, p, num_pairs, num_slots, block_size, block_stride, entry, INDEX64: tl.constexpr):
+    """Pair p of a row: its slots (0 where it is skipped), whether it moves, the word offsets of its
+    source and destination entries, and the bound of its run of words (0: it moves none)."""
+    at = tl.where(p < num_pairs, p, 0)  # a pair past the row (the last group of 4) reads pair 0
+    src = tl.load(src_row + at)
+    dst = tl.load(dst_row + at)
+    limit = num_slots.to(src.dtype)  # compared in the dtype the slots are loaded in
+    valid = (p < num_pairs) & (src >= 0) & (src < limit) & (dst >= 0) & (dst < limit)
+    src = tl.where(valid, src, 0)
+    dst = tl.where(valid, dst, 0)
+    if INDEX64:
+        src = src.to(tl.int64)
+        dst = dst.to(tl.int64)
+    else:
+        src = src.to(tl.int32)
+        dst = dst.to(tl.int32)
+    src_block = src // block_size
+    dst_block = dst // block_size
+    src_at = src_block * block_stride + (src - src_block * block_size) * entry
+    dst_at = dst_block * block_stride + (dst - dst_block * block_size) * entry
+    # The pair's validity folded into the bound of the entry's words: each access is a contiguous
+    # run masked by a bound on its index (no words for a skipped pair), which the NPU route copies
+    # as one block (a per-lane condition would make it scalar accesses).
+    return src, dst, valid, src_at, dst_at, tl.where(valid, entry, 0)
+
+
+@triton.jit
+def _forwarded(words, src, valid, earlier_words, earlier_dst, earlier_valid):
+    """A pair's words, or an earlier pair's of the same group of 4 that wrote its source."""
+    return tl.where(valid & earlier_valid & (earlier_dst == src), earlier_words, words)
+
+
 @triton.jit(do_not_specialize=UNSPECIALIZED)
 def _move_kv_cache_entries_kernel(
     table_ptr, word_ptr, src_ptr, dst_ptr, num_pairs, src_row_stride, dst_row_stride, num_tasks, chunks,
@@ -64,29 +98,32 @@ def _move_kv_cache_entries_kernel(
         offset = chunk * BLOCK + tl.arange(0, BLOCK)
         src_row = src_ptr + group * src_row_stride
         dst_row = dst_ptr + group * dst_row_stride
-        for p in range(num_pairs):
-            src = tl.load(src_row + p)
-            dst = tl.load(dst_row + p)
-            limit = num_slots.to(src.dtype)  # compared in the dtype the slots are loaded in
-            valid = (src >= 0) & (src < limit) & (dst >= 0) & (dst < limit)
-            src = tl.where(valid, src, 0)
-            dst = tl.where(valid, dst, 0)
-            if INDEX64:
-                src = src.to(tl.int64)
-                dst = dst.to(tl.int64)
-            else:
-                src = src.to(tl.int32)
-                dst = dst.to(tl.int32)
-            src_block = src // block_size
-            dst_block = dst // block_size
-            src_at = src_block * block_stride + (src - src_block * block_size) * entry
-            dst_at = dst_block * block_stride + (dst - dst_block * block_size) * entry
-            # The pair's validity folded into the bound of the entry's words: each access is a
-            # contiguous run masked by a bound on its index (no words for a skipped pair), which
-            # the NPU route copies as one block (a per-lane condition would make it scalar accesses).
-            bound = tl.where(valid, entry, 0)
-            words = tl.load(base + src_at + offset, mask=offset < bound, other=0)
-            tl.store(base + dst_at + offset, words, mask=offset < bound)
+        # Pairs 4 at a time: the 4 sources are loaded together (4 loads in flight, not one), then
+        # stored in order. A pair whose source an earlier pair of the 4 wrote takes that pair's
+        # words (forwarded; the latest such pair's), so the result is the pairs' one by one.
+        for first in range(0, num_pairs, 4):
+            s0, d0, v0, src_0, dst_0, bound_0 = _pair(src_row, dst_row, first, num_pairs, num_slots, block_size,
+                                                      block_stride, entry, INDEX64)
+            s1, d1, v1, src_1, dst_1, bound_1 = _pair(src_row, dst_row, first + 1, num_pairs, num_slots, block_size,
+                                                      block_stride, entry, INDEX64)
+            s2, d2, v2, src_2, dst_2, bound_2 = _pair(src_row, dst_row, first + 2, num_pairs, num_slots, block_size,
+                                                      block_stride, entry, INDEX64)
+            s3, d3, v3, src_3, dst_3, bound_3 = _pair(src_row, dst_row, first + 3, num_pairs, num_slots, block_size,
+                                                      block_stride, entry, INDEX64)
+            w0 = tl.load(base + src_0 + offset, mask=offset < bound_0, other=0)
+            w1 = tl.load(base + src_1 + offset, mask=offset < bound_1, other=0)
+            w2 = tl.load(base + src_2 + offset, mask=offset < bound_2, other=0)
+            w3 = tl.load(base + src_3 + offset, mask=offset < bound_3, other=0)
+            w1 = _forwarded(w1, s1, v1, w0, d0, v0)
+            w2 = _forwarded(w2, s2, v2, w0, d0, v0)
+            w2 = _forwarded(w2, s2, v2, w1, d1, v1)
+            w3 = _forwarded(w3, s3, v3, w0, d0, v0)
+            w3 = _forwarded(w3, s3, v3, w1, d1, v1)
+            w3 = _forwarded(w3, s3, v3, w2, d2, v2)
+            tl.store(base + dst_0 + offset, w0, mask=offset < bound_0)
+            tl.store(base + dst_1 + offset, w1, mask=offset < bound_1)
+            tl.store(base + dst_2 + offset, w2, mask=offset < bound_2)
+            tl.store(base + dst_3 + offset, w3, mask=offset < bound_3)
 
 
 def _word_bytes(caches: list[torch.Tensor]) -> int:

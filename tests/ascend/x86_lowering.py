@@ -181,9 +181,11 @@ def lower_pointer_casts(text: str) -> str:
     0, the size given, stride 1. The annotation of its address space goes with it."""
     descriptor = "!llvm.struct<(ptr, ptr, i64, array<1 x i64>, array<1 x i64>)>"
     count = iter(range(1 << 30))
+    casts: list[str] = []
 
     def cast(match: re.Match) -> str:
         indent, result, address, size, kind = match.groups()
+        casts.append(result)
         k = f"%pc{next(count)}"
         return "\n".join(indent + line for line in [
             f"{k}_ptr = llvm.inttoptr {address} : i64 to !llvm.ptr",
@@ -199,8 +201,10 @@ def lower_pointer_casts(text: str) -> str:
         ])
 
     text = _POINTER_CAST.sub(cast, text)
-    return re.sub(r"^\s*annotation\.mark %[\w#]+ \{address_space = #hivm\.address_space<gm>\} : .*$", "", text,
-                  flags=re.M)
+    for result in casts:
+        text = re.sub(rf"^\s*annotation\.mark {re.escape(result)} \{{address_space = #hivm\.address_space<gm>\}} : .*$",
+                      "", text, flags=re.M)
+    return text
 
 
 def lower(linalg: str) -> LoweredKernel:

@@ -317,3 +317,32 @@ def test_int64_index_math_where_a_cache_passes_int32_words(monkeypatch):
             specops.move_kv_cache_entries(src, dst, caches, cache_groups=groups)
         assert [_entries(cache) for cache in caches] == expected
     assert all(plan[3] for plan in triton_module._TABLES.values())  # INDEX64 was taken
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.bool, torch.uint8, torch.int64,
+                                   torch.float64, torch.complex64], ids=str)
+def test_every_dtype_moves_its_bytes(backend, dtype):
+    """The move is a copy of bytes: fp8 caches (and any other dtype) move as bf16 ones do."""
+    base = torch.arange(2 * 4 * 3).view(2, 4, 3)
+    cache = (base % 2).to(dtype) if dtype == torch.bool else base.to(dtype)
+    before = cache.clone()
+    specops.move_kv_cache_entries(torch.tensor([[6, 7, PAD]]), torch.tensor([[5, 6, 0]]), [cache])
+    slots, old = cache.view(8, 3).view(torch.uint8), before.view(8, 3).view(torch.uint8)
+    assert torch.equal(slots[5], old[6]) and torch.equal(slots[6], old[7])
+    assert torch.equal(slots[:5], old[:5]) and torch.equal(slots[7], old[7])
+
+
+@pytest.mark.parametrize("pairs,expected", [
+    # A chain forward: each pair reads what the pair before it wrote, across groups of 4 pairs.
+    ([(s, s + 1) for s in range(9)], [0] * 10 + [10, 11]),
+    # A chain backward: each pair reads before the next one writes.
+    ([(s + 1, s) for s in range(9)], [1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 10, 11]),
+    # Two pairs writing one slot (the later wins), a pair reading it after, PAD between.
+    ([(0, 5), (1, 5), (PAD, PAD), (5, 6), (2, 5), (5, 7)], [0, 1, 2, 3, 4, 2, 1, 2, 8, 9, 10, 11]),
+], ids=["forward chain", "backward chain", "rewrites"])
+def test_hand_computed_orders_across_groups_of_pairs(backend, pairs, expected):
+    cache = torch.arange(12, dtype=torch.int32).view(3, 4, 1)
+    src = torch.tensor([[s for s, _ in pairs]])
+    dst = torch.tensor([[d for _, d in pairs]])
+    specops.move_kv_cache_entries(src, dst, [cache])
+    assert cache.flatten().tolist() == expected

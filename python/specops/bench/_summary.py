@@ -30,7 +30,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "Ascend attention metadata": ("sas_metadata", "kv_quant_sas_metadata", "lightning_indexer_metadata",
                                   "store_kv_block_metadata", "compressor_metadata_multi"),
     "drafting layer": ("drafting", "draft_loop"),
-    "tree speculation": ("tree_slot_mappings", "tree_compaction_pairs"),
+    "tree speculation": ("build_tree_kernel_efficient", "verify_tree_greedy", "tree_slot_mappings",
+                         "tree_compaction_pairs", "move_kv_cache_entries"),
 }
 OTHER = "other ops"
 
