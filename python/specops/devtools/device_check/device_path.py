@@ -32,10 +32,14 @@ import specops
 from specops.devtools.device_check._common import Deadline, Target, cloned, error_text, moved, round_robin
 
 GUARD = 4
+# Values no op computes, per dtype: the float ones exact in bfloat16 and float16; the unsigned
+# ones for build_tree_kernel_efficient's bit-packed mask words; float16 / int8 for KV caches.
 OUTPUT_CANARY = {torch.int32: -0x21524111, torch.int64: -0x2152411021524111, torch.bool: True,
-                 torch.float32: -12288.0, torch.bfloat16: -12288.0}
+                 torch.float32: -12288.0, torch.bfloat16: -12288.0, torch.float16: -12288.0, torch.int8: -99,
+                 torch.uint8: 0xA5, torch.uint16: 0xBEEF, torch.uint32: 0xDEADBEEF}
 INPUT_CANARY = {torch.int32: 0x3EADBEEF, torch.int64: 0x3EADBEEF3EADBEEF, torch.bool: True,
-                torch.float32: -20480.0, torch.bfloat16: -20480.0}
+                torch.float32: -20480.0, torch.bfloat16: -20480.0, torch.float16: -20480.0, torch.int8: -77,
+                torch.uint8: 0x5A, torch.uint16: 0x4EEF, torch.uint32: 0x3EADBEEF}
 
 
 @dataclasses.dataclass
