@@ -4,9 +4,10 @@ Triton 3.2, which triton-ascend 3.2 is, has no tuple kernel arguments, so the mu
 kernels take each group's pointers and sizes as plain arguments for up to MAX_GROUPS groups
 (flattened, unrolled at compile time under `if NUM_GROUPS > g`). A launcher with more groups
 launches once per MAX_GROUPS of them. Why this form (docs/device_readiness.md, "The NPU"): a
-pointer table would need int-to-pointer casts, which triton-ascend's pointer analysis cannot
-trace; one launch per group would multiply the launches of the common case (1 to 3 KV-cache
-groups) and repeat each launch's shared work. MAX_GROUPS = 4 covers the hybrid models vLLM
+table of base addresses needs int-to-pointer casts, which triton-ascend lowers to an opaque
+pointer its adapter can only copy whole runs through (move_kv_cache_entries does that), not
+analyse for the masked, strided gathers these kernels make; one launch per group would multiply
+the launches of the common case (1 to 3 KV-cache groups) and repeat each launch's shared work. MAX_GROUPS = 4 covers the hybrid models vLLM
 serves (full attention, sliding window, a Mamba or cross-attention group) in one launch.
 """
 
