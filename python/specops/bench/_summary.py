@@ -30,6 +30,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "Ascend attention metadata": ("sas_metadata", "kv_quant_sas_metadata", "lightning_indexer_metadata",
                                   "store_kv_block_metadata", "compressor_metadata_multi"),
     "drafting layer": ("drafting", "draft_loop"),
+    "tree speculation": ("build_tree_kernel_efficient", "verify_tree_greedy"),
 }
 OTHER = "other ops"
 
