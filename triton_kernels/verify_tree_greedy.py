@@ -45,14 +45,17 @@ def _verify_tree_greedy_kernel(
                     if searching:
                         # Predicated stores, not a branch per outcome: one path through the loop.
                         draft = tl.load(index_ptr + row + current)
-                        hit = (tl.load(candidates_ptr + row + current) == target) & (draft >= 0) & (draft < flat_end)
+                        token = tl.load(candidates_ptr + row + current)
+                        hit = (token == target) & (draft >= 0) & (draft < flat_end)
+                        # Its negation spelled out: triton-ascend's interpreter cannot invert a bool scalar.
+                        miss = (token != target) | (draft < 0) | (draft >= flat_end)
                         tl.store(predicts_ptr + last, target.to(tl.int32), mask=hit)
                         num_accepted += hit.to(tl.int32)
                         tl.store(accepted_row + num_accepted, draft.to(tl.int32), mask=hit)
                         last = tl.where(hit, draft, last)
-                        current = tl.load(sibling_ptr + row + current, mask=~hit, other=current)
+                        current = tl.load(sibling_ptr + row + current, mask=miss, other=current)
                         found = found | hit
-                        searching = ~hit & (current >= 0) & (current < n)
+                        searching = miss & (current >= 0) & (current < n)
                 going = found
         # The envelope past the path: -1, as SGLang's caller fills accept_index.
         for c0 in range(0, num_spec, BLOCK):

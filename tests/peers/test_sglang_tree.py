@@ -19,13 +19,13 @@ version: its words must be the QLEN_ONLY rows SGLang's kernel writes, bit k colu
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import pathlib
 import sys
 import types
 
 import pytest
+import repo_modules
 import torch
 
 import specops
@@ -53,9 +53,8 @@ def _load_spec_tree() -> types.ModuleType:
     saved = {name: sys.modules.get(name) for name in stand_ins}
     sys.modules.update(stand_ins)
     try:
-        spec = importlib.util.spec_from_file_location("sglang_spec_tree", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        # Through the tests' one door for files of the repository (build/peers is inside it).
+        module = repo_modules.load(str(path.resolve().relative_to(repo_modules.ROOT)))
     finally:
         for name, module_before in saved.items():
             if module_before is None:
