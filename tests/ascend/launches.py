@@ -97,7 +97,10 @@ def widened_calls(op, call: dict) -> list[tuple[str, dict]]:
         if not isinstance(value, torch.Tensor):
             continue
         for dtype in arg.dtypes:
-            if dtype == value.dtype or dtype == torch.bool or value.dtype == torch.bool:
+            # A bool tensor widens only to uint8 (a mask's other one-byte form); no op takes
+            # the same tensor as bool and as a wider integer.
+            if dtype == value.dtype or (torch.bool in (dtype, value.dtype)
+                                        and {dtype, value.dtype} != {torch.bool, torch.uint8}):
                 continue
             # The argument alone; else with the tensors of its dtype that take the new one; and
             # each time with each tensor the op then says must follow ("expanded_idx_mapping
