@@ -137,14 +137,7 @@ def test_build_equals_sglang(batch, topk, depth, n, closed):
         selected_index = unclosed_selection(batch, topk, depth, n, generator)
     seq_lens = torch.randint(0, 30, (batch,), generator=generator)
     for mode in (0, 1):
-        theirs = sglang_build(parent_list, selected_index, seq_lens, topk, depth, n, mode)
-        for backend in BACKENDS:
-            ours = sglang_buffers(batch, n, seq_lens, mode)
-            with specops.backend(backend):
-                specops.build_tree_kernel_efficient(parent_list, selected_index, seq_lens, *ours.values(), topk, depth,
-                                                    n, mode)
-            for name, value in theirs.items():
-                assert torch.equal(ours[name], value), f"{backend} mode {mode}: {name} differs from SGLang's"
+        theirs = compare_build(parent_list, selected_index, seq_lens, topk, depth, n, mode)
         if mode == 1 and n <= 32:
             # QLEN_ONLY_BITPACKING: SGLang's QLEN_ONLY rows, bit k column k, in its word width.
             rows = theirs["tree_mask"].view(batch * n, n).long()
@@ -160,12 +153,23 @@ def test_build_equals_sglang(batch, topk, depth, n, closed):
                     assert torch.equal(getattr(tree, name), theirs[name]), f"{backend} mode 2: {name}"
 
 
-@pytest.mark.parametrize("vocab", [2, 5, 1000])
-@pytest.mark.parametrize("batch,topk,depth,n", CASES, ids=IDS)
-def test_verify_equals_sglang(batch, topk, depth, n, vocab):
-    generator = torch.Generator().manual_seed(vocab * 7 + batch * 1000 + topk * 100 + depth * 10 + n)
-    parent_list, selected_index, draft_tokens = draft(batch, topk, depth, n, generator, vocab)
-    tree = sglang_build(parent_list, selected_index, torch.zeros(batch, dtype=torch.int64), topk, depth, n, 1)
+def compare_build(parent_list, selected_index, seq_lens, topk, depth, n, mode) -> dict:
+    """SGLang's build and specops' on every backend, from the same initial buffers: SGLang's outputs."""
+    batch = seq_lens.numel()
+    theirs = sglang_build(parent_list, selected_index, seq_lens, topk, depth, n, mode)
+    for backend in BACKENDS:
+        ours = sglang_buffers(batch, n, seq_lens, mode)
+        with specops.backend(backend):
+            specops.build_tree_kernel_efficient(parent_list, selected_index, seq_lens, *ours.values(), topk, depth,
+                                                n, mode)
+        for name, value in theirs.items():
+            assert torch.equal(ours[name], value), f"{backend} mode {mode}: {name} differs from SGLang's"
+    return theirs
+
+
+def compare_verify(tree: dict, draft_tokens, depth: int, vocab: int, generator: torch.Generator) -> None:
+    """SGLang's verify and specops' on every backend, over a built tree's links."""
+    batch, n = tree["retrive_index"].shape
     bonus = torch.randint(vocab, (batch, 1), generator=generator)
     candidates = torch.cat([bonus, draft_tokens], dim=1)
     # Targets: mostly the drafted tokens' own successors, so long paths are accepted.
@@ -186,3 +190,34 @@ def test_verify_equals_sglang(batch, topk, depth, n, vocab):
             specops.verify_tree_greedy(*ours, *links)
         for name, mine, value in zip(("predicts", "accept_index", "accept_token_num"), ours, theirs):
             assert torch.equal(mine, value), f"{backend}: {name} differs from SGLang's"
+
+
+@pytest.mark.parametrize("vocab", [2, 5, 1000])
+@pytest.mark.parametrize("batch,topk,depth,n", CASES, ids=IDS)
+def test_verify_equals_sglang(batch, topk, depth, n, vocab):
+    generator = torch.Generator().manual_seed(vocab * 7 + batch * 1000 + topk * 100 + depth * 10 + n)
+    parent_list, selected_index, draft_tokens = draft(batch, topk, depth, n, generator, vocab)
+    tree = sglang_build(parent_list, selected_index, torch.zeros(batch, dtype=torch.int64), topk, depth, n, 1)
+    compare_verify(tree, draft_tokens, depth, vocab, generator)
+
+
+# Many trees, batches of 256 in turn of these (topk, depth, draft tokens): each tree built in both
+# of SGLang's Triton modes and verified. `make test-peers` draws 512; the issue's figure is the same
+# test with SPECOPS_SGLANG_TREES=10000 (SGLang's kernels under the interpreter are its cost).
+TREES = int(os.environ.get("SPECOPS_SGLANG_TREES", "512"))
+TREE_SHAPES = [(2, 2, 4), (3, 3, 8), (2, 4, 6), (4, 2, 8), (1, 5, 5), (3, 2, 6)]
+
+
+def test_random_trees_equal_sglang():
+    generator = torch.Generator().manual_seed(57)
+    compared = 0
+    while compared < TREES:
+        topk, depth, n = TREE_SHAPES[(compared // 256) % len(TREE_SHAPES)]
+        batch = min(256, TREES - compared)
+        parent_list, selected_index, draft_tokens = draft(batch, topk, depth, n, generator, vocab=4)
+        seq_lens = torch.randint(0, 30, (batch,), generator=generator)
+        compare_build(parent_list, selected_index, seq_lens, topk, depth, n, mode=0)
+        tree = compare_build(parent_list, selected_index, seq_lens, topk, depth, n, mode=1)
+        compare_verify(tree, draft_tokens, depth, vocab=4, generator=generator)
+        compared += batch
+    assert compared == TREES
